@@ -1,0 +1,68 @@
+// Loads libcuda.so.1 once and resolves the table in driver.h.
+#include "cuda/driver.h"
+
+#include <dlfcn.h>
+
+#include <mutex>
+
+namespace fr::cuda {
+namespace {
+
+Result<Driver> open_driver() {
+  // Never closed: the driver must outlive every handle and static destructor that may still call it.
+  void* lib = ::dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
+  if (lib == nullptr) return make_error(Errc::kCuda, "no CUDA driver (libcuda.so.1 not found)");
+  // cuGetProcAddress returns the variant of each function that matches the header we compiled against,
+  // which a plain dlsym of the base name would not (it yields the oldest ABI, e.g. cuMemAlloc v1).
+  using GetProc = decltype(&::cuGetProcAddress);
+  auto get_proc = reinterpret_cast<GetProc>(::dlsym(lib, "cuGetProcAddress_v2"));
+  if (get_proc == nullptr)
+    return make_error(Errc::kCuda, "CUDA driver too old: libcuda.so.1 has no cuGetProcAddress_v2 (need CUDA 12+)");
+  Driver d;
+#define FR_CUDA_RESOLVE_FN(name)                                                                     \
+  {                                                                                                  \
+    void* fn = nullptr;                                                                              \
+    CUdriverProcAddressQueryResult q{};                                                              \
+    CUresult r = get_proc(#name, &fn, CUDA_VERSION, CU_GET_PROC_ADDRESS_DEFAULT, &q);                \
+    if (r != CUDA_SUCCESS || fn == nullptr || q != CU_GET_PROC_ADDRESS_SUCCESS)                      \
+      return make_error(Errc::kCuda, "CUDA driver lacks " #name " (driver older than the toolkit?)"); \
+    d.name = reinterpret_cast<decltype(d.name)>(fn);                                                 \
+  }
+  FR_CUDA_DRIVER_FUNCTIONS(FR_CUDA_RESOLVE_FN)
+#undef FR_CUDA_RESOLVE_FN
+  CUresult r = d.cuInit(0);
+  if (r == CUDA_ERROR_NO_DEVICE) return make_error(Errc::kCuda, "no GPU (cuInit: CUDA_ERROR_NO_DEVICE)");
+  if (r != CUDA_SUCCESS) {
+    const char* name = nullptr;
+    d.cuGetErrorName(r, &name);
+    return make_error(Errc::kCuda, std::string("cuInit failed: ") + (name ? name : "unknown error"));
+  }
+  d.cuDriverGetVersion(&d.version);
+  return d;
+}
+
+std::once_flag g_once;
+Result<Driver>* g_driver = nullptr;  // leaked on purpose, like the library handle
+
+}  // namespace
+
+Result<const Driver*> load_driver() {
+  std::call_once(g_once, [] { g_driver = new Result<Driver>(open_driver()); });
+  if (!g_driver->ok()) return g_driver->error();
+  return &g_driver->value();
+}
+
+Error cuda_error(const char* call, CUresult r) {
+  const char* name = nullptr;
+  const char* text = nullptr;
+  auto d = load_driver();
+  if (d.ok()) {
+    (*d)->cuGetErrorName(r, &name);
+    (*d)->cuGetErrorString(r, &text);
+  }
+  std::string msg = std::string(call) + ": " + (name ? name : "CUresult " + std::to_string(static_cast<int>(r)));
+  if (text != nullptr) msg += std::string(" (") + text + ")";
+  return make_error(Errc::kCuda, msg);
+}
+
+}  // namespace fr::cuda

@@ -1,0 +1,53 @@
+// The CUDA driver API, loaded at run time (brief decision 3).
+//
+// Nothing links libcuda: load_driver() dlopen()s libcuda.so.1 on first use and resolves every entry point
+// below through cuGetProcAddress at the toolkit's CUDA_VERSION, so each pointer has exactly the signature
+// <cuda.h> declares (the _v2/_v3 variant the header's macros select). A machine without the driver gets
+// Errc::kCuda "no CUDA driver (libcuda.so.1 not found)", never a crash or a loader error at start-up.
+// <cuda.h> is included for types only.
+//
+// Thread-safety: load_driver() is safe to call from any thread; the table is immutable once loaded.
+#pragma once
+
+#include <cuda.h>
+
+#include <string>
+
+#include "common/result.h"
+
+namespace fr::cuda {
+
+// X-macro list of the entry points we use; the names are the API's base names (no _v2 suffix).
+#define FR_CUDA_DRIVER_FUNCTIONS(X)                                                                       \
+  X(cuInit) X(cuDriverGetVersion) X(cuGetErrorName) X(cuGetErrorString) X(cuDeviceGet)                   \
+  X(cuDeviceGetCount) X(cuDeviceGetUuid) X(cuDeviceGetName) X(cuDeviceTotalMem) X(cuDeviceGetAttribute)  \
+  X(cuDevicePrimaryCtxRetain) X(cuDevicePrimaryCtxRelease) X(cuCtxSetCurrent) X(cuCtxPushCurrent)        \
+  X(cuCtxPopCurrent) X(cuCtxSynchronize)        \
+  X(cuMemCreate) X(cuMemRelease) X(cuMemExportToShareableHandle) X(cuMemImportFromShareableHandle)       \
+  X(cuMemAddressReserve) X(cuMemAddressFree) X(cuMemMap) X(cuMemUnmap) X(cuMemSetAccess)                 \
+  X(cuMemGetAllocationGranularity) X(cuMemHostAlloc) X(cuMemFreeHost) X(cuMemAlloc) X(cuMemFree)         \
+  X(cuMemcpyHtoD) X(cuMemcpyHtoDAsync) X(cuMemcpyDtoH) X(cuMemcpyDtoD) X(cuMemcpyAsync) X(cuMemsetD8)   \
+  X(cuStreamCreate) X(cuStreamDestroy) X(cuStreamSynchronize) X(cuEventCreate) X(cuEventDestroy)         \
+  X(cuEventRecord) X(cuEventSynchronize) X(cuEventElapsedTime) X(cuModuleLoadData) X(cuModuleUnload)     \
+  X(cuModuleGetFunction) X(cuLaunchKernel)
+
+struct Driver {
+#define FR_CUDA_DECLARE_FN(name) decltype(&::name) name = nullptr;
+  FR_CUDA_DRIVER_FUNCTIONS(FR_CUDA_DECLARE_FN)
+#undef FR_CUDA_DECLARE_FN
+  int version = 0;  // cuDriverGetVersion, e.g. 13000
+};
+
+// The loaded, initialised (cuInit) driver. Errc::kCuda "no CUDA driver ..." without libcuda.so.1,
+// "no GPU ..." when cuInit finds no device. The outcome of the first call is remembered.
+Result<const Driver*> load_driver();
+
+// An Error for a failed call: "cuMemCreate: CUDA_ERROR_OUT_OF_MEMORY (out of memory)".
+Error cuda_error(const char* call, CUresult r);
+// Status of a driver call: `FR_TRY(check(d->cuMemFree(p), "cuMemFree"))`.
+inline Status check(CUresult r, const char* call) {
+  if (r == CUDA_SUCCESS) return {};
+  return cuda_error(call, r);
+}
+
+}  // namespace fr::cuda
