@@ -1,0 +1,26 @@
+// FileIdentity: what a file is, from stat(2) alone (brief decision 5). A file rewritten in place changes
+// ctime even when its mtime is restored (touch -r); a file replaced by rename changes the inode. Either
+// way the identity differs, so an engine can never be handed the weights of an older file.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "common/result.h"
+
+namespace fr {
+
+struct FileIdentity {
+  std::string path;  // absolute, as given after realpath(3)
+  uint64_t dev = 0;
+  uint64_t ino = 0;
+  uint64_t size = 0;
+  int64_t mtime_ns = 0;
+  int64_t ctime_ns = 0;
+  bool operator==(const FileIdentity&) const = default;
+};
+
+// stat()s `path` (following symlinks: the identity is the file's, the path the caller's canonical one).
+Result<FileIdentity> identify_file(const std::string& path);
+
+}  // namespace fr

@@ -1,0 +1,42 @@
+// The runtime directory for sockets and locks (brief decision 4, docs/protocol.md "Socket directory").
+#pragma once
+
+#include <sys/types.h>
+
+#include <optional>
+#include <string>
+
+#include "common/fd.h"
+#include "common/result.h"
+
+namespace fr {
+
+// Creates `path` if absent, then insists it is a real directory (not a symlink), owned by our euid, with
+// mode 0700, or 0750 and group `gid` when a group is given. A directory with more permissive bits (world
+// or group writable, world readable) is refused rather than fixed: someone else may already have used it.
+Status ensure_private_dir(const std::string& path, std::optional<gid_t> gid);
+
+// The default directory: /run/fastrestart for root, else $XDG_RUNTIME_DIR/fastrestart, else
+// /tmp/fastrestart-<uid>.
+std::string default_socket_dir();
+
+// An exclusive flock(2) on `path`, created 0600, holding our pid as text. Errc::kBusy names the holder.
+// Dropping it unlinks the file first (while still locked), so a stale lock never survives its owner.
+class LockFile {
+ public:
+  static Result<LockFile> acquire(const std::string& path);
+  LockFile() = default;
+  LockFile(LockFile&&) noexcept = default;
+  LockFile& operator=(LockFile&&) noexcept = default;
+  ~LockFile();
+  const std::string& path() const { return m_path; }
+
+ private:
+  std::string m_path;
+  UniqueFd m_fd;
+};
+
+// Resolves a group name or numeric gid.
+Result<gid_t> resolve_group(const std::string& name_or_gid);
+
+}  // namespace fr

@@ -1,0 +1,63 @@
+// Where a weight daemon keeps pools: host memory (memfd) or GPU memory (CUDA VMM). Brief decisions 1-2.
+//
+// A Pool is one shareable allocation holding one entry's tensors. The daemon fills it through Uploaders
+// (one per reader thread) or lets a publisher fill it through a shared descriptor, then seals it and hands
+// read-only descriptors to engines. Dropping the Pool drops only the daemon's reference: an engine that
+// imported the descriptor keeps the memory alive (docs/protocol.md, "evict").
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "common/fd.h"
+#include "common/result.h"
+
+namespace fr::daemon {
+
+// Copies host bytes into a pool. Not thread-safe: one per reader thread.
+class Uploader {
+ public:
+  virtual ~Uploader() = default;
+  // A host buffer of at least `n` bytes (n <= max_chunk()) to fill with the pool bytes [offset, offset+n).
+  // It stays valid until submit(). On the host backend it is the pool itself.
+  virtual Result<std::byte*> acquire(uint64_t offset, size_t n) = 0;
+  // Starts moving the acquired buffer to the pool (may return before the copy completes).
+  virtual Status submit(uint64_t offset, size_t n) = 0;
+  // Waits for every submitted copy.
+  virtual Status finish() = 0;
+  virtual size_t max_chunk() const = 0;
+};
+
+class Pool {
+ public:
+  virtual ~Pool() = default;
+  virtual uint64_t size() const = 0;  // bytes allocated (>= what was asked, rounded to granularity)
+  // A new descriptor for a client. Before seal() it grants write access (publish); after, read only.
+  virtual Result<UniqueFd> share_fd() = 0;
+  virtual Result<std::unique_ptr<Uploader>> make_uploader() = 0;
+  // Makes the pool immutable (host: F_SEAL_WRITE|F_SEAL_GROW|F_SEAL_SHRINK; CUDA: nothing to seal, importers
+  // map read-only). Fails while a writable mapping of it exists anywhere (host).
+  virtual Status seal() = 0;
+  // Recomputes the content digest (common/digest.h) of [0, data_bytes): CPU for host, GPU kernel for CUDA.
+  virtual Result<uint64_t> digest(uint64_t data_bytes) = 0;
+};
+
+class Backend {
+ public:
+  virtual ~Backend() = default;
+  virtual std::string name() const = 0;      // "host" | "cuda"
+  virtual std::string gpu_uuid() const = 0;  // "host" for the host backend
+  virtual std::string gpu_name() const = 0;
+  // A zero-filled pool of at least `bytes`.
+  virtual Result<std::unique_ptr<Pool>> allocate(uint64_t bytes) = 0;
+};
+
+std::unique_ptr<Backend> make_host_backend();
+// Opens the CUDA driver (dlopen), selects the device by index or "GPU-<uuid>" and creates a context.
+// Errc::kCuda with "no CUDA driver" / "no GPU" / "unknown GPU" messages; Errc::kUnsupported when built
+// without CUDA.
+Result<std::unique_ptr<Backend>> make_cuda_backend(const std::string& gpu);
+
+}  // namespace fr::daemon

@@ -1,0 +1,88 @@
+// The host backend: each pool is a memfd, sealed once filled (brief decision 2).
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <cstring>
+
+#include "common/digest.h"
+#include "common/mapping.h"
+#include "daemon/backend.h"
+
+namespace fr::daemon {
+namespace {
+
+constexpr uint64_t kPage = 4096;
+
+class HostUploader final : public Uploader {
+ public:
+  explicit HostUploader(std::byte* base) : m_base(base) {}
+  Result<std::byte*> acquire(uint64_t offset, size_t) override { return m_base + offset; }
+  Status submit(uint64_t, size_t) override { return {}; }
+  Status finish() override { return {}; }
+  size_t max_chunk() const override { return 64u << 20; }
+
+ private:
+  std::byte* m_base;
+};
+
+class HostPool final : public Pool {
+ public:
+  HostPool(UniqueFd fd, Mapping map) : m_fd(std::move(fd)), m_map(std::move(map)) {}
+  uint64_t size() const override { return m_map.size(); }
+
+  Result<UniqueFd> share_fd() override {
+    // Sealed: a dup is harmless (F_SEAL_WRITE forbids writable mappings and writes). Unsealed: the
+    // publisher needs write access to the same memfd.
+    UniqueFd d(::fcntl(m_fd.get(), F_DUPFD_CLOEXEC, 0));
+    if (!d) return sys_error("dup memfd");
+    return d;
+  }
+
+  Result<std::unique_ptr<Uploader>> make_uploader() override {
+    return std::unique_ptr<Uploader>(new HostUploader(m_map.bytes()));
+  }
+
+  Status seal() override {
+    // Any shared mapping of an O_RDWR memfd counts as writable (VM_MAYWRITE), even PROT_READ, and makes
+    // F_SEAL_WRITE fail with EBUSY: unmap, seal, then map again (a sealed memfd maps read-only for good).
+    size_t n = m_map.size();
+    m_map.reset();
+    if (::fcntl(m_fd.get(), F_ADD_SEALS, F_SEAL_WRITE | F_SEAL_GROW | F_SEAL_SHRINK | F_SEAL_SEAL) != 0)
+      return errno == EBUSY ? make_error(Errc::kBusy, "cannot seal the pool: a writer still maps it writable")
+                            : sys_error("seal memfd");
+    FR_ASSIGN(m_map, Mapping::map_fd(m_fd.get(), n, PROT_READ, "memfd pool"));
+    return {};
+  }
+
+  Result<uint64_t> digest(uint64_t data_bytes) override {
+    if (data_bytes > m_map.size()) return make_error(Errc::kInternal, "digest past the pool");
+    return digest_of(m_map.data(), data_bytes);
+  }
+
+ private:
+  UniqueFd m_fd;
+  Mapping m_map;
+};
+
+class HostBackend final : public Backend {
+ public:
+  std::string name() const override { return "host"; }
+  std::string gpu_uuid() const override { return "host"; }
+  std::string gpu_name() const override { return "host"; }
+
+  Result<std::unique_ptr<Pool>> allocate(uint64_t bytes) override {
+    uint64_t n = std::max<uint64_t>(kPage, (bytes + kPage - 1) / kPage * kPage);
+    UniqueFd fd(::memfd_create("fastrestart-pool", MFD_CLOEXEC | MFD_ALLOW_SEALING));
+    if (!fd) return sys_error("memfd_create");
+    if (::ftruncate(fd.get(), static_cast<off_t>(n)) != 0) return sys_error("size memfd pool");
+    FR_ASSIGN(Mapping m, Mapping::map_fd(fd.get(), n, PROT_READ | PROT_WRITE, "memfd pool"));
+    return std::unique_ptr<Pool>(new HostPool(std::move(fd), std::move(m)));
+  }
+};
+
+}  // namespace
+
+std::unique_ptr<Backend> make_host_backend() { return std::make_unique<HostBackend>(); }
+
+}  // namespace fr::daemon

@@ -1,0 +1,519 @@
+#include "daemon/server.h"
+
+#include <fcntl.h>
+#include <poll.h>
+#include <sys/signalfd.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <csignal>
+#include <cstring>
+#include <spdlog/spdlog.h>
+
+#include "common/digest.h"
+#include "daemon/preload.h"
+
+namespace fr::daemon {
+
+using proto::json;
+
+struct Server::Conn {
+  int id = 0;
+  UniqueFd fd;
+  PeerCred peer;
+  std::thread thread;
+  std::atomic<bool> done{false};
+  std::string publishing;  // fingerprint of an uncommitted publish
+};
+
+namespace {
+
+constexpr double kHelloTimeoutS = 10;
+constexpr double kIdleTimeoutS = 7 * 24 * 3600;  // connections may stay open; shutdown() wakes them
+constexpr size_t kMaxAttachRecords = 64;
+
+double unix_now() {
+  return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+}
+
+json ok(json j = json::object()) {
+  j["ok"] = true;
+  return j;
+}
+
+Result<std::vector<std::string>> string_list(const json& req, const char* field, const std::string& where,
+                                             size_t max_items, bool required) {
+  std::vector<std::string> out;
+  auto it = req.find(field);
+  if (it == req.end()) {
+    if (required) return make_error(Errc::kInvalidArgument, where + "." + field + ": missing");
+    return out;
+  }
+  if (!it->is_array() || it->size() > max_items)
+    return make_error(Errc::kInvalidArgument, where + "." + field + ": not an array of at most " + std::to_string(max_items) + " strings");
+  for (size_t i = 0; i < it->size(); ++i) {
+    const json& v = (*it)[i];
+    if (!v.is_string() || v.get_ref<const std::string&>().empty() || v.get_ref<const std::string&>().size() > 4096)
+      return make_error(Errc::kInvalidArgument, where + "." + field + "[" + std::to_string(i) + "]: not a non-empty string");
+    out.push_back(v.get<std::string>());
+  }
+  return out;
+}
+
+json entry_json(const Entry& e) {
+  json j{{"fingerprint", e.fingerprint},
+         {"state", entry_state_name(e.state)},
+         {"source", e.source},
+         {"pool_bytes", e.pool ? e.pool->size() : 0},
+         {"data_bytes", e.manifest.data_bytes},
+         {"tensors", e.manifest.tensors.size()},
+         {"files", e.files},
+         {"config", e.key.config}};
+  j["digest"] = e.manifest.digest ? json(digest_hex(*e.manifest.digest)) : json(nullptr);
+  j["error"] = e.error.empty() ? json(nullptr) : json(e.error);
+  auto end = e.state == EntryState::kLoading ? std::chrono::steady_clock::now() : e.progress.finished;
+  double elapsed = std::chrono::duration<double>(end - e.progress.started).count();
+  uint64_t done = e.progress.done_bytes.load();
+  j["progress"] = {{"done_bytes", done}, {"total_bytes", e.progress.total_bytes}, {"elapsed_s", elapsed},
+                   {"rate_bytes_per_s", elapsed > 0 ? static_cast<double>(done) / elapsed : 0.0}};
+  json at = json::array();
+  for (const auto& a : e.attaches)
+    at.push_back({{"pid", a.pid}, {"uid", a.uid}, {"mode", a.mode}, {"unix_time", a.unix_time}});
+  j["attaches"] = std::move(at);
+  return j;
+}
+
+}  // namespace
+
+Result<std::unique_ptr<Server>> Server::create(Backend& backend, ServerOptions options) {
+  std::unique_ptr<Server> s(new Server(backend, std::move(options)));
+  if (s->m_opts.socket_dir.empty()) s->m_opts.socket_dir = default_socket_dir();
+  FR_TRY(ensure_private_dir(s->m_opts.socket_dir, s->m_opts.group));
+  const std::string base = s->m_opts.socket_dir + "/weightd-" + backend.gpu_uuid();
+  FR_ASSIGN(s->m_lock, LockFile::acquire(base + ".lock"));
+  s->m_socket_path = base + ".sock";
+  // Only the lock holder may remove a socket left by a daemon that died without cleaning up.
+  if (::unlink(s->m_socket_path.c_str()) == 0) spdlog::info("removed stale socket {}", s->m_socket_path);
+  FR_ASSIGN(s->m_listen, listen_unix(s->m_socket_path, s->m_opts.group ? 0660 : 0600));
+  if (s->m_opts.group && ::chown(s->m_socket_path.c_str(), static_cast<uid_t>(-1), *s->m_opts.group) != 0)
+    return sys_error("chown " + s->m_socket_path);
+  int p[2];
+  if (::pipe2(p, O_CLOEXEC | O_NONBLOCK) != 0) return sys_error("pipe");
+  s->m_wake_r.reset(p[0]);
+  s->m_wake_w.reset(p[1]);
+  return s;
+}
+
+Server::Server(Backend& b, ServerOptions o) : m_backend(b), m_opts(std::move(o)) {}
+
+Server::~Server() {
+  m_stopping = true;
+  reap_connections(true);
+  m_store.clear();
+  if (!m_socket_path.empty()) ::unlink(m_socket_path.c_str());
+}
+
+void Server::request_stop() {
+  m_stopping = true;
+  char c = 1;
+  [[maybe_unused]] auto r = ::write(m_wake_w.get(), &c, 1);
+}
+
+bool Server::peer_allowed(const PeerCred& p) const {
+  if (p.uid == ::geteuid()) return true;
+  return m_opts.group && peer_in_group(p, *m_opts.group);
+}
+
+Status Server::run() {
+  sigset_t mask;
+  sigemptyset(&mask);
+  sigaddset(&mask, SIGTERM);
+  sigaddset(&mask, SIGINT);
+  UniqueFd sfd(::signalfd(-1, &mask, SFD_CLOEXEC | SFD_NONBLOCK));
+  if (!sfd) return sys_error("signalfd");
+  spdlog::info("listening on {} (backend {}, gpu {})", m_socket_path, m_backend.name(), m_backend.gpu_uuid());
+
+  while (!m_stopping) {
+    pollfd fds[3] = {{m_listen.get(), POLLIN, 0}, {sfd.get(), POLLIN, 0}, {m_wake_r.get(), POLLIN, 0}};
+    int r = ::poll(fds, 3, 1000);
+    reap_connections(false);
+    if (r < 0) {
+      if (errno == EINTR) continue;
+      return sys_error("poll");
+    }
+    if (fds[1].revents & POLLIN) {
+      signalfd_siginfo si{};
+      [[maybe_unused]] auto n = ::read(sfd.get(), &si, sizeof si);
+      spdlog::info("received {}, shutting down", strsignal(static_cast<int>(si.ssi_signo)));
+      break;
+    }
+    if (fds[2].revents & POLLIN) break;
+    if (!(fds[0].revents & POLLIN)) continue;
+
+    UniqueFd cfd(::accept4(m_listen.get(), nullptr, nullptr, SOCK_CLOEXEC));
+    if (!cfd) {
+      spdlog::warn("accept: {}", std::strerror(errno));
+      continue;
+    }
+    auto cred = peer_cred(cfd.get());
+    if (!cred.ok() || !peer_allowed(*cred)) {
+      spdlog::warn("refused a client: pid {} uid {} gid {} is not uid {}{}", cred.ok() ? cred->pid : -1,
+                   cred.ok() ? static_cast<long>(cred->uid) : -1L, cred.ok() ? static_cast<long>(cred->gid) : -1L,
+                   ::geteuid(), m_opts.group ? " nor in the allowed group" : "");
+      (void)proto::write_frame(cfd.get(), proto::error_reply(make_error(Errc::kPermissionDenied,
+                                   "peer uid " + std::to_string(cred.ok() ? cred->uid : 0) + " is not allowed")),
+                               -1, deadline_in(1));
+      continue;
+    }
+    std::lock_guard lk(m_conn_mu);
+    if (m_conns.size() >= m_opts.max_clients) {
+      (void)proto::write_frame(cfd.get(), proto::error_reply(make_error(Errc::kBusy, "too many connections")), -1, deadline_in(1));
+      continue;
+    }
+    auto c = std::make_unique<Conn>();
+    c->id = m_next_conn++;
+    c->fd = std::move(cfd);
+    c->peer = *cred;
+    Conn* raw = c.get();
+    m_conns.emplace(c->id, std::move(c));
+    raw->thread = std::thread([this, raw] {
+      serve(*raw);
+      raw->done = true;
+    });
+  }
+  m_stopping = true;
+  m_listen.reset();
+  ::unlink(m_socket_path.c_str());
+  reap_connections(true);
+  m_store.clear();
+  spdlog::info("released every pool; exiting");
+  return {};
+}
+
+void Server::reap_connections(bool all) {
+  std::vector<std::unique_ptr<Conn>> gone;
+  {
+    std::lock_guard lk(m_conn_mu);
+    for (auto it = m_conns.begin(); it != m_conns.end();) {
+      if (all) ::shutdown(it->second->fd.get(), SHUT_RDWR);
+      if (all || it->second->done) {
+        gone.push_back(std::move(it->second));
+        it = m_conns.erase(it);
+      } else {
+        ++it;
+      }
+    }
+  }
+  for (auto& c : gone)
+    if (c->thread.joinable()) c->thread.join();
+}
+
+json Server::hello() const {
+  return json{{"op", "hello"},
+              {"protocol", proto::kVersion},
+              {"daemon", "fastrestart-weightd " FASTRESTART_VERSION},
+              {"pid", ::getpid()},
+              {"backend", m_backend.name()},
+              {"gpu_uuid", m_backend.gpu_uuid()},
+              {"gpu_name", m_backend.gpu_name()},
+              {"capabilities", {"status", "attach", "publish", "preload", "evict", "shutdown", "verify"}},
+              {"max_frame", proto::kMaxFrameBytes}};
+}
+
+void Server::serve(Conn& c) {
+  const int fd = c.fd.get();
+  if (!proto::write_frame(fd, hello(), -1, deadline_in(kHelloTimeoutS)).ok()) return;
+  auto greet = proto::read_frame(fd, deadline_in(kHelloTimeoutS));
+  if (!greet.ok()) return;
+  if (greet->body.value("op", "") != "hello" || !greet->body.contains("protocol") ||
+      greet->body["protocol"] != proto::kVersion) {
+    (void)proto::write_frame(fd, proto::error_reply(make_error(Errc::kUnsupported,
+                                 "expected hello with protocol " + std::to_string(proto::kVersion))), -1, deadline_in(1));
+    return;
+  }
+  for (;;) {
+    auto f = proto::read_frame(fd, deadline_in(kIdleTimeoutS));
+    if (!f.ok()) {
+      if (f.error().code == Errc::kProtocol) {
+        spdlog::warn("client pid {}: {}; closing its connection", c.peer.pid, f.error().message);
+        (void)proto::write_frame(fd, proto::error_reply(f.error()), -1, deadline_in(1));
+      }
+      break;
+    }
+    UniqueFd out_fd;
+    json reply;
+    if (f->fd) {
+      reply = proto::error_reply(make_error(Errc::kProtocol, "requests must not carry file descriptors"));
+    } else {
+      reply = dispatch(c, f->body, &out_fd);
+    }
+    if (f->body.contains("id")) reply["id"] = f->body["id"];
+    if (out_fd) reply["fd"] = true;
+    if (!proto::write_frame(fd, reply, out_fd.get(), deadline_in(30)).ok()) break;
+    if (f->body.value("op", "") == "shutdown" && reply.value("ok", false)) request_stop();
+  }
+  abort_publish(c);
+}
+
+json Server::dispatch(Conn& c, const json& req, UniqueFd* fd_out) {
+  auto op_it = req.find("op");
+  if (op_it == req.end() || !op_it->is_string())
+    return proto::error_reply(make_error(Errc::kProtocol, "request has no string 'op'"));
+  const std::string op = op_it->get<std::string>();
+  Result<json> r = json::object();
+  if (op == "status") r = do_status();
+  else if (op == "attach") r = do_attach(c, req, fd_out);
+  else if (op == "publish_begin") r = do_publish_begin(c, req, fd_out);
+  else if (op == "publish_commit") r = do_publish_commit(c, req);
+  else if (op == "publish_abort") { abort_publish(c); r = ok(); }
+  else if (op == "preload") r = do_preload(req);
+  else if (op == "evict") r = do_evict(req);
+  else if (op == "shutdown") { spdlog::info("shutdown requested by pid {}", c.peer.pid); r = ok(); }
+  else if (op == "hello") r = make_error(Errc::kProtocol, "hello was already exchanged");
+  else r = make_error(Errc::kProtocol, "unknown op '" + op.substr(0, 64) + "'");
+  if (!r.ok()) {
+    spdlog::info("{} from pid {} failed: {}", op.substr(0, 64), c.peer.pid, r.error().to_string());
+    return proto::error_reply(r.error());
+  }
+  return *r;
+}
+
+json Server::do_status() {
+  std::lock_guard lk(m_store.mutex());
+  json entries = json::array();
+  for (const auto& e : m_store.all()) entries.push_back(entry_json(*e));
+  size_t clients;
+  {
+    std::lock_guard ck(m_conn_mu);
+    clients = m_conns.size();
+  }
+  return ok({{"backend", m_backend.name()}, {"gpu_uuid", m_backend.gpu_uuid()}, {"gpu_name", m_backend.gpu_name()},
+             {"pid", ::getpid()}, {"held_bytes", m_store.held_bytes()}, {"clients", clients},
+             {"entries", std::move(entries)}});
+}
+
+Result<json> Server::do_attach(Conn& c, const json& req, UniqueFd* fd_out) {
+  FR_ASSIGN(proto::Key key, proto::key_from_json(req.value("key", json()), "attach.key"));
+  FR_ASSIGN(double wait_s, proto::get_double(req, "wait_s", "attach", 300.0));
+  if (!(wait_s >= 0 && wait_s <= proto::kMaxWaitS))
+    return make_error(Errc::kInvalidArgument, "attach.wait_s: outside 0..86400");
+  std::string mode = req.value("mode", "zero_copy");
+  if (mode != "zero_copy" && mode != "copy") return make_error(Errc::kInvalidArgument, "attach.mode: not zero_copy or copy");
+  const std::string fp = key.fingerprint();
+  auto deadline = deadline_in(wait_s);
+
+  std::unique_lock lk(m_store.mutex());
+  auto miss = [&](std::string reason, std::vector<std::string> differs = {}) {
+    spdlog::info("attach miss for pid {}: {}", c.peer.pid, reason);
+    return ok({{"result", "miss"}, {"reason", std::move(reason)}, {"differs", std::move(differs)}});
+  };
+  auto e = m_store.find(fp);
+  if (e && !(e->key == key)) e = nullptr;  // a fingerprint collision is a miss, never a wrong entry
+  if (!e) {
+    auto near = m_store.closest(key);
+    if (!near) return miss("no entries");
+    auto d = proto::key_differences(key, near->key);
+    std::string why = d.empty() ? "no matching entry" : d.front() + " differs";
+    if (!d.empty() && d.front().find("time_ns") != std::string::npos) why += ": the file changed since it was loaded";
+    if (!d.empty() && d.front().find(".ino") != std::string::npos) why += ": the file was replaced since it was loaded";
+    return miss(why + (d.size() > 1 ? " (and " + std::to_string(d.size() - 1) + " more)" : ""), d);
+  }
+  while (e->state == EntryState::kLoading && !m_stopping && !e->cancel) {
+    if (m_store.changed().wait_until(lk, deadline) == std::cv_status::timeout) break;
+  }
+  if (e->cancel || m_stopping) return miss("the entry was evicted while waiting");
+  if (e->state == EntryState::kLoading)
+    return miss("loading did not finish within " + std::to_string(static_cast<int>(wait_s)) + " s");
+  if (e->state == EntryState::kFailed) return miss("entry failed to load: " + e->error);
+  FR_ASSIGN(*fd_out, e->pool->share_fd());
+  e->attaches.push_back({c.peer.pid, c.peer.uid, mode, unix_now()});
+  if (e->attaches.size() > kMaxAttachRecords) e->attaches.pop_front();
+  spdlog::info("attach hit {} for pid {} ({} bytes, {})", fp, c.peer.pid, e->manifest.data_bytes, mode);
+  return ok({{"result", "hit"}, {"manifest", proto::to_json(e->manifest)}});
+}
+
+Result<json> Server::do_publish_begin(Conn& c, const json& req, UniqueFd* fd_out) {
+  if (!c.publishing.empty()) return make_error(Errc::kBusy, "this connection is already publishing " + c.publishing);
+  FR_ASSIGN(proto::Key key, proto::key_from_json(req.value("key", json()), "publish_begin.key"));
+  auto ts = req.find("tensors");
+  if (ts == req.end() || !ts->is_array() || ts->empty() || ts->size() > proto::kMaxTensors)
+    return make_error(Errc::kInvalidArgument, "publish_begin.tensors: missing, empty or too long");
+  std::vector<proto::TensorSpec> specs;
+  for (size_t i = 0; i < ts->size(); ++i) {
+    FR_ASSIGN(auto s, proto::tensor_spec_from_json((*ts)[i], "publish_begin.tensors[" + std::to_string(i) + "]"));
+    specs.push_back(std::move(s));
+  }
+  auto e = std::make_shared<Entry>();
+  e->key = key;
+  e->fingerprint = key.fingerprint();
+  e->source = "publish";
+  e->publisher = c.id;
+  for (const auto& f : key.files) e->files.push_back(f.path);
+  e->manifest.data_bytes = proto::layout_tensors(specs, &e->manifest.tensors);
+  e->progress.total_bytes = e->manifest.data_bytes;
+  e->progress.started = std::chrono::steady_clock::now();
+  {
+    std::lock_guard lk(m_store.mutex());
+    if (m_store.find(e->fingerprint)) return make_error(Errc::kBusy, "key " + e->fingerprint + " is already held or being published; evict it first");
+  }
+  FR_ASSIGN(e->pool, m_backend.allocate(std::max<uint64_t>(e->manifest.data_bytes, 1)));
+  e->manifest.fingerprint = e->fingerprint;
+  e->manifest.pool_bytes = e->pool->size();
+  e->manifest.digest_chunk = kDigestChunkBytes;
+  e->manifest.source = "publish";
+  e->manifest.backend = m_backend.name();
+  e->manifest.gpu_uuid = m_backend.gpu_uuid();
+  FR_ASSIGN(*fd_out, e->pool->share_fd());
+  json manifest = proto::to_json(e->manifest);
+  {
+    std::lock_guard lk(m_store.mutex());
+    FR_TRY(m_store.insert(e));
+  }
+  c.publishing = e->fingerprint;
+  spdlog::info("publish of {} begun by pid {} ({} tensors, {} bytes)", e->fingerprint, c.peer.pid, specs.size(), e->manifest.data_bytes);
+  return ok({{"manifest", std::move(manifest)}});
+}
+
+Result<json> Server::do_publish_commit(Conn& c, const json& req) {
+  FR_ASSIGN(std::string fp, proto::get_string(req, "fingerprint", "publish_commit", 64));
+  if (c.publishing != fp) return make_error(Errc::kNotFound, "publish_commit: this connection is not publishing " + fp);
+  std::shared_ptr<Entry> e;
+  {
+    std::lock_guard lk(m_store.mutex());
+    e = m_store.find(fp);
+  }
+  if (!e) return make_error(Errc::kNotFound, "publish_commit: entry " + fp + " is gone (evicted)");
+  FR_TRY(e->pool->seal());
+  FR_ASSIGN(uint64_t digest, e->pool->digest(e->manifest.data_bytes));
+  {
+    std::lock_guard lk(m_store.mutex());
+    e->manifest.digest = digest;
+    e->progress.done_bytes = e->manifest.data_bytes;
+    e->progress.finished = std::chrono::steady_clock::now();
+    e->state = EntryState::kReady;
+    e->publisher = -1;
+    m_store.changed().notify_all();
+  }
+  c.publishing.clear();
+  spdlog::info("publish of {} committed by pid {}: digest {}", fp, c.peer.pid, digest_hex(digest));
+  return ok({{"digest", digest_hex(digest)}, {"fingerprint", fp}});
+}
+
+void Server::abort_publish(Conn& c) {
+  if (c.publishing.empty()) return;
+  std::shared_ptr<Entry> e;
+  {
+    std::lock_guard lk(m_store.mutex());
+    auto cur = m_store.find(c.publishing);
+    if (cur && cur->publisher == c.id) e = m_store.remove(c.publishing);
+  }
+  if (e) spdlog::info("publish of {} by pid {} aborted", c.publishing, c.peer.pid);
+  retire(std::move(e));
+  c.publishing.clear();
+}
+
+Result<std::string> Server::preload(const PreloadRequest& req, bool wait) {
+  FR_ASSIGN(PreloadPlan plan, plan_preload(req.files, req.tensors, req.dtype));
+  auto e = std::make_shared<Entry>();
+  e->key.files = plan.identities;
+  e->key.config = req.config;
+  e->fingerprint = e->key.fingerprint();
+  e->source = "preload";
+  for (const auto& f : plan.identities) e->files.push_back(f.path);
+  {
+    std::unique_lock lk(m_store.mutex());
+    if (auto cur = m_store.find(e->fingerprint)) {
+      if (wait) m_store.changed().wait(lk, [&] { return cur->state != EntryState::kLoading || cur->cancel.load(); });
+      return e->fingerprint;
+    }
+  }
+  FR_ASSIGN(e->pool, m_backend.allocate(std::max<uint64_t>(plan.data_bytes, 1)));
+  e->manifest.fingerprint = e->fingerprint;
+  e->manifest.pool_bytes = e->pool->size();
+  e->manifest.data_bytes = plan.data_bytes;
+  e->manifest.digest_chunk = kDigestChunkBytes;
+  e->manifest.source = "preload";
+  e->manifest.backend = m_backend.name();
+  e->manifest.gpu_uuid = m_backend.gpu_uuid();
+  e->manifest.tensors = plan.slots;
+  e->progress.total_bytes = plan.data_bytes;
+  e->progress.started = std::chrono::steady_clock::now();
+  {
+    std::lock_guard lk(m_store.mutex());
+    FR_TRY(m_store.insert(e));
+    Entry* raw = e.get();
+    // The thread only touches the entry through `raw`: retire() joins it before the entry can go away.
+    e->loader = std::thread([this, raw, plan = std::move(plan)] {
+      auto digest = run_preload(plan, *raw->pool, raw->progress, raw->cancel, m_opts.reader_threads);
+      Status sealed = digest.ok() ? raw->pool->seal() : Status{};
+      std::lock_guard lk2(m_store.mutex());
+      raw->progress.finished = std::chrono::steady_clock::now();
+      double s = std::chrono::duration<double>(raw->progress.finished - raw->progress.started).count();
+      if (digest.ok() && sealed.ok()) {
+        raw->manifest.digest = *digest;
+        raw->state = EntryState::kReady;
+        spdlog::info("preload {} ready: {} bytes in {:.3f} s ({:.2f} GB/s), digest {}", raw->fingerprint,
+                     raw->manifest.data_bytes, s, static_cast<double>(raw->manifest.data_bytes) / s / 1e9, digest_hex(*digest));
+      } else {
+        raw->state = EntryState::kFailed;
+        raw->error = digest.ok() ? sealed.error().message : digest.error().message;
+        spdlog::error("preload {} failed: {}", raw->fingerprint, raw->error);
+      }
+      m_store.changed().notify_all();
+    });
+  }
+  spdlog::info("preload {} started: {} files, {} tensors, {} bytes", e->fingerprint, e->files.size(),
+               e->manifest.tensors.size(), e->manifest.data_bytes);
+  if (wait) {
+    std::unique_lock lk(m_store.mutex());
+    m_store.changed().wait(lk, [&] { return e->state != EntryState::kLoading || e->cancel.load(); });
+    if (e->state == EntryState::kFailed) return make_error(Errc::kCorrupt, "preload failed: " + e->error);
+  }
+  return e->fingerprint;
+}
+
+Result<json> Server::do_preload(const json& req) {
+  PreloadRequest p;
+  FR_ASSIGN(p.files, string_list(req, "files", "preload", proto::kMaxKeyFiles, true));
+  FR_ASSIGN(p.tensors, string_list(req, "tensors", "preload", proto::kMaxTensors, false));
+  if (auto cfg = req.find("config"); cfg != req.end()) {
+    json k{{"files", json::array()}, {"config", *cfg}};
+    FR_ASSIGN(proto::Key key, proto::key_from_json(k, "preload"));
+    p.config = key.config;
+  }
+  if (auto dt = req.find("dtype"); dt != req.end() && !dt->is_null()) {
+    if (!dt->is_string() || !dtype_from_name(dt->get<std::string>()))
+      return make_error(Errc::kInvalidArgument, "preload.dtype: not a known dtype name");
+    p.dtype = dtype_from_name(dt->get<std::string>());
+  }
+  FR_ASSIGN(bool wait, proto::get_bool(req, "wait", "preload", false));
+  FR_ASSIGN(std::string fp, preload(p, wait));
+  std::lock_guard lk(m_store.mutex());
+  auto e = m_store.find(fp);
+  return ok({{"fingerprint", fp}, {"state", e ? entry_state_name(e->state) : "failed"}});
+}
+
+Result<json> Server::do_evict(const json& req) {
+  FR_ASSIGN(bool all, proto::get_bool(req, "all", "evict", false));
+  std::vector<std::shared_ptr<Entry>> gone;
+  {
+    std::lock_guard lk(m_store.mutex());
+    if (all) {
+      for (const auto& e : m_store.all()) gone.push_back(m_store.remove(e->fingerprint));
+    } else {
+      FR_ASSIGN(std::string fp, proto::get_string(req, "fingerprint", "evict", 64));
+      auto e = m_store.remove(fp);
+      if (!e) return make_error(Errc::kNotFound, "evict: no entry " + fp);
+      gone.push_back(std::move(e));
+    }
+  }
+  uint64_t freed = 0;
+  for (auto& e : gone) {
+    freed += e->pool ? e->pool->size() : 0;
+    spdlog::info("evicted {}", e->fingerprint);
+    retire(std::move(e));
+  }
+  return ok({{"freed_bytes", freed}, {"evicted", gone.size()}});
+}
+
+}  // namespace fr::daemon

@@ -1,0 +1,89 @@
+// The daemon's server: socket directory, lock, listener, one thread per connection, and the requests of
+// docs/protocol.md. The event loop lives in run(); everything it touches is owned by the Server.
+#pragma once
+
+#include <sys/types.h>
+
+#include <atomic>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "common/private_dir.h"
+#include "daemon/backend.h"
+#include "daemon/store.h"
+#include "protocol/frame.h"
+
+namespace fr::daemon {
+
+struct PreloadRequest {
+  std::vector<std::string> files;
+  std::map<std::string, std::string> config;
+  std::vector<std::string> tensors;
+  std::optional<DType> dtype;
+};
+
+struct ServerOptions {
+  std::string socket_dir;            // empty: default_socket_dir()
+  std::optional<gid_t> group;        // allow this group (dir 0750, socket 0660)
+  int reader_threads = 8;
+  size_t max_clients = 256;
+};
+
+// Exit codes of fastrestart-weightd (docs/weightd.md).
+inline constexpr int kExitOk = 0;
+inline constexpr int kExitFailure = 1;
+inline constexpr int kExitUsage = 2;   // bad flags, unusable socket directory
+inline constexpr int kExitBusy = 3;    // another daemon holds the GPU's lock
+inline constexpr int kExitNoGpu = 4;   // no CUDA driver, no such GPU, built without CUDA
+
+class Server {
+ public:
+  // Prepares the directory, takes the lock, removes a stale socket and listens. Errc::kBusy: lock held.
+  static Result<std::unique_ptr<Server>> create(Backend& backend, ServerOptions options);
+  ~Server();
+
+  // Starts a preload as the preload request would (asynchronously); returns the fingerprint.
+  Result<std::string> preload(const PreloadRequest& req, bool wait);
+  // Serves until SIGTERM/SIGINT (which the caller must have blocked in all threads) or a shutdown request.
+  Status run();
+
+  const std::string& socket_path() const { return m_socket_path; }
+
+ private:
+  struct Conn;
+  Server(Backend& b, ServerOptions o);
+
+  void serve(Conn& c);
+  proto::json dispatch(Conn& c, const proto::json& req, UniqueFd* fd_out);
+  proto::json hello() const;
+  proto::json do_status();
+  Result<proto::json> do_attach(Conn& c, const proto::json& req, UniqueFd* fd_out);
+  Result<proto::json> do_publish_begin(Conn& c, const proto::json& req, UniqueFd* fd_out);
+  Result<proto::json> do_publish_commit(Conn& c, const proto::json& req);
+  Result<proto::json> do_preload(const proto::json& req);
+  Result<proto::json> do_evict(const proto::json& req);
+  void abort_publish(Conn& c);
+  bool peer_allowed(const PeerCred& p) const;
+  void reap_connections(bool all);
+  void request_stop();
+
+  Backend& m_backend;
+  ServerOptions m_opts;
+  std::string m_socket_path;
+  LockFile m_lock;
+  UniqueFd m_listen;
+  UniqueFd m_wake_r, m_wake_w;  // self-pipe: shutdown requests wake run()
+  std::atomic<bool> m_stopping{false};
+  Store m_store;
+
+  std::mutex m_conn_mu;
+  std::map<int, std::unique_ptr<Conn>> m_conns;
+  int m_next_conn = 1;
+};
+
+}  // namespace fr::daemon

@@ -1,0 +1,114 @@
+// fastrestart-weightd: keeps one GPU's (or the host's) model weights resident across engine restarts.
+// Usage and exit codes: docs/weightd.md. Protocol: docs/protocol.md.
+#include <csignal>
+#include <CLI/CLI.hpp>
+#include <spdlog/spdlog.h>
+
+#include "daemon/server.h"
+
+namespace {
+
+using namespace fr::daemon;
+
+int run(int argc, char** argv) {
+  CLI::App app{"fastrestart-weightd: per-GPU weight daemon (docs/weightd.md)"};
+  std::string backend_name = "cuda", gpu = "0", socket_dir, group, log_level = "info", dtype;
+  std::vector<std::string> preload_files, config_kv, tensors;
+  int threads = 8;
+  bool version = false;
+  app.add_option("--backend", backend_name, "cuda (GPU memory, CUDA VMM) or host (memfd)")->check(CLI::IsMember({"cuda", "host"}));
+  app.add_option("--gpu", gpu, "GPU index or UUID (GPU-...), cuda backend only");
+  app.add_option("--socket-dir", socket_dir, "directory for the socket and lock (default /run/fastrestart as root)");
+  app.add_option("--group", group, "also allow members of this group (directory 0750, socket 0660)");
+  app.add_option("--preload", preload_files, "safetensors file to load at start (repeat for shards)");
+  app.add_option("--config", config_kv, "key=value config field of the preloaded entry's key (repeat)");
+  app.add_option("--tensors", tensors, "only these tensors of the preload (repeat)");
+  app.add_option("--dtype", dtype, "require this dtype of every preloaded tensor (e.g. BF16)");
+  app.add_option("--reader-threads", threads, "parallel readers of the pipelined loader")->check(CLI::Range(1, 64));
+  app.add_option("--log-level", log_level, "trace|debug|info|warn|error");
+  app.add_flag("--version", version, "print the version and exit");
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    int rc = app.exit(e);
+    return rc == 0 ? kExitOk : kExitUsage;
+  }
+  if (version) {
+    std::printf("fastrestart-weightd %s\n", FASTRESTART_VERSION);
+    return kExitOk;
+  }
+  spdlog::set_level(spdlog::level::from_str(log_level));
+  spdlog::set_pattern("[%Y-%m-%d %H:%M:%S.%e] [weightd] [%l] %v");
+
+  PreloadRequest pre;
+  pre.files = preload_files;
+  pre.tensors = tensors;
+  for (const auto& kv : config_kv) {
+    auto eq = kv.find('=');
+    if (eq == std::string::npos || eq == 0) {
+      spdlog::error("--config {}: expected key=value", kv);
+      return kExitUsage;
+    }
+    pre.config[kv.substr(0, eq)] = kv.substr(eq + 1);
+  }
+  if (!dtype.empty()) {
+    pre.dtype = fr::dtype_from_name(dtype);
+    if (!pre.dtype) {
+      spdlog::error("--dtype {}: unknown dtype (use safetensors names: BF16, F16, F32, ...)", dtype);
+      return kExitUsage;
+    }
+  }
+
+  // Block the stop signals in every thread; Server::run() takes them through a signalfd.
+  sigset_t mask;
+  sigemptyset(&mask);
+  sigaddset(&mask, SIGTERM);
+  sigaddset(&mask, SIGINT);
+  pthread_sigmask(SIG_BLOCK, &mask, nullptr);
+  std::signal(SIGPIPE, SIG_IGN);
+
+  std::unique_ptr<Backend> backend;
+  if (backend_name == "host") {
+    backend = make_host_backend();
+  } else {
+    auto b = make_cuda_backend(gpu);
+    if (!b.ok()) {
+      spdlog::error("{}", b.error().message);
+      return kExitNoGpu;
+    }
+    backend = std::move(*b);
+  }
+  ServerOptions opts;
+  opts.socket_dir = socket_dir;
+  opts.reader_threads = threads;
+  if (!group.empty()) {
+    auto g = fr::resolve_group(group);
+    if (!g.ok()) {
+      spdlog::error("--group: {}", g.error().message);
+      return kExitUsage;
+    }
+    opts.group = *g;
+  }
+  auto server = Server::create(*backend, opts);
+  if (!server.ok()) {
+    spdlog::error("{}", server.error().message);
+    return server.error().code == fr::Errc::kBusy ? kExitBusy : kExitUsage;
+  }
+  if (!pre.files.empty()) {
+    auto fp = (*server)->preload(pre, false);
+    if (!fp.ok()) {
+      spdlog::error("--preload: {}", fp.error().message);
+      return kExitUsage;
+    }
+  }
+  auto s = (*server)->run();
+  if (!s.ok()) {
+    spdlog::error("{}", s.error().message);
+    return kExitFailure;
+  }
+  return kExitOk;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) { return run(argc, argv); }

@@ -1,0 +1,105 @@
+// The C ABI over the C++ API (fastrestart/engine_loader_c.h). No exception crosses it.
+#include <cstring>
+
+#include "fastrestart/engine_loader.h"
+#include "fastrestart/engine_loader_c.h"
+
+struct fr_weights {
+  std::shared_ptr<fastrestart::Weights> w;
+  std::string digest;
+};
+
+namespace {
+
+void set_err(char* err, size_t n, const std::string& msg) {
+  if (!err || n == 0) return;
+  size_t k = std::min(n - 1, msg.size());
+  std::memcpy(err, msg.data(), k);
+  err[k] = '\0';
+}
+
+int code_of(const fastrestart::Error& e) { return e.code == fastrestart::Errc::kInvalidArgument ? FR_EINVAL : FR_EFAIL; }
+
+bool make_key(const char* const* files, size_t nfiles, const char* const* config, size_t nconfig,
+              fastrestart::Key* key, char* err, size_t errlen) {
+  if (!files && nfiles) return set_err(err, errlen, "files is NULL"), false;
+  for (size_t i = 0; i < nfiles; ++i) key->files.emplace_back(files[i] ? files[i] : "");
+  for (size_t i = 0; i < nconfig; ++i) {
+    const char* kv = config ? config[i] : nullptr;
+    const char* eq = kv ? std::strchr(kv, '=') : nullptr;
+    if (!eq || eq == kv) return set_err(err, errlen, std::string("config entry is not key=value: ") + (kv ? kv : "NULL")), false;
+    key->config[std::string(kv, eq)] = eq + 1;
+  }
+  return true;
+}
+
+fastrestart::Options make_options(const fr_options_t* o) {
+  fastrestart::Options opt;
+  if (!o) return opt;
+  opt.mode = o->mode == FR_MODE_COPY ? fastrestart::Mode::kCopy : fastrestart::Mode::kZeroCopy;
+  opt.fallback = o->fallback != 0;
+  opt.connect_timeout_s = o->connect_timeout_s;
+  opt.state_timeout_s = o->state_timeout_s;
+  opt.verify = o->verify != 0;
+  if (o->socket_dir) opt.socket_dir = o->socket_dir;
+  if (o->device) opt.device = o->device;
+  return opt;
+}
+
+}  // namespace
+
+extern "C" {
+
+void fr_options_init(fr_options_t* o) {
+  fastrestart::Options d;
+  *o = fr_options_t{sizeof(fr_options_t), FR_MODE_ZERO_COPY, 1, d.connect_timeout_s, d.state_timeout_s, 0, nullptr, nullptr};
+}
+
+int fr_attach(const char* const* files, size_t nfiles, const char* const* config, size_t nconfig,
+              const fr_options_t* options, fr_weights_t** out, char* err, size_t errlen) try {
+  if (!out) return set_err(err, errlen, "out is NULL"), FR_EINVAL;
+  *out = nullptr;
+  fastrestart::Key key;
+  if (!make_key(files, nfiles, config, nconfig, &key, err, errlen)) return FR_EINVAL;
+  auto r = fastrestart::attach(key, make_options(options));
+  if (!r.ok()) return set_err(err, errlen, r.error().message), code_of(r.error());
+  if (!r->hit) return set_err(err, errlen, r->reason), FR_MISS;
+  *out = new fr_weights{r->weights, r->weights->digest()};
+  return FR_OK;
+} catch (const std::exception& e) {
+  return set_err(err, errlen, e.what()), FR_EFAIL;
+}
+
+size_t fr_weights_count(const fr_weights_t* w) { return w ? w->w->tensors().size() : 0; }
+
+int fr_weights_tensor(const fr_weights_t* w, size_t i, fr_tensor_t* out) {
+  if (!w || !out || i >= w->w->tensors().size()) return FR_EINVAL;
+  const auto& t = w->w->tensors()[i];
+  *out = fr_tensor_t{t.name.c_str(), t.dtype.c_str(), static_cast<int>(t.shape.size()), t.shape.data(),
+                     t.strides.data(), t.data, t.nbytes};
+  return FR_OK;
+}
+
+const char* fr_weights_digest(const fr_weights_t* w) { return w ? w->digest.c_str() : ""; }
+
+void fr_weights_release(fr_weights_t* w) { delete w; }
+
+int fr_publish(const char* const* files, size_t nfiles, const char* const* config, size_t nconfig,
+               const fr_tensor_t* tensors, size_t ntensors, const fr_options_t* options, char* err, size_t errlen) try {
+  fastrestart::Key key;
+  if (!make_key(files, nfiles, config, nconfig, &key, err, errlen)) return FR_EINVAL;
+  if (!tensors && ntensors) return set_err(err, errlen, "tensors is NULL"), FR_EINVAL;
+  std::vector<fastrestart::PublishTensor> ts;
+  for (size_t i = 0; i < ntensors; ++i) {
+    const auto& t = tensors[i];
+    if (!t.name || !t.dtype || t.ndim < 0 || (t.ndim > 0 && !t.shape)) return set_err(err, errlen, "tensor " + std::to_string(i) + " is incomplete"), FR_EINVAL;
+    ts.push_back({t.name, t.dtype, std::vector<int64_t>(t.shape, t.shape + t.ndim), t.data});
+  }
+  auto r = fastrestart::publish(key, ts, make_options(options));
+  if (!r.ok()) return set_err(err, errlen, r.error().message), code_of(r.error());
+  return FR_OK;
+} catch (const std::exception& e) {
+  return set_err(err, errlen, e.what()), FR_EFAIL;
+}
+
+}  // extern "C"

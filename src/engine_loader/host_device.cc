@@ -1,0 +1,79 @@
+// The host device: pools are memfds mapped with mmap(2).
+#include <sys/mman.h>
+
+#include <cstdlib>
+#include <cstring>
+
+#include "common/digest.h"
+#include "common/mapping.h"
+#include "engine_loader/device.h"
+
+namespace fr::loader {
+namespace {
+
+class MmapPool final : public MappedPool {
+ public:
+  explicit MmapPool(Mapping m) : m_map(std::move(m)) {}
+  std::byte* base() const override { return m_map.bytes(); }
+  uint64_t size() const override { return m_map.size(); }
+
+ private:
+  Mapping m_map;
+};
+
+class HeapPool final : public MappedPool {
+ public:
+  explicit HeapPool(uint64_t n) : m_p(static_cast<std::byte*>(std::aligned_alloc(4096, (n + 4095) / 4096 * 4096))), m_n(n) {}
+  ~HeapPool() override { std::free(m_p); }
+  std::byte* base() const override { return m_p; }
+  uint64_t size() const override { return m_n; }
+
+ private:
+  std::byte* m_p;
+  uint64_t m_n;
+};
+
+class HostDevice final : public DeviceApi {
+ public:
+  bool is_cuda() const override { return false; }
+  std::string gpu_uuid() const override { return "host"; }
+
+  Result<std::unique_ptr<MappedPool>> map_read_only(UniqueFd fd, uint64_t n) override {
+    FR_ASSIGN(Mapping m, Mapping::map_fd(fd.get(), n, PROT_READ, "weight pool"));
+    return std::unique_ptr<MappedPool>(new MmapPool(std::move(m)));
+  }
+  Result<std::unique_ptr<MappedPool>> map_writable(UniqueFd fd, uint64_t n) override {
+    FR_ASSIGN(Mapping m, Mapping::map_fd(fd.get(), n, PROT_READ | PROT_WRITE, "weight pool"));
+    return std::unique_ptr<MappedPool>(new MmapPool(std::move(m)));
+  }
+  Result<std::unique_ptr<MappedPool>> copy_of(const MappedPool& src, uint64_t data_bytes) override {
+    auto p = std::make_unique<HeapPool>(std::max<uint64_t>(data_bytes, 1));
+    if (!p->base()) return make_error(Errc::kIo, "out of host memory for a " + std::to_string(data_bytes) + "-byte copy");
+    std::memcpy(p->base(), src.base(), data_bytes);
+    return std::unique_ptr<MappedPool>(std::move(p));
+  }
+  Result<uint64_t> digest(const MappedPool& p, uint64_t data_bytes) override { return digest_of(p.base(), data_bytes); }
+  Status copy_in(MappedPool& dst, uint64_t offset, const void* src, uint64_t n) override {
+    if (offset > dst.size() || n > dst.size() - offset) return make_error(Errc::kInternal, "copy past the pool");
+    std::memcpy(dst.base() + offset, src, n);
+    return {};
+  }
+  Status sync() override { return {}; }
+};
+
+}  // namespace
+
+std::unique_ptr<DeviceApi> make_host_device() { return std::make_unique<HostDevice>(); }
+
+Result<std::unique_ptr<DeviceApi>> open_device(const std::string& device) {
+  if (device == "host") return make_host_device();
+  if (device.rfind("cuda:", 0) == 0) {
+    const std::string n = device.substr(5);
+    if (n.empty() || n.size() > 4 || n.find_first_not_of("0123456789") != std::string::npos)
+      return make_error(Errc::kInvalidArgument, "device '" + device + "': expected cuda:<ordinal>");
+    return make_cuda_device(std::stoi(n));
+  }
+  return make_error(Errc::kInvalidArgument, "device '" + device + "': expected host or cuda:<ordinal>");
+}
+
+}  // namespace fr::loader

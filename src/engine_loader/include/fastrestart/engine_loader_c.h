@@ -1,0 +1,65 @@
+/* engine_loader's C ABI, for engines and bindings that are not C++ (contract: engine_loader.h).
+ *
+ * Conventions
+ * - Every function returns 0 on success, a positive value for an expected outcome (1 = miss), and a
+ *   negative value on error (-1 invalid argument, -2 any other failure).
+ * - `err`/`errlen`: when given, receive a NUL-terminated message (a miss's reason, or the error).
+ * - Ownership: fr_weights_t objects are released with fr_weights_release(); tensor views and their
+ *   strings stay valid until then. Strings passed in are copied.
+ * - Threading: as the C++ API. The ABI is stable within a major version; fr_options_t has a size field
+ *   that callers set with fr_options_init(), so fields can be appended.
+ */
+#ifndef FASTRESTART_ENGINE_LOADER_C_H
+#define FASTRESTART_ENGINE_LOADER_C_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct fr_weights fr_weights_t;
+
+enum { FR_MODE_ZERO_COPY = 0, FR_MODE_COPY = 1 };
+enum { FR_OK = 0, FR_MISS = 1, FR_EINVAL = -1, FR_EFAIL = -2 };
+
+typedef struct {
+  size_t struct_size;
+  int mode;               /* FR_MODE_* */
+  int fallback;           /* non-zero: failures become misses */
+  double connect_timeout_s;
+  double state_timeout_s;
+  int verify;
+  const char* socket_dir; /* NULL: default */
+  const char* device;     /* "host" | "cuda:<ordinal>"; NULL: "host" */
+} fr_options_t;
+
+typedef struct {
+  const char* name;
+  const char* dtype;      /* "BF16", "F32", ... */
+  int ndim;
+  const int64_t* shape;
+  const int64_t* strides; /* elements; NULL on input to fr_publish (contiguous) */
+  void* data;
+  uint64_t nbytes;
+} fr_tensor_t;
+
+void fr_options_init(fr_options_t* o);
+
+/* config: `nconfig` strings "key=value". On FR_OK *out holds the weights; on FR_MISS err holds the reason. */
+int fr_attach(const char* const* files, size_t nfiles, const char* const* config, size_t nconfig,
+              const fr_options_t* options, fr_weights_t** out, char* err, size_t errlen);
+size_t fr_weights_count(const fr_weights_t* w);
+int fr_weights_tensor(const fr_weights_t* w, size_t index, fr_tensor_t* out);
+const char* fr_weights_digest(const fr_weights_t* w);
+void fr_weights_release(fr_weights_t* w);
+
+int fr_publish(const char* const* files, size_t nfiles, const char* const* config, size_t nconfig,
+               const fr_tensor_t* tensors, size_t ntensors, const fr_options_t* options, char* err, size_t errlen);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

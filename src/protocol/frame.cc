@@ -1,0 +1,74 @@
+#include "protocol/frame.h"
+
+#include <array>
+
+namespace fr::proto {
+
+Result<std::string> encode_frame(const json& body) {
+  std::string payload = body.dump(-1, ' ', false, json::error_handler_t::replace);
+  if (payload.empty() || payload.size() > kMaxFrameBytes)
+    return make_error(Errc::kProtocol, "message of " + std::to_string(payload.size()) + " bytes exceeds the " +
+                                           std::to_string(kMaxFrameBytes) + "-byte frame limit");
+  std::string out(4, '\0');
+  auto n = static_cast<uint32_t>(payload.size());
+  out[0] = static_cast<char>(n >> 24);
+  out[1] = static_cast<char>(n >> 16);
+  out[2] = static_cast<char>(n >> 8);
+  out[3] = static_cast<char>(n);
+  out += payload;
+  return out;
+}
+
+Status write_frame(int sock, const json& body, int fd, Deadline deadline) {
+  FR_ASSIGN(std::string bytes, encode_frame(body));
+  std::vector<int> fds;
+  if (fd >= 0) fds.push_back(fd);
+  return send_all(sock, bytes.data(), bytes.size(), fds, deadline);
+}
+
+Result<json> decode_payload(std::string_view payload) {
+  auto j = json::parse(payload, nullptr, /*allow_exceptions=*/false);
+  if (j.is_discarded()) return make_error(Errc::kProtocol, "frame payload is not valid JSON");
+  if (!j.is_object()) return make_error(Errc::kProtocol, "frame payload is not a JSON object");
+  return j;
+}
+
+Result<Frame> read_frame(int sock, Deadline deadline) {
+  std::array<unsigned char, 4> hdr{};
+  std::vector<UniqueFd> fds;
+  FR_TRY(recv_exact(sock, hdr.data(), hdr.size(), &fds, deadline));
+  uint32_t n = (uint32_t{hdr[0]} << 24) | (uint32_t{hdr[1]} << 16) | (uint32_t{hdr[2]} << 8) | hdr[3];
+  if (n == 0 || n > kMaxFrameBytes)
+    return make_error(Errc::kProtocol, "frame length " + std::to_string(n) + " outside 1.." + std::to_string(kMaxFrameBytes));
+  std::string payload(n, '\0');
+  if (auto s = recv_exact(sock, payload.data(), n, &fds, deadline); !s.ok())
+    return s.error().code == Errc::kCancelled ? make_error(Errc::kProtocol, "connection closed inside a frame")
+                                              : s.error();
+  if (fds.size() > 1) return make_error(Errc::kProtocol, "frame carried " + std::to_string(fds.size()) + " descriptors; at most 1 is allowed");
+  FR_ASSIGN(json body, decode_payload(payload));
+  Frame f{std::move(body), {}};
+  if (!fds.empty()) f.fd = std::move(fds[0]);
+  return f;
+}
+
+json error_reply(const Error& e) {
+  return json{{"ok", false}, {"error", {{"code", errc_name(e.code)}, {"message", e.message}}}};
+}
+
+Errc errc_from_name(std::string_view name) {
+  for (int i = 0; i <= static_cast<int>(Errc::kInternal); ++i)
+    if (name == errc_name(static_cast<Errc>(i))) return static_cast<Errc>(i);
+  return Errc::kInternal;
+}
+
+Status check_reply(const json& reply) {
+  auto ok = reply.find("ok");
+  if (ok == reply.end() || !ok->is_boolean()) return make_error(Errc::kProtocol, "reply has no boolean 'ok'");
+  if (ok->get<bool>()) return {};
+  const json& e = reply.value("error", json::object());
+  std::string code = e.is_object() ? e.value("code", "internal") : "internal";
+  std::string msg = e.is_object() ? e.value("message", "(no message)") : "(malformed error)";
+  return make_error(errc_from_name(code), msg);
+}
+
+}  // namespace fr::proto

@@ -1,0 +1,39 @@
+// Frames of the weight-daemon protocol: a big-endian uint32 length, a JSON object, at most one fd.
+// Spec: docs/protocol.md, "Framing" and "File descriptors".
+#pragma once
+
+#include <cstdint>
+#include <nlohmann/json.hpp>
+
+#include "common/fd.h"
+#include "common/result.h"
+#include "common/unix_socket.h"
+
+namespace fr::proto {
+
+using nlohmann::json;
+
+inline constexpr uint32_t kVersion = 1;
+inline constexpr uint32_t kMaxFrameBytes = 16u << 20;
+
+struct Frame {
+  json body;
+  UniqueFd fd;  // invalid when the frame carried none
+};
+
+// Encodes `body` as a frame (header + payload). Errc::kProtocol when it exceeds kMaxFrameBytes.
+Result<std::string> encode_frame(const json& body);
+// Writes one frame; `fd` (>= 0) travels with it.
+Status write_frame(int sock, const json& body, int fd, Deadline deadline);
+// Reads one frame. Errc::kProtocol for a bad length, a non-object payload or more than one descriptor;
+// Errc::kCancelled when the peer closed cleanly between frames.
+Result<Frame> read_frame(int sock, Deadline deadline);
+// Parses a payload (exposed for the fuzzer and the tests).
+Result<json> decode_payload(std::string_view payload);
+
+json error_reply(const Error& e);
+// Turns an error reply into an Error (code from its name); ok replies pass through.
+Status check_reply(const json& reply);
+Errc errc_from_name(std::string_view name);
+
+}  // namespace fr::proto
