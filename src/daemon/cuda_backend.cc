@@ -1,0 +1,166 @@
+// The CUDA backend: one VMM allocation per pool, shared by POSIX fd (brief decision 1).
+//
+// Pool: cuMemCreate (POSIX fd handle type) rounded up to the VMM granularity, mapped read-write into the
+// daemon only, zero-filled before it is handed out. share_fd() exports a new fd per call; engines map it
+// read-only, so seal() has nothing to do. Uploader: two pinned 64 MiB staging slots and a stream per
+// reader thread; while the GPU copies one slot the thread fills the other (acquire waits for the slot's
+// previous copy). digest() runs the XXH64 chunk kernel over the pool on the GPU.
+#include <algorithm>
+#include <array>
+
+#include "common/digest.h"
+#include "cuda/device.h"
+#include "cuda/handles.h"
+#include "cuda/kernels.h"
+#include "cuda/vmm.h"
+#include "daemon/backend.h"
+
+namespace fr::daemon {
+namespace {
+
+using cuda::check;
+using cuda::ScopedContext;
+
+constexpr size_t kSlotBytes = 64u << 20;
+
+class CudaUploader final : public Uploader {
+ public:
+  static Result<std::unique_ptr<Uploader>> make(std::shared_ptr<cuda::Device> dev, CUdeviceptr base,
+                                                uint64_t size) {
+    std::unique_ptr<CudaUploader> u(new CudaUploader(dev, base, size));
+    FR_ASSIGN(u->m_stream, cuda::create_stream(dev->context()));
+    for (auto& s : u->m_slots) {
+      FR_ASSIGN(s.buffer, cuda::alloc_pinned(dev->context(), kSlotBytes));
+      FR_ASSIGN(s.done, cuda::create_event(dev->context()));
+    }
+    return std::unique_ptr<Uploader>(std::move(u));
+  }
+
+  ~CudaUploader() override {
+    // The slots must not be freed under an in-flight copy.
+    (void)finish();
+  }
+
+  Result<std::byte*> acquire(uint64_t offset, size_t n) override {
+    FR_TRY(check_range(offset, n));
+    Slot& s = m_slots[m_next];
+    ScopedContext scope(m_dev->context());
+    FR_TRY(scope.status());
+    // An event never recorded counts as complete, so the first use of each slot does not wait.
+    FR_TRY(check(m_dev->driver().cuEventSynchronize(s.done.get()), "upload copy (cuEventSynchronize)"));
+    m_current = static_cast<int>(m_next);
+    m_next ^= 1;
+    return static_cast<std::byte*>(s.buffer.get());
+  }
+
+  Status submit(uint64_t offset, size_t n) override {
+    if (m_current < 0) return make_error(Errc::kInternal, "Uploader::submit without acquire");
+    FR_TRY(check_range(offset, n));
+    Slot& s = m_slots[static_cast<size_t>(m_current)];
+    m_current = -1;
+    const cuda::Driver& d = m_dev->driver();
+    ScopedContext scope(m_dev->context());
+    FR_TRY(scope.status());
+    FR_TRY(check(d.cuMemcpyHtoDAsync(m_base + offset, s.buffer.get(), n, m_stream.get()), "cuMemcpyHtoDAsync"));
+    return check(d.cuEventRecord(s.done.get(), m_stream.get()), "cuEventRecord");
+  }
+
+  Status finish() override {
+    if (!m_stream.valid()) return {};
+    ScopedContext scope(m_dev->context());
+    FR_TRY(scope.status());
+    return check(m_dev->driver().cuStreamSynchronize(m_stream.get()), "upload copies (cuStreamSynchronize)");
+  }
+
+  size_t max_chunk() const override { return kSlotBytes; }
+
+ private:
+  struct Slot {
+    cuda::PinnedBuffer buffer;
+    cuda::Event done;  // recorded after the slot's last copy
+  };
+
+  CudaUploader(std::shared_ptr<cuda::Device> dev, CUdeviceptr base, uint64_t size)
+      : m_dev(std::move(dev)), m_base(base), m_size(size) {}
+
+  Status check_range(uint64_t offset, size_t n) const {
+    if (n > kSlotBytes || offset > m_size || n > m_size - offset)
+      return make_error(Errc::kInternal, "upload of " + std::to_string(n) + " bytes at " + std::to_string(offset) +
+                                             " outside the pool or the staging slot");
+    return {};
+  }
+
+  std::shared_ptr<cuda::Device> m_dev;
+  CUdeviceptr m_base;
+  uint64_t m_size;
+  cuda::Stream m_stream;
+  std::array<Slot, 2> m_slots;
+  size_t m_next = 0;
+  int m_current = -1;  // slot handed out by acquire() and not yet submitted
+};
+
+class CudaPool final : public Pool {
+ public:
+  CudaPool(std::shared_ptr<cuda::Device> dev, cuda::Allocation alloc, std::unique_ptr<cuda::MappedRange> map)
+      : m_dev(std::move(dev)), m_alloc(std::move(alloc)), m_map(std::move(map)) {}
+  ~CudaPool() override {
+    // Unmap before dropping the allocation handle; importers keep their own references.
+    m_map.reset();
+  }
+
+  uint64_t size() const override { return m_map->size(); }
+
+  Result<UniqueFd> share_fd() override { return cuda::export_fd(*m_dev, m_alloc); }
+
+  Result<std::unique_ptr<Uploader>> make_uploader() override {
+    return CudaUploader::make(m_dev, m_map->ptr(), m_map->size());
+  }
+
+  Status seal() override { return {}; }
+
+  Result<uint64_t> digest(uint64_t data_bytes) override {
+    if (data_bytes > size()) return make_error(Errc::kInternal, "digest past the pool");
+    FR_ASSIGN(const cuda::Kernels* k, m_dev->kernels());
+    return k->digest(m_map->ptr(), data_bytes, nullptr);
+  }
+
+ private:
+  std::shared_ptr<cuda::Device> m_dev;
+  cuda::Allocation m_alloc;
+  std::unique_ptr<cuda::MappedRange> m_map;
+};
+
+class CudaBackend final : public Backend {
+ public:
+  explicit CudaBackend(std::shared_ptr<cuda::Device> dev) : m_dev(std::move(dev)) {}
+  std::string name() const override { return "cuda"; }
+  std::string gpu_uuid() const override { return m_dev->uuid(); }
+  std::string gpu_name() const override { return m_dev->name(); }
+
+  Result<std::unique_ptr<Pool>> allocate(uint64_t bytes) override {
+    const uint64_t g = m_dev->vmm_granularity();
+    const uint64_t n = std::max<uint64_t>(g, (bytes + g - 1) / g * g);
+    FR_ASSIGN(cuda::Allocation alloc, cuda::create_shareable(m_dev, n));
+    FR_ASSIGN(auto map, cuda::map_allocation(m_dev, alloc, n, cuda::Access::kReadWrite));
+    const cuda::Driver& d = m_dev->driver();
+    ScopedContext scope(m_dev->context());
+    FR_TRY(scope.status());
+    // Padding must read as zero (docs/protocol.md, Manifest). Uploaders use non-blocking streams, which do
+    // not order after the legacy stream, so wait for the fill here.
+    FR_TRY(check(d.cuMemsetD8(map->ptr(), 0, n), "cuMemsetD8(pool)"));
+    FR_TRY(check(d.cuStreamSynchronize(nullptr), "cuMemsetD8(pool)"));
+    return std::unique_ptr<Pool>(new CudaPool(m_dev, std::move(alloc), std::move(map)));
+  }
+
+ private:
+  std::shared_ptr<cuda::Device> m_dev;
+};
+
+}  // namespace
+
+Result<std::unique_ptr<Backend>> make_cuda_backend(const std::string& gpu) {
+  FR_ASSIGN(auto dev, cuda::Device::open(gpu));
+  return std::unique_ptr<Backend>(new CudaBackend(std::move(dev)));
+}
+
+}  // namespace fr::daemon

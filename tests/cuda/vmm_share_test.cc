@@ -1,0 +1,195 @@
+// Pools shared between processes through exported VMM descriptors (brief decision 1): the importer sees
+// the exporter's bytes, cannot write through a read-only mapping (only its own context suffers), and
+// keeps its mapping after the exporter exits.
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <cstring>
+#include <regex>
+
+#include "common/digest.h"
+#include "common/unix_socket.h"
+#include "cuda/device.h"
+#include "cuda_test_util.h"
+#include "daemon/backend.h"
+#include "engine_loader/device.h"
+
+namespace fr {
+namespace {
+
+using cuda_test::run_helper;
+
+// A pool filled with random bytes by this process, as the daemon would.
+struct Filled {
+  std::unique_ptr<daemon::Backend> backend;
+  std::unique_ptr<daemon::Pool> pool;
+  uint64_t data_bytes = 0;
+  uint64_t digest = 0;
+};
+
+Filled fill_pool(uint64_t n, uint64_t seed) {
+  Filled f;
+  auto b = daemon::make_cuda_backend("0");
+  EXPECT_TRUE(b.ok()) << b.error().to_string();
+  f.backend = std::move(*b);
+  auto p = f.backend->allocate(n);
+  EXPECT_TRUE(p.ok()) << p.error().to_string();
+  f.pool = std::move(*p);
+  auto up = f.pool->make_uploader();
+  EXPECT_TRUE(up.ok()) << up.error().to_string();
+  auto data = cuda_test::random_bytes(n, seed);
+  // Uneven pieces, so both staging slots are reused several times.
+  for (uint64_t off = 0; off < n;) {
+    size_t piece = std::min<uint64_t>({(*up)->max_chunk(), n - off, (off / 3 + 1) * 4096 * 1021});
+    auto buf = (*up)->acquire(off, piece);
+    EXPECT_TRUE(buf.ok());
+    std::memcpy(*buf, data.data() + off, piece);
+    EXPECT_TRUE((*up)->submit(off, piece).ok());
+    off += piece;
+  }
+  EXPECT_TRUE((*up)->finish().ok());
+  f.data_bytes = n;
+  f.digest = digest_of(data.data(), n);
+  return f;
+}
+
+uint64_t pool_digest(daemon::Pool& p, uint64_t n) {
+  auto d = p.digest(n);
+  EXPECT_TRUE(d.ok()) << d.error().to_string();
+  return d.ok() ? *d : 0;
+}
+
+TEST(CudaBackend, NamesTheGpuByUuid) {
+  FR_SKIP_WITHOUT_GPU();
+  auto b = daemon::make_cuda_backend("0");
+  ASSERT_TRUE(b.ok()) << b.error().to_string();
+  EXPECT_TRUE(std::regex_match((*b)->gpu_uuid(), std::regex("GPU-[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")))
+      << (*b)->gpu_uuid();
+  auto again = daemon::make_cuda_backend((*b)->gpu_uuid());
+  ASSERT_TRUE(again.ok()) << again.error().to_string();
+  EXPECT_EQ((*again)->gpu_uuid(), (*b)->gpu_uuid());
+  auto unknown = daemon::make_cuda_backend("GPU-00000000-0000-0000-0000-000000000000");
+  ASSERT_FALSE(unknown.ok());
+  EXPECT_EQ(unknown.error().code, Errc::kCuda);
+  EXPECT_NE(unknown.error().message.find("unknown GPU"), std::string::npos);
+}
+
+TEST(CudaBackend, PoolIsZeroFilledAndRounded) {
+  FR_SKIP_WITHOUT_GPU();
+  auto b = daemon::make_cuda_backend("0");
+  ASSERT_TRUE(b.ok());
+  auto p = (*b)->allocate(5'000'001);
+  ASSERT_TRUE(p.ok()) << p.error().to_string();
+  EXPECT_GE((*p)->size(), 5'000'001u);
+  EXPECT_EQ((*p)->size() % (2u << 20), 0u);
+  std::vector<unsigned char> zeros((*p)->size());
+  EXPECT_EQ(pool_digest(**p, (*p)->size()), digest_of(zeros.data(), zeros.size()));
+}
+
+TEST(CudaBackend, UploaderRoundTrip) {
+  FR_SKIP_WITHOUT_GPU();
+  Filled f = fill_pool((300u << 20) + 4321, 11);
+  EXPECT_EQ(pool_digest(*f.pool, f.data_bytes), f.digest);
+}
+
+TEST(VmmShare, ImporterSeesTheBytes) {
+  FR_SKIP_WITHOUT_GPU();
+  Filled f = fill_pool((40u << 20) + 5, 21);
+  auto fd = f.pool->share_fd();
+  ASSERT_TRUE(fd.ok()) << fd.error().to_string();
+  auto r = run_helper({"import-digest", "10", std::to_string(f.pool->size()), std::to_string(f.data_bytes)},
+                      {fd->get()});
+  ASSERT_EQ(r.exit_code, 0) << r.out;
+  EXPECT_EQ(r.out, digest_hex(f.digest) + "\n");
+}
+
+TEST(VmmShare, ReadOnlyMappingRefusesWritesInTheWriterOnly) {
+  FR_SKIP_WITHOUT_GPU();
+  Filled f = fill_pool(8u << 20, 31);
+  auto fd = f.pool->share_fd();
+  ASSERT_TRUE(fd.ok());
+  auto r = run_helper({"write-ro", "10", std::to_string(f.pool->size())}, {fd->get()});
+  EXPECT_EQ(r.exit_code, 3) << r.out;
+  EXPECT_NE(r.out.find("write refused"), std::string::npos) << r.out;
+  // Our bytes and our context are untouched.
+  EXPECT_EQ(pool_digest(*f.pool, f.data_bytes), f.digest);
+}
+
+TEST(VmmShare, WritableMappingWrites) {
+  // The control for the test above: the same write through a writable mapping lands in our pool.
+  FR_SKIP_WITHOUT_GPU();
+  Filled f = fill_pool(8u << 20, 41);
+  auto fd = f.pool->share_fd();
+  ASSERT_TRUE(fd.ok());
+  auto r = run_helper({"write-rw", "10", std::to_string(f.pool->size()), "171"}, {fd->get()});
+  ASSERT_EQ(r.exit_code, 0) << r.out;
+  auto data = cuda_test::random_bytes(f.data_bytes, 41);
+  data[0] = 171;
+  EXPECT_EQ(pool_digest(*f.pool, f.data_bytes), digest_of(data.data(), data.size()));
+}
+
+TEST(VmmShare, MappingSurvivesTheExportersExit) {
+  FR_SKIP_WITHOUT_GPU();
+  int sv[2];
+  ASSERT_EQ(::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv), 0);
+  UniqueFd ours(sv[0]), theirs(sv[1]);
+  const uint64_t n = (24u << 20) + 99;
+  int out = -1;
+  pid_t pid = cuda_test::start_helper({"export", "10", std::to_string(n), "51"}, {theirs.get()}, &out);
+  ASSERT_GT(pid, 0);
+  theirs.reset();
+  char msg[64];
+  std::vector<UniqueFd> fds;
+  auto st = recv_exact(ours.get(), msg, sizeof msg, &fds, deadline_in(60));
+  if (!st.ok()) {
+    auto r = cuda_test::wait_child(pid, out);
+    FAIL() << st.error().to_string() << "; helper: " << r.out;
+  }
+  ASSERT_EQ(fds.size(), 1u);
+  std::string text(msg, sizeof msg);
+  std::string digest = text.substr(0, 16);
+  uint64_t pool_bytes = std::stoull(text.substr(17));
+
+  auto dev = loader::make_cuda_device(0);
+  ASSERT_TRUE(dev.ok()) << dev.error().to_string();
+  auto m = (*dev)->map_read_only(std::move(fds[0]), pool_bytes);
+  ASSERT_TRUE(m.ok()) << m.error().to_string();
+  ours.reset();  // the exporter unmaps, releases and exits
+  auto r = cuda_test::wait_child(pid, out);
+  ASSERT_EQ(r.exit_code, 0) << r.out;
+
+  auto data = cuda_test::random_bytes(n, 51);
+  EXPECT_EQ(digest, digest_hex(digest_of(data.data(), n)));
+  auto d = (*dev)->digest(**m, n);
+  ASSERT_TRUE(d.ok()) << d.error().to_string();
+  EXPECT_EQ(digest_hex(*d), digest);
+}
+
+TEST(CudaDevice, CopyModeAndPublishCopies) {
+  FR_SKIP_WITHOUT_GPU();
+  Filled f = fill_pool(6u << 20, 61);
+  auto dev = loader::make_cuda_device(0);
+  ASSERT_TRUE(dev.ok());
+  auto fd = f.pool->share_fd();
+  ASSERT_TRUE(fd.ok());
+  auto w = (*dev)->map_writable(std::move(*fd), f.pool->size());
+  ASSERT_TRUE(w.ok()) << w.error().to_string();
+  // copy_of: a private copy with the same digest.
+  auto c = (*dev)->copy_of(**w, f.data_bytes);
+  ASSERT_TRUE(c.ok()) << c.error().to_string();
+  auto dc = (*dev)->digest(**c, f.data_bytes);
+  ASSERT_TRUE(dc.ok());
+  EXPECT_EQ(*dc, f.digest);
+  // copy_in from host memory and from device memory (the copy) into the writable mapping.
+  std::vector<unsigned char> host(4096, 0x11);
+  ASSERT_TRUE((*dev)->copy_in(**w, 0, host.data(), host.size()).ok());
+  ASSERT_TRUE((*dev)->copy_in(**w, 4096, (*c)->base(), 4096).ok());
+  ASSERT_TRUE((*dev)->sync().ok());
+  auto data = cuda_test::random_bytes(f.data_bytes, 61);
+  std::memcpy(data.data() + 4096, data.data(), 4096);
+  std::memset(data.data(), 0x11, 4096);
+  EXPECT_EQ(pool_digest(*f.pool, f.data_bytes), digest_of(data.data(), data.size()));
+}
+
+}  // namespace
+}  // namespace fr
