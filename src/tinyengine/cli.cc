@@ -1,0 +1,153 @@
+// The command line: a table of subcommands, each a CLI11 subcommand filling one options struct.
+#include <CLI/CLI.hpp>
+#include <spdlog/sinks/stdout_color_sinks.h>
+#include <spdlog/spdlog.h>
+
+#include "tinyengine/serve.h"
+
+namespace fr::te {
+namespace {
+
+void add_serve_flags(CLI::App& app, ServeOptions& o, std::string& format, std::string& mode, std::string& fallback,
+                     std::string& publish) {
+  app.add_option("model", o.model, "checkpoint: a .safetensors file or a directory of them")->required();
+  app.add_option("--served-model-name", o.served_model_name, "model id in the API (default: the model path)");
+  app.add_option("--host", o.host, "address to listen on")->capture_default_str();
+  app.add_option("--port", o.port, "port to listen on; 0 picks a free one (see --port-file)")->capture_default_str();
+  app.add_option("--port-file", o.port_file, "write the bound port here once listening");
+  app.add_option("--gpu-memory-utilization", o.gpu_memory_utilization, "accepted and reported (0, 1]")
+      ->capture_default_str();
+  app.add_option("--max-model-len", o.max_model_len, "context limit (default: the checkpoint's)");
+  app.add_option("--tensor-parallel-size", o.tensor_parallel_size, "accepted; must be 1");
+  app.add_option("--dtype", o.dtype, "auto|float32|bfloat16; must match the checkpoint")
+      ->check(CLI::IsMember({"auto", "float32", "bfloat16"}));
+  app.add_option("--shutdown-grace", o.shutdown_grace_s, "seconds in-flight requests get after SIGTERM")
+      ->capture_default_str();
+  app.add_option("--threads", o.threads, "HTTP worker threads")->capture_default_str();
+  app.add_option("--load-format", format, "disk|fastrestart")->check(CLI::IsMember({"disk", "fastrestart"}))
+      ->capture_default_str();
+  app.add_option("--fastrestart-mode", mode, "zero_copy|copy")->check(CLI::IsMember({"zero_copy", "copy"}))
+      ->capture_default_str();
+  app.add_option("--fastrestart-fallback", fallback, "on|off")->check(CLI::IsMember({"on", "off"}))
+      ->capture_default_str();
+  app.add_option("--fastrestart-publish", publish, "on|off: publish after a disk load on a miss")
+      ->check(CLI::IsMember({"on", "off"}))->capture_default_str();
+  app.add_option("--fastrestart-socket-dir", o.load.socket_dir, "weight daemon socket directory");
+  app.add_flag("--fastrestart-verify", o.load.verify, "rehash the attached weights against the daemon's digest");
+  app.add_option("--fastrestart-device", o.load.device, "host (CPU forward)")->capture_default_str();
+  app.add_option("--fastrestart-connect-timeout", o.load.connect_timeout_s, "seconds")->capture_default_str();
+  app.add_option("--fastrestart-state-timeout", o.load.state_timeout_s, "seconds to wait for a loading daemon")
+      ->capture_default_str();
+
+  auto& f = o.faults;
+  const char* g = "Fault injection (tests only)";
+  app.add_option("--fault-startup-delay", f.startup_delay_s, "sleep S seconds before loading")->group(g);
+  app.add_flag("--fault-exit-after-startup", f.exit_after_startup, "exit with --fault-exit-code once ready")->group(g);
+  app.add_option("--fault-exit-after-requests", f.exit_after_requests, "exit with --fault-exit-code after M completions")
+      ->group(g);
+  app.add_option("--fault-exit-code", f.exit_code, "exit code for the exit faults (default 1)")->group(g);
+  app.add_option("--fault-abort-after-requests", f.abort_after_requests, "SIGABRT after M completions")->group(g);
+  app.add_flag("--fault-cuda-oom", f.cuda_oom, "print PyTorch's CUDA OOM error after loading, exit 1")->group(g);
+  app.add_flag("--fault-vllm-free-memory", f.vllm_free_memory, "print vLLM's free-memory error, exit 1")->group(g);
+  app.add_option("--fault-hang-after-requests", f.hang_after_requests, "stop answering after M completions (0: at ready)")
+      ->group(g);
+  app.add_flag("--fault-grow-memory", f.grow_memory, "grow host memory once ready until killed")->group(g);
+  app.add_option("--fault-grow-memory-rate", f.grow_memory_mib_per_s, "MiB/s for --fault-grow-memory")->group(g);
+  app.add_option("--fault-ignore-sigterm", f.ignore_sigterm_s, "keep serving S seconds after the first SIGTERM")->group(g);
+  app.add_flag("--fault-spawn-worker", f.spawn_worker, "fork a worker that survives the parent's SIGKILL")->group(g);
+}
+
+struct Subcommand {
+  const char* name;
+  const char* help;
+  void (*define)(CLI::App& sub, std::function<int()>& run);
+};
+
+void define_serve(CLI::App& sub, std::function<int()>& run) {
+  auto o = std::make_shared<ServeOptions>();
+  auto format = std::make_shared<std::string>("disk"), mode = std::make_shared<std::string>("zero_copy");
+  auto fallback = std::make_shared<std::string>("on"), publish = std::make_shared<std::string>("on");
+  add_serve_flags(sub, *o, *format, *mode, *fallback, *publish);
+  run = [=] {
+    o->load.format = *format == "fastrestart" ? LoadFormat::kFastrestart : LoadFormat::kDisk;
+    o->load.zero_copy = *mode == "zero_copy";
+    o->load.fallback = *fallback == "on";
+    o->load.publish = *publish == "on";
+    return run_serve(*o);
+  };
+}
+
+void define_gen(CLI::App& sub, std::function<int()>& run) {
+  auto o = std::make_shared<GenOptions>();
+  auto out = std::make_shared<std::string>();
+  auto size = std::make_shared<std::string>();
+  auto dtype = std::make_shared<std::string>("F32");
+  auto shard = std::make_shared<std::string>("1G");
+  auto& c = o->config;
+  sub.add_option("--out", *out, "output directory")->required();
+  sub.add_option("--seed", o->seed, "PRNG seed")->capture_default_str();
+  sub.add_option("--size", *size, "approximate total weight bytes (e.g. 2G): adds wide extra blocks");
+  sub.add_option("--dtype", *dtype, "F32|BF16")->check(CLI::IsMember({"F32", "BF16"}))->capture_default_str();
+  sub.add_option("--shard-size", *shard, "largest shard file (e.g. 1G)")->capture_default_str();
+  sub.add_option("--d-model", c.d_model)->capture_default_str();
+  sub.add_option("--n-heads", c.n_heads)->capture_default_str();
+  sub.add_option("--n-layers", c.n_layers)->capture_default_str();
+  sub.add_option("--d-ff", c.d_ff)->capture_default_str();
+  sub.add_option("--max-seq", c.max_seq)->capture_default_str();
+  sub.add_option("--extra-blocks", c.extra_blocks)->capture_default_str();
+  sub.add_option("--extra-width", c.extra_width)->capture_default_str();
+  run = [=] {
+    o->config.dtype = *dtype == "BF16" ? DType::kBF16 : DType::kF32;
+    auto sh = parse_size(*shard);
+    if (!sh) {
+      spdlog::error("--shard-size: {}", sh.error().message);
+      return kExitUsage;
+    }
+    o->shard_bytes = *sh;
+    if (!size->empty()) {
+      auto sz = parse_size(*size);
+      if (!sz) {
+        spdlog::error("--size: {}", sz.error().message);
+        return kExitUsage;
+      }
+      o->config = config_for_size(o->config, *sz);
+    }
+    if (auto s = o->config.validate(); !s) {
+      spdlog::error("{}", s.error().message);
+      return kExitUsage;
+    }
+    return run_gen(*o, *out);
+  };
+}
+
+constexpr Subcommand kSubcommands[] = {
+    {"serve", "serve a checkpoint over HTTP (OpenAI-compatible subset)", define_serve},
+    {"gen", "write a deterministic checkpoint", define_gen},
+};
+
+}  // namespace
+
+int cli_main(int argc, char** argv) {
+  spdlog::set_default_logger(spdlog::stderr_color_mt("tinyengine"));
+  spdlog::set_pattern("%Y-%m-%dT%H:%M:%S.%e %^%l%$ tinyengine[%P]: %v");
+  CLI::App app{"fastrestart-tinyengine: a small real inference engine (docs/tinyengine.md)"};
+  app.require_subcommand(1);
+  std::vector<std::function<int()>> runs(std::size(kSubcommands));
+  std::vector<CLI::App*> subs;
+  for (size_t i = 0; i < std::size(kSubcommands); ++i) {
+    auto* sub = app.add_subcommand(kSubcommands[i].name, kSubcommands[i].help);
+    kSubcommands[i].define(*sub, runs[i]);
+    subs.push_back(sub);
+  }
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    const int rc = app.exit(e);
+    return rc == 0 ? kExitOk : kExitUsage;
+  }
+  for (size_t i = 0; i < subs.size(); ++i)
+    if (subs[i]->parsed()) return runs[i]();
+  return kExitUsage;
+}
+
+}  // namespace fr::te

@@ -1,0 +1,77 @@
+// How the engine gets its weights: from disk, or through fastrestart (attach, or load from disk and
+// publish on a miss). Reports the path taken, the bytes and each phase's time (docs/tinyengine.md,
+// "Loading" and "/stats").
+#pragma once
+
+#include <string>
+#include <utility>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "fastrestart/result.h"
+#include "tinyengine/checkpoint.h"
+#include "tinyengine/model.h"
+
+namespace fr::te {
+
+enum class LoadFormat { kDisk, kFastrestart };
+
+struct LoadOptions {
+  LoadFormat format = LoadFormat::kDisk;
+  // fastrestart only; the same meaning as fastrestart::Options (engine_loader.h).
+  bool zero_copy = true;
+  bool fallback = true;
+  bool verify = false;
+  bool publish = true;  // publish after a disk load on a miss
+  std::string socket_dir;
+  std::string device = "host";
+  double connect_timeout_s = 5.0;
+  double state_timeout_s = 300.0;
+};
+
+struct LoadReport {
+  std::string format;  // "disk" | "fastrestart"
+  std::string path;    // "disk" | "attach" | "fallback"
+  std::string reason;  // fallback: why the attach missed
+  std::vector<std::string> differs;
+  std::string mode;    // attach: "zero_copy" | "copy"
+  uint64_t weight_bytes = 0;     // bytes of tensors the model reads
+  uint64_t disk_bytes_read = 0;  // headers + data read from the checkpoint files
+  bool published = false;
+  std::string publish_error;
+  std::string fingerprint, digest;
+  std::vector<std::pair<std::string, double>> phases;  // in order: name, seconds
+  nlohmann::json attach_timings;                       // engine_loader's Timings, on attach
+  nlohmann::json to_json() const;
+};
+
+struct LoadedModel {
+  CheckpointInfo info;
+  TensorSet set;  // owns (or keeps mapped) the memory `model` points into
+  Model model;
+  LoadReport report;
+};
+
+Result<LoadedModel> load_model(const std::string& path, const LoadOptions& options);
+
+// The fastrestart side (loader_fastrestart.cc; loader_fastrestart_none.cc when engine_loader is absent).
+struct AttachOutcome {
+  bool hit = false;
+  std::string reason;
+  std::vector<std::string> differs;
+  TensorSet set;
+  std::string mode, fingerprint, digest;
+  nlohmann::json timings;
+};
+Result<AttachOutcome> fastrestart_attach(const CheckpointInfo& info, const LoadOptions& options);
+struct PublishOutcome {
+  std::string fingerprint, digest;
+  uint64_t bytes = 0;
+};
+Result<PublishOutcome> fastrestart_publish(const CheckpointInfo& info, const TensorSet& set,
+                                           const LoadOptions& options);
+// The config half of the key: arch, dtype, engine version, tp size/rank.
+std::map<std::string, std::string> key_config(const CheckpointInfo& info);
+
+}  // namespace fr::te

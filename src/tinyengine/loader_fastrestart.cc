@@ -1,0 +1,64 @@
+// The fastrestart side of loading, through engine_loader's public API (fastrestart/engine_loader.h).
+#include <memory>
+
+#include "fastrestart/engine_loader.h"
+#include "tinyengine/loader.h"
+
+namespace fr::te {
+namespace {
+
+fastrestart::Options to_options(const LoadOptions& o) {
+  fastrestart::Options f;
+  f.mode = o.zero_copy ? fastrestart::Mode::kZeroCopy : fastrestart::Mode::kCopy;
+  f.fallback = o.fallback;
+  f.verify = o.verify;
+  f.socket_dir = o.socket_dir;
+  f.device = o.device;
+  f.connect_timeout_s = o.connect_timeout_s;
+  f.state_timeout_s = o.state_timeout_s;
+  return f;
+}
+
+fastrestart::Key to_key(const CheckpointInfo& info) { return {info.files, key_config(info)}; }
+
+}  // namespace
+
+Result<AttachOutcome> fastrestart_attach(const CheckpointInfo& info, const LoadOptions& options) {
+  FR_ASSIGN(auto r, fastrestart::attach(to_key(info), to_options(options)));
+  AttachOutcome out;
+  out.hit = r.hit;
+  out.reason = r.reason;
+  out.differs = r.differs;
+  const auto& t = r.timings;
+  out.timings = {{"connect_s", t.connect_s}, {"request_s", t.request_s}, {"map_s", t.map_s},
+                 {"copy_s", t.copy_s},       {"verify_s", t.verify_s},   {"total_s", t.total_s}};
+  if (!r.hit) return out;
+  if (!r.weights) return make_error(Errc::kInternal, "attach hit without weights");
+  if (r.weights->on_cuda())
+    return make_error(Errc::kUnsupported, "attached weights are on a CUDA device; this build computes on the CPU");
+  out.mode = r.weights->mode() == fastrestart::Mode::kZeroCopy ? "zero_copy" : "copy";
+  out.fingerprint = r.weights->fingerprint();
+  out.digest = r.weights->digest();
+  for (const auto& tensor : r.weights->tensors()) {
+    auto dt = dtype_from_name(tensor.dtype);
+    if (!dt) return make_error(Errc::kCorrupt, "attached tensor '" + tensor.name + "' has dtype " + tensor.dtype);
+    out.set.tensors[tensor.name] = TensorView{*dt, tensor.shape, tensor.data, tensor.nbytes};
+  }
+  out.set.owner = r.weights;  // keeps the mapping (or copy) alive as long as the model
+  return out;
+}
+
+Result<PublishOutcome> fastrestart_publish(const CheckpointInfo& info, const TensorSet& set,
+                                           const LoadOptions& options) {
+  std::vector<fastrestart::PublishTensor> tensors;
+  // Publish in the checkpoint's own order, so a pool's layout follows the files.
+  for (const auto& h : info.headers)
+    for (const auto& t : h.tensors) {
+      const auto& v = set.tensors.at(t.name);
+      tensors.push_back({t.name, dtype_name(v.dtype), v.shape, v.data});
+    }
+  FR_ASSIGN(auto r, fastrestart::publish(to_key(info), tensors, to_options(options)));
+  return PublishOutcome{r.fingerprint, r.digest, r.bytes};
+}
+
+}  // namespace fr::te

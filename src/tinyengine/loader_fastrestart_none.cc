@@ -1,0 +1,17 @@
+// Built when the engine_loader library is not part of this build: --load-format fastrestart reports that.
+#include "tinyengine/loader.h"
+
+namespace fr::te {
+
+Result<AttachOutcome> fastrestart_attach(const CheckpointInfo&, const LoadOptions& options) {
+  if (!options.fallback) return make_error(Errc::kUnsupported, "built without engine_loader");
+  AttachOutcome out;
+  out.reason = "built without engine_loader";
+  return out;
+}
+
+Result<PublishOutcome> fastrestart_publish(const CheckpointInfo&, const TensorSet&, const LoadOptions&) {
+  return make_error(Errc::kUnsupported, "built without engine_loader");
+}
+
+}  // namespace fr::te

@@ -1,0 +1,328 @@
+#include "tinyengine/model.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <map>
+
+#include <nlohmann/json.hpp>
+
+namespace fr::te {
+namespace {
+
+float bf16_to_f32(uint16_t v) {
+  uint32_t bits = static_cast<uint32_t>(v) << 16;
+  float f;
+  std::memcpy(&f, &bits, sizeof f);
+  return f;
+}
+
+// One element of a weight tensor of either supported dtype.
+struct Weights {
+  const void* p;
+  bool bf16;
+  float at(int64_t i) const {
+    return bf16 ? bf16_to_f32(static_cast<const uint16_t*>(p)[i]) : static_cast<const float*>(p)[i];
+  }
+};
+
+// Dot product of row `row` (length n) of `w` with x. Eight partial sums in a fixed order: deterministic.
+template <typename T>
+float dot_row(const T* w, const float* x, int64_t n) {
+  float s[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8)
+    for (int k = 0; k < 8; ++k) {
+      if constexpr (std::is_same_v<T, uint16_t>)
+        s[k] += bf16_to_f32(w[i + k]) * x[i + k];
+      else
+        s[k] += w[i + k] * x[i + k];
+    }
+  float tail = 0;
+  for (; i < n; ++i) {
+    if constexpr (std::is_same_v<T, uint16_t>)
+      tail += bf16_to_f32(w[i]) * x[i];
+    else
+      tail += w[i] * x[i];
+  }
+  return ((s[0] + s[1]) + (s[2] + s[3])) + ((s[4] + s[5]) + (s[6] + s[7])) + tail;
+}
+
+// y[out] = W[out, in] x[in]
+void matvec(const void* w, bool bf16, const float* x, float* y, int64_t out, int64_t in) {
+  for (int64_t o = 0; o < out; ++o)
+    y[o] = bf16 ? dot_row(static_cast<const uint16_t*>(w) + o * in, x, in)
+                : dot_row(static_cast<const float*>(w) + o * in, x, in);
+}
+
+void rmsnorm(const float* x, const void* gain, bool bf16, float* y, int n) {
+  double ss = 0;
+  for (int i = 0; i < n; ++i) ss += static_cast<double>(x[i]) * x[i];
+  auto inv = static_cast<float>(1.0 / std::sqrt(ss / n + 1e-5));
+  Weights g{gain, bf16};
+  for (int i = 0; i < n; ++i) y[i] = x[i] * inv * (gain ? g.at(i) : 1.0f);
+}
+
+float silu(float v) { return v / (1.0f + std::exp(-v)); }
+
+}  // namespace
+
+// The per-request state: the KV cache and scratch buffers. Runs one position at a time.
+class ForwardState {
+ public:
+  explicit ForwardState(const Model& m) : m_m(m), m_c(m.m_config), m_bf16(m_c.dtype == DType::kBF16) {
+    const auto d = static_cast<size_t>(m_c.d_model);
+    m_k.assign(static_cast<size_t>(m_c.n_layers), std::vector<float>(static_cast<size_t>(m_c.max_seq) * d));
+    m_v = m_k;
+    m_h.resize(d);
+    m_a.resize(d);
+    m_q.resize(d);
+    m_att.resize(d);
+    m_tmp.resize(d);
+    m_ff.resize(static_cast<size_t>(std::max<int64_t>(m_c.d_ff, m_c.extra_width)));
+    m_scores.resize(static_cast<size_t>(m_c.max_seq));
+    m_logits.resize(kVocab);
+  }
+
+  // Runs position `t` with input `token`; fills logits() when `want_logits`.
+  void step(int token, int t, bool want_logits) {
+    const int d = m_c.d_model;
+    const int hd = d / m_c.n_heads;
+    Weights tok{m_m.m_tok_emb, m_bf16}, pos{m_m.m_pos_emb, m_bf16};
+    for (int i = 0; i < d; ++i)
+      m_h[i] = tok.at(static_cast<int64_t>(token) * d + i) + pos.at(static_cast<int64_t>(t) * d + i);
+    const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
+    for (size_t l = 0; l < m_m.m_layers.size(); ++l) {
+      const auto& L = m_m.m_layers[l];
+      float* kc = m_k[l].data();
+      float* vc = m_v[l].data();
+      rmsnorm(m_h.data(), L.attn_norm, m_bf16, m_a.data(), d);
+      matvec(L.wq, m_bf16, m_a.data(), m_q.data(), d, d);
+      matvec(L.wk, m_bf16, m_a.data(), kc + static_cast<size_t>(t) * d, d, d);
+      matvec(L.wv, m_bf16, m_a.data(), vc + static_cast<size_t>(t) * d, d, d);
+      for (int h = 0; h < m_c.n_heads; ++h) {
+        const int off = h * hd;
+        float mx = -INFINITY;
+        for (int s = 0; s <= t; ++s) {
+          float dotv = 0;
+          for (int i = 0; i < hd; ++i) dotv += m_q[off + i] * kc[static_cast<size_t>(s) * d + off + i];
+          m_scores[s] = dotv * scale;
+          mx = std::max(mx, m_scores[s]);
+        }
+        float sum = 0;
+        for (int s = 0; s <= t; ++s) sum += (m_scores[s] = std::exp(m_scores[s] - mx));
+        for (int i = 0; i < hd; ++i) m_att[off + i] = 0;
+        for (int s = 0; s <= t; ++s) {
+          const float p = m_scores[s] / sum;
+          for (int i = 0; i < hd; ++i) m_att[off + i] += p * vc[static_cast<size_t>(s) * d + off + i];
+        }
+      }
+      matvec(L.wo, m_bf16, m_att.data(), m_tmp.data(), d, d);
+      for (int i = 0; i < d; ++i) m_h[i] += m_tmp[i];
+      mlp(L.mlp_norm, L.w_up, L.w_down, m_c.d_ff);
+    }
+    if (!want_logits) return;
+    // The extra blocks and the head only matter where logits are read: the last layer's output at other
+    // positions feeds nothing (the KV cache holds what later positions need).
+    for (const auto& e : m_m.m_extras) mlp(nullptr, e.up, e.down, m_c.extra_width);
+    rmsnorm(m_h.data(), m_m.m_final_norm, m_bf16, m_a.data(), d);
+    matvec(m_m.m_lm_head, m_bf16, m_a.data(), m_logits.data(), kVocab, d);
+  }
+
+  const std::vector<float>& logits() const { return m_logits; }
+
+ private:
+  // h += down(silu(up(rmsnorm(h) * gain)))
+  void mlp(const void* gain, const void* up, const void* down, int64_t width) {
+    const int d = m_c.d_model;
+    rmsnorm(m_h.data(), gain, m_bf16, m_a.data(), d);
+    matvec(up, m_bf16, m_a.data(), m_ff.data(), width, d);
+    for (int64_t i = 0; i < width; ++i) m_ff[static_cast<size_t>(i)] = silu(m_ff[static_cast<size_t>(i)]);
+    matvec(down, m_bf16, m_ff.data(), m_tmp.data(), d, width);
+    for (int i = 0; i < d; ++i) m_h[i] += m_tmp[i];
+  }
+
+  const Model& m_m;
+  const ModelConfig& m_c;
+  bool m_bf16;
+  std::vector<std::vector<float>> m_k, m_v;
+  std::vector<float> m_h, m_a, m_q, m_att, m_tmp, m_ff, m_scores, m_logits;
+};
+
+std::string ModelConfig::to_json() const {
+  nlohmann::json j = {{"arch", "tinyengine"},  {"d_model", d_model},         {"n_heads", n_heads},
+                      {"n_layers", n_layers},  {"d_ff", d_ff},               {"max_seq", max_seq},
+                      {"vocab", kVocab},       {"extra_blocks", extra_blocks}, {"extra_width", extra_width},
+                      {"dtype", dtype_name(dtype)}};
+  return j.dump();
+}
+
+Result<ModelConfig> ModelConfig::from_json(const std::string& text) {
+  auto j = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
+  if (!j.is_object()) return make_error(Errc::kCorrupt, "model config is not a JSON object");
+  ModelConfig c;
+  auto get_int = [&](const char* k, auto& out) -> Status {
+    if (!j.contains(k) || !j[k].is_number_integer())
+      return make_error(Errc::kCorrupt, std::string("model config: '") + k + "' missing or not an integer");
+    out = j[k].get<std::remove_reference_t<decltype(out)>>();
+    return {};
+  };
+  if (j.value("arch", "") != "tinyengine") return make_error(Errc::kCorrupt, "model config: arch is not 'tinyengine'");
+  if (j.value("vocab", 0) != kVocab) return make_error(Errc::kCorrupt, "model config: vocab is not 257");
+  FR_TRY(get_int("d_model", c.d_model));
+  FR_TRY(get_int("n_heads", c.n_heads));
+  FR_TRY(get_int("n_layers", c.n_layers));
+  FR_TRY(get_int("d_ff", c.d_ff));
+  FR_TRY(get_int("max_seq", c.max_seq));
+  FR_TRY(get_int("extra_blocks", c.extra_blocks));
+  FR_TRY(get_int("extra_width", c.extra_width));
+  auto dt = dtype_from_name(j.value("dtype", ""));
+  if (!dt) return make_error(Errc::kCorrupt, "model config: unknown dtype");
+  c.dtype = *dt;
+  FR_TRY(c.validate());
+  return c;
+}
+
+Status ModelConfig::validate() const {
+  auto bad = [](const std::string& m) { return make_error(Errc::kInvalidArgument, "model config: " + m); };
+  if (d_model < 8 || d_model > 8192) return bad("d_model must be 8..8192");
+  if (n_heads < 1 || d_model % n_heads != 0) return bad("n_heads must divide d_model");
+  if (n_layers < 1 || n_layers > 256) return bad("n_layers must be 1..256");
+  if (d_ff < 1 || d_ff > (1 << 20)) return bad("d_ff must be 1..2^20");
+  if (max_seq < 2 || max_seq > 65536) return bad("max_seq must be 2..65536");
+  if (extra_blocks < 0 || extra_blocks > 4096) return bad("extra_blocks must be 0..4096");
+  if (extra_blocks > 0 && (extra_width < 1 || extra_width > (int64_t{1} << 32))) return bad("extra_width out of range");
+  if (dtype != DType::kF32 && dtype != DType::kBF16) return bad("dtype must be F32 or BF16");
+  return {};
+}
+
+int64_t TensorSpec::numel() const {
+  int64_t n = 1;
+  for (auto d : shape) n *= d;
+  return n;
+}
+
+std::vector<TensorSpec> tensor_specs(const ModelConfig& c) {
+  using I = TensorSpec::Init;
+  const int64_t d = c.d_model;
+  std::vector<TensorSpec> v;
+  v.push_back({"tok_emb", {kVocab, d}, 1, I::kUniform});
+  v.push_back({"pos_emb", {c.max_seq, d}, 1, I::kUniform});
+  for (int l = 0; l < c.n_layers; ++l) {
+    const std::string p = "layers." + std::to_string(l) + ".";
+    v.push_back({p + "attn_norm", {d}, 1, I::kOnes});
+    for (const char* n : {"wq", "wk", "wv", "wo"}) v.push_back({p + n, {d, d}, d, I::kUniform});
+    v.push_back({p + "mlp_norm", {d}, 1, I::kOnes});
+    v.push_back({p + "w_up", {c.d_ff, d}, d, I::kUniform});
+    v.push_back({p + "w_down", {d, c.d_ff}, c.d_ff, I::kUniform});
+  }
+  for (int e = 0; e < c.extra_blocks; ++e) {
+    const std::string p = "extra." + std::to_string(e) + ".";
+    v.push_back({p + "up", {c.extra_width, d}, d, I::kUniform});
+    v.push_back({p + "down", {d, c.extra_width}, c.extra_width, I::kSmallUniform});
+  }
+  v.push_back({"final_norm", {d}, 1, I::kOnes});
+  v.push_back({"lm_head", {kVocab, d}, d, I::kUniform});
+  return v;
+}
+
+uint64_t total_weight_bytes(const ModelConfig& c) {
+  uint64_t n = 0;
+  for (const auto& s : tensor_specs(c)) n += static_cast<uint64_t>(s.numel());
+  return n * dtype_size(c.dtype);
+}
+
+Result<Model> Model::bind(const ModelConfig& config, const TensorLookup& lookup) {
+  FR_TRY(config.validate());
+  Model m;
+  m.m_config = config;
+  std::map<std::string, const void*> ptr;
+  for (const auto& spec : tensor_specs(config)) {
+    const TensorView* t = lookup(spec.name);
+    if (!t) return make_error(Errc::kCorrupt, "tensor '" + spec.name + "' is missing");
+    if (t->dtype != config.dtype)
+      return make_error(Errc::kCorrupt, "tensor '" + spec.name + "' is " + dtype_name(t->dtype) + ", expected " +
+                                            dtype_name(config.dtype));
+    if (t->shape != spec.shape) return make_error(Errc::kCorrupt, "tensor '" + spec.name + "' has the wrong shape");
+    if (t->nbytes != static_cast<uint64_t>(spec.numel()) * dtype_size(config.dtype))
+      return make_error(Errc::kCorrupt, "tensor '" + spec.name + "' has the wrong size");
+    if (!t->data || reinterpret_cast<uintptr_t>(t->data) % dtype_size(config.dtype) != 0)
+      return make_error(Errc::kCorrupt, "tensor '" + spec.name + "' is not aligned to its element size");
+    ptr[spec.name] = t->data;
+  }
+  m.m_tok_emb = ptr["tok_emb"];
+  m.m_pos_emb = ptr["pos_emb"];
+  for (int l = 0; l < config.n_layers; ++l) {
+    const std::string p = "layers." + std::to_string(l) + ".";
+    m.m_layers.push_back({ptr[p + "attn_norm"], ptr[p + "wq"], ptr[p + "wk"], ptr[p + "wv"], ptr[p + "wo"],
+                          ptr[p + "mlp_norm"], ptr[p + "w_up"], ptr[p + "w_down"]});
+  }
+  for (int e = 0; e < config.extra_blocks; ++e) {
+    const std::string p = "extra." + std::to_string(e) + ".";
+    m.m_extras.push_back({ptr[p + "up"], ptr[p + "down"]});
+  }
+  m.m_final_norm = ptr["final_norm"];
+  m.m_lm_head = ptr["lm_head"];
+  return m;
+}
+
+Generation Model::generate(const std::vector<int>& prompt, int max_tokens, int top_k) const {
+  Generation g;
+  if (prompt.empty()) return g;
+  ForwardState st(*this);
+  const int n = static_cast<int>(prompt.size());
+  for (int t = 0; t < n; ++t) st.step(prompt[t], t, t == n - 1 && max_tokens > 0);
+  for (int i = 0; i < max_tokens; ++i) {
+    const auto& lg = st.logits();
+    const int best = static_cast<int>(std::max_element(lg.begin(), lg.end()) - lg.begin());  // first max
+    const double mx = lg[best];
+    double sum = 0;
+    for (float v : lg) sum += std::exp(static_cast<double>(v) - mx);
+    const double lse = mx + std::log(sum);
+    Step s;
+    s.token = best;
+    s.logprob = static_cast<float>(lg[best] - lse);
+    if (top_k > 0) {
+      std::vector<int> idx(kVocab);
+      for (int k = 0; k < kVocab; ++k) idx[k] = k;
+      const int k = std::min(top_k, kVocab);
+      std::partial_sort(idx.begin(), idx.begin() + k, idx.end(),
+                        [&](int a, int b) { return lg[a] != lg[b] ? lg[a] > lg[b] : a < b; });
+      for (int j = 0; j < k; ++j) s.top.emplace_back(idx[j], static_cast<float>(lg[idx[j]] - lse));
+    }
+    g.steps.push_back(std::move(s));
+    if (best == kEos) {
+      g.stopped_on_eos = true;
+      break;
+    }
+    const int t = n + i;
+    if (i + 1 < max_tokens && t < m_config.max_seq) st.step(best, t, true);
+    else break;
+  }
+  return g;
+}
+
+std::vector<int> tokenize(const std::string& text) {
+  std::vector<int> v;
+  v.reserve(text.size());
+  for (unsigned char ch : text) v.push_back(ch);
+  return v;
+}
+
+std::string detokenize(const std::vector<int>& tokens) {
+  std::string s;
+  for (int t : tokens)
+    if (t >= 0 && t < 256) s.push_back(static_cast<char>(t));
+  return s;
+}
+
+std::string token_name(int token) {
+  if (token == kEos) return "</s>";
+  if (token >= 0x20 && token < 0x7f) return std::string(1, static_cast<char>(token));
+  char buf[8];
+  std::snprintf(buf, sizeof buf, "<0x%02X>", token & 0xff);
+  return buf;
+}
+
+}  // namespace fr::te

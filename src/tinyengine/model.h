@@ -1,0 +1,112 @@
+// The tiny model: a byte-level decoder-only transformer with a real forward pass (docs/tinyengine.md,
+// "The model").
+//
+// Tokens are bytes 0..255 plus kEos (256). Per position: h = tok_emb[x] + pos_emb[t]; n_layers blocks of
+// pre-norm multi-head causal attention and a SiLU MLP; then `extra_blocks` wide residual SiLU MLPs (how a
+// large checkpoint makes every byte count); final RMSNorm and lm_head. Greedy decoding, log-probabilities
+// from a log-softmax in double precision.
+//
+// Determinism: one request runs on one thread with a fixed order of operations, so the same weights and
+// prompt give bit-identical tokens and log-probabilities on every run and every thread.
+// Ownership: Model holds pointers into memory it does not own (a disk buffer or an attached pool); the
+// owner must outlive it. A Model is immutable after bind() and may be used from many threads at once.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "common/dtype.h"
+#include "fastrestart/result.h"
+
+namespace fr::te {
+
+inline constexpr int kVocab = 257;
+inline constexpr int kEos = 256;
+
+struct ModelConfig {
+  int d_model = 64;
+  int n_heads = 4;
+  int n_layers = 2;
+  int d_ff = 128;
+  int max_seq = 256;
+  int extra_blocks = 1;
+  int64_t extra_width = 128;
+  DType dtype = DType::kF32;  // kF32 or kBF16
+
+  std::string to_json() const;
+  static Result<ModelConfig> from_json(const std::string& text);
+  Status validate() const;
+};
+
+// The name and shape of every tensor of a model with this config, in the order the generator writes them.
+struct TensorSpec {
+  std::string name;
+  std::vector<int64_t> shape;
+  int64_t fan_in = 1;  // for the generator's init scale
+  enum class Init { kUniform, kOnes, kSmallUniform } init = Init::kUniform;
+  int64_t numel() const;
+};
+std::vector<TensorSpec> tensor_specs(const ModelConfig& c);
+uint64_t total_weight_bytes(const ModelConfig& c);
+
+// A tensor as the loader found it, handed to Model::bind.
+struct TensorView {
+  DType dtype = DType::kF32;
+  std::vector<int64_t> shape;
+  const void* data = nullptr;
+  uint64_t nbytes = 0;
+};
+using TensorLookup = std::function<const TensorView*(const std::string& name)>;
+
+struct Step {
+  int token = 0;
+  float logprob = 0;
+  std::vector<std::pair<int, float>> top;  // top-k alternatives, best first (empty unless asked)
+};
+
+struct Generation {
+  std::vector<Step> steps;
+  bool stopped_on_eos = false;
+};
+
+class Model {
+ public:
+  // Binds every tensor of `config` through `lookup`; checks presence, dtype, shape, size and alignment.
+  static Result<Model> bind(const ModelConfig& config, const TensorLookup& lookup);
+
+  const ModelConfig& config() const { return m_config; }
+
+  // Greedy decoding of up to `max_tokens` tokens after `prompt` (1..max_seq tokens, each 0..kEos; the
+  // caller checks prompt.size() + max_tokens <= max_seq). Stops early on kEos. `top_k` alternatives are
+  // reported per step (0 for none).
+  Generation generate(const std::vector<int>& prompt, int max_tokens, int top_k) const;
+
+ private:
+  struct Layer {
+    const void *attn_norm, *wq, *wk, *wv, *wo, *mlp_norm, *w_up, *w_down;
+  };
+  struct Extra {
+    const void *up, *down;
+  };
+  ModelConfig m_config;
+  const void* m_tok_emb = nullptr;
+  const void* m_pos_emb = nullptr;
+  std::vector<Layer> m_layers;
+  std::vector<Extra> m_extras;
+  const void* m_final_norm = nullptr;
+  const void* m_lm_head = nullptr;
+
+  friend class ForwardState;
+};
+
+// Byte-level tokenizer: a string's bytes are its tokens.
+std::vector<int> tokenize(const std::string& text);
+// The bytes of `tokens`, kEos dropped.
+std::string detokenize(const std::vector<int>& tokens);
+// A printable name for one token: the character if printable ASCII, "<0xNN>" otherwise, "</s>" for kEos.
+std::string token_name(int token);
+
+}  // namespace fr::te

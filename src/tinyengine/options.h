@@ -1,0 +1,43 @@
+// Every option of `fastrestart-tinyengine serve`, with its default (docs/tinyengine.md, "Flags").
+#pragma once
+
+#include <string>
+
+#include "tinyengine/loader.h"
+
+namespace fr::te {
+
+// Test-only fault injection, all off by default (docs/tinyengine.md, "Faults").
+struct FaultOptions {
+  double startup_delay_s = 0;       // sleep before loading (/health answers 503 meanwhile)
+  int exit_code = 1;                // the code for exit_after_*
+  bool exit_after_startup = false;  // exit(exit_code) as soon as ready
+  int exit_after_requests = 0;      // exit(exit_code) after answering this many completions (0: off)
+  int abort_after_requests = 0;     // abort() after answering this many completions (0: off)
+  bool cuda_oom = false;            // print PyTorch's CUDA OOM error after loading, exit 1
+  bool vllm_free_memory = false;    // print vLLM's free-memory startup error before loading, exit 1
+  int hang_after_requests = -1;     // stop answering after this many completions (0: once ready; -1: off)
+  bool grow_memory = false;         // once ready, allocate and touch host memory until killed
+  double grow_memory_mib_per_s = 1024;
+  double ignore_sigterm_s = 0;      // after the first SIGTERM, keep serving this long before shutting down
+  bool spawn_worker = false;        // fork a worker that outlives a SIGKILLed parent
+  bool any() const;
+};
+
+struct ServeOptions {
+  std::string model;              // checkpoint file or directory
+  std::string served_model_name;  // empty: `model` as given
+  std::string host = "127.0.0.1";
+  int port = 8000;                // 0: any free port (see port_file)
+  std::string port_file;          // written with the bound port once listening
+  double gpu_memory_utilization = 0.9;  // accepted and reported (the CPU forward uses no GPU)
+  int max_model_len = 0;          // 0: the checkpoint's max_seq
+  int tensor_parallel_size = 1;   // accepted; must be 1
+  std::string dtype = "auto";     // auto | float32 | bfloat16: must match the checkpoint
+  double shutdown_grace_s = 30;   // SIGTERM: how long in-flight requests may take
+  int threads = 8;                // HTTP worker threads
+  LoadOptions load;
+  FaultOptions faults;
+};
+
+}  // namespace fr::te

@@ -1,0 +1,205 @@
+#include "tinyengine/serve.h"
+
+#include <fcntl.h>
+#include <signal.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <fstream>
+#include <thread>
+
+#include <spdlog/spdlog.h>
+
+#include "tinyengine/faults.h"
+#include "tinyengine/server.h"
+
+namespace fr::te {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+double since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
+
+// Written atomically so a reader never sees a partial number.
+void write_port_file(const std::string& path, int port) {
+  const std::string tmp = path + ".tmp";
+  {
+    std::ofstream f(tmp);
+    f << port << "\n";
+  }
+  std::rename(tmp.c_str(), path.c_str());
+}
+
+// The signal thread: SIGTERM/SIGINT are blocked in every thread and taken here with sigwait.
+// Before the model is ready a stop request exits at once (nothing is in flight); afterwards it asks the
+// main thread to shut down gracefully. With the ignore-SIGTERM fault, the first request opens a window
+// during which the engine keeps serving and ignores further signals.
+class SignalWaiter {
+ public:
+  explicit SignalWaiter(double ignore_s) : m_ignore_s(ignore_s) {
+    sigemptyset(&m_set);
+    sigaddset(&m_set, SIGTERM);
+    sigaddset(&m_set, SIGINT);
+    pthread_sigmask(SIG_BLOCK, &m_set, nullptr);
+  }
+  void start(EngineServer* server) {
+    m_server = server;
+    std::thread([this] { loop(); }).detach();
+  }
+  void wait_for_stop() {
+    std::unique_lock lk(m_mutex);
+    m_cv.wait(lk, [this] { return m_stop; });
+  }
+
+ private:
+  void loop() {
+    int sig = 0;
+    sigwait(&m_set, &sig);
+    if (m_ignore_s > 0) {
+      spdlog::warn("fault: ignoring {} for {} s", strsignal(sig), m_ignore_s);
+      const auto until = Clock::now() + std::chrono::duration<double>(m_ignore_s);
+      while (Clock::now() < until) {
+        const double left = std::chrono::duration<double>(until - Clock::now()).count();
+        timespec ts{static_cast<time_t>(left), static_cast<long>((left - static_cast<double>(static_cast<time_t>(left))) * 1e9)};
+        if (sigtimedwait(&m_set, nullptr, &ts) > 0) spdlog::warn("fault: signal ignored");
+      }
+    }
+    if (m_server->state() == EngineServer::State::kLoading) {
+      spdlog::info("{} while loading: exiting", strsignal(sig));
+      std::fflush(nullptr);
+      std::_Exit(kExitOk);
+    }
+    spdlog::info("{}: shutting down", strsignal(sig));
+    std::lock_guard lk(m_mutex);
+    m_stop = true;
+    m_cv.notify_all();
+  }
+
+  sigset_t m_set;
+  double m_ignore_s;
+  EngineServer* m_server = nullptr;
+  std::mutex m_mutex;
+  std::condition_variable m_cv;
+  bool m_stop = false;
+};
+
+Status check_flags(const ServeOptions& o, const CheckpointInfo* info) {
+  auto bad = [](const std::string& m) { return make_error(Errc::kInvalidArgument, m); };
+  if (o.tensor_parallel_size != 1) return bad("--tensor-parallel-size must be 1 for this engine");
+  if (o.gpu_memory_utilization <= 0 || o.gpu_memory_utilization > 1)
+    return bad("--gpu-memory-utilization must be in (0, 1]");
+  if (o.load.device != "host") return bad("--fastrestart-device: this build computes on the CPU; use 'host'");
+  if (!info) return {};
+  if (o.max_model_len > info->config.max_seq)
+    return bad("--max-model-len " + std::to_string(o.max_model_len) + " exceeds the checkpoint's " +
+               std::to_string(info->config.max_seq));
+  const bool f32 = info->config.dtype == DType::kF32;
+  if ((o.dtype == "float32" && !f32) || (o.dtype == "bfloat16" && f32))
+    return bad("--dtype " + o.dtype + " does not match the checkpoint (" + dtype_name(info->config.dtype) + ")");
+  return {};
+}
+
+}  // namespace
+
+bool FaultOptions::any() const {
+  return startup_delay_s > 0 || exit_after_startup || exit_after_requests > 0 || abort_after_requests > 0 ||
+         cuda_oom || vllm_free_memory || hang_after_requests >= 0 || grow_memory || ignore_sigterm_s > 0 ||
+         spawn_worker;
+}
+
+int run_serve(const ServeOptions& o) {
+  const auto t0 = Clock::now();
+  if (auto s = check_flags(o, nullptr); !s) {
+    spdlog::error("{}", s.error().message);
+    return kExitUsage;
+  }
+  const auto& f = o.faults;
+  if (f.any()) spdlog::warn("fault injection is on (test option)");
+  int worker = 0;
+  if (f.spawn_worker) {  // before any thread exists
+    worker = spawn_worker();
+    spdlog::info("fault: spawned worker pid {}", worker);
+  }
+  SignalWaiter signals(f.ignore_sigterm_s);
+  EngineServer server(o);
+  server.set_worker_pid(worker);
+  if (auto s = server.bind(); !s) {
+    spdlog::error("{}", s.error().message);
+    return kExitFailure;
+  }
+  server.start();
+  signals.start(&server);
+  if (!o.port_file.empty()) write_port_file(o.port_file, server.port());
+  spdlog::info("listening on {}:{} (loading)", o.host, server.port());
+
+  if (f.startup_delay_s > 0) {
+    spdlog::info("fault: startup delay {} s", f.startup_delay_s);
+    std::this_thread::sleep_for(std::chrono::duration<double>(f.startup_delay_s));
+    server.set_startup_delay(f.startup_delay_s);
+  }
+  if (f.vllm_free_memory) {
+    print_vllm_free_memory(o.gpu_memory_utilization);
+    std::_Exit(kExitFailure);
+  }
+  auto loaded = load_model(o.model, o.load);
+  if (!loaded) {
+    spdlog::error("load {}: {}", o.model, loaded.error().to_string());
+    std::fflush(nullptr);
+    std::_Exit(kExitFailure);
+  }
+  if (auto s = check_flags(o, &loaded->info); !s) {
+    spdlog::error("{}", s.error().message);
+    std::_Exit(kExitUsage);
+  }
+  if (f.cuda_oom) {
+    print_cuda_oom();
+    std::_Exit(kExitFailure);
+  }
+  const auto& r = loaded->report;
+  auto tw = Clock::now();
+  (void)loaded->model.generate(tokenize("warmup"), 1, 0);
+  const double warmup_s = since(tw);
+  std::string phases;
+  for (const auto& [name, s] : r.phases) phases += " " + name + "=" + std::to_string(s) + "s";
+  spdlog::info("load path={}{} weight_bytes={} disk_bytes_read={}{}{} warmup={}s", r.path,
+               r.mode.empty() ? "" : " mode=" + r.mode, r.weight_bytes, r.disk_bytes_read,
+               r.reason.empty() ? "" : " reason=\"" + r.reason + "\"", phases, warmup_s);
+  const double ready_s = since(t0);
+  const std::string path = r.path;
+  server.set_ready(std::make_unique<LoadedModel>(std::move(*loaded)), warmup_s, ready_s);
+  spdlog::info("ready in {:.3f} s (path={})", ready_s, path);
+
+  if (f.exit_after_startup) {
+    spdlog::warn("fault: exiting with code {} after startup", f.exit_code);
+    std::fflush(nullptr);
+    std::_Exit(f.exit_code);
+  }
+  if (f.hang_after_requests == 0) spdlog::warn("fault: hanging");
+  if (f.grow_memory) {
+    spdlog::warn("fault: growing host memory at {} MiB/s", f.grow_memory_mib_per_s);
+    start_memory_growth(f.grow_memory_mib_per_s);
+  }
+
+  signals.wait_for_stop();
+  if (!server.stop(o.shutdown_grace_s)) {
+    spdlog::warn("grace period of {} s ran out with requests in flight; exiting", o.shutdown_grace_s);
+    std::fflush(nullptr);
+    std::_Exit(kExitOk);
+  }
+  spdlog::info("stopped");
+  return kExitOk;
+}
+
+int run_gen(const GenOptions& options, const std::string& out_dir) {
+  auto files = generate_checkpoint(options, out_dir);
+  if (!files) {
+    spdlog::error("gen: {}", files.error().to_string());
+    return kExitFailure;
+  }
+  for (const auto& f : *files) std::printf("%s\n", f.c_str());
+  spdlog::info("gen: {} file(s), {} weight bytes, config {}", files->size(), total_weight_bytes(options.config),
+               options.config.to_json());
+  return kExitOk;
+}
+
+}  // namespace fr::te

@@ -1,0 +1,327 @@
+#include "tinyengine/server.h"
+
+#include <unistd.h>
+
+#include <condition_variable>
+#include <cstdio>
+#include <cstdlib>
+#include <ctime>
+#include <fstream>
+
+#include <httplib.h>
+#include <spdlog/spdlog.h>
+
+namespace fr::te {
+namespace {
+
+using nlohmann::json;
+
+std::string dump(const json& j) { return j.dump(-1, ' ', false, json::error_handler_t::replace); }
+
+json error_body(int status, const std::string& message) {
+  const char* type = status == 404 ? "NotFoundError" : status == 503 ? "ServiceUnavailableError"
+                     : status >= 500                 ? "InternalServerError"
+                                                     : "BadRequestError";
+  return {{"error", {{"message", message}, {"type", type}, {"param", nullptr}, {"code", status}}}};
+}
+
+void send(httplib::Response& res, int status, const json& body) {
+  res.status = status;
+  res.set_content(dump(body), "application/json");
+}
+
+// prompt: "text" | [token ids] | ["text", ...] | [[token ids], ...]. Returns the prompts or an error message.
+Result<std::vector<std::vector<int>>> parse_prompts(const json& p) {
+  auto bad = [](const std::string& m) { return make_error(Errc::kInvalidArgument, m); };
+  auto ids = [&](const json& a) -> Result<std::vector<int>> {
+    std::vector<int> v;
+    for (const auto& e : a) {
+      if (!e.is_number_integer()) return bad("'prompt' token ids must be integers");
+      const auto t = e.get<int64_t>();
+      if (t < 0 || t > kEos) return bad("token id " + std::to_string(t) + " is out of range 0.." + std::to_string(kEos));
+      v.push_back(static_cast<int>(t));
+    }
+    return v;
+  };
+  std::vector<std::vector<int>> out;
+  if (p.is_string()) {
+    out.push_back(tokenize(p.get<std::string>()));
+  } else if (p.is_array() && !p.empty() && p[0].is_number()) {
+    FR_ASSIGN(auto v, ids(p));
+    out.push_back(std::move(v));
+  } else if (p.is_array() && !p.empty()) {
+    for (const auto& e : p) {
+      if (e.is_string()) {
+        out.push_back(tokenize(e.get<std::string>()));
+      } else if (e.is_array()) {
+        FR_ASSIGN(auto v, ids(e));
+        out.push_back(std::move(v));
+      } else {
+        return bad("'prompt' must be a string, a list of token ids, or a list of those");
+      }
+    }
+  } else {
+    return bad("'prompt' must be a non-empty string, a list of token ids, or a list of those");
+  }
+  for (const auto& v : out)
+    if (v.empty()) return bad("'prompt' must not be empty");
+  return out;
+}
+
+}  // namespace
+
+const char* state_name(EngineServer::State s) {
+  switch (s) {
+    case EngineServer::State::kLoading: return "loading";
+    case EngineServer::State::kReady: return "ready";
+    case EngineServer::State::kStopping: return "stopping";
+  }
+  return "?";
+}
+
+EngineServer::EngineServer(const ServeOptions& options)
+    : m_options(options), m_server(std::make_unique<httplib::Server>()) {
+  const int threads = options.threads > 0 ? options.threads : 8;
+  m_server->new_task_queue = [threads] { return new httplib::ThreadPool(static_cast<size_t>(threads)); };
+  routes();
+}
+
+EngineServer::~EngineServer() {
+  if (m_listener.joinable()) {
+    m_server->stop();
+    m_listener.join();
+  }
+}
+
+std::string EngineServer::model_name() const {
+  return m_options.served_model_name.empty() ? m_options.model : m_options.served_model_name;
+}
+
+Status EngineServer::bind() {
+  if (m_options.port == 0) {
+    m_port = m_server->bind_to_any_port(m_options.host);
+  } else {
+    m_port = m_server->bind_to_port(m_options.host, m_options.port) ? m_options.port : -1;
+  }
+  if (m_port <= 0)
+    return make_error(Errc::kIo, "cannot listen on " + m_options.host + ":" + std::to_string(m_options.port));
+  return {};
+}
+
+void EngineServer::start() {
+  m_listener = std::thread([this] {
+    m_server->listen_after_bind();
+    std::lock_guard lk(m_done_mutex);
+    m_listen_done = true;
+    m_done_cv.notify_all();
+  });
+}
+
+void EngineServer::set_ready(std::unique_ptr<LoadedModel> model, double warmup_s, double ready_s) {
+  m_model = std::move(model);
+  m_warmup_s = warmup_s;
+  m_ready_s = ready_s;
+  m_state = State::kReady;
+  if (m_options.faults.hang_after_requests == 0) hang();
+}
+
+bool EngineServer::stop(double grace_s) {
+  m_state = State::kStopping;
+  // httplib closes the listening socket, lets each connection finish its current request, then joins its
+  // workers; listen_after_bind returns when the last in-flight request is answered.
+  m_server->stop();
+  std::unique_lock lk(m_done_mutex);
+  const bool done = m_done_cv.wait_for(lk, std::chrono::duration<double>(grace_s), [this] { return m_listen_done; });
+  lk.unlock();
+  if (done) m_listener.join();
+  else m_listener.detach();  // a worker is stuck (the hang fault); the caller exits anyway
+  return done;
+}
+
+void EngineServer::block_if_hung() const {
+  while (m_hung) std::this_thread::sleep_for(std::chrono::hours(1));
+}
+
+json EngineServer::stats() const {
+  const State st = m_state.load();
+  json j = {{"engine", "fastrestart-tinyengine"},
+            {"version", FR_TE_VERSION},
+            {"pid", ::getpid()},
+            {"state", state_name(st)},
+            {"uptime_s", std::chrono::duration<double>(std::chrono::steady_clock::now() - m_started).count()},
+            {"device", "cpu"},
+            {"gpu_memory_utilization", m_options.gpu_memory_utilization},
+            {"requests",
+             {{"completions", m_completions.load()}, {"errors", m_errors.load()}, {"in_flight", m_in_flight.load()}}}};
+  if (m_worker_pid > 0) j["worker_pid"] = m_worker_pid;
+  j["model"] = {{"name", model_name()}, {"path", m_options.model}};
+  j["startup"] = {{"startup_delay_s", m_startup_delay_s}};
+  if (st != State::kLoading) {
+    const auto& m = *m_model;
+    j["model"]["files"] = m.info.files;
+    j["model"]["config"] = json::parse(m.info.config.to_json());
+    j["model"]["weight_bytes"] = m.report.weight_bytes;
+    j["load"] = m.report.to_json();
+    j["startup"]["warmup_s"] = m_warmup_s;
+    j["startup"]["ready_s"] = m_ready_s;
+  }
+  return j;
+}
+
+json EngineServer::models() const {
+  const auto& m = *m_model;
+  json card = {{"id", model_name()},
+               {"object", "model"},
+               {"created", static_cast<int64_t>(std::time(nullptr))},
+               {"owned_by", "fastrestart"},
+               {"root", m_options.model},
+               {"parent", nullptr},
+               {"max_model_len", m_options.max_model_len > 0 ? m_options.max_model_len : m.info.config.max_seq}};
+  card["fastrestart"] = {{"load", m.report.to_json()}, {"gpu_memory_utilization", m_options.gpu_memory_utilization}};
+  return {{"object", "list"}, {"data", json::array({card})}};
+}
+
+std::pair<int, json> EngineServer::complete(const std::string& body) {
+  auto bad = [](const std::string& m) { return std::pair<int, json>{400, error_body(400, m)}; };
+  json req = json::parse(body, nullptr, /*allow_exceptions=*/false);
+  if (req.is_discarded()) return bad("the request body is not valid JSON");
+  if (!req.is_object()) return bad("the request body must be a JSON object");
+  if (req.contains("model") && !req["model"].is_null()) {
+    if (!req["model"].is_string() || req["model"].get<std::string>() != model_name())
+      return {404, error_body(404, "The model `" + dump(req["model"]) + "` does not exist.")};
+  }
+  if (!req.contains("prompt")) return bad("'prompt' is required");
+  auto prompts = parse_prompts(req["prompt"]);
+  if (!prompts) return bad(prompts.error().message);
+  int max_tokens = 16;
+  if (req.contains("max_tokens") && !req["max_tokens"].is_null()) {
+    if (!req["max_tokens"].is_number_integer() || req["max_tokens"].get<int64_t>() < 0 ||
+        req["max_tokens"].get<int64_t>() > 1'000'000)
+      return bad("'max_tokens' must be a non-negative integer");
+    max_tokens = req["max_tokens"].get<int>();
+  }
+  int top = -1;  // -1: no logprobs
+  if (req.contains("logprobs") && !req["logprobs"].is_null()) {
+    if (!req["logprobs"].is_number_integer() || req["logprobs"].get<int64_t>() < 0 ||
+        req["logprobs"].get<int64_t>() > 20)
+      return bad("'logprobs' must be an integer 0..20");
+    top = req["logprobs"].get<int>();
+  }
+  if (req.contains("temperature") && !req["temperature"].is_null() &&
+      (!req["temperature"].is_number() || req["temperature"].get<double>() < 0))
+    return bad("'temperature' must be a non-negative number");
+  if (req.value("stream", false) == true) return bad("'stream' is not supported by this engine");
+  if (req.value("echo", false) == true) return bad("'echo' is not supported by this engine");
+  if (req.contains("n") && !(req["n"].is_number_integer() && req["n"].get<int64_t>() == 1))
+    return bad("'n' must be 1");
+  const int max_len = m_options.max_model_len > 0 ? m_options.max_model_len : m_model->info.config.max_seq;
+  for (const auto& p : *prompts)
+    if (static_cast<int64_t>(p.size()) + max_tokens > max_len)
+      return bad("This model's maximum context length is " + std::to_string(max_len) + " tokens. However, you "
+                 "requested " + std::to_string(p.size() + static_cast<size_t>(max_tokens)) + " tokens (" +
+                 std::to_string(p.size()) + " in the messages, " + std::to_string(max_tokens) +
+                 " in the completion). Please reduce the length of the messages or completion.");
+
+  json choices = json::array();
+  size_t prompt_tokens = 0, completion_tokens = 0;
+  for (size_t i = 0; i < prompts->size(); ++i) {
+    const auto& p = (*prompts)[i];
+    Generation g = m_model->model.generate(p, max_tokens, std::max(top, 0));
+    std::vector<int> ids;
+    json tokens = json::array(), lps = json::array(), tops = json::array(), offsets = json::array();
+    size_t off = 0;
+    for (const auto& s : g.steps) {
+      ids.push_back(s.token);
+      tokens.push_back(token_name(s.token));
+      lps.push_back(s.logprob);
+      offsets.push_back(off);
+      off += s.token == kEos ? 0 : 1;
+      json alt = json::object();
+      for (const auto& [tok, lp] : s.top) alt[token_name(tok)] = lp;
+      tops.push_back(alt);
+    }
+    json choice = {{"index", i}, {"text", detokenize(ids)}, {"token_ids", ids},
+                   {"finish_reason", g.stopped_on_eos ? "stop" : "length"}, {"logprobs", nullptr}};
+    if (top >= 0)
+      choice["logprobs"] = {{"tokens", tokens}, {"token_logprobs", lps}, {"top_logprobs", top > 0 ? tops : json(nullptr)},
+                            {"text_offset", offsets}};
+    choices.push_back(std::move(choice));
+    prompt_tokens += p.size();
+    completion_tokens += ids.size();
+  }
+  json out = {{"id", "cmpl-" + std::to_string(::getpid()) + "-" + std::to_string(++m_next_id)},
+              {"object", "text_completion"},
+              {"created", static_cast<int64_t>(std::time(nullptr))},
+              {"model", model_name()},
+              {"choices", choices},
+              {"usage",
+               {{"prompt_tokens", prompt_tokens},
+                {"completion_tokens", completion_tokens},
+                {"total_tokens", prompt_tokens + completion_tokens}}}};
+  return {200, out};
+}
+
+void EngineServer::routes() {
+  auto& s = *m_server;
+  s.Get("/health", [this](const httplib::Request&, httplib::Response& res) {
+    block_if_hung();
+    const State st = m_state;
+    if (st == State::kReady) send(res, 200, {{"status", "ok"}});
+    else send(res, 503, {{"status", state_name(st)}});
+  });
+  s.Get("/stats", [this](const httplib::Request&, httplib::Response& res) {
+    block_if_hung();
+    send(res, 200, stats());
+  });
+  s.Get("/v1/models", [this](const httplib::Request&, httplib::Response& res) {
+    block_if_hung();
+    if (m_state == State::kLoading) return send(res, 503, error_body(503, "the model is loading"));
+    send(res, 200, models());
+  });
+  s.Post("/v1/completions", [this](const httplib::Request& req, httplib::Response& res) {
+    block_if_hung();
+    if (m_state == State::kLoading) return send(res, 503, error_body(503, "the model is loading"));
+    ++m_in_flight;
+    auto [status, body] = complete(req.body);
+    --m_in_flight;
+    if (status != 200) ++m_errors;
+    send(res, status, body);
+  });
+  s.set_error_handler([](const httplib::Request& req, httplib::Response& res) {
+    if (!res.body.empty()) return;
+    send(res, res.status, error_body(res.status, res.status == 404 ? "no route " + req.path : "request failed"));
+  });
+  s.set_exception_handler([](const httplib::Request&, httplib::Response& res, std::exception_ptr ep) {
+    std::string what = "internal error";
+    try {
+      std::rethrow_exception(ep);
+    } catch (const std::exception& e) {
+      what = e.what();
+    } catch (...) {
+    }
+    send(res, 500, error_body(500, what));
+  });
+  // The logger runs after the response is written: the place for faults that strike "after M requests".
+  s.set_logger([this](const httplib::Request& req, const httplib::Response& res) {
+    spdlog::debug("{} {} -> {}", req.method, req.path, res.status);
+    if (req.path != "/v1/completions" || res.status != 200) return;
+    const auto n = static_cast<int>(++m_completions);
+    const auto& f = m_options.faults;
+    if (f.exit_after_requests > 0 && n >= f.exit_after_requests) {
+      spdlog::warn("fault: exiting with code {} after {} completions", f.exit_code, n);
+      std::fflush(nullptr);
+      std::_Exit(f.exit_code);
+    }
+    if (f.abort_after_requests > 0 && n >= f.abort_after_requests) {
+      spdlog::warn("fault: aborting after {} completions", n);
+      std::fflush(nullptr);
+      std::abort();
+    }
+    if (f.hang_after_requests > 0 && n >= f.hang_after_requests) {
+      spdlog::warn("fault: hanging after {} completions", n);
+      hang();
+    }
+  });
+}
+
+}  // namespace fr::te

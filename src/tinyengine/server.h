@@ -1,0 +1,81 @@
+// The HTTP front end: an OpenAI-compatible subset over cpp-httplib (docs/tinyengine.md, "Endpoints").
+//
+// Lifecycle: bind() -> start() (answers /health with 503) -> set_ready(model) -> stop(). Handlers run on
+// httplib's worker threads; the model is immutable once published with set_ready, so requests run
+// concurrently without locks.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+
+#include <nlohmann/json.hpp>
+
+#include "fastrestart/result.h"
+#include "tinyengine/loader.h"
+#include "tinyengine/options.h"
+
+namespace httplib {
+class Server;
+}
+
+namespace fr::te {
+
+class EngineServer {
+ public:
+  enum class State { kLoading, kReady, kStopping };
+
+  explicit EngineServer(const ServeOptions& options);
+  ~EngineServer();
+
+  // Binds host:port (port 0: any free port). Errc::kIo when the address is taken.
+  Status bind();
+  int port() const { return m_port; }
+  State state() const { return m_state; }
+  // Starts the listening thread.
+  void start();
+  // Publishes the loaded model; /health turns 200.
+  void set_ready(std::unique_ptr<LoadedModel> model, double warmup_s, double ready_s);
+  // Stops accepting connections and waits up to `grace_s` for in-flight requests; true if they all finished.
+  bool stop(double grace_s);
+
+  void set_worker_pid(int pid) { m_worker_pid = pid; }
+  void set_startup_delay(double s) { m_startup_delay_s = s; }
+  // Makes every handler block forever from now on (the hang fault).
+  void hang() { m_hung = true; }
+
+  nlohmann::json stats() const;
+  nlohmann::json models() const;
+
+  // Handles a completions body; returns the HTTP status and the JSON to send. Public for unit tests.
+  std::pair<int, nlohmann::json> complete(const std::string& body);
+
+ private:
+  void routes();
+  void block_if_hung() const;
+  std::string model_name() const;
+
+  ServeOptions m_options;
+  std::unique_ptr<httplib::Server> m_server;
+  std::thread m_listener;
+  std::mutex m_done_mutex;
+  std::condition_variable m_done_cv;
+  bool m_listen_done = false;
+  int m_port = 0;
+  std::atomic<State> m_state{State::kLoading};
+  std::atomic<bool> m_hung{false};
+  std::unique_ptr<LoadedModel> m_model;  // set once, before m_state becomes kReady
+  double m_warmup_s = 0, m_ready_s = 0, m_startup_delay_s = 0;
+  int m_worker_pid = 0;
+  std::atomic<uint64_t> m_completions{0}, m_errors{0}, m_next_id{0};
+  std::atomic<int> m_in_flight{0};
+  std::chrono::steady_clock::time_point m_started = std::chrono::steady_clock::now();
+};
+
+const char* state_name(EngineServer::State s);
+
+}  // namespace fr::te
