@@ -1,0 +1,50 @@
+#!/usr/bin/env bash
+# Builds the CUDA configuration here (build-gpu/) and packs what the GPU test machine needs into .bundle/:
+# the daemon, the CLI, the CUDA tests and their helper, the attach benchmark (stripped of debug info), and
+# the non-system shared libraries ldd names for them (spdlog, fmt, ...). glibc, libstdc++ and libgcc are
+# not carried: the GPU machine runs Ubuntu 24.04, whose copies are newer than Debian 12's.
+# Then, on the GPU machine, from the repository root with .bundle carried: scripts/gpu-run.sh.
+#
+# usage: scripts/gpu-bundle.sh        (exit 1 when the build fails or the bundle exceeds 64 MiB)
+set -euo pipefail
+root=$(cd "$(dirname "$0")/.." && pwd)
+build=$root/build-gpu
+bundle=$root/.bundle
+targets=(fastrestart-weightd fastrestart-weightctl gpu_digest_test vmm_share_test no_driver_test fr_cuda_helper
+         fr_attach_bench)
+
+configure=$(cmake -S "$root" -B "$build" -DFASTRESTART_CUDA=ON -DCMAKE_BUILD_TYPE=RelWithDebInfo)
+grep -q 'CUDA backend ON' <<<"$configure" ||
+  { echo "gpu-bundle: the CUDA toolkit was not found (set CUDA_HOME)" >&2; exit 1; }
+cmake --build "$build" -j"$(nproc)" --target "${targets[@]}"
+
+rm -rf "$bundle"
+mkdir -p "$bundle/bin" "$bundle/lib"
+for t in "${targets[@]}"; do
+  f=$(find "$build" -type f -name "$t" -perm -u+x | head -1)
+  [ -n "$f" ] || { echo "gpu-bundle: $t was not built" >&2; exit 1; }
+  objcopy --strip-debug "$f" "$bundle/bin/$t"
+done
+# Shared libraries outside the C/C++ runtime, resolved through symlinks to the names the binaries ask for.
+for f in "$bundle"/bin/*; do
+  ldd "$f" | awk '/=> \// {print $1, $3}'
+done | sort -u | while read -r name path; do
+  case "$name" in
+    libc.so*|libm.so*|libstdc++.so*|libgcc_s.so*|ld-linux*|libpthread.so*|libdl.so*|librt.so*) ;;
+    libcuda.so*) echo "gpu-bundle: $name must not be linked (it is dlopen'ed)" >&2; exit 1 ;;
+    *) cp -L "$path" "$bundle/lib/$name" ;;
+  esac
+done
+
+exclude=$(git -C "$root" rev-parse --git-path info/exclude)
+case "$exclude" in /*) ;; *) exclude=$root/$exclude ;; esac
+grep -qxF '/.bundle/' "$exclude" 2>/dev/null || echo '/.bundle/' >>"$exclude"
+
+{
+  echo "commit $(git -C "$root" rev-parse --short HEAD 2>/dev/null || echo none)"
+  echo "built $(date -u +%FT%TZ) on $(. /etc/os-release && echo "$PRETTY_NAME"), $(gcc --version | head -1)"
+  echo "nvcc $("${CUDA_HOME:-/usr/local/cuda}/bin/nvcc" --version | tail -1)"
+} >"$bundle/MANIFEST"
+size=$(du -sb "$bundle" | cut -f1)
+echo "gpu-bundle: $bundle: $(ls "$bundle/bin" | wc -l) binaries, $(ls "$bundle/lib" | wc -l) libraries, $((size / 1024 / 1024)) MiB"
+[ "$size" -lt $((64 * 1024 * 1024)) ] || { echo "gpu-bundle: over 64 MiB" >&2; exit 1; }

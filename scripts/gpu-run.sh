@@ -1,0 +1,50 @@
+#!/usr/bin/env bash
+# Runs on the GPU machine, from the repository root, with .bundle/ (scripts/gpu-bundle.sh) carried:
+# the CUDA tests, then the weight-store benchmark (bench/h200_weights.py), results under $OUT.
+#
+# usage: scripts/gpu-run.sh [smoke|full]
+#   smoke: machine facts, the CUDA tests, and the benchmark on a 1% checkpoint (about 160 MB)
+#   full:  the CUDA tests and the benchmark on the full Llama-3.1-8B-shaped checkpoint (16 GB)
+# Files in $OUT (at most 8 come back): summary.txt, tests.log, bench.log, results.json, weightd.log.
+set -uo pipefail
+mode=${1:-full}
+root=$(pwd)
+bundle=$root/.bundle
+[ -x "$bundle/bin/fastrestart-weightd" ] || { echo "gpu-run: no bundle at $bundle (run scripts/gpu-bundle.sh)" >&2; exit 1; }
+export LD_LIBRARY_PATH=$bundle/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+export PATH=$bundle/bin:$PATH
+OUT=${OUT:-/tmp/fr-gpu-out}
+mkdir -p "$OUT"
+summary=$OUT/summary.txt
+: >"$summary"
+say() { echo "$*" | tee -a "$summary"; }
+
+say "== machine"
+say "$(nvidia-smi --query-gpu=name,driver_version,memory.total,persistence_mode --format=csv,noheader 2>&1)"
+say "$(nproc) cores, $(awk '/MemTotal/ {printf "%.0f GiB", $2/1048576}' /proc/meminfo) RAM (grows on use), kernel $(uname -r)"
+say "$(. /etc/os-release && echo "$PRETTY_NAME"); bundle: $(head -1 "$bundle/MANIFEST")"
+say "disk: $(df -h /var/tmp | tail -1)"
+
+say "== CUDA tests"
+: >"$OUT/tests.log"
+failed=0
+for t in no_driver_test gpu_digest_test vmm_share_test; do
+  "$bundle/bin/$t" >>"$OUT/tests.log" 2>&1
+  rc=$?
+  line=$(grep -E '^\[  (PASSED|FAILED|SKIPPED) ' "$OUT/tests.log" | tail -3 | tr '\n' ' ')
+  say "$t: exit $rc; $line"
+  [ $rc -eq 0 ] || failed=1
+done
+grep -E 'GPU digest of 2 GiB' "$OUT/tests.log" | tee -a "$summary"
+grep -E '^\[  FAILED  \]' "$OUT/tests.log" | tee -a "$summary"
+
+say "== benchmark ($mode)"
+case "$mode" in
+  smoke) args=(--scale 0.01 --ckpt /var/tmp/fr-llama8b-small) ;;
+  *) args=() ;;
+esac
+PYTHONUNBUFFERED=1 python3 bench/h200_weights.py --out "$OUT" "${args[@]}" 2>&1 | tee "$OUT/bench.log"
+brc=${PIPESTATUS[0]}
+grep -vE '^(Traceback|  )' "$OUT/bench.log" >>"$summary"
+say "benchmark exit $brc"
+[ $failed -eq 0 ] && [ $brc -eq 0 ]
