@@ -75,7 +75,7 @@ Status fill_task(const PreloadPlan& plan, const std::vector<UniqueFd>& fds, cons
 }  // namespace
 
 Result<uint64_t> run_preload(const PreloadPlan& plan, Pool& pool, Progress& progress,
-                             const std::atomic<bool>& cancel, int threads) {
+                             const std::atomic<bool>& cancel, int threads, int test_delay_ms) {
   std::vector<UniqueFd> fds;
   for (const auto& h : plan.headers) {
     UniqueFd fd(::open(h.path.c_str(), O_RDONLY | O_CLOEXEC));
@@ -108,6 +108,7 @@ Result<uint64_t> run_preload(const PreloadPlan& plan, Pool& pool, Progress& prog
       if (cancel) return fail(make_error(Errc::kCancelled, "preload cancelled"));
       if (failed()) return;
       const Task& t = tasks[i];
+      if (test_delay_ms > 0) std::this_thread::sleep_for(std::chrono::milliseconds(test_delay_ms));
       const size_t n = t.end - t.begin;
       auto buf = u.acquire(t.begin, n);
       if (!buf.ok()) return fail(buf.error());

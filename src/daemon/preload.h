@@ -35,6 +35,6 @@ Result<PreloadPlan> plan_preload(const std::vector<std::string>& files, const st
 // Fills `pool` per `plan`; returns the content digest. Checks the files' identities again at the end so a
 // file changed while it was read fails the load instead of being cached under its old identity.
 Result<uint64_t> run_preload(const PreloadPlan& plan, Pool& pool, Progress& progress,
-                             const std::atomic<bool>& cancel, int threads);
+                             const std::atomic<bool>& cancel, int threads, int test_delay_ms = 0);
 
 }  // namespace fr::daemon

@@ -444,7 +444,8 @@ Result<std::string> Server::preload(const PreloadRequest& req, bool wait) {
     Entry* raw = e.get();
     // The thread only touches the entry through `raw`: retire() joins it before the entry can go away.
     e->loader = std::thread([this, raw, plan = std::move(plan)] {
-      auto digest = run_preload(plan, *raw->pool, raw->progress, raw->cancel, m_opts.reader_threads);
+      auto digest = run_preload(plan, *raw->pool, raw->progress, raw->cancel, m_opts.reader_threads,
+                                m_opts.test_read_delay_ms);
       Status sealed = digest.ok() ? raw->pool->seal() : Status{};
       std::lock_guard lk2(m_store.mutex());
       raw->progress.finished = std::chrono::steady_clock::now();

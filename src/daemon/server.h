@@ -32,6 +32,7 @@ struct ServerOptions {
   std::optional<gid_t> group;        // allow this group (dir 0750, socket 0660)
   int reader_threads = 8;
   size_t max_clients = 256;
+  int test_read_delay_ms = 0;        // tests only: slow every read task down (docs/weightd.md)
 };
 
 // Exit codes of fastrestart-weightd (docs/weightd.md).

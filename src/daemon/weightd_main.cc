@@ -14,7 +14,7 @@ int run(int argc, char** argv) {
   CLI::App app{"fastrestart-weightd: per-GPU weight daemon (docs/weightd.md)"};
   std::string backend_name = "cuda", gpu = "0", socket_dir, group, log_level = "info", dtype;
   std::vector<std::string> preload_files, config_kv, tensors;
-  int threads = 8;
+  int threads = 8, test_delay_ms = 0;
   bool version = false;
   app.add_option("--backend", backend_name, "cuda (GPU memory, CUDA VMM) or host (memfd)")->check(CLI::IsMember({"cuda", "host"}));
   app.add_option("--gpu", gpu, "GPU index or UUID (GPU-...), cuda backend only");
@@ -27,6 +27,8 @@ int run(int argc, char** argv) {
   app.add_option("--reader-threads", threads, "parallel readers of the pipelined loader")->check(CLI::Range(1, 64));
   app.add_option("--log-level", log_level, "trace|debug|info|warn|error");
   app.add_flag("--version", version, "print the version and exit");
+  app.add_option("--test-read-delay-ms", test_delay_ms, "tests only: sleep this long before each 64 MiB read task")
+      ->group("");
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -81,6 +83,7 @@ int run(int argc, char** argv) {
   ServerOptions opts;
   opts.socket_dir = socket_dir;
   opts.reader_threads = threads;
+  opts.test_read_delay_ms = test_delay_ms;
   if (!group.empty()) {
     auto g = fr::resolve_group(group);
     if (!g.ok()) {

@@ -160,7 +160,7 @@ Result<TensorSpec> tensor_spec_from_json(const json& j, const std::string& where
     return field_error(where + ".shape", "missing, not an array, or more than " + std::to_string(kMaxRank) + " dimensions");
   unsigned __int128 elems = 1;
   for (const auto& v : *sh) {
-    if (!v.is_number_unsigned()) return field_error(where + ".shape", "holds a non-integer or negative size");
+    if (!v.is_number_integer() || v.get<int64_t>() < 0) return field_error(where + ".shape", "holds a non-integer or negative size");
     elems *= v.get<uint64_t>();
     if (elems > (static_cast<unsigned __int128>(1) << 50)) return field_error(where + ".shape", "too many elements");
     t.shape.push_back(static_cast<int64_t>(v.get<uint64_t>()));

@@ -1,0 +1,148 @@
+#include "support/harness.h"
+
+#include "common/unix_socket.h"
+
+#include <fcntl.h>
+#include <grp.h>
+#include <signal.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <random>
+#include <sstream>
+#include <stdexcept>
+#include <thread>
+
+namespace fr::test {
+
+std::string weightctl() { return FR_WEIGHTCTL_BIN; }
+std::string weightd() { return FR_WEIGHTD_BIN; }
+
+TempDir::TempDir() {
+  char tmpl[] = "/tmp/fr-test-XXXXXX";
+  if (!::mkdtemp(tmpl)) throw std::runtime_error("mkdtemp failed");
+  m_path = tmpl;
+  ::chmod(m_path.c_str(), 0755);  // tests hand paths to other uids
+}
+TempDir::~TempDir() {
+  std::error_code ec;
+  std::filesystem::remove_all(m_path, ec);
+}
+
+Checkpoint make_checkpoint(const std::string& dir, int shards, int per_shard, size_t bytes, uint64_t seed) {
+  Checkpoint ck;
+  std::mt19937_64 rng(seed);
+  for (int s = 0; s < shards; ++s) {
+    std::vector<TensorData> td;
+    std::vector<std::string> names;
+    for (int t = 0; t < per_shard; ++t) {
+      std::string name = "model.layers." + std::to_string(s * per_shard + t) + ".weight";
+      int64_t cols = 64, rows = static_cast<int64_t>(bytes / 4 / 64) + t;  // uneven sizes: real padding
+      std::vector<std::byte> b(static_cast<size_t>(rows * cols * 4));
+      for (size_t i = 0; i + 8 <= b.size(); i += 8) {
+        uint64_t v = rng();
+        std::memcpy(&b[i], &v, 8);
+      }
+      ck.tensors[name] = std::move(b);
+      names.push_back(name);
+      td.push_back({name, DType::kF32, {rows, cols}, ck.tensors[name]});
+    }
+    std::string file = dir + "/model-" + std::to_string(s + 1) + ".safetensors";
+    auto st = write_safetensors(file, td);
+    if (!st.ok()) throw std::runtime_error(st.error().message);
+    ck.files.push_back(file);
+  }
+  return ck;
+}
+
+namespace {
+
+pid_t spawn(const std::vector<std::string>& argv, const std::string& log, int uid, int gid) {
+  pid_t pid = ::fork();
+  if (pid != 0) return pid;
+  int fd = ::open(log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  if (fd >= 0) {
+    ::dup2(fd, 1);
+    ::dup2(fd, 2);
+  }
+  if (gid >= 0 && (::setgroups(0, nullptr) != 0 || ::setgid(static_cast<gid_t>(gid)) != 0)) _exit(126);
+  if (uid >= 0 && ::setuid(static_cast<uid_t>(uid)) != 0) _exit(126);
+  std::vector<char*> args;
+  for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
+  args.push_back(nullptr);
+  ::execv(args[0], args.data());
+  _exit(127);
+}
+
+int wait_code(pid_t pid) {
+  int st = 0;
+  while (::waitpid(pid, &st, 0) < 0 && errno == EINTR) {
+  }
+  return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+}
+
+std::string slurp(const std::string& path) {
+  std::ifstream f(path);
+  std::stringstream s;
+  s << f.rdbuf();
+  return s.str();
+}
+
+}  // namespace
+
+RunResult run(const std::vector<std::string>& argv, int as_uid, int as_gid) {
+  char tmpl[] = "/tmp/fr-run-XXXXXX";
+  int fd = ::mkstemp(tmpl);
+  ::close(fd);
+  ::chmod(tmpl, 0666);
+  pid_t pid = spawn(argv, tmpl, as_uid, as_gid);
+  RunResult r;
+  r.exit_code = wait_code(pid);
+  r.output = slurp(tmpl);
+  ::unlink(tmpl);
+  return r;
+}
+
+Daemon::Daemon(const std::string& dir, const std::vector<std::string>& extra, int as_uid, int as_gid) : m_dir(dir) {
+  char tmpl[] = "/tmp/fr-weightd-log-XXXXXX";
+  int fd = ::mkstemp(tmpl);
+  ::close(fd);
+  ::chmod(tmpl, 0666);
+  m_log = tmpl;
+  std::vector<std::string> argv{weightd(), "--backend", "host", "--socket-dir", dir, "--log-level", "debug"};
+  argv.insert(argv.end(), extra.begin(), extra.end());
+  m_pid = spawn(argv, m_log, as_uid, as_gid);
+  for (int i = 0; i < 500; ++i) {
+    // Ready once it accepts: a stale socket file from a killed daemon exists before the new one binds.
+    if (connect_unix(socket(), deadline_in(0)).ok()) return;
+    int status;
+    if (::waitpid(m_pid, &status, WNOHANG) == m_pid) {
+      m_pid = -1;
+      throw std::runtime_error("fastrestart-weightd exited at start: " + log());
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  throw std::runtime_error("fastrestart-weightd did not create its socket: " + log());
+}
+
+Daemon::~Daemon() {
+  if (m_pid > 0) stop();
+  ::unlink(m_log.c_str());
+}
+
+int Daemon::stop(int sig) {
+  if (m_pid <= 0) return -1;
+  ::kill(m_pid, sig);
+  int rc = wait_code(m_pid);
+  m_pid = -1;
+  return rc;
+}
+
+std::string Daemon::log() const { return slurp(m_log); }
+
+}  // namespace fr::test

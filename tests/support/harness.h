@@ -1,0 +1,62 @@
+// Test support: temporary directories, synthetic checkpoints, and real fastrestart-weightd processes.
+#pragma once
+
+#include <sys/types.h>
+
+#include <map>
+#include <string>
+#include <vector>
+
+#include "common/safetensors.h"
+
+namespace fr::test {
+
+// A fresh directory under /tmp, removed (recursively) on destruction.
+class TempDir {
+ public:
+  TempDir();
+  ~TempDir();
+  const std::string& path() const { return m_path; }
+  std::string operator/(const std::string& name) const { return m_path + "/" + name; }
+
+ private:
+  std::string m_path;
+};
+
+struct Checkpoint {
+  std::vector<std::string> files;
+  std::map<std::string, std::vector<std::byte>> tensors;  // name -> bytes as in the file
+};
+// `shards` files with `per_shard` F32 tensors of about `bytes` each, deterministic in `seed`.
+Checkpoint make_checkpoint(const std::string& dir, int shards, int per_shard, size_t bytes, uint64_t seed);
+
+struct RunResult {
+  int exit_code = -1;  // or 128 + signal
+  std::string output;  // stdout + stderr
+};
+// Runs a program to completion (argv[0] is the path), optionally as another uid/gid.
+RunResult run(const std::vector<std::string>& argv, int as_uid = -1, int as_gid = -1);
+
+// A running fastrestart-weightd. The destructor sends SIGTERM and reaps it.
+class Daemon {
+ public:
+  // Starts `fastrestart-weightd --backend host --socket-dir <dir> <extra...>` and waits for its socket.
+  // With `as_uid` the daemon runs under that uid/gid.
+  Daemon(const std::string& socket_dir, const std::vector<std::string>& extra = {}, int as_uid = -1, int as_gid = -1);
+  ~Daemon();
+  pid_t pid() const { return m_pid; }
+  std::string socket() const { return m_dir + "/weightd-host.sock"; }
+  const std::string& dir() const { return m_dir; }
+  // SIGTERM, wait; returns the exit code (or 128 + signal).
+  int stop(int sig = 15);
+  std::string log() const;
+
+ private:
+  std::string m_dir, m_log;
+  pid_t m_pid = -1;
+};
+
+std::string weightctl();
+std::string weightd();
+
+}  // namespace fr::test
