@@ -54,6 +54,7 @@ void add_serve_flags(CLI::App& app, ServeOptions& o, std::string& format, std::s
   app.add_flag("--fault-grow-memory", f.grow_memory, "grow host memory once ready until killed")->group(g);
   app.add_option("--fault-grow-memory-rate", f.grow_memory_mib_per_s, "MiB/s for --fault-grow-memory")->group(g);
   app.add_option("--fault-ignore-sigterm", f.ignore_sigterm_s, "keep serving S seconds after the first SIGTERM")->group(g);
+  app.add_option("--fault-token-delay", f.token_delay_s, "extra seconds per generated token")->group(g);
   app.add_flag("--fault-spawn-worker", f.spawn_worker, "fork a worker that survives the parent's SIGKILL")->group(g);
 }
 

@@ -21,6 +21,7 @@ struct FaultOptions {
   double grow_memory_mib_per_s = 1024;
   double ignore_sigterm_s = 0;      // after the first SIGTERM, keep serving this long before shutting down
   bool spawn_worker = false;        // fork a worker that outlives a SIGKILLed parent
+  double token_delay_s = 0;         // extra time per generated token (makes requests slow, for drain tests)
   bool any() const;
 };
 

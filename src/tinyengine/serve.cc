@@ -104,7 +104,7 @@ Status check_flags(const ServeOptions& o, const CheckpointInfo* info) {
 bool FaultOptions::any() const {
   return startup_delay_s > 0 || exit_after_startup || exit_after_requests > 0 || abort_after_requests > 0 ||
          cuda_oom || vllm_free_memory || hang_after_requests >= 0 || grow_memory || ignore_sigterm_s > 0 ||
-         spawn_worker;
+         spawn_worker || token_delay_s > 0;
 }
 
 int run_serve(const ServeOptions& o) {

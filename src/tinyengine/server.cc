@@ -227,6 +227,8 @@ std::pair<int, json> EngineServer::complete(const std::string& body) {
   for (size_t i = 0; i < prompts->size(); ++i) {
     const auto& p = (*prompts)[i];
     Generation g = m_model->model.generate(p, max_tokens, std::max(top, 0));
+    if (m_options.faults.token_delay_s > 0)
+      std::this_thread::sleep_for(std::chrono::duration<double>(m_options.faults.token_delay_s) * g.steps.size());
     std::vector<int> ids;
     json tokens = json::array(), lps = json::array(), tops = json::array(), offsets = json::array();
     size_t off = 0;

@@ -1,0 +1,147 @@
+// The real binary over HTTP: endpoints, errors, readiness and graceful SIGTERM.
+#include <signal.h>
+
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <future>
+#include <thread>
+
+#include "engine_process.h"
+#include "support/harness.h"
+
+namespace fr::te::test {
+namespace {
+
+using nlohmann::json;
+
+TEST(TinyEngineHttp, EndpointsAnswer) {
+  Engine e(tiny_checkpoint(), {"--served-model-name", "tiny", "--gpu-memory-utilization", "0.75"});
+  ASSERT_TRUE(e.wait_ready()) << e.log();
+  auto [hs, h] = e.get("/health");
+  EXPECT_EQ(hs, 200);
+
+  auto [ms, models] = e.get("/v1/models");
+  ASSERT_EQ(ms, 200);
+  EXPECT_EQ(models["object"], "list");
+  EXPECT_EQ(models["data"][0]["id"], "tiny");
+  EXPECT_EQ(models["data"][0]["max_model_len"], 256);
+  EXPECT_EQ(models["data"][0]["fastrestart"]["load"]["path"], "disk");
+  EXPECT_EQ(models["data"][0]["fastrestart"]["gpu_memory_utilization"], 0.75);
+
+  auto [cs, c] = e.post("/v1/completions", completion_request("Hello", 6));
+  ASSERT_EQ(cs, 200) << c.dump();
+  EXPECT_EQ(answer_of(c).tokens.size(), 6u);
+  EXPECT_EQ(answer_of(c).logprobs.size(), 6u);
+  auto [cs2, c2] = e.post("/v1/completions", {{"prompt", {72, 101, 108, 108, 111}}, {"max_tokens", 6}, {"logprobs", 0}});
+  ASSERT_EQ(cs2, 200);
+  EXPECT_EQ(answer_of(c), answer_of(c2));  // "Hello" as token ids
+
+  auto [ss, stats] = e.get("/stats");
+  ASSERT_EQ(ss, 200);
+  EXPECT_EQ(stats["state"], "ready");
+  EXPECT_EQ(stats["pid"], e.pid());
+  EXPECT_EQ(stats["load"]["format"], "disk");
+  EXPECT_EQ(stats["load"]["path"], "disk");
+  EXPECT_GT(stats["load"]["weight_bytes"].get<uint64_t>(), 0u);
+  EXPECT_GE(stats["load"]["disk_bytes_read"].get<uint64_t>(), stats["load"]["weight_bytes"].get<uint64_t>());
+  EXPECT_TRUE(stats["load"]["phases"].contains("disk_read_s"));
+  EXPECT_TRUE(stats["startup"].contains("ready_s"));
+  EXPECT_EQ(stats["requests"]["completions"], 2);
+  EXPECT_EQ(stats["gpu_memory_utilization"], 0.75);
+  EXPECT_NE(e.log().find("load path=disk"), std::string::npos);
+}
+
+TEST(TinyEngineHttp, ErrorsAreJson) {
+  Engine e(tiny_checkpoint(), {});
+  ASSERT_TRUE(e.wait_ready()) << e.log();
+  auto c = e.client();
+  auto r = c.Post("/v1/completions", "{oops", "application/json");
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 400);
+  auto j = json::parse(r->body);
+  EXPECT_EQ(j["error"]["code"], 400);
+  EXPECT_FALSE(j["error"]["message"].get<std::string>().empty());
+  auto [ns, nf] = e.get("/v2/nothing");
+  EXPECT_EQ(ns, 404);
+  EXPECT_EQ(nf["error"]["code"], 404);
+  EXPECT_EQ(e.get("/stats").second["requests"]["errors"], 1);
+}
+
+TEST(TinyEngineHttp, HealthIs503WhileLoadingThen200) {
+  Engine e(tiny_checkpoint(), {"--fault-startup-delay", "0.6"});
+  ASSERT_TRUE(e.wait_port()) << e.log();
+  EXPECT_EQ(e.get("/health").first, 503);
+  EXPECT_EQ(e.get("/stats").second["state"], "loading");
+  EXPECT_EQ(e.post("/v1/completions", completion_request("a")).first, 503);
+  ASSERT_TRUE(e.wait_ready()) << e.log();
+  EXPECT_EQ(e.get("/stats").second["startup"]["startup_delay_s"], 0.6);
+}
+
+TEST(TinyEngineHttp, SigtermFinishesInFlightStopsAcceptingAndExits0) {
+  Engine e(tiny_checkpoint(), {"--fault-token-delay", "0.1"});
+  ASSERT_TRUE(e.wait_ready()) << e.log();
+  auto inflight = std::async(std::launch::async, [&] { return e.post("/v1/completions", completion_request("x", 10)); });
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  e.signal(SIGTERM);
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  EXPECT_EQ(e.get("/health", 1).first, -1);  // the listening socket is closed
+  auto [st, body] = inflight.get();
+  EXPECT_EQ(st, 200) << e.log();
+  EXPECT_EQ(answer_of(body).tokens.size(), 10u);
+  EXPECT_EQ(e.wait_exit(5), 0) << e.log();
+}
+
+TEST(TinyEngineHttp, SigtermGracePeriodBoundsTheWait) {
+  Engine e(tiny_checkpoint(), {"--fault-token-delay", "5", "--shutdown-grace", "0.5"});
+  ASSERT_TRUE(e.wait_ready()) << e.log();
+  auto inflight = std::async(std::launch::async, [&] { return e.post("/v1/completions", completion_request("x", 4), 30); });
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  const auto t0 = std::chrono::steady_clock::now();
+  e.signal(SIGTERM);
+  EXPECT_EQ(e.wait_exit(5), 0) << e.log();
+  EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(), 3.0);
+  EXPECT_NE(e.log().find("grace period"), std::string::npos);
+  inflight.wait();
+}
+
+TEST(TinyEngineHttp, SigtermWhileLoadingExits0) {
+  Engine e(tiny_checkpoint(), {"--fault-startup-delay", "30"});
+  ASSERT_TRUE(e.wait_port()) << e.log();
+  e.signal(SIGTERM);
+  EXPECT_EQ(e.wait_exit(5), 0) << e.log();
+}
+
+TEST(TinyEngineHttp, BadUsageExits2AndBadCheckpointExits1) {
+  auto usage = fr::test::run({tinyengine_bin(), "serve", tiny_checkpoint(), "--no-such-flag"});
+  EXPECT_EQ(usage.exit_code, 2) << usage.output;
+  auto tp = fr::test::run({tinyengine_bin(), "serve", tiny_checkpoint(), "--tensor-parallel-size", "2"});
+  EXPECT_EQ(tp.exit_code, 2) << tp.output;
+  Engine e("/nonexistent/checkpoint", {});
+  EXPECT_EQ(e.wait_exit(5), 1) << e.log();
+  EXPECT_NE(e.log().find("does not exist"), std::string::npos);
+}
+
+TEST(TinyEngineHttp, PortInUseExits1) {
+  Engine a(tiny_checkpoint(), {});
+  ASSERT_TRUE(a.wait_ready()) << a.log();
+  auto r = fr::test::run({tinyengine_bin(), "serve", tiny_checkpoint(), "--port", std::to_string(a.port())});
+  EXPECT_EQ(r.exit_code, 1) << r.output;
+  EXPECT_NE(r.output.find("cannot listen"), std::string::npos);
+}
+
+TEST(TinyEngineHttp, GenSubcommandWritesACheckpointOfTheChosenSize) {
+  fr::test::TempDir d;
+  auto r = fr::test::run({tinyengine_bin(), "gen", "--out", d.path(), "--size", "3M", "--dtype", "BF16"});
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  auto info = inspect_checkpoint(d.path());
+  ASSERT_TRUE(info.ok()) << info.error().to_string();
+  EXPECT_EQ(info->config.dtype, DType::kBF16);
+  EXPECT_NEAR(static_cast<double>(total_weight_bytes(info->config)), 3.0 * (1 << 20), 0.01 * (3 << 20));
+  Engine e(d.path(), {});
+  ASSERT_TRUE(e.wait_ready()) << e.log();
+  EXPECT_EQ(e.post("/v1/completions", completion_request("hi", 3)).first, 200);
+}
+
+}  // namespace
+}  // namespace fr::te::test

@@ -1,0 +1,102 @@
+// Publish-then-attach through a real fastrestart-weightd (host backend), and disk vs attach answers.
+#include <signal.h>
+#include <unistd.h>
+
+#include <gtest/gtest.h>
+
+#include "engine_process.h"
+#include "support/harness.h"
+
+namespace fr::te::test {
+namespace {
+
+using nlohmann::json;
+
+bool have_weightd() { return access(fr::test::weightd().c_str(), X_OK) == 0; }
+
+std::vector<std::string> fastrestart_args(const std::string& socket_dir, std::vector<std::string> more = {}) {
+  std::vector<std::string> a = {"--load-format", "fastrestart", "--fastrestart-socket-dir", socket_dir};
+  a.insert(a.end(), more.begin(), more.end());
+  return a;
+}
+
+// Starts an engine, checks it is ready, returns (its /stats, its answer to a fixed prompt), then stops it.
+std::pair<json, Answer> run_once(const std::string& model, const std::vector<std::string>& args) {
+  Engine e(model, args);
+  EXPECT_TRUE(e.wait_ready(30)) << e.log();
+  auto stats = e.get("/stats").second;
+  auto [st, c] = e.post("/v1/completions", completion_request("The weights must match", 12));
+  EXPECT_EQ(st, 200) << c.dump();
+  e.signal(SIGTERM);
+  EXPECT_EQ(e.wait_exit(10), 0) << e.log();
+  return {stats, st == 200 ? answer_of(c) : Answer{}};
+}
+
+TEST(TinyEngineWeightd, PublishThenAttachGivesTheDiskAnswer) {
+  if (!have_weightd()) GTEST_SKIP() << "fastrestart-weightd is not built";
+  fr::test::TempDir sockets;
+  fr::test::Daemon d(sockets.path());
+  const std::string& model = tiny_checkpoint();
+
+  auto [disk_stats, disk] = run_once(model, {});
+  EXPECT_EQ(disk_stats["load"]["path"], "disk");
+
+  auto [cold, cold_answer] = run_once(model, fastrestart_args(sockets.path()));
+  EXPECT_EQ(cold["load"]["path"], "fallback") << cold.dump();
+  EXPECT_FALSE(cold["load"]["reason"].get<std::string>().empty());
+  EXPECT_EQ(cold["load"]["published"], true) << cold.dump() << d.log();
+  EXPECT_EQ(cold_answer, disk);
+
+  auto [warm, warm_answer] = run_once(model, fastrestart_args(sockets.path()));
+  EXPECT_EQ(warm["load"]["path"], "attach") << warm.dump() << d.log();
+  EXPECT_EQ(warm["load"]["mode"], "zero_copy");
+  EXPECT_EQ(warm["load"]["digest"], cold["load"]["digest"]);
+  // Only the headers came from disk: the weights came from the daemon's pool.
+  EXPECT_LT(warm["load"]["disk_bytes_read"].get<uint64_t>(), 16384u);
+  EXPECT_FALSE(warm["load"]["phases"].contains("disk_read_s"));
+  EXPECT_EQ(warm_answer, disk);
+
+  auto [copy, copy_answer] =
+      run_once(model, fastrestart_args(sockets.path(), {"--fastrestart-mode", "copy", "--fastrestart-verify"}));
+  EXPECT_EQ(copy["load"]["path"], "attach") << copy.dump();
+  EXPECT_EQ(copy["load"]["mode"], "copy");
+  EXPECT_EQ(copy_answer, disk);
+}
+
+TEST(TinyEngineWeightd, ChangedCheckpointMissesAndServesTheNewWeights) {
+  if (!have_weightd()) GTEST_SKIP() << "fastrestart-weightd is not built";
+  fr::test::TempDir sockets, ckpt;
+  fr::test::Daemon d(sockets.path());
+  GenOptions o;
+  ASSERT_TRUE(generate_checkpoint(o, ckpt.path()).ok());
+  auto [first, a1] = run_once(ckpt.path(), fastrestart_args(sockets.path()));
+  EXPECT_EQ(first["load"]["published"], true) << first.dump();
+  o.seed = 99;  // same layout, other weights: a new file (new inode/ctime)
+  ASSERT_TRUE(generate_checkpoint(o, ckpt.path()).ok());
+  auto [second, a2] = run_once(ckpt.path(), fastrestart_args(sockets.path()));
+  EXPECT_EQ(second["load"]["path"], "fallback") << second.dump();
+  EXPECT_NE(a1, a2);
+  auto [disk, a3] = run_once(ckpt.path(), {});
+  EXPECT_EQ(a2, a3);
+}
+
+TEST(TinyEngineWeightd, NoDaemonFallsBackToDiskWithAReason) {
+  fr::test::TempDir sockets;  // empty: nobody listens
+  auto [stats, answer] = run_once(tiny_checkpoint(), fastrestart_args(sockets.path(), {"--fastrestart-connect-timeout", "0.5"}));
+  EXPECT_EQ(stats["load"]["path"], "fallback") << stats.dump();
+  EXPECT_FALSE(stats["load"]["reason"].get<std::string>().empty());
+  EXPECT_EQ(stats["load"]["published"], false);
+  EXPECT_FALSE(stats["load"]["publish_error"].get<std::string>().empty());
+  EXPECT_EQ(answer, run_once(tiny_checkpoint(), {}).second);
+}
+
+TEST(TinyEngineWeightd, NoDaemonWithFallbackOffFailsToStart) {
+  fr::test::TempDir sockets;
+  Engine e(tiny_checkpoint(),
+           fastrestart_args(sockets.path(), {"--fastrestart-fallback", "off", "--fastrestart-connect-timeout", "0.5"}));
+  EXPECT_EQ(e.wait_exit(10), 1) << e.log();
+  EXPECT_NE(e.log().find("fastrestart attach"), std::string::npos) << e.log();
+}
+
+}  // namespace
+}  // namespace fr::te::test
