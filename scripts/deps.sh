@@ -1,0 +1,20 @@
+#!/usr/bin/env bash
+# Installs the Debian 12 packages fastrestart builds and tests with. Idempotent; needs root.
+set -euo pipefail
+pkgs=(
+  build-essential cmake ninja-build pkg-config git
+  libuv1-dev libtomlplusplus-dev nlohmann-json3-dev libspdlog-dev libsystemd-dev
+  libgtest-dev libgmock-dev libcli11-dev libcpp-httplib-dev libxxhash-dev
+  pybind11-dev python3-dev python3-numpy
+  clang libclang-rt-14-dev
+  curl procps util-linux
+)
+missing=()
+for p in "${pkgs[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if [ ${#missing[@]} -gt 0 ]; then
+  echo "scripts/deps.sh: installing ${missing[*]}"
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get install -y --no-install-recommends "${missing[@]}" || { apt-get update && apt-get install -y --no-install-recommends "${missing[@]}"; }
+fi
