@@ -143,19 +143,34 @@ class Bench:
         log(f"write through a read-only zero_copy mapping in a child: exit {self.res['write_through_read_only']['exit_code']}, "
             f"{w.get('write_through_read_only')}; verify afterwards: exit {p.returncode}")
 
-    def daemon_stages(self):
+    def start_daemon(self, extra, logname):
         shutil.rmtree(self.sock, ignore_errors=True)
         os.makedirs(self.sock, mode=0o700)
-        dlog = open(os.path.join(self.a.out, "weightd.log"), "w")
-        daemon = subprocess.Popen([self.weightd] + self.backend + ["--socket-dir", self.sock],
+        dlog = open(os.path.join(self.a.out, logname), "w")
+        daemon = subprocess.Popen([self.weightd] + self.backend + ["--socket-dir", self.sock] + extra,
                                   stdout=dlog, stderr=subprocess.STDOUT)
+        for _ in range(200):
+            if glob.glob(os.path.join(self.sock, "*.sock")) or daemon.poll() is not None:
+                break
+            time.sleep(0.05)
+        if daemon.poll() is not None:
+            raise RuntimeError(f"fastrestart-weightd exited at start; see {logname}")
+        return daemon, dlog
+
+    def stop_daemon(self, daemon, dlog):
         try:
-            for _ in range(200):
-                if glob.glob(os.path.join(self.sock, "*.sock")) or daemon.poll() is not None:
-                    break
-                time.sleep(0.05)
-            if daemon.poll() is not None:
-                raise RuntimeError("fastrestart-weightd exited at start; see weightd.log")
+            if daemon.poll() is None:
+                run(self.ctl + ["shutdown"], check=False)
+                daemon.wait(timeout=30)
+        finally:
+            if daemon.poll() is None:
+                daemon.kill()
+                daemon.wait()
+            dlog.close()
+
+    def daemon_stages(self):
+        daemon, dlog = self.start_daemon([], "weightd.log")
+        try:
             self.res["preload_cold_page_cache_dropped"] = drop_caches()
             self.stage("preload_cold", lambda: self.preload("preload_cold"))
             self.stage("weightctl_attach", self.weightctl_attach)
@@ -163,13 +178,16 @@ class Bench:
             self.stage("write_test", self.write_test)
             self.stage("evict", lambda: run(self.ctl + ["evict", "--all"]))
             self.stage("preload_warm", lambda: self.preload("preload_warm"))
-            run(self.ctl + ["shutdown"])
-            daemon.wait(timeout=30)
         finally:
-            if daemon.poll() is None:
-                daemon.kill()
-                daemon.wait()
-            dlog.close()
+            self.stop_daemon(daemon, dlog)
+
+    def warm_with_more_readers(self, threads):
+        """A fresh daemon (nothing cached in it) preloading from the still-warm page cache."""
+        daemon, dlog = self.start_daemon(["--reader-threads", str(threads)], f"weightd-{threads}.log")
+        try:
+            self.preload(f"preload_warm_fresh_daemon_{threads}_readers")
+        finally:
+            self.stop_daemon(daemon, dlog)
 
     def safetensors(self, label):
         code = ("import sys, time, json, torch\n"
@@ -196,6 +214,8 @@ def main():
     b.checkpoint()
     b.stage("dd_direct", b.dd)
     b.stage("daemon", b.daemon_stages)
+    for threads in (8, 16):
+        b.stage(f"warm_{threads}_readers", lambda: b.warm_with_more_readers(threads))
     if not b.a.skip_safetensors:
         b.stage("safetensors_cold", lambda: b.safetensors("safetensors_cold"))
         b.stage("safetensors_warm", lambda: b.safetensors("safetensors_warm"))

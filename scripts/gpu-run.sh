@@ -5,7 +5,7 @@
 # usage: scripts/gpu-run.sh [smoke|full]
 #   smoke: machine facts, the CUDA tests, and the benchmark on a 1% checkpoint (about 160 MB)
 #   full:  the CUDA tests and the benchmark on the full Llama-3.1-8B-shaped checkpoint (16 GB)
-# Files in $OUT (at most 8 come back): summary.txt, tests.log, bench.log, results.json, weightd.log.
+# Files in $OUT (at most 8 come back): summary.txt, tests.log, bench.log, results.json, weightd*.log.
 set -uo pipefail
 mode=${1:-full}
 root=$(pwd)
@@ -35,7 +35,7 @@ for t in no_driver_test gpu_digest_test vmm_share_test; do
   say "$t: exit $rc; $line"
   [ $rc -eq 0 ] || failed=1
 done
-grep -E 'GPU digest of 2 GiB' "$OUT/tests.log" | tee -a "$summary"
+grep -E 'GPU digest of 2 GiB|16 GiB VMM pool|cuMemExportToShareableHandle|cuMemHostAlloc' "$OUT/tests.log" | tee -a "$summary"
 grep -E '^\[  FAILED  \]' "$OUT/tests.log" | tee -a "$summary"
 
 say "== benchmark ($mode)"

@@ -29,7 +29,7 @@ namespace fr::cuda {
   X(cuMemcpyHtoD) X(cuMemcpyHtoDAsync) X(cuMemcpyDtoH) X(cuMemcpyDtoD) X(cuMemcpyAsync) X(cuMemsetD8)   \
   X(cuStreamCreate) X(cuStreamDestroy) X(cuStreamSynchronize) X(cuEventCreate) X(cuEventDestroy)         \
   X(cuEventRecord) X(cuEventSynchronize) X(cuEventElapsedTime) X(cuModuleLoadData) X(cuModuleUnload)     \
-  X(cuModuleGetFunction) X(cuLaunchKernel)
+  X(cuModuleGetFunction) X(cuLaunchKernel) X(cuPointerGetAttribute)
 
 struct Driver {
 #define FR_CUDA_DECLARE_FN(name) decltype(&::name) name = nullptr;

@@ -1,12 +1,17 @@
 // The CUDA backend: one VMM allocation per pool, shared by POSIX fd (brief decision 1).
 //
 // Pool: cuMemCreate (POSIX fd handle type) rounded up to the VMM granularity, mapped read-write into the
-// daemon only, zero-filled before it is handed out. share_fd() exports a new fd per call; engines map it
-// read-only, so seal() has nothing to do. Uploader: two pinned 64 MiB staging slots and a stream per
-// reader thread; while the GPU copies one slot the thread fills the other (acquire waits for the slot's
-// previous copy). digest() runs the XXH64 chunk kernel over the pool on the GPU.
+// daemon only, zero-filled before it is handed out. share_fd() exports the allocation once and hands each
+// client a duplicate; engines map it read-only, so seal() has nothing to do. Uploader: two pinned 64 MiB
+// staging slots (kept in a per-backend cache between preloads) and a stream per reader thread; while the
+// GPU copies one slot the thread fills the other (acquire waits for the slot's previous copy). digest()
+// runs the XXH64 chunk kernel over the pool on the GPU.
+#include <fcntl.h>
+
 #include <algorithm>
 #include <array>
+#include <mutex>
+#include <vector>
 
 #include "common/digest.h"
 #include "cuda/device.h"
@@ -23,22 +28,50 @@ using cuda::ScopedContext;
 
 constexpr size_t kSlotBytes = 64u << 20;
 
+// Pinned staging buffers outlive the uploaders that use them: pinning 64 MiB costs milliseconds, and a
+// preload with 8 readers needs 16 of them. At most kMaxCached are kept (1 GiB of pinned host memory).
+class StagingCache {
+ public:
+  static constexpr size_t kMaxCached = 16;
+  Result<cuda::PinnedBuffer> take(CUcontext ctx) {
+    {
+      std::lock_guard lock(m_mu);
+      if (!m_free.empty()) {
+        cuda::PinnedBuffer b = std::move(m_free.back());
+        m_free.pop_back();
+        return b;
+      }
+    }
+    return cuda::alloc_pinned(ctx, kSlotBytes);
+  }
+  void give_back(cuda::PinnedBuffer b) {
+    std::lock_guard lock(m_mu);
+    if (m_free.size() < kMaxCached) m_free.push_back(std::move(b));
+  }
+
+ private:
+  std::mutex m_mu;
+  std::vector<cuda::PinnedBuffer> m_free;  // GUARDED_BY(m_mu)
+};
+
 class CudaUploader final : public Uploader {
  public:
-  static Result<std::unique_ptr<Uploader>> make(std::shared_ptr<cuda::Device> dev, CUdeviceptr base,
-                                                uint64_t size) {
-    std::unique_ptr<CudaUploader> u(new CudaUploader(dev, base, size));
+  static Result<std::unique_ptr<Uploader>> make(std::shared_ptr<cuda::Device> dev, std::shared_ptr<StagingCache> cache,
+                                                CUdeviceptr base, uint64_t size) {
+    std::unique_ptr<CudaUploader> u(new CudaUploader(dev, cache, base, size));
     FR_ASSIGN(u->m_stream, cuda::create_stream(dev->context()));
     for (auto& s : u->m_slots) {
-      FR_ASSIGN(s.buffer, cuda::alloc_pinned(dev->context(), kSlotBytes));
+      FR_ASSIGN(s.buffer, cache->take(dev->context()));
       FR_ASSIGN(s.done, cuda::create_event(dev->context()));
     }
     return std::unique_ptr<Uploader>(std::move(u));
   }
 
   ~CudaUploader() override {
-    // The slots must not be freed under an in-flight copy.
-    (void)finish();
+    // The slots must not be reused or freed under an in-flight copy.
+    if (finish().ok())
+      for (auto& s : m_slots)
+        if (s.buffer.valid()) m_cache->give_back(std::move(s.buffer));
   }
 
   Result<std::byte*> acquire(uint64_t offset, size_t n) override {
@@ -80,8 +113,8 @@ class CudaUploader final : public Uploader {
     cuda::Event done;  // recorded after the slot's last copy
   };
 
-  CudaUploader(std::shared_ptr<cuda::Device> dev, CUdeviceptr base, uint64_t size)
-      : m_dev(std::move(dev)), m_base(base), m_size(size) {}
+  CudaUploader(std::shared_ptr<cuda::Device> dev, std::shared_ptr<StagingCache> cache, CUdeviceptr base, uint64_t size)
+      : m_dev(std::move(dev)), m_cache(std::move(cache)), m_base(base), m_size(size) {}
 
   Status check_range(uint64_t offset, size_t n) const {
     if (n > kSlotBytes || offset > m_size || n > m_size - offset)
@@ -91,6 +124,7 @@ class CudaUploader final : public Uploader {
   }
 
   std::shared_ptr<cuda::Device> m_dev;
+  std::shared_ptr<StagingCache> m_cache;
   CUdeviceptr m_base;
   uint64_t m_size;
   cuda::Stream m_stream;
@@ -101,8 +135,9 @@ class CudaUploader final : public Uploader {
 
 class CudaPool final : public Pool {
  public:
-  CudaPool(std::shared_ptr<cuda::Device> dev, cuda::Allocation alloc, std::unique_ptr<cuda::MappedRange> map)
-      : m_dev(std::move(dev)), m_alloc(std::move(alloc)), m_map(std::move(map)) {}
+  CudaPool(std::shared_ptr<cuda::Device> dev, std::shared_ptr<StagingCache> cache, cuda::Allocation alloc,
+           std::unique_ptr<cuda::MappedRange> map)
+      : m_dev(std::move(dev)), m_cache(std::move(cache)), m_alloc(std::move(alloc)), m_map(std::move(map)) {}
   ~CudaPool() override {
     // Unmap before dropping the allocation handle; importers keep their own references.
     m_map.reset();
@@ -110,10 +145,20 @@ class CudaPool final : public Pool {
 
   uint64_t size() const override { return m_map->size(); }
 
-  Result<UniqueFd> share_fd() override { return cuda::export_fd(*m_dev, m_alloc); }
+  Result<UniqueFd> share_fd() override {
+    // Exporting costs about as much as the client's whole import and map, so it happens once per pool;
+    // each client gets its own duplicate of that descriptor (importing a duplicate is the same import).
+    std::lock_guard lock(m_mu);
+    if (!m_exported) {
+      FR_ASSIGN(m_exported, cuda::export_fd(*m_dev, m_alloc));
+    }
+    UniqueFd d(::fcntl(m_exported.get(), F_DUPFD_CLOEXEC, 0));
+    if (!d) return sys_error("dup the exported pool fd");
+    return d;
+  }
 
   Result<std::unique_ptr<Uploader>> make_uploader() override {
-    return CudaUploader::make(m_dev, m_map->ptr(), m_map->size());
+    return CudaUploader::make(m_dev, m_cache, m_map->ptr(), m_map->size());
   }
 
   Status seal() override { return {}; }
@@ -126,8 +171,11 @@ class CudaPool final : public Pool {
 
  private:
   std::shared_ptr<cuda::Device> m_dev;
+  std::shared_ptr<StagingCache> m_cache;
   cuda::Allocation m_alloc;
   std::unique_ptr<cuda::MappedRange> m_map;
+  std::mutex m_mu;
+  UniqueFd m_exported;  // GUARDED_BY(m_mu)
 };
 
 class CudaBackend final : public Backend {
@@ -149,11 +197,12 @@ class CudaBackend final : public Backend {
     // not order after the legacy stream, so wait for the fill here.
     FR_TRY(check(d.cuMemsetD8(map->ptr(), 0, n), "cuMemsetD8(pool)"));
     FR_TRY(check(d.cuStreamSynchronize(nullptr), "cuMemsetD8(pool)"));
-    return std::unique_ptr<Pool>(new CudaPool(m_dev, std::move(alloc), std::move(map)));
+    return std::unique_ptr<Pool>(new CudaPool(m_dev, m_cache, std::move(alloc), std::move(map)));
   }
 
  private:
   std::shared_ptr<cuda::Device> m_dev;
+  std::shared_ptr<StagingCache> m_cache = std::make_shared<StagingCache>();
 };
 
 }  // namespace

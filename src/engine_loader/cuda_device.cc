@@ -93,7 +93,11 @@ class CudaDevice final : public DeviceApi {
       FR_TRY(check(d.cuCtxSynchronize(), "cuCtxSynchronize(before publish copies)"));
       m_fenced = true;
     }
-    // With unified addressing cuMemcpyAsync tells host from device pointers itself.
+    // Device memory and pinned host memory are known to the driver (unified addressing) and go through
+    // cuMemcpyAsync; plain pageable host memory is not, and needs the host-to-device call.
+    CUmemorytype type{};
+    if (d.cuPointerGetAttribute(&type, CU_POINTER_ATTRIBUTE_MEMORY_TYPE, dptr(src)) != CUDA_SUCCESS)
+      return check(d.cuMemcpyHtoDAsync(dptr(dst.base()) + offset, src, n, m_stream.get()), "cuMemcpyHtoDAsync(publish)");
     return check(d.cuMemcpyAsync(dptr(dst.base()) + offset, dptr(src), n, m_stream.get()), "cuMemcpyAsync(publish)");
   }
 

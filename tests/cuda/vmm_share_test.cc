@@ -4,12 +4,15 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <chrono>
+#include <cstdio>
 #include <cstring>
 #include <regex>
 
 #include "common/digest.h"
 #include "common/unix_socket.h"
 #include "cuda/device.h"
+#include "cuda/vmm.h"
 #include "cuda_test_util.h"
 #include "daemon/backend.h"
 #include "engine_loader/device.h"
@@ -165,6 +168,37 @@ TEST(VmmShare, MappingSurvivesTheExportersExit) {
   EXPECT_EQ(digest_hex(*d), digest);
 }
 
+// Not a check: prints what the daemon-side steps of an attach and a preload cost on this machine.
+TEST(CudaCosts, ExportAndStaging) {
+  FR_SKIP_WITHOUT_GPU();
+  using Clock = std::chrono::steady_clock;
+  auto ms = [](Clock::time_point t) { return std::chrono::duration<double, std::milli>(Clock::now() - t).count(); };
+  auto dev = cuda::Device::open_ordinal(0);
+  ASSERT_TRUE(dev.ok());
+  const uint64_t n = uint64_t{16} << 30;
+  auto t = Clock::now();
+  auto alloc = cuda::create_shareable(*dev, n);
+  ASSERT_TRUE(alloc.ok()) << alloc.error().to_string();
+  double create = ms(t);
+  t = Clock::now();
+  auto map = cuda::map_allocation(*dev, *alloc, n, cuda::Access::kReadWrite);
+  ASSERT_TRUE(map.ok()) << map.error().to_string();
+  double mapped = ms(t);
+  std::printf("16 GiB VMM pool: cuMemCreate %.3f ms, reserve+map+access %.3f ms\n", create, mapped);
+  for (int i = 0; i < 3; ++i) {
+    t = Clock::now();
+    auto fd = cuda::export_fd(**dev, *alloc);
+    ASSERT_TRUE(fd.ok()) << fd.error().to_string();
+    std::printf("cuMemExportToShareableHandle (16 GiB): %.3f ms\n", ms(t));
+  }
+  for (int i = 0; i < 3; ++i) {
+    t = Clock::now();
+    auto b = cuda::alloc_pinned((*dev)->context(), 64u << 20);
+    ASSERT_TRUE(b.ok());
+    std::printf("cuMemHostAlloc (64 MiB): %.3f ms\n", ms(t));
+  }
+}
+
 TEST(CudaDevice, CopyModeAndPublishCopies) {
   FR_SKIP_WITHOUT_GPU();
   Filled f = fill_pool(6u << 20, 61);
@@ -182,9 +216,12 @@ TEST(CudaDevice, CopyModeAndPublishCopies) {
   EXPECT_EQ(*dc, f.digest);
   // copy_in from host memory and from device memory (the copy) into the writable mapping.
   std::vector<unsigned char> host(4096, 0x11);
-  ASSERT_TRUE((*dev)->copy_in(**w, 0, host.data(), host.size()).ok());
-  ASSERT_TRUE((*dev)->copy_in(**w, 4096, (*c)->base(), 4096).ok());
-  ASSERT_TRUE((*dev)->sync().ok());
+  auto s1 = (*dev)->copy_in(**w, 0, host.data(), host.size());
+  ASSERT_TRUE(s1.ok()) << s1.error().to_string();
+  auto s2 = (*dev)->copy_in(**w, 4096, (*c)->base(), 4096);
+  ASSERT_TRUE(s2.ok()) << s2.error().to_string();
+  auto s3 = (*dev)->sync();
+  ASSERT_TRUE(s3.ok()) << s3.error().to_string();
   auto data = cuda_test::random_bytes(f.data_bytes, 61);
   std::memcpy(data.data() + 4096, data.data(), 4096);
   std::memset(data.data(), 0x11, 4096);
