@@ -1,0 +1,618 @@
+// Config parsing: a table of sections, each a table of keys with a setter that type-checks and range-checks
+// one value; then the rules that span keys. Every key, its default and why: docs/config.md.
+#include "supervisor/config.h"
+
+#include <toml++/toml.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <charconv>
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <initializer_list>
+#include <span>
+
+namespace fr::supervisor {
+namespace {
+
+constexpr size_t kMaxSocketPath = 107;  // sizeof(sockaddr_un::sun_path) - 1
+
+std::string fmt_number(double v) {
+  char buf[64];
+  auto r = std::to_chars(buf, buf + sizeof buf, v);
+  return std::string(buf, r.ptr);
+}
+
+std::string in_quotes(std::string_view s) {
+  std::string out = "\"";
+  for (char ch : s) {
+    if (ch == '"' || ch == '\\') {
+      out += '\\';
+      out += ch;
+    } else if (static_cast<unsigned char>(ch) < 0x20) {
+      char buf[8];
+      std::snprintf(buf, sizeof buf, "\\x%02x", static_cast<unsigned>(static_cast<unsigned char>(ch)));
+      out += buf;
+    } else {
+      out += ch;
+    }
+  }
+  return out + "\"";
+}
+
+std::string join(std::span<const char* const> names, const char* sep = ", ") {
+  std::string out;
+  for (const char* n : names) {
+    if (!out.empty()) out += sep;
+    out += in_quotes(n);
+  }
+  return out;
+}
+
+int64_t line_of(const toml::source_region& r) { return std::max<int64_t>(1, r.begin.line); }
+
+// What the user wrote, for messages: `string "abc"`, `integer 5`, `an array`.
+std::string describe(const toml::node& n) {
+  if (auto s = n.as_string()) return "string " + in_quotes(s->get());
+  if (auto i = n.as_integer()) return "integer " + std::to_string(i->get());
+  if (auto f = n.as_floating_point()) return "float " + fmt_number(f->get());
+  if (auto b = n.as_boolean()) return std::string("boolean ") + (b->get() ? "true" : "false");
+  if (n.is_array()) return "an array";
+  if (n.is_table()) return "a table";
+  return "a date or time";
+}
+
+// One value in the file and its dotted key ("engine.port", "gpus[1]"); errors carry path:line and the key.
+class Value {
+ public:
+  Value(const std::string& path, std::string key, const toml::node& node)
+      : m_path(path), m_key(std::move(key)), m_node(node) {}
+
+  const toml::node& node() const { return m_node; }
+  int64_t line() const { return line_of(m_node.source()); }
+
+  Error fail(const std::string& what) const {
+    return make_error(Errc::kInvalidArgument,
+                      m_path + ":" + std::to_string(line()) + ": " + m_key + ": " + what);
+  }
+  Error type_error(const char* expected) const {
+    return fail(std::string("expected ") + expected + ", got " + describe(m_node));
+  }
+  Value element(size_t i, const toml::node& n) const {
+    return Value(m_path, m_key + "[" + std::to_string(i) + "]", n);
+  }
+  Value member(std::string_view k, const toml::node& n) const {
+    return Value(m_path, m_key + "." + std::string(k), n);
+  }
+
+  Result<std::string> string() const {
+    if (auto s = m_node.as_string()) return s->get();
+    return type_error("a string");
+  }
+  Result<bool> boolean() const {
+    if (auto b = m_node.as_boolean()) return b->get();
+    return type_error("a boolean (true or false)");
+  }
+  Result<int64_t> integer() const {
+    if (auto i = m_node.as_integer()) return i->get();
+    return type_error("an integer");
+  }
+  Result<double> number() const {
+    double v = 0;
+    if (auto i = m_node.as_integer()) {
+      v = static_cast<double>(i->get());
+    } else if (auto f = m_node.as_floating_point()) {
+      v = f->get();
+    } else {
+      return type_error("a number");
+    }
+    if (!std::isfinite(v)) return fail("must be a finite number, got " + fmt_number(v));
+    return v;
+  }
+
+  Result<int> int_in(int64_t lo, int64_t hi) const {
+    FR_ASSIGN(int64_t v, integer());
+    if (v < lo || v > hi) {
+      return fail("must be an integer in " + std::to_string(lo) + ".." + std::to_string(hi) + ", got " +
+                  std::to_string(v));
+    }
+    return static_cast<int>(v);
+  }
+  Result<int> int_at_least(int64_t lo) const { return int_in(lo, INT32_MAX); }
+  Result<double> positive() const {
+    FR_ASSIGN(double v, number());
+    if (!(v > 0)) return fail("must be a number > 0, got " + fmt_number(v));
+    return v;
+  }
+  Result<double> non_negative() const {
+    FR_ASSIGN(double v, number());
+    if (v < 0) return fail("must be a number >= 0, got " + fmt_number(v));
+    return v;
+  }
+  Result<double> at_least(double lo) const {
+    FR_ASSIGN(double v, number());
+    if (v < lo) return fail("must be a number >= " + fmt_number(lo) + ", got " + fmt_number(v));
+    return v;
+  }
+  // Index into `allowed` of the string value.
+  Result<size_t> choice(std::span<const char* const> allowed) const {
+    FR_ASSIGN(std::string s, string());
+    size_t i = 0;
+    for (const char* a : allowed) {
+      if (s == a) return i;
+      ++i;
+    }
+    return fail("must be one of " + join(allowed) + ", got " + in_quotes(s));
+  }
+  Result<std::vector<std::string>> strings() const {
+    auto arr = m_node.as_array();
+    if (!arr) return type_error("an array of strings");
+    std::vector<std::string> out;
+    for (size_t i = 0; i < arr->size(); ++i) {
+      FR_ASSIGN(std::string s, element(i, *arr->get(i)).string());
+      out.push_back(std::move(s));
+    }
+    return out;
+  }
+  Result<std::map<std::string, std::string>> string_table() const {
+    auto t = m_node.as_table();
+    if (!t) return type_error("a table of strings");
+    std::map<std::string, std::string> out;
+    for (auto&& [k, n] : *t) {
+      Value v = member(k.str(), n);
+      if (k.str().empty()) return v.fail("empty key");
+      FR_ASSIGN(std::string s, v.string());
+      out.emplace(std::string(k.str()), std::move(s));
+    }
+    return out;
+  }
+  // "" or an absolute path.
+  Result<std::string> absolute_path() const {
+    FR_ASSIGN(std::string s, string());
+    if (!s.empty() && s[0] != '/') return fail("must be an absolute path (or empty for the default), got " + in_quotes(s));
+    return s;
+  }
+
+ private:
+  const std::string& m_path;
+  std::string m_key;
+  const toml::node& m_node;
+};
+
+// The allowed strings of each choice, in enum order.
+constexpr const char* kKinds[] = {"generic", "vllm"};
+constexpr const char* kModes[] = {"zero_copy", "copy", "off"};
+constexpr const char* kDaemons[] = {"native", "none"};
+constexpr const char* kBackends[] = {"cuda", "host"};
+constexpr const char* kStartPaths[] = {"snapshot", "warm", "cold"};
+constexpr const char* kLevels[] = {"trace", "debug", "info", "warn", "error"};
+
+bool is_hex(std::string_view s) {
+  return std::all_of(s.begin(), s.end(), [](char c) { return std::isxdigit(static_cast<unsigned char>(c)) != 0; });
+}
+bool is_digits(std::string_view s) {
+  return !s.empty() && std::all_of(s.begin(), s.end(), [](char c) { return c >= '0' && c <= '9'; });
+}
+
+// "GPU-" then a UUID: 8-4-4-4-12 hex digits (what nvidia-smi -L and NVML print).
+bool is_gpu_uuid(std::string_view s) {
+  if (!s.starts_with("GPU-")) return false;
+  s.remove_prefix(4);
+  static constexpr size_t kGroups[] = {8, 4, 4, 4, 12};
+  for (size_t i = 0; i < 5; ++i) {
+    if (s.size() < kGroups[i] || !is_hex(s.substr(0, kGroups[i]))) return false;
+    s.remove_prefix(kGroups[i]);
+    if (i < 4) {
+      if (s.empty() || s[0] != '-') return false;
+      s.remove_prefix(1);
+    }
+  }
+  return s.empty();
+}
+
+// A name that is safe inside file names (<name>.ctl, /var/lib/fastrestart/<name>).
+bool is_safe_name(std::string_view s) {
+  if (s.empty() || s.size() > 100 || s[0] == '.' || s[0] == '-') return false;
+  return std::all_of(s.begin(), s.end(), [](char c) {
+    return std::isalnum(static_cast<unsigned char>(c)) != 0 || c == '.' || c == '_' || c == '-';
+  });
+}
+
+bool is_env_name(std::string_view s) {
+  if (s.empty() || std::isdigit(static_cast<unsigned char>(s[0])) != 0) return false;
+  return std::all_of(s.begin(), s.end(),
+                     [](char c) { return std::isalnum(static_cast<unsigned char>(c)) != 0 || c == '_'; });
+}
+
+// "host:port", "[v6]:port" or "none".
+bool is_listen_address(std::string_view s) {
+  if (s == "none") return true;
+  size_t colon = s.rfind(':');
+  if (colon == std::string_view::npos || colon == 0) return false;
+  std::string_view host = s.substr(0, colon), port = s.substr(colon + 1);
+  if (host.front() == '[') {
+    if (host.size() < 3 || host.back() != ']') return false;
+  } else if (host.find(':') != std::string_view::npos) {
+    return false;  // an IPv6 address needs brackets
+  }
+  if (!is_digits(port) || port.size() > 5) return false;
+  int p = std::stoi(std::string(port));
+  return p >= 1 && p <= 65535;
+}
+
+Status set_gpus(const Value& v, Config& c) {
+  auto arr = v.node().as_array();
+  if (!arr) return v.type_error("an array of GPU indexes or \"GPU-<uuid>\" strings");
+  c.gpus.clear();
+  for (size_t i = 0; i < arr->size(); ++i) {
+    Value e = v.element(i, *arr->get(i));
+    std::string id;
+    if (auto n = e.node().as_integer()) {
+      if (n->get() < 0) return e.fail("a GPU index must be >= 0, got " + std::to_string(n->get()));
+      id = std::to_string(n->get());
+    } else if (auto s = e.node().as_string()) {
+      id = s->get();
+      if (!is_digits(id) && !is_gpu_uuid(id)) {
+        return e.fail("must be a GPU index (\"0\") or a GPU UUID (\"GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx\", as "
+                      "nvidia-smi -L prints), got " + in_quotes(id));
+      }
+    } else {
+      return e.type_error("a GPU index or a \"GPU-<uuid>\" string");
+    }
+    if (std::find(c.gpus.begin(), c.gpus.end(), id) != c.gpus.end()) return e.fail("GPU " + in_quotes(id) + " listed twice");
+    c.gpus.push_back(std::move(id));
+  }
+  return {};
+}
+
+constexpr const char* kReservedEnv[] = {"NOTIFY_SOCKET", "WATCHDOG_USEC", "WATCHDOG_PID",
+                                        "LISTEN_FDS",    "LISTEN_PID",    "LISTEN_FDNAMES"};
+
+Status set_env(const Value& v, Config& c) {
+  FR_ASSIGN(auto env, v.string_table());
+  auto t = v.node().as_table();
+  for (const auto& [name, value] : env) {
+    Value e = v.member(name, *t->get(name));
+    if (!is_env_name(name)) return e.fail("not a valid environment variable name (letters, digits, _)");
+    for (const char* r : kReservedEnv) {
+      if (name == r) return e.fail("is never passed to the engine (it belongs to fastrestartd's systemd unit)");
+    }
+    if (name == "CUDA_VISIBLE_DEVICES") return e.fail("is set by fastrestartd from gpus: list the GPUs in gpus");
+  }
+  c.engine.env = std::move(env);
+  return {};
+}
+
+Status set_checkpoint(const Value& v, Config& c) {
+  std::vector<std::string> files;
+  if (auto s = v.node().as_string()) {
+    files.push_back(s->get());
+  } else if (v.node().is_array()) {
+    FR_ASSIGN(files, v.strings());
+  } else {
+    return v.type_error("a path or an array of paths");
+  }
+  for (size_t i = 0; i < files.size(); ++i) {
+    if (files[i].empty()) return (v.node().is_array() ? v.element(i, *v.node().as_array()->get(i)) : v).fail("empty path");
+  }
+  c.weights.checkpoint = std::move(files);
+  return {};
+}
+
+Status set_start(const Value& v, Config& c) {
+  auto arr = v.node().as_array();
+  if (!arr) return v.type_error("an array of \"snapshot\", \"warm\", \"cold\"");
+  if (arr->empty()) return v.fail("must name at least one start path (\"snapshot\", \"warm\", \"cold\")");
+  std::vector<StartPath> out;
+  for (size_t i = 0; i < arr->size(); ++i) {
+    Value e = v.element(i, *arr->get(i));
+    FR_ASSIGN(size_t k, e.choice(kStartPaths));
+    auto p = static_cast<StartPath>(k);
+    if (std::find(out.begin(), out.end(), p) != out.end()) {
+      return e.fail(in_quotes(start_path_name(p)) + " listed twice");
+    }
+    out.push_back(p);
+  }
+  c.restart.start = std::move(out);
+  return {};
+}
+
+using Setter = Status (*)(const Value&, Config&);
+struct KeySpec {
+  const char* name;
+  Setter set;
+};
+struct SectionSpec {
+  const char* name;
+  std::span<const KeySpec> keys;
+};
+
+// Each setter type- and range-checks one value. Capture-less lambdas so the tables are plain data.
+#define FR_KEY(name, body) {name, [](const Value& v, Config& c) -> Status { body; return {}; }}
+
+const KeySpec kModelKeys[] = {
+    FR_KEY("name", FR_ASSIGN(c.name, v.string());
+           if (!is_safe_name(c.name)) return v.fail("must be 1..100 of letters, digits, '.', '_', '-' (not starting "
+                                                    "with '.' or '-'): it names files; got " + in_quotes(c.name))),
+};
+
+const KeySpec kEngineKeys[] = {
+    FR_KEY("command", FR_ASSIGN(c.engine.command, v.strings());
+           if (c.engine.command.empty()) return v.fail("must not be empty: the program and its base arguments");
+           if (c.engine.command[0].empty()) return v.fail("the program (first element) is empty")),
+    FR_KEY("flags", FR_ASSIGN(c.engine.flags, v.strings())),
+    FR_KEY("kind", FR_ASSIGN(size_t k, v.choice(kKinds)); c.engine.kind = static_cast<EngineKind>(k)),
+    FR_KEY("host", FR_ASSIGN(c.engine.host, v.string());
+           if (c.engine.host.empty()) return v.fail("must not be empty (the address the engine serves on)")),
+    FR_KEY("port", FR_ASSIGN(int p, v.int_in(1, 65535)); c.engine.port = static_cast<uint16_t>(p)),
+    {"env", set_env},
+    FR_KEY("working_dir", FR_ASSIGN(c.engine.working_dir, v.absolute_path())),
+    FR_KEY("stop_grace_s", FR_ASSIGN(c.engine.stop_grace_s, v.positive())),
+};
+
+const KeySpec kWeightsKeys[] = {
+    FR_KEY("mode", FR_ASSIGN(size_t k, v.choice(kModes)); c.weights.mode = static_cast<WeightsMode>(k)),
+    FR_KEY("daemon", FR_ASSIGN(size_t k, v.choice(kDaemons)); c.weights.daemon = static_cast<DaemonKind>(k)),
+    {"checkpoint", set_checkpoint},
+    FR_KEY("key", FR_ASSIGN(c.weights.key, v.string_table())),
+    FR_KEY("backend", FR_ASSIGN(size_t k, v.choice(kBackends)); c.weights.backend = kBackends[k]),
+    FR_KEY("daemon_path", FR_ASSIGN(c.weights.daemon_path, v.string())),
+    FR_KEY("socket_dir", FR_ASSIGN(c.weights.socket_dir, v.absolute_path())),
+    FR_KEY("reader_threads", FR_ASSIGN(c.weights.reader_threads, v.int_in(1, 64))),
+    FR_KEY("load_timeout_s", FR_ASSIGN(c.weights.load_timeout_s, v.positive())),
+};
+
+const KeySpec kMemoryKeys[] = {
+    FR_KEY("utilization", FR_ASSIGN(double u, v.number());
+           if (!(u > 0 && u <= 1)) return v.fail("must be a fraction in (0, 1], got " + fmt_number(u));
+           c.memory.utilization = u),
+    FR_KEY("check_free", FR_ASSIGN(c.memory.check_free, v.boolean())),
+    FR_KEY("leak_tolerance_mib", FR_ASSIGN(c.memory.leak_tolerance_mib, v.non_negative())),
+    FR_KEY("settle_timeout_s", FR_ASSIGN(c.memory.settle_timeout_s, v.positive())),
+};
+
+const KeySpec kReadinessKeys[] = {
+    FR_KEY("health_path", FR_ASSIGN(c.readiness.health_path, v.string());
+           if (!c.readiness.health_path.starts_with('/')) return v.fail("must start with '/', got " + in_quotes(c.readiness.health_path))),
+    FR_KEY("request_path", FR_ASSIGN(c.readiness.request_path, v.string());
+           if (!c.readiness.request_path.empty() && !c.readiness.request_path.starts_with('/'))
+             return v.fail("must be empty (health only) or start with '/', got " + in_quotes(c.readiness.request_path))),
+    FR_KEY("model", FR_ASSIGN(c.readiness.model, v.string())),
+    FR_KEY("prompt", FR_ASSIGN(c.readiness.prompt, v.string())),
+    FR_KEY("max_tokens", FR_ASSIGN(c.readiness.max_tokens, v.int_at_least(1))),
+    FR_KEY("expect_text", FR_ASSIGN(c.readiness.expect_text, v.string())),
+    FR_KEY("startup_timeout_s", FR_ASSIGN(c.readiness.startup_timeout_s, v.positive())),
+    FR_KEY("poll_interval_s", FR_ASSIGN(c.readiness.poll_interval_s, v.positive())),
+    FR_KEY("check_interval_s", FR_ASSIGN(c.readiness.check_interval_s, v.positive())),
+    FR_KEY("check_timeout_s", FR_ASSIGN(c.readiness.check_timeout_s, v.positive())),
+    FR_KEY("hang_after_failures", FR_ASSIGN(c.readiness.hang_after_failures, v.int_at_least(1))),
+};
+
+const KeySpec kRestartKeys[] = {
+    FR_KEY("backoff_initial_s", FR_ASSIGN(c.restart.backoff_initial_s, v.non_negative())),
+    FR_KEY("backoff_max_s", FR_ASSIGN(c.restart.backoff_max_s, v.non_negative())),
+    FR_KEY("backoff_multiplier", FR_ASSIGN(c.restart.backoff_multiplier, v.at_least(1))),
+    FR_KEY("reset_after_s", FR_ASSIGN(c.restart.reset_after_s, v.positive())),
+    FR_KEY("crash_loop_limit", FR_ASSIGN(c.restart.crash_loop_limit, v.int_at_least(1))),
+    FR_KEY("crash_loop_window_s", FR_ASSIGN(c.restart.crash_loop_window_s, v.positive())),
+    FR_KEY("warm_failures_before_cold", FR_ASSIGN(c.restart.warm_failures_before_cold, v.int_at_least(0))),
+    {"start", set_start},
+};
+
+const KeySpec kControlKeys[] = {
+    FR_KEY("socket", FR_ASSIGN(c.control.socket, v.absolute_path());
+           if (c.control.socket.size() > kMaxSocketPath)
+             return v.fail("a Unix socket path has at most " + std::to_string(kMaxSocketPath) + " bytes, got " +
+                           std::to_string(c.control.socket.size()))),
+    FR_KEY("group", FR_ASSIGN(c.control.group, v.string())),
+    FR_KEY("state_dir", FR_ASSIGN(c.control.state_dir, v.absolute_path())),
+};
+
+const KeySpec kHttpKeys[] = {
+    FR_KEY("listen", FR_ASSIGN(c.http.listen, v.string());
+           if (!is_listen_address(c.http.listen))
+             return v.fail("must be \"host:port\" (port 1..65535, IPv6 as \"[::1]:9400\") or \"none\", got " +
+                           in_quotes(c.http.listen))),
+};
+
+const KeySpec kLoggingKeys[] = {
+    FR_KEY("level", FR_ASSIGN(size_t k, v.choice(kLevels)); c.logging.level = kLevels[k]),
+};
+
+#undef FR_KEY
+
+const SectionSpec kSections[] = {
+    {"model", kModelKeys},     {"engine", kEngineKeys},   {"weights", kWeightsKeys},
+    {"memory", kMemoryKeys},   {"readiness", kReadinessKeys}, {"restart", kRestartKeys},
+    {"control", kControlKeys}, {"http", kHttpKeys},       {"logging", kLoggingKeys},
+};
+
+std::string key_names(std::span<const KeySpec> keys) {
+  std::string out;
+  for (const auto& k : keys) out += (out.empty() ? "" : ", ") + std::string(k.name);
+  return out;
+}
+
+std::string section_names() {
+  std::string out = "gpus";
+  for (const auto& s : kSections) out += std::string(", [") + s.name + "]";
+  return out;
+}
+
+// Lines of the sections and keys present, for errors about keys that are absent or that span keys.
+class Lines {
+ public:
+  void set(std::string key, int64_t line) { m_lines[std::move(key)] = line; }
+  bool has(const std::string& key) const { return m_lines.count(key) != 0; }
+  // The line of the first of `keys` present in the file; 1 when none is.
+  int64_t first(std::initializer_list<const char*> keys) const {
+    for (const char* k : keys) {
+      auto it = m_lines.find(k);
+      if (it != m_lines.end()) return it->second;
+    }
+    return 1;
+  }
+
+ private:
+  std::map<std::string, int64_t> m_lines;
+};
+
+Error fail_at(const std::string& path, int64_t line, const std::string& key, const std::string& what) {
+  return make_error(Errc::kInvalidArgument, path + ":" + std::to_string(line) + ": " + key + ": " + what);
+}
+
+Status check_cross_fields(const Config& c, const Lines& lines) {
+  const auto& w = c.weights;
+  if (!c.engine.command.size()) {
+    return fail_at(c.path, lines.first({"engine"}), "engine.command",
+                   "required: the engine's program and base arguments, e.g. [\"vllm\", \"serve\"]");
+  }
+  if (w.mode != WeightsMode::kOff && w.daemon == DaemonKind::kNative && w.checkpoint.empty()) {
+    return fail_at(c.path, lines.first({"weights.mode", "weights.daemon", "weights"}), "weights.checkpoint",
+                   std::string("required with weights.mode = \"") + weights_mode_name(w.mode) +
+                       "\" and weights.daemon = \"native\": the safetensors files or directories the daemons "
+                       "preload (or set weights.mode = \"off\")");
+  }
+  if (w.backend == "cuda" && w.mode != WeightsMode::kOff && c.gpus.empty()) {
+    return fail_at(c.path, lines.first({"gpus", "weights.backend", "weights.mode", "weights"}), "gpus",
+                   std::string("at least one GPU is needed with weights.backend = \"cuda\" and weights.mode = \"") +
+                       weights_mode_name(w.mode) +
+                       "\": list GPU indexes or UUIDs, or set weights.backend = \"host\" or weights.mode = \"off\"");
+  }
+  const auto& start = c.restart.start;
+  if (std::find(start.begin(), start.end(), StartPath::kSnapshot) != start.end()) {
+    if (c.gpus.size() != 1) {
+      return fail_at(c.path, lines.first({"restart.start", "restart"}), "restart.start",
+                     "\"snapshot\" needs exactly one GPU (snapshots are tensor-parallel 1 only), gpus lists " +
+                         std::to_string(c.gpus.size()));
+    }
+    if (w.mode == WeightsMode::kZeroCopy) {
+      return fail_at(c.path, lines.first({"restart.start", "restart"}), "restart.start",
+                     "\"snapshot\" needs weights.mode = \"copy\" or \"off\", got \"zero_copy\": an engine holding "
+                     "imported VMM memory (the daemon's pool, mapped zero-copy) cannot be checkpointed");
+    }
+  }
+  if (c.restart.backoff_max_s < c.restart.backoff_initial_s) {
+    return fail_at(c.path, lines.first({"restart.backoff_max_s", "restart.backoff_initial_s", "restart"}),
+                   "restart.backoff_max_s",
+                   "must be >= restart.backoff_initial_s (" + fmt_number(c.restart.backoff_initial_s) + "), got " +
+                       fmt_number(c.restart.backoff_max_s));
+  }
+  return {};
+}
+
+// Relative checkpoint paths are relative to the config file's directory, not to wherever fastrestartd runs.
+void resolve_checkpoints(Config& c) {
+  namespace fs = std::filesystem;
+  fs::path base = fs::path(c.path).parent_path();
+  for (auto& p : c.weights.checkpoint) {
+    fs::path fp(p);
+    if (fp.is_absolute()) continue;
+    fs::path joined = base / fp;
+    std::error_code ec;
+    if (joined.is_relative()) {
+      fs::path abs = fs::absolute(joined, ec);
+      if (!ec) joined = abs;
+    }
+    p = joined.lexically_normal().string();
+  }
+}
+
+}  // namespace
+
+Result<Config> parse_config(std::string_view toml_text, const std::string& path) {
+  toml::table root;
+  try {
+    root = toml::parse(toml_text, path);
+  } catch (const toml::parse_error& e) {
+    return make_error(Errc::kInvalidArgument,
+                      path + ":" + std::to_string(line_of(e.source())) + ": TOML syntax: " + std::string(e.description()));
+  }
+
+  Config c;
+  c.path = path;
+  c.name = std::filesystem::path(path).stem().string();
+  Lines lines;
+  for (auto&& [k, node] : root) {
+    std::string section(k.str());
+    if (section == "gpus") {
+      FR_TRY(set_gpus(Value(path, "gpus", node), c));
+      lines.set("gpus", line_of(node.source()));
+      continue;
+    }
+    auto spec = std::find_if(std::begin(kSections), std::end(kSections),
+                             [&](const SectionSpec& s) { return section == s.name; });
+    if (spec == std::end(kSections)) {
+      return fail_at(path, line_of(k.source()), section,
+                     "unknown section or top-level key (allowed: " + section_names() + ")");
+    }
+    auto table = node.as_table();
+    if (!table) {
+      return Value(path, section, node).fail("must be a table ([" + section + "]), got " + describe(node));
+    }
+    lines.set(section, line_of(table->source()));
+    for (auto&& [k2, n2] : *table) {
+      std::string name(k2.str());
+      std::string key = section + "." + name;
+      auto ks = std::find_if(spec->keys.begin(), spec->keys.end(), [&](const KeySpec& s) { return name == s.name; });
+      if (ks == spec->keys.end()) {
+        std::string hint = name == "gpus" ? "; gpus is a top-level key: put it before the first [section]" : "";
+        return fail_at(path, line_of(k2.source()), key,
+                       "unknown key (allowed in [" + section + "]: " + key_names(spec->keys) + ")" + hint);
+      }
+      FR_TRY(ks->set(Value(path, key, n2), c));
+      lines.set(key, line_of(n2.source()));
+    }
+  }
+
+  if (!lines.has("model.name") && !is_safe_name(c.name)) {
+    return fail_at(path, lines.first({"model"}), "model.name",
+                   "the default (the file name's stem " + in_quotes(c.name) +
+                       ") is not a usable name: set [model] name (letters, digits, '.', '_', '-')");
+  }
+  FR_TRY(check_cross_fields(c, lines));
+  resolve_checkpoints(c);
+  return c;
+}
+
+Result<Config> load_config(const std::string& path) {
+  std::FILE* f = std::fopen(path.c_str(), "rb");
+  if (!f) return sys_error("cannot read config " + path);
+  std::string text;
+  char buf[65536];
+  size_t n = 0;
+  while ((n = std::fread(buf, 1, sizeof buf, f)) > 0) text.append(buf, n);
+  int err = std::ferror(f) ? errno : 0;
+  std::fclose(f);
+  if (err != 0) return sys_error("cannot read config " + path, err);
+  return parse_config(text, path);
+}
+
+const char* engine_kind_name(EngineKind k) {
+  switch (k) {
+    case EngineKind::kGeneric: return "generic";
+    case EngineKind::kVllm: return "vllm";
+  }
+  return "generic";
+}
+
+const char* weights_mode_name(WeightsMode m) {
+  switch (m) {
+    case WeightsMode::kZeroCopy: return "zero_copy";
+    case WeightsMode::kCopy: return "copy";
+    case WeightsMode::kOff: return "off";
+  }
+  return "off";
+}
+
+const char* start_path_name(StartPath p) {
+  switch (p) {
+    case StartPath::kSnapshot: return "snapshot";
+    case StartPath::kWarm: return "warm";
+    case StartPath::kCold: return "cold";
+  }
+  return "cold";
+}
+
+}  // namespace fr::supervisor

@@ -1,0 +1,216 @@
+// Engine flags: sh-like splitting, a flag list model (name + values), merging pushes, and the daemon-affecting
+// classification of brief decision 11. How pushes behave for users: docs/config.md, "Engine flags".
+#include "supervisor/flags.h"
+
+#include <algorithm>
+#include <cctype>
+#include <map>
+#include <string_view>
+
+namespace fr::supervisor {
+namespace {
+
+bool is_space(char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r'; }
+
+// "-5" and "-.5" are values (--seed -1), "-" alone is a value (stdin); anything else starting with '-' is a flag.
+bool is_flag_word(std::string_view w) {
+  if (w.size() < 2 || w[0] != '-') return false;
+  return !(std::isdigit(static_cast<unsigned char>(w[1])) != 0 || w[1] == '.');
+}
+
+// The same flag however it is spelled: vLLM's short aliases, and '_' for '-' in long names (vLLM's argument
+// parser accepts both). Applied for every engine kind: a generic engine is unlikely to give -tp a meaning
+// different from --tensor-parallel-size while also accepting both.
+std::string canonical_name(std::string_view name) {
+  static const std::map<std::string_view, std::string_view> kAliases = {
+      {"-tp", "--tensor-parallel-size"}, {"-pp", "--pipeline-parallel-size"}, {"-dp", "--data-parallel-size"},
+      {"-dpr", "--data-parallel-rank"},  {"-dpl", "--data-parallel-size-local"}, {"-q", "--quantization"},
+      {"-ep", "--enable-expert-parallel"},
+  };
+  if (auto it = kAliases.find(name); it != kAliases.end()) return std::string(it->second);
+  std::string n(name);
+  if (n.starts_with("--")) std::replace(n.begin() + 2, n.end(), '_', '-');
+  return n;
+}
+
+// vLLM flags that change the weights the daemons hold: which checkpoint, how it is converted, and how it is
+// sharded across GPUs. Anything else (batch sizes, context length, KV cache, tokenizer, ports) only needs a
+// new engine. "" (the positional model of `vllm serve MODEL`) is folded into --model before comparing.
+constexpr const char* kVllmDaemonFlags[] = {
+    "--model",
+    "--revision",
+    "--code-revision",
+    "--dtype",
+    "--quantization",
+    "--quantization-param-path",
+    "--load-format",
+    "--hf-overrides",
+    "--model-impl",
+    "--tensor-parallel-size",
+    "--pipeline-parallel-size",
+    "--data-parallel-size",
+    "--data-parallel-rank",
+    "--enable-expert-parallel",
+    "--speculative-config",
+};
+
+// Effective values per canonical name; a repeated flag takes its last occurrence (argparse: last wins).
+std::map<std::string, std::vector<std::string>> effective(const std::vector<std::string>& words, EngineKind kind) {
+  std::map<std::string, std::vector<std::string>> out;
+  for (const auto& f : parse_flag_list(words)) out[canonical_name(f.name)] = f.values;
+  if (kind == EngineKind::kVllm) {
+    // `vllm serve MODEL` sets args.model from the positional, over any --model.
+    if (auto it = out.find(""); it != out.end()) {
+      out["--model"] = it->second;
+      out.erase(it);
+    }
+  }
+  return out;
+}
+
+}  // namespace
+
+Result<std::vector<std::string>> split_flags(const std::string& s) {
+  std::vector<std::string> words;
+  std::string cur;
+  bool in_word = false;
+  auto unterminated = [&](const char* what, size_t at) {
+    return make_error(Errc::kInvalidArgument, std::string("flags: unterminated ") + what + " starting at character " +
+                                                  std::to_string(at + 1) + " of: " + s);
+  };
+  for (size_t i = 0; i < s.size(); ++i) {
+    char ch = s[i];
+    if (is_space(ch)) {
+      if (in_word) words.push_back(std::move(cur));
+      cur.clear();
+      in_word = false;
+    } else if (ch == '\'') {
+      size_t end = s.find('\'', i + 1);
+      if (end == std::string::npos) return unterminated("single quote", i);
+      cur.append(s, i + 1, end - i - 1);
+      in_word = true;
+      i = end;
+    } else if (ch == '"') {
+      size_t start = i++;
+      for (;; ++i) {
+        if (i >= s.size()) return unterminated("double quote", start);
+        if (s[i] == '"') break;
+        // Inside double quotes a backslash escapes only $ ` " \ and newline, as in sh.
+        if (s[i] == '\\' && i + 1 < s.size() && std::string_view("$`\"\\\n").find(s[i + 1]) != std::string_view::npos) {
+          ++i;
+          if (s[i] == '\n') continue;
+        }
+        cur += s[i];
+      }
+      in_word = true;
+    } else if (ch == '\\') {
+      if (i + 1 >= s.size()) return make_error(Errc::kInvalidArgument, "flags: a backslash ends the string: " + s);
+      ++i;
+      if (s[i] == '\n') continue;  // line continuation
+      cur += s[i];
+      in_word = true;
+    } else {
+      cur += ch;
+      in_word = true;
+    }
+  }
+  if (in_word) words.push_back(std::move(cur));
+  return words;
+}
+
+std::vector<Flag> parse_flag_list(const std::vector<std::string>& words) {
+  std::vector<Flag> flags;
+  for (const auto& w : words) {
+    if (is_flag_word(w)) {
+      Flag f;
+      size_t eq = w.find('=');
+      if (eq != std::string::npos) {
+        f.name = w.substr(0, eq);
+        f.values.push_back(w.substr(eq + 1));
+        f.inline_value = true;
+      } else {
+        f.name = w;
+      }
+      flags.push_back(std::move(f));
+    } else if (flags.empty()) {
+      flags.push_back(Flag{"", {w}, false});  // positional before any flag (vllm serve MODEL)
+    } else {
+      flags.back().values.push_back(w);
+    }
+  }
+  return flags;
+}
+
+std::vector<std::string> to_words(const std::vector<Flag>& flags) {
+  std::vector<std::string> words;
+  for (const auto& f : flags) {
+    if (f.name.empty()) {
+      words.insert(words.end(), f.values.begin(), f.values.end());
+    } else if (f.inline_value && f.values.size() == 1) {
+      words.push_back(f.name + "=" + f.values[0]);
+    } else {
+      words.push_back(f.name);
+      words.insert(words.end(), f.values.begin(), f.values.end());
+    }
+  }
+  return words;
+}
+
+std::vector<std::string> merge_flags(const std::vector<std::string>& current, const std::vector<std::string>& push,
+                                     PushKind kind) {
+  if (kind == PushKind::kReplace) return push;
+  std::vector<Flag> flags = parse_flag_list(current);
+  auto same = [](const Flag& f, const std::string& name) { return canonical_name(f.name) == name; };
+  if (kind == PushKind::kRemove) {
+    // Names only: values in the push are ignored, and so are bare words (the positional model is changed
+    // by --flags or --add-flags, never removed by accident).
+    for (const auto& p : parse_flag_list(push)) {
+      if (p.name.empty()) continue;
+      std::string name = canonical_name(p.name);
+      std::erase_if(flags, [&](const Flag& f) { return same(f, name); });
+    }
+    return to_words(flags);
+  }
+  for (auto& p : parse_flag_list(push)) {
+    std::string name = canonical_name(p.name);
+    auto it = std::find_if(flags.begin(), flags.end(), [&](const Flag& f) { return same(f, name); });
+    if (it == flags.end()) {
+      // A positional must stay in front, or it would read as the value of the flag before it.
+      if (p.name.empty()) {
+        flags.insert(flags.begin(), std::move(p));
+      } else {
+        flags.push_back(std::move(p));
+      }
+      continue;
+    }
+    *it = std::move(p);
+    // Later occurrences of the same flag would win over the pushed one: drop them.
+    size_t first = static_cast<size_t>(it - flags.begin());
+    for (size_t i = flags.size(); i-- > first + 1;) {
+      if (same(flags[i], name)) flags.erase(flags.begin() + static_cast<std::ptrdiff_t>(i));
+    }
+  }
+  return to_words(flags);
+}
+
+std::vector<std::string> daemon_affecting_changes(EngineKind kind, const std::vector<std::string>& a,
+                                                  const std::vector<std::string>& b,
+                                                  const std::vector<std::string>& extra_daemon_flags) {
+  std::vector<std::string> watched;
+  if (kind == EngineKind::kVllm) watched.assign(std::begin(kVllmDaemonFlags), std::end(kVllmDaemonFlags));
+  for (const auto& e : extra_daemon_flags) {
+    std::string name = canonical_name(e);
+    if (kind == EngineKind::kVllm && name.empty()) name = "--model";
+    if (std::find(watched.begin(), watched.end(), name) == watched.end()) watched.push_back(std::move(name));
+  }
+  auto ea = effective(a, kind), eb = effective(b, kind);
+  std::vector<std::string> changed;
+  for (const auto& name : watched) {
+    auto ia = ea.find(name), ib = eb.find(name);
+    bool in_a = ia != ea.end(), in_b = ib != eb.end();
+    if (in_a != in_b || (in_a && ia->second != ib->second)) changed.push_back(name);
+  }
+  return changed;
+}
+
+}  // namespace fr::supervisor

@@ -1,0 +1,201 @@
+#include "supervisor/flags.h"
+
+#include <gtest/gtest.h>
+
+namespace fr::supervisor {
+namespace {
+
+using Words = std::vector<std::string>;
+
+Words split(const std::string& s) {
+  auto r = split_flags(s);
+  EXPECT_TRUE(r.ok()) << r.error().message;
+  return r.ok() ? *r : Words{};
+}
+
+// ---- split_flags
+
+TEST(SplitFlags, Whitespace) {
+  EXPECT_EQ(split("  --max-num-seqs 128\t--enforce-eager\n"), (Words{"--max-num-seqs", "128", "--enforce-eager"}));
+  EXPECT_EQ(split(""), Words{});
+}
+
+TEST(SplitFlags, SingleQuotesAreLiteral) {
+  EXPECT_EQ(split(R"(--hf-overrides '{"a": "b c"}' --x 'it\s')"),
+            (Words{"--hf-overrides", R"({"a": "b c"})", "--x", R"(it\s)"}));
+}
+
+TEST(SplitFlags, DoubleQuotesEscapeOnlyShellSpecials) {
+  EXPECT_EQ(split(R"(--p "a \"b\" \\ \n $HOME")"), (Words{"--p", R"(a "b" \ \n $HOME)"}));
+}
+
+TEST(SplitFlags, BackslashOutsideQuotes) {
+  EXPECT_EQ(split(R"(a\ b c\"d)"), (Words{"a b", "c\"d"}));
+  EXPECT_EQ(split("--x \\\n1"), (Words{"--x", "1"}));  // line continuation
+}
+
+TEST(SplitFlags, QuotesJoinAdjacentTextAndKeepEmptyWords) {
+  EXPECT_EQ(split(R"(--a=x'y z'"w" '' "")"), (Words{"--a=xy zw", "", ""}));
+}
+
+TEST(SplitFlags, NoExpansion) {
+  EXPECT_EQ(split("$HOME ~ *.json `id`"), (Words{"$HOME", "~", "*.json", "`id`"}));
+}
+
+TEST(SplitFlags, UnterminatedQuoteIsAnError) {
+  for (const char* s : {"--x 'abc", "--x \"abc", "--x \"a\\\""}) {
+    auto r = split_flags(s);
+    ASSERT_FALSE(r.ok()) << s;
+    EXPECT_EQ(r.error().code, Errc::kInvalidArgument);
+    EXPECT_NE(r.error().message.find("unterminated"), std::string::npos) << r.error().message;
+  }
+}
+
+TEST(SplitFlags, TrailingBackslashIsAnError) {
+  auto r = split_flags("--x \\");
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.error().code, Errc::kInvalidArgument);
+}
+
+// ---- parse_flag_list / to_words
+
+TEST(FlagList, NamesValuesAndInlineValues) {
+  auto f = parse_flag_list({"--a", "1", "2", "--b=x=y", "--c", "-tp", "2"});
+  ASSERT_EQ(f.size(), 4u);
+  EXPECT_EQ(f[0].name, "--a");
+  EXPECT_EQ(f[0].values, (Words{"1", "2"}));
+  EXPECT_EQ(f[1].name, "--b");
+  EXPECT_EQ(f[1].values, Words{"x=y"});
+  EXPECT_TRUE(f[1].inline_value);
+  EXPECT_EQ(f[2].name, "--c");
+  EXPECT_TRUE(f[2].values.empty());
+  EXPECT_EQ(f[3].name, "-tp");
+}
+
+TEST(FlagList, LeadingPositionalHasAnEmptyName) {
+  auto f = parse_flag_list({"meta-llama/Llama-3.1-8B", "--dtype", "bfloat16"});
+  ASSERT_EQ(f.size(), 2u);
+  EXPECT_EQ(f[0].name, "");
+  EXPECT_EQ(f[0].values, Words{"meta-llama/Llama-3.1-8B"});
+}
+
+TEST(FlagList, NegativeNumbersAreValues) {
+  auto f = parse_flag_list({"--seed", "-1", "--temp", "-.5", "--in", "-"});
+  ASSERT_EQ(f.size(), 3u);
+  EXPECT_EQ(f[0].values, Words{"-1"});
+  EXPECT_EQ(f[1].values, Words{"-.5"});
+  EXPECT_EQ(f[2].values, Words{"-"});
+}
+
+TEST(FlagList, ToWordsRoundTrips) {
+  Words w{"model", "--a", "1", "--b=2", "--c", "--d", "x", "y"};
+  EXPECT_EQ(to_words(parse_flag_list(w)), w);
+}
+
+// ---- merge_flags
+
+const Words kCurrent{"meta-llama/Llama-3.1-8B", "--dtype", "bfloat16", "--max-num-seqs", "64", "--enforce-eager"};
+
+TEST(MergeFlags, ReplaceTakesThePush) {
+  EXPECT_EQ(merge_flags(kCurrent, {"--max-num-seqs", "128"}, PushKind::kReplace), (Words{"--max-num-seqs", "128"}));
+}
+
+TEST(MergeFlags, AddOverridesInPlace) {
+  EXPECT_EQ(merge_flags(kCurrent, {"--max-num-seqs", "128"}, PushKind::kAdd),
+            (Words{"meta-llama/Llama-3.1-8B", "--dtype", "bfloat16", "--max-num-seqs", "128", "--enforce-eager"}));
+}
+
+TEST(MergeFlags, AddAppendsNewFlags) {
+  Words out = merge_flags(kCurrent, {"--max-model-len", "4096"}, PushKind::kAdd);
+  Words want = kCurrent;
+  want.insert(want.end(), {"--max-model-len", "4096"});
+  EXPECT_EQ(out, want);
+}
+
+TEST(MergeFlags, AddMatchesInlineAndSpacedForms) {
+  EXPECT_EQ(merge_flags({"--x", "1", "--y"}, {"--x=2"}, PushKind::kAdd), (Words{"--x=2", "--y"}));
+  EXPECT_EQ(merge_flags({"--x=1", "--y"}, {"--x", "2"}, PushKind::kAdd), (Words{"--x", "2", "--y"}));
+}
+
+TEST(MergeFlags, AddMatchesAliasesAndUnderscores) {
+  EXPECT_EQ(merge_flags({"--tensor-parallel-size", "1", "--y"}, {"-tp", "2"}, PushKind::kAdd), (Words{"-tp", "2", "--y"}));
+  EXPECT_EQ(merge_flags({"--max_num_seqs", "8"}, {"--max-num-seqs", "16"}, PushKind::kAdd),
+            (Words{"--max-num-seqs", "16"}));
+}
+
+TEST(MergeFlags, AddCollapsesRepeatedFlag) {
+  EXPECT_EQ(merge_flags({"--x", "1", "--y", "--x", "3"}, {"--x", "2"}, PushKind::kAdd), (Words{"--x", "2", "--y"}));
+}
+
+TEST(MergeFlags, AddReplacesThePositionalModel) {
+  EXPECT_EQ(merge_flags(kCurrent, {"other/model"}, PushKind::kAdd)[0], "other/model");
+  EXPECT_EQ(merge_flags({"--dtype", "auto"}, {"m"}, PushKind::kAdd), (Words{"m", "--dtype", "auto"}));
+}
+
+TEST(MergeFlags, RemoveByName) {
+  EXPECT_EQ(merge_flags(kCurrent, {"--enforce-eager", "--dtype"}, PushKind::kRemove),
+            (Words{"meta-llama/Llama-3.1-8B", "--max-num-seqs", "64"}));
+}
+
+TEST(MergeFlags, RemoveIgnoresValuesAndMatchesAliases) {
+  EXPECT_EQ(merge_flags({"--max-num-seqs", "64", "--quantization", "fp8"}, {"--max-num-seqs", "999", "-q"},
+                        PushKind::kRemove),
+            Words{});
+}
+
+TEST(MergeFlags, RemoveNeverDropsThePositional) {
+  EXPECT_EQ(merge_flags(kCurrent, {"meta-llama/Llama-3.1-8B"}, PushKind::kRemove), kCurrent);
+}
+
+TEST(MergeFlags, RemoveAbsentFlagChangesNothing) {
+  EXPECT_EQ(merge_flags(kCurrent, {"--nope"}, PushKind::kRemove), kCurrent);
+}
+
+// ---- daemon_affecting_changes
+
+TEST(DaemonAffecting, EngineOnlyFlagsNeedNoDaemonReload) {
+  Words b = merge_flags(kCurrent, {"--max-num-seqs", "128", "--max-model-len", "4096", "--tokenizer", "t",
+                                   "--trust-remote-code", "--seed", "3"},
+                        PushKind::kAdd);
+  EXPECT_TRUE(daemon_affecting_changes(EngineKind::kVllm, kCurrent, b).empty());
+}
+
+TEST(DaemonAffecting, DtypeChange) {
+  Words b = merge_flags(kCurrent, {"--dtype", "float16"}, PushKind::kAdd);
+  EXPECT_EQ(daemon_affecting_changes(EngineKind::kVllm, kCurrent, b), Words{"--dtype"});
+}
+
+TEST(DaemonAffecting, AddedOrRemovedFlagCounts) {
+  Words b = merge_flags(kCurrent, {"--quantization", "fp8"}, PushKind::kAdd);
+  EXPECT_EQ(daemon_affecting_changes(EngineKind::kVllm, kCurrent, b), Words{"--quantization"});
+  EXPECT_EQ(daemon_affecting_changes(EngineKind::kVllm, b, kCurrent), Words{"--quantization"});
+}
+
+TEST(DaemonAffecting, AliasesAndSpellingsAreTheSameFlag) {
+  EXPECT_TRUE(daemon_affecting_changes(EngineKind::kVllm, {"-tp", "2", "-q", "fp8"},
+                                       {"--tensor-parallel-size=2", "--quantization", "fp8"})
+                  .empty());
+  EXPECT_TRUE(daemon_affecting_changes(EngineKind::kVllm, {"--load_format", "x"}, {"--load-format=x"}).empty());
+  EXPECT_EQ(daemon_affecting_changes(EngineKind::kVllm, {"-tp", "2"}, {"--tensor-parallel-size", "4"}),
+            Words{"--tensor-parallel-size"});
+}
+
+TEST(DaemonAffecting, PositionalModelIsTheModelFlag) {
+  EXPECT_TRUE(daemon_affecting_changes(EngineKind::kVllm, {"m", "--x"}, {"--model", "m", "--x"}).empty());
+  EXPECT_EQ(daemon_affecting_changes(EngineKind::kVllm, {"m1", "--x"}, {"m2", "--x"}), Words{"--model"});
+}
+
+TEST(DaemonAffecting, ParallelismAndRevision) {
+  EXPECT_EQ(daemon_affecting_changes(EngineKind::kVllm, {"-pp", "1", "--revision", "a", "-dp", "1"},
+                                     {"-pp", "2", "--revision", "b", "-dp", "2"}),
+            (Words{"--revision", "--pipeline-parallel-size", "--data-parallel-size"}));
+}
+
+TEST(DaemonAffecting, GenericEngineOnlyCountsExtraFlags) {
+  Words a{"--dtype", "F32", "--model", "a"}, b{"--dtype", "BF16", "--model", "b"};
+  EXPECT_TRUE(daemon_affecting_changes(EngineKind::kGeneric, a, b).empty());
+  EXPECT_EQ(daemon_affecting_changes(EngineKind::kGeneric, a, b, {"--dtype"}), Words{"--dtype"});
+}
+
+}  // namespace
+}  // namespace fr::supervisor
