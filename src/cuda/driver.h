@@ -22,7 +22,7 @@ namespace fr::cuda {
   X(cuInit) X(cuDriverGetVersion) X(cuGetErrorName) X(cuGetErrorString) X(cuDeviceGet)                   \
   X(cuDeviceGetCount) X(cuDeviceGetUuid) X(cuDeviceGetName) X(cuDeviceTotalMem) X(cuDeviceGetAttribute)  \
   X(cuDevicePrimaryCtxRetain) X(cuDevicePrimaryCtxRelease) X(cuCtxSetCurrent) X(cuCtxPushCurrent)        \
-  X(cuCtxPopCurrent) X(cuCtxSynchronize)        \
+  X(cuCtxPopCurrent)        \
   X(cuMemCreate) X(cuMemRelease) X(cuMemExportToShareableHandle) X(cuMemImportFromShareableHandle)       \
   X(cuMemAddressReserve) X(cuMemAddressFree) X(cuMemMap) X(cuMemUnmap) X(cuMemSetAccess)                 \
   X(cuMemGetAllocationGranularity) X(cuMemHostAlloc) X(cuMemFreeHost) X(cuMemAlloc) X(cuMemFree)         \
@@ -31,10 +31,20 @@ namespace fr::cuda {
   X(cuEventRecord) X(cuEventSynchronize) X(cuEventElapsedTime) X(cuModuleLoadData) X(cuModuleUnload)     \
   X(cuModuleGetFunction) X(cuLaunchKernel) X(cuPointerGetAttribute)
 
+// Entry points whose unsuffixed declaration in <cuda.h> is older than the variant cuGetProcAddress returns
+// at CUDA_VERSION, because the toolkit added a new ABI without a #define to it: these are resolved at the
+// version given here, the one whose signature <cuda.h> declares. (cuCtxSynchronize: at 13000 the driver
+// hands out cuCtxSynchronize_v2(CUcontext), while <cuda.h> declares cuCtxSynchronize(void).) Checked
+// against cudaTypedefs.h for every function above when the toolkit changes.
+#define FR_CUDA_DRIVER_FUNCTIONS_AT_VERSION(X) X(cuCtxSynchronize, 2000)
+
 struct Driver {
 #define FR_CUDA_DECLARE_FN(name) decltype(&::name) name = nullptr;
+#define FR_CUDA_DECLARE_FN_AT(name, version) decltype(&::name) name = nullptr;
   FR_CUDA_DRIVER_FUNCTIONS(FR_CUDA_DECLARE_FN)
+  FR_CUDA_DRIVER_FUNCTIONS_AT_VERSION(FR_CUDA_DECLARE_FN_AT)
 #undef FR_CUDA_DECLARE_FN
+#undef FR_CUDA_DECLARE_FN_AT
   int version = 0;  // cuDriverGetVersion, e.g. 13000
 };
 
