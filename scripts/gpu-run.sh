@@ -29,9 +29,11 @@ say "== CUDA tests"
 : >"$OUT/tests.log"
 failed=0
 for t in no_driver_test gpu_digest_test vmm_share_test; do
-  "$bundle/bin/$t" >>"$OUT/tests.log" 2>&1
+  "$bundle/bin/$t" >"$OUT/$t.tmp" 2>&1
   rc=$?
-  line=$(grep -E '^\[  (PASSED|FAILED|SKIPPED) ' "$OUT/tests.log" | tail -3 | tr '\n' ' ')
+  line=$(grep -E '^\[  (PASSED|FAILED|SKIPPED) +\] [0-9]+ tests?' "$OUT/$t.tmp" | tr '\n' ' ')
+  cat "$OUT/$t.tmp" >>"$OUT/tests.log"
+  rm -f "$OUT/$t.tmp"
   say "$t: exit $rc; $line"
   [ $rc -eq 0 ] || failed=1
 done
