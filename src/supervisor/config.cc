@@ -5,6 +5,7 @@
 #include <toml++/toml.h>
 
 #include <algorithm>
+#include <cctype>
 #include <cerrno>
 #include <charconv>
 #include <cmath>
@@ -63,131 +64,6 @@ std::string describe(const toml::node& n) {
   return "a date or time";
 }
 
-// One value in the file and its dotted key ("engine.port", "gpus[1]"); errors carry path:line and the key.
-class Value {
- public:
-  Value(const std::string& path, std::string key, const toml::node& node)
-      : m_path(path), m_key(std::move(key)), m_node(node) {}
-
-  const toml::node& node() const { return m_node; }
-  int64_t line() const { return line_of(m_node.source()); }
-
-  Error fail(const std::string& what) const {
-    return make_error(Errc::kInvalidArgument,
-                      m_path + ":" + std::to_string(line()) + ": " + m_key + ": " + what);
-  }
-  Error type_error(const char* expected) const {
-    return fail(std::string("expected ") + expected + ", got " + describe(m_node));
-  }
-  Value element(size_t i, const toml::node& n) const {
-    return Value(m_path, m_key + "[" + std::to_string(i) + "]", n);
-  }
-  Value member(std::string_view k, const toml::node& n) const {
-    return Value(m_path, m_key + "." + std::string(k), n);
-  }
-
-  Result<std::string> string() const {
-    if (auto s = m_node.as_string()) return s->get();
-    return type_error("a string");
-  }
-  Result<bool> boolean() const {
-    if (auto b = m_node.as_boolean()) return b->get();
-    return type_error("a boolean (true or false)");
-  }
-  Result<int64_t> integer() const {
-    if (auto i = m_node.as_integer()) return i->get();
-    return type_error("an integer");
-  }
-  Result<double> number() const {
-    double v = 0;
-    if (auto i = m_node.as_integer()) {
-      v = static_cast<double>(i->get());
-    } else if (auto f = m_node.as_floating_point()) {
-      v = f->get();
-    } else {
-      return type_error("a number");
-    }
-    if (!std::isfinite(v)) return fail("must be a finite number, got " + fmt_number(v));
-    return v;
-  }
-
-  Result<int> int_in(int64_t lo, int64_t hi) const {
-    FR_ASSIGN(int64_t v, integer());
-    if (v < lo || v > hi) {
-      return fail("must be an integer in " + std::to_string(lo) + ".." + std::to_string(hi) + ", got " +
-                  std::to_string(v));
-    }
-    return static_cast<int>(v);
-  }
-  Result<int> int_at_least(int64_t lo) const { return int_in(lo, INT32_MAX); }
-  Result<double> positive() const {
-    FR_ASSIGN(double v, number());
-    if (!(v > 0)) return fail("must be a number > 0, got " + fmt_number(v));
-    return v;
-  }
-  Result<double> non_negative() const {
-    FR_ASSIGN(double v, number());
-    if (v < 0) return fail("must be a number >= 0, got " + fmt_number(v));
-    return v;
-  }
-  Result<double> at_least(double lo) const {
-    FR_ASSIGN(double v, number());
-    if (v < lo) return fail("must be a number >= " + fmt_number(lo) + ", got " + fmt_number(v));
-    return v;
-  }
-  // Index into `allowed` of the string value.
-  Result<size_t> choice(std::span<const char* const> allowed) const {
-    FR_ASSIGN(std::string s, string());
-    size_t i = 0;
-    for (const char* a : allowed) {
-      if (s == a) return i;
-      ++i;
-    }
-    return fail("must be one of " + join(allowed) + ", got " + in_quotes(s));
-  }
-  Result<std::vector<std::string>> strings() const {
-    auto arr = m_node.as_array();
-    if (!arr) return type_error("an array of strings");
-    std::vector<std::string> out;
-    for (size_t i = 0; i < arr->size(); ++i) {
-      FR_ASSIGN(std::string s, element(i, *arr->get(i)).string());
-      out.push_back(std::move(s));
-    }
-    return out;
-  }
-  Result<std::map<std::string, std::string>> string_table() const {
-    auto t = m_node.as_table();
-    if (!t) return type_error("a table of strings");
-    std::map<std::string, std::string> out;
-    for (auto&& [k, n] : *t) {
-      Value v = member(k.str(), n);
-      if (k.str().empty()) return v.fail("empty key");
-      FR_ASSIGN(std::string s, v.string());
-      out.emplace(std::string(k.str()), std::move(s));
-    }
-    return out;
-  }
-  // "" or an absolute path.
-  Result<std::string> absolute_path() const {
-    FR_ASSIGN(std::string s, string());
-    if (!s.empty() && s[0] != '/') return fail("must be an absolute path (or empty for the default), got " + in_quotes(s));
-    return s;
-  }
-
- private:
-  const std::string& m_path;
-  std::string m_key;
-  const toml::node& m_node;
-};
-
-// The allowed strings of each choice, in enum order.
-constexpr const char* kKinds[] = {"generic", "vllm"};
-constexpr const char* kModes[] = {"zero_copy", "copy", "off"};
-constexpr const char* kDaemons[] = {"native", "none"};
-constexpr const char* kBackends[] = {"cuda", "host"};
-constexpr const char* kStartPaths[] = {"snapshot", "warm", "cold"};
-constexpr const char* kLevels[] = {"trace", "debug", "info", "warn", "error"};
-
 bool is_hex(std::string_view s) {
   return std::all_of(s.begin(), s.end(), [](char c) { return std::isxdigit(static_cast<unsigned char>(c)) != 0; });
 }
@@ -241,6 +117,180 @@ bool is_listen_address(std::string_view s) {
   return p >= 1 && p <= 65535;
 }
 
+// One value in the file and its dotted key ("engine.port", "gpus[1]"); errors carry path:line and the key.
+class Value {
+ public:
+  Value(const std::string& path, std::string key, const toml::node& node)
+      : m_path(path), m_key(std::move(key)), m_node(node) {}
+
+  const toml::node& node() const { return m_node; }
+  const std::string& path() const { return m_path; }
+  int64_t line() const { return line_of(m_node.source()); }
+
+  Error fail(const std::string& what) const {
+    return make_error(Errc::kInvalidArgument, m_path + ":" + std::to_string(line()) + ": " + m_key + ": " + what);
+  }
+  Error type_error(const char* expected) const {
+    return fail(std::string("expected ") + expected + ", got " + describe(m_node));
+  }
+  Value element(size_t i, const toml::node& n) const { return Value(m_path, m_key + "[" + std::to_string(i) + "]", n); }
+  Value member(std::string_view k, const toml::node& n) const { return Value(m_path, m_key + "." + std::string(k), n); }
+
+  Result<std::string> string() const {
+    if (auto s = m_node.as_string()) return s->get();
+    return type_error("a string");
+  }
+  Result<bool> boolean() const {
+    if (auto b = m_node.as_boolean()) return b->get();
+    return type_error("a boolean (true or false)");
+  }
+  Result<int64_t> integer() const {
+    if (auto i = m_node.as_integer()) return i->get();
+    return type_error("an integer");
+  }
+  Result<double> number() const {
+    double v = 0;
+    if (auto i = m_node.as_integer()) {
+      v = static_cast<double>(i->get());
+    } else if (auto f = m_node.as_floating_point()) {
+      v = f->get();
+    } else {
+      return type_error("a number");
+    }
+    if (!std::isfinite(v)) return fail("must be a finite number, got " + fmt_number(v));
+    return v;
+  }
+
+  Result<int> int_in(int64_t lo, int64_t hi) const {
+    FR_ASSIGN(int64_t v, integer());
+    if (v < lo || v > hi) {
+      std::string range =
+          hi == INT32_MAX ? ">= " + std::to_string(lo) : "in " + std::to_string(lo) + ".." + std::to_string(hi);
+      return fail("must be an integer " + range + ", got " + std::to_string(v));
+    }
+    return static_cast<int>(v);
+  }
+  Result<int> int_at_least(int64_t lo) const { return int_in(lo, INT32_MAX); }
+  Result<double> positive() const {
+    FR_ASSIGN(double v, number());
+    if (!(v > 0)) return fail("must be a number > 0, got " + fmt_number(v));
+    return v;
+  }
+  Result<double> non_negative() const {
+    FR_ASSIGN(double v, number());
+    if (v < 0) return fail("must be a number >= 0, got " + fmt_number(v));
+    return v;
+  }
+  Result<double> at_least(double lo) const {
+    FR_ASSIGN(double v, number());
+    if (v < lo) return fail("must be a number >= " + fmt_number(lo) + ", got " + fmt_number(v));
+    return v;
+  }
+  // Index into `allowed` of the string value.
+  Result<size_t> choice(std::span<const char* const> allowed) const {
+    FR_ASSIGN(std::string s, string());
+    size_t i = 0;
+    for (const char* a : allowed) {
+      if (s == a) return i;
+      ++i;
+    }
+    return fail("must be one of " + join(allowed) + ", got " + in_quotes(s));
+  }
+  Result<std::vector<std::string>> strings() const {
+    auto arr = m_node.as_array();
+    if (!arr) return type_error("an array of strings");
+    std::vector<std::string> out;
+    for (size_t i = 0; i < arr->size(); ++i) {
+      FR_ASSIGN(std::string s, element(i, *arr->get(i)).string());
+      out.push_back(std::move(s));
+    }
+    return out;
+  }
+  Result<std::map<std::string, std::string>> string_table() const {
+    auto t = m_node.as_table();
+    if (!t) return type_error("a table of strings");
+    std::map<std::string, std::string> out;
+    for (auto&& [k, n] : *t) {
+      Value v = member(k.str(), n);
+      if (k.str().empty()) return v.fail("empty key");
+      FR_ASSIGN(std::string s, v.string());
+      out.emplace(std::string(k.str()), std::move(s));
+    }
+    return out;
+  }
+  Result<std::string> nonempty_string() const {
+    FR_ASSIGN(std::string s, string());
+    if (s.empty()) return fail("must not be empty");
+    return s;
+  }
+  Result<double> fraction() const {
+    FR_ASSIGN(double u, number());
+    if (!(u > 0 && u <= 1)) return fail("must be a fraction in (0, 1], got " + fmt_number(u));
+    return u;
+  }
+  Result<std::vector<std::string>> command() const {
+    FR_ASSIGN(auto argv, strings());
+    if (argv.empty()) return fail("must not be empty: the program and its base arguments");
+    if (argv[0].empty()) return fail("the program (first element) is empty");
+    return argv;
+  }
+  Result<std::string> file_name() const {
+    FR_ASSIGN(std::string s, string());
+    if (!is_safe_name(s)) {
+      return fail(
+          "must be 1..100 of letters, digits, '.', '_', '-', not starting with '.' or '-' (it names "
+          "files), got " +
+          in_quotes(s));
+    }
+    return s;
+  }
+  Result<std::string> url_path() const {
+    FR_ASSIGN(std::string s, string());
+    if (!s.starts_with('/')) return fail("must start with '/', got " + in_quotes(s));
+    return s;
+  }
+  Result<std::string> url_path_or_empty() const {
+    FR_ASSIGN(std::string s, string());
+    if (!s.empty() && !s.starts_with('/')) return fail("must be empty or start with '/', got " + in_quotes(s));
+    return s;
+  }
+  Result<std::string> listen_address() const {
+    FR_ASSIGN(std::string s, string());
+    if (!is_listen_address(s)) {
+      return fail("must be \"host:port\" (port 1..65535, IPv6 as \"[::1]:9400\") or \"none\", got " + in_quotes(s));
+    }
+    return s;
+  }
+  Result<std::string> socket_path() const {
+    FR_ASSIGN(std::string s, absolute_path());
+    if (s.size() > kMaxSocketPath) {
+      return fail("a Unix socket path has at most " + std::to_string(kMaxSocketPath) + " bytes, got " +
+                  std::to_string(s.size()));
+    }
+    return s;
+  }
+  // "" or an absolute path.
+  Result<std::string> absolute_path() const {
+    FR_ASSIGN(std::string s, string());
+    if (!s.empty() && s[0] != '/')
+      return fail("must be an absolute path (or empty for the default), got " + in_quotes(s));
+    return s;
+  }
+
+ private:
+  const std::string& m_path;
+  std::string m_key;
+  const toml::node& m_node;
+};
+
+// The allowed strings of each choice, in enum order.
+constexpr const char* kKinds[] = {"generic", "vllm"};
+constexpr const char* kModes[] = {"zero_copy", "copy", "off"};
+constexpr const char* kDaemons[] = {"native", "none"};
+constexpr const char* kBackends[] = {"cuda", "host"};
+constexpr const char* kStartPaths[] = {"snapshot", "warm", "cold"};
+constexpr const char* kLevels[] = {"trace", "debug", "info", "warn", "error"};
+
 Status set_gpus(const Value& v, Config& c) {
   auto arr = v.node().as_array();
   if (!arr) return v.type_error("an array of GPU indexes or \"GPU-<uuid>\" strings");
@@ -254,13 +304,16 @@ Status set_gpus(const Value& v, Config& c) {
     } else if (auto s = e.node().as_string()) {
       id = s->get();
       if (!is_digits(id) && !is_gpu_uuid(id)) {
-        return e.fail("must be a GPU index (\"0\") or a GPU UUID (\"GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx\", as "
-                      "nvidia-smi -L prints), got " + in_quotes(id));
+        return e.fail(
+            "must be a GPU index (\"0\") or a GPU UUID (\"GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx\", as "
+            "nvidia-smi -L prints), got " +
+            in_quotes(id));
       }
     } else {
       return e.type_error("a GPU index or a \"GPU-<uuid>\" string");
     }
-    if (std::find(c.gpus.begin(), c.gpus.end(), id) != c.gpus.end()) return e.fail("GPU " + in_quotes(id) + " listed twice");
+    if (std::find(c.gpus.begin(), c.gpus.end(), id) != c.gpus.end())
+      return e.fail("GPU " + in_quotes(id) + " listed twice");
     c.gpus.push_back(std::move(id));
   }
   return {};
@@ -294,7 +347,8 @@ Status set_checkpoint(const Value& v, Config& c) {
     return v.type_error("a path or an array of paths");
   }
   for (size_t i = 0; i < files.size(); ++i) {
-    if (files[i].empty()) return (v.node().is_array() ? v.element(i, *v.node().as_array()->get(i)) : v).fail("empty path");
+    if (files[i].empty())
+      return (v.node().is_array() ? v.element(i, *v.node().as_array()->get(i)) : v).fail("empty path");
   }
   c.weights.checkpoint = std::move(files);
   return {};
@@ -328,23 +382,20 @@ struct SectionSpec {
   std::span<const KeySpec> keys;
 };
 
-// Each setter type- and range-checks one value. Capture-less lambdas so the tables are plain data.
+// clang-format off
+// One line per key: which Value check it passes and where it goes. Capture-less lambdas, so the tables are
+// plain data.
 #define FR_KEY(name, body) {name, [](const Value& v, Config& c) -> Status { body; return {}; }}
 
 const KeySpec kModelKeys[] = {
-    FR_KEY("name", FR_ASSIGN(c.name, v.string());
-           if (!is_safe_name(c.name)) return v.fail("must be 1..100 of letters, digits, '.', '_', '-' (not starting "
-                                                    "with '.' or '-'): it names files; got " + in_quotes(c.name))),
+    FR_KEY("name", FR_ASSIGN(c.name, v.file_name())),
 };
 
 const KeySpec kEngineKeys[] = {
-    FR_KEY("command", FR_ASSIGN(c.engine.command, v.strings());
-           if (c.engine.command.empty()) return v.fail("must not be empty: the program and its base arguments");
-           if (c.engine.command[0].empty()) return v.fail("the program (first element) is empty")),
+    FR_KEY("command", FR_ASSIGN(c.engine.command, v.command())),
     FR_KEY("flags", FR_ASSIGN(c.engine.flags, v.strings())),
     FR_KEY("kind", FR_ASSIGN(size_t k, v.choice(kKinds)); c.engine.kind = static_cast<EngineKind>(k)),
-    FR_KEY("host", FR_ASSIGN(c.engine.host, v.string());
-           if (c.engine.host.empty()) return v.fail("must not be empty (the address the engine serves on)")),
+    FR_KEY("host", FR_ASSIGN(c.engine.host, v.nonempty_string())),
     FR_KEY("port", FR_ASSIGN(int p, v.int_in(1, 65535)); c.engine.port = static_cast<uint16_t>(p)),
     {"env", set_env},
     FR_KEY("working_dir", FR_ASSIGN(c.engine.working_dir, v.absolute_path())),
@@ -364,20 +415,15 @@ const KeySpec kWeightsKeys[] = {
 };
 
 const KeySpec kMemoryKeys[] = {
-    FR_KEY("utilization", FR_ASSIGN(double u, v.number());
-           if (!(u > 0 && u <= 1)) return v.fail("must be a fraction in (0, 1], got " + fmt_number(u));
-           c.memory.utilization = u),
+    FR_KEY("utilization", FR_ASSIGN(c.memory.utilization, v.fraction())),
     FR_KEY("check_free", FR_ASSIGN(c.memory.check_free, v.boolean())),
     FR_KEY("leak_tolerance_mib", FR_ASSIGN(c.memory.leak_tolerance_mib, v.non_negative())),
     FR_KEY("settle_timeout_s", FR_ASSIGN(c.memory.settle_timeout_s, v.positive())),
 };
 
 const KeySpec kReadinessKeys[] = {
-    FR_KEY("health_path", FR_ASSIGN(c.readiness.health_path, v.string());
-           if (!c.readiness.health_path.starts_with('/')) return v.fail("must start with '/', got " + in_quotes(c.readiness.health_path))),
-    FR_KEY("request_path", FR_ASSIGN(c.readiness.request_path, v.string());
-           if (!c.readiness.request_path.empty() && !c.readiness.request_path.starts_with('/'))
-             return v.fail("must be empty (health only) or start with '/', got " + in_quotes(c.readiness.request_path))),
+    FR_KEY("health_path", FR_ASSIGN(c.readiness.health_path, v.url_path())),
+    FR_KEY("request_path", FR_ASSIGN(c.readiness.request_path, v.url_path_or_empty())),
     FR_KEY("model", FR_ASSIGN(c.readiness.model, v.string())),
     FR_KEY("prompt", FR_ASSIGN(c.readiness.prompt, v.string())),
     FR_KEY("max_tokens", FR_ASSIGN(c.readiness.max_tokens, v.int_at_least(1))),
@@ -401,19 +447,13 @@ const KeySpec kRestartKeys[] = {
 };
 
 const KeySpec kControlKeys[] = {
-    FR_KEY("socket", FR_ASSIGN(c.control.socket, v.absolute_path());
-           if (c.control.socket.size() > kMaxSocketPath)
-             return v.fail("a Unix socket path has at most " + std::to_string(kMaxSocketPath) + " bytes, got " +
-                           std::to_string(c.control.socket.size()))),
+    FR_KEY("socket", FR_ASSIGN(c.control.socket, v.socket_path())),
     FR_KEY("group", FR_ASSIGN(c.control.group, v.string())),
     FR_KEY("state_dir", FR_ASSIGN(c.control.state_dir, v.absolute_path())),
 };
 
 const KeySpec kHttpKeys[] = {
-    FR_KEY("listen", FR_ASSIGN(c.http.listen, v.string());
-           if (!is_listen_address(c.http.listen))
-             return v.fail("must be \"host:port\" (port 1..65535, IPv6 as \"[::1]:9400\") or \"none\", got " +
-                           in_quotes(c.http.listen))),
+    FR_KEY("listen", FR_ASSIGN(c.http.listen, v.listen_address())),
 };
 
 const KeySpec kLoggingKeys[] = {
@@ -421,11 +461,12 @@ const KeySpec kLoggingKeys[] = {
 };
 
 #undef FR_KEY
+// clang-format on
 
 const SectionSpec kSections[] = {
-    {"model", kModelKeys},     {"engine", kEngineKeys},   {"weights", kWeightsKeys},
+    {"model", kModelKeys},     {"engine", kEngineKeys},       {"weights", kWeightsKeys},
     {"memory", kMemoryKeys},   {"readiness", kReadinessKeys}, {"restart", kRestartKeys},
-    {"control", kControlKeys}, {"http", kHttpKeys},       {"logging", kLoggingKeys},
+    {"control", kControlKeys}, {"http", kHttpKeys},           {"logging", kLoggingKeys},
 };
 
 std::string key_names(std::span<const KeySpec> keys) {
@@ -519,6 +560,38 @@ void resolve_checkpoints(Config& c) {
   }
 }
 
+// A table's entries in the order they appear in the file (toml::table iterates by key), so the first
+// error reported is the first in the file.
+std::vector<std::pair<const toml::key*, const toml::node*>> in_file_order(const toml::table& t) {
+  std::vector<std::pair<const toml::key*, const toml::node*>> out;
+  for (const auto& [k, n] : t) out.emplace_back(&k, &n);
+  std::stable_sort(out.begin(), out.end(), [](const auto& a, const auto& b) {
+    const auto &pa = a.first->source().begin, &pb = b.first->source().begin;
+    return pa.line != pb.line ? pa.line < pb.line : pa.column < pb.column;
+  });
+  return out;
+}
+
+Status parse_section(const SectionSpec& spec, const Value& v, Config& c, Lines& lines) {
+  auto table = v.node().as_table();
+  if (!table) return v.fail(std::string("must be a table ([") + spec.name + "]), got " + describe(v.node()));
+  lines.set(spec.name, line_of(table->source()));
+  for (const auto& [k, node] : in_file_order(*table)) {
+    std::string name(k->str());
+    auto key = spec.keys.begin();
+    while (key != spec.keys.end() && name != key->name) ++key;
+    if (key == spec.keys.end()) {
+      std::string hint = name == "gpus" ? "; gpus is a top-level key: put it before the first [section]" : "";
+      return fail_at(v.path(), line_of(k->source()), std::string(spec.name) + "." + name,
+                     "unknown key (allowed in [" + std::string(spec.name) + "]: " + key_names(spec.keys) + ")" + hint);
+    }
+    Value kv = v.member(name, *node);
+    FR_TRY(key->set(kv, c));
+    lines.set(std::string(spec.name) + "." + name, kv.line());
+  }
+  return {};
+}
+
 }  // namespace
 
 Result<Config> parse_config(std::string_view toml_text, const std::string& path) {
@@ -526,44 +599,28 @@ Result<Config> parse_config(std::string_view toml_text, const std::string& path)
   try {
     root = toml::parse(toml_text, path);
   } catch (const toml::parse_error& e) {
-    return make_error(Errc::kInvalidArgument,
-                      path + ":" + std::to_string(line_of(e.source())) + ": TOML syntax: " + std::string(e.description()));
+    return make_error(Errc::kInvalidArgument, path + ":" + std::to_string(line_of(e.source())) +
+                                                  ": TOML syntax: " + std::string(e.description()));
   }
 
   Config c;
   c.path = path;
   c.name = std::filesystem::path(path).stem().string();
   Lines lines;
-  for (auto&& [k, node] : root) {
-    std::string section(k.str());
+  for (const auto& [k, node] : in_file_order(root)) {
+    std::string section(k->str());
     if (section == "gpus") {
-      FR_TRY(set_gpus(Value(path, "gpus", node), c));
-      lines.set("gpus", line_of(node.source()));
+      FR_TRY(set_gpus(Value(path, "gpus", *node), c));
+      lines.set("gpus", line_of(node->source()));
       continue;
     }
     auto spec = std::find_if(std::begin(kSections), std::end(kSections),
                              [&](const SectionSpec& s) { return section == s.name; });
     if (spec == std::end(kSections)) {
-      return fail_at(path, line_of(k.source()), section,
+      return fail_at(path, line_of(k->source()), section,
                      "unknown section or top-level key (allowed: " + section_names() + ")");
     }
-    auto table = node.as_table();
-    if (!table) {
-      return Value(path, section, node).fail("must be a table ([" + section + "]), got " + describe(node));
-    }
-    lines.set(section, line_of(table->source()));
-    for (auto&& [k2, n2] : *table) {
-      std::string name(k2.str());
-      std::string key = section + "." + name;
-      auto ks = std::find_if(spec->keys.begin(), spec->keys.end(), [&](const KeySpec& s) { return name == s.name; });
-      if (ks == spec->keys.end()) {
-        std::string hint = name == "gpus" ? "; gpus is a top-level key: put it before the first [section]" : "";
-        return fail_at(path, line_of(k2.source()), key,
-                       "unknown key (allowed in [" + section + "]: " + key_names(spec->keys) + ")" + hint);
-      }
-      FR_TRY(ks->set(Value(path, key, n2), c));
-      lines.set(key, line_of(n2.source()));
-    }
+    FR_TRY(parse_section(*spec, Value(path, section, *node), c, lines));
   }
 
   if (!lines.has("model.name") && !is_safe_name(c.name)) {

@@ -23,8 +23,8 @@ bool is_flag_word(std::string_view w) {
 // different from --tensor-parallel-size while also accepting both.
 std::string canonical_name(std::string_view name) {
   static const std::map<std::string_view, std::string_view> kAliases = {
-      {"-tp", "--tensor-parallel-size"}, {"-pp", "--pipeline-parallel-size"}, {"-dp", "--data-parallel-size"},
-      {"-dpr", "--data-parallel-rank"},  {"-dpl", "--data-parallel-size-local"}, {"-q", "--quantization"},
+      {"-tp", "--tensor-parallel-size"},   {"-pp", "--pipeline-parallel-size"},    {"-dp", "--data-parallel-size"},
+      {"-dpr", "--data-parallel-rank"},    {"-dpl", "--data-parallel-size-local"}, {"-q", "--quantization"},
       {"-ep", "--enable-expert-parallel"},
   };
   if (auto it = kAliases.find(name); it != kAliases.end()) return std::string(it->second);
@@ -75,7 +75,7 @@ Result<std::vector<std::string>> split_flags(const std::string& s) {
   std::string cur;
   bool in_word = false;
   auto unterminated = [&](const char* what, size_t at) {
-    return make_error(Errc::kInvalidArgument, std::string("flags: unterminated ") + what + " starting at character " +
+    return make_error(Errc::kInvalidArgument, std::string("unterminated ") + what + " starting at character " +
                                                   std::to_string(at + 1) + " of: " + s);
   };
   for (size_t i = 0; i < s.size(); ++i) {
@@ -104,7 +104,7 @@ Result<std::vector<std::string>> split_flags(const std::string& s) {
       }
       in_word = true;
     } else if (ch == '\\') {
-      if (i + 1 >= s.size()) return make_error(Errc::kInvalidArgument, "flags: a backslash ends the string: " + s);
+      if (i + 1 >= s.size()) return make_error(Errc::kInvalidArgument, "a backslash ends the string: " + s);
       ++i;
       if (s[i] == '\n') continue;  // line continuation
       cur += s[i];

@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <string>
 
 namespace fr::supervisor {
@@ -37,9 +38,7 @@ void expect_error(const std::string& text, int line, const std::string& key,
   for (const auto& p : parts) EXPECT_NE(m.find(p), std::string::npos) << m << "\nmissing: " << p;
 }
 
-std::filesystem::path repo_root() {
-  return std::filesystem::path(__FILE__).parent_path().parent_path().parent_path();
-}
+std::filesystem::path repo_root() { return std::filesystem::path(__FILE__).parent_path().parent_path().parent_path(); }
 
 // ---- defaults and valid files
 
@@ -242,6 +241,17 @@ TEST(Config, ShippedExamplesParse) {
   }
 }
 
+TEST(Config, DocsShowTheExample) {
+  auto read = [](const std::filesystem::path& p) {
+    std::ifstream in(p);
+    return std::string(std::istreambuf_iterator<char>(in), {});
+  };
+  std::string example = read(repo_root() / "config/example.toml");
+  ASSERT_FALSE(example.empty());
+  EXPECT_NE(read(repo_root() / "docs/config.md").find(example), std::string::npos)
+      << "docs/config.md must end with config/example.toml verbatim";
+}
+
 // ---- load_config
 
 TEST(Config, LoadReadsTheFile) {
@@ -262,6 +272,10 @@ TEST(Config, LoadMissingFileNamesThePath) {
 }
 
 // ---- errors: each names file:line and the key
+
+TEST(ConfigError, FirstErrorInTheFileIsReported) {
+  expect_error(kMinimal + "[readiness]\nmax_tokens = 0\nhealth_path = \"x\"\n", 8, "readiness.max_tokens");
+}
 
 TEST(ConfigError, SyntaxNamesTheLine) {
   auto r = parse("[engine]\ncommand = [\"x\"\n");
@@ -284,7 +298,8 @@ TEST(ConfigError, GpusInsideASectionGetsAHint) {
 }
 
 TEST(ConfigError, SectionThatIsNotATable) {
-  expect_error("engine = 5\n" + kMinimal.substr(kMinimal.find("[weights]")), 1, "engine", {"must be a table", "integer 5"});
+  expect_error("engine = 5\n" + kMinimal.substr(kMinimal.find("[weights]")), 1, "engine",
+               {"must be a table", "integer 5"});
 }
 
 TEST(ConfigError, WrongType) {
@@ -292,7 +307,8 @@ TEST(ConfigError, WrongType) {
 [engine]
 command = ["x"]
 port = "8000"
-)", 4, "engine.port", {"expected an integer", "string \"8000\""});
+)",
+               4, "engine.port", {"expected an integer", "string \"8000\""});
 }
 
 TEST(ConfigError, IntegerWrittenAsFloat) {
@@ -316,7 +332,8 @@ TEST(ConfigError, CommandElementNotAString) {
 }
 
 TEST(ConfigError, KindNotAllowed) {
-  expect_error("[engine]\ncommand = [\"x\"]\nkind = \"sglang\"\n", 3, "engine.kind", {"\"generic\", \"vllm\"", "\"sglang\""});
+  expect_error("[engine]\ncommand = [\"x\"]\nkind = \"sglang\"\n", 3, "engine.kind",
+               {"\"generic\", \"vllm\"", "\"sglang\""});
 }
 
 TEST(ConfigError, EnvValueNotAString) {
@@ -338,20 +355,17 @@ TEST(ConfigError, StopGraceNotPositive) {
 }
 
 TEST(ConfigError, WorkingDirRelative) {
-  expect_error("[engine]\ncommand = [\"x\"]\nworking_dir = \"srv\"\n", 3, "engine.working_dir", {"absolute", "\"srv\""});
+  expect_error("[engine]\ncommand = [\"x\"]\nworking_dir = \"srv\"\n", 3, "engine.working_dir",
+               {"absolute", "\"srv\""});
 }
 
 TEST(ConfigError, GpuUuidMalformed) {
   expect_error("gpus = [\"GPU-1234\"]\n" + kMinimal, 1, "gpus[0]", {"GPU UUID", "\"GPU-1234\""});
 }
 
-TEST(ConfigError, GpuIndexNegative) {
-  expect_error("gpus = [0, -1]\n" + kMinimal, 1, "gpus[1]", {">= 0", "-1"});
-}
+TEST(ConfigError, GpuIndexNegative) { expect_error("gpus = [0, -1]\n" + kMinimal, 1, "gpus[1]", {">= 0", "-1"}); }
 
-TEST(ConfigError, GpuListedTwice) {
-  expect_error("gpus = [0, \"0\"]\n" + kMinimal, 1, "gpus[1]", {"twice"});
-}
+TEST(ConfigError, GpuListedTwice) { expect_error("gpus = [0, \"0\"]\n" + kMinimal, 1, "gpus[1]", {"twice"}); }
 
 TEST(ConfigError, GpusNotAnArray) {
   expect_error("gpus = 0\n" + kMinimal, 1, "gpus", {"expected an array", "integer 0"});
@@ -366,7 +380,8 @@ TEST(ConfigError, DaemonNotAllowed) {
 }
 
 TEST(ConfigError, BackendNotAllowed) {
-  expect_error("[engine]\ncommand = [\"x\"]\n[weights]\nbackend = \"rocm\"\n", 4, "weights.backend", {"\"cuda\", \"host\"", "\"rocm\""});
+  expect_error("[engine]\ncommand = [\"x\"]\n[weights]\nbackend = \"rocm\"\n", 4, "weights.backend",
+               {"\"cuda\", \"host\"", "\"rocm\""});
 }
 
 TEST(ConfigError, CheckpointWrongType) {
@@ -406,7 +421,8 @@ TEST(ConfigError, LeakToleranceNegative) {
 }
 
 TEST(ConfigError, HealthPathWithoutSlash) {
-  expect_error(kMinimal + "[readiness]\nhealth_path = \"health\"\n", 8, "readiness.health_path", {"start with '/'", "\"health\""});
+  expect_error(kMinimal + "[readiness]\nhealth_path = \"health\"\n", 8, "readiness.health_path",
+               {"start with '/'", "\"health\""});
 }
 
 TEST(ConfigError, RequestPathWithoutSlash) {
@@ -415,7 +431,7 @@ TEST(ConfigError, RequestPathWithoutSlash) {
 }
 
 TEST(ConfigError, MaxTokensZero) {
-  expect_error(kMinimal + "[readiness]\nmax_tokens = 0\n", 8, "readiness.max_tokens", {"got 0"});
+  expect_error(kMinimal + "[readiness]\nmax_tokens = 0\n", 8, "readiness.max_tokens", {">= 1, got 0"});
 }
 
 TEST(ConfigError, HangAfterFailuresZero) {
@@ -440,7 +456,8 @@ TEST(ConfigError, CrashLoopLimitZero) {
 }
 
 TEST(ConfigError, WarmFailuresNegative) {
-  expect_error(kMinimal + "[restart]\nwarm_failures_before_cold = -1\n", 8, "restart.warm_failures_before_cold", {"-1"});
+  expect_error(kMinimal + "[restart]\nwarm_failures_before_cold = -1\n", 8, "restart.warm_failures_before_cold",
+               {"-1"});
 }
 
 TEST(ConfigError, StartEmpty) {
@@ -448,21 +465,25 @@ TEST(ConfigError, StartEmpty) {
 }
 
 TEST(ConfigError, StartUnknownPath) {
-  expect_error(kMinimal + "[restart]\nstart = [\"warm\", \"hot\"]\n", 8, "restart.start[1]", {"\"snapshot\", \"warm\", \"cold\"", "\"hot\""});
+  expect_error(kMinimal + "[restart]\nstart = [\"warm\", \"hot\"]\n", 8, "restart.start[1]",
+               {"\"snapshot\", \"warm\", \"cold\"", "\"hot\""});
 }
 
 TEST(ConfigError, StartDuplicate) {
-  expect_error(kMinimal + "[restart]\nstart = [\"warm\", \"warm\"]\n", 8, "restart.start[1]", {"\"warm\" listed twice"});
+  expect_error(kMinimal + "[restart]\nstart = [\"warm\", \"warm\"]\n", 8, "restart.start[1]",
+               {"\"warm\" listed twice"});
 }
 
 TEST(ConfigError, SnapshotNeedsExactlyOneGpu) {
-  expect_error("gpus = [0, 1]\n[engine]\ncommand = [\"x\"]\n[weights]\nmode = \"off\"\n[restart]\nstart = [\"snapshot\"]\n",
-               7, "restart.start", {"exactly one GPU", "lists 2"});
+  expect_error(
+      "gpus = [0, 1]\n[engine]\ncommand = [\"x\"]\n[weights]\nmode = \"off\"\n[restart]\nstart = [\"snapshot\"]\n", 7,
+      "restart.start", {"exactly one GPU", "lists 2"});
 }
 
 TEST(ConfigError, SnapshotRejectsZeroCopy) {
-  expect_error("gpus = [0]\n[engine]\ncommand = [\"x\"]\n[weights]\ncheckpoint = \"/m\"\n[restart]\nstart = [\"snapshot\"]\n",
-               7, "restart.start", {"\"copy\" or \"off\"", "\"zero_copy\"", "imported VMM memory"});
+  expect_error(
+      "gpus = [0]\n[engine]\ncommand = [\"x\"]\n[weights]\ncheckpoint = \"/m\"\n[restart]\nstart = [\"snapshot\"]\n", 7,
+      "restart.start", {"\"copy\" or \"off\"", "\"zero_copy\"", "imported VMM memory"});
 }
 
 TEST(ConfigError, ControlSocketRelative) {
@@ -470,7 +491,8 @@ TEST(ConfigError, ControlSocketRelative) {
 }
 
 TEST(ConfigError, ControlSocketTooLong) {
-  expect_error(kMinimal + "[control]\nsocket = \"/" + std::string(120, 's') + "\"\n", 8, "control.socket", {"107 bytes", "121"});
+  expect_error(kMinimal + "[control]\nsocket = \"/" + std::string(120, 's') + "\"\n", 8, "control.socket",
+               {"107 bytes", "121"});
 }
 
 TEST(ConfigError, HttpListenMalformed) {

@@ -38,9 +38,7 @@ TEST(SplitFlags, QuotesJoinAdjacentTextAndKeepEmptyWords) {
   EXPECT_EQ(split(R"(--a=x'y z'"w" '' "")"), (Words{"--a=xy zw", "", ""}));
 }
 
-TEST(SplitFlags, NoExpansion) {
-  EXPECT_EQ(split("$HOME ~ *.json `id`"), (Words{"$HOME", "~", "*.json", "`id`"}));
-}
+TEST(SplitFlags, NoExpansion) { EXPECT_EQ(split("$HOME ~ *.json `id`"), (Words{"$HOME", "~", "*.json", "`id`"})); }
 
 TEST(SplitFlags, UnterminatedQuoteIsAnError) {
   for (const char* s : {"--x 'abc", "--x \"abc", "--x \"a\\\""}) {
@@ -118,7 +116,8 @@ TEST(MergeFlags, AddMatchesInlineAndSpacedForms) {
 }
 
 TEST(MergeFlags, AddMatchesAliasesAndUnderscores) {
-  EXPECT_EQ(merge_flags({"--tensor-parallel-size", "1", "--y"}, {"-tp", "2"}, PushKind::kAdd), (Words{"-tp", "2", "--y"}));
+  EXPECT_EQ(merge_flags({"--tensor-parallel-size", "1", "--y"}, {"-tp", "2"}, PushKind::kAdd),
+            (Words{"-tp", "2", "--y"}));
   EXPECT_EQ(merge_flags({"--max_num_seqs", "8"}, {"--max-num-seqs", "16"}, PushKind::kAdd),
             (Words{"--max-num-seqs", "16"}));
 }
@@ -154,9 +153,10 @@ TEST(MergeFlags, RemoveAbsentFlagChangesNothing) {
 // ---- daemon_affecting_changes
 
 TEST(DaemonAffecting, EngineOnlyFlagsNeedNoDaemonReload) {
-  Words b = merge_flags(kCurrent, {"--max-num-seqs", "128", "--max-model-len", "4096", "--tokenizer", "t",
-                                   "--trust-remote-code", "--seed", "3"},
-                        PushKind::kAdd);
+  Words b = merge_flags(
+      kCurrent,
+      {"--max-num-seqs", "128", "--max-model-len", "4096", "--tokenizer", "t", "--trust-remote-code", "--seed", "3"},
+      PushKind::kAdd);
   EXPECT_TRUE(daemon_affecting_changes(EngineKind::kVllm, kCurrent, b).empty());
 }
 
