@@ -1,5 +1,6 @@
 #include "tinyengine/server.h"
 
+#include <sys/socket.h>
 #include <unistd.h>
 
 #include <condition_variable>
@@ -83,6 +84,13 @@ EngineServer::EngineServer(const ServeOptions& options)
     : m_options(options), m_server(std::make_unique<httplib::Server>()) {
   const int threads = options.threads > 0 ? options.threads : 8;
   m_server->new_task_queue = [threads] { return new httplib::ThreadPool(static_cast<size_t>(threads)); };
+  // httplib's default also sets SO_REUSEPORT, which lets a second engine (a restart racing an orphan) bind
+  // the same port and share its traffic. SO_REUSEADDR alone: a restart can rebind past TIME_WAIT, a live
+  // listener still makes bind fail.
+  m_server->set_socket_options([](socket_t sock) {
+    int yes = 1;
+    ::setsockopt(sock, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof yes);
+  });
   routes();
 }
 

@@ -8,6 +8,7 @@
 #include <thread>
 
 #include "engine_process.h"
+#include "tinyengine/checkpoint.h"
 #include "support/harness.h"
 
 namespace fr::te::test {
@@ -125,7 +126,8 @@ TEST(TinyEngineHttp, BadUsageExits2AndBadCheckpointExits1) {
 TEST(TinyEngineHttp, PortInUseExits1) {
   Engine a(tiny_checkpoint(), {});
   ASSERT_TRUE(a.wait_ready()) << a.log();
-  auto r = fr::test::run({tinyengine_bin(), "serve", tiny_checkpoint(), "--port", std::to_string(a.port())});
+  auto r = fr::test::run({"/usr/bin/timeout", "10", tinyengine_bin(), "serve", tiny_checkpoint(), "--port",
+                          std::to_string(a.port())});
   EXPECT_EQ(r.exit_code, 1) << r.output;
   EXPECT_NE(r.output.find("cannot listen"), std::string::npos);
 }

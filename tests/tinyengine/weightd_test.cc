@@ -1,10 +1,12 @@
 // Publish-then-attach through a real fastrestart-weightd (host backend), and disk vs attach answers.
 #include <signal.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <gtest/gtest.h>
 
 #include "engine_process.h"
+#include "tinyengine/checkpoint.h"
 #include "support/harness.h"
 
 namespace fr::te::test {
@@ -13,6 +15,13 @@ namespace {
 using nlohmann::json;
 
 bool have_weightd() { return access(fr::test::weightd().c_str(), X_OK) == 0; }
+
+// The daemon refuses a socket directory more open than 0700.
+std::string private_dir(const fr::test::TempDir& d) {
+  const std::string p = d / "run";
+  ::mkdir(p.c_str(), 0700);
+  return p;
+}
 
 std::vector<std::string> fastrestart_args(const std::string& socket_dir, std::vector<std::string> more = {}) {
   std::vector<std::string> a = {"--load-format", "fastrestart", "--fastrestart-socket-dir", socket_dir};
@@ -34,20 +43,21 @@ std::pair<json, Answer> run_once(const std::string& model, const std::vector<std
 
 TEST(TinyEngineWeightd, PublishThenAttachGivesTheDiskAnswer) {
   if (!have_weightd()) GTEST_SKIP() << "fastrestart-weightd is not built";
-  fr::test::TempDir sockets;
-  fr::test::Daemon d(sockets.path());
+  fr::test::TempDir tmp;
+  const std::string sockets = private_dir(tmp);
+  fr::test::Daemon d(sockets);
   const std::string& model = tiny_checkpoint();
 
   auto [disk_stats, disk] = run_once(model, {});
   EXPECT_EQ(disk_stats["load"]["path"], "disk");
 
-  auto [cold, cold_answer] = run_once(model, fastrestart_args(sockets.path()));
+  auto [cold, cold_answer] = run_once(model, fastrestart_args(sockets));
   EXPECT_EQ(cold["load"]["path"], "fallback") << cold.dump();
   EXPECT_FALSE(cold["load"]["reason"].get<std::string>().empty());
   EXPECT_EQ(cold["load"]["published"], true) << cold.dump() << d.log();
   EXPECT_EQ(cold_answer, disk);
 
-  auto [warm, warm_answer] = run_once(model, fastrestart_args(sockets.path()));
+  auto [warm, warm_answer] = run_once(model, fastrestart_args(sockets));
   EXPECT_EQ(warm["load"]["path"], "attach") << warm.dump() << d.log();
   EXPECT_EQ(warm["load"]["mode"], "zero_copy");
   EXPECT_EQ(warm["load"]["digest"], cold["load"]["digest"]);
@@ -57,7 +67,7 @@ TEST(TinyEngineWeightd, PublishThenAttachGivesTheDiskAnswer) {
   EXPECT_EQ(warm_answer, disk);
 
   auto [copy, copy_answer] =
-      run_once(model, fastrestart_args(sockets.path(), {"--fastrestart-mode", "copy", "--fastrestart-verify"}));
+      run_once(model, fastrestart_args(sockets, {"--fastrestart-mode", "copy", "--fastrestart-verify"}));
   EXPECT_EQ(copy["load"]["path"], "attach") << copy.dump();
   EXPECT_EQ(copy["load"]["mode"], "copy");
   EXPECT_EQ(copy_answer, disk);
@@ -65,15 +75,16 @@ TEST(TinyEngineWeightd, PublishThenAttachGivesTheDiskAnswer) {
 
 TEST(TinyEngineWeightd, ChangedCheckpointMissesAndServesTheNewWeights) {
   if (!have_weightd()) GTEST_SKIP() << "fastrestart-weightd is not built";
-  fr::test::TempDir sockets, ckpt;
-  fr::test::Daemon d(sockets.path());
+  fr::test::TempDir tmp, ckpt;
+  const std::string sockets = private_dir(tmp);
+  fr::test::Daemon d(sockets);
   GenOptions o;
   ASSERT_TRUE(generate_checkpoint(o, ckpt.path()).ok());
-  auto [first, a1] = run_once(ckpt.path(), fastrestart_args(sockets.path()));
+  auto [first, a1] = run_once(ckpt.path(), fastrestart_args(sockets));
   EXPECT_EQ(first["load"]["published"], true) << first.dump();
   o.seed = 99;  // same layout, other weights: a new file (new inode/ctime)
   ASSERT_TRUE(generate_checkpoint(o, ckpt.path()).ok());
-  auto [second, a2] = run_once(ckpt.path(), fastrestart_args(sockets.path()));
+  auto [second, a2] = run_once(ckpt.path(), fastrestart_args(sockets));
   EXPECT_EQ(second["load"]["path"], "fallback") << second.dump();
   EXPECT_NE(a1, a2);
   auto [disk, a3] = run_once(ckpt.path(), {});
@@ -81,8 +92,9 @@ TEST(TinyEngineWeightd, ChangedCheckpointMissesAndServesTheNewWeights) {
 }
 
 TEST(TinyEngineWeightd, NoDaemonFallsBackToDiskWithAReason) {
-  fr::test::TempDir sockets;  // empty: nobody listens
-  auto [stats, answer] = run_once(tiny_checkpoint(), fastrestart_args(sockets.path(), {"--fastrestart-connect-timeout", "0.5"}));
+  fr::test::TempDir tmp;
+  const std::string sockets = private_dir(tmp);  // nobody listens here
+  auto [stats, answer] = run_once(tiny_checkpoint(), fastrestart_args(sockets, {"--fastrestart-connect-timeout", "0.5"}));
   EXPECT_EQ(stats["load"]["path"], "fallback") << stats.dump();
   EXPECT_FALSE(stats["load"]["reason"].get<std::string>().empty());
   EXPECT_EQ(stats["load"]["published"], false);
@@ -91,9 +103,10 @@ TEST(TinyEngineWeightd, NoDaemonFallsBackToDiskWithAReason) {
 }
 
 TEST(TinyEngineWeightd, NoDaemonWithFallbackOffFailsToStart) {
-  fr::test::TempDir sockets;
+  fr::test::TempDir tmp;
+  const std::string sockets = private_dir(tmp);
   Engine e(tiny_checkpoint(),
-           fastrestart_args(sockets.path(), {"--fastrestart-fallback", "off", "--fastrestart-connect-timeout", "0.5"}));
+           fastrestart_args(sockets, {"--fastrestart-fallback", "off", "--fastrestart-connect-timeout", "0.5"}));
   EXPECT_EQ(e.wait_exit(10), 1) << e.log();
   EXPECT_NE(e.log().find("fastrestart attach"), std::string::npos) << e.log();
 }
