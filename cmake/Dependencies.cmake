@@ -14,3 +14,10 @@ target_compile_definitions(fr_xxhash INTERFACE XXH_INLINE_ALL)
 if(FASTRESTART_TESTS)
   find_package(GTest REQUIRED)
 endif()
+
+# The supervisor's and the engine's: libuv (event loop), libsystemd (sd_notify), toml++ (config),
+# cpp-httplib (Debian ships it as a shared library, found through pkg-config).
+pkg_check_modules(LIBUV REQUIRED IMPORTED_TARGET GLOBAL libuv)
+pkg_check_modules(LIBSYSTEMD REQUIRED IMPORTED_TARGET GLOBAL libsystemd)
+pkg_check_modules(CPP_HTTPLIB REQUIRED IMPORTED_TARGET GLOBAL cpp-httplib)
+find_package(tomlplusplus REQUIRED)

@@ -185,7 +185,7 @@ int main(int argc, char** argv) {
   app.add_option("--timeout", c.timeout_s, "connect timeout in seconds");
   bool as_json = false;
   std::vector<std::string> files, cfg, tensors;
-  std::string dtype, mode = "zero_copy", fp, dir;
+  std::string dtype, ck_dtype = "F32", mode = "zero_copy", fp, dir;
   bool wait = false, verify = false, all = false;
   double state_timeout = 300;
   int shards = 2, ntensors = 8;
@@ -235,9 +235,9 @@ int main(int argc, char** argv) {
          s->add_option("--tensors", ntensors)->check(CLI::Range(1, 100000));
          s->add_option("--tensor-bytes", tensor_bytes);
          s->add_option("--seed", seed);
-         s->add_option("--dtype", dtype)->default_val("F32");
+         s->add_option("--dtype", ck_dtype, "F32, BF16, ...");
        },
-       [&] { return cmd_make_checkpoint(dir, shards, ntensors, tensor_bytes, seed, dtype.empty() ? "F32" : dtype); }},
+       [&] { return cmd_make_checkpoint(dir, shards, ntensors, tensor_bytes, seed, ck_dtype); }},
   };
   for (auto& s : subs) {
     CLI::App* sub = app.add_subcommand(s.name, s.help);

@@ -1,0 +1,130 @@
+#include "supervisor/child.h"
+
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+
+#include "common/io.h"
+
+extern char** environ;
+
+namespace fr::supervisor {
+namespace {
+
+bool is_supervisor_var(const std::string& kv) {
+  static const char* const kDrop[] = {"NOTIFY_SOCKET=", "WATCHDOG_PID=", "WATCHDOG_USEC=", "LISTEN_FDS=",
+                                      "LISTEN_PID=", "LISTEN_FDNAMES="};
+  for (const char* d : kDrop)
+    if (kv.rfind(d, 0) == 0) return true;
+  return false;
+}
+
+}  // namespace
+
+std::vector<std::string> child_environment(const std::map<std::string, std::string>& extra) {
+  std::vector<std::string> env;
+  for (char** e = environ; *e; ++e) {
+    std::string kv = *e;
+    if (is_supervisor_var(kv)) continue;
+    auto eq = kv.find('=');
+    if (eq != std::string::npos && extra.count(kv.substr(0, eq))) continue;
+    env.push_back(std::move(kv));
+  }
+  for (const auto& [k, v] : extra) env.push_back(k + "=" + v);
+  return env;
+}
+
+std::string find_program(const std::string& name) {
+  if (name.find('/') != std::string::npos) return name;
+  const char* path = std::getenv("PATH");
+  std::string p = path ? path : "/usr/local/bin:/usr/bin:/bin";
+  size_t start = 0;
+  while (start <= p.size()) {
+    size_t end = p.find(':', start);
+    if (end == std::string::npos) end = p.size();
+    std::string cand = p.substr(start, end - start) + "/" + name;
+    if (::access(cand.c_str(), X_OK) == 0) return cand;
+    start = end + 1;
+  }
+  return name;
+}
+
+Result<Spawned> spawn_child(const SpawnSpec& spec) {
+  if (spec.argv.empty()) return make_error(Errc::kInvalidArgument, "empty command");
+  const std::string prog = find_program(spec.argv[0]);
+  std::vector<std::string> env = child_environment(spec.env);
+  std::vector<char*> argv, envp;
+  for (const auto& a : spec.argv) argv.push_back(const_cast<char*>(a.c_str()));
+  argv.push_back(nullptr);
+  for (const auto& e : env) envp.push_back(const_cast<char*>(e.c_str()));
+  envp.push_back(nullptr);
+
+  int out[2], err[2];
+  if (::pipe2(out, O_CLOEXEC) != 0) return sys_error("pipe");
+  UniqueFd out_r(out[0]), out_w(out[1]);
+  if (::pipe2(err, O_CLOEXEC) != 0) return sys_error("pipe");
+  UniqueFd err_r(err[0]), err_w(err[1]);
+
+  pid_t pid = ::fork();
+  if (pid < 0) return sys_error("fork");
+  if (pid == 0) {
+    // Child: only async-signal-safe calls from here to exec.
+    ::setpgid(0, 0);
+    sigset_t none;
+    sigemptyset(&none);
+    ::sigprocmask(SIG_SETMASK, &none, nullptr);
+    for (int s = 1; s < NSIG; ++s) ::signal(s, SIG_DFL);
+    if (!spec.cgroup_procs.empty()) {
+      int fd = ::open(spec.cgroup_procs.c_str(), O_WRONLY);
+      if (fd >= 0) {
+        (void)!::write(fd, "0\n", 2);  // "0" = the writing process
+        ::close(fd);
+      }
+    }
+    ::dup2(out_w.get(), 1);
+    ::dup2(out_w.get(), 2);
+    int devnull = ::open("/dev/null", O_RDONLY);
+    if (devnull >= 0) ::dup2(devnull, 0);
+    if (!spec.working_dir.empty() && ::chdir(spec.working_dir.c_str()) != 0) {
+      int e = errno;
+      (void)!::write(err_w.get(), &e, sizeof e);
+      _exit(127);
+    }
+    ::execve(prog.c_str(), argv.data(), envp.data());
+    int e = errno;
+    (void)!::write(err_w.get(), &e, sizeof e);
+    _exit(127);
+  }
+  ::setpgid(pid, pid);  // also from the parent: no race with an early signal to the group
+  out_w.reset();
+  err_w.reset();
+  int child_errno = 0;
+  ssize_t n;
+  while ((n = ::read(err_r.get(), &child_errno, sizeof child_errno)) < 0 && errno == EINTR) {
+  }
+  if (n == sizeof child_errno) {
+    ::waitpid(pid, nullptr, 0);
+    return make_error(Errc::kInvalidArgument, "cannot run " + spec.argv[0] + ": " + std::strerror(child_errno));
+  }
+  Spawned s;
+  s.pid = pid;
+  s.pidfd.reset(static_cast<int>(::syscall(SYS_pidfd_open, pid, 0)));
+  ::fcntl(out_r.get(), F_SETFL, O_NONBLOCK);
+  s.output = std::move(out_r);
+  return s;
+}
+
+void signal_group(pid_t pgid, int pidfd, int sig) {
+  if (pgid <= 0) return;
+  ::kill(-pgid, sig);
+  if (pidfd >= 0) ::syscall(SYS_pidfd_send_signal, pidfd, sig, nullptr, 0);
+}
+
+bool group_alive(pid_t pgid) { return pgid > 0 && (::kill(-pgid, 0) == 0 || errno == EPERM); }
+
+}  // namespace fr::supervisor

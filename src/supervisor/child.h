@@ -1,0 +1,45 @@
+// Spawning supervised children: each in its own process group, with an explicit environment (never
+// NOTIFY_SOCKET, WATCHDOG_*, LISTEN_*), stdout+stderr on one pipe for line capture, and a pidfd.
+#pragma once
+
+#include <sys/types.h>
+
+#include <map>
+#include <string>
+#include <vector>
+
+#include "common/fd.h"
+#include "fastrestart/result.h"
+
+namespace fr::supervisor {
+
+struct SpawnSpec {
+  std::vector<std::string> argv;            // argv[0]: a path, or a name looked up in $PATH
+  std::map<std::string, std::string> env;   // set on top of the filtered inherited environment
+  std::string working_dir;
+  std::string cgroup_procs;                 // if set: write the child's pid here before exec (cgroup v1/v2)
+};
+
+struct Spawned {
+  pid_t pid = -1;        // also the process group id
+  UniqueFd pidfd;        // -1 on kernels without pidfd_open
+  UniqueFd output;       // read end: the child's stdout and stderr, non-blocking
+};
+
+// The inherited environment minus what belongs to the supervisor (NOTIFY_SOCKET, WATCHDOG_PID,
+// WATCHDOG_USEC, LISTEN_FDS, LISTEN_PID, LISTEN_FDNAMES, INVOCATION_ID stays), plus `extra`.
+std::vector<std::string> child_environment(const std::map<std::string, std::string>& extra);
+
+// fork + exec. Errors: the exec failure is reported through a CLOEXEC pipe, so "no such program" is
+// an error here, not a mysterious exit code 127 later.
+Result<Spawned> spawn_child(const SpawnSpec& spec);
+
+// Signals the whole process group (and, through the pidfd, the leader even if it left the group).
+void signal_group(pid_t pgid, int pidfd, int sig);
+// True while any process of the group exists (zombies we have not reaped count as gone only once reaped).
+bool group_alive(pid_t pgid);
+
+// Finds `name` in $PATH (or returns it when it contains a '/').
+std::string find_program(const std::string& name);
+
+}  // namespace fr::supervisor

@@ -1,0 +1,64 @@
+#include "supervisor/classify.h"
+
+#include <sys/wait.h>
+
+#include <cstring>
+
+namespace fr::supervisor {
+
+const char* exit_cause_name(ExitCause c) {
+  static constexpr const char* k[] = {"requested", "crash", "unexpected_exit_0", "kernel_oom",
+                                      "cuda_oom", "memory_utilization", "start_timeout", "hung"};
+  return k[static_cast<int>(c)];
+}
+
+bool is_failure(ExitCause c) { return c != ExitCause::kRequested; }
+
+namespace {
+
+bool contains(const std::string& s, const char* needle) { return s.find(needle) != std::string::npos; }
+
+// The engine's own words, newest first: they name a CUDA OOM more precisely than the exit code.
+const std::string* find_line(const std::deque<std::string>* lines, bool (*match)(const std::string&)) {
+  if (!lines) return nullptr;
+  for (auto it = lines->rbegin(); it != lines->rend(); ++it)
+    if (match(*it)) return &*it;
+  return nullptr;
+}
+
+bool is_cuda_oom(const std::string& l) {
+  return contains(l, "CUDA out of memory") || contains(l, "torch.OutOfMemoryError") ||
+         contains(l, "torch.cuda.OutOfMemoryError") || contains(l, "CUDA_ERROR_OUT_OF_MEMORY") ||
+         contains(l, "cudaErrorMemoryAllocation");
+}
+
+bool is_mem_util(const std::string& l) {
+  return contains(l, "Free memory on device") && contains(l, "less than desired GPU memory utilization");
+}
+
+}  // namespace
+
+Classification classify_exit(const ExitFacts& f) {
+  std::string status;
+  if (WIFEXITED(f.wait_status)) {
+    status = "exit code " + std::to_string(WEXITSTATUS(f.wait_status));
+  } else if (WIFSIGNALED(f.wait_status)) {
+    int sig = WTERMSIG(f.wait_status);
+    status = "signal " + std::to_string(sig) + " (" + strsignal(sig) + ")";
+  } else {
+    status = "status " + std::to_string(f.wait_status);
+  }
+  if (f.killed_for_timeout) return {ExitCause::kStartTimeout, "not ready in time; " + status};
+  if (f.killed_for_hang) return {ExitCause::kHung, "stopped answering /health; " + status};
+  if (f.requested) return {ExitCause::kRequested, status};
+  if (f.oom_kill_recorded && WIFSIGNALED(f.wait_status) && WTERMSIG(f.wait_status) == SIGKILL)
+    return {ExitCause::kKernelOom, "killed by the kernel OOM killer; " + status};
+  if (const auto* l = find_line(f.last_lines, is_mem_util)) return {ExitCause::kMemoryUtilization, *l};
+  if (const auto* l = find_line(f.last_lines, is_cuda_oom)) return {ExitCause::kCudaOom, *l};
+  if (f.oom_kill_recorded) return {ExitCause::kKernelOom, "the cgroup recorded an OOM kill; " + status};
+  if (WIFEXITED(f.wait_status) && WEXITSTATUS(f.wait_status) == 0)
+    return {ExitCause::kUnexpectedExit0, "exited 0 without being asked to"};
+  return {ExitCause::kCrash, status};
+}
+
+}  // namespace fr::supervisor

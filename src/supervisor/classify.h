@@ -1,0 +1,41 @@
+// Why an engine exited (brief decision 10). Pure: the wait status, what we asked for, the engine's last
+// output lines and the cgroup's OOM-kill count decide.
+#pragma once
+
+#include <deque>
+#include <string>
+
+namespace fr::supervisor {
+
+enum class ExitCause {
+  kRequested,        // we stopped it (stop, restart, reload)
+  kCrash,            // non-zero exit or a signal
+  kUnexpectedExit0,  // exited 0 without being asked: a failure (vLLM's API server does this)
+  kKernelOom,        // the kernel's OOM killer (cgroup memory events)
+  kCudaOom,          // "CUDA out of memory" / torch.OutOfMemoryError in its output
+  kMemoryUtilization,  // vLLM's "Free memory on device ... less than desired GPU memory utilization"
+  kStartTimeout,     // never became ready in time (we killed it)
+  kHung,             // stopped answering /health (we killed it)
+};
+inline constexpr int kExitCauseCount = 8;
+
+const char* exit_cause_name(ExitCause c);
+bool is_failure(ExitCause c);
+
+struct ExitFacts {
+  int wait_status = 0;            // from waitpid
+  bool requested = false;         // we sent a stop for a restart/reload/stop
+  bool killed_for_timeout = false;
+  bool killed_for_hang = false;
+  bool oom_kill_recorded = false; // the cgroup's oom_kill counter grew while the engine ran
+  const std::deque<std::string>* last_lines = nullptr;  // the engine's recent output
+};
+
+struct Classification {
+  ExitCause cause;
+  std::string detail;  // "exit code 1", "signal 9 (Killed)", the matching output line, ...
+};
+
+Classification classify_exit(const ExitFacts& f);
+
+}  // namespace fr::supervisor

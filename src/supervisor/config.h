@@ -1,0 +1,113 @@
+// Config: one TOML file per served model (/etc/fastrestart/<name>.toml). Every key, its default and why:
+// docs/config.md. Unknown keys, wrong types and impossible values are errors naming file:line and the key;
+// fastrestartd then exits with kExitConfig and starts nothing.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "fastrestart/result.h"
+
+namespace fr::supervisor {
+
+enum class EngineKind { kGeneric, kVllm };
+enum class WeightsMode { kZeroCopy, kCopy, kOff };
+enum class DaemonKind { kNative, kNone };
+enum class StartPath { kSnapshot, kWarm, kCold };
+
+struct EngineConfig {
+  std::vector<std::string> command;            // argv: program and its base arguments (required)
+  std::vector<std::string> flags;              // engine flags, appended after command; reload changes these
+  EngineKind kind = EngineKind::kGeneric;
+  std::string host = "127.0.0.1";              // where the engine serves (readiness talks to it)
+  uint16_t port = 8000;
+  std::map<std::string, std::string> env;      // added to the supervisor's environment (minus NOTIFY_SOCKET...)
+  std::string working_dir;                     // empty: the supervisor's
+  double stop_grace_s = 30;                    // SIGTERM -> SIGKILL of the engine's process group
+};
+
+struct WeightsConfig {
+  WeightsMode mode = WeightsMode::kZeroCopy;
+  DaemonKind daemon = DaemonKind::kNative;
+  std::vector<std::string> checkpoint;         // safetensors files, or directories (all *.safetensors in them)
+  std::map<std::string, std::string> key;      // config fields of the cache key (arch, dtype, ...)
+  std::string backend = "cuda";                // "cuda" | "host" (host: CPU engines and tests)
+  std::string daemon_path;                     // empty: fastrestart-weightd beside fastrestartd, then $PATH
+  std::string socket_dir;                      // empty: the daemons' default
+  int reader_threads = 8;
+  double load_timeout_s = 3600;                // a preload making no progress for this long fails
+};
+
+struct MemoryConfig {
+  double utilization = 0.9;                    // budget per GPU = utilization x total (brief decision 8)
+  bool check_free = true;                      // refuse to start an engine whose share does not fit
+  double leak_tolerance_mib = 512;             // used - held after an engine exit above this is a leak
+  double settle_timeout_s = 30;                // wait for GPU memory to return before restarting
+};
+
+struct ReadinessConfig {
+  std::string health_path = "/health";
+  std::string request_path = "/v1/completions";  // empty: health only (not recommended)
+  std::string model;                           // "model" field of the request; empty: omitted
+  std::string prompt = "The capital of France is";
+  int max_tokens = 1;
+  std::optional<std::string> expect_text;      // oracle: the completion text must equal this
+  double startup_timeout_s = 900;              // exec -> ready; beyond: readiness timeout (a failure)
+  double poll_interval_s = 0.2;                // while starting
+  double check_interval_s = 5;                 // while running: /health liveness
+  double check_timeout_s = 5;
+  int hang_after_failures = 3;                 // consecutive failed checks -> hung -> restart
+};
+
+struct RestartConfig {
+  double backoff_initial_s = 1;
+  double backoff_max_s = 60;
+  double backoff_multiplier = 2;
+  double reset_after_s = 600;                  // running this long resets the backoff
+  int crash_loop_limit = 5;                    // failures within the window before giving up
+  double crash_loop_window_s = 600;
+  int warm_failures_before_cold = 2;           // consecutive failed warm starts -> one cold daemon reload
+  std::vector<StartPath> start = {StartPath::kWarm, StartPath::kCold};
+};
+
+struct ControlConfig {
+  std::string socket;                          // empty: /run/fastrestart/<name>.ctl (root) or the user dir
+  std::string group;                           // also allow this group (socket 0660)
+  std::string state_dir;                       // empty: /var/lib/fastrestart/<name>; pushed flags persist here
+};
+
+struct HttpConfig {
+  std::string listen = "127.0.0.1:9400";       // "none": off (issue 5: /health /ready /metrics /status)
+};
+
+struct LoggingConfig {
+  std::string level = "info";
+};
+
+struct Config {
+  std::string path;                            // the file it came from
+  std::string name;                            // [model] name; default: file stem
+  EngineConfig engine;
+  std::vector<std::string> gpus;               // indexes or GPU UUIDs; empty: no GPU (host backend)
+  WeightsConfig weights;
+  MemoryConfig memory;
+  ReadinessConfig readiness;
+  RestartConfig restart;
+  ControlConfig control;
+  HttpConfig http;
+  LoggingConfig logging;
+};
+
+// Parses and validates. Errors: Errc::kInvalidArgument, message "<path>:<line>: <key>: <what>".
+Result<Config> parse_config(std::string_view toml_text, const std::string& path);
+Result<Config> load_config(const std::string& path);
+
+const char* engine_kind_name(EngineKind k);
+const char* weights_mode_name(WeightsMode m);
+const char* start_path_name(StartPath p);
+
+}  // namespace fr::supervisor

@@ -1,0 +1,80 @@
+#include "supervisor/control.h"
+
+#include <fcntl.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <spdlog/spdlog.h>
+#include <vector>
+
+#include "common/private_dir.h"
+#include "common/unix_socket.h"
+#include "protocol/frame.h"
+
+namespace fr::supervisor {
+
+std::string default_control_socket(const std::string& name) { return default_socket_dir() + "/" + name + ".ctl"; }
+
+Result<std::unique_ptr<ControlServer>> ControlServer::start(const std::string& path, std::optional<gid_t> group, Handler h) {
+  std::unique_ptr<ControlServer> s(new ControlServer);
+  s->m_path = path;
+  s->m_group = group;
+  s->m_handler = std::move(h);
+  FR_TRY(ensure_private_dir(std::filesystem::path(path).parent_path().string(), group));
+  ::unlink(path.c_str());
+  FR_ASSIGN(s->m_listen, listen_unix(path, group ? 0660 : 0600));
+  if (group && ::chown(path.c_str(), static_cast<uid_t>(-1), *group) != 0) return sys_error("chown " + path);
+  int p[2];
+  if (::pipe2(p, O_CLOEXEC) != 0) return sys_error("pipe");
+  s->m_wake_r.reset(p[0]);
+  s->m_wake_w.reset(p[1]);
+  ControlServer* raw = s.get();
+  s->m_thread = std::thread([raw] { raw->serve(); });
+  return s;
+}
+
+ControlServer::~ControlServer() {
+  if (m_wake_w) (void)!::write(m_wake_w.get(), "x", 1);
+  if (m_thread.joinable()) m_thread.join();
+  ::unlink(m_path.c_str());
+}
+
+void ControlServer::serve() {
+  std::vector<std::thread> conns;
+  std::vector<int> fds;
+  for (;;) {
+    pollfd p[2] = {{m_listen.get(), POLLIN, 0}, {m_wake_r.get(), POLLIN, 0}};
+    if (::poll(p, 2, -1) < 0) continue;
+    if (p[1].revents) break;
+    int fd = ::accept4(m_listen.get(), nullptr, nullptr, SOCK_CLOEXEC);
+    if (fd < 0) continue;
+    auto cred = peer_cred(fd);
+    bool allowed = cred.ok() && (cred->uid == ::geteuid() || (m_group && peer_in_group(*cred, *m_group)));
+    if (!allowed) {
+      spdlog::warn("control: refused pid {} uid {}", cred.ok() ? cred->pid : -1, cred.ok() ? static_cast<long>(cred->uid) : -1L);
+      (void)proto::write_frame(fd, proto::error_reply(make_error(Errc::kPermissionDenied, "peer uid not allowed")), -1, deadline_in(1));
+      ::close(fd);
+      continue;
+    }
+    fds.push_back(fd);
+    conns.emplace_back([this, fd] {
+      for (;;) {
+        auto f = proto::read_frame(fd, deadline_in(7 * 86400.0));
+        if (!f.ok()) {
+          if (f.error().code == Errc::kProtocol)
+            (void)proto::write_frame(fd, proto::error_reply(f.error()), -1, deadline_in(1));
+          break;
+        }
+        nlohmann::json reply = m_handler(f->body);
+        if (!proto::write_frame(fd, reply, -1, deadline_in(10)).ok()) break;
+      }
+    });
+  }
+  for (int fd : fds) ::shutdown(fd, SHUT_RDWR);
+  for (auto& t : conns) t.join();
+  for (int fd : fds) ::close(fd);
+}
+
+}  // namespace fr::supervisor

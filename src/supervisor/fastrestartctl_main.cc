@@ -1,0 +1,194 @@
+// fastrestartctl: the operator's CLI for fastrestartd. Commands and exit codes: docs/supervisor.md.
+#include <CLI/CLI.hpp>
+#include <chrono>
+#include <csignal>
+#include <cstdio>
+#include <iostream>
+#include <thread>
+
+#include "common/unix_socket.h"
+#include "protocol/frame.h"
+#include "supervisor/config.h"
+#include "supervisor/control.h"
+
+namespace {
+
+using nlohmann::json;
+constexpr int kOk = 0, kFail = 1, kUsage = 2, kRolledBack = 3;
+
+fr::Result<json> call(const std::string& sock, const json& req, double timeout_s) {
+  FR_ASSIGN(fr::UniqueFd fd, fr::connect_unix(sock, fr::deadline_in(2)));
+  FR_TRY(fr::proto::write_frame(fd.get(), req, -1, fr::deadline_in(5)));
+  FR_ASSIGN(fr::proto::Frame f, fr::proto::read_frame(fd.get(), fr::deadline_in(timeout_s)));
+  return std::move(f.body);
+}
+
+std::string gb(double b) {
+  char s[32];
+  std::snprintf(s, sizeof s, "%.2f GB", b / 1e9);
+  return s;
+}
+
+std::string bar(double done, double total, int width = 30) {
+  int n = total > 0 ? static_cast<int>(width * done / total) : width;
+  return "[" + std::string(static_cast<size_t>(n), '#') + std::string(static_cast<size_t>(width - n), '.') + "]";
+}
+
+void print_status(const json& s) {
+  std::printf("%-18s %s\n", "model", s.value("name", "").c_str());
+  std::printf("%-18s %s  (%s)\n", "state", s.value("state", "").c_str(), s.value("status_text", "").c_str());
+  if (s["engine"].is_object()) {
+    const auto& e = s["engine"];
+    std::printf("%-18s pid %d, up %.1f s, path %s\n", "engine", e.value("pid", 0), e.value("uptime_s", 0.0),
+                e.value("path", std::string("-")).c_str());
+  }
+  std::string flags;
+  for (const auto& f : s.value("flags", json::array())) flags += (flags.empty() ? "" : " ") + f.get<std::string>();
+  std::printf("%-18s %s\n", "flags", flags.c_str());
+  std::string r;
+  const json restarts = s.value("restarts", json::object());
+  for (const auto& [k, v] : restarts.items()) r += (r.empty() ? "" : ", ") + k + " " + v.dump();
+  std::printf("%-18s %s\n", "restarts", r.empty() ? "none" : r.c_str());
+  if (s["last_exit"].is_object())
+    std::printf("%-18s %s: %s\n", "last exit", s["last_exit"].value("cause", "").c_str(), s["last_exit"].value("detail", "").c_str());
+  if (s["last_start"].is_object())
+    std::printf("%-18s %s in %.2f s\n", "last start", s["last_start"].value("path", "").c_str(),
+                s["last_start"].value("time_to_ready_s", 0.0));
+  for (const auto& d : s.value("daemons", json::array())) {
+    const auto& p = d["progress"];
+    double done = p.value("done_bytes", 0.0), total = p.value("total_bytes", 0.0), rate = p.value("rate_bytes_per_s", 0.0);
+    std::printf("%-18s %s pid %d %-8s held %s", ("daemon " + d.value("gpu", "")).c_str(), "", d.value("pid", 0),
+                d.value("state", "").c_str(), gb(d.value("held_bytes", 0.0)).c_str());
+    if (d.value("state", "") == "loading" && total > 0)
+      std::printf("  %s %s / %s, %.2f GB/s, ETA %.0f s", bar(done, total).c_str(), gb(done).c_str(), gb(total).c_str(),
+                  rate / 1e9, rate > 0 ? (total - done) / rate : 0.0);
+    if (!d.value("error", "").empty()) std::printf("  error: %s", d.value("error", "").c_str());
+    std::printf("\n");
+  }
+  for (const auto& m : s.value("memory", json::array())) {
+    if (m.contains("error")) {
+      std::printf("%-18s %s\n", ("gpu " + m.value("gpu", "")).c_str(), m.value("error", "").c_str());
+      continue;
+    }
+    std::printf("%-18s used %s of %s, budget %s, daemons hold %s\n", ("gpu " + m.value("gpu", "")).c_str(),
+                gb(m.value("used_bytes", 0.0)).c_str(), gb(m.value("total_bytes", 0.0)).c_str(),
+                gb(m.value("budget_bytes", 0.0)).c_str(), gb(m.value("daemon_held_bytes", 0.0)).c_str());
+  }
+  if (!s.value("failure", "").empty()) std::printf("%-18s %s\n", "failure", s.value("failure", "").c_str());
+}
+
+int report(const fr::Result<json>& r, bool as_json) {
+  if (!r.ok()) {
+    std::fprintf(stderr, "fastrestartctl: %s\n", r.error().message.c_str());
+    return kFail;
+  }
+  if (as_json) std::cout << r->dump(2) << "\n";
+  if (!r->value("ok", false)) {
+    const auto& e = (*r)["error"];
+    if (!as_json) std::fprintf(stderr, "fastrestartctl: %s\n", e.value("message", "failed").c_str());
+    return e.value("code", "") == "rolled_back" ? kRolledBack : kFail;
+  }
+  return kOk;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"fastrestartctl: control fastrestartd (docs/supervisor.md)"};
+  app.require_subcommand(1);
+  std::string sock, config, name;
+  app.add_option("--socket", sock, "control socket of fastrestartd");
+  app.add_option("--config", config, "derive the socket from this model config");
+  app.add_option("--name", name, "derive the default socket from the model name");
+  bool as_json = false, no_wait = false;
+  std::string flags, add_flags, remove_flags;
+  double interval = 1.0;
+  int rc = kOk;
+  auto socket_path = [&]() -> std::string {
+    if (!sock.empty()) return sock;
+    if (!config.empty()) {
+      auto c = fr::supervisor::load_config(config);
+      if (c.ok()) return c->control.socket.empty() ? fr::supervisor::default_control_socket(c->name) : c->control.socket;
+      std::fprintf(stderr, "fastrestartctl: %s\n", c.error().message.c_str());
+      std::exit(kUsage);
+    }
+    if (!name.empty()) return fr::supervisor::default_control_socket(name);
+    std::fprintf(stderr, "fastrestartctl: give --socket, --config or --name\n");
+    std::exit(kUsage);
+  };
+  struct Sub {
+    const char* name;
+    const char* help;
+    std::function<void(CLI::App*)> setup;
+    std::function<int()> run;
+  };
+  auto simple = [&](const char* op) {
+    return [&, op] { return report(call(socket_path(), {{"op", op}}, 30), as_json); };
+  };
+  std::vector<Sub> subs = {
+      {"status", "state, engine, restarts, daemons, memory", [&](CLI::App* s) { s->add_flag("--json", as_json); },
+       [&] {
+         auto r = call(socket_path(), {{"op", "status"}}, 10);
+         if (r.ok() && r->value("ok", false) && !as_json) {
+           print_status((*r)["status"]);
+           return kOk;
+         }
+         if (r.ok() && as_json && r->value("ok", false)) {
+           std::cout << (*r)["status"].dump(2) << "\n";
+           return kOk;
+         }
+         return report(r, as_json);
+       }},
+      {"watch", "refresh the status table until interrupted", [&](CLI::App* s) { s->add_option("--interval", interval); },
+       [&] {
+         for (;;) {
+           auto r = call(socket_path(), {{"op", "status"}}, 10);
+           std::printf("\033[H\033[2J");
+           if (!r.ok() || !r->value("ok", false)) return report(r, false);
+           print_status((*r)["status"]);
+           std::fflush(stdout);
+           std::this_thread::sleep_for(std::chrono::duration<double>(interval));
+         }
+       }},
+      {"reload", "push engine flags; waits and reports the path taken (exit 3: rolled back)",
+       [&](CLI::App* s) {
+         s->add_option("--flags", flags, "replace the engine flags with these");
+         s->add_option("--add-flags", add_flags, "override or append these flags");
+         s->add_option("--remove-flags", remove_flags, "drop these flags (names)");
+         s->add_flag("--no-wait", no_wait, "return once the reload has started");
+         s->add_flag("--wait", [&](int64_t) { no_wait = false; }, "wait until ready (default; for ExecReload=)");
+         s->add_flag("--json", as_json);
+       },
+       [&] {
+         json req{{"op", "reload"}, {"wait", !no_wait}};
+         if (!remove_flags.empty()) req["flags"] = remove_flags, req["mode"] = "remove";
+         else if (!add_flags.empty()) req["flags"] = add_flags, req["mode"] = "add";
+         else req["flags"] = flags, req["mode"] = "replace";
+         auto r = call(socket_path(), req, 7 * 86400.0);
+         int code = report(r, as_json);
+         if (r.ok() && !as_json && r->contains("path")) {
+           std::string f;
+           for (const auto& w : r->value("flags", json::array())) f += (f.empty() ? "" : " ") + w.get<std::string>();
+           std::printf("%s: path %s in %.2f s%s\neffective flags: %s\n", code == kOk ? "reloaded" : "ROLLED BACK",
+                       r->value("path", "").c_str(), r->value("time_to_ready_s", 0.0),
+                       r->value("cold_reload", false) ? " (daemons reloaded cold)" : "", f.c_str());
+         }
+         return code;
+       }},
+      {"restart", "restart the engine (warm)", [&](CLI::App* s) { s->add_flag("--json", as_json); }, simple("restart")},
+      {"stop-engine", "stop the engine and keep it stopped", [&](CLI::App* s) { s->add_flag("--json", as_json); }, simple("stop-engine")},
+      {"start-engine", "start a stopped engine", [&](CLI::App* s) { s->add_flag("--json", as_json); }, simple("start-engine")},
+      {"daemons", "the weight daemons (JSON)", [](CLI::App*) {}, [&] { return report(call(socket_path(), {{"op", "daemons"}}, 30), true); }},
+  };
+  for (auto& s : subs) {
+    CLI::App* sub = app.add_subcommand(s.name, s.help);
+    s.setup(sub);
+    sub->callback([&rc, &s] { rc = s.run(); });
+  }
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e) == 0 ? kOk : kUsage;
+  }
+  return rc;
+}

@@ -1,0 +1,60 @@
+// fastrestartd: the restart supervisor of one served model. Usage and exit codes: docs/supervisor.md.
+#include <CLI/CLI.hpp>
+#include <csignal>
+#include <cstdlib>
+#include <spdlog/spdlog.h>
+
+#include "common/private_dir.h"
+#include "supervisor/control.h"
+#include "supervisor/supervisor.h"
+
+using namespace fr::supervisor;
+
+int main(int argc, char** argv) {
+  CLI::App app{"fastrestartd: restart supervisor for one served model (docs/supervisor.md)"};
+  std::string config_path, log_level;
+  bool check = false;
+  app.add_option("--config,-c", config_path, "the model's TOML config (/etc/fastrestart/<name>.toml)")->required();
+  app.add_flag("--check", check, "validate the config and exit (0 valid, 2 invalid)");
+  app.add_option("--log-level", log_level, "override [logging] level");
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e) == 0 ? kExitOk : kExitConfig;
+  }
+  spdlog::set_pattern(std::getenv("INVOCATION_ID") ? "[%l] %v" : "[%Y-%m-%d %H:%M:%S.%e] [fastrestartd] [%l] %v");
+  auto cfg = load_config(config_path);
+  if (!cfg.ok()) {
+    spdlog::error("{}", cfg.error().message);
+    return kExitConfig;
+  }
+  if (check) {
+    std::printf("%s: valid\n", config_path.c_str());
+    return kExitOk;
+  }
+  spdlog::set_level(spdlog::level::from_str(log_level.empty() ? cfg->logging.level : log_level));
+  std::signal(SIGPIPE, SIG_IGN);
+
+  std::unique_ptr<GpuProbe> gpus;
+  if (const char* fake = std::getenv("FASTRESTART_FAKE_NVML"); fake && *fake) gpus = make_file_probe(fake);
+  else gpus = make_nvml_probe();
+  std::optional<gid_t> group;
+  if (!cfg->control.group.empty()) {
+    auto g = fr::resolve_group(cfg->control.group);
+    if (!g.ok()) {
+      spdlog::error("{}: control.group: {}", config_path, g.error().message);
+      return kExitConfig;
+    }
+    group = *g;
+  }
+  std::string sock = cfg->control.socket.empty() ? default_control_socket(cfg->name) : cfg->control.socket;
+  Supervisor sup(*cfg, std::move(gpus), make_sd_notifier());
+  auto ctl = ControlServer::start(sock, group, [&sup](const nlohmann::json& req) { return sup.request(req); });
+  if (!ctl.ok()) {
+    spdlog::error("control socket {}: {}", sock, ctl.error().message);
+    return kExitConfig;
+  }
+  spdlog::info("control socket {}", sock);
+  int rc = sup.run();
+  return rc;
+}

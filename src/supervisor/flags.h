@@ -1,0 +1,40 @@
+// Engine flags: merging a push (`fastrestartctl reload --flags/--add-flags/--remove-flags`) into the
+// current flags, and deciding whether the change touches what the weight daemons hold (brief decision 11).
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "fastrestart/result.h"
+#include "supervisor/config.h"
+
+namespace fr::supervisor {
+
+// Splits a shell-like string ("--max-num-seqs 128 --dtype 'bfloat16'") into words; quotes and
+// backslashes as in sh, no expansion. Errc::kInvalidArgument for an unterminated quote.
+Result<std::vector<std::string>> split_flags(const std::string& s);
+
+// One flag: "--name" with its values ("--x=1" is name "--x", value "1"; "--flag" alone has no value).
+struct Flag {
+  std::string name;
+  std::vector<std::string> values;
+  bool inline_value = false;  // written as --name=value
+};
+std::vector<Flag> parse_flag_list(const std::vector<std::string>& words);
+std::vector<std::string> to_words(const std::vector<Flag>& flags);
+
+enum class PushKind { kReplace, kAdd, kRemove };
+// kReplace: `flags` replace the whole list. kAdd: each flag in `flags` overrides the same name or is
+// appended. kRemove: every flag whose name is in `flags` is dropped.
+std::vector<std::string> merge_flags(const std::vector<std::string>& current, const std::vector<std::string>& push, PushKind kind);
+
+// Names of flags whose value differs between a and b and that change what the daemons hold, for `kind`
+// (vllm: --model, model positional, --revision, --dtype, --quantization, --tensor-parallel-size/-tp,
+// --pipeline-parallel-size/-pp, --data-parallel-size/-dp, --tokenizer? no, --load-format, --max-model-len? no,
+// --hf-overrides, --quantization-param-path, --kv-cache-dtype? no ...; generic: none, unless listed in
+// `extra_daemon_flags`). Empty: only the engine needs a restart (warm).
+std::vector<std::string> daemon_affecting_changes(EngineKind kind, const std::vector<std::string>& a,
+                                                  const std::vector<std::string>& b,
+                                                  const std::vector<std::string>& extra_daemon_flags = {});
+
+}  // namespace fr::supervisor

@@ -1,0 +1,83 @@
+#include "supervisor/readiness.h"
+
+#include <httplib.h>
+
+#include <chrono>
+#include <nlohmann/json.hpp>
+
+namespace fr::supervisor {
+namespace {
+
+httplib::Client make_client(const std::string& host, uint16_t port, double timeout_s) {
+  httplib::Client c(host, port);
+  auto sec = static_cast<time_t>(timeout_s);
+  auto usec = static_cast<time_t>((timeout_s - static_cast<double>(sec)) * 1e6);
+  c.set_connection_timeout(sec, usec);
+  c.set_read_timeout(sec, usec);
+  c.set_write_timeout(sec, usec);
+  c.set_keep_alive(false);
+  return c;
+}
+
+double since(std::chrono::steady_clock::time_point t) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t).count();
+}
+
+}  // namespace
+
+ProbeResult probe_health(const std::string& host, uint16_t port, const ReadinessConfig& rc, double timeout_s) {
+  auto t0 = std::chrono::steady_clock::now();
+  ProbeResult r;
+  auto c = make_client(host, port, timeout_s);
+  auto res = c.Get(rc.health_path);
+  r.seconds = since(t0);
+  if (!res) {
+    r.detail = "GET " + rc.health_path + ": " + httplib::to_string(res.error());
+    return r;
+  }
+  if (res->status != 200) {
+    r.detail = "GET " + rc.health_path + ": HTTP " + std::to_string(res->status);
+    return r;
+  }
+  r.ok = r.health_ok = true;
+  return r;
+}
+
+ProbeResult probe_readiness(const std::string& host, uint16_t port, const ReadinessConfig& rc, double timeout_s) {
+  auto t0 = std::chrono::steady_clock::now();
+  ProbeResult r = probe_health(host, port, rc, timeout_s);
+  if (!r.ok || rc.request_path.empty()) return r;
+  r.ok = false;
+  nlohmann::json body{{"prompt", rc.prompt}, {"max_tokens", rc.max_tokens}, {"temperature", 0}};
+  if (!rc.model.empty()) body["model"] = rc.model;
+  auto c = make_client(host, port, timeout_s);
+  auto res = c.Post(rc.request_path, body.dump(), "application/json");
+  r.seconds = since(t0);
+  if (!res) {
+    r.detail = "POST " + rc.request_path + ": " + httplib::to_string(res.error());
+    return r;
+  }
+  if (res->status != 200) {
+    r.detail = "POST " + rc.request_path + ": HTTP " + std::to_string(res->status) + " " + res->body.substr(0, 200);
+    return r;
+  }
+  auto j = nlohmann::json::parse(res->body, nullptr, false);
+  const nlohmann::json* text = nullptr;
+  if (!j.is_discarded() && j.contains("choices") && j["choices"].is_array() && !j["choices"].empty() &&
+      j["choices"][0].contains("text") && j["choices"][0]["text"].is_string())
+    text = &j["choices"][0]["text"];
+  if (!text) {
+    r.detail = "POST " + rc.request_path + ": the answer has no choices[0].text";
+    return r;
+  }
+  r.detail = text->get<std::string>();
+  if (rc.expect_text && *rc.expect_text != r.detail) {
+    r.detail = "the readiness answer " + nlohmann::json(r.detail).dump() + " differs from the oracle " +
+               nlohmann::json(*rc.expect_text).dump();
+    return r;
+  }
+  r.ok = true;
+  return r;
+}
+
+}  // namespace fr::supervisor

@@ -1,0 +1,24 @@
+// Readiness is a real request (brief decision 12): /health answers 200, then a representative completion
+// (temperature 0) returns a token, which must equal the oracle when one is configured. Blocking: run it on
+// the thread pool.
+#pragma once
+
+#include <string>
+
+#include "supervisor/config.h"
+
+namespace fr::supervisor {
+
+struct ProbeResult {
+  bool ok = false;
+  bool health_ok = false;  // /health answered 200 (for liveness checks)
+  std::string detail;      // why not, or the completion text
+  double seconds = 0;
+};
+
+// GET health_path, then POST request_path with the prompt. `timeout_s` bounds each request.
+ProbeResult probe_readiness(const std::string& host, uint16_t port, const ReadinessConfig& rc, double timeout_s);
+// GET health_path only.
+ProbeResult probe_health(const std::string& host, uint16_t port, const ReadinessConfig& rc, double timeout_s);
+
+}  // namespace fr::supervisor

@@ -1,0 +1,752 @@
+#include "supervisor/supervisor.h"
+#include "supervisor/supervisor_internal.h"
+
+#include <signal.h>
+#include <sys/prctl.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <systemd/sd-daemon.h>
+#include <unistd.h>
+
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <spdlog/spdlog.h>
+
+#include "common/io.h"
+#include "common/private_dir.h"
+#include "engine_loader/client.h"
+#include "supervisor/child.h"
+#include "supervisor/flags.h"
+#include "supervisor/readiness.h"
+
+namespace fr::supervisor {
+
+using nlohmann::json;
+
+namespace {
+
+constexpr size_t kTailLines = 200;
+constexpr double kDaemonStopGraceS = 30;
+
+class SdNotifier final : public Notifier {
+ public:
+  void notify(const std::string& state) override { sd_notify(0, state.c_str()); }
+};
+
+std::string fmt_s(double s) {
+  char b[32];
+  std::snprintf(b, sizeof b, "%.2f s", s);
+  return b;
+}
+
+std::string fmt_bytes(double b) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.2f GB", b / 1e9);
+  return buf;
+}
+
+std::string join(const std::vector<std::string>& v, const char* sep = " ") {
+  std::string s;
+  for (const auto& x : v) s += (s.empty() ? "" : sep) + x;
+  return s;
+}
+
+std::string state_dir_of(const Config& c) {
+  if (!c.control.state_dir.empty()) return c.control.state_dir;
+  if (const char* d = std::getenv("STATE_DIRECTORY"); d && *d) return std::string(d) + "/" + c.name;
+  if (::geteuid() == 0) return "/var/lib/fastrestart/" + c.name;
+  const char* home = std::getenv("HOME");
+  return std::string(home ? home : "/tmp") + "/.local/state/fastrestart/" + c.name;
+}
+
+std::string daemon_binary(const Config& c) {
+  if (!c.weights.daemon_path.empty()) return c.weights.daemon_path;
+  char self[4096];
+  ssize_t n = ::readlink("/proc/self/exe", self, sizeof self - 1);
+  if (n > 0) {
+    self[n] = 0;
+    auto beside = std::filesystem::path(self).parent_path() / "fastrestart-weightd";
+    if (std::filesystem::exists(beside)) return beside.string();
+    // In the build tree the daemon lives in a sibling folder.
+    auto build = std::filesystem::path(self).parent_path().parent_path() / "daemon" / "fastrestart-weightd";
+    if (std::filesystem::exists(build)) return build.string();
+  }
+  return find_program("fastrestart-weightd");
+}
+
+// Expands directories in weights.checkpoint to their *.safetensors, sorted.
+std::vector<std::string> checkpoint_files(const Config& c) {
+  std::vector<std::string> out;
+  for (const auto& p : c.weights.checkpoint) {
+    std::error_code ec;
+    if (std::filesystem::is_directory(p, ec)) {
+      std::vector<std::string> v;
+      for (const auto& e : std::filesystem::directory_iterator(p, ec))
+        if (e.path().extension() == ".safetensors") v.push_back(e.path().string());
+      std::sort(v.begin(), v.end());
+      out.insert(out.end(), v.begin(), v.end());
+    } else {
+      out.push_back(p);
+    }
+  }
+  return out;
+}
+
+}  // namespace
+
+std::unique_ptr<Notifier> make_sd_notifier() { return std::make_unique<SdNotifier>(); }
+
+Supervisor::Supervisor(Config config, std::unique_ptr<GpuProbe> gpus, std::unique_ptr<Notifier> notifier)
+    : m_cfg(std::move(config)),
+      m_gpus(std::move(gpus)),
+      m_notify(std::move(notifier)),
+      m_policy(m_cfg.restart),
+      m_poll_timer(m_loop),
+      m_deadline_timer(m_loop),
+      m_health_timer(m_loop),
+      m_drain_timer(m_loop),
+      m_backoff_timer(m_loop),
+      m_kill_timer(m_loop),
+      m_daemon_timer(m_loop),
+      m_watchdog_timer(m_loop) {
+  m_flags = m_cfg.engine.flags;
+  load_persisted_flags();
+  m_last_ready_flags = m_flags;
+}
+
+Supervisor::~Supervisor() = default;
+
+// ---------------------------------------------------------------------------------------------------
+// The table driver
+
+void Supervisor::raise(Event e) {
+  auto t = transition(m_state, e);
+  if (!t) {
+    spdlog::debug("event {} ignored in state {}", event_name(e), state_name(m_state));
+    return;
+  }
+  spdlog::debug("{} --{}--> {}", state_name(m_state), event_name(e), state_name(t->next));
+  m_state = t->next;
+  for (Action a : t->actions) perform(a);
+}
+
+void Supervisor::perform(Action a) {
+  switch (a) {
+    case Action::kStartDaemons: start_daemons(); break;
+    case Action::kReloadDaemons:
+      set_status("Reloading the weight daemons (cold)");
+      m_next_start_cold = true;
+      stop_daemons();  // start_daemons() follows once they are gone (on_daemon_exit)
+      break;
+    case Action::kStartEngine: start_engine(); break;
+    case Action::kStopEngine: stop_engine(false); break;
+    case Action::kKillEngine: stop_engine(true); break;
+    case Action::kClassifyExit: break;  // done in on_engine_exit, which has the facts
+    case Action::kWaitDrain: wait_drain(); break;
+    case Action::kScheduleBackoff: {
+      double b = m_policy.backoff_s();
+      if (b > 0) set_status("Restarting in " + fmt_s(b) + " (after " + m_last_exit.value("cause", std::string("exit")) + ")");
+      m_backoff_timer.start(b, [this] { raise(Event::kBackoffElapsed); });
+      break;
+    }
+    case Action::kNotifyReady: decide_path_after_ready(); break;
+    case Action::kNotifyStopping:
+      m_notify->notify("STOPPING=1\nSTATUS=Stopping: engine first, then the weight daemons");
+      spdlog::info("stopping: engine first, then the weight daemons");
+      break;
+    case Action::kNotifyFailed:
+      m_exit_code = kExitCrashLoop;
+      set_status("Failed: " + m_failure);
+      spdlog::error("giving up: {}", m_failure);
+      break;
+    case Action::kStopDaemons: stop_daemons(); break;
+    case Action::kExit: m_loop.stop(); break;
+  }
+}
+
+void Supervisor::set_status(const std::string& s, const std::string& extra) {
+  m_status_text = s;
+  spdlog::info("status: {}", s);
+  m_notify->notify(extra + "STATUS=" + s);
+}
+
+// ---------------------------------------------------------------------------------------------------
+// Run
+
+int Supervisor::run() {
+  ::prctl(PR_SET_CHILD_SUBREAPER, 1);  // orphaned engine workers come back to us, not to PID 1
+  m_started_at = m_loop.now_s();
+  m_signals.push_back(std::make_unique<Signal>(m_loop, SIGCHLD, [this] { reap(); }));
+  m_signals.push_back(std::make_unique<Signal>(m_loop, SIGTERM, [this] { raise(Event::kStopRequested); }));
+  m_signals.push_back(std::make_unique<Signal>(m_loop, SIGINT, [this] { raise(Event::kStopRequested); }));
+  m_signals.push_back(std::make_unique<Signal>(m_loop, SIGHUP, [this] { on_sighup(); }));
+  uint64_t wd_usec = 0;
+  if (sd_watchdog_enabled(0, &wd_usec) > 0 && wd_usec > 0) {
+    double every = static_cast<double>(wd_usec) / 2e6;
+    m_watchdog_timer.start(every, [this] { m_notify->notify("WATCHDOG=1"); }, every);
+  }
+  spdlog::info("fastrestartd {} serving '{}' from {}", FASTRESTART_VERSION, m_cfg.name, m_cfg.path);
+  m_state = State::kLoading;
+  start_daemons();
+  m_running = true;
+  m_loop.run();
+  m_running = false;
+  if (m_reload)
+    for (auto& w : m_reload->waiters) w->set_value(json{{"ok", false}, {"error", {{"code", "cancelled"}, {"message", "the supervisor stopped"}}}});
+  m_reload.reset();
+  // Close every handle we own before the loop goes away.
+  m_signals.clear();
+  m_engine.reset();
+  m_daemons.clear();
+  for (Timer* t : {&m_poll_timer, &m_deadline_timer, &m_health_timer, &m_drain_timer, &m_backoff_timer,
+                   &m_kill_timer, &m_daemon_timer, &m_watchdog_timer})
+    t->stop();
+  spdlog::info("fastrestartd exiting with code {}", m_exit_code);
+  return m_exit_code;
+}
+
+void Supervisor::reap() {
+  int status = 0;
+  pid_t pid;
+  while ((pid = ::waitpid(-1, &status, WNOHANG)) > 0) {
+    if (m_engine && pid == m_engine->pid && !m_engine->exited) {
+      on_engine_exit(status);
+      continue;
+    }
+    bool daemon = false;
+    for (auto& d : m_daemons)
+      if (d->pid == pid && !d->exited) {
+        on_daemon_exit(*d, status);
+        daemon = true;
+        break;
+      }
+    if (!daemon) spdlog::debug("reaped orphan pid {}", pid);
+  }
+}
+
+// ---------------------------------------------------------------------------------------------------
+// Weight daemons
+
+bool Supervisor::daemons_active() const {
+  return m_cfg.weights.mode != WeightsMode::kOff && m_cfg.weights.daemon == DaemonKind::kNative;
+}
+
+void Supervisor::start_daemons() {
+  m_daemons.clear();
+  if (!daemons_active()) {
+    m_loop.post([this] { raise(Event::kDaemonsReady); });
+    return;
+  }
+  set_status("Starting the weight daemons");
+  const bool host = m_cfg.weights.backend == "host";
+  std::vector<std::string> gpus = host ? std::vector<std::string>{""} : m_cfg.gpus;
+  const auto files = checkpoint_files(m_cfg);
+  const bool preload = !files.empty() && !m_cfg.weights.key.empty();
+  const std::string dir = m_cfg.weights.socket_dir.empty() ? default_socket_dir() : m_cfg.weights.socket_dir;
+  for (const auto& gpu : gpus) {
+    auto d = std::make_unique<Daemon>();
+    d->gpu = gpu;
+    std::string uuid = "host";
+    if (!host) {
+      uuid = gpu;
+      if (gpu.rfind("GPU-", 0) != 0) {
+        auto m = m_gpus->memory(gpu);
+        if (m.ok()) uuid = m->uuid;
+      }
+    }
+    d->socket = dir + "/weightd-" + uuid + ".sock";
+    SpawnSpec spec;
+    spec.argv = {daemon_binary(m_cfg), "--backend", host ? "host" : "cuda", "--reader-threads",
+                 std::to_string(m_cfg.weights.reader_threads), "--log-level", m_cfg.logging.level};
+    if (!host) spec.argv.insert(spec.argv.end(), {"--gpu", gpu});
+    if (!m_cfg.weights.socket_dir.empty()) spec.argv.insert(spec.argv.end(), {"--socket-dir", m_cfg.weights.socket_dir});
+    if (!m_cfg.control.group.empty()) spec.argv.insert(spec.argv.end(), {"--group", m_cfg.control.group});
+    if (preload) {
+      for (const auto& f : files) spec.argv.insert(spec.argv.end(), {"--preload", f});
+      for (const auto& [k, v] : m_cfg.weights.key) spec.argv.insert(spec.argv.end(), {"--config", k + "=" + v});
+    }
+    auto s = spawn_child(spec);
+    if (!s.ok()) {
+      d->failed = true;
+      d->exited = true;
+      d->error = s.error().message;
+      spdlog::error("weight daemon{}: {}", gpu.empty() ? "" : " for GPU " + gpu, d->error);
+      m_daemons.push_back(std::move(d));
+      continue;
+    }
+    d->pid = s->pid;
+    d->output = std::move(s->output);
+    std::string prefix = gpu.empty() ? "weightd" : "weightd[" + gpu + "]";
+    d->reader = std::make_unique<LineReader>(
+        m_loop, d->output.get(), [prefix](const std::string& l) { spdlog::info("[{}] {}", prefix, l); }, [] {});
+    spdlog::info("started {} (pid {}){}", prefix, d->pid, preload ? ", preloading " + std::to_string(files.size()) + " file(s)" : "");
+    m_daemons.push_back(std::move(d));
+  }
+  m_daemon_timer.start(0.05, [this] { poll_daemons(); });
+}
+
+void Supervisor::poll_daemons() {
+  struct Reply {
+    size_t index;
+    Result<json> status;
+  };
+  auto pending = std::make_shared<std::vector<Reply>>();
+  auto remaining = std::make_shared<size_t>(0);
+  for (size_t i = 0; i < m_daemons.size(); ++i) {
+    if (m_daemons[i]->exited || m_daemons[i]->stopping) continue;
+    ++*remaining;
+  }
+  if (*remaining == 0) {
+    if (m_state == State::kLoading) raise(Event::kDaemonsFailed);
+    return;
+  }
+  for (size_t i = 0; i < m_daemons.size(); ++i) {
+    Daemon& d = *m_daemons[i];
+    if (d.exited || d.stopping) continue;
+    std::string sock = d.socket;
+    run_in_pool<Reply>(
+        m_loop,
+        [i, sock]() -> Reply {
+          auto c = loader::DaemonClient::connect(sock, 1.0, "fastrestartd");
+          if (!c.ok()) return {i, c.error()};
+          return {i, c->call({{"op", "status"}}, 5)};
+        },
+        [this, pending, remaining](Reply r) {
+          pending->push_back(std::move(r));
+          if (--*remaining > 0) return;
+          // All answers in: decide.
+          bool all_ready = true, any_failed = false;
+          uint64_t done = 0, total = 0;
+          double rate = 0;
+          for (auto& rep : *pending) {
+            if (rep.index >= m_daemons.size()) continue;
+            Daemon& d = *m_daemons[rep.index];
+            if (!rep.status.ok()) {
+              all_ready = false;  // not listening yet
+              continue;
+            }
+            d.status = *rep.status;
+            bool ready = true;
+            for (const auto& e : d.status.value("entries", json::array())) {
+              const auto& p = e["progress"];
+              done += p.value("done_bytes", uint64_t{0});
+              total += p.value("total_bytes", uint64_t{0});
+              rate += p.value("rate_bytes_per_s", 0.0);
+              if (e.value("state", "") == "loading") ready = false;
+              if (e.value("state", "") == "failed") {
+                any_failed = true;
+                d.error = e.value("error", json("")).is_string() ? e["error"].get<std::string>() : "load failed";
+              }
+            }
+            d.ready = ready;
+            all_ready &= ready;
+          }
+          if (m_state != State::kLoading) {
+            m_daemon_timer.start(2.0, [this] { poll_daemons(); });  // keep status fresh
+            return;
+          }
+          if (any_failed) {
+            spdlog::error("a weight daemon failed to load; the engine will load from disk");
+            raise(Event::kDaemonsFailed);
+          } else if (all_ready) {
+            raise(Event::kDaemonsReady);
+          } else {
+            if (total > 0) {
+              double eta = rate > 0 ? static_cast<double>(total - done) / rate : 0;
+              char b[160];
+              std::snprintf(b, sizeof b, "Loading weights: %s / %s (%.2f GB/s, ETA %.0f s)", fmt_bytes(double(done)).c_str(),
+                            fmt_bytes(double(total)).c_str(), rate / 1e9, eta);
+              // Progress is being made: keep systemd's start timeout from firing.
+              set_status(b, "EXTEND_TIMEOUT_USEC=" + std::to_string(30'000'000) + "\n");
+            }
+            m_daemon_timer.start(0.2, [this] { poll_daemons(); });
+            return;
+          }
+          m_daemon_timer.start(2.0, [this] { poll_daemons(); });
+        });
+  }
+}
+
+void Supervisor::on_daemon_exit(Daemon& d, int status) {
+  d.exited = true;
+  d.reader.reset();
+  std::string how = WIFEXITED(status) ? "exit code " + std::to_string(WEXITSTATUS(status))
+                                      : "signal " + std::to_string(WTERMSIG(status));
+  if (d.stopping) {
+    spdlog::info("weight daemon pid {} stopped ({})", d.pid, how);
+  } else {
+    spdlog::error("weight daemon pid {} died ({}); running engines keep their mappings", d.pid, how);
+    d.failed = true;
+    d.error = "exited unexpectedly: " + how;
+  }
+  bool all_gone = true;
+  for (auto& x : m_daemons) all_gone &= x->exited;
+  if (!all_gone) return;
+  m_kill_timer.stop();
+  if (m_state == State::kStopping || m_state == State::kFailed) {
+    raise(Event::kDaemonsStopped);
+  } else if (m_state == State::kLoading) {
+    // A cold reload stopped them; or they died while loading. Start them again.
+    start_daemons();
+  }
+}
+
+void Supervisor::stop_daemons() {
+  bool any = false;
+  for (auto& d : m_daemons) {
+    if (d->exited) continue;
+    d->stopping = true;
+    any = true;
+    ::kill(d->pid, SIGTERM);
+  }
+  if (!any) {
+    if (m_state == State::kLoading) start_daemons();
+    else m_loop.post([this] { raise(Event::kDaemonsStopped); });
+    return;
+  }
+  m_kill_timer.start(kDaemonStopGraceS, [this] {
+    for (auto& d : m_daemons)
+      if (!d->exited) ::kill(d->pid, SIGKILL);
+  });
+}
+
+uint64_t Supervisor::held_bytes(const std::string& gpu) const {
+  for (const auto& d : m_daemons)
+    if (d->gpu == gpu && !d->exited) return d->status.value("held_bytes", uint64_t{0});
+  return 0;
+}
+
+// ---------------------------------------------------------------------------------------------------
+// Engine
+
+std::vector<std::string> Supervisor::engine_argv() {
+  std::vector<std::string> argv = m_cfg.engine.command;
+  std::vector<std::string> flags = m_flags;
+  if (!m_cfg.gpus.empty() && m_cfg.weights.backend != "host") {
+    // Brief decision 8: in zero_copy the daemon's pool is already used memory, so the engine's fraction
+    // is the budget minus what the daemon holds.
+    double frac = m_cfg.memory.utilization;
+    for (const auto& gpu : m_cfg.gpus) {
+      auto m = m_gpus->memory(gpu);
+      if (!m.ok() || m->total == 0) continue;
+      double held = static_cast<double>(held_bytes(gpu));
+      double f = m_cfg.weights.mode == WeightsMode::kZeroCopy ? m_cfg.memory.utilization - held / static_cast<double>(m->total)
+                                                             : m_cfg.memory.utilization;
+      frac = std::min(frac, f);
+      double need = f * static_cast<double>(m->total);
+      if (m_cfg.memory.check_free && need > static_cast<double>(m->free))
+        spdlog::warn("GPU {}: the engine's share {} does not fit in the free {} (used {}, of which the weight daemon holds {})",
+                     gpu, fmt_bytes(need), fmt_bytes(double(m->free)), fmt_bytes(double(m->used)), fmt_bytes(held));
+    }
+    frac = std::floor(frac * 10000) / 10000;
+    auto fl = parse_flag_list(flags);
+    std::erase_if(fl, [](const Flag& f) { return f.name == "--gpu-memory-utilization"; });
+    fl.push_back({"--gpu-memory-utilization", {std::to_string(frac)}, false});
+    flags = to_words(fl);
+  }
+  argv.insert(argv.end(), flags.begin(), flags.end());
+  return argv;
+}
+
+void Supervisor::start_engine() {
+  m_backoff_timer.stop();
+  m_engine = std::make_unique<Engine>();
+  Engine& e = *m_engine;
+  e.flags = m_flags;
+  e.warm_expected = !m_next_start_cold;
+  SpawnSpec spec;
+  spec.argv = engine_argv();
+  spec.env = m_cfg.engine.env;
+  spec.working_dir = m_cfg.engine.working_dir;
+  if (!m_cfg.gpus.empty() && m_cfg.weights.backend != "host") spec.env["CUDA_VISIBLE_DEVICES"] = join(m_cfg.gpus, ",");
+  if (!m_cfg.weights.socket_dir.empty()) spec.env["FASTRESTART_SOCKET_DIR"] = m_cfg.weights.socket_dir;
+  spec.env["FASTRESTART_WEIGHTS_MODE"] = weights_mode_name(m_cfg.weights.mode);
+  e.oom_before = m_oom.read();
+  e.spawned_at = m_loop.now_s();
+  set_status(std::string("Starting the engine (") + (e.warm_expected ? "warm" : "cold") + ")");
+  spdlog::info("engine: {}", join(spec.argv));
+  auto s = spawn_child(spec);
+  if (!s.ok()) {
+    spdlog::error("engine: {}", s.error().message);
+    e.exited = true;
+    e.status = 127 << 8;
+    e.died_at = m_loop.now_s();
+    m_last_exit = {{"cause", "crash"}, {"detail", s.error().message}, {"unix_time", std::time(nullptr)}};
+    m_restarts["crash"]++;
+    m_loop.post([this] { wait_drain(); });
+    m_state = State::kDraining;
+    return;
+  }
+  e.pid = s->pid;
+  e.pidfd = std::move(s->pidfd);
+  e.output = std::move(s->output);
+  Engine* raw = &e;
+  e.reader = std::make_unique<LineReader>(
+      m_loop, e.output.get(),
+      [raw](const std::string& l) {
+        spdlog::info("[engine] {}", l);
+        raw->tail.push_back(l);
+        if (raw->tail.size() > kTailLines) raw->tail.pop_front();
+      },
+      [] {});
+  m_consecutive_health_failures = 0;
+  m_deadline_timer.start(m_cfg.readiness.startup_timeout_s, [this] {
+    if (m_engine && !m_engine->exited) {
+      spdlog::error("engine not ready after {} s: killing it", m_cfg.readiness.startup_timeout_s);
+      m_engine->killed_timeout = true;
+      raise(Event::kStartTimeout);
+    }
+  });
+  m_poll_timer.start(m_cfg.readiness.poll_interval_s, [this] { poll_readiness(); });
+}
+
+void Supervisor::poll_readiness() {
+  if (!m_engine || m_engine->exited || m_state != State::kStarting || m_probe_in_flight) return;
+  m_probe_in_flight = true;
+  const pid_t pid = m_engine->pid;
+  auto host = m_cfg.engine.host;
+  auto port = m_cfg.engine.port;
+  auto rc = m_cfg.readiness;
+  run_in_pool<ProbeResult>(
+      m_loop, [host, port, rc] { return probe_readiness(host, port, rc, std::min(rc.check_timeout_s, 30.0)); },
+      [this, pid](ProbeResult r) {
+        m_probe_in_flight = false;
+        if (!m_engine || m_engine->pid != pid || m_engine->exited || m_state != State::kStarting) return;
+        if (r.ok) {
+          spdlog::info("readiness passed: {} answered {}", m_cfg.readiness.request_path, json(r.detail).dump());
+          raise(Event::kEngineReady);
+          return;
+        }
+        if (r.health_ok) spdlog::info("readiness: {}", r.detail);
+        m_poll_timer.start(m_cfg.readiness.poll_interval_s, [this] { poll_readiness(); });
+      });
+}
+
+void Supervisor::decide_path_after_ready() {
+  m_deadline_timer.stop();
+  Engine& e = *m_engine;
+  const double ready_at = m_loop.now_s();
+  const double since_spawn = ready_at - e.spawned_at;
+  const double since_death = m_last_exit.contains("died_at_s") ? ready_at - m_last_exit["died_at_s"].get<double>() : since_spawn;
+  auto finish = [this, since_spawn, since_death](std::string path) {
+    if (!m_engine) return;
+    m_engine->path = path;
+    m_next_start_cold = false;
+    m_policy.on_ready(m_loop.now_s());
+    m_last_ready_flags = m_engine->flags;
+    m_last_start = {{"path", path}, {"time_to_ready_s", since_spawn}, {"since_previous_exit_s", since_death},
+                    {"unix_time", std::time(nullptr)}, {"pid", m_engine->pid}};
+    m_notify->notify("READY=1\nSTATUS=Ready (" + path + ") in " + fmt_s(since_spawn) + "; engine pid " +
+                     std::to_string(m_engine->pid));
+    m_status_text = "Ready (" + path + ") in " + fmt_s(since_spawn);
+    spdlog::info("READY: path {} in {} (engine pid {})", path, fmt_s(since_spawn), m_engine->pid);
+    if (m_reload) finish_reload(!m_reload->rolled_back, m_reload->rollback_reason);
+    m_health_timer.start(m_cfg.readiness.check_interval_s, [this] { check_health(); }, m_cfg.readiness.check_interval_s);
+  };
+  if (!daemons_active()) return finish("cold");
+  // Did the engine really attach? The daemons record attaches by client pid (docs/supervisor.md).
+  std::vector<std::string> socks;
+  for (const auto& d : m_daemons)
+    if (!d->exited) socks.push_back(d->socket);
+  const pid_t pgid = e.pid;
+  run_in_pool<bool>(
+      m_loop,
+      [socks, pgid]() {
+        for (const auto& s : socks) {
+          auto c = loader::DaemonClient::connect(s, 1.0, "fastrestartd");
+          if (!c.ok()) continue;
+          auto st = c->call({{"op", "status"}}, 5);
+          if (!st.ok()) continue;
+          for (const auto& en : st->value("entries", json::array()))
+            for (const auto& a : en.value("attaches", json::array())) {
+              pid_t p = a.value("pid", 0);
+              if (p == pgid || (p > 0 && ::getpgid(p) == pgid)) return true;
+            }
+        }
+        return false;
+      },
+      [finish](bool attached) { finish(attached ? "warm" : "cold"); });
+}
+
+void Supervisor::check_health() {
+  if (!m_engine || m_engine->exited || m_state != State::kReady || m_probe_in_flight) return;
+  m_probe_in_flight = true;
+  const pid_t pid = m_engine->pid;
+  auto host = m_cfg.engine.host;
+  auto port = m_cfg.engine.port;
+  auto rc = m_cfg.readiness;
+  run_in_pool<ProbeResult>(
+      m_loop, [host, port, rc] { return probe_health(host, port, rc, rc.check_timeout_s); },
+      [this, pid](ProbeResult r) {
+        m_probe_in_flight = false;
+        if (!m_engine || m_engine->pid != pid || m_engine->exited || m_state != State::kReady) return;
+        if (r.ok) {
+          m_consecutive_health_failures = 0;
+          return;
+        }
+        ++m_consecutive_health_failures;
+        spdlog::warn("health check failed ({} of {}): {}", m_consecutive_health_failures,
+                     m_cfg.readiness.hang_after_failures, r.detail);
+        if (m_consecutive_health_failures >= m_cfg.readiness.hang_after_failures) {
+          m_engine->killed_hang = true;
+          raise(Event::kHung);
+        }
+      });
+}
+
+void Supervisor::stop_engine(bool kill_now) {
+  m_poll_timer.stop();
+  m_health_timer.stop();
+  m_deadline_timer.stop();
+  if (!m_engine || m_engine->exited) {
+    // Nothing running: go straight to what comes after a drain.
+    m_loop.post([this] { wait_drain(); });
+    return;
+  }
+  Engine& e = *m_engine;
+  e.stop_requested = true;
+  if (kill_now) {
+    spdlog::warn("killing the engine's process group {}", e.pid);
+    signal_group(e.pid, e.pidfd.get(), SIGKILL);
+    return;
+  }
+  spdlog::info("stopping the engine's process group {} (SIGTERM, {} s grace)", e.pid, m_cfg.engine.stop_grace_s);
+  signal_group(e.pid, e.pidfd.get(), SIGTERM);
+  const pid_t pgid = e.pid;
+  m_kill_timer.start(m_cfg.engine.stop_grace_s, [this, pgid] {
+    if (group_alive(pgid)) {
+      spdlog::warn("engine group {} still alive after {} s: SIGKILL", pgid, m_cfg.engine.stop_grace_s);
+      signal_group(pgid, -1, SIGKILL);
+    }
+  });
+}
+
+void Supervisor::on_engine_exit(int status) {
+  Engine& e = *m_engine;
+  e.exited = true;
+  e.status = status;
+  e.died_at = m_loop.now_s();
+  m_poll_timer.stop();
+  m_health_timer.stop();
+  m_deadline_timer.stop();
+  auto oom_after = m_oom.read();
+  ExitFacts f;
+  f.wait_status = status;
+  f.requested = e.stop_requested && !e.killed_hang && !e.killed_timeout;
+  f.killed_for_timeout = e.killed_timeout;
+  f.killed_for_hang = e.killed_hang;
+  f.oom_kill_recorded = e.oom_before && oom_after && *oom_after > *e.oom_before;
+  f.last_lines = &e.tail;
+  // During a stop, a SIGTERM'd engine counts as requested whatever its status.
+  if (m_state == State::kStopping) f.requested = true;
+  Classification c = classify_exit(f);
+  m_restarts[exit_cause_name(c.cause)]++;
+  m_last_exit = {{"cause", exit_cause_name(c.cause)}, {"detail", c.detail}, {"pid", e.pid},
+                 {"uptime_s", e.died_at - e.spawned_at}, {"unix_time", std::time(nullptr)},
+                 {"died_at_s", e.died_at}, {"was_ready", !e.path.empty()}};
+  if (is_failure(c.cause))
+    spdlog::error("engine pid {} exited: {} ({})", e.pid, exit_cause_name(c.cause), c.detail);
+  else
+    spdlog::info("engine pid {} exited as requested ({})", e.pid, c.detail);
+  raise(Event::kEngineExited);
+}
+
+void Supervisor::wait_drain() {
+  // The engine's main process is gone; its group (workers) and its GPU memory may not be yet.
+  const pid_t pgid = m_engine ? m_engine->pid : -1;
+  const double start = m_loop.now_s();
+  auto tick = std::make_shared<std::function<void()>>();
+  *tick = [this, pgid, start, tick] {
+    const double waited = m_loop.now_s() - start;
+    if (group_alive(pgid)) {
+      if (waited > m_cfg.engine.stop_grace_s) {
+        spdlog::warn("engine group {} outlived its leader by {} s: SIGKILL", pgid, m_cfg.engine.stop_grace_s);
+        signal_group(pgid, -1, SIGKILL);
+      }
+      m_drain_timer.start(0.02, *tick);
+      return;
+    }
+    // Leak check (brief decision 8): GPU memory used must fall back to what the daemons hold.
+    if (!m_cfg.gpus.empty() && m_cfg.weights.backend != "host") {
+      for (const auto& gpu : m_cfg.gpus) {
+        auto m = m_gpus->memory(gpu);
+        if (!m.ok()) continue;
+        double extra = static_cast<double>(m->used) - static_cast<double>(held_bytes(gpu));
+        if (extra > m_cfg.memory.leak_tolerance_mib * 1048576.0) {
+          if (waited < m_cfg.memory.settle_timeout_s) {
+            m_drain_timer.start(0.1, *tick);
+            return;
+          }
+          spdlog::warn("GPU {}: {} used beyond the daemons' {} after the engine exited (a leak?)", gpu,
+                       fmt_bytes(extra), fmt_bytes(double(held_bytes(gpu))));
+        }
+      }
+    }
+    m_kill_timer.stop();
+    after_drain();
+  };
+  m_drain_timer.start(0.0, *tick);
+}
+
+void Supervisor::after_drain() {
+  const std::string cause = m_last_exit.value("cause", std::string("requested"));
+  const bool failure = cause != "requested";
+  const bool was_warm = m_engine && m_engine->warm_expected;
+  m_engine.reset();
+  if (m_state == State::kStopping) {
+    raise(Event::kDrainedRestart);  // the table maps any drained event to stopping the daemons
+    return;
+  }
+  if (m_reload && failure && !m_reload->rolled_back) {
+    // The pushed flags never became ready: go back to the last flags that were.
+    m_reload->rolled_back = true;
+    m_reload->rollback_reason = cause + ": " + m_last_exit.value("detail", std::string());
+    spdlog::error("reload failed ({}); rolling back to: {}", m_reload->rollback_reason, join(m_reload->old_flags));
+    m_flags = m_reload->old_flags;
+    m_policy.on_exit(m_loop.now_s(), true, was_warm);
+    raise(m_reload->cold ? Event::kDrainedColdRestart : Event::kDrainedRestart);
+    return;
+  }
+  Verdict v = m_policy.on_exit(m_loop.now_s(), failure, was_warm);
+  if (m_reload && !failure && m_reload->cold && !m_reload->rolled_back) v = Verdict::kColdRestart;
+  if (m_hold_engine && !failure) {
+    set_status("Engine stopped by the operator (fastrestartctl start-engine to start it)");
+    m_state = State::kBackoff;
+    return;
+  }
+  switch (v) {
+    case Verdict::kRestart: raise(Event::kDrainedRestart); break;
+    case Verdict::kColdRestart:
+      spdlog::warn("warm starts keep failing: reloading the weight daemons cold");
+      raise(Event::kDrainedColdRestart);
+      break;
+    case Verdict::kGiveUp:
+      m_failure = std::to_string(m_policy.failures_in_window()) + " failures within " +
+                  std::to_string(static_cast<int>(m_cfg.restart.crash_loop_window_s)) + " s; last: " + cause + " (" +
+                  m_last_exit.value("detail", std::string()) + ")";
+      raise(Event::kDrainedGiveUp);
+      break;
+  }
+}
+
+void Supervisor::on_sighup() {
+  spdlog::info("SIGHUP: re-reading {}", m_cfg.path);
+  auto c = load_config(m_cfg.path);
+  if (!c.ok()) {
+    spdlog::error("SIGHUP: keeping the running config: {}", c.error().message);
+    return;
+  }
+  auto old_flags = m_cfg.engine.flags;
+  m_cfg.engine = c->engine;
+  m_cfg.readiness = c->readiness;
+  m_cfg.memory = c->memory;
+  if (c->engine.flags != old_flags) {
+    json req{{"op", "reload"}, {"flags", c->engine.flags}, {"mode", "replace"}, {"wait", false}};
+    handle(req, std::make_shared<std::promise<json>>());
+  } else {
+    raise(Event::kRestartRequested);
+  }
+}
+
+}  // namespace fr::supervisor

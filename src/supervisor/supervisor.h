@@ -1,0 +1,125 @@
+// fastrestartd's core: owns the weight daemons and the engine, runs the lifecycle table (lifecycle.h) on
+// a libuv loop, and answers control requests. Everything here runs on the loop thread except request(),
+// which control threads call and which waits for the loop's answer.
+#pragma once
+
+#include <sys/types.h>
+
+#include <atomic>
+#include <deque>
+#include <future>
+#include <map>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "common/fd.h"
+#include "supervisor/classify.h"
+#include "supervisor/config.h"
+#include "supervisor/host_probe.h"
+#include "supervisor/lifecycle.h"
+#include "supervisor/loop.h"
+#include "supervisor/policy.h"
+
+namespace fr::supervisor {
+
+// Exit codes of fastrestartd (docs/supervisor.md).
+inline constexpr int kExitOk = 0;
+inline constexpr int kExitFailure = 1;
+inline constexpr int kExitConfig = 2;
+inline constexpr int kExitCrashLoop = 3;
+
+class Notifier {
+ public:
+  virtual ~Notifier() = default;
+  virtual void notify(const std::string& state) = 0;  // "READY=1\nSTATUS=..."
+};
+std::unique_ptr<Notifier> make_sd_notifier();  // sd_notify(3); a no-op without NOTIFY_SOCKET
+
+class Supervisor {
+ public:
+  Supervisor(Config config, std::unique_ptr<GpuProbe> gpus, std::unique_ptr<Notifier> notifier);
+  ~Supervisor();
+
+  // Runs until stopped; returns the process exit code.
+  int run();
+
+  // Thread-safe: a control request (docs/supervisor.md, "Control protocol"); returns the reply.
+  nlohmann::json request(const nlohmann::json& req);
+
+ private:
+  struct Child;
+  struct Engine;
+  struct Daemon;
+  struct PendingReload;
+
+  void raise(Event e);
+  void perform(Action a);
+  void set_status(const std::string& s, const std::string& extra = {});
+
+  // daemons
+  void start_daemons();
+  void stop_daemons();
+  void poll_daemons();
+  void on_daemon_exit(Daemon& d, int status);
+  bool daemons_active() const;
+  uint64_t held_bytes(const std::string& gpu) const;
+
+  // engine
+  void start_engine();
+  void stop_engine(bool kill_now);
+  void on_engine_exit(int status);
+  void poll_readiness();
+  void check_health();
+  void wait_drain();
+  void after_drain();
+  std::vector<std::string> engine_argv();
+  void decide_path_after_ready();
+
+  // signals and reaping
+  void reap();
+  void on_sighup();
+
+  // control
+  nlohmann::json status_json();
+  nlohmann::json handle(const nlohmann::json& req, std::shared_ptr<std::promise<nlohmann::json>> reply);
+  void finish_reload(bool ok, const std::string& why);
+  void persist_flags();
+  void load_persisted_flags();
+
+  Config m_cfg;
+  std::unique_ptr<GpuProbe> m_gpus;
+  std::unique_ptr<Notifier> m_notify;
+  Loop m_loop;
+  State m_state = State::kLoading;
+  RestartPolicy m_policy;
+  OomCounter m_oom;
+  int m_exit_code = kExitOk;
+  double m_started_at = 0;
+
+  std::vector<std::string> m_flags;             // current engine flags
+  std::vector<std::string> m_last_ready_flags;  // for rollback
+  std::unique_ptr<Engine> m_engine;
+  std::vector<std::unique_ptr<Daemon>> m_daemons;
+  std::unique_ptr<PendingReload> m_reload;
+  bool m_next_start_cold = true;                 // the daemons were (re)started: the next start is cold
+
+  Timer m_poll_timer, m_deadline_timer, m_health_timer, m_drain_timer, m_backoff_timer, m_kill_timer,
+      m_daemon_timer, m_watchdog_timer;
+  std::vector<std::unique_ptr<Signal>> m_signals;
+
+  // stats
+  std::map<std::string, uint64_t> m_restarts;   // by cause
+  nlohmann::json m_last_exit;
+  nlohmann::json m_last_start;
+  std::string m_status_text;
+  std::string m_failure;
+  int m_consecutive_health_failures = 0;
+  bool m_probe_in_flight = false;
+  bool m_hold_engine = false;
+  std::atomic<bool> m_running{false};                    // stop-engine: do not restart until start-engine
+};
+
+}  // namespace fr::supervisor

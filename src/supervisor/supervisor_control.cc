@@ -1,0 +1,232 @@
+// The control side of the Supervisor: status, reload, restart, stop-engine, start-engine, daemons
+// (docs/supervisor.md, "Control protocol"), and the persistence of pushed flags.
+#include <spdlog/spdlog.h>
+#include <time.h>
+
+#include <filesystem>
+#include <fstream>
+
+#include "common/io.h"
+#include "supervisor/flags.h"
+#include "supervisor/supervisor.h"
+#include "supervisor/supervisor_internal.h"
+
+namespace fr::supervisor {
+
+using nlohmann::json;
+
+namespace {
+
+json error(const std::string& code, const std::string& msg) {
+  return {{"ok", false}, {"error", {{"code", code}, {"message", msg}}}};
+}
+
+std::string flags_file(const Config& c) {
+  std::string dir = c.control.state_dir;
+  if (dir.empty()) {
+    if (const char* d = std::getenv("STATE_DIRECTORY"); d && *d) dir = std::string(d) + "/" + c.name;
+    else if (::geteuid() == 0) dir = "/var/lib/fastrestart/" + c.name;
+    else dir = std::string(std::getenv("HOME") ? std::getenv("HOME") : "/tmp") + "/.local/state/fastrestart/" + c.name;
+  }
+  return dir + "/flags.json";
+}
+
+double monotonic_usec() {
+  timespec ts{};
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return static_cast<double>(ts.tv_sec) * 1e6 + static_cast<double>(ts.tv_nsec) / 1e3;
+}
+
+}  // namespace
+
+json Supervisor::request(const json& req) {
+  auto p = std::make_shared<std::promise<json>>();
+  auto fut = p->get_future();
+  m_loop.post([this, req, p] {
+    json r = handle(req, p);
+    if (!r.is_null()) p->set_value(std::move(r));
+  });
+  // A reload can take as long as an engine start; but never wait on a loop that has ended.
+  while (fut.wait_for(std::chrono::milliseconds(100)) != std::future_status::ready)
+    if (!m_running) return error("cancelled", "the supervisor is shutting down");
+  return fut.get();
+}
+
+// Returns the reply, or null when it will come later through `reply` (reload --wait).
+json Supervisor::handle(const json& req, std::shared_ptr<std::promise<json>> reply) {
+  const std::string op = req.value("op", "");
+  if (op == "status") return {{"ok", true}, {"status", status_json()}};
+  if (op == "daemons") return {{"ok", true}, {"daemons", status_json()["daemons"]}};
+  const bool terminal = m_state == State::kStopping || m_state == State::kFailed || m_state == State::kStopped;
+  if (op == "restart" || op == "start-engine" || op == "stop-engine") {
+    if (terminal) return error("busy", std::string("the supervisor is ") + state_name(m_state));
+    if (op == "stop-engine") {
+      m_hold_engine = true;
+      m_backoff_timer.stop();
+      raise(Event::kRestartRequested);
+      return {{"ok", true}, {"message", "stopping the engine; it stays stopped until start-engine"}};
+    }
+    m_hold_engine = false;
+    raise(Event::kRestartRequested);
+    return {{"ok", true}, {"message", op == "restart" ? "restarting the engine" : "starting the engine"}};
+  }
+  if (op == "reload") {
+    if (terminal) return error("busy", std::string("the supervisor is ") + state_name(m_state));
+    if (m_reload) return error("busy", "a reload is already in progress");
+    std::vector<std::string> words;
+    if (req.contains("flags") && req["flags"].is_array()) {
+      for (const auto& w : req["flags"])
+        if (w.is_string()) words.push_back(w.get<std::string>());
+    } else if (req.contains("flags") && req["flags"].is_string()) {
+      auto split = split_flags(req["flags"].get<std::string>());
+      if (!split.ok()) return error("invalid_argument", "reload.flags: " + split.error().message);
+      words = *split;
+    }
+    const std::string mode = req.value("mode", "replace");
+    PushKind kind = mode == "add" ? PushKind::kAdd : mode == "remove" ? PushKind::kRemove : PushKind::kReplace;
+    if (mode != "add" && mode != "remove" && mode != "replace") return error("invalid_argument", "reload.mode: " + mode);
+    auto next = merge_flags(m_flags, words, kind);
+    if (next == m_flags && m_state == State::kReady)
+      return {{"ok", true}, {"path", "unchanged"}, {"flags", m_flags}, {"message", "the flags are unchanged"}};
+    auto affecting = daemon_affecting_changes(m_cfg.engine.kind, m_flags, next);
+    m_reload = std::make_unique<PendingReload>();
+    m_reload->old_flags = m_last_ready_flags;
+    m_reload->new_flags = next;
+    m_reload->cold = !affecting.empty();
+    m_reload->started = m_loop.now_s();
+    if (req.value("wait", true)) m_reload->waiters.push_back(reply);
+    m_flags = next;
+    spdlog::info("reload: flags now '{}' ({})", [&] { std::string s; for (auto& w : next) s += (s.empty() ? "" : " ") + w; return s; }(),
+                 affecting.empty() ? "engine only, warm cache" : "changes what the daemons hold: cold");
+    char buf[64];
+    std::snprintf(buf, sizeof buf, "%.0f", monotonic_usec());
+    m_notify->notify(std::string("RELOADING=1\nMONOTONIC_USEC=") + buf + "\nSTATUS=Reloading (" +
+                     (m_reload->cold ? "cold" : "warm") + ")");
+    m_hold_engine = false;
+    raise(m_reload->cold ? Event::kColdReloadRequested : Event::kRestartRequested);
+    if (m_reload && m_reload->waiters.empty()) return {{"ok", true}, {"message", "reload started"}, {"cold", m_reload->cold}};
+    return nullptr;
+  }
+  return error("protocol", "unknown op '" + op.substr(0, 64) + "'");
+}
+
+void Supervisor::finish_reload(bool ok, const std::string& why) {
+  auto r = std::move(m_reload);
+  const double took = m_loop.now_s() - r->started;
+  json reply{{"ok", ok},
+             {"path", m_engine ? m_engine->path : ""},
+             {"cold_reload", r->cold},
+             {"time_to_ready_s", took},
+             {"flags", m_flags},
+             {"rolled_back", r->rolled_back}};
+  if (ok) {
+    persist_flags();
+    spdlog::info("reload done in {:.2f} s ({})", took, reply["path"].get<std::string>());
+  } else {
+    reply["error"] = {{"code", "rolled_back"},
+                      {"message", "the new flags never became ready (" + why + "); rolled back to the last flags that were"}};
+  }
+  for (auto& w : r->waiters) w->set_value(reply);
+}
+
+void Supervisor::persist_flags() {
+  const std::string path = flags_file(m_cfg);
+  std::error_code ec;
+  std::filesystem::create_directories(std::filesystem::path(path).parent_path(), ec);
+  json j{{"flags", m_flags}, {"config_flags", m_cfg.engine.flags}};
+  std::string tmp = path + ".tmp";
+  {
+    std::ofstream f(tmp, std::ios::trunc);
+    f << j.dump(2) << "\n";
+    if (!f) {
+      spdlog::warn("could not persist the flags to {}", path);
+      return;
+    }
+  }
+  std::filesystem::rename(tmp, path, ec);
+  if (ec) spdlog::warn("could not persist the flags to {}: {}", path, ec.message());
+}
+
+void Supervisor::load_persisted_flags() {
+  const std::string path = flags_file(m_cfg);
+  auto text = read_file(path, 1 << 20);
+  if (!text.ok()) return;
+  auto j = json::parse(*text, nullptr, false);
+  if (j.is_discarded() || !j.contains("flags") || !j["flags"].is_array()) {
+    spdlog::warn("{}: not a flags file; ignoring it", path);
+    return;
+  }
+  // Overrides apply to the config they were pushed on; a config whose own flags changed since wins.
+  if (j.value("config_flags", json::array()) != json(m_cfg.engine.flags)) {
+    spdlog::info("{}: the config's flags changed since the last push; using the config", path);
+    return;
+  }
+  m_flags.clear();
+  for (const auto& w : j["flags"])
+    if (w.is_string()) m_flags.push_back(w.get<std::string>());
+  spdlog::info("using the pushed flags from {}", path);
+}
+
+json Supervisor::status_json() {
+  json daemons = json::array();
+  for (const auto& d : m_daemons) {
+    json entries = d->status.value("entries", json::array());
+    uint64_t done = 0, total = 0;
+    double rate = 0;
+    for (const auto& e : entries) {
+      done += e["progress"].value("done_bytes", uint64_t{0});
+      total += e["progress"].value("total_bytes", uint64_t{0});
+      rate += e["progress"].value("rate_bytes_per_s", 0.0);
+    }
+    daemons.push_back({{"gpu", d->gpu.empty() ? "host" : d->gpu},
+                       {"pid", d->pid},
+                       {"socket", d->socket},
+                       {"state", d->exited ? (d->stopping ? "stopped" : "dead") : d->failed ? "failed" : d->ready ? "ready" : "loading"},
+                       {"error", d->error},
+                       {"held_bytes", d->status.value("held_bytes", uint64_t{0})},
+                       {"entries", entries.size()},
+                       {"progress", {{"done_bytes", done}, {"total_bytes", total}, {"rate_bytes_per_s", rate}}}});
+  }
+  json memory = json::array();
+  if (m_cfg.weights.backend != "host") {
+    for (const auto& gpu : m_cfg.gpus) {
+      auto m = m_gpus->memory(gpu);
+      if (!m.ok()) {
+        memory.push_back({{"gpu", gpu}, {"error", m.error().message}});
+        continue;
+      }
+      memory.push_back({{"gpu", gpu}, {"uuid", m->uuid}, {"name", m->name}, {"total_bytes", m->total},
+                        {"used_bytes", m->used}, {"free_bytes", m->free},
+                        {"budget_bytes", static_cast<uint64_t>(m_cfg.memory.utilization * static_cast<double>(m->total))},
+                        {"daemon_held_bytes", held_bytes(gpu)}});
+    }
+  }
+  json engine = nullptr;
+  if (m_engine) {
+    engine = {{"pid", m_engine->pid},
+              {"uptime_s", m_loop.now_s() - m_engine->spawned_at},
+              {"path", m_engine->path},
+              {"flags", m_engine->flags},
+              {"running", !m_engine->exited}};
+  }
+  json restarts = json::object();
+  for (const auto& [k, v] : m_restarts) restarts[k] = v;
+  return {{"name", m_cfg.name},
+          {"config", m_cfg.path},
+          {"state", m_hold_engine && m_state == State::kBackoff ? "held" : state_name(m_state)},
+          {"status_text", m_status_text},
+          {"uptime_s", m_loop.now_s() - m_started_at},
+          {"engine", engine},
+          {"flags", m_flags},
+          {"restarts", restarts},
+          {"last_exit", m_last_exit.is_null() ? json(nullptr) : m_last_exit},
+          {"last_start", m_last_start.is_null() ? json(nullptr) : m_last_start},
+          {"daemons", daemons},
+          {"memory", memory},
+          {"memory_utilization", m_cfg.memory.utilization},
+          {"backoff_s", m_policy.backoff_s()},
+          {"failure", m_failure},
+          {"reload_in_progress", m_reload != nullptr}};
+}
+
+}  // namespace fr::supervisor
