@@ -11,6 +11,7 @@
 #                         /var are private overlays, /run, /tmp, /var/tmp private tmpfs). Repeatable.
 #   --dropin FILE         install FILE as a drop-in of the started unit (UNIT.d/FILE). Repeatable.
 #   --no-start            do not start the unit (the check starts it)
+#   --private-network     also a private network namespace (only loopback, which systemd brings up)
 #   --out DIR             keep logs there (systemd console, journal, check output); default: a temp dir,
 #                         removed on success
 #   --boot-timeout S      seconds to wait for systemd to be up (default 30)
@@ -29,7 +30,7 @@ set -euo pipefail
 
 die() { echo "run-in-systemd: $*" >&2; exit "${2:-2}"; }
 SYSTEMD_BIN=/lib/systemd/systemd
-CHECK=""; INSTANCE=""; NO_START=0; OUT=""; BOOT_TIMEOUT=30; CHECK_TIMEOUT=120
+CHECK=""; INSTANCE=""; NO_START=0; NET_NS=(); OUT=""; BOOT_TIMEOUT=30; CHECK_TIMEOUT=120
 COPIES=(); DROPINS=()
 while [[ $# -gt 0 ]]; do
   case "$1" in
@@ -38,6 +39,7 @@ while [[ $# -gt 0 ]]; do
     --copy) COPIES+=("$2"); shift 2 ;;
     --dropin) DROPINS+=("$2"); shift 2 ;;
     --no-start) NO_START=1; shift ;;
+    --private-network) NET_NS=(--net); shift ;;
     --out) OUT=$2; shift 2 ;;
     --boot-timeout) BOOT_TIMEOUT=$2; shift 2 ;;
     --check-timeout) CHECK_TIMEOUT=$2; shift 2 ;;
@@ -201,7 +203,8 @@ cleanup() {
   exit $rc
 }
 trap cleanup EXIT
-trap 'exit 130' INT TERM
+trap 'echo "run-in-systemd: interrupted (SIGINT)" >&2; exit 130' INT
+trap 'echo "run-in-systemd: terminated (SIGTERM)" >&2; exit 143' TERM
 
 # Our own cgroup in the tracking hierarchies, so systemd builds its tree under it (and we can remove it).
 # The v1 controller hierarchies (memory in particular) are left as they are.
@@ -210,7 +213,7 @@ trap 'exit 130' INT TERM
     [[ -d "$d" ]] || continue
     mkdir -p "$d/$CG_NAME" && echo $BASHPID > "$d/$CG_NAME/cgroup.procs"
   done
-  exec unshare --pid --fork --mount --mount-proc --uts --ipc --propagation private \
+  exec unshare --pid --fork --mount --mount-proc --uts --ipc "${NET_NS[@]}" --propagation private \
     /bin/bash "$STAGE/in/stage1.sh" "$STAGE" > "$STAGE/log/systemd-console.log" 2>&1
 ) &
 UNSHARE_PID=$!
@@ -228,7 +231,7 @@ for _ in $(seq 1 100); do
 done
 [[ -n "$NS_PID" ]] || { cat "$STAGE/log/systemd-console.log" >&2; die "namespace did not start" 4; }
 
-in_ns() { nsenter --target "$NS_PID" --mount --pid --uts --ipc --wd=/ -- "$@"; }
+in_ns() { nsenter --target "$NS_PID" --mount --pid --uts --ipc "${NET_NS[@]}" --wd=/ -- "$@"; }
 
 state=""
 deadline=$(( $(date +%s) + BOOT_TIMEOUT ))
