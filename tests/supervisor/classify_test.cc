@@ -1,0 +1,57 @@
+#include "supervisor/classify.h"
+
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+
+namespace fr::supervisor {
+namespace {
+
+int exited(int code) { return code << 8; }
+int signaled(int sig) { return sig; }
+
+ExitCause cause(int status, std::deque<std::string> lines = {}, bool oom = false, bool requested = false) {
+  ExitFacts f;
+  f.wait_status = status;
+  f.last_lines = &lines;
+  f.oom_kill_recorded = oom;
+  f.requested = requested;
+  return classify_exit(f).cause;
+}
+
+TEST(Classify, Basics) {
+  EXPECT_EQ(cause(exited(1)), ExitCause::kCrash);
+  EXPECT_EQ(cause(signaled(SIGSEGV)), ExitCause::kCrash);
+  EXPECT_EQ(cause(exited(0)), ExitCause::kUnexpectedExit0);
+  EXPECT_EQ(cause(exited(0), {}, false, true), ExitCause::kRequested);
+  EXPECT_EQ(cause(signaled(SIGTERM), {}, false, true), ExitCause::kRequested);
+}
+
+TEST(Classify, OutputNamesCudaOomAndVllmsMemoryCheck) {
+  EXPECT_EQ(cause(exited(1), {"Traceback (most recent call last):",
+                              "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB."}),
+            ExitCause::kCudaOom);
+  EXPECT_EQ(cause(exited(1), {"ValueError: Free memory on device (1.06/79.19 GiB) on startup is less than desired GPU "
+                              "memory utilization (0.9, 71.27 GiB). Decrease GPU memory utilization"}),
+            ExitCause::kMemoryUtilization);
+  EXPECT_EQ(cause(exited(1), {"all good", "exiting"}), ExitCause::kCrash);
+}
+
+TEST(Classify, KernelOomNeedsTheCgroupRecord) {
+  EXPECT_EQ(cause(signaled(SIGKILL), {}, true), ExitCause::kKernelOom);
+  EXPECT_EQ(cause(signaled(SIGKILL), {}, false), ExitCause::kCrash);
+}
+
+TEST(Classify, OurKillsAreNamedForWhyWeKilled) {
+  ExitFacts f;
+  f.wait_status = signaled(SIGKILL);
+  f.killed_for_hang = true;
+  f.requested = true;
+  EXPECT_EQ(classify_exit(f).cause, ExitCause::kHung);
+  f.killed_for_hang = false;
+  f.killed_for_timeout = true;
+  EXPECT_EQ(classify_exit(f).cause, ExitCause::kStartTimeout);
+  EXPECT_NE(classify_exit(f).detail.find("signal 9"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace fr::supervisor

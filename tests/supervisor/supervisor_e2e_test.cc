@@ -1,0 +1,401 @@
+// fastrestartd end to end: the real supervisor, the real tiny engine, a real weight daemon (host backend),
+// real signals, and sd_notify read from a datagram socket this test owns.
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <chrono>
+#include <fstream>
+#include <mutex>
+#include <nlohmann/json.hpp>
+#include <thread>
+
+#include "support/harness.h"
+
+namespace fr {
+namespace {
+
+using nlohmann::json;
+using Clock = std::chrono::steady_clock;
+
+double now_s() { return std::chrono::duration<double>(Clock::now().time_since_epoch()).count(); }
+
+uint16_t free_port() {
+  int s = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ::bind(s, reinterpret_cast<sockaddr*>(&a), sizeof a);
+  socklen_t n = sizeof a;
+  ::getsockname(s, reinterpret_cast<sockaddr*>(&a), &n);
+  ::close(s);
+  return ntohs(a.sin_port);
+}
+
+// Collects sd_notify datagrams.
+class NotifySocket {
+ public:
+  explicit NotifySocket(const std::string& path) : m_path(path) {
+    m_fd = ::socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+    sockaddr_un a{};
+    a.sun_family = AF_UNIX;
+    std::snprintf(a.sun_path, sizeof a.sun_path, "%s", path.c_str());
+    EXPECT_EQ(::bind(m_fd, reinterpret_cast<sockaddr*>(&a), sizeof a), 0);
+    timeval tv{0, 100000};
+    ::setsockopt(m_fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+    m_thread = std::thread([this] {
+      char buf[4096];
+      while (!m_stop) {
+        ssize_t n = ::recv(m_fd, buf, sizeof buf, 0);
+        if (n <= 0) continue;
+        std::lock_guard lk(m_mu);
+        m_msgs.emplace_back(buf, static_cast<size_t>(n));
+      }
+    });
+  }
+  ~NotifySocket() {
+    m_stop = true;
+    m_thread.join();
+    ::close(m_fd);
+  }
+  std::vector<std::string> messages() {
+    std::lock_guard lk(m_mu);
+    return m_msgs;
+  }
+  // Waits until `count` messages contain `needle`; returns false on timeout.
+  bool wait_for(const std::string& needle, int count = 1, double timeout_s = 60) {
+    auto end = Clock::now() + std::chrono::duration<double>(timeout_s);
+    while (Clock::now() < end) {
+      int n = 0;
+      for (const auto& m : messages()) n += m.find(needle) != std::string::npos;
+      if (n >= count) return true;
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+    return false;
+  }
+
+ private:
+  std::string m_path;
+  int m_fd = -1;
+  std::atomic<bool> m_stop{false};
+  std::thread m_thread;
+  std::mutex m_mu;
+  std::vector<std::string> m_msgs;
+};
+
+// A tiny-engine checkpoint shared by every test of this binary.
+const std::string& checkpoint_dir() {
+  static test::TempDir* dir = new test::TempDir;
+  static std::string path = [] {
+    std::string d = *dir / "model";
+    auto r = test::run({FR_TINYENGINE_BIN, "gen", "--out", d, "--size", "16M"});
+    EXPECT_EQ(r.exit_code, 0) << r.output;
+    return d;
+  }();
+  return path;
+}
+
+struct Options {
+  std::string engine_flags;  // TOML array body, appended to the defaults
+  std::string extra;         // more TOML (sections)
+  std::string kind = "generic";
+  int crash_loop_limit = 20;
+  double startup_timeout_s = 60;
+  std::string weights_mode = "zero_copy";
+};
+
+class Fastrestartd {
+ public:
+  explicit Fastrestartd(const Options& o = {}) : m_port(free_port()) {
+    m_cfg = m_dir / "model.toml";
+    std::ofstream f(m_cfg);
+    f << "gpus = []\n[model]\nname = \"t\"\n[engine]\nkind = \"" << o.kind << "\"\n"
+      << "command = [\"" << FR_TINYENGINE_BIN << "\", \"serve\", \"" << checkpoint_dir() << "\"]\n"
+      << "flags = [\"--host\", \"127.0.0.1\", \"--port\", \"" << m_port << "\", \"--served-model-name\", \"t\", "
+      << "\"--load-format\", \"fastrestart\", \"--fastrestart-socket-dir\", \"" << (m_dir / "run") << "\", "
+      << "\"--shutdown-grace\", \"2\"" << o.engine_flags << "]\n"
+      << "host = \"127.0.0.1\"\nport = " << m_port << "\nstop_grace_s = 3\n"
+      << "[weights]\nmode = \"" << o.weights_mode << "\"\nbackend = \"host\"\ncheckpoint = \"" << checkpoint_dir()
+      << "\"\nsocket_dir = \"" << (m_dir / "run") << "\"\n"
+      << "[readiness]\nmodel = \"t\"\nstartup_timeout_s = " << o.startup_timeout_s
+      << "\npoll_interval_s = 0.05\ncheck_interval_s = 0.3\ncheck_timeout_s = 1\nhang_after_failures = 2\n"
+      << "[restart]\nbackoff_initial_s = 0.1\nbackoff_max_s = 0.5\ncrash_loop_limit = " << o.crash_loop_limit
+      << "\ncrash_loop_window_s = 600\nwarm_failures_before_cold = 0\n"
+      << "[control]\nsocket = \"" << (m_dir / "ctl/t.ctl") << "\"\nstate_dir = \"" << (m_dir / "state") << "\"\n"
+      << "[http]\nlisten = \"none\"\n" << o.extra;
+    f.close();
+    m_notify = std::make_unique<NotifySocket>(m_dir / "notify.sock");
+    m_log = m_dir / "fastrestartd.log";
+    start();
+  }
+  ~Fastrestartd() {
+    if (m_pid > 0) {
+      ::kill(m_pid, SIGTERM);
+      int st;
+      ::waitpid(m_pid, &st, 0);
+    }
+  }
+  void start() {
+    m_pid = ::fork();
+    if (m_pid == 0) {
+      int fd = ::open(m_log.c_str(), O_WRONLY | O_CREAT | O_APPEND, 0644);
+      ::dup2(fd, 1);
+      ::dup2(fd, 2);
+      ::setenv("NOTIFY_SOCKET", (m_dir / "notify.sock").c_str(), 1);
+      ::execl(FR_FASTRESTARTD_BIN, FR_FASTRESTARTD_BIN, "--config", m_cfg.c_str(), "--log-level", "debug", nullptr);
+      _exit(127);
+    }
+  }
+  // SIGTERM (or `sig`) and wait; returns the exit code.
+  int stop(int sig = SIGTERM) {
+    ::kill(m_pid, sig);
+    return wait_exit();
+  }
+  int wait_exit() {
+    int st = 0;
+    ::waitpid(m_pid, &st, 0);
+    m_pid = -1;
+    return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+  }
+  test::RunResult ctl(std::vector<std::string> args) {
+    std::vector<std::string> argv{FR_FASTRESTARTCTL_BIN, "--socket", m_dir / "ctl/t.ctl"};
+    argv.insert(argv.end(), args.begin(), args.end());
+    return test::run(argv);
+  }
+  json status() {
+    auto r = ctl({"status", "--json"});
+    EXPECT_EQ(r.exit_code, 0) << r.output;
+    auto j = json::parse(r.output, nullptr, false);
+    return j.is_discarded() ? json::object() : j;
+  }
+  // Waits until the status satisfies pred.
+  bool wait_status(const std::function<bool(const json&)>& pred, double timeout_s = 60) {
+    auto end = Clock::now() + std::chrono::duration<double>(timeout_s);
+    while (Clock::now() < end) {
+      auto r = ctl({"status", "--json"});
+      if (r.exit_code == 0) {
+        auto j = json::parse(r.output, nullptr, false);
+        if (!j.is_discarded() && pred(j)) return true;
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
+    return false;
+  }
+  std::string log() const {
+    std::ifstream f(m_log);
+    return {std::istreambuf_iterator<char>(f), {}};
+  }
+  json engine_stats() {
+    auto r = test::run({"/usr/bin/curl", "-s", "http://127.0.0.1:" + std::to_string(m_port) + "/stats"});
+    auto j = json::parse(r.output, nullptr, false);
+    return j.is_discarded() ? json::object() : j;
+  }
+  NotifySocket& notify() { return *m_notify; }
+  pid_t pid() const { return m_pid; }
+  const test::TempDir& dir() const { return m_dir; }
+  std::string config() const { return m_cfg; }
+
+ private:
+  test::TempDir m_dir;
+  uint16_t m_port;
+  std::string m_cfg, m_log;
+  std::unique_ptr<NotifySocket> m_notify;
+  pid_t m_pid = -1;
+};
+
+int restarts(const json& s, const std::string& cause) { return s["restarts"].value(cause, 0); }
+
+TEST(Fastrestartd, ColdStartReachesReadyAndNotifiesInOrder) {
+  Fastrestartd d;
+  ASSERT_TRUE(d.notify().wait_for("READY=1")) << d.log();
+  auto msgs = d.notify().messages();
+  auto index_of = [&](const std::string& needle) {
+    for (size_t i = 0; i < msgs.size(); ++i)
+      if (msgs[i].find(needle) != std::string::npos) return static_cast<int>(i);
+    return -1;
+  };
+  int daemons = index_of("STATUS=Starting the weight daemons"), engine = index_of("STATUS=Starting the engine (cold)"),
+      ready = index_of("READY=1");
+  ASSERT_GE(daemons, 0);
+  EXPECT_LT(daemons, engine);
+  EXPECT_LT(engine, ready);
+  EXPECT_NE(msgs[static_cast<size_t>(ready)].find("STATUS=Ready (cold) in "), std::string::npos) << msgs[static_cast<size_t>(ready)];
+  auto s = d.status();
+  EXPECT_EQ(s["state"], "ready");
+  EXPECT_EQ(s["last_start"]["path"], "cold");
+  EXPECT_EQ(d.stop(), 0);
+  EXPECT_TRUE(d.notify().wait_for("STOPPING=1", 1, 5));
+}
+
+TEST(Fastrestartd, Kill9OfTheEngineRestartsWarmFromTheDaemon) {
+  Fastrestartd d;
+  ASSERT_TRUE(d.notify().wait_for("READY=1")) << d.log();
+  auto cold = d.engine_stats();
+  EXPECT_EQ(cold["load"]["path"], "fallback") << cold.dump();
+  pid_t engine = d.status()["engine"]["pid"];
+  ASSERT_EQ(::kill(engine, SIGKILL), 0);
+  ASSERT_TRUE(d.notify().wait_for("READY=1", 2)) << d.log();
+  auto s = d.status();
+  EXPECT_EQ(s["last_start"]["path"], "warm");
+  EXPECT_EQ(restarts(s, "crash"), 1);
+  EXPECT_NE(s["last_exit"]["detail"].get<std::string>().find("signal 9"), std::string::npos);
+  // The engine itself says it attached and read (almost) nothing from disk.
+  auto warm = d.engine_stats();
+  EXPECT_EQ(warm["load"]["path"], "attach") << warm.dump();
+  EXPECT_LT(warm["load"].value("disk_bytes_read", uint64_t{1} << 40), cold["load"].value("disk_bytes_read", uint64_t{0}) / 100);
+  std::printf("cold start %.3f s, warm restart %.3f s (exit to READY %.3f s)\n", cold["startup"].value("ready_s", 0.0),
+              s["last_start"].value("time_to_ready_s", 0.0), s["last_start"].value("since_previous_exit_s", 0.0));
+}
+
+struct FaultCase {
+  const char* flags;
+  const char* cause;
+};
+
+void PrintTo(const FaultCase& c, std::ostream* os) { *os << c.cause; }
+
+class FaultClasses : public ::testing::TestWithParam<FaultCase> {};
+
+TEST_P(FaultClasses, AreRecognised) {
+  Options o;
+  o.engine_flags = GetParam().flags;
+  if (std::string(GetParam().cause) == "start_timeout") o.startup_timeout_s = 1;
+  Fastrestartd d(o);
+  const std::string cause = GetParam().cause;
+  ASSERT_TRUE(d.wait_status([&](const json& s) { return restarts(s, cause) >= 1; }, 60)) << d.log();
+  auto s = d.status();
+  EXPECT_EQ(s["last_exit"]["cause"], cause) << s["last_exit"].dump();
+  EXPECT_NE(d.log().find("exited: " + cause), std::string::npos);
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Faults, FaultClasses,
+    ::testing::Values(FaultCase{", \"--fault-exit-after-startup\", \"--fault-exit-code\", \"3\"", "crash"},
+                      FaultCase{", \"--fault-exit-after-startup\", \"--fault-exit-code\", \"0\"", "unexpected_exit_0"},
+                      FaultCase{", \"--fault-abort-after-requests\", \"1\"", "crash"},
+                      FaultCase{", \"--fault-cuda-oom\"", "cuda_oom"},
+                      FaultCase{", \"--fault-vllm-free-memory\"", "memory_utilization"},
+                      FaultCase{", \"--fault-hang-after-requests\", \"1\"", "hung"},
+                      FaultCase{", \"--fault-startup-delay\", \"30\"", "start_timeout"}),
+    [](const auto& info) { return std::string(info.param.cause) + std::to_string(info.index); });
+
+TEST(Fastrestartd, CrashLoopGivesUpWithAClearStatusAndExitCode3) {
+  Options o;
+  o.engine_flags = ", \"--fault-exit-after-startup\", \"--fault-exit-code\", \"7\"";
+  o.crash_loop_limit = 3;
+  Fastrestartd d(o);
+  EXPECT_EQ(d.wait_exit(), 3) << d.log();
+  EXPECT_TRUE(d.notify().wait_for("STATUS=Failed: 3 failures within", 1, 1)) << d.log();
+  EXPECT_NE(d.log().find("exit code 7"), std::string::npos);
+}
+
+// Brief decision 9: on SIGTERM the engine's whole group goes first, the daemons after.
+TEST(Fastrestartd, SigtermStopsTheEngineGroupBeforeTheDaemons) {
+  Options o;
+  o.engine_flags = ", \"--fault-spawn-worker\", \"--fault-ignore-sigterm\", \"1\"";
+  Fastrestartd d(o);
+  ASSERT_TRUE(d.notify().wait_for("READY=1")) << d.log();
+  auto s = d.status();
+  pid_t engine = s["engine"]["pid"], daemon = s["daemons"][0]["pid"];
+  pid_t worker = d.engine_stats().value("worker_pid", 0);
+  ASSERT_GT(worker, 0);
+  std::map<pid_t, double> gone;
+  std::atomic<bool> stop{false};
+  std::thread watcher([&] {
+    while (!stop) {
+      double t = now_s();
+      for (pid_t p : {engine, worker, daemon})
+        if (!gone.count(p) && ::kill(p, 0) != 0) gone[p] = t;
+      std::this_thread::sleep_for(std::chrono::milliseconds(2));
+    }
+  });
+  double t0 = now_s();
+  EXPECT_EQ(d.stop(), 0) << d.log();
+  std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  stop = true;
+  watcher.join();
+  ASSERT_EQ(gone.size(), 3u);
+  EXPECT_LT(gone[engine], gone[daemon]);
+  EXPECT_LT(gone[worker], gone[daemon]) << "the engine's orphaned worker must be gone before the daemons stop";
+  EXPECT_GE(gone[engine] - t0, 0.9) << "the engine ignored SIGTERM for 1 s; the daemon must have waited";
+  EXPECT_TRUE(d.notify().wait_for("STOPPING=1", 1, 1));
+}
+
+TEST(Fastrestartd, ReloadWarmThenRollbackThenPersist) {
+  Fastrestartd d;
+  ASSERT_TRUE(d.notify().wait_for("READY=1")) << d.log();
+  auto ok = d.ctl({"reload", "--add-flags", "--threads 3"});
+  EXPECT_EQ(ok.exit_code, 0) << ok.output;
+  EXPECT_NE(ok.output.find("reloaded: path warm"), std::string::npos) << ok.output;
+  EXPECT_NE(ok.output.find("--threads 3"), std::string::npos);
+  EXPECT_TRUE(d.notify().wait_for("RELOADING=1"));
+  EXPECT_TRUE(d.notify().wait_for("MONOTONIC_USEC="));
+
+  auto bad = d.ctl({"reload", "--add-flags", "--max-model-len 999999"});
+  EXPECT_EQ(bad.exit_code, 3) << bad.output;
+  EXPECT_NE(bad.output.find("rolled back"), std::string::npos) << bad.output;
+  auto s = d.status();
+  EXPECT_EQ(s["state"], "ready");
+  auto flags = s["flags"].dump();
+  EXPECT_NE(flags.find("\"3\""), std::string::npos);
+  EXPECT_EQ(flags.find("999999"), std::string::npos);
+
+  // The pushed flags survive a restart of the supervisor.
+  EXPECT_EQ(d.stop(), 0);
+  d.start();
+  ASSERT_TRUE(d.wait_status([](const json& j) { return j["state"] == "ready"; })) << d.log();
+  EXPECT_NE(d.status()["flags"].dump().find("\"--threads\",\"3\""), std::string::npos) << d.status()["flags"].dump();
+}
+
+TEST(Fastrestartd, ReloadOfAWeightFlagReloadsTheDaemonsCold) {
+  Options o;
+  o.kind = "vllm";  // the tiny engine takes --dtype like vLLM; kind vllm knows --dtype changes the weights
+  Fastrestartd d(o);
+  ASSERT_TRUE(d.notify().wait_for("READY=1")) << d.log();
+  pid_t daemon = d.status()["daemons"][0]["pid"];
+  auto r = d.ctl({"reload", "--add-flags", "--dtype float32", "--json"});
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  auto j = json::parse(r.output);
+  EXPECT_EQ(j["cold_reload"], true);
+  EXPECT_EQ(j["path"], "cold");
+  EXPECT_NE(d.status()["daemons"][0]["pid"], daemon) << "the daemons were restarted";
+}
+
+TEST(Fastrestartd, StopEngineHoldsItUntilStartEngine) {
+  Fastrestartd d;
+  ASSERT_TRUE(d.notify().wait_for("READY=1")) << d.log();
+  EXPECT_EQ(d.ctl({"stop-engine"}).exit_code, 0);
+  ASSERT_TRUE(d.wait_status([](const json& j) { return j["state"] == "held"; })) << d.log();
+  EXPECT_EQ(d.ctl({"start-engine"}).exit_code, 0);
+  ASSERT_TRUE(d.notify().wait_for("READY=1", 2)) << d.log();
+  EXPECT_EQ(d.status()["last_start"]["path"], "warm");
+}
+
+TEST(Fastrestartd, BadConfigExitsWith2NamingFileLineAndKey) {
+  test::TempDir dir;
+  std::string cfg = dir / "bad.toml";
+  std::ofstream(cfg) << "[engine]\ncommand = [\"x\"]\nport = 70000\n";
+  auto r = test::run({FR_FASTRESTARTD_BIN, "--config", cfg});
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_NE(r.output.find(cfg + ":3"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("engine.port"), std::string::npos) << r.output;
+}
+
+TEST(Fastrestartd, ControlSocketRefusesOtherUids) {
+  if (::geteuid() != 0) GTEST_SKIP() << "needs root";
+  Fastrestartd d;
+  ASSERT_TRUE(d.notify().wait_for("READY=1")) << d.log();
+  auto r = test::run({FR_FASTRESTARTCTL_BIN, "--socket", d.dir() / "ctl/t.ctl", "status"}, 65534, 65534);
+  EXPECT_NE(r.exit_code, 0);
+}
+
+}  // namespace
+}  // namespace fr
