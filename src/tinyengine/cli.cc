@@ -15,6 +15,8 @@ void add_serve_flags(CLI::App& app, ServeOptions& o, std::string& format, std::s
   app.add_option("--host", o.host, "address to listen on")->capture_default_str();
   app.add_option("--port", o.port, "port to listen on; 0 picks a free one (see --port-file)")->capture_default_str();
   app.add_option("--port-file", o.port_file, "write the bound port here once listening");
+  app.add_option("--device", o.device, "cpu|cuda:N: where the forward runs and the weights live")
+      ->capture_default_str();
   app.add_option("--gpu-memory-utilization", o.gpu_memory_utilization, "accepted and reported (0, 1]")
       ->capture_default_str();
   app.add_option("--max-model-len", o.max_model_len, "context limit (default: the checkpoint's)");
@@ -34,7 +36,6 @@ void add_serve_flags(CLI::App& app, ServeOptions& o, std::string& format, std::s
       ->check(CLI::IsMember({"on", "off"}))->capture_default_str();
   app.add_option("--fastrestart-socket-dir", o.load.socket_dir, "weight daemon socket directory");
   app.add_flag("--fastrestart-verify", o.load.verify, "rehash the attached weights against the daemon's digest");
-  app.add_option("--fastrestart-device", o.load.device, "host (CPU forward)")->capture_default_str();
   app.add_option("--fastrestart-connect-timeout", o.load.connect_timeout_s, "seconds")->capture_default_str();
   app.add_option("--fastrestart-state-timeout", o.load.state_timeout_s, "seconds to wait for a loading daemon")
       ->capture_default_str();
@@ -74,6 +75,7 @@ void define_serve(CLI::App& sub, std::function<int()>& run) {
     o->load.zero_copy = *mode == "zero_copy";
     o->load.fallback = *fallback == "on";
     o->load.publish = *publish == "on";
+    o->load.device = o->device == "cpu" ? "host" : o->device;  // engine_loader's name for the same place
     return run_serve(*o);
   };
 }

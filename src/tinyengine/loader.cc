@@ -30,6 +30,16 @@ std::map<std::string, std::string> key_config(const CheckpointInfo& info) {
           {"tp_rank", "0"}};
 }
 
+int cuda_ordinal(const std::string& device) {
+  if (device.rfind("cuda:", 0) != 0 || device.size() == 5 || device.size() > 8) return -1;
+  int n = 0;
+  for (char c : device.substr(5)) {
+    if (c < '0' || c > '9') return -1;
+    n = n * 10 + (c - '0');
+  }
+  return n;
+}
+
 nlohmann::json LoadReport::to_json() const {
   nlohmann::json ph = nlohmann::json::object();
   double total = 0;
@@ -71,6 +81,8 @@ Result<LoadedModel> load_model(const std::string& path, const LoadOptions& optio
     auto a = fastrestart_attach(out.info, options);
     r.phases.emplace_back("attach", sw.lap());
     if (!a) return a.error().context("fastrestart attach (fallback off)");
+    if (a->hit && a->on_cuda != (cuda_ordinal(options.device) >= 0))
+      return make_error(Errc::kInternal, "attached weights are not on the device asked for");
     if (a->hit) {
       r.path = "attach";
       r.mode = a->mode;
@@ -88,15 +100,26 @@ Result<LoadedModel> load_model(const std::string& path, const LoadOptions& optio
   } else {
     r.path = "disk";
   }
+  const int ordinal = cuda_ordinal(options.device);
   if (!have) {
     FR_ASSIGN(auto d, load_from_disk(out.info));
     r.phases.emplace_back("disk_read", sw.lap());
     r.disk_bytes_read += d.bytes_read;
     out.set = std::move(d.set);
+    if (ordinal >= 0) {
+      FR_ASSIGN(out.set, upload_to_cuda(out.set, ordinal));  // the host copy is freed here
+      r.phases.emplace_back("upload", sw.lap());
+    }
   }
-  auto m = Model::bind(out.info.config, out.set.lookup());
-  if (!m) return m.error().context(path);
-  out.model = std::move(*m);
+  if (ordinal >= 0) {
+    auto m = bind_cuda_model(out.info.config, out.set.lookup(), ordinal);
+    if (!m) return m.error().context(path);
+    out.cuda = std::move(*m);
+  } else {
+    auto m = Model::bind(out.info.config, out.set.lookup());
+    if (!m) return m.error().context(path);
+    out.model = std::move(*m);
+  }
   r.phases.emplace_back("bind", sw.lap());
 
   if (r.path == "fallback" && options.publish) {

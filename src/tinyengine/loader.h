@@ -11,6 +11,7 @@
 
 #include "fastrestart/result.h"
 #include "tinyengine/checkpoint.h"
+#include "tinyengine/cuda_model.h"
 #include "tinyengine/model.h"
 
 namespace fr::te {
@@ -25,7 +26,7 @@ struct LoadOptions {
   bool verify = false;
   bool publish = true;  // publish after a disk load on a miss
   std::string socket_dir;
-  std::string device = "host";
+  std::string device = "host";  // engine_loader's device: "host" (CPU forward) or "cuda:N" (CUDA forward)
   double connect_timeout_s = 5.0;
   double state_timeout_s = 300.0;
 };
@@ -48,9 +49,15 @@ struct LoadReport {
 
 struct LoadedModel {
   CheckpointInfo info;
-  TensorSet set;  // owns (or keeps mapped) the memory `model` points into
-  Model model;
+  TensorSet set;  // owns (or keeps mapped) the memory the model points into
+  Model model;    // the CPU forward (device "host")
+  std::shared_ptr<CudaModel> cuda;  // the CUDA forward (device "cuda:N")
   LoadReport report;
+
+  Generation generate(const std::vector<int>& prompt, int max_tokens, int top_k) const {
+    return cuda ? cuda->generate(prompt, max_tokens, top_k) : model.generate(prompt, max_tokens, top_k);
+  }
+  std::string device() const { return cuda ? cuda->device_name() : "cpu"; }
 };
 
 Result<LoadedModel> load_model(const std::string& path, const LoadOptions& options);
@@ -62,6 +69,7 @@ struct AttachOutcome {
   std::vector<std::string> differs;
   TensorSet set;
   std::string mode, fingerprint, digest;
+  bool on_cuda = false;
   nlohmann::json timings;
 };
 Result<AttachOutcome> fastrestart_attach(const CheckpointInfo& info, const LoadOptions& options);

@@ -34,8 +34,7 @@ Result<AttachOutcome> fastrestart_attach(const CheckpointInfo& info, const LoadO
                  {"copy_s", t.copy_s},       {"verify_s", t.verify_s},   {"total_s", t.total_s}};
   if (!r.hit) return out;
   if (!r.weights) return make_error(Errc::kInternal, "attach hit without weights");
-  if (r.weights->on_cuda())
-    return make_error(Errc::kUnsupported, "attached weights are on a CUDA device; this build computes on the CPU");
+  out.on_cuda = r.weights->on_cuda();
   out.mode = r.weights->mode() == fastrestart::Mode::kZeroCopy ? "zero_copy" : "copy";
   out.fingerprint = r.weights->fingerprint();
   out.digest = r.weights->digest();

@@ -233,10 +233,8 @@ uint64_t total_weight_bytes(const ModelConfig& c) {
   return n * dtype_size(c.dtype);
 }
 
-Result<Model> Model::bind(const ModelConfig& config, const TensorLookup& lookup) {
+Result<std::map<std::string, const void*>> check_tensors(const ModelConfig& config, const TensorLookup& lookup) {
   FR_TRY(config.validate());
-  Model m;
-  m.m_config = config;
   std::map<std::string, const void*> ptr;
   for (const auto& spec : tensor_specs(config)) {
     const TensorView* t = lookup(spec.name);
@@ -251,6 +249,13 @@ Result<Model> Model::bind(const ModelConfig& config, const TensorLookup& lookup)
       return make_error(Errc::kCorrupt, "tensor '" + spec.name + "' is not aligned to its element size");
     ptr[spec.name] = t->data;
   }
+  return ptr;
+}
+
+Result<Model> Model::bind(const ModelConfig& config, const TensorLookup& lookup) {
+  FR_ASSIGN(auto ptr, check_tensors(config, lookup));
+  Model m;
+  m.m_config = config;
   m.m_tok_emb = ptr["tok_emb"];
   m.m_pos_emb = ptr["pos_emb"];
   for (int l = 0; l < config.n_layers; ++l) {
@@ -274,23 +279,8 @@ Generation Model::generate(const std::vector<int>& prompt, int max_tokens, int t
   const int n = static_cast<int>(prompt.size());
   for (int t = 0; t < n; ++t) st.step(prompt[t], t, t == n - 1 && max_tokens > 0);
   for (int i = 0; i < max_tokens; ++i) {
-    const auto& lg = st.logits();
-    const int best = static_cast<int>(std::max_element(lg.begin(), lg.end()) - lg.begin());  // first max
-    const double mx = lg[best];
-    double sum = 0;
-    for (float v : lg) sum += std::exp(static_cast<double>(v) - mx);
-    const double lse = mx + std::log(sum);
-    Step s;
-    s.token = best;
-    s.logprob = static_cast<float>(lg[best] - lse);
-    if (top_k > 0) {
-      std::vector<int> idx(kVocab);
-      for (int k = 0; k < kVocab; ++k) idx[k] = k;
-      const int k = std::min(top_k, kVocab);
-      std::partial_sort(idx.begin(), idx.begin() + k, idx.end(),
-                        [&](int a, int b) { return lg[a] != lg[b] ? lg[a] > lg[b] : a < b; });
-      for (int j = 0; j < k; ++j) s.top.emplace_back(idx[j], static_cast<float>(lg[idx[j]] - lse));
-    }
+    Step s = greedy_step(st.logits().data(), top_k);
+    const int best = s.token;
     g.steps.push_back(std::move(s));
     if (best == kEos) {
       g.stopped_on_eos = true;
@@ -301,6 +291,26 @@ Generation Model::generate(const std::vector<int>& prompt, int max_tokens, int t
     else break;
   }
   return g;
+}
+
+Step greedy_step(const float* lg, int top_k) {
+  const int best = static_cast<int>(std::max_element(lg, lg + kVocab) - lg);  // the first maximum
+  const double mx = lg[best];
+  double sum = 0;
+  for (int k = 0; k < kVocab; ++k) sum += std::exp(static_cast<double>(lg[k]) - mx);
+  const double lse = mx + std::log(sum);
+  Step s;
+  s.token = best;
+  s.logprob = static_cast<float>(lg[best] - lse);
+  if (top_k > 0) {
+    std::vector<int> idx(kVocab);
+    for (int k = 0; k < kVocab; ++k) idx[k] = k;
+    const int k = std::min(top_k, kVocab);
+    std::partial_sort(idx.begin(), idx.begin() + k, idx.end(),
+                      [&](int a, int b) { return lg[a] != lg[b] ? lg[a] > lg[b] : a < b; });
+    for (int j = 0; j < k; ++j) s.top.emplace_back(idx[j], static_cast<float>(lg[idx[j]] - lse));
+  }
+  return s;
 }
 
 std::vector<int> tokenize(const std::string& text) {

@@ -15,6 +15,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -70,7 +71,16 @@ struct Step {
 struct Generation {
   std::vector<Step> steps;
   bool stopped_on_eos = false;
+  std::string error;  // set when a device failed mid-way (CUDA forward); steps are then incomplete
 };
+
+// Checks every tensor of `config` through `lookup` (presence, dtype, shape, size, alignment) and returns
+// their pointers by name. The pointers are not dereferenced (they may be device pointers).
+Result<std::map<std::string, const void*>> check_tensors(const ModelConfig& config, const TensorLookup& lookup);
+
+// Greedy choice over `logits` (kVocab values): the first maximum, its log-probability (log-softmax in
+// double), and the `top_k` best alternatives. Shared by the CPU and CUDA forwards.
+Step greedy_step(const float* logits, int top_k);
 
 class Model {
  public:

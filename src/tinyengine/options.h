@@ -31,6 +31,7 @@ struct ServeOptions {
   std::string host = "127.0.0.1";
   int port = 8000;                // 0: any free port (see port_file)
   std::string port_file;          // written with the bound port once listening
+  std::string device = "cpu";     // cpu | cuda:N (the CUDA forward; weights in device memory)
   double gpu_memory_utilization = 0.9;  // accepted and reported (the CPU forward uses no GPU)
   int max_model_len = 0;          // 0: the checkpoint's max_seq
   int tensor_parallel_size = 1;   // accepted; must be 1

@@ -88,7 +88,7 @@ Status check_flags(const ServeOptions& o, const CheckpointInfo* info) {
   if (o.tensor_parallel_size != 1) return bad("--tensor-parallel-size must be 1 for this engine");
   if (o.gpu_memory_utilization <= 0 || o.gpu_memory_utilization > 1)
     return bad("--gpu-memory-utilization must be in (0, 1]");
-  if (o.load.device != "host") return bad("--fastrestart-device: this build computes on the CPU; use 'host'");
+  if (o.device != "cpu" && cuda_ordinal(o.device) < 0) return bad("--device must be 'cpu' or 'cuda:N'");
   if (!info) return {};
   if (o.max_model_len > info->config.max_seq)
     return bad("--max-model-len " + std::to_string(o.max_model_len) + " exceeds the checkpoint's " +
@@ -157,7 +157,10 @@ int run_serve(const ServeOptions& o) {
   }
   const auto& r = loaded->report;
   auto tw = Clock::now();
-  (void)loaded->model.generate(tokenize("warmup"), 1, 0);
+  if (auto g = loaded->generate(tokenize("warmup"), 1, 0); !g.error.empty()) {
+    spdlog::error("warm-up forward failed: {}", g.error);
+    std::_Exit(kExitFailure);
+  }
   const double warmup_s = since(tw);
   std::string phases;
   for (const auto& [name, s] : r.phases) phases += " " + name + "=" + std::to_string(s) + "s";

@@ -157,7 +157,7 @@ json EngineServer::stats() const {
             {"pid", ::getpid()},
             {"state", state_name(st)},
             {"uptime_s", std::chrono::duration<double>(std::chrono::steady_clock::now() - m_started).count()},
-            {"device", "cpu"},
+            {"device", st == State::kLoading ? m_options.device : m_model->device()},
             {"gpu_memory_utilization", m_options.gpu_memory_utilization},
             {"requests",
              {{"completions", m_completions.load()}, {"errors", m_errors.load()}, {"in_flight", m_in_flight.load()}}}};
@@ -234,7 +234,8 @@ std::pair<int, json> EngineServer::complete(const std::string& body) {
   size_t prompt_tokens = 0, completion_tokens = 0;
   for (size_t i = 0; i < prompts->size(); ++i) {
     const auto& p = (*prompts)[i];
-    Generation g = m_model->model.generate(p, max_tokens, std::max(top, 0));
+    Generation g = m_model->generate(p, max_tokens, std::max(top, 0));
+    if (!g.error.empty()) return {500, error_body(500, "generation failed: " + g.error)};
     if (m_options.faults.token_delay_s > 0)
       std::this_thread::sleep_for(std::chrono::duration<double>(m_options.faults.token_delay_s) * g.steps.size());
     std::vector<int> ids;
@@ -295,6 +296,7 @@ void EngineServer::routes() {
     auto [status, body] = complete(req.body);
     --m_in_flight;
     if (status != 200) ++m_errors;
+    else ++m_completions;
     send(res, status, body);
   });
   s.set_error_handler([](const httplib::Request& req, httplib::Response& res) {
@@ -315,7 +317,7 @@ void EngineServer::routes() {
   s.set_logger([this](const httplib::Request& req, const httplib::Response& res) {
     spdlog::debug("{} {} -> {}", req.method, req.path, res.status);
     if (req.path != "/v1/completions" || res.status != 200) return;
-    const auto n = static_cast<int>(++m_completions);
+    const auto n = static_cast<int>(++m_answered);
     const auto& f = m_options.faults;
     if (f.exit_after_requests > 0 && n >= f.exit_after_requests) {
       spdlog::warn("fault: exiting with code {} after {} completions", f.exit_code, n);

@@ -72,6 +72,7 @@ class EngineServer {
   double m_warmup_s = 0, m_ready_s = 0, m_startup_delay_s = 0;
   int m_worker_pid = 0;
   std::atomic<uint64_t> m_completions{0}, m_errors{0}, m_next_id{0};
+  std::atomic<uint64_t> m_answered{0};  // completions whose response was written (the faults count these)
   std::atomic<int> m_in_flight{0};
   std::chrono::steady_clock::time_point m_started = std::chrono::steady_clock::now();
 };
