@@ -120,7 +120,8 @@ int run_serve(const ServeOptions& o) {
     worker = spawn_worker();
     spdlog::info("fault: spawned worker pid {}", worker);
   }
-  SignalWaiter signals(f.ignore_sigterm_s);
+  // Never freed: its detached thread may still be unlocking its mutex as run_serve returns.
+  SignalWaiter& signals = *new SignalWaiter(f.ignore_sigterm_s);
   EngineServer server(o);
   server.set_worker_pid(worker);
   if (auto s = server.bind(); !s) {
