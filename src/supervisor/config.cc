@@ -399,6 +399,7 @@ const KeySpec kEngineKeys[] = {
     FR_KEY("port", FR_ASSIGN(int p, v.int_in(1, 65535)); c.engine.port = static_cast<uint16_t>(p)),
     {"env", set_env},
     FR_KEY("working_dir", FR_ASSIGN(c.engine.working_dir, v.absolute_path())),
+    FR_KEY("cgroup", FR_ASSIGN(c.engine.cgroup, v.absolute_path())),
     FR_KEY("stop_grace_s", FR_ASSIGN(c.engine.stop_grace_s, v.positive())),
 };
 

@@ -27,6 +27,8 @@ struct EngineConfig {
   uint16_t port = 8000;
   std::map<std::string, std::string> env;      // added to the supervisor's environment (minus NOTIFY_SOCKET...)
   std::string working_dir;                     // empty: the supervisor's
+  std::string cgroup;                          // a memory cgroup directory (v1 or v2) to run the engine in;
+                                               // empty: ours. Its OOM-kill counter classifies kernel OOMs.
   double stop_grace_s = 30;                    // SIGTERM -> SIGKILL of the engine's process group
 };
 

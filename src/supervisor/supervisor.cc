@@ -102,6 +102,7 @@ Supervisor::Supervisor(Config config, std::unique_ptr<GpuProbe> gpus, std::uniqu
       m_gpus(std::move(gpus)),
       m_notify(std::move(notifier)),
       m_policy(m_cfg.restart),
+      m_oom(m_cfg.engine.cgroup),
       m_poll_timer(m_loop),
       m_deadline_timer(m_loop),
       m_health_timer(m_loop),
@@ -459,6 +460,7 @@ void Supervisor::start_engine() {
   spec.argv = engine_argv();
   spec.env = m_cfg.engine.env;
   spec.working_dir = m_cfg.engine.working_dir;
+  if (!m_cfg.engine.cgroup.empty()) spec.cgroup_procs = m_cfg.engine.cgroup + "/cgroup.procs";
   if (!m_cfg.gpus.empty() && m_cfg.weights.backend != "host") spec.env["CUDA_VISIBLE_DEVICES"] = join(m_cfg.gpus, ",");
   if (!m_cfg.weights.socket_dir.empty()) spec.env["FASTRESTART_SOCKET_DIR"] = m_cfg.weights.socket_dir;
   spec.env["FASTRESTART_WEIGHTS_MODE"] = weights_mode_name(m_cfg.weights.mode);

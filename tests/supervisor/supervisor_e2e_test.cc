@@ -5,6 +5,7 @@
 #include <netinet/in.h>
 #include <signal.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/un.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -110,6 +111,7 @@ struct Options {
   int crash_loop_limit = 20;
   double startup_timeout_s = 60;
   std::string weights_mode = "zero_copy";
+  std::string cgroup;
 };
 
 class Fastrestartd {
@@ -123,6 +125,7 @@ class Fastrestartd {
       << "\"--load-format\", \"fastrestart\", \"--fastrestart-socket-dir\", \"" << (m_dir / "run") << "\", "
       << "\"--shutdown-grace\", \"2\"" << o.engine_flags << "]\n"
       << "host = \"127.0.0.1\"\nport = " << m_port << "\nstop_grace_s = 3\n"
+      << (o.cgroup.empty() ? "" : "cgroup = \"" + o.cgroup + "\"\n")
       << "[weights]\nmode = \"" << o.weights_mode << "\"\nbackend = \"host\"\ncheckpoint = \"" << checkpoint_dir()
       << "\"\nsocket_dir = \"" << (m_dir / "run") << "\"\n"
       << "[readiness]\nmodel = \"t\"\nstartup_timeout_s = " << o.startup_timeout_s
@@ -286,6 +289,34 @@ INSTANTIATE_TEST_SUITE_P(
                       FaultCase{", \"--fault-hang-after-requests\", \"1\"", "hung"},
                       FaultCase{", \"--fault-startup-delay\", \"30\"", "start_timeout"}),
     [](const auto& info) { return std::string(info.param.cause) + std::to_string(info.index); });
+
+// A kernel OOM kill inside a memory cgroup (v1 on these machines, v2 elsewhere) is told from other SIGKILLs.
+TEST(Fastrestartd, KernelOomKillIsRecognisedFromTheCgroup) {
+  std::string dir, limit;
+  const std::string name = "fastrestart-test-" + std::to_string(::getpid());
+  if (::access("/sys/fs/cgroup/memory/cgroup.procs", W_OK) == 0) {
+    dir = "/sys/fs/cgroup/memory/" + name;
+    limit = "memory.limit_in_bytes";
+  } else if (::access("/sys/fs/cgroup/cgroup.subtree_control", W_OK) == 0) {
+    dir = "/sys/fs/cgroup/" + name;
+    limit = "memory.max";
+  } else {
+    GTEST_SKIP() << "no writable memory cgroup on this machine";
+  }
+  if (::mkdir(dir.c_str(), 0755) != 0) GTEST_SKIP() << "cannot create a memory cgroup at " << dir;
+  std::ofstream(dir + "/" + limit) << (256 << 20);
+  {
+    Options o;
+    o.engine_flags = ", \"--fault-grow-memory\", \"--fault-grow-memory-rate\", \"2048\"";
+    o.extra = "";
+    o.cgroup = dir;
+    Fastrestartd d(o);
+    EXPECT_TRUE(d.wait_status([](const json& s) { return restarts(s, "kernel_oom") >= 1; }, 60)) << d.log();
+    EXPECT_EQ(d.status()["last_exit"]["cause"], "kernel_oom");
+    d.stop();
+  }
+  for (int i = 0; i < 100 && ::rmdir(dir.c_str()) != 0; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(50));
+}
 
 TEST(Fastrestartd, CrashLoopGivesUpWithAClearStatusAndExitCode3) {
   Options o;
