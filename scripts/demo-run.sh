@@ -1,43 +1,49 @@
 #!/usr/bin/env bash
-# The demo itself, on an existing ./build (scripts/demo.sh builds first).
+# The demo itself, on an existing ./build (scripts/demo.sh installs and builds first). No GPU needed:
+# fastrestartd supervises fastrestart-tinyengine with a weight daemon on the host backend (config/demo.toml).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-B=build/src
-work=$(mktemp -d /tmp/fastrestart-demo-XXXXXX)
-trap '[ -n "${dpid:-}" ] && kill $dpid 2>/dev/null; wait 2>/dev/null; rm -rf "$work"' EXIT
-ctl() { "$B/tools/fastrestart-weightctl" --socket-dir "$work/run" "$@"; }
+root=$PWD
+export PATH="$root/build/src/supervisor:$root/build/src/daemon:$root/build/src/tinyengine:$root/build/src/tools:$PATH"
+size="${DEMO_SIZE:-512M}"
+work=/tmp/fastrestart-demo
+ctl() { fastrestartctl --config "$root/config/demo.toml" "$@"; }
+cleanup() { [ -n "${sup:-}" ] && kill -TERM "$sup" 2>/dev/null && wait "$sup" 2>/dev/null; true; }
+trap cleanup EXIT
+wait_ready() {  # $1: how many READY lines to wait for
+  for _ in $(seq 600); do
+    [ "$(grep -c 'READY: path' "$work/fastrestartd.log" || true)" -ge "$1" ] && return 0
+    sleep 0.1
+  done
+  echo "not ready; log:"; tail -30 "$work/fastrestartd.log"; exit 1
+}
 
-echo "== 1. a synthetic 4-shard checkpoint (deterministic, ~256 MiB)"
-"$B/tools/fastrestart-weightctl" make-checkpoint "$work" --shards 4 --tensors 16 --tensor-bytes 4194304 --dtype BF16 >/dev/null
-ls -l "$work"/*.safetensors | awk '{print "   " $5 " bytes  " $9}'
-files=("$work"/*.safetensors)
+rm -rf "$work" && mkdir -p "$work"
+echo "== 1. a $size tiny-engine checkpoint (deterministic)"
+fastrestart-tinyengine gen --out "$work/model" --size "$size" 2>&1 | grep -v '^$' | tail -1 | sed 's/^/   /'
 
-echo "== 2. fastrestart-weightd --backend host, preloading it (socket dir $work/run, mode 0700)"
-"$B/daemon/fastrestart-weightd" --backend host --socket-dir "$work/run" --config arch=demo --config dtype=BF16 \
-  $(printf -- '--preload %s ' "${files[@]}") >"$work/weightd.log" 2>&1 &
-dpid=$!
-for _ in $(seq 100); do ctl status >/dev/null 2>&1 && break; sleep 0.05; done
-until ctl status --json | grep -q '"state": "ready"'; do sleep 0.05; done
+echo "== 2. fastrestartd --config config/demo.toml (engine: fastrestart-tinyengine; weights: host-backend daemon)"
+fastrestartd --config config/demo.toml >"$work/fastrestartd.log" 2>&1 &
+sup=$!
+wait_ready 1
+grep -E 'READY: path|load path=' "$work/fastrestartd.log" | sed -E 's/^.*\] //; s/^/   /' | cut -c1-160
+echo "   a completion: $(curl -s localhost:8100/v1/completions -H 'content-type: application/json' \
+  -d '{"model":"demo","prompt":"Hello, ","max_tokens":8}' | python3 -c 'import json,sys; print(repr(json.load(sys.stdin)["choices"][0]["text"]))')"
+
+echo "== 3. kill -9 the engine: fastrestartd restarts it, and it attaches to the daemon's weights"
+kill -9 "$(ctl status --json | python3 -c 'import json,sys; print(json.load(sys.stdin)["engine"]["pid"])')"
+wait_ready 2
+grep -E 'exited: crash|READY: path|load path=' "$work/fastrestartd.log" | tail -3 | sed -E 's/^.*\] //; s/^/   /' | cut -c1-160
+
+echo "== 4. fastrestartctl reload --add-flags '--threads 4' (engine only, warm cache)"
+ctl reload --add-flags "--threads 4" | sed 's/^/   /'
+echo "== 5. a push that never becomes ready is rolled back (exit code 3)"
+ctl reload --add-flags "--max-model-len 100000" | sed 's/^/   /' || echo "   fastrestartctl exit code $?"
+
+echo "== 6. fastrestartctl status"
 ctl status | sed 's/^/   /'
 
-echo "== 3. an engine starts: attach through engine_loader (stat calls only, then one mapping)"
-ctl attach "${files[@]}" --config arch=demo --config dtype=BF16 --verify | sed 's/^/   /'
-
-echo "== 4. for comparison, reading the same bytes from the (warm) page cache"
-start=$(date +%s.%N); cat "${files[@]}" >/dev/null; end=$(date +%s.%N)
-echo "   cat of the checkpoint: $(echo "($end - $start) * 1000" | bc -l | xargs printf '%.1f') ms"
-
-echo "== 5. the checkpoint changes (rewritten in place, mtime restored): the key misses, naming why"
-python3 - "${files[1]}" <<'PY'
-import os, sys
-p = sys.argv[1]; st = os.stat(p)
-with open(p, "r+b") as f:
-    f.seek(st.st_size - 1000); b = f.read(1); f.seek(st.st_size - 1000); f.write(bytes([b[0] ^ 1]))
-os.utime(p, ns=(st.st_atime_ns, st.st_mtime_ns))
-PY
-ctl attach "${files[@]}" --config arch=demo --config dtype=BF16 | sed 's/^/   /' || true
-
-echo "== 6. SIGTERM: the daemon releases its pools, removes socket and lock, exits 0"
-kill -TERM $dpid; wait $dpid && echo "   exit code 0"; dpid=
-ls -A "$work/run" | sed 's/^/   left in the socket dir: /'
-echo "== daemon log"; sed 's/^/   /' "$work/weightd.log"
+echo "== 7. SIGTERM: the engine's group first, then the weight daemon"
+kill -TERM "$sup"; wait "$sup" && echo "   fastrestartd exit code 0"; sup=
+grep -E 'stopping|exited as requested|weight daemon pid .* stopped|exiting with' "$work/fastrestartd.log" | tail -5 | sed -E 's/^.*\] //; s/^/   /'
+echo "full log: $work/fastrestartd.log"
