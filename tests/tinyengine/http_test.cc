@@ -4,6 +4,8 @@
 #include <gtest/gtest.h>
 
 #include <chrono>
+#include <cstdlib>
+#include <fstream>
 #include <future>
 #include <thread>
 
@@ -143,6 +145,42 @@ TEST(TinyEngineHttp, GenSubcommandWritesACheckpointOfTheChosenSize) {
   Engine e(d.path(), {});
   ASSERT_TRUE(e.wait_ready()) << e.log();
   EXPECT_EQ(e.post("/v1/completions", completion_request("hi", 3)).first, 200);
+}
+
+// The end-to-end form of weight sensitivity: an engine handed a checkpoint that differs in one weight
+// answers differently, so a test comparing answers catches wrong weights.
+TEST(TinyEngineHttp, OneChangedWeightInTheFileChangesTheServedAnswer) {
+  fr::test::TempDir d;
+  ASSERT_EQ(::system(("cp " + tiny_checkpoint() + "/model.safetensors " + d.path() + "/").c_str()), 0);
+  auto info = inspect_checkpoint(d.path());
+  ASSERT_TRUE(info.ok());
+  const auto& t = info->headers[0].tensors.back();  // lm_head: every element is read for every token
+  ASSERT_EQ(t.name, "lm_head");
+  {
+    std::fstream f(d / "model.safetensors", std::ios::in | std::ios::out | std::ios::binary);
+    const auto at = static_cast<std::streamoff>(t.begin + t.nbytes() / 2 + 3);  // the exponent byte of a float
+    f.seekg(at);
+    char b = 0;
+    f.read(&b, 1);
+    b = static_cast<char>(b ^ 0x01);
+    f.seekp(at);
+    f.write(&b, 1);
+  }
+  Engine a(tiny_checkpoint(), {});
+  Engine b(d.path(), {});
+  ASSERT_TRUE(a.wait_ready() && b.wait_ready()) << a.log() << b.log();
+  const auto req = completion_request("The weights must match", 8);
+  EXPECT_NE(answer_of(a.post("/v1/completions", req).second), answer_of(b.post("/v1/completions", req).second));
+}
+
+TEST(TinyEngineHttp, SigtermWhileHungExitsAfterTheGracePeriod) {
+  Engine e(tiny_checkpoint(), {"--fault-hang-after-requests", "0", "--shutdown-grace", "0.3"});
+  ASSERT_TRUE(e.wait_port()) << e.log();
+  auto stuck = std::async(std::launch::async, [&] { return e.get("/health", 5); });
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  e.signal(SIGTERM);
+  EXPECT_EQ(e.wait_exit(3), 0) << e.log();
+  stuck.wait();
 }
 
 }  // namespace
