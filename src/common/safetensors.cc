@@ -59,13 +59,12 @@ Result<SafetensorsHeader> parse_safetensors_header(std::string_view text, uint64
     TensorInfo t;
     t.name = name;
     t.dtype = *dtype;
-    unsigned __int128 elems = 1;
+    uint64_t elems = 1;
     for (const auto& d : *sh) {
       if (!d.is_number_unsigned()) return bad(path, where + ": shape holds a non-integer or negative size");
       uint64_t n = d.get<uint64_t>();
       if (n > (1ull << 62)) return bad(path, where + ": shape size too large");
-      elems *= n;
-      if (elems > (static_cast<unsigned __int128>(1) << 64)) return bad(path, where + ": shape overflows");
+      if (__builtin_mul_overflow(elems, n, &elems)) return bad(path, where + ": shape overflows");
       t.shape.push_back(static_cast<int64_t>(n));
     }
     uint64_t b = (*of)[0].get<uint64_t>(), e = (*of)[1].get<uint64_t>();
@@ -73,9 +72,10 @@ Result<SafetensorsHeader> parse_safetensors_header(std::string_view text, uint64
     if (e > data_len)
       return bad(path, where + ": data_offsets end " + std::to_string(e) + " past the end of the data (" +
                            std::to_string(data_len) + " bytes)");
-    unsigned __int128 expect = elems * dtype_size(*dtype);
+    uint64_t expect = 0;
+    if (__builtin_mul_overflow(elems, dtype_size(*dtype), &expect)) return bad(path, where + ": shape overflows");
     if (expect != e - b)
-      return bad(path, where + ": shape x itemsize = " + std::to_string(static_cast<uint64_t>(expect)) +
+      return bad(path, where + ": shape x itemsize = " + std::to_string(expect) +
                            " bytes but data_offsets span " + std::to_string(e - b));
     t.begin = h.data_start + b;
     t.end = h.data_start + e;

@@ -24,6 +24,7 @@ struct Server::Conn {
   std::thread thread;
   std::atomic<bool> done{false};
   std::string publishing;  // fingerprint of an uncommitted publish
+  std::string raw_manifest;  // set by a hit: spliced into the reply as "manifest" (serialized once per entry)
 };
 
 namespace {
@@ -249,7 +250,18 @@ void Server::serve(Conn& c) {
     }
     if (f->body.contains("id")) reply["id"] = f->body["id"];
     if (out_fd) reply["fd"] = true;
-    if (!proto::write_frame(fd, reply, out_fd.get(), deadline_in(30)).ok()) break;
+    Status sent;
+    if (!c.raw_manifest.empty()) {
+      // Attach is the hot path of a restart: the manifest (hundreds of tensors) was serialized once.
+      std::string payload = reply.dump();
+      payload.pop_back();
+      payload += ",\"manifest\":" + c.raw_manifest + "}";
+      c.raw_manifest.clear();
+      sent = proto::write_payload(fd, payload, out_fd.get(), deadline_in(30));
+    } else {
+      sent = proto::write_frame(fd, reply, out_fd.get(), deadline_in(30));
+    }
+    if (!sent.ok()) break;
     if (f->body.value("op", "") == "shutdown" && reply.value("ok", false)) request_stop();
   }
   abort_publish(c);
@@ -329,7 +341,9 @@ Result<json> Server::do_attach(Conn& c, const json& req, UniqueFd* fd_out) {
   e->attaches.push_back({c.peer.pid, c.peer.uid, mode, unix_now()});
   if (e->attaches.size() > kMaxAttachRecords) e->attaches.pop_front();
   spdlog::info("attach hit {} for pid {} ({} bytes, {})", fp, c.peer.pid, e->manifest.data_bytes, mode);
-  return ok({{"result", "hit"}, {"manifest", proto::to_json(e->manifest)}});
+  if (e->manifest_json.empty()) e->manifest_json = proto::to_json(e->manifest).dump();
+  c.raw_manifest = e->manifest_json;
+  return ok({{"result", "hit"}});
 }
 
 Result<json> Server::do_publish_begin(Conn& c, const json& req, UniqueFd* fd_out) {

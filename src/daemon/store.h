@@ -41,6 +41,7 @@ struct Entry {
   proto::Key key;
   std::string fingerprint;
   proto::Manifest manifest;  // digest set once ready
+  std::string manifest_json; // the manifest serialized once it is ready: attach replies splice it in
   std::unique_ptr<Pool> pool;
   EntryState state = EntryState::kLoading;
   std::string error;         // when failed

@@ -4,8 +4,8 @@
 
 namespace fr::proto {
 
-Result<std::string> encode_frame(const json& body) {
-  std::string payload = body.dump(-1, ' ', false, json::error_handler_t::replace);
+namespace {
+Result<std::string> frame_of(const std::string& payload) {
   if (payload.empty() || payload.size() > kMaxFrameBytes)
     return make_error(Errc::kProtocol, "message of " + std::to_string(payload.size()) + " bytes exceeds the " +
                                            std::to_string(kMaxFrameBytes) + "-byte frame limit");
@@ -17,6 +17,18 @@ Result<std::string> encode_frame(const json& body) {
   out[3] = static_cast<char>(n);
   out += payload;
   return out;
+}
+}  // namespace
+
+Result<std::string> encode_frame(const json& body) {
+  return frame_of(body.dump(-1, ' ', false, json::error_handler_t::replace));
+}
+
+Status write_payload(int sock, const std::string& payload, int fd, Deadline deadline) {
+  FR_ASSIGN(std::string bytes, frame_of(payload));
+  std::vector<int> fds;
+  if (fd >= 0) fds.push_back(fd);
+  return send_all(sock, bytes.data(), bytes.size(), fds, deadline);
 }
 
 Status write_frame(int sock, const json& body, int fd, Deadline deadline) {

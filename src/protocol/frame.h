@@ -23,6 +23,8 @@ struct Frame {
 
 // Encodes `body` as a frame (header + payload). Errc::kProtocol when it exceeds kMaxFrameBytes.
 Result<std::string> encode_frame(const json& body);
+// Writes one frame whose payload is already serialized JSON (a cached manifest, say).
+Status write_payload(int sock, const std::string& payload, int fd, Deadline deadline);
 // Writes one frame; `fd` (>= 0) travels with it.
 Status write_frame(int sock, const json& body, int fd, Deadline deadline);
 // Reads one frame. Errc::kProtocol for a bad length, a non-object payload or more than one descriptor;

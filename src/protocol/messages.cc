@@ -158,11 +158,11 @@ Result<TensorSpec> tensor_spec_from_json(const json& j, const std::string& where
   auto sh = j.find("shape");
   if (sh == j.end() || !sh->is_array() || sh->size() > kMaxRank)
     return field_error(where + ".shape", "missing, not an array, or more than " + std::to_string(kMaxRank) + " dimensions");
-  unsigned __int128 elems = 1;
+  uint64_t elems = 1;
   for (const auto& v : *sh) {
     if (!v.is_number_integer() || v.get<int64_t>() < 0) return field_error(where + ".shape", "holds a non-integer or negative size");
-    elems *= v.get<uint64_t>();
-    if (elems > (static_cast<unsigned __int128>(1) << 50)) return field_error(where + ".shape", "too many elements");
+    if (__builtin_mul_overflow(elems, v.get<uint64_t>(), &elems) || elems > (uint64_t{1} << 50))
+      return field_error(where + ".shape", "too many elements");
     t.shape.push_back(static_cast<int64_t>(v.get<uint64_t>()));
   }
   return t;
