@@ -28,6 +28,13 @@ class Uploader {
   // Waits for every submitted copy.
   virtual Status finish() = 0;
   virtual size_t max_chunk() const = 0;
+  // Copies file bytes [file_offset, file_offset+n) straight from the page cache into the pool at
+  // `offset`, without a CPU copy (CUDA: the file's pages are registered read-only and DMA'd). Returns
+  // false, having done nothing, when the backend cannot; the caller then stages the bytes itself.
+  virtual Result<bool> upload_file_range(int fd, uint64_t file_offset, uint64_t offset, size_t n) {
+    (void)fd, (void)file_offset, (void)offset, (void)n;
+    return false;
+  }
 };
 
 class Pool {
@@ -42,6 +49,9 @@ class Pool {
   virtual Status seal() = 0;
   // Recomputes the content digest (common/digest.h) of [0, data_bytes): CPU for host, GPU kernel for CUDA.
   virtual Result<uint64_t> digest(uint64_t data_bytes) = 0;
+  // True when digest() is cheap (a GPU kernel at HBM speed): the preloader then hashes the pool once it
+  // is filled instead of hashing in the reader threads, which saves a pass over host memory.
+  virtual bool digest_on_device() const { return false; }
 };
 
 class Backend {

@@ -1,6 +1,8 @@
 #include "daemon/preload.h"
 
 #include <fcntl.h>
+#include <sys/mman.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cstring>
@@ -72,6 +74,32 @@ Status fill_task(const PreloadPlan& plan, const std::vector<UniqueFd>& fds, cons
   return {};
 }
 
+// True when every page of [off, off+n) of `fd` is in the page cache (mincore on a throwaway mapping).
+bool resident(int fd, uint64_t off, uint64_t n) {
+  if (n == 0) return true;
+  const uint64_t page = static_cast<uint64_t>(::sysconf(_SC_PAGESIZE));
+  const uint64_t a = off / page * page;
+  const size_t len = static_cast<size_t>(off + n - a);
+  void* p = ::mmap(nullptr, len, PROT_READ, MAP_SHARED, fd, static_cast<off_t>(a));
+  if (p == MAP_FAILED) return false;
+  std::vector<unsigned char> v((len + page - 1) / page);
+  bool all = ::mincore(p, len, v.data()) == 0;
+  for (size_t i = 0; all && i < v.size(); ++i) all = v[i] & 1;
+  ::munmap(p, len);
+  return all;
+}
+
+// The file segments of task t: (slot index, pool begin, pool end).
+template <typename Fn>
+void for_each_segment(const PreloadPlan& plan, const Task& t, Fn&& fn) {
+  auto it = std::upper_bound(plan.slots.begin(), plan.slots.end(), t.begin,
+                             [](uint64_t off, const proto::TensorSlot& s) { return off < s.offset + s.nbytes; });
+  for (; it != plan.slots.end() && it->offset < t.end; ++it) {
+    uint64_t a = std::max(it->offset, t.begin), b = std::min(it->offset + it->nbytes, t.end);
+    if (b > a) fn(static_cast<size_t>(it - plan.slots.begin()), a, b);
+  }
+}
+
 }  // namespace
 
 Result<uint64_t> run_preload(const PreloadPlan& plan, Pool& pool, Progress& progress,
@@ -87,7 +115,9 @@ Result<uint64_t> run_preload(const PreloadPlan& plan, Pool& pool, Progress& prog
   for (uint64_t off = 0; off < plan.data_bytes; off += kTaskBytes)
     tasks.push_back({off, std::min(off + kTaskBytes, plan.data_bytes)});
 
-  DigestBuilder digest(plan.data_bytes);
+  const bool device_digest = pool.digest_on_device();
+  std::atomic<bool> direct_ok{device_digest};  // cleared once the backend says it cannot upload from files
+  DigestBuilder digest(device_digest ? 0 : plan.data_bytes);
   std::atomic<size_t> next{0};
   std::mutex err_mu;
   std::optional<Error> first_error;
@@ -110,10 +140,37 @@ Result<uint64_t> run_preload(const PreloadPlan& plan, Pool& pool, Progress& prog
       const Task& t = tasks[i];
       if (test_delay_ms > 0) std::this_thread::sleep_for(std::chrono::milliseconds(test_delay_ms));
       const size_t n = t.end - t.begin;
+      // Page-cached data goes to the GPU without a CPU copy: one pass over host memory (the DMA) instead of
+      // three (pread's copy, the hash, the DMA). Data still on disk is read with pread as below.
+      if (direct_ok) {
+        bool all_resident = true;
+        for_each_segment(plan, t, [&](size_t si, uint64_t a, uint64_t) {
+          const auto& [fi, foff] = plan.sources[si];
+          all_resident = all_resident && resident(fds[fi].get(), foff + (a - plan.slots[si].offset),
+                                                  std::min<uint64_t>(t.end, plan.slots[si].offset + plan.slots[si].nbytes) - a);
+        });
+        if (all_resident) {
+          bool done = true;
+          Status st;
+          for_each_segment(plan, t, [&](size_t si, uint64_t a, uint64_t b) {
+            if (!done || !st.ok()) return;
+            const auto& [fi, foff] = plan.sources[si];
+            auto r = u.upload_file_range(fds[fi].get(), foff + (a - plan.slots[si].offset), a, b - a);
+            if (!r.ok()) st = r.error();
+            else if (!*r) done = false;
+          });
+          if (!st.ok()) return fail(st.error());
+          if (done) {
+            progress.done_bytes += n;
+            continue;
+          }
+          direct_ok = false;  // not supported here: stage this task and the rest
+        }
+      }
       auto buf = u.acquire(t.begin, n);
       if (!buf.ok()) return fail(buf.error());
       if (auto s = fill_task(plan, fds, t, *buf); !s.ok()) return fail(s.error());
-      for (uint64_t c = 0; c < n; c += kDigestChunkBytes)
+      for (uint64_t c = 0; !device_digest && c < n; c += kDigestChunkBytes)
         digest.set((t.begin + c) / kDigestChunkBytes, hash_chunk(*buf + c, std::min<uint64_t>(kDigestChunkBytes, n - c)));
       if (auto s = u.submit(t.begin, n); !s.ok()) return fail(s.error());
       progress.done_bytes += n;
@@ -130,6 +187,7 @@ Result<uint64_t> run_preload(const PreloadPlan& plan, Pool& pool, Progress& prog
     FR_ASSIGN(FileIdentity now, identify_file(id.path));
     if (!(now == id)) return make_error(Errc::kCorrupt, id.path + ": the file changed while it was being loaded");
   }
+  if (device_digest) return pool.digest(plan.data_bytes);
   return digest.finish();
 }
 
