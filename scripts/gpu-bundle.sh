@@ -11,7 +11,7 @@ root=$(cd "$(dirname "$0")/.." && pwd)
 build=$root/build-gpu
 bundle=$root/.bundle
 targets=(fastrestart-weightd fastrestart-weightctl gpu_digest_test vmm_share_test no_driver_test fr_cuda_helper
-         fr_attach_bench)
+         fr_attach_bench fastrestartd fastrestartctl fastrestart-tinyengine tinyengine_test)
 
 configure=$(cmake -S "$root" -B "$build" -DFASTRESTART_CUDA=ON -DCMAKE_BUILD_TYPE=RelWithDebInfo)
 grep -q 'CUDA backend ON' <<<"$configure" ||

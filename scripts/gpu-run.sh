@@ -13,6 +13,7 @@ bundle=$root/.bundle
 [ -x "$bundle/bin/fastrestart-weightd" ] || { echo "gpu-run: no bundle at $bundle (run scripts/gpu-bundle.sh)" >&2; exit 1; }
 export LD_LIBRARY_PATH=$bundle/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
 export PATH=$bundle/bin:$PATH
+export FR_BIN_DIR=$bundle/bin  # tests run the bundled binaries, not the build tree's paths
 OUT=${OUT:-/tmp/fr-gpu-out}
 mkdir -p "$OUT"
 summary=$OUT/summary.txt
@@ -37,6 +38,12 @@ for t in no_driver_test gpu_digest_test vmm_share_test; do
   say "$t: exit $rc; $line"
   [ $rc -eq 0 ] || failed=1
 done
+"$bundle/bin/tinyengine_test" --gtest_filter='TinyEngineCuda.*' >"$OUT/te.tmp" 2>&1
+rc=$?
+cat "$OUT/te.tmp" >>"$OUT/tests.log"
+say "tinyengine_test (CUDA): exit $rc; $(grep -E '^\[  (PASSED|FAILED|SKIPPED) +\] [0-9]+ tests?' "$OUT/te.tmp" | tr '\n' ' ')"
+rm -f "$OUT/te.tmp"
+[ $rc -eq 0 ] || failed=1
 grep -E 'GPU digest of 2 GiB|16 GiB VMM pool|cuMemExportToShareableHandle|cuMemHostAlloc' "$OUT/tests.log" | tee -a "$summary"
 grep -E '^\[  FAILED  \]' "$OUT/tests.log" | tee -a "$summary"
 
@@ -49,4 +56,6 @@ PYTHONUNBUFFERED=1 python3 bench/h200_weights.py --out "$OUT" "${args[@]}" 2>&1 
 brc=${PIPESTATUS[0]}
 grep -vE '^(Traceback|  )' "$OUT/bench.log" >>"$summary"
 say "benchmark exit $brc"
+say "== supervisor on the GPU (fastrestartd + tinyengine CUDA + weightd cuda)"
+bench/gpu_supervisor.sh "$OUT" "${SUP_SIZE:-4G}" 5 2>&1 | tee -a "$summary"
 [ $failed -eq 0 ] && [ $brc -eq 0 ]

@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -20,8 +21,13 @@
 
 namespace fr::test {
 
-std::string weightctl() { return FR_WEIGHTCTL_BIN; }
-std::string weightd() { return FR_WEIGHTD_BIN; }
+std::string binary(const char* built, const char* name) {
+  // FR_BIN_DIR: run the tests against installed or bundled binaries (the GPU machine's .bundle/bin).
+  if (const char* dir = std::getenv("FR_BIN_DIR"); dir && *dir) return std::string(dir) + "/" + name;
+  return built;
+}
+std::string weightctl() { return binary(FR_WEIGHTCTL_BIN, "fastrestart-weightctl"); }
+std::string weightd() { return binary(FR_WEIGHTD_BIN, "fastrestart-weightd"); }
 
 TempDir::TempDir() {
   char tmpl[] = "/tmp/fr-test-XXXXXX";

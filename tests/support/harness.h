@@ -56,6 +56,8 @@ class Daemon {
   pid_t m_pid = -1;
 };
 
+// Paths of the binaries under test: the build tree's, or $FR_BIN_DIR/<name> when that is set.
+std::string binary(const char* built, const char* name);
 std::string weightctl();
 std::string weightd();
 

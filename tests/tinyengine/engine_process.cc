@@ -1,5 +1,7 @@
 #include "engine_process.h"
 
+#include "support/harness.h"
+
 #include <fcntl.h>
 #include <signal.h>
 #include <sys/wait.h>
@@ -27,7 +29,7 @@ std::string make_temp_dir() {
 
 }  // namespace
 
-std::string tinyengine_bin() { return FR_TINYENGINE_BIN; }
+std::string tinyengine_bin() { return fr::test::binary(FR_TINYENGINE_BIN, "fastrestart-tinyengine"); }
 
 Engine::Engine(const std::string& model, const std::vector<std::string>& args) : m_dir(make_temp_dir()) {
   m_log = m_dir + "/engine.log";
