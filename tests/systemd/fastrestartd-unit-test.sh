@@ -31,17 +31,7 @@ work=$(mktemp -d /var/tmp/fr-unit-test.XXXXXX)
 trap 'rm -rf "$work"' EXIT
 trap 'exit 130' INT; trap 'exit 143' TERM
 "$TINYENGINE" gen --out "$work/model" --size 8M >/dev/null
-# config/demo.toml with the paths of an installed system: binaries in /usr/bin, the checkpoint under /var/lib,
-# and the default control socket /run/fastrestart/demo.ctl, which is what the unit's ExecReload= names.
-sed -E -e 's|^command = \["fastrestart-tinyengine", "serve", "[^"]*"\]|command = ["/usr/bin/fastrestart-tinyengine", "serve", "/var/lib/fr-unit-test/model"]|' \
-    -e 's|^checkpoint = "[^"]*"|checkpoint = "/var/lib/fr-unit-test/model"|' \
-    -e '/^socket = /d' \
-    -e 's|^state_dir = "[^"]*"|state_dir = "/var/lib/fastrestart/demo"|' \
-    -e 's|^startup_timeout_s = .*|startup_timeout_s = 20|' \
-    "$root/config/demo.toml" > "$work/demo.toml"
-if grep -v '^ *#' "$work/demo.toml" | grep -q '/tmp/'; then
-  echo "config/demo.toml changed shape; update the sed above:"; grep -n '/tmp/' "$work/demo.toml"; exit 1
-fi
+"$here/fastrestartd/make-config.sh" "$root/config/demo.toml" /var/lib/fr-unit-test/model > "$work/demo.toml"
 
 "$here/run-in-systemd.sh" --private-network --instance demo \
   --copy "$FASTRESTARTD=/usr/bin/fastrestartd" \

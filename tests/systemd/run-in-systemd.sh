@@ -73,6 +73,7 @@ i=0
 for c in "${COPIES[@]}"; do
   src=${c%%=*}; dst=${c#*=}
   [[ "$c" == *=* && "$dst" == /* && -e "$src" ]] || die "--copy $c: want SRC=/ABS/DST with an existing SRC"
+  [[ "$dst" =~ ^/(etc|usr|var|run|tmp)/ && "$dst" != *..* ]] || die "--copy $c: DST must be under /etc, /usr, /var, /run or /tmp (the private parts)"
   cp -a "$src" "$STAGE/in/copies/$i"; printf '%s\t%s\n' "$i" "$dst" >> "$STAGE/in/copies.list"; i=$((i + 1))
 done
 if [[ ${#DROPINS[@]} -gt 0 ]]; then
@@ -181,6 +182,8 @@ cleanup() {
   set +e
   if [[ -n "$NS_PID" ]] && kill -0 "$NS_PID" 2>/dev/null; then
     kill -KILL "$NS_PID" 2>/dev/null
+  elif [[ -n "$UNSHARE_PID" ]]; then
+    kill -KILL "$UNSHARE_PID" 2>/dev/null   # --kill-child: its child, PID 1 of the namespace, gets SIGKILL
   fi
   [[ -z "$UNSHARE_PID" ]] || wait "$UNSHARE_PID" 2>/dev/null
   # remove the cgroups systemd made under ours, in every hierarchy, deepest first
@@ -213,20 +216,18 @@ trap 'echo "run-in-systemd: terminated (SIGTERM)" >&2; exit 143' TERM
     [[ -d "$d" ]] || continue
     mkdir -p "$d/$CG_NAME" && echo $BASHPID > "$d/$CG_NAME/cgroup.procs"
   done
-  exec unshare --pid --fork --mount --mount-proc --uts --ipc "${NET_NS[@]}" --propagation private \
+  exec unshare --pid --fork --kill-child=SIGKILL --mount --mount-proc --uts --ipc "${NET_NS[@]}" --propagation private \
     /bin/bash "$STAGE/in/stage1.sh" "$STAGE" > "$STAGE/log/systemd-console.log" 2>&1
 ) &
 UNSHARE_PID=$!
 
 T0=$(date +%s.%N)
-# PID 1 of the namespace is unshare's child.
-for _ in $(seq 1 100); do
-  NS_PID=$(cat /proc/$UNSHARE_PID/task/*/children 2>/dev/null | awk '{print $1}' | head -n1) || true
-  if [[ -n "$NS_PID" ]]; then
-    # the subshell execs unshare; make sure we have unshare's child, not unshare itself
-    [[ "$(readlink /proc/$NS_PID/exe 2>/dev/null)" != */unshare ]] && break
-    NS_PID=""
-  fi
+# PID 1 of the namespace is unshare's child: the process whose innermost PID (NSpid) is 1. (Before the
+# subshell execs unshare it forks mkdir, so "the first child" alone is not enough.)
+for _ in $(seq 1 200); do
+  for c in $(cat /proc/$UNSHARE_PID/task/*/children 2>/dev/null); do
+    if [[ "$(awk '/^NSpid:/{print $NF}' /proc/$c/status 2>/dev/null)" == 1 ]]; then NS_PID=$c; break 2; fi
+  done
   sleep 0.05
 done
 [[ -n "$NS_PID" ]] || { cat "$STAGE/log/systemd-console.log" >&2; die "namespace did not start" 4; }

@@ -1,0 +1,28 @@
+#!/bin/bash
+# The .deb from scripts/package.sh under real systemd 252 (tests/systemd/run-in-systemd.sh): dpkg -i into the
+# namespace's private /usr, /etc, /var; postinst reloads systemd; fastrestart@demo runs from the packaged
+# binaries and unit; dpkg -r stops the instance (prerm); dpkg -P removes /var/lib/fastrestart.
+# Usage: package-install-test.sh [DEB]. Exit 77 = skipped (not root / no systemd / no package).
+set -euo pipefail
+here=$(cd "$(dirname "$0")" && pwd)
+root=$(cd "$here/../.." && pwd)
+deb=${1:-$(ls "$root"/build/packages/fastrestart_*.deb 2>/dev/null | head -n1)}
+[[ $(id -u) -eq 0 ]] || { echo "SKIP: needs root (unshare --pid --mount, cgroups)"; exit 77; }
+[[ -x /lib/systemd/systemd ]] || { echo "SKIP: systemd is not installed (apt-get install -y systemd)"; exit 77; }
+[[ -n "$deb" && -f "$deb" ]] || { echo "SKIP: no package (scripts/package.sh builds build/packages/fastrestart_*.deb)"; exit 77; }
+[[ $# -le 1 ]] || shift
+
+work=$(mktemp -d /var/tmp/fr-pkg-test.XXXXXX)
+trap 'rm -rf "$work"' EXIT
+trap 'exit 130' INT; trap 'exit 143' TERM
+dpkg-deb -x "$deb" "$work/x"
+unit=$work/x/usr/lib/systemd/system/fastrestart@.service
+[[ -f "$unit" ]] || { echo "FAIL: $deb has no /usr/lib/systemd/system/fastrestart@.service"; exit 1; }
+"$here/fastrestartd/make-config.sh" "$root/config/demo.toml" /var/lib/fr-unit-test/model > "$work/demo.toml"
+
+# The unit under test is the packaged one (the harness installs it in /run/systemd/system: its unit search
+# path is private), the binaries are the packaged ones (dpkg -i inside the namespace).
+"$here/run-in-systemd.sh" --private-network --no-start --instance demo \
+  --copy "$deb=/var/tmp/fastrestart.deb" \
+  --copy "$work/demo.toml=/var/tmp/demo.toml" \
+  --check "$here/package/check.sh" --check-timeout 120 "$unit"
