@@ -154,6 +154,10 @@ DefaultTimeoutStartSec=30s
 DefaultTimeoutStopSec=30s
 ShowStatus=no
 CONF
+# ...and for every service, whatever its unit says (MemoryAccounting=yes in a unit would move its processes
+# into a memory cgroup under systemd's, out of the caller's).
+mkdir -p /run/systemd/system/service.d
+printf '[Service]\nMemoryAccounting=no\n' > /run/systemd/system/service.d/fr-harness-no-memory-accounting.conf
 # 7. files the caller asked for
 while IFS=$'\t' read -r idx dst; do
   mkdir -p "$(dirname "$dst")"; rm -rf "$dst"; cp -a "$IN/copies/$idx" "$dst"

@@ -18,6 +18,8 @@ expect "NotifyAccess" "$(prop NotifyAccess)" main
 expect "KillMode" "$(prop KillMode)" mixed
 expect "OOMPolicy" "$(prop OOMPolicy)" continue
 expect "LimitMEMLOCK" "$(prop LimitMEMLOCK)" infinity
+# the unit says MemoryAccounting=yes; the harness turns it off for every service (docs/systemd.md)
+expect "MemoryAccounting (harness override)" "$(prop MemoryAccounting)" no
 status=$(prop StatusText)
 expect_match "StatusText" "$status" '^Ready \((cold|warm|attach)[^)]*\) in .*engine pid [0-9]+'
 main=$(prop MainPID)
