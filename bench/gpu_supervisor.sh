@@ -66,8 +66,9 @@ for i in $(seq "$kills"); do
   kill -9 "$pid"
   wait_ready $((i + 1)) || { echo "no READY after kill $i"; break; }
   ctl status --json | python3 -c '
-import json,sys; s=json.load(sys.stdin); ls=s["last_start"]
-print(f"kill -9 #'"$i"': path {ls[\"path\"]}, death to READY {ls[\"since_previous_exit_s\"]:.3f} s (exec to READY {ls[\"time_to_ready_s\"]:.3f} s)")'
+import json, sys
+s = json.load(sys.stdin); ls = s["last_start"]
+print("kill -9 #%s: path %s, death to READY %.3f s (exec to READY %.3f s)" % (sys.argv[1], ls["path"], ls["since_previous_exit_s"], ls["time_to_ready_s"]))' "$i"
 done
 grep -E 'load path=' "$out/fastrestartd-gpu.log" | tail -1 | sed -E 's/^.*tinyengine\[[0-9]+\]: //' | cut -c1-300
 ctl status | tail -4

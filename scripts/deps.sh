@@ -7,7 +7,8 @@ pkgs=(
   libgtest-dev libgmock-dev libcli11-dev libcpp-httplib-dev libxxhash-dev
   pybind11-dev python3-dev python3-numpy
   clang libclang-rt-14-dev
-  curl procps util-linux
+  curl procps util-linux bc
+  systemd rpm dpkg-dev fakeroot
 )
 missing=()
 for p in "${pkgs[@]}"; do

@@ -52,6 +52,9 @@ case "$mode" in
   smoke) args=(--scale 0.01 --ckpt /var/tmp/fr-llama8b-small) ;;
   *) args=() ;;
 esac
+# BENCH_ARGS: extra flags for bench/h200_weights.py (e.g. --skip-safetensors when those figures are known).
+read -r -a extra <<<"${BENCH_ARGS:-}"
+args+=("${extra[@]}")
 PYTHONUNBUFFERED=1 python3 bench/h200_weights.py --out "$OUT" "${args[@]}" 2>&1 | tee "$OUT/bench.log"
 brc=${PIPESTATUS[0]}
 grep -vE '^(Traceback|  )' "$OUT/bench.log" >>"$summary"

@@ -4,6 +4,7 @@
 #include <dlfcn.h>
 
 #include <mutex>
+#include <string>
 
 namespace fr::cuda {
 namespace {
@@ -19,20 +20,25 @@ Result<Driver> open_driver() {
   if (get_proc == nullptr)
     return make_error(Errc::kCuda, "CUDA driver too old: libcuda.so.1 has no cuGetProcAddress_v2 (need CUDA 12+)");
   Driver d;
-#define FR_CUDA_RESOLVE_AT(name, version)                                                            \
+// `#name` must be taken in the first macro that sees the name: <cuda.h> #defines many base names to their
+// versioned symbols (cuDeviceGetUuid -> cuDeviceGetUuid_v2), and an argument passed on to another macro is
+// expanded first, while cuGetProcAddress wants the base name.
+#define FR_CUDA_RESOLVE(member, symbol, version)                                                     \
   {                                                                                                  \
     void* fn = nullptr;                                                                              \
     CUdriverProcAddressQueryResult q{};                                                              \
-    CUresult r = get_proc(#name, &fn, version, CU_GET_PROC_ADDRESS_DEFAULT, &q);                     \
+    CUresult r = get_proc(symbol, &fn, version, CU_GET_PROC_ADDRESS_DEFAULT, &q);                    \
     if (r != CUDA_SUCCESS || fn == nullptr || q != CU_GET_PROC_ADDRESS_SUCCESS)                      \
-      return make_error(Errc::kCuda, "CUDA driver lacks " #name " (driver older than the toolkit?)"); \
-    d.name = reinterpret_cast<decltype(d.name)>(fn);                                                 \
+      return make_error(Errc::kCuda, std::string("CUDA driver lacks ") + symbol + " (driver older than the toolkit?)"); \
+    d.member = reinterpret_cast<decltype(d.member)>(fn);                                             \
   }
-#define FR_CUDA_RESOLVE_FN(name) FR_CUDA_RESOLVE_AT(name, CUDA_VERSION)
+#define FR_CUDA_RESOLVE_FN(name) FR_CUDA_RESOLVE(name, #name, CUDA_VERSION)
+#define FR_CUDA_RESOLVE_AT(name, version) FR_CUDA_RESOLVE(name, #name, version)
   FR_CUDA_DRIVER_FUNCTIONS(FR_CUDA_RESOLVE_FN)
   FR_CUDA_DRIVER_FUNCTIONS_AT_VERSION(FR_CUDA_RESOLVE_AT)
 #undef FR_CUDA_RESOLVE_FN
 #undef FR_CUDA_RESOLVE_AT
+#undef FR_CUDA_RESOLVE
   CUresult r = d.cuInit(0);
   if (r == CUDA_ERROR_NO_DEVICE) return make_error(Errc::kCuda, "no GPU (cuInit: CUDA_ERROR_NO_DEVICE)");
   if (r != CUDA_SUCCESS) {

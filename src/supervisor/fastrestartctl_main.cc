@@ -152,7 +152,7 @@ int main(int argc, char** argv) {
        }},
       {"reload", "push engine flags; waits and reports the path taken (exit 3: rolled back)",
        [&](CLI::App* s) {
-         s->add_option("--flags", flags, "replace the engine flags with these");
+         s->add_option("--flags", flags, "replace the engine flags with these (none of the three: re-read the config file)");
          s->add_option("--add-flags", add_flags, "override or append these flags");
          s->add_option("--remove-flags", remove_flags, "drop these flags (names)");
          s->add_flag("--no-wait", no_wait, "return once the reload has started");
@@ -163,7 +163,8 @@ int main(int argc, char** argv) {
          json req{{"op", "reload"}, {"wait", !no_wait}};
          if (!remove_flags.empty()) req["flags"] = remove_flags, req["mode"] = "remove";
          else if (!add_flags.empty()) req["flags"] = add_flags, req["mode"] = "add";
-         else req["flags"] = flags, req["mode"] = "replace";
+         else if (!flags.empty()) req["flags"] = flags, req["mode"] = "replace";
+         // No flags at all: the supervisor re-reads its config file (systemctl reload).
          auto r = call(socket_path(), req, 7 * 86400.0);
          int code = report(r, as_json);
          if (r.ok() && !as_json && r->contains("path")) {

@@ -466,6 +466,10 @@ void Supervisor::start_engine() {
   spec.env["FASTRESTART_WEIGHTS_MODE"] = weights_mode_name(m_cfg.weights.mode);
   e.oom_before = m_oom.read();
   e.spawned_at = m_loop.now_s();
+  if (m_cfg.weights.backend != "host")
+    for (const auto& gpu : m_cfg.gpus)
+      if (auto m = m_gpus->memory(gpu); m.ok())
+        m_baseline_used[gpu] = static_cast<double>(m->used) - static_cast<double>(held_bytes(gpu));
   set_status(std::string("Starting the engine (") + (e.warm_expected ? "warm" : "cold") + ")");
   spdlog::info("engine: {}", join(spec.argv));
   auto s = spawn_child(spec);
@@ -658,6 +662,8 @@ void Supervisor::wait_drain() {
   // The engine's main process is gone; its group (workers) and its GPU memory may not be yet.
   const pid_t pgid = m_engine ? m_engine->pid : -1;
   const double start = m_loop.now_s();
+  // The engine may have published a new pool since the last status poll: refresh the held bytes now.
+  if (daemons_active() && !m_cfg.gpus.empty()) poll_daemons();
   auto tick = std::make_shared<std::function<void()>>();
   *tick = [this, pgid, start, tick] {
     const double waited = m_loop.now_s() - start;
@@ -674,14 +680,17 @@ void Supervisor::wait_drain() {
       for (const auto& gpu : m_cfg.gpus) {
         auto m = m_gpus->memory(gpu);
         if (!m.ok()) continue;
-        double extra = static_cast<double>(m->used) - static_cast<double>(held_bytes(gpu));
+        // What the engine left behind: used beyond what was used before it started, pools aside.
+        auto base = m_baseline_used.find(gpu);
+        double expected = (base != m_baseline_used.end() ? base->second : 0.0) + static_cast<double>(held_bytes(gpu));
+        double extra = static_cast<double>(m->used) - expected;
         if (extra > m_cfg.memory.leak_tolerance_mib * 1048576.0) {
           if (waited < m_cfg.memory.settle_timeout_s) {
             m_drain_timer.start(0.1, *tick);
             return;
           }
-          spdlog::warn("GPU {}: {} used beyond the daemons' {} after the engine exited (a leak?)", gpu,
-                       fmt_bytes(extra), fmt_bytes(double(held_bytes(gpu))));
+          spdlog::warn("GPU {}: {} still used after the engine exited, beyond the daemons' {} and what was used "
+                       "before it started (a leak: orphaned workers?)", gpu, fmt_bytes(extra), fmt_bytes(double(held_bytes(gpu))));
         }
       }
     }
@@ -734,21 +743,9 @@ void Supervisor::after_drain() {
 
 void Supervisor::on_sighup() {
   spdlog::info("SIGHUP: re-reading {}", m_cfg.path);
-  auto c = load_config(m_cfg.path);
-  if (!c.ok()) {
-    spdlog::error("SIGHUP: keeping the running config: {}", c.error().message);
-    return;
-  }
-  auto old_flags = m_cfg.engine.flags;
-  m_cfg.engine = c->engine;
-  m_cfg.readiness = c->readiness;
-  m_cfg.memory = c->memory;
-  if (c->engine.flags != old_flags) {
-    json req{{"op", "reload"}, {"flags", c->engine.flags}, {"mode", "replace"}, {"wait", false}};
-    handle(req, std::make_shared<std::promise<json>>());
-  } else {
-    raise(Event::kRestartRequested);
-  }
+  json r = handle(json{{"op", "reload"}, {"wait", false}}, std::make_shared<std::promise<json>>());
+  if (!r.value("ok", false)) spdlog::error("SIGHUP: {}", r["error"].value("message", std::string("failed")));
+  else spdlog::info("SIGHUP: {}", r.value("message", std::string("reloading")));
 }
 
 }  // namespace fr::supervisor

@@ -119,6 +119,9 @@ class Supervisor {
   int m_consecutive_health_failures = 0;
   bool m_probe_in_flight = false;
   bool m_hold_engine = false;
+  // Per GPU: memory used before the engine started, minus the daemons' pools then (contexts, driver
+  // reserve, other processes). After an exit, used must fall back to this plus the pools held now.
+  std::map<std::string, double> m_baseline_used;
   std::atomic<bool> m_running{false};                    // stop-engine: do not restart until start-engine
 };
 

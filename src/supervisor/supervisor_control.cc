@@ -73,6 +73,21 @@ json Supervisor::handle(const json& req, std::shared_ptr<std::promise<json>> rep
   if (op == "reload") {
     if (terminal) return error("busy", std::string("the supervisor is ") + state_name(m_state));
     if (m_reload) return error("busy", "a reload is already in progress");
+    if (!req.contains("flags")) {
+      // No flags pushed (systemctl reload, SIGHUP): re-read the config file and apply what changed.
+      auto c = load_config(m_cfg.path);
+      if (!c.ok()) return error("invalid_argument", "keeping the running config: " + c.error().message);
+      const bool flags_changed = c->engine.flags != m_cfg.engine.flags;
+      m_cfg.engine = c->engine;
+      m_cfg.readiness = c->readiness;
+      m_cfg.memory = c->memory;
+      if (!flags_changed)
+        return {{"ok", true}, {"path", "unchanged"}, {"flags", m_flags}, {"message", "re-read " + m_cfg.path + ": the engine's flags are unchanged"}};
+      json push = req;
+      push["flags"] = c->engine.flags;
+      push["mode"] = "replace";
+      return handle(push, reply);
+    }
     std::vector<std::string> words;
     if (req.contains("flags") && req["flags"].is_array()) {
       for (const auto& w : req["flags"])

@@ -386,6 +386,35 @@ TEST(Fastrestartd, ReloadWarmThenRollbackThenPersist) {
   EXPECT_NE(d.status()["flags"].dump().find("\"--threads\",\"3\""), std::string::npos) << d.status()["flags"].dump();
 }
 
+// systemctl reload (fastrestartctl reload with no flags) and SIGHUP re-read the config file.
+TEST(Fastrestartd, ReloadWithoutFlagsAndSighupRereadTheConfig) {
+  Fastrestartd d;
+  ASSERT_TRUE(d.notify().wait_for("READY=1")) << d.log();
+  auto same = d.ctl({"reload"});
+  EXPECT_EQ(same.exit_code, 0) << same.output;
+  auto edit = [&](const std::string& from, const std::string& to) {
+    std::ifstream in(d.config());
+    std::string text((std::istreambuf_iterator<char>(in)), {});
+    auto pos = text.find(from);
+    ASSERT_NE(pos, std::string::npos);
+    text.replace(pos, from.size(), to);
+    std::ofstream(d.config()) << text;
+  };
+  edit("\"--shutdown-grace\", \"2\"", "\"--shutdown-grace\", \"2\", \"--threads\", \"2\"");
+  auto r = d.ctl({"reload"});
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("--threads 2"), std::string::npos) << r.output;
+  edit("\"--threads\", \"2\"", "\"--threads\", \"5\"");
+  ::kill(d.pid(), SIGHUP);
+  EXPECT_TRUE(d.wait_status([](const json& s) {
+    return s["state"] == "ready" && s["flags"].dump().find("\"--threads\",\"5\"") != std::string::npos;
+  })) << d.log();
+  edit("port = ", "port = \"not a number\"\nx = ");
+  auto bad = d.ctl({"reload"});
+  EXPECT_NE(bad.exit_code, 0);
+  EXPECT_NE(bad.output.find("keeping the running config"), std::string::npos) << bad.output;
+}
+
 TEST(Fastrestartd, ReloadOfAWeightFlagReloadsTheDaemonsCold) {
   Options o;
   o.kind = "vllm";  // the tiny engine takes --dtype like vLLM; kind vllm knows --dtype changes the weights
