@@ -299,9 +299,11 @@ json Server::do_status() {
     std::lock_guard ck(m_conn_mu);
     clients = m_conns.size();
   }
+  json misses = json::array();
+  for (const auto& m : m_misses) misses.push_back({{"pid", m.pid}, {"uid", m.uid}, {"reason", m.mode}, {"unix_time", m.unix_time}});
   return ok({{"backend", m_backend.name()}, {"gpu_uuid", m_backend.gpu_uuid()}, {"gpu_name", m_backend.gpu_name()},
              {"pid", ::getpid()}, {"held_bytes", m_store.held_bytes()}, {"clients", clients},
-             {"entries", std::move(entries)}});
+             {"entries", std::move(entries)}, {"misses", std::move(misses)}});
 }
 
 Result<json> Server::do_attach(Conn& c, const json& req, UniqueFd* fd_out) {
@@ -317,6 +319,8 @@ Result<json> Server::do_attach(Conn& c, const json& req, UniqueFd* fd_out) {
   std::unique_lock lk(m_store.mutex());
   auto miss = [&](std::string reason, std::vector<std::string> differs = {}) {
     spdlog::info("attach miss for pid {}: {}", c.peer.pid, reason);
+    m_misses.push_back({c.peer.pid, c.peer.uid, reason, unix_now()});
+    if (m_misses.size() > kMaxAttachRecords) m_misses.pop_front();
     return ok({{"result", "miss"}, {"reason", std::move(reason)}, {"differs", std::move(differs)}});
   };
   auto e = m_store.find(fp);

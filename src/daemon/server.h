@@ -5,6 +5,7 @@
 #include <sys/types.h>
 
 #include <atomic>
+#include <deque>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -81,6 +82,8 @@ class Server {
   UniqueFd m_wake_r, m_wake_w;  // self-pipe: shutdown requests wake run()
   std::atomic<bool> m_stopping{false};
   Store m_store;
+
+  std::deque<AttachRecord> m_misses;  // GUARDED_BY(m_store.mutex()): the last 64 misses, for status
 
   std::mutex m_conn_mu;
   std::map<int, std::unique_ptr<Conn>> m_conns;

@@ -26,7 +26,7 @@ const char* entry_state_name(EntryState s);
 struct AttachRecord {
   pid_t pid;
   uid_t uid;
-  std::string mode;
+  std::string mode;    // zero_copy | copy (attaches); the miss reason (misses)
   double unix_time;
 };
 

@@ -541,6 +541,7 @@ void Supervisor::decide_path_after_ready() {
     m_next_start_cold = false;
     m_policy.on_ready(m_loop.now_s());
     m_last_ready_flags = m_engine->flags;
+    m_ready_hist[path].add(since_spawn);
     m_last_start = {{"path", path}, {"time_to_ready_s", since_spawn}, {"since_previous_exit_s", since_death},
                     {"unix_time", std::time(nullptr)}, {"pid", m_engine->pid}};
     m_notify->notify("READY=1\nSTATUS=Ready (" + path + ") in " + fmt_s(since_spawn) + "; engine pid " +
@@ -551,28 +552,68 @@ void Supervisor::decide_path_after_ready() {
     m_health_timer.start(m_cfg.readiness.check_interval_s, [this] { check_health(); }, m_cfg.readiness.check_interval_s);
   };
   if (!daemons_active()) return finish("cold");
-  // Did the engine really attach? The daemons record attaches by client pid (docs/supervisor.md).
+  // Did the engine really attach? The daemons record attaches and misses by client pid (docs/protocol.md,
+  // status): that is the engine's own attach result, with no need to parse its output.
+  struct Seen {
+    bool hit = false;
+    std::string miss;  // the daemon's reason, when the engine asked and missed
+  };
   std::vector<std::string> socks;
   for (const auto& d : m_daemons)
     if (!d->exited) socks.push_back(d->socket);
   const pid_t pgid = e.pid;
-  run_in_pool<bool>(
+  const double since = std::time(nullptr) - (ready_at - e.spawned_at) - 1;
+  run_in_pool<Seen>(
       m_loop,
-      [socks, pgid]() {
+      [socks, pgid, since]() {
+        Seen seen;
+        auto ours = [&](const json& rec) {
+          pid_t p = rec.value("pid", 0);
+          return rec.value("unix_time", 0.0) >= since && (p == pgid || (p > 0 && ::getpgid(p) == pgid));
+        };
         for (const auto& s : socks) {
           auto c = loader::DaemonClient::connect(s, 1.0, "fastrestartd");
           if (!c.ok()) continue;
           auto st = c->call({{"op", "status"}}, 5);
           if (!st.ok()) continue;
           for (const auto& en : st->value("entries", json::array()))
-            for (const auto& a : en.value("attaches", json::array())) {
-              pid_t p = a.value("pid", 0);
-              if (p == pgid || (p > 0 && ::getpgid(p) == pgid)) return true;
-            }
+            for (const auto& a : en.value("attaches", json::array()))
+              if (ours(a)) seen.hit = true;
+          for (const auto& m : st->value("misses", json::array()))
+            if (ours(m)) seen.miss = m.value("reason", std::string("miss"));
         }
-        return false;
+        return seen;
       },
-      [finish](bool attached) { finish(attached ? "warm" : "cold"); });
+      [this, finish](Seen seen) {
+        if (seen.hit) {
+          m_attach_counts["hit"]++;
+        } else if (!seen.miss.empty()) {
+          m_miss_reasons[seen.miss.substr(0, 80)]++;
+          m_attach_counts["fallback"]++;
+          spdlog::info("the engine missed the weight cache ({}) and loaded from disk", seen.miss);
+        } else {
+          m_attach_counts["none"]++;
+        }
+        finish(seen.hit ? "warm" : "cold");
+      });
+}
+
+void Supervisor::Histogram::add(double v) {
+  size_t i = 0;
+  while (i < bounds.size() && v > bounds[i]) ++i;
+  if (i < counts.size()) counts[i]++;
+  count++;
+  sum += v;
+}
+
+json Supervisor::Histogram::to_json() const {
+  json b = json::array();
+  uint64_t cum = 0;
+  for (size_t i = 0; i < bounds.size(); ++i) {
+    cum += counts[i];
+    b.push_back({bounds[i], cum});
+  }
+  return {{"buckets", b}, {"count", count}, {"sum", sum}};
 }
 
 void Supervisor::check_health() {

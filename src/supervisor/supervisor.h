@@ -110,7 +110,19 @@ class Supervisor {
       m_daemon_timer, m_watchdog_timer;
   std::vector<std::unique_ptr<Signal>> m_signals;
 
-  // stats
+  // stats (docs/health.md: the "metrics" object of the status)
+  struct Histogram {
+    std::vector<double> bounds{0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600, 1800};
+    std::vector<uint64_t> counts = std::vector<uint64_t>(13, 0);  // per bound, not cumulative
+    uint64_t count = 0;
+    double sum = 0;
+    void add(double v);
+    nlohmann::json to_json() const;  // cumulative buckets
+  };
+  std::map<std::string, Histogram> m_ready_hist;  // by path
+  std::map<std::string, uint64_t> m_attach_counts;  // hit | fallback | none
+  std::map<std::string, uint64_t> m_miss_reasons;
+  std::map<std::string, uint64_t> m_reload_counts;  // warm | cold | rolled_back
   std::map<std::string, uint64_t> m_restarts;   // by cause
   nlohmann::json m_last_exit;
   nlohmann::json m_last_start;

@@ -134,6 +134,7 @@ void Supervisor::finish_reload(bool ok, const std::string& why) {
              {"time_to_ready_s", took},
              {"flags", m_flags},
              {"rolled_back", r->rolled_back}};
+  m_reload_counts[r->rolled_back ? "rolled_back" : r->cold ? "cold" : "warm"]++;
   if (ok) {
     persist_flags();
     spdlog::info("reload done in {:.2f} s ({})", took, reply["path"].get<std::string>());
@@ -226,6 +227,14 @@ json Supervisor::status_json() {
   }
   json restarts = json::object();
   for (const auto& [k, v] : m_restarts) restarts[k] = v;
+  json hist = json::object();
+  for (const auto& [path, h] : m_ready_hist) hist[path] = h.to_json();
+  json attaches{{"hit", 0}, {"fallback", 0}, {"none", 0}, {"miss", json::object()}};
+  for (const auto& [k, v] : m_attach_counts) attaches[k] = v;
+  for (const auto& [k, v] : m_miss_reasons) attaches["miss"][k] = v;
+  json reloads{{"warm", 0}, {"cold", 0}, {"rolled_back", 0}};
+  for (const auto& [k, v] : m_reload_counts) reloads[k] = v;
+  json metrics{{"time_to_ready", hist}, {"attaches", attaches}, {"reloads", reloads}};
   return {{"name", m_cfg.name},
           {"config", m_cfg.path},
           {"state", m_hold_engine && m_state == State::kBackoff ? "held" : state_name(m_state)},
@@ -241,7 +250,8 @@ json Supervisor::status_json() {
           {"memory_utilization", m_cfg.memory.utilization},
           {"backoff_s", m_policy.backoff_s()},
           {"failure", m_failure},
-          {"reload_in_progress", m_reload != nullptr}};
+          {"reload_in_progress", m_reload != nullptr},
+          {"metrics", metrics}};
 }
 
 }  // namespace fr::supervisor

@@ -254,6 +254,13 @@ TEST(Fastrestartd, Kill9OfTheEngineRestartsWarmFromTheDaemon) {
   auto warm = d.engine_stats();
   EXPECT_EQ(warm["load"]["path"], "attach") << warm.dump();
   EXPECT_LT(warm["load"].value("disk_bytes_read", uint64_t{1} << 40), cold["load"].value("disk_bytes_read", uint64_t{0}) / 100);
+  // The engine's own attach results reached the supervisor through the daemon's records.
+  const auto& m = s["metrics"];
+  EXPECT_EQ(m["attaches"]["fallback"], 1) << m.dump();
+  EXPECT_EQ(m["attaches"]["miss"]["no entries"], 1) << m.dump();
+  EXPECT_EQ(m["attaches"]["hit"], 1) << m.dump();
+  EXPECT_EQ(m["time_to_ready"]["cold"]["count"], 1);
+  EXPECT_EQ(m["time_to_ready"]["warm"]["count"], 1);
   std::printf("cold start %.3f s, warm restart %.3f s (exit to READY %.3f s)\n", cold["startup"].value("ready_s", 0.0),
               s["last_start"].value("time_to_ready_s", 0.0), s["last_start"].value("since_previous_exit_s", 0.0));
 }
