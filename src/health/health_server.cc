@@ -79,9 +79,14 @@ std::string why_bind_failed(const Address& a) {
   return why;
 }
 
+// Status strings can carry raw bytes from a child's output; replace invalid UTF-8 instead of throwing.
+std::string dump(const json& j, int indent = -1) {
+  return j.dump(indent, ' ', false, json::error_handler_t::replace) + "\n";
+}
+
 void reply_json(httplib::Response& res, int code, const json& body) {
   res.status = code;
-  res.set_content(body.dump() + "\n", "application/json");
+  res.set_content(dump(body), "application/json");
 }
 
 }  // namespace
@@ -128,7 +133,7 @@ struct HealthServer::Impl {
       json j = status(&err);
       if (j.is_null()) return reply_json(res, 503, {{"error", err}});
       res.status = 200;
-      res.set_content(j.dump(2) + "\n", "application/json");
+      res.set_content(dump(j, 2), "application/json");
     });
     server.Get("/metrics", [this](const httplib::Request&, httplib::Response& res) {
       std::string err;

@@ -73,18 +73,27 @@ std::string escape_label(const std::string& v) {
   return out;
 }
 
-// At most `max` characters of UTF-8 text, cut on a code point boundary. Input from nlohmann::json is valid
-// UTF-8 already; Prometheus rejects label values that are not.
-std::string truncate_utf8(const std::string& s, size_t max) {
+// Valid UTF-8 of at most `max` code points: invalid bytes become U+FFFD and the cut falls on a code point
+// boundary. Prometheus rejects a scrape with a label value that is not valid UTF-8, and status strings can
+// carry raw bytes from a child's output.
+std::string sanitize_utf8(const std::string& s, size_t max = std::string::npos) {
+  std::string out;
   size_t chars = 0, i = 0;
   while (i < s.size() && chars < max) {
     const auto c = static_cast<unsigned char>(s[i]);
-    size_t len = c < 0x80 ? 1 : (c >> 5) == 0x6 ? 2 : (c >> 4) == 0xe ? 3 : (c >> 3) == 0x1e ? 4 : 1;
-    if (i + len > s.size()) break;
-    i += len;
+    size_t len = c < 0x80 ? 1 : (c & 0xe0) == 0xc0 && c >= 0xc2 ? 2 : (c & 0xf0) == 0xe0 ? 3 : (c & 0xf8) == 0xf0 && c <= 0xf4 ? 4 : 0;
+    bool ok = len > 0 && i + len <= s.size();
+    for (size_t k = 1; ok && k < len; ++k) ok = (static_cast<unsigned char>(s[i + k]) & 0xc0) == 0x80;
+    if (ok) {
+      out.append(s, i, len);
+      i += len;
+    } else {
+      out += "\xef\xbf\xbd";
+      ++i;
+    }
     ++chars;
   }
-  return s.substr(0, i);
+  return out;
 }
 
 class Writer {
@@ -102,7 +111,7 @@ class Writer {
       m_out += '{';
       for (size_t i = 0; i < labels.size(); ++i) {
         if (i) m_out += ',';
-        m_out += labels[i].first + "=\"" + escape_label(labels[i].second) + '"';
+        m_out += labels[i].first + "=\"" + escape_label(sanitize_utf8(labels[i].second)) + '"';
       }
       m_out += '}';
     }
@@ -199,7 +208,7 @@ void attaches_and_reloads(Writer& w, const json& metrics) {
     // Reasons are free text: truncated ones that collide are summed so each label set appears once.
     std::vector<std::pair<std::string, double>> reasons;
     for (const auto& [reason, n] : miss.items()) {
-      std::string r = truncate_utf8(reason, kMaxReasonChars);
+      std::string r = sanitize_utf8(reason, kMaxReasonChars);
       auto it = std::find_if(reasons.begin(), reasons.end(), [&](auto& p) { return p.first == r; });
       if (it == reasons.end()) reasons.emplace_back(std::move(r), num(n));
       else it->second += num(n);

@@ -157,6 +157,21 @@ TEST_F(HealthServerTest, ANullStatusIsDown) {
   EXPECT_EQ(get("/ready").first, 503);
 }
 
+TEST_F(HealthServerTest, InvalidUtf8InTheStatusStillServes) {
+  json s = status_in("backoff");
+  s["status_text"] = std::string("engine said \xff");
+  canned.set(s);
+  EXPECT_EQ(get("/status").first, 200);
+  EXPECT_EQ(get("/ready").first, 503);
+}
+
+TEST_F(HealthServerTest, StopsWithAKeepAliveConnectionOpen) {
+  client->set_keep_alive(true);
+  EXPECT_EQ(get("/health").first, 200);
+  server.reset();  // must join without waiting for the client to hang up
+  EXPECT_EQ(get("/health").first, -1);
+}
+
 TEST_F(HealthServerTest, UnknownPathsAre404Json) {
   auto [code, body] = get("/nope");
   EXPECT_EQ(code, 404);

@@ -131,6 +131,14 @@ TEST(RenderMetrics, TruncationKeepsWholeUtf8CodePoints) {
   EXPECT_EQ(value_of(text, "fastrestart_weight_attaches_total{result=\"miss\",reason=\"" + expected + "\"}"), "1");
 }
 
+TEST(RenderMetrics, InvalidUtf8InLabelsIsReplaced) {
+  json s = {{"restarts", {{std::string("bad\xff\xc3"), 1}}}, {"daemons", {{{"gpu", std::string("\xe9")}, {"state", "ready"}}}}};
+  const std::string text = render_metrics(s, "v");
+  expect_valid(text);
+  EXPECT_EQ(value_of(text, "fastrestart_restarts_total{cause=\"bad\xef\xbf\xbd\xef\xbf\xbd\"}"), "1");
+  EXPECT_EQ(value_of(text, "fastrestart_daemon_up{gpu=\"\xef\xbf\xbd\"}"), "1");
+}
+
 TEST(RenderMetrics, ReloadsByResult) {
   const std::string text = render_metrics(sample_status(), "0.1.0");
   EXPECT_EQ(value_of(text, "fastrestart_reloads_total{result=\"warm\"}"), "4");
