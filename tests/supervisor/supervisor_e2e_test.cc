@@ -112,6 +112,9 @@ struct Options {
   double startup_timeout_s = 60;
   std::string weights_mode = "zero_copy";
   std::string cgroup;
+  std::string gpus = "[]";
+  std::string gpus_and_weights;  // replaces [weights] when set
+  std::string fake_nvml;         // FASTRESTART_FAKE_NVML for fastrestartd
 };
 
 class Fastrestartd {
@@ -119,15 +122,18 @@ class Fastrestartd {
   explicit Fastrestartd(const Options& o = {}) : m_port(free_port()) {
     m_cfg = m_dir / "model.toml";
     std::ofstream f(m_cfg);
-    f << "gpus = []\n[model]\nname = \"t\"\n[engine]\nkind = \"" << o.kind << "\"\n"
+    m_fake_nvml = o.fake_nvml;
+    f << "gpus = " << o.gpus << "\n[model]\nname = \"t\"\n[engine]\nkind = \"" << o.kind << "\"\n"
       << "command = [\"" << FR_TINYENGINE_BIN << "\", \"serve\", \"" << checkpoint_dir() << "\"]\n"
       << "flags = [\"--host\", \"127.0.0.1\", \"--port\", \"" << m_port << "\", \"--served-model-name\", \"t\", "
       << "\"--load-format\", \"fastrestart\", \"--fastrestart-socket-dir\", \"" << (m_dir / "run") << "\", "
       << "\"--shutdown-grace\", \"2\"" << o.engine_flags << "]\n"
       << "host = \"127.0.0.1\"\nport = " << m_port << "\nstop_grace_s = 3\n"
       << (o.cgroup.empty() ? "" : "cgroup = \"" + o.cgroup + "\"\n")
-      << "[weights]\nmode = \"" << o.weights_mode << "\"\nbackend = \"host\"\ncheckpoint = \"" << checkpoint_dir()
-      << "\"\nsocket_dir = \"" << (m_dir / "run") << "\"\n"
+      << (o.gpus_and_weights.empty()
+              ? "[weights]\nmode = \"" + o.weights_mode + "\"\nbackend = \"host\"\ncheckpoint = \"" + checkpoint_dir() +
+                    "\"\nsocket_dir = \"" + (m_dir / "run") + "\"\n"
+              : o.gpus_and_weights)
       << "[readiness]\nmodel = \"t\"\nstartup_timeout_s = " << o.startup_timeout_s
       << "\npoll_interval_s = 0.05\ncheck_interval_s = 0.3\ncheck_timeout_s = 1\nhang_after_failures = 2\n"
       << "[restart]\nbackoff_initial_s = 0.1\nbackoff_max_s = 0.5\ncrash_loop_limit = " << o.crash_loop_limit
@@ -153,6 +159,7 @@ class Fastrestartd {
       ::dup2(fd, 1);
       ::dup2(fd, 2);
       ::setenv("NOTIFY_SOCKET", (m_dir / "notify.sock").c_str(), 1);
+      if (!m_fake_nvml.empty()) ::setenv("FASTRESTART_FAKE_NVML", m_fake_nvml.c_str(), 1);
       ::execl(FR_FASTRESTARTD_BIN, FR_FASTRESTARTD_BIN, "--config", m_cfg.c_str(), "--log-level", "debug", nullptr);
       _exit(127);
     }
@@ -209,7 +216,7 @@ class Fastrestartd {
  private:
   test::TempDir m_dir;
   uint16_t m_port;
-  std::string m_cfg, m_log;
+  std::string m_cfg, m_log, m_fake_nvml;
   std::unique_ptr<NotifySocket> m_notify;
   pid_t m_pid = -1;
 };
@@ -444,6 +451,33 @@ TEST(Fastrestartd, StopEngineHoldsItUntilStartEngine) {
   EXPECT_EQ(d.ctl({"start-engine"}).exit_code, 0);
   ASSERT_TRUE(d.notify().wait_for("READY=1", 2)) << d.log();
   EXPECT_EQ(d.status()["last_start"]["path"], "warm");
+}
+
+// Brief decision 8 with the NVML seam: the engine's share of the budget, and the leak check after an exit.
+TEST(Fastrestartd, GpuBudgetAndLeakCheckThroughTheNvmlSeam) {
+  test::TempDir gpu;
+  const std::string nvml = gpu / "nvml.json";
+  auto set_used = [&](double gb) {
+    std::ofstream(nvml) << json{{"0", {{"total", uint64_t{100} << 30}, {"used", static_cast<uint64_t>(gb * (1 << 30))},
+                                       {"uuid", "GPU-00000000-0000-0000-0000-000000000000"}, {"name", "Fake GPU"}}}}.dump();
+  };
+  set_used(1);
+  Options o;
+  o.fake_nvml = nvml;
+  o.gpus_and_weights = "[weights]\nmode = \"off\"\n[memory]\nutilization = 0.8\nleak_tolerance_mib = 256\nsettle_timeout_s = 1\n";
+  o.gpus = "[\"0\"]";
+  o.engine_flags = ", \"--fastrestart-connect-timeout\", \"0.1\"";  // no daemons in this test
+  Fastrestartd d(o);
+  ASSERT_TRUE(d.wait_status([](const json& s) { return s["state"] == "ready"; })) << d.log();
+  EXPECT_NE(d.log().find("--gpu-memory-utilization 0.8"), std::string::npos) << d.log();
+  auto s = d.status();
+  ASSERT_EQ(s["memory"].size(), 1u) << s.dump();
+  EXPECT_EQ(s["memory"][0]["budget_bytes"], static_cast<uint64_t>(0.8 * static_cast<double>(uint64_t{100} << 30)));
+  // The engine dies and its memory does not come back (an orphaned worker would do this).
+  set_used(30);
+  ::kill(s["engine"]["pid"].get<pid_t>(), SIGKILL);
+  ASSERT_TRUE(d.wait_status([](const json& j) { return j["state"] == "ready" && j["restarts"].value("crash", 0) == 1; })) << d.log();
+  EXPECT_NE(d.log().find("still used after the engine exited"), std::string::npos) << d.log();
 }
 
 TEST(Fastrestartd, BadConfigExitsWith2NamingFileLineAndKey) {
