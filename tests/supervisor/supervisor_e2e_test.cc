@@ -302,7 +302,7 @@ INSTANTIATE_TEST_SUITE_P(
                       FaultCase{", \"--fault-vllm-free-memory\"", "memory_utilization"},
                       FaultCase{", \"--fault-hang-after-requests\", \"1\"", "hung"},
                       FaultCase{", \"--fault-startup-delay\", \"30\"", "start_timeout"}),
-    [](const auto& info) { return std::string(info.param.cause) + std::to_string(info.index); });
+    [](const auto& p) { return std::string(p.param.cause) + std::to_string(p.index); });
 
 // A kernel OOM kill inside a memory cgroup (v1 on these machines, v2 elsewhere) is told from other SIGKILLs.
 TEST(Fastrestartd, KernelOomKillIsRecognisedFromTheCgroup) {
