@@ -145,6 +145,7 @@ TEST_F(HealthServerTest, AThrowingSourceIsDown) {
   auto [code, body] = get("/health");
   EXPECT_EQ(code, 503);
   EXPECT_EQ(body["status"], "down");
+  EXPECT_EQ(body["down"], json::array({"supervisor: not answering"}));
   EXPECT_EQ(body["error"], "the loop did not answer");
   EXPECT_EQ(get("/ready").first, 503);
   EXPECT_EQ(get("/status").first, 503);
