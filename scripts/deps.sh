@@ -9,6 +9,7 @@ pkgs=(
   clang libclang-rt-14-dev
   curl procps util-linux bc
   systemd rpm dpkg-dev fakeroot
+  prometheus
 )
 missing=()
 for p in "${pkgs[@]}"; do

@@ -5,6 +5,7 @@
 #include <spdlog/spdlog.h>
 
 #include "common/private_dir.h"
+#include "health/health_server.h"
 #include "supervisor/control.h"
 #include "supervisor/supervisor.h"
 
@@ -55,6 +56,21 @@ int main(int argc, char** argv) {
     return kExitConfig;
   }
   spdlog::info("control socket {}", sock);
+  // Probes and metrics over HTTP (docs/health.md): the same status JSON as fastrestartctl status --json.
+  std::unique_ptr<fr::health::HealthServer> http;
+  if (cfg->http.listen != "none") {
+    auto h = fr::health::HealthServer::start(cfg->http.listen, {[&sup]() -> nlohmann::json {
+                                               auto r = sup.request({{"op", "status"}});
+                                               if (!r.value("ok", false)) return nullptr;
+                                               return r["status"];
+                                             }});
+    if (!h.ok()) {
+      spdlog::error("{}: http.listen: {}", config_path, h.error().message);
+      return kExitConfig;
+    }
+    http = std::move(*h);
+    spdlog::info("HTTP probes and metrics on http://{}:{}/", cfg->http.listen.substr(0, cfg->http.listen.rfind(':')), http->port());
+  }
   int rc = sup.run();
   return rc;
 }

@@ -115,6 +115,7 @@ struct Options {
   std::string gpus = "[]";
   std::string gpus_and_weights;  // replaces [weights] when set
   std::string fake_nvml;         // FASTRESTART_FAKE_NVML for fastrestartd
+  uint16_t http_port = 0;        // 0: [http] listen = "none"
 };
 
 class Fastrestartd {
@@ -139,7 +140,8 @@ class Fastrestartd {
       << "[restart]\nbackoff_initial_s = 0.1\nbackoff_max_s = 0.5\ncrash_loop_limit = " << o.crash_loop_limit
       << "\ncrash_loop_window_s = 600\nwarm_failures_before_cold = 0\n"
       << "[control]\nsocket = \"" << (m_dir / "ctl/t.ctl") << "\"\nstate_dir = \"" << (m_dir / "state") << "\"\n"
-      << "[http]\nlisten = \"none\"\n" << o.extra;
+      << "[http]\nlisten = \"" << (o.http_port ? "127.0.0.1:" + std::to_string(o.http_port) : std::string("none")) << "\"\n"
+      << o.extra;
     f.close();
     m_notify = std::make_unique<NotifySocket>(m_dir / "notify.sock");
     m_log = m_dir / "fastrestartd.log";
@@ -478,6 +480,37 @@ TEST(Fastrestartd, GpuBudgetAndLeakCheckThroughTheNvmlSeam) {
   ::kill(s["engine"]["pid"].get<pid_t>(), SIGKILL);
   ASSERT_TRUE(d.wait_status([](const json& j) { return j["state"] == "ready" && j["restarts"].value("crash", 0) == 1; })) << d.log();
   EXPECT_NE(d.log().find("still used after the engine exited"), std::string::npos) << d.log();
+}
+
+// docs/health.md through the real supervisor: probes follow the lifecycle, metrics count what happened.
+TEST(Fastrestartd, HttpProbesAndMetricsFollowTheLifecycle) {
+  Options o;
+  o.http_port = free_port();
+  Fastrestartd d(o);
+  auto get = [&](const std::string& path) {
+    auto r = test::run({"/usr/bin/curl", "-s", "-w", "\n%{http_code}",
+                        "http://127.0.0.1:" + std::to_string(o.http_port) + path});
+    auto nl = r.output.rfind('\n');
+    return std::make_pair(r.output.substr(nl + 1), r.output.substr(0, nl));
+  };
+  ASSERT_TRUE(d.notify().wait_for("READY=1")) << d.log();
+  EXPECT_EQ(get("/health").first, "200");
+  EXPECT_EQ(get("/ready").first, "200");
+  EXPECT_EQ(json::parse(get("/status").second)["state"], "ready");
+  pid_t engine = d.status()["engine"]["pid"];
+  ::kill(engine, SIGKILL);
+  ASSERT_TRUE(d.notify().wait_for("READY=1", 2)) << d.log();
+  auto metrics = get("/metrics");
+  EXPECT_EQ(metrics.first, "200");
+  EXPECT_NE(metrics.second.find("fastrestart_restarts_total{cause=\"crash\"} 1"), std::string::npos) << metrics.second;
+  EXPECT_NE(metrics.second.find("fastrestart_weight_attaches_total{result=\"hit\"} 1"), std::string::npos) << metrics.second;
+  EXPECT_NE(metrics.second.find("fastrestart_time_to_ready_seconds_count{path=\"warm\"} 1"), std::string::npos) << metrics.second;
+  EXPECT_EQ(d.ctl({"stop-engine"}).exit_code, 0);
+  ASSERT_TRUE(d.wait_status([](const json& j) { return j["state"] == "held"; })) << d.log();
+  auto ready = get("/ready");
+  EXPECT_EQ(ready.first, "503");
+  EXPECT_NE(ready.second.find("held"), std::string::npos) << ready.second;
+  EXPECT_EQ(get("/health").first, "200") << "liveness must not depend on the engine";
 }
 
 TEST(Fastrestartd, BadConfigExitsWith2NamingFileLineAndKey) {
