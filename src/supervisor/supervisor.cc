@@ -507,26 +507,38 @@ void Supervisor::start_engine() {
   m_poll_timer.start(m_cfg.readiness.poll_interval_s, [this] { poll_readiness(); });
 }
 
-void Supervisor::poll_readiness() {
-  if (!m_engine || m_engine->exited || m_state != State::kStarting || m_probe_in_flight) return;
+// Runs a readiness (full) or health probe of the current engine on the thread pool; `on_result` runs on
+// the loop only if that engine is still the current one and the state is still `expected`.
+void Supervisor::probe_engine(State expected, bool full, std::function<void(ProbeResult)> on_result) {
+  if (!m_engine || m_engine->exited || m_state != expected || m_probe_in_flight) return;
   m_probe_in_flight = true;
   const pid_t pid = m_engine->pid;
   auto host = m_cfg.engine.host;
   auto port = m_cfg.engine.port;
   auto rc = m_cfg.readiness;
   run_in_pool<ProbeResult>(
-      m_loop, [host, port, rc] { return probe_readiness(host, port, rc, std::min(rc.check_timeout_s, 30.0)); },
-      [this, pid](ProbeResult r) {
+      m_loop,
+      [host, port, rc, full] {
+        return full ? probe_readiness(host, port, rc, std::min(rc.check_timeout_s, 30.0))
+                    : probe_health(host, port, rc, rc.check_timeout_s);
+      },
+      [this, pid, expected, on_result = std::move(on_result)](ProbeResult r) {
         m_probe_in_flight = false;
-        if (!m_engine || m_engine->pid != pid || m_engine->exited || m_state != State::kStarting) return;
-        if (r.ok) {
-          spdlog::info("readiness passed: {} answered {}", m_cfg.readiness.request_path, json(r.detail).dump());
-          raise(Event::kEngineReady);
-          return;
-        }
-        if (r.health_ok) spdlog::info("readiness: {}", r.detail);
-        m_poll_timer.start(m_cfg.readiness.poll_interval_s, [this] { poll_readiness(); });
+        if (!m_engine || m_engine->pid != pid || m_engine->exited || m_state != expected) return;
+        on_result(std::move(r));
       });
+}
+
+void Supervisor::poll_readiness() {
+  probe_engine(State::kStarting, true, [this](ProbeResult r) {
+    if (r.ok) {
+      spdlog::info("readiness passed: {} answered {}", m_cfg.readiness.request_path, json(r.detail).dump());
+      raise(Event::kEngineReady);
+      return;
+    }
+    if (r.health_ok) spdlog::info("readiness: {}", r.detail);
+    m_poll_timer.start(m_cfg.readiness.poll_interval_s, [this] { poll_readiness(); });
+  });
 }
 
 void Supervisor::decide_path_after_ready() {
@@ -617,29 +629,19 @@ json Supervisor::Histogram::to_json() const {
 }
 
 void Supervisor::check_health() {
-  if (!m_engine || m_engine->exited || m_state != State::kReady || m_probe_in_flight) return;
-  m_probe_in_flight = true;
-  const pid_t pid = m_engine->pid;
-  auto host = m_cfg.engine.host;
-  auto port = m_cfg.engine.port;
-  auto rc = m_cfg.readiness;
-  run_in_pool<ProbeResult>(
-      m_loop, [host, port, rc] { return probe_health(host, port, rc, rc.check_timeout_s); },
-      [this, pid](ProbeResult r) {
-        m_probe_in_flight = false;
-        if (!m_engine || m_engine->pid != pid || m_engine->exited || m_state != State::kReady) return;
-        if (r.ok) {
-          m_consecutive_health_failures = 0;
-          return;
-        }
-        ++m_consecutive_health_failures;
-        spdlog::warn("health check failed ({} of {}): {}", m_consecutive_health_failures,
-                     m_cfg.readiness.hang_after_failures, r.detail);
-        if (m_consecutive_health_failures >= m_cfg.readiness.hang_after_failures) {
-          m_engine->killed_hang = true;
-          raise(Event::kHung);
-        }
-      });
+  probe_engine(State::kReady, false, [this](ProbeResult r) {
+    if (r.ok) {
+      m_consecutive_health_failures = 0;
+      return;
+    }
+    ++m_consecutive_health_failures;
+    spdlog::warn("health check failed ({} of {}): {}", m_consecutive_health_failures, m_cfg.readiness.hang_after_failures,
+                 r.detail);
+    if (m_consecutive_health_failures >= m_cfg.readiness.hang_after_failures) {
+      m_engine->killed_hang = true;
+      raise(Event::kHung);
+    }
+  });
 }
 
 void Supervisor::stop_engine(bool kill_now) {

@@ -22,6 +22,7 @@
 #include "supervisor/lifecycle.h"
 #include "supervisor/loop.h"
 #include "supervisor/policy.h"
+#include "supervisor/readiness.h"
 
 namespace fr::supervisor {
 
@@ -72,6 +73,7 @@ class Supervisor {
   void stop_engine(bool kill_now);
   void on_engine_exit(int status);
   void poll_readiness();
+  void probe_engine(State expected, bool full, std::function<void(ProbeResult)> on_result);
   void check_health();
   void wait_drain();
   void after_drain();
