@@ -40,12 +40,10 @@ class AttachedWeights final : public Weights {
   std::string digest() const override { return dg; }
 };
 
-Result<AttachResult> attach_strict(const Key& key, const Options& o) {
-  const auto t0 = SteadyClock::now();
+Result<AttachResult> attach_strict(const fr::proto::Key& pkey, const Options& o, SteadyClock::time_point t0) {
   AttachResult r;
-  FR_ASSIGN(fr::proto::Key pkey, fr::loader::identify(key));
   FR_ASSIGN(std::shared_ptr<DeviceApi> dev, fr::loader::open_device(o.device));
-  FR_ASSIGN(std::string path, daemon_socket_path(o.device, o.socket_dir));
+  const std::string path = fr::loader::daemon_socket(*dev, o.socket_dir);
   FR_ASSIGN(DaemonClient c, DaemonClient::connect(path, o.connect_timeout_s, "engine_loader " FASTRESTART_VERSION));
   r.daemon_gpu_uuid = c.gpu_uuid();
   r.timings.connect_s = since(t0);
@@ -114,21 +112,21 @@ Result<AttachResult> attach_strict(const Key& key, const Options& o) {
 }  // namespace
 
 Result<std::string> daemon_socket_path(const std::string& device, const std::string& socket_dir) {
-  std::string dir = socket_dir.empty() ? fr::default_socket_dir() : socket_dir;
-  if (device == "host") return dir + "/weightd-host.sock";
   FR_ASSIGN(auto dev, fr::loader::open_device(device));
-  return dir + "/weightd-" + dev->gpu_uuid() + ".sock";
+  return fr::loader::daemon_socket(*dev, socket_dir);
 }
 
 Result<AttachResult> attach(const Key& key, const Options& o) {
   if (!(o.connect_timeout_s >= 0) || !(o.state_timeout_s >= 0) || o.state_timeout_s > 86400)
     return Error{Errc::kInvalidArgument, "attach: connect_timeout_s and state_timeout_s must be within 0..86400"};
   // Argument errors are the caller's to fix and stay errors even with fallback on.
-  if (auto k = fr::loader::identify(key); !k.ok()) return k.error().context("attach");
+  const auto t0 = SteadyClock::now();
+  auto pkey = fr::loader::identify(key);
+  if (!pkey.ok()) return pkey.error().context("attach");
   const bool cuda = o.device.rfind("cuda:", 0) == 0 && o.device.size() > 5 &&
                     o.device.find_first_not_of("0123456789", 5) == std::string::npos;
   if (o.device != "host" && !cuda) return Error{Errc::kInvalidArgument, "attach: device '" + o.device + "': expected host or cuda:<ordinal>"};
-  auto r = attach_strict(key, o);
+  auto r = attach_strict(*pkey, o, t0);
   if (r.ok()) {
     if (!r->hit && !o.fallback) return Error{Errc::kNotFound, "attach missed and fallback is off: " + r->reason};
     return r;

@@ -45,6 +45,9 @@ class DeviceApi {
 // driver or the device is absent; Errc::kUnsupported when built without CUDA.
 Result<std::unique_ptr<DeviceApi>> open_device(const std::string& device);
 
+// The socket of the daemon serving `dev` (docs/protocol.md: named from the GPU UUID, "host" otherwise).
+std::string daemon_socket(const DeviceApi& dev, const std::string& socket_dir);
+
 std::unique_ptr<DeviceApi> make_host_device();
 Result<std::unique_ptr<DeviceApi>> make_cuda_device(int ordinal);  // cuda_device.cc / cuda_device_none.cc
 

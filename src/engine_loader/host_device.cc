@@ -6,6 +6,7 @@
 
 #include "common/digest.h"
 #include "common/mapping.h"
+#include "common/private_dir.h"
 #include "engine_loader/device.h"
 
 namespace fr::loader {
@@ -62,6 +63,10 @@ class HostDevice final : public DeviceApi {
 };
 
 }  // namespace
+
+std::string daemon_socket(const DeviceApi& dev, const std::string& socket_dir) {
+  return (socket_dir.empty() ? default_socket_dir() : socket_dir) + "/weightd-" + dev.gpu_uuid() + ".sock";
+}
 
 std::unique_ptr<DeviceApi> make_host_device() { return std::make_unique<HostDevice>(); }
 

@@ -19,7 +19,7 @@ Result<PublishResult> publish(const Key& key, std::span<const PublishTensor> ten
     if (!t.data) return Error{Errc::kInvalidArgument, "publish: tensor '" + t.name + "' has no data"};
     specs.push_back(fr::proto::to_json(fr::proto::TensorSpec{t.name, *dt, t.shape}));
   }
-  FR_ASSIGN(std::string path, daemon_socket_path(o.device, o.socket_dir));
+  const std::string path = fr::loader::daemon_socket(*dev, o.socket_dir);
   FR_ASSIGN(auto c, fr::loader::DaemonClient::connect(path, o.connect_timeout_s, "engine_loader " FASTRESTART_VERSION));
   if (c.gpu_uuid() != dev->gpu_uuid())
     return Error{Errc::kInvalidArgument, "the daemon at " + path + " serves " + c.gpu_uuid() + ", this engine runs on " + dev->gpu_uuid()};

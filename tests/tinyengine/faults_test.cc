@@ -77,6 +77,10 @@ TEST(TinyEngineFaults, HangAfterRequestsKeepsThePortOpenButAnswersNothing) {
   Engine e(tiny_checkpoint(), {"--fault-hang-after-requests", "1"});
   ASSERT_TRUE(e.wait_ready()) << e.log();
   EXPECT_EQ(e.post("/v1/completions", completion_request("a", 2)).first, 200);
+  // The fault arms right after that response is written; wait for it rather than race it.
+  const auto until = Clock::now() + std::chrono::seconds(5);
+  while (Clock::now() < until && e.log().find("fault: hanging") == std::string::npos)
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
   auto c = e.client(0.5);
   auto r = c.Get("/health");
   EXPECT_FALSE(r);
