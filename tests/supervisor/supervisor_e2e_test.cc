@@ -505,6 +505,27 @@ TEST(Fastrestartd, HttpProbesAndMetricsFollowTheLifecycle) {
   EXPECT_NE(metrics.second.find("fastrestart_restarts_total{cause=\"crash\"} 1"), std::string::npos) << metrics.second;
   EXPECT_NE(metrics.second.find("fastrestart_weight_attaches_total{result=\"hit\"} 1"), std::string::npos) << metrics.second;
   EXPECT_NE(metrics.second.find("fastrestart_time_to_ready_seconds_count{path=\"warm\"} 1"), std::string::npos) << metrics.second;
+  // A reload on the warm cache, then one that is rolled back.
+  EXPECT_EQ(d.ctl({"reload", "--add-flags", "--threads 3"}).exit_code, 0);
+  EXPECT_EQ(d.ctl({"reload", "--add-flags", "--max-model-len 999999"}).exit_code, 3);
+  // A forced miss: the daemon loses its entry, the next start falls back to disk and says why.
+  auto ev = test::run({test::weightctl(), "--socket-dir", d.dir() / "run", "evict", "--all"});
+  ASSERT_EQ(ev.exit_code, 0) << ev.output;
+  EXPECT_EQ(d.ctl({"restart"}).exit_code, 0);
+  ASSERT_TRUE(d.wait_status([](const json& j) {
+    return j["state"] == "ready" && j["metrics"]["attaches"]["fallback"].get<int>() == 2;
+  })) << d.log();
+  metrics = get("/metrics");
+  for (const char* want : {"fastrestart_reloads_total{result=\"warm\"} 1", "fastrestart_reloads_total{result=\"rolled_back\"} 1",
+                           "fastrestart_weight_attaches_total{result=\"miss\",reason=\"no entries\"} 2",
+                           "fastrestart_weight_attaches_total{result=\"fallback\"} 2", "fastrestart_engine_up 1"})
+    EXPECT_NE(metrics.second.find(want), std::string::npos) << want << "\n" << metrics.second;
+  if (::access("/usr/bin/promtool", X_OK) == 0) {
+    std::string file = d.dir() / "metrics.txt";
+    std::ofstream(file) << metrics.second;
+    auto check = test::run({"/bin/sh", "-c", "/usr/bin/promtool check metrics < " + file});
+    EXPECT_EQ(check.exit_code, 0) << check.output;
+  }
   EXPECT_EQ(d.ctl({"stop-engine"}).exit_code, 0);
   ASSERT_TRUE(d.wait_status([](const json& j) { return j["state"] == "held"; })) << d.log();
   auto ready = get("/ready");
