@@ -1,0 +1,101 @@
+"""fastrestart: attach an engine to weights a fastrestart-weightd holds, or publish them (docs/python.md).
+
+    r = fastrestart.attach(files, config)
+    if r.hit:
+        weights = {name: torch.from_dlpack(t) for name, t in r.tensors.items()}   # no copy
+
+Tensors export themselves through DLPack (``__dlpack__``/``__dlpack_device__``); host tensors also give a
+numpy view with ``.numpy()``. In zero_copy mode the memory is a read-only mapping of the daemon's pool.
+"""
+
+import os as _os
+
+from ._fastrestart import AttachResult, Tensor
+from . import _fastrestart
+
+__all__ = ["attach", "publish", "AttachResult", "Tensor"]
+
+
+def _files(files):
+    if isinstance(files, (str, bytes, _os.PathLike)):
+        files = [files]
+    try:
+        out = [_os.fsdecode(_os.fspath(f)) for f in files]
+    except TypeError:
+        raise ValueError("files: expected a path or a list of paths") from None
+    if not out:
+        raise ValueError("files: at least one checkpoint file is required")
+    for i, f in enumerate(out):
+        try:
+            _os.stat(f)
+        except OSError as e:
+            raise ValueError("files[%d]: %s: %s" % (i, f, e.strerror)) from None
+    return out
+
+
+def _config(config):
+    if config is None:
+        return {}
+    if not hasattr(config, "items"):
+        raise ValueError("config: expected a dict of str -> str")
+    out = {}
+    for k, v in config.items():
+        if not isinstance(k, str):
+            raise ValueError("config: keys must be str, got %r" % (k,))
+        if isinstance(v, bool):
+            v = "true" if v else "false"
+        elif isinstance(v, (int, float)):
+            v = str(v)
+        elif not isinstance(v, str):
+            raise ValueError("config[%r]: expected str, int or float, got %s" % (k, type(v).__name__))
+        out[k] = v
+    return out
+
+
+def _number(name, v):
+    if isinstance(v, bool) or not isinstance(v, (int, float)):
+        raise ValueError("%s: expected a number of seconds" % name)
+    return float(v)
+
+
+def _str_or_none(name, v):
+    if v is None:
+        return ""
+    if isinstance(v, _os.PathLike):
+        v = _os.fspath(v)
+    if not isinstance(v, str):
+        raise ValueError("%s: expected str" % name)
+    return v
+
+
+def attach(files, config=None, *, mode="zero_copy", fallback=True, connect_timeout_s=5.0,
+           state_timeout_s=300.0, verify=False, socket_dir=None, device="host"):
+    """Ask the daemon of `device` for the weights of (files, config).
+
+    Returns an AttachResult: hit, reason, differs, timings (dict, seconds), digest, fingerprint, and
+    tensors (dict name -> Tensor). With fallback (the default) an absent daemon or a refusal is a miss with
+    a reason; with fallback=False it raises RuntimeError. Bad arguments raise ValueError.
+    """
+    if not isinstance(mode, str):
+        raise ValueError("mode: expected 'zero_copy' or 'copy'")
+    if not isinstance(device, str):
+        raise ValueError("device: expected 'host' or 'cuda:<ordinal>'")
+    return _fastrestart.attach(_files(files), _config(config), mode, bool(fallback),
+                               _number("connect_timeout_s", connect_timeout_s),
+                               _number("state_timeout_s", state_timeout_s), bool(verify),
+                               _str_or_none("socket_dir", socket_dir), device)
+
+
+def publish(files, config, tensors, *, socket_dir=None, device="host", connect_timeout_s=5.0):
+    """Copy `tensors` (dict name -> array) into a new daemon pool under (files, config).
+
+    Host: objects with the buffer protocol (C-contiguous numpy arrays, ...) or ``__dlpack__`` (e.g. a CPU
+    bf16 torch tensor). cuda:N: objects with ``__dlpack__`` on that device. Returns a dict with
+    fingerprint, digest, bytes and seconds. Failures raise RuntimeError (busy: the key is already held).
+    """
+    if not isinstance(device, str):
+        raise ValueError("device: expected 'host' or 'cuda:<ordinal>'")
+    if not isinstance(tensors, dict):
+        raise ValueError("tensors: expected a dict of name -> array")
+    return _fastrestart.publish(_files(files), _config(config), tensors, _str_or_none("socket_dir", socket_dir),
+                                device, _number("connect_timeout_s", connect_timeout_s))

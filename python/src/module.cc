@@ -1,0 +1,451 @@
+// fastrestart._fastrestart: the Python binding of engine_loader (docs/python.md).
+// attach() returns tensors that export themselves through DLPack (no copy); each exported capsule holds a
+// shared_ptr to the Weights, so the mapping lives as long as any consumer's array does, also after the
+// AttachResult and the daemon are gone. publish() takes buffer-protocol objects (host) or DLPack producers.
+#include <pybind11/numpy.h>
+#include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
+
+#include <cstring>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "dlpack.h"
+#include "fastrestart/engine_loader.h"
+
+namespace py = pybind11;
+
+namespace {
+
+// ---- errors ----
+
+[[noreturn]] void raise_error(const fastrestart::Error& e) {
+  if (e.code == fastrestart::Errc::kInvalidArgument) throw py::value_error(e.message);
+  throw std::runtime_error(e.to_string());
+}
+
+// ---- dtypes ----
+
+struct DTypeInfo {
+  const char* name;      // safetensors
+  uint8_t code;          // DLPack
+  uint8_t bits;
+  const char* numpy;     // nullptr: numpy has no such type
+};
+
+constexpr DTypeInfo kDTypes[] = {
+    {"BOOL", kDLBool, 8, "bool"},      {"U8", kDLUInt, 8, "uint8"},       {"I8", kDLInt, 8, "int8"},
+    {"U16", kDLUInt, 16, "uint16"},    {"I16", kDLInt, 16, "int16"},      {"F16", kDLFloat, 16, "float16"},
+    {"BF16", kDLBfloat, 16, nullptr},  {"U32", kDLUInt, 32, "uint32"},    {"I32", kDLInt, 32, "int32"},
+    {"F32", kDLFloat, 32, "float32"},  {"U64", kDLUInt, 64, "uint64"},    {"I64", kDLInt, 64, "int64"},
+    {"F64", kDLFloat, 64, "float64"},
+};
+
+const DTypeInfo* dtype_by_name(const std::string& name) {
+  for (const auto& d : kDTypes)
+    if (name == d.name) return &d;
+  return nullptr;
+}
+
+const DTypeInfo* dtype_by_dl(DLDataType t) {
+  if (t.lanes != 1) return nullptr;
+  for (const auto& d : kDTypes)
+    if (d.code == t.code && d.bits == t.bits) return &d;
+  if (t.code == kDLUInt && t.bits == 1) return nullptr;
+  return nullptr;
+}
+
+// A buffer-protocol format character (struct module syntax) to a safetensors dtype name.
+std::optional<std::string> dtype_from_format(std::string fmt, py::ssize_t itemsize) {
+  if (!fmt.empty() && (fmt[0] == '@' || fmt[0] == '=' || fmt[0] == '<')) fmt = fmt.substr(1);
+  if (fmt.size() != 1) return std::nullopt;
+  const char c = fmt[0];
+  auto sized = [&](const char* prefix) -> std::optional<std::string> {
+    if (itemsize != 1 && itemsize != 2 && itemsize != 4 && itemsize != 8) return std::nullopt;
+    return std::string(prefix) + std::to_string(itemsize * 8);
+  };
+  switch (c) {
+    case '?': return "BOOL";
+    case 'b': return "I8";
+    case 'B': return "U8";
+    case 'h': case 'i': case 'l': case 'q': case 'n': return sized("I");
+    case 'H': case 'I': case 'L': case 'Q': case 'N': return sized("U");
+    case 'e': return "F16";
+    case 'f': return "F32";
+    case 'd': return "F64";
+    default: return std::nullopt;
+  }
+}
+
+// ---- exported tensors ----
+
+struct Device {
+  DLDeviceType type = kDLCPU;
+  int32_t id = 0;
+};
+
+Device parse_device(const std::string& device) {
+  if (device == "host") return {kDLCPU, 0};
+  if (device.rfind("cuda:", 0) == 0 && device.size() > 5 && device.size() < 12) {
+    int32_t id = 0;
+    for (char ch : device.substr(5)) {
+      if (ch < '0' || ch > '9') throw py::value_error("device: '" + device + "': expected host or cuda:<ordinal>");
+      id = id * 10 + (ch - '0');
+    }
+    return {kDLCUDA, id};
+  }
+  throw py::value_error("device: '" + device + "': expected host or cuda:<ordinal>");
+}
+
+// What a DLPack capsule owns: the Weights (keeps the mapping) and the shape/strides arrays it points into.
+struct ExportCtx {
+  std::shared_ptr<fastrestart::Weights> weights;
+  std::vector<int64_t> shape, strides;
+};
+
+class PyTensor {
+ public:
+  PyTensor(std::shared_ptr<fastrestart::Weights> w, const fastrestart::Tensor* t, Device dev)
+      : m_weights(std::move(w)), m_t(t), m_dev(dev) {}
+
+  const fastrestart::Tensor& t() const { return *m_t; }
+  bool readonly() const { return m_weights->mode() == fastrestart::Mode::kZeroCopy; }
+  Device device() const { return m_dev; }
+
+  DLTensor fill(ExportCtx* ctx) const {
+    const DTypeInfo* d = dtype_by_name(m_t->dtype);
+    if (!d) throw py::buffer_error("tensor '" + m_t->name + "': dtype " + m_t->dtype + " has no DLPack type");
+    ctx->weights = m_weights;
+    ctx->shape = m_t->shape;
+    ctx->strides = m_t->strides;
+    if (ctx->strides.size() != ctx->shape.size()) {  // row-major contiguous, in elements
+      ctx->strides.assign(ctx->shape.size(), 1);
+      for (size_t i = ctx->shape.size(); i-- > 1;) ctx->strides[i - 1] = ctx->strides[i] * ctx->shape[i];
+    }
+    DLTensor dl{};
+    dl.data = m_t->data;
+    dl.device = DLDevice{m_dev.type, m_dev.id};
+    dl.ndim = static_cast<int32_t>(ctx->shape.size());
+    dl.dtype = DLDataType{d->code, d->bits, 1};
+    dl.shape = ctx->shape.empty() ? nullptr : ctx->shape.data();
+    dl.strides = ctx->strides.empty() ? nullptr : ctx->strides.data();
+    dl.byte_offset = 0;
+    return dl;
+  }
+
+  py::object dlpack(const py::object& stream, const py::object& max_version, const py::object& dl_device,
+                    const py::object& copy) const {
+    if (!copy.is_none() && copy.cast<bool>())
+      throw py::buffer_error("__dlpack__: copy=True is not supported (the point is not to copy)");
+    if (!dl_device.is_none()) {
+      auto t = dl_device.cast<std::pair<int, int>>();
+      if (t.first != m_dev.type || t.second != m_dev.id) throw py::buffer_error("__dlpack__: dl_device differs from the tensor's device");
+    }
+    if (m_dev.type == kDLCPU && !stream.is_none())
+      throw py::buffer_error("__dlpack__: stream must be None for a host tensor");
+    // The weights are immutable and complete when attach returns: no stream ordering is needed.
+    bool versioned = false;
+    if (!max_version.is_none()) versioned = max_version.cast<std::pair<int, int>>().first >= 1;
+    auto ctx = std::make_unique<ExportCtx>();
+    DLTensor dl = fill(ctx.get());
+    if (versioned) {
+      auto* m = new DLManagedTensorVersioned{};
+      m->version = DLPackVersion{1, 0};
+      m->dl_tensor = dl;
+      m->flags = readonly() ? kDLPackFlagReadOnly : 0;
+      m->manager_ctx = ctx.release();
+      m->deleter = [](DLManagedTensorVersioned* self) {
+        delete static_cast<ExportCtx*>(self->manager_ctx);
+        delete self;
+      };
+      PyObject* cap = PyCapsule_New(m, "dltensor_versioned", [](PyObject* c) {
+        if (PyCapsule_IsValid(c, "used_dltensor_versioned")) return;
+        PyObject *type, *value, *tb;
+        PyErr_Fetch(&type, &value, &tb);
+        auto* p = static_cast<DLManagedTensorVersioned*>(PyCapsule_GetPointer(c, "dltensor_versioned"));
+        if (p && p->deleter) p->deleter(p);
+        if (!p) PyErr_WriteUnraisable(c);
+        PyErr_Restore(type, value, tb);
+      });
+      if (!cap) {
+        m->deleter(m);
+        throw py::error_already_set();
+      }
+      return py::reinterpret_steal<py::object>(cap);
+    }
+    auto* m = new DLManagedTensor{};
+    m->dl_tensor = dl;
+    m->manager_ctx = ctx.release();
+    m->deleter = [](DLManagedTensor* self) {
+      delete static_cast<ExportCtx*>(self->manager_ctx);
+      delete self;
+    };
+    PyObject* cap = PyCapsule_New(m, "dltensor", [](PyObject* c) {
+      if (PyCapsule_IsValid(c, "used_dltensor")) return;
+      PyObject *type, *value, *tb;
+      PyErr_Fetch(&type, &value, &tb);
+      auto* p = static_cast<DLManagedTensor*>(PyCapsule_GetPointer(c, "dltensor"));
+      if (p && p->deleter) p->deleter(p);
+      if (!p) PyErr_WriteUnraisable(c);
+      PyErr_Restore(type, value, tb);
+    });
+    if (!cap) {
+      m->deleter(m);
+      throw py::error_already_set();
+    }
+    return py::reinterpret_steal<py::object>(cap);
+  }
+
+  // A numpy view of a host tensor (base: this object); read-only in zero_copy mode.
+  py::array numpy(py::object self) const {
+    if (m_dev.type != kDLCPU) throw py::type_error("numpy(): tensor '" + m_t->name + "' lives on the GPU");
+    const DTypeInfo* d = dtype_by_name(m_t->dtype);
+    if (!d || !d->numpy) throw py::type_error("numpy(): numpy has no dtype for " + m_t->dtype + " (use a DLPack consumer such as torch)");
+    std::vector<py::ssize_t> shape(m_t->shape.begin(), m_t->shape.end());
+    std::vector<py::ssize_t> strides(shape.size());
+    const auto item = static_cast<py::ssize_t>(m_t->itemsize ? m_t->itemsize : d->bits / 8);
+    if (m_t->strides.size() == shape.size()) {
+      for (size_t i = 0; i < shape.size(); ++i) strides[i] = static_cast<py::ssize_t>(m_t->strides[i]) * item;
+    } else if (!shape.empty()) {
+      strides.back() = item;
+      for (size_t i = shape.size() - 1; i-- > 0;) strides[i] = strides[i + 1] * shape[i + 1];
+    }
+    py::array a(py::dtype(d->numpy), shape, strides, m_t->data, self);
+    if (readonly()) a.attr("setflags")(py::arg("write") = false);
+    return a;
+  }
+
+ private:
+  std::shared_ptr<fastrestart::Weights> m_weights;
+  const fastrestart::Tensor* m_t;
+  Device m_dev;
+};
+
+struct PyAttachResult {
+  bool hit = false;
+  std::string reason;
+  std::vector<std::string> differs;
+  py::dict timings;
+  std::string digest, fingerprint, mode, device, daemon_gpu_uuid;
+  uint64_t pool_bytes = 0;
+  py::dict tensors;
+};
+
+fastrestart::Key make_key(const std::vector<std::string>& files, const std::map<std::string, std::string>& config) {
+  if (files.empty()) throw py::value_error("files: at least one checkpoint file is required");
+  return fastrestart::Key{files, config};
+}
+
+void check_timeout(const char* name, double v) {
+  if (!(v >= 0 && v <= 86400)) throw py::value_error(std::string(name) + ": must be within 0..86400 seconds");
+}
+
+PyAttachResult attach(const std::vector<std::string>& files, const std::map<std::string, std::string>& config,
+                      const std::string& mode, bool fallback, double connect_timeout_s, double state_timeout_s,
+                      bool verify, const std::string& socket_dir, const std::string& device) {
+  fastrestart::Options o;
+  if (mode == "zero_copy") {
+    o.mode = fastrestart::Mode::kZeroCopy;
+  } else if (mode == "copy") {
+    o.mode = fastrestart::Mode::kCopy;
+  } else {
+    throw py::value_error("mode: '" + mode + "': expected zero_copy or copy");
+  }
+  check_timeout("connect_timeout_s", connect_timeout_s);
+  check_timeout("state_timeout_s", state_timeout_s);
+  const Device dev = parse_device(device);
+  o.fallback = fallback;
+  o.connect_timeout_s = connect_timeout_s;
+  o.state_timeout_s = state_timeout_s;
+  o.verify = verify;
+  o.socket_dir = socket_dir;
+  o.device = device;
+  fastrestart::Key key = make_key(files, config);
+
+  std::optional<fastrestart::Result<fastrestart::AttachResult>> r;
+  {
+    py::gil_scoped_release nogil;
+    r.emplace(fastrestart::attach(key, o));
+  }
+  if (!r->ok()) raise_error(r->error());
+  fastrestart::AttachResult& a = r->value();
+
+  PyAttachResult out;
+  out.hit = a.hit;
+  out.reason = a.reason;
+  out.differs = a.differs;
+  out.daemon_gpu_uuid = a.daemon_gpu_uuid;
+  out.mode = mode;
+  out.device = device;
+  out.timings["connect_s"] = a.timings.connect_s;
+  out.timings["request_s"] = a.timings.request_s;
+  out.timings["map_s"] = a.timings.map_s;
+  out.timings["copy_s"] = a.timings.copy_s;
+  out.timings["verify_s"] = a.timings.verify_s;
+  out.timings["total_s"] = a.timings.total_s;
+  if (a.hit && a.weights) {
+    out.digest = a.weights->digest();
+    out.fingerprint = a.weights->fingerprint();
+    out.pool_bytes = a.weights->pool_bytes();
+    for (const auto& t : a.weights->tensors())
+      out.tensors[py::str(t.name)] = py::cast(PyTensor(a.weights, &t, dev));
+  }
+  return out;
+}
+
+// ---- publish ----
+
+// Keeps a tensor's source alive (and its DLPack capsule consumed) while the library copies from it.
+struct Source {
+  std::unique_ptr<py::buffer_info> buffer;
+  DLManagedTensor* managed = nullptr;
+  DLManagedTensorVersioned* managed_v = nullptr;
+  Source() = default;
+  Source(Source&&) = default;
+  ~Source() {
+    if (managed && managed->deleter) managed->deleter(managed);
+    if (managed_v && managed_v->deleter) managed_v->deleter(managed_v);
+  }
+};
+
+bool contiguous(const std::vector<int64_t>& shape, const int64_t* strides, int64_t unit) {
+  if (!strides) return true;
+  int64_t expect = unit;
+  for (size_t i = shape.size(); i-- > 0;) {
+    if (shape[i] != 1 && strides[i] != expect) return false;
+    expect *= shape[i];
+  }
+  return true;
+}
+
+void from_dlpack(const std::string& name, const py::handle& obj, const Device& dev, fastrestart::PublishTensor& pt,
+                 Source& src) {
+  py::object cap = dev.type == kDLCPU ? obj.attr("__dlpack__")() : obj.attr("__dlpack__")(py::arg("stream") = 1);
+  PyObject* c = cap.ptr();
+  if (!PyCapsule_IsValid(c, "dltensor")) throw py::value_error("tensors['" + name + "']: __dlpack__ did not return a 'dltensor' capsule");
+  src.managed = static_cast<DLManagedTensor*>(PyCapsule_GetPointer(c, "dltensor"));
+  PyCapsule_SetName(c, "used_dltensor");
+  const DLTensor& dl = src.managed->dl_tensor;
+  if (dl.device.device_type != dev.type || (dev.type == kDLCUDA && dl.device.device_id != dev.id))
+    throw py::value_error("tensors['" + name + "']: lives on a different device than device=");
+  const DTypeInfo* d = dtype_by_dl(dl.dtype);
+  if (!d) throw py::value_error("tensors['" + name + "']: unsupported DLPack dtype");
+  pt.shape.assign(dl.shape, dl.shape + dl.ndim);
+  if (!contiguous(pt.shape, dl.strides, 1)) throw py::value_error("tensors['" + name + "']: not contiguous");
+  pt.dtype = d->name;
+  pt.data = static_cast<const char*>(dl.data) + dl.byte_offset;
+}
+
+py::dict publish(const std::vector<std::string>& files, const std::map<std::string, std::string>& config,
+                 const py::dict& tensors, const std::string& socket_dir, const std::string& device,
+                 double connect_timeout_s) {
+  check_timeout("connect_timeout_s", connect_timeout_s);
+  const Device dev = parse_device(device);
+  if (tensors.size() == 0) throw py::value_error("tensors: at least one tensor is required");
+  fastrestart::Options o;
+  o.connect_timeout_s = connect_timeout_s;
+  o.socket_dir = socket_dir;
+  o.device = device;
+  o.fallback = false;
+  fastrestart::Key key = make_key(files, config);
+
+  std::vector<fastrestart::PublishTensor> pts;
+  std::vector<Source> sources;
+  pts.reserve(tensors.size());
+  sources.reserve(tensors.size());
+  for (auto item : tensors) {
+    if (!py::isinstance<py::str>(item.first)) throw py::value_error("tensors: names must be str");
+    const std::string name = item.first.cast<std::string>();
+    py::handle obj = item.second;
+    fastrestart::PublishTensor pt;
+    pt.name = name;
+    sources.emplace_back();
+    Source& src = sources.back();
+    if (dev.type == kDLCPU && PyObject_CheckBuffer(obj.ptr())) {
+      src.buffer = std::make_unique<py::buffer_info>(py::reinterpret_borrow<py::buffer>(obj).request());
+      const py::buffer_info& b = *src.buffer;
+      auto dt = dtype_from_format(b.format, b.itemsize);
+      if (!dt) throw py::value_error("tensors['" + name + "']: unsupported element format '" + b.format + "'");
+      pt.dtype = *dt;
+      pt.shape.assign(b.shape.begin(), b.shape.end());
+      std::vector<int64_t> strides(b.strides.begin(), b.strides.end());
+      if (!contiguous(pt.shape, strides.data(), b.itemsize)) throw py::value_error("tensors['" + name + "']: not C-contiguous");
+      pt.data = b.ptr;
+    } else if (py::hasattr(obj, "__dlpack__")) {
+      from_dlpack(name, obj, dev, pt, src);
+    } else {
+      throw py::value_error("tensors['" + name + "']: expected an object with the buffer protocol or __dlpack__");
+    }
+    if (pt.shape.empty() && !pt.data) throw py::value_error("tensors['" + name + "']: no data");
+    pts.push_back(std::move(pt));
+  }
+
+  std::optional<fastrestart::Result<fastrestart::PublishResult>> r;
+  {
+    py::gil_scoped_release nogil;
+    r.emplace(fastrestart::publish(key, pts, o));
+  }
+  if (!r->ok()) raise_error(r->error());
+  py::dict out;
+  out["fingerprint"] = r->value().fingerprint;
+  out["digest"] = r->value().digest;
+  out["bytes"] = r->value().bytes;
+  out["seconds"] = r->value().seconds;
+  return out;
+}
+
+}  // namespace
+
+PYBIND11_MODULE(_fastrestart, m) {
+  m.doc() = "fastrestart engine_loader binding: attach to weights a fastrestart-weightd holds, or publish them";
+
+  py::class_<PyTensor>(m, "Tensor", "An attached tensor; export it without a copy through DLPack.")
+      .def_property_readonly("name", [](const PyTensor& t) { return t.t().name; })
+      .def_property_readonly("dtype", [](const PyTensor& t) { return t.t().dtype; })
+      .def_property_readonly("shape", [](const PyTensor& t) { return py::tuple(py::cast(t.t().shape)); })
+      .def_property_readonly("strides", [](const PyTensor& t) { return py::tuple(py::cast(t.t().strides)); })
+      .def_property_readonly("itemsize", [](const PyTensor& t) { return t.t().itemsize; })
+      .def_property_readonly("nbytes", [](const PyTensor& t) { return t.t().nbytes; })
+      .def_property_readonly("data_ptr", [](const PyTensor& t) { return reinterpret_cast<uintptr_t>(t.t().data); })
+      .def_property_readonly("readonly", &PyTensor::readonly)
+      .def_property_readonly("device", [](const PyTensor& t) {
+        return t.device().type == kDLCPU ? std::string("host") : "cuda:" + std::to_string(t.device().id);
+      })
+      .def("__dlpack__", &PyTensor::dlpack, py::kw_only(), py::arg("stream") = py::none(), py::arg("max_version") = py::none(),
+           py::arg("dl_device") = py::none(), py::arg("copy") = py::none())
+      .def("__dlpack_device__", [](const PyTensor& t) { return py::make_tuple(static_cast<int>(t.device().type), t.device().id); })
+      .def("numpy", [](py::object self) { return self.cast<const PyTensor&>().numpy(self); },
+           "A numpy view of a host tensor (no copy); read-only in zero_copy mode.")
+      .def("__repr__", [](const PyTensor& t) {
+        std::string s = "<fastrestart.Tensor '" + t.t().name + "' " + t.t().dtype + " (";
+        for (size_t i = 0; i < t.t().shape.size(); ++i) s += (i ? ", " : "") + std::to_string(t.t().shape[i]);
+        return s + (t.t().shape.size() == 1 ? ",)>" : ")>");
+      });
+
+  py::class_<PyAttachResult>(m, "AttachResult")
+      .def_readonly("hit", &PyAttachResult::hit)
+      .def_readonly("reason", &PyAttachResult::reason)
+      .def_readonly("differs", &PyAttachResult::differs)
+      .def_readonly("timings", &PyAttachResult::timings)
+      .def_readonly("digest", &PyAttachResult::digest)
+      .def_readonly("fingerprint", &PyAttachResult::fingerprint)
+      .def_readonly("mode", &PyAttachResult::mode)
+      .def_readonly("device", &PyAttachResult::device)
+      .def_readonly("pool_bytes", &PyAttachResult::pool_bytes)
+      .def_readonly("daemon_gpu_uuid", &PyAttachResult::daemon_gpu_uuid)
+      .def_readonly("tensors", &PyAttachResult::tensors)
+      .def("__bool__", [](const PyAttachResult& r) { return r.hit; })
+      .def("__repr__", [](const PyAttachResult& r) {
+        return r.hit ? "<fastrestart.AttachResult hit, " + std::to_string(r.tensors.size()) + " tensors>"
+                     : "<fastrestart.AttachResult miss: " + r.reason + ">";
+      });
+
+  m.def("attach", &attach, py::arg("files"), py::arg("config"), py::arg("mode"), py::arg("fallback"),
+        py::arg("connect_timeout_s"), py::arg("state_timeout_s"), py::arg("verify"), py::arg("socket_dir"),
+        py::arg("device"));
+  m.def("publish", &publish, py::arg("files"), py::arg("config"), py::arg("tensors"), py::arg("socket_dir"),
+        py::arg("device"), py::arg("connect_timeout_s"));
+}

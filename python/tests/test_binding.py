@@ -1,0 +1,237 @@
+"""The Python binding against a real fastrestart-weightd (host backend).
+
+Run: PYTHONPATH=<build>/python FR_WEIGHTD_BIN=<build>/src/daemon/fastrestart-weightd \
+     /usr/bin/python3 -m unittest -v test_binding       (ctest: python_binding)
+"""
+
+import gc
+import json
+import os
+import shutil
+import signal
+import socket
+import struct
+import subprocess
+import tempfile
+import time
+import unittest
+
+import numpy as np
+
+import fastrestart
+
+WEIGHTD = os.environ.get("FR_WEIGHTD_BIN", "")
+
+DTYPES = {np.dtype("float32"): "F32", np.dtype("float16"): "F16", np.dtype("int64"): "I64",
+          np.dtype("uint8"): "U8", np.dtype("bool"): "BOOL", np.dtype("float64"): "F64"}
+
+
+def write_safetensors(path, tensors):
+    """The safetensors format by hand: u64 LE header length, JSON header, then the data."""
+    header, blobs, offset = {}, [], 0
+    for name, a in tensors.items():
+        data = np.ascontiguousarray(a).tobytes()
+        header[name] = {"dtype": DTYPES[a.dtype], "shape": list(a.shape), "data_offsets": [offset, offset + len(data)]}
+        blobs.append(data)
+        offset += len(data)
+    h = json.dumps(header).encode()
+    h += b" " * (-len(h) % 8)
+    with open(path, "wb") as f:
+        f.write(struct.pack("<Q", len(h)))
+        f.write(h)
+        for b in blobs:
+            f.write(b)
+
+
+def to_numpy(t):
+    """np.from_dlpack (no copy); numpy < 1.25 imports no DLPack bool, so BOOL goes through .numpy()."""
+    if t.dtype == "BOOL" and np.lib.NumpyVersion(np.__version__) < "1.25.0":
+        return t.numpy()
+    return np.from_dlpack(t)
+
+
+def make_tensors(seed):
+    rng = np.random.default_rng(seed)
+    return {
+        "model.embed.weight": rng.standard_normal((64, 32)).astype(np.float32),
+        "model.layers.0.w": rng.standard_normal((8, 4, 2)).astype(np.float16),
+        "model.layers.0.ids": np.arange(17, dtype=np.int64),
+        "model.mask": rng.integers(0, 2, size=(5, 3)).astype(bool),
+        "model.bytes": rng.integers(0, 256, size=(3,), dtype=np.uint8),
+        "model.scale": np.array(3.5, dtype=np.float64),
+    }
+
+
+@unittest.skipUnless(WEIGHTD and os.access(WEIGHTD, os.X_OK), "FR_WEIGHTD_BIN is not set to fastrestart-weightd")
+class BindingTest(unittest.TestCase):
+    def setUp(self):
+        self.tmp = tempfile.mkdtemp(prefix="fr-py-")
+        self.run_dir = os.path.join(self.tmp, "run")
+        self.ckpt = os.path.join(self.tmp, "model.safetensors")
+        self.tensors = make_tensors(7)
+        write_safetensors(self.ckpt, self.tensors)
+        self.config = {"arch": "TestForCausalLM", "dtype": "mixed", "tp_rank": 0}
+        self.daemon = None
+
+    def tearDown(self):
+        self.stop_daemon()
+        gc.collect()
+        shutil.rmtree(self.tmp, ignore_errors=True)
+
+    def start_daemon(self):
+        self.log = open(os.path.join(self.tmp, "weightd.log"), "wb")
+        self.daemon = subprocess.Popen([WEIGHTD, "--backend", "host", "--socket-dir", self.run_dir],
+                                       stdout=self.log, stderr=subprocess.STDOUT)
+        path = os.path.join(self.run_dir, "weightd-host.sock")
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline:  # ready once it accepts
+            if self.daemon.poll() is not None:
+                self.fail("fastrestart-weightd exited: " + open(self.log.name).read())
+            try:
+                with socket.socket(socket.AF_UNIX) as s:
+                    s.connect(path)
+                return
+            except OSError:
+                time.sleep(0.02)
+        self.fail("fastrestart-weightd did not accept: " + open(self.log.name).read())
+
+    def stop_daemon(self, sig=signal.SIGTERM):
+        if self.daemon is not None:
+            if self.daemon.poll() is None:
+                self.daemon.send_signal(sig)
+            self.daemon.wait(20)
+            self.daemon = None
+            self.log.close()
+
+    def attach(self, **kw):
+        kw.setdefault("socket_dir", self.run_dir)
+        return fastrestart.attach([self.ckpt], self.config, **kw)
+
+    def publish(self):
+        return fastrestart.publish(self.ckpt, self.config, self.tensors, socket_dir=self.run_dir)
+
+    def assert_equal_arrays(self, arrays):
+        self.assertEqual(sorted(arrays), sorted(self.tensors))
+        for name, want in self.tensors.items():
+            got = arrays[name]
+            self.assertEqual(got.dtype, want.dtype, name)
+            self.assertEqual(got.shape, want.shape, name)
+            np.testing.assert_array_equal(got, want, err_msg=name)
+
+    def test_miss_publish_hit_zero_copy(self):
+        self.start_daemon()
+        miss = self.attach()
+        self.assertFalse(miss.hit)
+        self.assertTrue(miss.reason)
+        self.assertEqual(miss.tensors, {})
+
+        pub = self.publish()
+        self.assertGreaterEqual(pub["bytes"], sum(a.nbytes for a in self.tensors.values()))  # + alignment
+        self.assertEqual(len(pub["digest"]), 16)
+        self.assertTrue(pub["fingerprint"])
+
+        r = self.attach()
+        self.assertTrue(r.hit, r.reason)
+        self.assertEqual(r.digest, pub["digest"])
+        self.assertEqual(r.fingerprint, pub["fingerprint"])
+        self.assertIn("total_s", r.timings)
+        t = r.tensors["model.embed.weight"]
+        self.assertEqual(t.__dlpack_device__(), (1, 0))
+        self.assertEqual((t.dtype, t.shape, t.readonly), ("F32", (64, 32), True))
+
+        arrays = {name: to_numpy(t) for name, t in r.tensors.items()}
+        self.assert_equal_arrays(arrays)
+        # No copy: the array is the mapping.
+        a = arrays["model.embed.weight"]
+        self.assertEqual(a.__array_interface__["data"][0], t.data_ptr)
+        # Read-only in zero_copy: numpy refuses the write instead of faulting on the read-only mapping.
+        for arr in (a, t.numpy()):
+            self.assertFalse(arr.flags.writeable)
+            with self.assertRaises(ValueError):
+                arr[0, 0] = 1.0
+        np.testing.assert_array_equal(t.numpy(), self.tensors["model.embed.weight"])
+
+        # Publishing the same key again is refused (busy), as a RuntimeError with the library's message.
+        with self.assertRaisesRegex(RuntimeError, "busy"):
+            self.publish()
+
+    def test_versioned_dlpack_capsule(self):
+        self.start_daemon()
+        self.publish()
+        r = self.attach()
+        cap = r.tensors["model.mask"].__dlpack__(max_version=(1, 0))
+        self.assertIn("dltensor_versioned", repr(cap))
+        cap = r.tensors["model.mask"].__dlpack__()
+        self.assertIn('"dltensor"', repr(cap))
+        with self.assertRaises(BufferError):
+            r.tensors["model.mask"].__dlpack__(stream=1)
+
+    def test_copy_mode(self):
+        self.start_daemon()
+        self.publish()
+        r = self.attach(mode="copy")
+        self.assertTrue(r.hit, r.reason)
+        arrays = {name: to_numpy(t) for name, t in r.tensors.items()}
+        self.assert_equal_arrays(arrays)
+        self.assertFalse(r.tensors["model.bytes"].readonly)
+        own = r.tensors["model.bytes"].numpy()
+        self.assertTrue(own.flags.writeable)
+        own[0] = own[0] ^ 0xFF  # our own memory: writing does not touch the daemon's pool
+        again = self.attach()
+        np.testing.assert_array_equal(np.from_dlpack(again.tensors["model.bytes"]), self.tensors["model.bytes"])
+
+    def test_arrays_outlive_the_daemon_and_the_result(self):
+        self.start_daemon()
+        self.publish()
+        r = self.attach()
+        self.assertTrue(r.hit, r.reason)
+        arrays = {name: to_numpy(t) for name, t in r.tensors.items()}
+        view = r.tensors["model.layers.0.w"].numpy()
+        del r
+        gc.collect()
+        self.stop_daemon(signal.SIGKILL)
+        self.assert_equal_arrays(arrays)
+        np.testing.assert_array_equal(view, self.tensors["model.layers.0.w"])
+
+    def test_miss_without_daemon_falls_back_with_reason(self):
+        r = self.attach(connect_timeout_s=0.2)
+        self.assertFalse(r.hit)
+        self.assertIn(self.run_dir, r.reason)
+        self.assertEqual(r.tensors, {})
+
+    def test_no_fallback_raises(self):
+        with self.assertRaisesRegex(RuntimeError, "weightd-host.sock"):
+            self.attach(fallback=False, connect_timeout_s=0.2)
+
+    def test_changed_config_is_a_miss_naming_the_field(self):
+        self.start_daemon()
+        self.publish()
+        r = fastrestart.attach(self.ckpt, dict(self.config, dtype="other"), socket_dir=self.run_dir)
+        self.assertFalse(r.hit)
+        self.assertIn("config.dtype", r.differs)
+
+    def test_bad_arguments_raise_value_error_naming_them(self):
+        cases = [
+            (dict(mode="fast"), "mode"),
+            (dict(device="gpu0"), "device"),
+            (dict(connect_timeout_s=-1), "connect_timeout_s"),
+            (dict(state_timeout_s="x"), "state_timeout_s"),
+        ]
+        for kw, name in cases:
+            with self.assertRaisesRegex(ValueError, name):
+                self.attach(**kw)
+        with self.assertRaisesRegex(ValueError, "files"):
+            fastrestart.attach([], socket_dir=self.run_dir)
+        with self.assertRaisesRegex(ValueError, r"files\[0\]"):
+            fastrestart.attach(os.path.join(self.tmp, "absent.safetensors"), socket_dir=self.run_dir)
+        with self.assertRaisesRegex(ValueError, "config"):
+            fastrestart.attach(self.ckpt, {"a": object()}, socket_dir=self.run_dir)
+        with self.assertRaisesRegex(ValueError, "tensors"):
+            fastrestart.publish(self.ckpt, self.config, {"w": np.ones((4, 4), np.float32)[:, ::2]},
+                                socket_dir=self.run_dir)
+        with self.assertRaisesRegex(ValueError, "tensors"):
+            fastrestart.publish(self.ckpt, self.config, {"w": np.ones(2, np.complex64)}, socket_dir=self.run_dir)
+
+
+if __name__ == "__main__":
+    unittest.main()
