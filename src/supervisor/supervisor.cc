@@ -242,8 +242,6 @@ void Supervisor::start_daemons() {
   set_status("Starting the weight daemons");
   const bool host = m_cfg.weights.backend == "host";
   std::vector<std::string> gpus = host ? std::vector<std::string>{""} : m_cfg.gpus;
-  const auto files = checkpoint_files(m_cfg);
-  const bool preload = !files.empty() && !m_cfg.weights.key.empty();
   const std::string dir = m_cfg.weights.socket_dir.empty() ? default_socket_dir() : m_cfg.weights.socket_dir;
   for (const auto& gpu : gpus) {
     auto d = std::make_unique<Daemon>();
@@ -257,34 +255,44 @@ void Supervisor::start_daemons() {
       }
     }
     d->socket = dir + "/weightd-" + uuid + ".sock";
-    SpawnSpec spec;
-    spec.argv = {daemon_binary(m_cfg), "--backend", host ? "host" : "cuda", "--reader-threads",
-                 std::to_string(m_cfg.weights.reader_threads), "--log-level", m_cfg.logging.level};
-    if (!host) spec.argv.insert(spec.argv.end(), {"--gpu", gpu});
-    if (!m_cfg.weights.socket_dir.empty()) spec.argv.insert(spec.argv.end(), {"--socket-dir", m_cfg.weights.socket_dir});
-    if (!m_cfg.control.group.empty()) spec.argv.insert(spec.argv.end(), {"--group", m_cfg.control.group});
-    if (preload) {
-      for (const auto& f : files) spec.argv.insert(spec.argv.end(), {"--preload", f});
-      for (const auto& [k, v] : m_cfg.weights.key) spec.argv.insert(spec.argv.end(), {"--config", k + "=" + v});
-    }
-    auto s = spawn_child(spec);
-    if (!s.ok()) {
-      d->failed = true;
-      d->exited = true;
-      d->error = s.error().message;
-      spdlog::error("weight daemon{}: {}", gpu.empty() ? "" : " for GPU " + gpu, d->error);
-      m_daemons.push_back(std::move(d));
-      continue;
-    }
-    d->pid = s->pid;
-    d->output = std::move(s->output);
-    std::string prefix = gpu.empty() ? "weightd" : "weightd[" + gpu + "]";
-    d->reader = std::make_unique<LineReader>(
-        m_loop, d->output.get(), [prefix](const std::string& l) { spdlog::info("[{}] {}", prefix, l); }, [] {});
-    spdlog::info("started {} (pid {}){}", prefix, d->pid, preload ? ", preloading " + std::to_string(files.size()) + " file(s)" : "");
+    spawn_daemon(*d);
     m_daemons.push_back(std::move(d));
   }
   m_daemon_timer.start(0.05, [this] { poll_daemons(); });
+}
+
+void Supervisor::spawn_daemon(Daemon& d) {
+  const bool host = m_cfg.weights.backend == "host";
+  const auto files = checkpoint_files(m_cfg);
+  const bool preload = !files.empty() && !m_cfg.weights.key.empty();
+  SpawnSpec spec;
+  spec.argv = {daemon_binary(m_cfg), "--backend", host ? "host" : "cuda", "--reader-threads",
+               std::to_string(m_cfg.weights.reader_threads), "--log-level", m_cfg.logging.level};
+  if (!host) spec.argv.insert(spec.argv.end(), {"--gpu", d.gpu});
+  if (!m_cfg.weights.socket_dir.empty()) spec.argv.insert(spec.argv.end(), {"--socket-dir", m_cfg.weights.socket_dir});
+  if (!m_cfg.control.group.empty()) spec.argv.insert(spec.argv.end(), {"--group", m_cfg.control.group});
+  if (preload) {
+    for (const auto& f : files) spec.argv.insert(spec.argv.end(), {"--preload", f});
+    for (const auto& [k, v] : m_cfg.weights.key) spec.argv.insert(spec.argv.end(), {"--config", k + "=" + v});
+  }
+  d.exited = d.stopping = d.ready = false;
+  d.status = json::object();
+  const std::string prefix = d.gpu.empty() ? "weightd" : "weightd[" + d.gpu + "]";
+  auto s = spawn_child(spec);
+  if (!s.ok()) {
+    d.failed = d.exited = true;
+    d.error = s.error().message;
+    spdlog::error("{}: {}", prefix, d.error);
+    return;
+  }
+  d.failed = false;
+  d.error.clear();
+  d.pid = s->pid;
+  d.reader.reset();
+  d.output = std::move(s->output);
+  d.reader = std::make_unique<LineReader>(
+      m_loop, d.output.get(), [prefix](const std::string& l) { spdlog::info("[{}] {}", prefix, l); }, [] {});
+  spdlog::info("started {} (pid {}){}", prefix, d.pid, preload ? ", preloading " + std::to_string(files.size()) + " file(s)" : "");
 }
 
 void Supervisor::poll_daemons() {
@@ -376,21 +384,35 @@ void Supervisor::on_daemon_exit(Daemon& d, int status) {
                                       : "signal " + std::to_string(WTERMSIG(status));
   if (d.stopping) {
     spdlog::info("weight daemon pid {} stopped ({})", d.pid, how);
-  } else {
-    spdlog::error("weight daemon pid {} died ({}); running engines keep their mappings", d.pid, how);
-    d.failed = true;
-    d.error = "exited unexpectedly: " + how;
+    bool all_gone = true;
+    for (auto& x : m_daemons) all_gone &= x->exited;
+    if (!all_gone) return;
+    m_kill_timer.stop();
+    if (m_state == State::kStopping || m_state == State::kFailed) raise(Event::kDaemonsStopped);
+    else if (m_state == State::kLoading) start_daemons();  // a cold reload stopped them
+    return;
   }
-  bool all_gone = true;
-  for (auto& x : m_daemons) all_gone &= x->exited;
-  if (!all_gone) return;
-  m_kill_timer.stop();
-  if (m_state == State::kStopping || m_state == State::kFailed) {
-    raise(Event::kDaemonsStopped);
-  } else if (m_state == State::kLoading) {
-    // A cold reload stopped them; or they died while loading. Start them again.
-    start_daemons();
+  d.failed = true;
+  d.error = "exited unexpectedly: " + how;
+  if (m_state == State::kLoading) {
+    // Dead while loading (no GPU, a bad checkpoint, ...): the engine starts anyway and loads from disk.
+    spdlog::error("weight daemon pid {} died while loading ({}); the engine will load from disk", d.pid, how);
+    poll_daemons();
+    return;
   }
+  if (m_state == State::kStopping || m_state == State::kFailed || m_state == State::kStopped) return;
+  // Running engines keep their mappings; the next restart needs a daemon again. Respawn with a backoff so a
+  // daemon that cannot start does not spin.
+  const double delay = std::min(60.0, 0.5 * static_cast<double>(1 << std::min(d.respawns, 7)));
+  d.respawns++;
+  spdlog::error("weight daemon pid {} died ({}); running engines keep their mappings; respawning in {:.1f} s",
+                d.pid, how, delay);
+  if (!d.respawn) d.respawn = std::make_unique<Timer>(m_loop);
+  Daemon* raw = &d;
+  d.respawn->start(delay, [this, raw] {
+    if (m_state == State::kStopping || m_state == State::kFailed || m_state == State::kStopped) return;
+    spawn_daemon(*raw);
+  });
 }
 
 void Supervisor::stop_daemons() {

@@ -62,6 +62,7 @@ class Supervisor {
 
   // daemons
   void start_daemons();
+  void spawn_daemon(Daemon& d);
   void stop_daemons();
   void poll_daemons();
   void on_daemon_exit(Daemon& d, int status);

@@ -45,6 +45,8 @@ struct Supervisor::Daemon {
   bool failed = false;
   std::string error;
   nlohmann::json status = nlohmann::json::object();  // last status reply
+  int respawns = 0;                  // after unexpected deaths (backoff)
+  std::unique_ptr<Timer> respawn;
 };
 
 struct Supervisor::PendingReload {

@@ -445,6 +445,31 @@ TEST(Fastrestartd, ReloadOfAWeightFlagReloadsTheDaemonsCold) {
   EXPECT_NE(d.status()["daemons"][0]["pid"], daemon) << "the daemons were restarted";
 }
 
+TEST(Fastrestartd, ADeadDaemonIsRespawnedAndTheEngineKeepsServing) {
+  Fastrestartd d;
+  ASSERT_TRUE(d.notify().wait_for("READY=1")) << d.log();
+  auto s = d.status();
+  pid_t daemon = s["daemons"][0]["pid"], engine = s["engine"]["pid"];
+  ASSERT_EQ(::kill(daemon, SIGKILL), 0);
+  ASSERT_TRUE(d.wait_status([&](const json& j) {
+    return j["daemons"][0]["pid"] != daemon && j["daemons"][0]["state"] != "dead";
+  })) << d.log();
+  EXPECT_EQ(d.status()["engine"]["pid"], engine) << "the engine keeps its mapping and keeps running";
+  EXPECT_EQ(d.engine_stats()["state"], "ready");
+  EXPECT_NE(d.log().find("respawning in"), std::string::npos);
+}
+
+TEST(Fastrestartd, ADaemonThatCannotStartDoesNotStopTheEngine) {
+  Options o;
+  o.gpus_and_weights =
+      "[weights]\nbackend = \"host\"\ndaemon_path = \"/bin/false\"\ncheckpoint = \"" + checkpoint_dir() + "\"\n";
+  o.engine_flags = ", \"--fastrestart-connect-timeout\", \"0.1\"";
+  Fastrestartd d(o);
+  ASSERT_TRUE(d.notify().wait_for("READY=1")) << d.log();
+  EXPECT_NE(d.log().find("died while loading"), std::string::npos) << d.log();
+  EXPECT_EQ(d.status()["last_start"]["path"], "cold");
+}
+
 TEST(Fastrestartd, StopEngineHoldsItUntilStartEngine) {
   Fastrestartd d;
   ASSERT_TRUE(d.notify().wait_for("READY=1")) << d.log();
