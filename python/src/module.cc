@@ -106,6 +106,43 @@ struct ExportCtx {
   std::vector<int64_t> shape, strides;
 };
 
+// The two DLPack capsule kinds differ only in their struct and names (DLPack: a consumer renames the
+// capsule to "used_..." once it owns the tensor; an unconsumed capsule frees it on destruction).
+template <typename M>
+struct CapsuleNames;
+template <>
+struct CapsuleNames<DLManagedTensor> {
+  static constexpr const char* name = "dltensor";
+  static constexpr const char* used = "used_dltensor";
+};
+template <>
+struct CapsuleNames<DLManagedTensorVersioned> {
+  static constexpr const char* name = "dltensor_versioned";
+  static constexpr const char* used = "used_dltensor_versioned";
+};
+
+template <typename M>
+py::object to_capsule(M* m) {
+  m->deleter = [](M* self) {
+    delete static_cast<ExportCtx*>(self->manager_ctx);
+    delete self;
+  };
+  PyObject* cap = PyCapsule_New(m, CapsuleNames<M>::name, [](PyObject* c) {
+    if (PyCapsule_IsValid(c, CapsuleNames<M>::used)) return;
+    PyObject *type, *value, *tb;
+    PyErr_Fetch(&type, &value, &tb);
+    auto* p = static_cast<M*>(PyCapsule_GetPointer(c, CapsuleNames<M>::name));
+    if (p && p->deleter) p->deleter(p);
+    if (!p) PyErr_WriteUnraisable(c);
+    PyErr_Restore(type, value, tb);
+  });
+  if (!cap) {
+    m->deleter(m);
+    throw py::error_already_set();
+  }
+  return py::reinterpret_steal<py::object>(cap);
+}
+
 class PyTensor {
  public:
   PyTensor(std::shared_ptr<fastrestart::Weights> w, const fastrestart::Tensor* t, Device dev)
@@ -157,46 +194,12 @@ class PyTensor {
       m->dl_tensor = dl;
       m->flags = readonly() ? kDLPackFlagReadOnly : 0;
       m->manager_ctx = ctx.release();
-      m->deleter = [](DLManagedTensorVersioned* self) {
-        delete static_cast<ExportCtx*>(self->manager_ctx);
-        delete self;
-      };
-      PyObject* cap = PyCapsule_New(m, "dltensor_versioned", [](PyObject* c) {
-        if (PyCapsule_IsValid(c, "used_dltensor_versioned")) return;
-        PyObject *type, *value, *tb;
-        PyErr_Fetch(&type, &value, &tb);
-        auto* p = static_cast<DLManagedTensorVersioned*>(PyCapsule_GetPointer(c, "dltensor_versioned"));
-        if (p && p->deleter) p->deleter(p);
-        if (!p) PyErr_WriteUnraisable(c);
-        PyErr_Restore(type, value, tb);
-      });
-      if (!cap) {
-        m->deleter(m);
-        throw py::error_already_set();
-      }
-      return py::reinterpret_steal<py::object>(cap);
+      return to_capsule(m);
     }
     auto* m = new DLManagedTensor{};
     m->dl_tensor = dl;
     m->manager_ctx = ctx.release();
-    m->deleter = [](DLManagedTensor* self) {
-      delete static_cast<ExportCtx*>(self->manager_ctx);
-      delete self;
-    };
-    PyObject* cap = PyCapsule_New(m, "dltensor", [](PyObject* c) {
-      if (PyCapsule_IsValid(c, "used_dltensor")) return;
-      PyObject *type, *value, *tb;
-      PyErr_Fetch(&type, &value, &tb);
-      auto* p = static_cast<DLManagedTensor*>(PyCapsule_GetPointer(c, "dltensor"));
-      if (p && p->deleter) p->deleter(p);
-      if (!p) PyErr_WriteUnraisable(c);
-      PyErr_Restore(type, value, tb);
-    });
-    if (!cap) {
-      m->deleter(m);
-      throw py::error_already_set();
-    }
-    return py::reinterpret_steal<py::object>(cap);
+    return to_capsule(m);
   }
 
   // A numpy view of a host tensor (base: this object); read-only in zero_copy mode.
