@@ -502,8 +502,8 @@ void Supervisor::start_engine() {
     e.died_at = m_loop.now_s();
     m_last_exit = {{"cause", "crash"}, {"detail", s.error().message}, {"unix_time", std::time(nullptr)}};
     m_restarts["crash"]++;
-    m_loop.post([this] { wait_drain(); });
-    m_state = State::kDraining;
+    // Through the table like any other exit (the process never ran: there is nothing to classify).
+    m_loop.post([this] { raise(Event::kEngineExited); });
     return;
   }
   e.pid = s->pid;

@@ -112,6 +112,7 @@ struct Options {
   double startup_timeout_s = 60;
   std::string weights_mode = "zero_copy";
   std::string cgroup;
+  std::string engine_binary = FR_TINYENGINE_BIN;
   std::string gpus = "[]";
   std::string gpus_and_weights;  // replaces [weights] when set
   std::string fake_nvml;         // FASTRESTART_FAKE_NVML for fastrestartd
@@ -125,7 +126,7 @@ class Fastrestartd {
     std::ofstream f(m_cfg);
     m_fake_nvml = o.fake_nvml;
     f << "gpus = " << o.gpus << "\n[model]\nname = \"t\"\n[engine]\nkind = \"" << o.kind << "\"\n"
-      << "command = [\"" << FR_TINYENGINE_BIN << "\", \"serve\", \"" << checkpoint_dir() << "\"]\n"
+      << "command = [\"" << o.engine_binary << "\", \"serve\", \"" << checkpoint_dir() << "\"]\n"
       << "flags = [\"--host\", \"127.0.0.1\", \"--port\", \"" << m_port << "\", \"--served-model-name\", \"t\", "
       << "\"--load-format\", \"fastrestart\", \"--fastrestart-socket-dir\", \"" << (m_dir / "run") << "\", "
       << "\"--shutdown-grace\", \"2\"" << o.engine_flags << "]\n"
@@ -342,6 +343,15 @@ TEST(Fastrestartd, CrashLoopGivesUpWithAClearStatusAndExitCode3) {
   EXPECT_EQ(d.wait_exit(), 3) << d.log();
   EXPECT_TRUE(d.notify().wait_for("STATUS=Failed: 3 failures within", 1, 1)) << d.log();
   EXPECT_NE(d.log().find("exit code 7"), std::string::npos);
+}
+
+TEST(Fastrestartd, AnEngineThatCannotRunIsACrashNamedInTheLog) {
+  Options o;
+  o.engine_binary = "/nonexistent/engine";
+  o.crash_loop_limit = 2;
+  Fastrestartd d(o);
+  EXPECT_EQ(d.wait_exit(), 3) << d.log();
+  EXPECT_NE(d.log().find("cannot run /nonexistent/engine: No such file or directory"), std::string::npos) << d.log();
 }
 
 // Brief decision 9: on SIGTERM the engine's whole group goes first, the daemons after.
