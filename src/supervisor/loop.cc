@@ -69,8 +69,8 @@ void Timer::start(double after_s, std::function<void()> fn, double repeat_s) {
   auto ms = [](double s) { return static_cast<uint64_t>(s > 0 ? s * 1000 + 0.5 : 0); };
   uv_timer_start(&m_h->t, [](uv_timer_t* t) {
     auto* h = static_cast<H*>(t->data);
-    auto fn = h->fn;  // the callback may restart or destroy the timer
-    guard("timer", fn);
+    auto callback = h->fn;  // the callback may restart or destroy the timer
+    guard("timer", callback);
   }, ms(after_s), ms(repeat_s));
 }
 
@@ -169,9 +169,9 @@ void run_work(Loop& loop, std::function<void()> work, std::function<void()> done
   uv_queue_work(
       loop.get(), &w->req, [](uv_work_t* r) { guard("pool work", static_cast<Work*>(r->data)->work); },
       [](uv_work_t* r, int) {
-        auto* w = static_cast<Work*>(r->data);
-        guard("pool work done", w->done);
-        delete w;
+        auto* item = static_cast<Work*>(r->data);
+        guard("pool work done", item->done);
+        delete item;
       });
 }
 

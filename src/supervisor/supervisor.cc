@@ -52,14 +52,6 @@ std::string join(const std::vector<std::string>& v, const char* sep = " ") {
   return s;
 }
 
-std::string state_dir_of(const Config& c) {
-  if (!c.control.state_dir.empty()) return c.control.state_dir;
-  if (const char* d = std::getenv("STATE_DIRECTORY"); d && *d) return std::string(d) + "/" + c.name;
-  if (::geteuid() == 0) return "/var/lib/fastrestart/" + c.name;
-  const char* home = std::getenv("HOME");
-  return std::string(home ? home : "/tmp") + "/.local/state/fastrestart/" + c.name;
-}
-
 std::string daemon_binary(const Config& c) {
   if (!c.weights.daemon_path.empty()) return c.weights.daemon_path;
   char self[4096];
@@ -330,14 +322,14 @@ void Supervisor::poll_daemons() {
           double rate = 0;
           for (auto& rep : *pending) {
             if (rep.index >= m_daemons.size()) continue;
-            Daemon& d = *m_daemons[rep.index];
+            Daemon& dm = *m_daemons[rep.index];
             if (!rep.status.ok()) {
               all_ready = false;  // not listening yet
               continue;
             }
-            d.status = *rep.status;
+            dm.status = *rep.status;
             bool ready = true;
-            for (const auto& e : d.status.value("entries", json::array())) {
+            for (const auto& e : dm.status.value("entries", json::array())) {
               const auto& p = e["progress"];
               done += p.value("done_bytes", uint64_t{0});
               total += p.value("total_bytes", uint64_t{0});
@@ -345,10 +337,10 @@ void Supervisor::poll_daemons() {
               if (e.value("state", "") == "loading") ready = false;
               if (e.value("state", "") == "failed") {
                 any_failed = true;
-                d.error = e.value("error", json("")).is_string() ? e["error"].get<std::string>() : "load failed";
+                dm.error = e.value("error", json("")).is_string() ? e["error"].get<std::string>() : "load failed";
               }
             }
-            d.ready = ready;
+            dm.ready = ready;
             all_ready &= ready;
           }
           if (m_state != State::kLoading) {
@@ -596,7 +588,7 @@ void Supervisor::decide_path_after_ready() {
   for (const auto& d : m_daemons)
     if (!d->exited) socks.push_back(d->socket);
   const pid_t pgid = e.pid;
-  const double since = std::time(nullptr) - (ready_at - e.spawned_at) - 1;
+  const double since = static_cast<double>(std::time(nullptr)) - (ready_at - e.spawned_at) - 1;
   run_in_pool<Seen>(
       m_loop,
       [socks, pgid, since]() {
