@@ -28,6 +28,7 @@ namespace {
 
 constexpr size_t kTailLines = 200;
 constexpr double kDaemonStopGraceS = 30;
+constexpr double kExtendEveryS = 10;  // EXTEND_TIMEOUT_USEC cadence while the first engine starts
 
 class SdNotifier final : public Notifier {
  public:
@@ -551,6 +552,12 @@ void Supervisor::poll_readiness() {
       return;
     }
     if (r.health_ok) spdlog::info("readiness: {}", r.detail);
+    // Before the first READY=1 systemd's start timeout runs: while the engine is alive and within
+    // startup_timeout_s it is making its way (loading, compiling), so keep extending (brief decision 12).
+    if (!m_ever_ready && m_loop.now_s() - m_last_extend >= kExtendEveryS) {
+      m_last_extend = m_loop.now_s();
+      m_notify->notify("EXTEND_TIMEOUT_USEC=" + std::to_string(static_cast<uint64_t>(kExtendEveryS * 3e6)));
+    }
     m_poll_timer.start(m_cfg.readiness.poll_interval_s, [this] { poll_readiness(); });
   });
 }
@@ -564,6 +571,7 @@ void Supervisor::decide_path_after_ready() {
   auto finish = [this, since_spawn, since_death](std::string path) {
     if (!m_engine) return;
     m_engine->path = path;
+    m_ever_ready = true;
     m_next_start_cold = false;
     m_policy.on_ready(m_loop.now_s());
     m_last_ready_flags = m_engine->flags;

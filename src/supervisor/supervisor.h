@@ -134,6 +134,8 @@ class Supervisor {
   int m_consecutive_health_failures = 0;
   bool m_probe_in_flight = false;
   bool m_hold_engine = false;
+  bool m_ever_ready = false;     // READY=1 sent once: systemd's start timeout no longer applies
+  double m_last_extend = 0;
   // Per GPU: memory used before the engine started, minus the daemons' pools then (contexts, driver
   // reserve, other processes). After an exit, used must fall back to this plus the pools held now.
   std::map<std::string, double> m_baseline_used;

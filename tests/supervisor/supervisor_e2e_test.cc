@@ -248,6 +248,22 @@ TEST(Fastrestartd, ColdStartReachesReadyAndNotifiesInOrder) {
   EXPECT_TRUE(d.notify().wait_for("STOPPING=1", 1, 5));
 }
 
+// A slow engine start keeps systemd's start timeout away with EXTEND_TIMEOUT_USEC until READY=1.
+TEST(Fastrestartd, ASlowFirstStartExtendsTheStartTimeout) {
+  Options o;
+  o.engine_flags = ", \"--fault-startup-delay\", \"1\"";
+  Fastrestartd d(o);
+  ASSERT_TRUE(d.notify().wait_for("READY=1", 1, 60)) << d.log();
+  auto msgs = d.notify().messages();
+  int extend = -1, ready = -1;
+  for (size_t i = 0; i < msgs.size(); ++i) {
+    if (extend < 0 && msgs[i].find("EXTEND_TIMEOUT_USEC=30000000") != std::string::npos) extend = static_cast<int>(i);
+    if (msgs[i].find("READY=1") != std::string::npos) ready = static_cast<int>(i);
+  }
+  EXPECT_GE(extend, 0);
+  EXPECT_LT(extend, ready);
+}
+
 TEST(Fastrestartd, Kill9OfTheEngineRestartsWarmFromTheDaemon) {
   Fastrestartd d;
   ASSERT_TRUE(d.notify().wait_for("READY=1")) << d.log();
