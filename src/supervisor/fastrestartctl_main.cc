@@ -57,7 +57,7 @@ void print_status(const json& s) {
   for (const auto& d : s.value("daemons", json::array())) {
     const auto& p = d["progress"];
     double done = p.value("done_bytes", 0.0), total = p.value("total_bytes", 0.0), rate = p.value("rate_bytes_per_s", 0.0);
-    std::printf("%-18s %s pid %d %-8s held %s", ("daemon " + d.value("gpu", "")).c_str(), "", d.value("pid", 0),
+    std::printf("%-18s pid %d %-8s held %s", ("daemon " + d.value("gpu", "")).c_str(), d.value("pid", 0),
                 d.value("state", "").c_str(), gb(d.value("held_bytes", 0.0)).c_str());
     if (d.value("state", "") == "loading" && total > 0)
       std::printf("  %s %s / %s, %.2f GB/s, ETA %.0f s", bar(done, total).c_str(), gb(done).c_str(), gb(total).c_str(),
