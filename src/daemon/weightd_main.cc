@@ -1,6 +1,7 @@
 // fastrestart-weightd: keeps one GPU's (or the host's) model weights resident across engine restarts.
 // Usage and exit codes: docs/weightd.md. Protocol: docs/protocol.md.
 #include <csignal>
+#include <cstdlib>
 #include <CLI/CLI.hpp>
 #include <spdlog/spdlog.h>
 
@@ -15,6 +16,8 @@ int run(int argc, char** argv) {
   std::string backend_name = "cuda", gpu = "0", socket_dir, group, log_level = "info", dtype;
   std::vector<std::string> preload_files, config_kv, tensors;
   int threads = 8, test_delay_ms = 0;
+  // Tests only: the same delay from the environment, so a supervisor's tests can slow the daemons it starts.
+  if (const char* e = std::getenv("FASTRESTART_TEST_READ_DELAY_MS"); e && *e) test_delay_ms = std::atoi(e);
   bool version = false;
   app.add_option("--backend", backend_name, "cuda (GPU memory, CUDA VMM) or host (memfd)")->check(CLI::IsMember({"cuda", "host"}));
   app.add_option("--gpu", gpu, "GPU index or UUID (GPU-...), cuda backend only");

@@ -117,6 +117,7 @@ struct Options {
   std::string gpus_and_weights;  // replaces [weights] when set
   std::string fake_nvml;         // FASTRESTART_FAKE_NVML for fastrestartd
   uint16_t http_port = 0;        // 0: [http] listen = "none"
+  int daemon_read_delay_ms = 0;  // FASTRESTART_TEST_READ_DELAY_MS for the daemons it starts
 };
 
 class Fastrestartd {
@@ -125,6 +126,7 @@ class Fastrestartd {
     m_cfg = m_dir / "model.toml";
     std::ofstream f(m_cfg);
     m_fake_nvml = o.fake_nvml;
+    m_read_delay_ms = o.daemon_read_delay_ms;
     f << "gpus = " << o.gpus << "\n[model]\nname = \"t\"\n[engine]\nkind = \"" << o.kind << "\"\n"
       << "command = [\"" << o.engine_binary << "\", \"serve\", \"" << checkpoint_dir() << "\"]\n"
       << "flags = [\"--host\", \"127.0.0.1\", \"--port\", \"" << m_port << "\", \"--served-model-name\", \"t\", "
@@ -163,6 +165,7 @@ class Fastrestartd {
       ::dup2(fd, 2);
       ::setenv("NOTIFY_SOCKET", (m_dir / "notify.sock").c_str(), 1);
       if (!m_fake_nvml.empty()) ::setenv("FASTRESTART_FAKE_NVML", m_fake_nvml.c_str(), 1);
+      if (m_read_delay_ms > 0) ::setenv("FASTRESTART_TEST_READ_DELAY_MS", std::to_string(m_read_delay_ms).c_str(), 1);
       ::execl(FR_FASTRESTARTD_BIN, FR_FASTRESTARTD_BIN, "--config", m_cfg.c_str(), "--log-level", "debug", nullptr);
       _exit(127);
     }
@@ -220,6 +223,7 @@ class Fastrestartd {
   test::TempDir m_dir;
   uint16_t m_port;
   std::string m_cfg, m_log, m_fake_nvml;
+  int m_read_delay_ms = 0;
   std::unique_ptr<NotifySocket> m_notify;
   pid_t m_pid = -1;
 };
@@ -494,6 +498,27 @@ TEST(Fastrestartd, ADaemonThatCannotStartDoesNotStopTheEngine) {
   ASSERT_TRUE(d.notify().wait_for("READY=1")) << d.log();
   EXPECT_NE(d.log().find("died while loading"), std::string::npos) << d.log();
   EXPECT_EQ(d.status()["last_start"]["path"], "cold");
+}
+
+// While the daemons preload, STATUS= and fastrestartctl status show the progress (bytes, rate, ETA).
+TEST(Fastrestartd, LoadProgressIsShownWhileTheDaemonsPreload) {
+  Options o;
+  o.gpus_and_weights = "[weights]\nbackend = \"host\"\ncheckpoint = \"" + checkpoint_dir() +
+                       "\"\nkey = {arch = \"tinyengine\"}\n";
+  o.daemon_read_delay_ms = 1500;
+  o.engine_flags = ", \"--fastrestart-connect-timeout\", \"0.1\"";
+  Fastrestartd d(o);
+  ASSERT_TRUE(d.wait_status([](const json& s) { return s["state"] == "loading" && !s["daemons"].empty() &&
+                                                     s["daemons"][0]["progress"].value("total_bytes", 0) > 0; }))
+      << d.log();
+  auto table = d.ctl({"status"});
+  EXPECT_EQ(table.exit_code, 0);
+  EXPECT_NE(table.output.find("loading"), std::string::npos) << table.output;
+  EXPECT_NE(table.output.find("[.."), std::string::npos) << "a progress bar:\n" << table.output;
+  EXPECT_NE(table.output.find("GB/s, ETA"), std::string::npos) << table.output;
+  EXPECT_TRUE(d.notify().wait_for("STATUS=Loading weights: ", 1, 10)) << d.log();
+  EXPECT_TRUE(d.notify().wait_for("EXTEND_TIMEOUT_USEC=", 1, 10));
+  ASSERT_TRUE(d.notify().wait_for("READY=1", 1, 60)) << d.log();
 }
 
 TEST(Fastrestartd, StopEngineHoldsItUntilStartEngine) {
