@@ -2,12 +2,16 @@
 """Writes a Llama-3.1-8B-shaped safetensors checkpoint with deterministic bf16 values.
 
 4 shards, 291 tensors, 16.06 GB, the tensor names and shapes of meta-llama/Llama-3.1-8B, split in
-order (embed, layers 0..31, norm, lm_head) into shards of at most 5 GB as Hugging Face does. Values come
-from one seeded 64 MiB block of bf16 numbers (normal, std 0.02), each tensor starting at a different
-offset in it, so tensors differ and the files are the same on every run; generation is bound by the
-disk, not by the random generator. Needs numpy only.
+order (embed, layers 0..31, norm, lm_head) into shards of at most 5 GB as Hugging Face does, with the
+model's config.json, so transformers' LlamaForCausalLM runs it (python/refengine). Values come from one
+seeded 64 MiB block of bf16 numbers (normal, std 0.02), each tensor starting at a different offset in
+it, so tensors differ and the files are the same on every run; generation is bound by the disk, not by
+the random generator. Needs numpy only.
 
-    gen_llama_checkpoint.py OUT_DIR [--scale 1.0]   (--scale < 1 shrinks every row count, for tests)
+    gen_llama_checkpoint.py OUT_DIR [--shape 8b|tiny] [--scale 1.0]
+      --shape tiny: a consistent 2-layer Llama of about 75 MB (refengine smoke tests)
+      --scale < 1:  shrinks every row count of the 8b shape (weight-store tests only: the shapes no longer
+                    make a model, so no config.json is written)
 """
 import argparse
 import json
@@ -17,12 +21,19 @@ import sys
 
 import numpy as np
 
-HIDDEN, INTER, VOCAB, LAYERS, KV = 4096, 14336, 128256, 32, 1024
+# hidden, intermediate, vocab, layers, attention heads, key/value heads (Llama-3.1-8B and a tiny one)
+SHAPES = {
+    "8b": dict(hidden=4096, inter=14336, vocab=128256, layers=32, heads=32, kv_heads=8),
+    "tiny": dict(hidden=512, inter=1024, vocab=32000, layers=2, heads=8, kv_heads=2),
+}
 BLOCK = 64 << 20
 SHARD_LIMIT = 5_000_000_000
 
 
-def tensors(scale):
+def tensors(d, scale):
+    HIDDEN, INTER, VOCAB, LAYERS = d["hidden"], d["inter"], d["vocab"], d["layers"]
+    KV = d["kv_heads"] * (d["hidden"] // d["heads"])
+
     def rows(n):
         return max(1, int(n * scale))
 
@@ -58,6 +69,23 @@ def block():
     return (f32.view(np.uint32) >> 16).astype(np.uint16).tobytes()
 
 
+def hf_config(d):
+    """The config.json of meta-llama/Llama-3.1-8B with this shape's sizes (rope scaling included)."""
+    return {
+        "architectures": ["LlamaForCausalLM"], "model_type": "llama", "torch_dtype": "bfloat16",
+        "hidden_size": d["hidden"], "intermediate_size": d["inter"], "vocab_size": d["vocab"],
+        "num_hidden_layers": d["layers"], "num_attention_heads": d["heads"],
+        "num_key_value_heads": d["kv_heads"], "head_dim": d["hidden"] // d["heads"],
+        "max_position_embeddings": 131072, "rms_norm_eps": 1e-5, "hidden_act": "silu",
+        "rope_theta": 500000.0, "rope_scaling": {"factor": 8.0, "low_freq_factor": 1.0,
+                                                 "high_freq_factor": 4.0,
+                                                 "original_max_position_embeddings": 8192,
+                                                 "rope_type": "llama3"},
+        "attention_bias": False, "mlp_bias": False, "tie_word_embeddings": False,
+        "bos_token_id": 128000, "eos_token_id": 128001,
+    }
+
+
 def write_tensor(f, data, start, n):
     mv = memoryview(data)
     pos = start
@@ -71,10 +99,14 @@ def write_tensor(f, data, start, n):
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("out_dir")
+    ap.add_argument("--shape", choices=sorted(SHAPES), default="8b")
     ap.add_argument("--scale", type=float, default=1.0)
     a = ap.parse_args()
+    if not 0 < a.scale <= 1:
+        ap.error("--scale must be in (0, 1]")
     os.makedirs(a.out_dir, exist_ok=True)
-    ts = tensors(a.scale)
+    dims = SHAPES[a.shape]
+    ts = tensors(dims, a.scale)
     shards, cur, size = [], [], 0
     for name, shape in ts:
         if cur and size + nbytes(shape) > SHARD_LIMIT:
@@ -103,6 +135,9 @@ def main():
         total += off
     with open(os.path.join(a.out_dir, "model.safetensors.index.json"), "w") as f:
         json.dump({"metadata": {"total_size": total}, "weight_map": index}, f, indent=1)
+    if a.scale == 1.0:
+        with open(os.path.join(a.out_dir, "config.json"), "w") as f:
+            json.dump(hf_config(dims), f, indent=1)
     print(json.dumps({"shards": len(shards), "tensors": len(ts), "bytes": total}))
 
 

@@ -5,6 +5,10 @@
 # not carried: the GPU machine runs Ubuntu 24.04, whose copies are newer than Debian 12's.
 # Then, on the GPU machine, from the repository root with .bundle carried: scripts/gpu-run.sh.
 #
+# The Python binding is built for the GPU machine's Python 3.12 (its torch lives there) with a local 3.12's
+# headers: FR_BUNDLE_PYTHON names that interpreter (default: pyenv's 3.12, else python3.12 on PATH); it
+# lands in .bundle/python/fastrestart (PYTHONPATH=.bundle/python).
+#
 # usage: scripts/gpu-bundle.sh        (exit 1 when the build fails or the bundle exceeds 64 MiB)
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -13,20 +17,41 @@ bundle=$root/.bundle
 targets=(fastrestart-weightd fastrestart-weightctl gpu_digest_test vmm_share_test no_driver_test fr_cuda_helper
          fr_attach_bench fastrestartd fastrestartctl fastrestart-tinyengine tinyengine_test)
 
-configure=$(cmake -S "$root" -B "$build" -DFASTRESTART_CUDA=ON -DCMAKE_BUILD_TYPE=RelWithDebInfo)
+py=${FR_BUNDLE_PYTHON:-$(ls -d /root/.pyenv/versions/3.12*/bin/python3 2>/dev/null | tail -1)}
+py=${py:-$(command -v python3.12 || true)}
+pyargs=()
+[ -n "$py" ] && pyargs=(-DPython3_EXECUTABLE="$py")
+launcher=()
+command -v ccache >/dev/null && launcher=(-DCMAKE_C_COMPILER_LAUNCHER=ccache -DCMAKE_CXX_COMPILER_LAUNCHER=ccache)
+configure=$(cmake -S "$root" -B "$build" -DFASTRESTART_CUDA=ON -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+  "${pyargs[@]}" "${launcher[@]}")
 grep -q 'CUDA backend ON' <<<"$configure" ||
   { echo "gpu-bundle: the CUDA toolkit was not found (set CUDA_HOME)" >&2; exit 1; }
+if grep -q 'Python binding: .*(3\.12' <<<"$configure"; then
+  targets+=(fr_python)
+else
+  echo "gpu-bundle: no Python 3.12 with headers here (FR_BUNDLE_PYTHON): the bundle has no Python binding" >&2
+fi
 cmake --build "$build" -j"$(nproc)" --target "${targets[@]}"
 
 rm -rf "$bundle"
 mkdir -p "$bundle/bin" "$bundle/lib"
 for t in "${targets[@]}"; do
+  if [ "$t" = fr_python ]; then
+    mkdir -p "$bundle/python/fastrestart"
+    cp "$build"/python/fastrestart/__init__.py "$bundle/python/fastrestart/"
+    for so in "$build"/python/fastrestart/_fastrestart*.so; do
+      objcopy --strip-debug "$so" "$bundle/python/fastrestart/$(basename "$so")"
+    done
+    continue
+  fi
   f=$(find "$build" -type f -name "$t" -perm -u+x | head -1)
   [ -n "$f" ] || { echo "gpu-bundle: $t was not built" >&2; exit 1; }
   objcopy --strip-debug "$f" "$bundle/bin/$t"
 done
 # Shared libraries outside the C/C++ runtime, resolved through symlinks to the names the binaries ask for.
-for f in "$bundle"/bin/*; do
+for f in "$bundle"/bin/* "$bundle"/python/fastrestart/*.so; do
+  [ -e "$f" ] || continue
   ldd "$f" | awk '/=> \// {print $1, $3}'
 done | sort -u | while read -r name path; do
   case "$name" in

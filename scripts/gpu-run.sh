@@ -2,9 +2,12 @@
 # Runs on the GPU machine, from the repository root, with .bundle/ (scripts/gpu-bundle.sh) carried:
 # the CUDA tests, then the weight-store benchmark (bench/h200_weights.py), results under $OUT.
 #
-# usage: scripts/gpu-run.sh [smoke|full]
+# usage: scripts/gpu-run.sh [smoke|full|e2e-smoke|e2e]
 #   smoke: machine facts, the CUDA tests, and the benchmark on a 1% checkpoint (about 160 MB)
 #   full:  the CUDA tests and the benchmark on the full Llama-3.1-8B-shaped checkpoint (16 GB)
+#   e2e-smoke: the Python tests with torch (binding, reference engine), then bench/e2e_restart.py on small
+#          checkpoints (E2E_ARGS adds flags)
+#   e2e:   the same with the 16 GB checkpoints (issue 6's figures; docs/benchmarks.md "End to end")
 # Files in $OUT (at most 8 come back): summary.txt, tests.log, bench.log, results.json, weightd*.log.
 set -uo pipefail
 mode=${1:-full}
@@ -22,9 +25,30 @@ say() { echo "$*" | tee -a "$summary"; }
 
 say "== machine"
 say "$(nvidia-smi --query-gpu=name,driver_version,memory.total,persistence_mode --format=csv,noheader 2>&1)"
+export PYTHONPATH=$bundle/python${PYTHONPATH:+:$PYTHONPATH}
 say "$(nproc) cores, $(awk '/MemTotal/ {printf "%.0f GiB", $2/1048576}' /proc/meminfo) RAM (grows on use), kernel $(uname -r)"
 say "$(. /etc/os-release && echo "$PRETTY_NAME"); bundle: $(head -1 "$bundle/MANIFEST")"
 say "disk: $(df -h /var/tmp | tail -1)"
+
+case "$mode" in
+  e2e|e2e-smoke)
+    say "== Python tests with torch (binding, torch, reference engine)"
+    (cd python/tests && FR_WEIGHTD_BIN=$bundle/bin/fastrestart-weightd \
+      python3 -m unittest -v test_binding test_torch test_refengine) >"$OUT/python-tests.log" 2>&1
+    prc=$?
+    say "python tests: exit $prc; $(tail -3 "$OUT/python-tests.log" | tr '\n' ' ')"
+    grep -E '(FAIL|ERROR|skipped)' "$OUT/python-tests.log" | head -20 | tee -a "$summary"
+    size=full
+    [ "$mode" = e2e-smoke ] && size=small
+    read -r -a extra <<<"${E2E_ARGS:-}"
+    say "== bench/e2e_restart.py --size $size ${extra[*]}"
+    PYTHONUNBUFFERED=1 python3 bench/e2e_restart.py --out "$OUT" --size "$size" "${extra[@]}" 2>&1 | tee "$OUT/e2e.log"
+    erc=${PIPESTATUS[0]}
+    say "e2e exit $erc"
+    [ $prc -eq 0 ] && [ $erc -eq 0 ]
+    exit
+    ;;
+esac
 
 say "== CUDA tests"
 : >"$OUT/tests.log"

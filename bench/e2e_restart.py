@@ -1,0 +1,579 @@
+#!/usr/bin/env python3
+"""The end-to-end restart benchmark (issue 6; docs/benchmarks.md "End to end"): time to ready per start path
+for a PyTorch Llama engine (python/refengine) and for fastrestart-tinyengine's CUDA build, both supervised
+by fastrestartd on GPU 0, plus the anchors (safetensors.torch.load_file to CUDA, per-tensor CUDA IPC).
+
+Paths, each over --runs starts (medians reported):
+  cold_dropped  weights.mode off, the engine reads safetensors from disk, page cache dropped before each start
+  cold_cached   the same from a warm page cache
+  warm          fastrestartd's CUDA weight daemon holds the weights; the engine attaches (kill -9, then restart)
+  floor         the engine with its weights merely allocated (torch.empty; refengine only)
+Also: kill -9 of the warm engine --kills times (death to READY=1), --cycles restart cycles with the GPU's used
+memory and the daemon's held bytes after each, bitwise-equal oracle logits on every path, the timeline of
+one warm restart, and a chart (matplotlib, when importable).
+
+Needs on PATH: fastrestartd, fastrestartctl, fastrestart-weightd, fastrestart-tinyengine; the Python binding
+importable (PYTHONPATH=.bundle/python); torch, transformers, safetensors. scripts/gpu-run.sh e2e runs it.
+
+    bench/e2e_restart.py --out DIR [--size full|small] [--runs 5] [--kills 10] [--cycles 20]
+                         [--only refengine,tinyengine,anchors]
+Writes DIR/e2e.json (after every stage, so a run cut short keeps what it measured), DIR/e2e.md, DIR/e2e.png
+and DIR/logs.tar.gz (every fastrestartd log, the engines' output included).
+"""
+import argparse
+import hashlib
+import json
+import os
+import shutil
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import time
+import urllib.request
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(HERE)
+REFENGINE = os.path.join(ROOT, "python", "refengine", "fastrestart_refengine.py")
+GB = 1e9
+
+
+def log(msg):
+    print(f"[{time.strftime('%H:%M:%S')}] {msg}", flush=True)
+
+
+def drop_caches():
+    try:
+        os.sync()
+        with open("/proc/sys/vm/drop_caches", "w") as f:
+            f.write("3\n")
+        return True
+    except OSError as e:
+        log(f"cannot drop the page cache ({e}): 'cold_dropped' is not cold")
+        return False
+
+
+def med(xs):
+    xs = [x for x in xs if x is not None]
+    return round(statistics.median(xs), 4) if xs else None
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def http_json(port, path, timeout=30):
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=timeout) as r:
+        return json.load(r)
+
+
+class Supervisor:
+    """One fastrestartd with a generated config; its control socket drives and reads it."""
+
+    def __init__(self, work, name, command, flags, port, weights, out, backend="cuda"):
+        self.dir = os.path.join(work, name)
+        shutil.rmtree(self.dir, ignore_errors=True)
+        os.makedirs(self.dir)
+        self.port, self.name, self.out = port, name, out
+        self.sock = os.path.join(self.dir, "ctl", "s.ctl")
+        q = json.dumps
+        key = "".join(f"{k} = {q(v)}\n" for k, v in weights.get("key", {}).items())
+        gpus = '["0"]' if backend == "cuda" else "[]"
+        toml = f"""gpus = {gpus}
+[model]
+name = "{name}"
+[engine]
+kind = "generic"
+command = {q(command)}
+flags = {q(flags + ["--host", "127.0.0.1", "--port", str(port), "--served-model-name", name])}
+host = "127.0.0.1"
+port = {port}
+stop_grace_s = 20
+[weights]
+mode = "{weights['mode']}"
+backend = "{backend}"
+checkpoint = {q(weights['checkpoint'])}
+socket_dir = "{self.dir}/run"
+daemon_path = "{shutil.which('fastrestart-weightd')}"
+[weights.key]
+{key}
+[readiness]
+model = "{name}"
+startup_timeout_s = 1200
+poll_interval_s = 0.02
+check_interval_s = 30
+[restart]
+backoff_initial_s = 0.01
+backoff_max_s = 0.05
+crash_loop_limit = 1000
+[control]
+socket = "{self.sock}"
+state_dir = "{self.dir}/state"
+[http]
+listen = "none"
+"""
+        self.config = os.path.join(self.dir, "fastrestart.toml")
+        with open(self.config, "w") as f:
+            f.write(toml)
+        self.logpath = os.path.join(out, "logs", f"fastrestartd-{name}.log")
+        self.logf = open(self.logpath, "w")
+        self.proc = subprocess.Popen(["fastrestartd", "--config", self.config], stdout=self.logf,
+                                     stderr=subprocess.STDOUT)
+
+    def ctl(self, *args):
+        r = subprocess.run(["fastrestartctl", "--socket", self.sock, *args], capture_output=True, text=True,
+                           timeout=1200)
+        if r.returncode != 0:
+            raise RuntimeError(f"fastrestartctl {' '.join(args)}: exit {r.returncode}: {r.stderr.strip()}")
+        return r.stdout
+
+    def status(self):
+        return json.loads(self.ctl("status", "--json"))
+
+    def readies(self):
+        with open(self.logpath) as f:
+            return f.read().count("READY: path")
+
+    def wait_ready(self, n, timeout=1200):
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.readies() >= n:
+                return self.status()
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"fastrestartd exited {self.proc.returncode}; see {self.logpath}")
+            time.sleep(0.01)
+        raise RuntimeError(f"no READY #{n} within {timeout} s; see {self.logpath}")
+
+    def engine_stats(self):
+        return http_json(self.port, "/stats")
+
+    def answer(self):
+        """The oracle request's tokens and log-probabilities, hashed: equal hashes = bitwise-equal answers."""
+        body = json.dumps({"model": self.name, "prompt": "The capital of France is", "max_tokens": 4,
+                           "logprobs": 0}).encode()
+        req = urllib.request.Request(f"http://127.0.0.1:{self.port}/v1/completions", body,
+                                     {"Content-Type": "application/json"})
+        with urllib.request.urlopen(req, timeout=120) as r:
+            c = json.load(r)["choices"][0]
+        return hashlib.sha256(json.dumps([c["token_ids"], c["logprobs"]["token_logprobs"]]).encode()).hexdigest()
+
+    def stop(self):
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(120)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+        self.logf.close()
+        return self.proc.returncode
+
+
+class Bench:
+    def __init__(self, a):
+        self.a = a
+        self.res = {"args": vars(a), "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
+        self.work = "/var/tmp/fr-e2e"
+        # Logs gather here and leave as one archive (the GPU machine returns at most 8 files).
+        self.logs = os.path.join(self.work, "logs")
+        shutil.rmtree(self.logs, ignore_errors=True)
+        os.makedirs(self.logs)
+
+    def save(self):
+        with open(os.path.join(self.a.out, "e2e.json"), "w") as f:
+            json.dump(self.res, f, indent=1)
+
+    def machine(self):
+        q = subprocess.run(["nvidia-smi", "--query-gpu=name,driver_version,memory.total",
+                            "--format=csv,noheader"], capture_output=True, text=True).stdout.strip()
+        import torch
+        import transformers
+        self.res["machine"] = {"gpu": q, "kernel": os.uname().release, "torch": torch.__version__,
+                               "transformers": transformers.__version__, "python": sys.version.split()[0]}
+        log(f"machine: {self.res['machine']}")
+
+    # --- checkpoints ---------------------------------------------------------------------------------
+    def llama_ckpt(self):
+        d = os.path.join(self.work, "llama-" + self.a.size)
+        if not os.path.exists(os.path.join(d, "config.json")):
+            shape = ["--shape", "tiny"] if self.a.size == "small" else []
+            t = time.monotonic()
+            subprocess.run([sys.executable, os.path.join(HERE, "gen_llama_checkpoint.py"), d, *shape], check=True)
+            log(f"generated {d} in {time.monotonic() - t:.1f} s")
+        return d
+
+    def tiny_ckpt(self):
+        size = "16G" if self.a.size == "full" else "256M"
+        d = os.path.join(self.work, "tiny-" + size)
+        if not os.path.isdir(d):
+            t = time.monotonic()
+            subprocess.run(["fastrestart-tinyengine", "gen", "--out", d, "--size", size, "--dtype", "BF16"],
+                           check=True, stdout=subprocess.DEVNULL)
+            log(f"generated {d} in {time.monotonic() - t:.1f} s")
+        return d
+
+    @staticmethod
+    def ckpt_bytes(d):
+        return sum(os.path.getsize(os.path.join(d, f)) for f in os.listdir(d) if f.endswith(".safetensors"))
+
+    # --- one engine, every path ----------------------------------------------------------------------
+    def starts(self, sup, n, label, drop=False, first=False):
+        """n starts of the supervised engine: the first READY (first=True) then stop/start cycles."""
+        out = []
+        for i in range(n):
+            if first and i == 0:
+                st = sup.wait_ready(1)
+            else:
+                k = sup.readies()
+                sup.ctl("stop-engine")
+                dropped = drop_caches() if drop else None
+                sup.ctl("start-engine")
+                st = sup.wait_ready(k + 1)
+                if drop and not dropped:
+                    self.res.setdefault("notes", []).append(f"{label}: page cache not dropped")
+            es = sup.engine_stats()
+            ls = st["last_start"]
+            out.append({"path": ls["path"], "time_to_ready_s": ls["time_to_ready_s"],
+                        "load_path": es["load"].get("path"), "phases": es.get("startup", {}).get("phases")
+                        or es["load"].get("phases"), "oracle": es.get("oracle"), "answer": sup.answer(),
+                        "memory": st.get("memory")})
+            log(f"{label} #{i + 1}: {ls['path']} / engine {es['load'].get('path')}: "
+                f"exec to READY {ls['time_to_ready_s']:.3f} s")
+        return out
+
+    def kills(self, sup, n, label):
+        out = []
+        for i in range(n):
+            st = sup.status()
+            k = sup.readies()
+            pid = st["engine"]["pid"]
+            t = time.monotonic()
+            os.kill(pid, signal.SIGKILL)
+            st = sup.wait_ready(k + 1)
+            seen = time.monotonic() - t
+            es = sup.engine_stats()
+            ls = st["last_start"]
+            m = (st.get("memory") or [{}])[0]
+            out.append({"path": ls["path"], "death_to_ready_s": ls["since_previous_exit_s"],
+                        "exec_to_ready_s": ls["time_to_ready_s"], "kill_to_ready_seen_s": round(seen, 4),
+                        "load_path": es["load"].get("path"),
+                        "phases": es.get("startup", {}).get("phases") or es["load"].get("phases"),
+                        "attach_timings": es["load"].get("attach_timings"),
+                        "oracle": es.get("oracle"), "answer": sup.answer(), "gpu_used_bytes": m.get("used_bytes"),
+                        "daemon_held_bytes": m.get("daemon_held_bytes")})
+            log(f"{label} kill -9 #{i + 1}: {ls['path']} / engine {es['load'].get('path')}: death to READY "
+                f"{ls['since_previous_exit_s']:.3f} s, exec to READY {ls['time_to_ready_s']:.3f} s, "
+                f"GPU used {m.get('used_bytes', 0) / GB:.2f} GB, daemon holds {m.get('daemon_held_bytes', 0) / GB:.2f} GB")
+        return out
+
+    def engine(self, kind):
+        a = self.a
+        if kind == "refengine":
+            ck = self.llama_ckpt()
+            command = [sys.executable, REFENGINE, "serve", ck]
+            disk, warm_fmt, floor = ["--load-format", "disk"], ["--load-format", "fastrestart"], ["--load-format", "dummy"]
+            key = {"arch": "LlamaForCausalLM", "dtype": "BF16", "engine": "fastrestart-refengine 0.1.0",
+                   "tp_size": "1", "tp_rank": "0"}
+        else:
+            ck = self.tiny_ckpt()
+            command = [shutil.which("fastrestart-tinyengine"), "serve", ck]
+            dev = a.tinyengine_device
+            disk = ["--device", dev, "--load-format", "disk"]
+            warm_fmt = ["--device", dev, "--load-format", "fastrestart"]
+            floor = None
+            key = None  # the engine's version string is read from its /stats below
+        backend = "host" if kind == "tinyengine" and a.tinyengine_device == "cpu" else "cuda"
+        r = self.res.setdefault(kind, {})
+        r["checkpoint"] = {"path": ck, "bytes": self.ckpt_bytes(ck)}
+        self.save()
+        port = free_port()
+        sup = Supervisor(self.work, f"{kind}-cold", command, disk, port,
+                         {"mode": "off", "checkpoint": ck}, self.work, backend)
+        try:
+            drop_caches()
+            r["cold_dropped"] = self.starts(sup, a.runs, f"{kind} cold_dropped", drop=True, first=True)
+            self.save()
+            r["cold_cached"] = self.starts(sup, a.runs, f"{kind} cold_cached")
+            self.save()
+            version = sup.engine_stats().get("version")
+        finally:
+            sup.stop()
+        if key is None:
+            key = {"arch": "tinyengine", "dtype": "BF16", "engine": f"fastrestart-tinyengine {version}",
+                   "tp_size": "1", "tp_rank": "0"}
+        if floor:
+            sup = Supervisor(self.work, f"{kind}-floor", command, floor, port, {"mode": "off", "checkpoint": ck}, self.work, backend)
+            try:
+                r["floor"] = self.starts(sup, a.runs, f"{kind} floor", first=True)
+            finally:
+                sup.stop()
+            self.save()
+        warm_fmt += ["--fastrestart-socket-dir", os.path.join(self.work, f"{kind}-warm", "run")]
+        sup = Supervisor(self.work, f"{kind}-warm", command, warm_fmt, port,
+                         {"mode": "zero_copy", "checkpoint": ck, "key": key}, self.work, backend)
+        try:
+            r["warm_first"] = self.starts(sup, 1, f"{kind} warm first start", first=True)
+            r["warm_kill9"] = self.kills(sup, a.kills, kind)
+            self.save()
+            more = max(0, a.cycles - a.kills)
+            r["warm_cycles"] = self.kills(sup, more, f"{kind} cycle") if more else []
+            r["warm_restart"] = self.starts(sup, a.runs, f"{kind} warm restart")
+            r["daemons"] = json.loads(sup.ctl("daemons"))
+        finally:
+            sup.stop()
+        self.save()
+
+    # --- anchors -------------------------------------------------------------------------------------
+    def anchors(self):
+        ck = self.llama_ckpt()
+        files = sorted(os.path.join(ck, f) for f in os.listdir(ck) if f.endswith(".safetensors"))
+        r = self.res.setdefault("anchors", {})
+        code = f"""
+import json, sys, time
+import torch
+from safetensors.torch import load_file
+torch.empty(1, device="cuda:0"); torch.cuda.synchronize()
+t = time.monotonic()
+n = 0
+for f in {files!r}:
+    n += sum(v.numel() * v.element_size() for v in load_file(f, device="cuda:0").values())
+torch.cuda.synchronize()
+print(json.dumps({{"seconds": time.monotonic() - t, "bytes": n}}))
+"""
+        runs = []
+        for _ in range(self.a.runs):
+            p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+            runs.append(json.loads(p.stdout.strip().splitlines()[-1]))
+        r["safetensors_load_file_cuda_cached"] = runs
+        log(f"safetensors.torch.load_file to cuda (warm page cache): median {med([x['seconds'] for x in runs]):.3f} s")
+        self.save()
+        r["per_tensor_cuda_ipc"] = self.ipc_anchor(files)
+        r["fastrestart_attach"] = self.attach_anchor(files)
+        self.save()
+
+    def ipc_anchor(self, files):
+        """The legacy mechanism (vLLM's ipc_cache, SGLang): one CUDA IPC handle per tensor, rebuilt with
+        torch.multiprocessing's reductions in a fresh consumer process, as a restarting engine would."""
+        producer = f"""
+import pickle, sys, torch
+from safetensors.torch import load_file
+from torch.multiprocessing.reductions import reduce_tensor
+state = {{}}
+for f in {files!r}:
+    state.update(load_file(f, device="cuda:0"))
+torch.cuda.synchronize()
+handles = {{k: reduce_tensor(v) for k, v in state.items()}}
+with open(sys.argv[1], "wb") as f:
+    pickle.dump(handles, f)
+print("ready", flush=True)
+sys.stdin.read()  # hold the memory until told to go
+"""
+        consumer = """
+import json, pickle, sys, time, torch
+torch.empty(1, device="cuda:0"); torch.cuda.synchronize()
+with open(sys.argv[1], "rb") as f:
+    handles = pickle.load(f)
+t = time.monotonic()
+state = {k: fn(*args) for k, (fn, args) in handles.items()}
+torch.cuda.synchronize()
+dt = time.monotonic() - t
+print(json.dumps({"seconds": dt, "tensors": len(state)}))
+"""
+        hp = os.path.join(self.work, "ipc-handles.pkl")
+        prod = subprocess.Popen([sys.executable, "-c", producer, hp], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                text=True)
+        runs = []
+        try:
+            if prod.stdout.readline().strip() != "ready":
+                raise RuntimeError("the IPC producer failed")
+            for _ in range(self.a.runs):
+                p = subprocess.run([sys.executable, "-c", consumer, hp], capture_output=True, text=True)
+                if p.returncode != 0:
+                    runs.append({"error": p.stderr.strip()[-500:]})
+                    continue
+                runs.append(json.loads(p.stdout.strip().splitlines()[-1]))
+        finally:
+            prod.stdin.close()
+            prod.wait(60)
+        ok = [x["seconds"] for x in runs if "seconds" in x]
+        log(f"per-tensor CUDA IPC attach ({runs[0].get('tensors')} tensors): median "
+            f"{med(ok) * 1e3 if ok else float('nan'):.2f} ms" if ok else f"per-tensor IPC failed: {runs[:1]}")
+        return runs
+
+    def attach_anchor(self, files):
+        """Our attach of the same files from a CUDA weight daemon, in a fresh process each time."""
+        run_dir = os.path.join(self.work, "anchor-run")
+        shutil.rmtree(run_dir, ignore_errors=True)
+        key = {"arch": "LlamaForCausalLM", "dtype": "BF16", "engine": "anchor", "tp_size": "1", "tp_rank": "0"}
+        d = subprocess.Popen(["fastrestart-weightd", "--backend", "cuda", "--gpu", "0", "--socket-dir", run_dir,
+                              *[x for f in files for x in ("--preload", f)],
+                              *[x for k, v in key.items() for x in ("--config", f"{k}={v}")]],
+                             stdout=open(os.path.join(self.logs, "weightd-anchor.log"), "w"), stderr=subprocess.STDOUT)
+        consumer = f"""
+import json, time, torch, fastrestart
+torch.empty(1, device="cuda:0"); torch.cuda.synchronize()
+for _ in range(600):
+    r = fastrestart.attach({files!r}, {key!r}, socket_dir={run_dir!r}, device="cuda:0", fallback=True)
+    if r.hit: break
+    time.sleep(0.5)
+t = time.monotonic()
+r = fastrestart.attach({files!r}, {key!r}, socket_dir={run_dir!r}, device="cuda:0")
+state = {{k: torch.from_dlpack(v) for k, v in r.tensors.items()}}
+torch.cuda.synchronize()
+print(json.dumps({{"seconds": time.monotonic() - t, "hit": r.hit, "tensors": len(state), "timings": r.timings}}))
+"""
+        runs = []
+        try:
+            for _ in range(self.a.runs):
+                p = subprocess.run([sys.executable, "-c", consumer], capture_output=True, text=True)
+                if p.returncode != 0:
+                    runs.append({"error": p.stderr.strip()[-500:]})
+                    continue
+                runs.append(json.loads(p.stdout.strip().splitlines()[-1]))
+        finally:
+            d.send_signal(signal.SIGTERM)
+            d.wait(60)
+        ok = [x["seconds"] for x in runs if x.get("hit")]
+        log(f"fastrestart attach + from_dlpack ({runs[0].get('tensors')} tensors): median "
+            f"{med(ok) * 1e3:.2f} ms" if ok else f"fastrestart attach failed: {runs[:1]}")
+        return runs
+
+    # --- report --------------------------------------------------------------------------------------
+    def report(self):
+        lines = [f"# End-to-end restart benchmark ({self.res['started']}, size {self.a.size})", ""]
+        m = self.res.get("machine", {})
+        lines += [f"machine: {m}", ""]
+        summary = {}
+        for kind in ("refengine", "tinyengine"):
+            r = self.res.get(kind)
+            if not r:
+                continue
+            s = summary[kind] = {}
+            for p in ("cold_dropped", "cold_cached", "floor", "warm_restart"):
+                if r.get(p):
+                    s[p] = med([x["time_to_ready_s"] for x in r[p]])
+            if r.get("warm_kill9"):
+                s["warm_kill9_exec_to_ready"] = med([x["exec_to_ready_s"] for x in r["warm_kill9"]])
+                s["warm_kill9_death_to_ready"] = med([x["death_to_ready_s"] for x in r["warm_kill9"]])
+                s["warm_kill9_max_death_to_ready"] = max(x["death_to_ready_s"] for x in r["warm_kill9"])
+                s["warm_paths"] = sorted({x["load_path"] for x in r["warm_kill9"] + r.get("warm_cycles", [])})
+                cyc = r["warm_kill9"] + r.get("warm_cycles", [])
+                used = [x["gpu_used_bytes"] for x in cyc if x.get("gpu_used_bytes")]
+                held = [x["daemon_held_bytes"] for x in cyc if x.get("daemon_held_bytes") is not None]
+                if used:
+                    s["cycles"] = len(cyc)
+                    s["gpu_used_first_last_gb"] = [round(used[0] / GB, 3), round(used[-1] / GB, 3)]
+                    s["gpu_used_growth_mb"] = round((used[-1] - used[0]) / 1e6, 1)
+                    s["daemon_held_gb"] = sorted({round(h / GB, 3) for h in held})
+            shas, answers = {}, {}
+            for p in ("cold_dropped", "cold_cached", "warm_first", "warm_kill9", "warm_cycles", "warm_restart"):
+                for x in r.get(p) or []:
+                    if x.get("oracle"):
+                        shas.setdefault(x["oracle"]["logits_sha256"], set()).add(x["load_path"])
+                    answers.setdefault(x.get("answer"), set()).add(x["load_path"])
+            if shas:  # the reference engine's full logits vector of the oracle prompt, hashed
+                s["oracle_logits_distinct"] = len(shas)
+            s["answers_distinct"] = len(answers)  # 4 tokens and their log-probabilities, hashed
+            s["oracle_paths"] = sorted({p for v in answers.values() for p in v})
+            if "cold_dropped" in s and "warm_kill9_exec_to_ready" in s:
+                s["speedup_cold_dropped_over_warm"] = round(s["cold_dropped"] / s["warm_kill9_exec_to_ready"], 1)
+            if "floor" in s and "warm_kill9_exec_to_ready" in s:
+                s["warm_minus_floor_s"] = round(s["warm_kill9_exec_to_ready"] - s["floor"], 3)
+        an = self.res.get("anchors", {})
+        for k in ("safetensors_load_file_cuda_cached", "per_tensor_cuda_ipc", "fastrestart_attach"):
+            ok = [x["seconds"] for x in an.get(k, []) if "seconds" in x]
+            if ok:
+                summary.setdefault("anchors", {})[k + "_s"] = med(ok)
+        self.res["summary"] = summary
+        lines += ["```", json.dumps(summary, indent=1), "```"]
+        with open(os.path.join(self.a.out, "e2e.md"), "w") as f:
+            f.write("\n".join(lines) + "\n")
+        self.save()
+        print("\n".join(lines), flush=True)
+        self.chart(summary)
+
+    def chart(self, summary):
+        try:
+            import matplotlib
+            matplotlib.use("Agg")
+            import matplotlib.pyplot as plt
+        except ImportError as e:
+            log(f"no chart: {e}")
+            return
+        names = {"cold_dropped": "cold, disk\n(cache dropped)", "cold_cached": "cold, disk\n(page cache)",
+                 "warm_kill9_exec_to_ready": "warm restart\n(weight daemon)", "floor": "floor\n(no weights)"}
+        kinds = [k for k in ("refengine", "tinyengine") if k in summary]
+        fig, axes = plt.subplots(1, len(kinds) + 1, figsize=(6 * (len(kinds) + 1), 4.5))
+        for ax, kind in zip(axes, kinds):
+            s = summary[kind]
+            keys = [k for k in names if s.get(k) is not None]
+            vals = [s[k] for k in keys]
+            bars = ax.bar([names[k] for k in keys], vals, color=["#b44", "#d84", "#4a4", "#888"][:len(keys)])
+            ax.bar_label(bars, labels=[f"{v:.2f} s" for v in vals])
+            ax.set_title({"refengine": "PyTorch Llama-3.1-8B shape (16 GB bf16)",
+                          "tinyengine": "tinyengine CUDA (16 GB bf16)"}[kind] if self.a.size == "full" else kind)
+            ax.set_ylabel("process start to READY=1 (s), median")
+        # The timeline of one warm restart of the reference engine (or tinyengine).
+        ax = axes[-1]
+        kind = kinds[0] if kinds else None
+        r = self.res.get(kind, {}) if kind else {}
+        k9 = (r.get("warm_kill9") or [None])[len(r.get("warm_kill9") or [None]) // 2]
+        if k9 and k9.get("phases"):
+            t0 = k9["death_to_ready_s"] - k9["exec_to_ready_s"]  # exit detected -> exec
+            steps, t = [("exit detected to exec", 0.0, t0)], t0
+            for name, v in k9["phases"].items():
+                if v is None:
+                    continue
+                steps.append((name.replace("_s", ""), t, v))
+                t += v
+            steps.append(("readiness probe to READY=1", t, max(0.0, k9["death_to_ready_s"] - t)))
+            for i, (n, start, dur) in enumerate(steps):
+                ax.barh(i, dur, left=start, color="#48a")
+                ax.text(start + dur, i, f" {n} {dur * 1e3:.0f} ms", va="center", fontsize=8)
+            ax.set_yticks([])
+            ax.invert_yaxis()
+            ax.set_xlabel("seconds since the engine's death was seen")
+            ax.set_title(f"one warm restart ({kind}, kill -9)")
+            ax.set_xlim(0, k9["death_to_ready_s"] * 1.6)
+        fig.tight_layout()
+        path = os.path.join(self.a.out, "e2e.png")
+        fig.savefig(path, dpi=110)
+        log(f"chart: {path}")
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--out", required=True)
+    ap.add_argument("--size", choices=["full", "small"], default="full")
+    ap.add_argument("--runs", type=int, default=5)
+    ap.add_argument("--kills", type=int, default=10)
+    ap.add_argument("--cycles", type=int, default=20)
+    ap.add_argument("--only", default="anchors,refengine,tinyengine")
+    ap.add_argument("--tinyengine-device", default="cuda:0",
+                    help="cpu runs the tinyengine stage on a machine without a GPU (host weight daemon)")
+    a = ap.parse_args()
+    os.makedirs(a.out, exist_ok=True)
+    b = Bench(a)
+    if "refengine" in a.only or "anchors" in a.only:
+        b.machine()
+    for stage in a.only.split(","):
+        t = time.monotonic()
+        try:
+            if stage == "anchors":
+                b.anchors()
+            else:
+                b.engine(stage)
+        except Exception as e:  # keep going: the other stages' figures are still worth having
+            log(f"stage {stage} failed: {type(e).__name__}: {e}")
+            b.res.setdefault("errors", {})[stage] = f"{type(e).__name__}: {e}"
+        log(f"stage {stage}: {time.monotonic() - t:.1f} s")
+        b.save()
+    b.report()
+    subprocess.run(["tar", "-czf", os.path.join(a.out, "logs.tar.gz"), "-C", b.work, "logs"], check=False)
+    return 1 if b.res.get("errors") else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,374 @@
+#!/usr/bin/env python3
+"""fastrestart-refengine: a PyTorch reference engine for the end-to-end restart benchmark (docs/refengine.md).
+
+A transformers LlamaForCausalLM served over the same OpenAI-compatible subset as fastrestart-tinyengine
+(/health, /v1/models, /v1/completions, /stats). Startup is the part of a vLLM start that fastrestart
+changes, and nothing else:
+
+    import torch + transformers -> CUDA context -> build the model on the meta device
+    -> weights: read from safetensors (disk) | attach from fastrestart-weightd (fastrestart) | torch.empty (dummy)
+    -> bind them with load_state_dict(assign=True) -> first forward (the oracle) -> /health 200
+
+It leaves out what vLLM adds on top (CUDA graph capture, torch.compile, KV-cache profiling, the tokenizer
+and the scheduler): those cost the same on every path, so they would only shift all figures alike.
+
+Tokens: the synthetic checkpoints ship no tokenizer, so a prompt string is its UTF-8 bytes as token ids
+(valid ids of any Llama vocabulary), and an id's text is the byte for printable ASCII, else "<id>".
+Decoding is greedy. Usage: fastrestart_refengine.py serve MODEL_DIR [--port P] [--load-format ...] (--help).
+"""
+import time
+
+T0 = time.monotonic()  # before the heavy imports: the phases below are measured from here
+
+import argparse  # noqa: E402
+import glob  # noqa: E402
+import hashlib  # noqa: E402
+import json  # noqa: E402
+import os  # noqa: E402
+import signal  # noqa: E402
+import sys  # noqa: E402
+import threading  # noqa: E402
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer  # noqa: E402
+
+VERSION = "0.1.0"
+ENGINE = f"fastrestart-refengine {VERSION}"
+ORACLE_PROMPT = "The capital of France is"
+
+
+def log(msg):
+    print(f"refengine[{os.getpid()}]: {msg}", flush=True)
+
+
+def since_exec_s():
+    """Seconds from this process's exec to T0, from /proc (clock ticks since boot; None when unknown)."""
+    try:
+        with open("/proc/self/stat") as f:
+            start_ticks = int(f.read().rsplit(")", 1)[1].split()[19])
+        with open("/proc/uptime") as f:
+            uptime = float(f.read().split()[0])
+        return max(0.0, uptime - (time.monotonic() - T0) - start_ticks / os.sysconf("SC_CLK_TCK"))
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+class Engine:
+    """The model and what its startup did. Generation is serialized by a lock (one CUDA stream)."""
+
+    def __init__(self, args):
+        self.args = args
+        self.state = "loading"
+        self.phases = {}  # name -> seconds, in order
+        self.load = {"format": args.load_format}
+        self.lock = threading.Lock()
+        self.model = None
+        self.ready_s = None
+        self.oracle = None
+        self.requests = {"completions": 0, "errors": 0}
+
+    def phase(self, name, fn):
+        t = time.monotonic()
+        out = fn()
+        self.phases[name] = round(time.monotonic() - t, 6)
+        return out
+
+    # --- startup -------------------------------------------------------------------------------------
+    def start(self):
+        a = self.args
+        self.phases["interpreter_s"] = since_exec_s()
+        torch = self.phase("import_s", self._imports)
+        self.device = torch.device(a.device)
+        self.phase("cuda_init_s", lambda: (torch.cuda.set_device(self.device),
+                                           torch.empty(1, device=self.device), torch.cuda.synchronize()))
+        self.files = sorted(glob.glob(os.path.join(a.model, "*.safetensors")))
+        if not self.files:
+            raise SystemExit(f"refengine: {a.model}: no *.safetensors files")
+        cfg_path = os.path.join(a.model, "config.json")
+        try:
+            self.hf_config = self.transformers.AutoConfig.from_pretrained(a.model)
+        except (OSError, ValueError) as e:
+            raise SystemExit(f"refengine: {cfg_path}: {e}")
+        self.model = self.phase("build_meta_s", self._build_meta)
+        state = self.phase("load_s", self._load_weights)
+        self.phase("bind_s", lambda: self._bind(state))
+        del state
+        self.oracle = self.phase("first_token_s", self._oracle)
+        self.ready_s = round(time.monotonic() - T0, 6)
+        self.state = "ready"
+        p = self.phases
+        log(f"load path={self.load['path']} weight_bytes={self.load['weight_bytes']} "
+            + " ".join(f"{k}={v:.4f}s" for k, v in p.items() if v is not None)
+            + (f" reason=\"{self.load['reason']}\"" if self.load.get("reason") else ""))
+        log(f"ready in {self.ready_s:.3f} s (path={self.load['path']}) logits_sha256={self.oracle['logits_sha256'][:16]}")
+
+    def _imports(self):
+        import torch
+        import transformers
+        self.torch, self.transformers = torch, transformers
+        torch.set_grad_enabled(False)
+        return torch
+
+    def _build_meta(self):
+        torch = self.torch
+        dtype = getattr(self.hf_config, "torch_dtype", None) or getattr(self.hf_config, "dtype", None)
+        self.dtype = dtype if isinstance(dtype, torch.dtype) else getattr(torch, str(dtype or "bfloat16"))
+        with torch.device("meta"):
+            model = self.transformers.AutoModelForCausalLM.from_config(self.hf_config, torch_dtype=self.dtype)
+        return model.eval()
+
+    def key_config(self):
+        """The cache key's config fields; fastrestartd's [weights] key must name the same (docs/refengine.md)."""
+        st = {self.torch.bfloat16: "BF16", self.torch.float16: "F16", self.torch.float32: "F32"}
+        return {"arch": type(self.model).__name__, "dtype": st.get(self.dtype, str(self.dtype)),
+                "engine": ENGINE, "tp_size": "1", "tp_rank": "0"}
+
+    def _from_disk(self):
+        from safetensors.torch import load_file
+        state = {}
+        for f in self.files:
+            state.update(load_file(f, device=str(self.device)))
+        return state
+
+    def _load_weights(self):
+        a, torch = self.args, self.torch
+        if a.load_format == "dummy":
+            # The floor: weights merely allocated where they will live, nothing read.
+            state = {n: torch.empty(p.shape, dtype=p.dtype, device=self.device)
+                     for n, p in self.model.state_dict().items()}
+            self.load.update(path="dummy", disk_bytes_read=0)
+        elif a.load_format == "disk":
+            state = self._from_disk()
+            self.load.update(path="disk")
+        else:
+            state = self._attach_or_load()
+        self.load["weight_bytes"] = sum(t.numel() * t.element_size() for t in state.values())
+        return state
+
+    def _attach_or_load(self):
+        import fastrestart
+        a, torch = self.args, self.torch
+        opts = dict(mode=a.fastrestart_mode, fallback=a.fastrestart_fallback == "on",
+                    connect_timeout_s=a.fastrestart_connect_timeout, state_timeout_s=a.fastrestart_state_timeout,
+                    verify=a.fastrestart_verify, socket_dir=a.fastrestart_socket_dir, device=str(self.device))
+        r = fastrestart.attach(self.files, self.key_config(), **opts)
+        self.load["attach_timings"] = r.timings
+        if r.hit:
+            # No copy: each torch tensor is a view of the daemon's pool (read-only in zero_copy: this engine
+            # never writes a weight).
+            state = {n: torch.from_dlpack(t) for n, t in r.tensors.items()}
+            self.load.update(path="attach", mode=r.mode, digest=r.digest, fingerprint=r.fingerprint)
+            return state
+        self.load.update(path="fallback", reason=r.reason, differs=list(r.differs))
+        state = self._from_disk()
+        if a.fastrestart_publish == "on":
+            t = time.monotonic()
+            try:
+                info = fastrestart.publish(self.files, self.key_config(), state,
+                                           socket_dir=a.fastrestart_socket_dir, device=str(self.device))
+                self.load.update(published=True, digest=info["digest"], fingerprint=info["fingerprint"])
+            except (RuntimeError, ValueError) as e:  # serve anyway; the next start misses again
+                self.load.update(published=False, publish_error=str(e))
+                log(f"publish failed: {e}")
+            self.phases["publish_s"] = round(time.monotonic() - t, 6)
+        return state
+
+    def _bind(self, state):
+        model = self.model
+        missing = set(model.state_dict()) - set(state)
+        if missing:
+            raise SystemExit(f"refengine: the checkpoint lacks {len(missing)} tensors, e.g. {sorted(missing)[0]}")
+        model.load_state_dict(state, strict=True, assign=True)
+        # Non-persistent buffers (rotary inv_freq) are not in any checkpoint: rebuild those modules on the
+        # device; anything else still on meta is a bug worth failing for.
+        for name, mod in list(model.named_modules()):
+            if any(b.is_meta for b in mod.buffers(recurse=False)):
+                if "Rotary" not in type(mod).__name__:
+                    raise SystemExit(f"refengine: buffer of {name} ({type(mod).__name__}) left on meta")
+                parent, _, attr = name.rpartition(".")
+                setattr(model.get_submodule(parent) if parent else model, attr,
+                        type(mod)(config=self.hf_config, device=self.device))
+        left = [n for n, t in list(model.named_parameters()) + list(model.named_buffers()) if t.is_meta]
+        if left:
+            raise SystemExit(f"refengine: still on meta after binding: {left[:3]}")
+
+    def _oracle(self):
+        ids = list(ORACLE_PROMPT.encode())
+        logits = self._logits(ids)
+        raw = logits.float().cpu().numpy().tobytes()
+        tok = int(logits.argmax())
+        return {"prompt": ORACLE_PROMPT, "token_id": tok, "logits_sha256": hashlib.sha256(raw).hexdigest()}
+
+    # --- inference -----------------------------------------------------------------------------------
+    def _logits(self, ids):
+        torch = self.torch
+        with self.lock:
+            x = torch.tensor([ids], device=self.device)
+            out = self.model(input_ids=x, use_cache=False)
+            last = out.logits[0, -1]
+            torch.cuda.synchronize(self.device)
+            return last
+
+    def generate(self, ids, max_tokens, want_logprobs):
+        torch = self.torch
+        toks, lps = [], []
+        with self.lock:
+            past, x = None, torch.tensor([ids], device=self.device)
+            for _ in range(max_tokens):
+                out = self.model(input_ids=x, past_key_values=past, use_cache=True)
+                past = out.past_key_values
+                logp = torch.log_softmax(out.logits[0, -1].float(), dim=-1)
+                tok = int(logp.argmax())
+                toks.append(tok)
+                lps.append(float(logp[tok]) if want_logprobs else None)
+                x = torch.tensor([[tok]], device=self.device)
+        return toks, lps
+
+    def stats(self):
+        return {"engine": "fastrestart-refengine", "version": VERSION, "pid": os.getpid(), "state": self.state,
+                "device": self.args.device, "model": {"name": self.args.served_model_name, "path": self.args.model},
+                "gpu_memory_utilization": self.args.gpu_memory_utilization, "requests": self.requests,
+                "load": self.load, "startup": {"phases": self.phases, "ready_s": self.ready_s},
+                "oracle": self.oracle}
+
+
+def token_text(t):
+    return chr(t) if 32 <= t < 127 else f"<{t}>"
+
+
+def make_handler(engine):
+    class Handler(BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+
+        def log_message(self, *a):  # quiet: one line per request would drown the supervisor's log
+            pass
+
+        def reply(self, code, obj):
+            body = json.dumps(obj).encode()
+            self.send_response(code)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def error(self, code, msg, kind="invalid_request_error"):
+            self.reply(code, {"error": {"message": msg, "type": kind, "param": None, "code": code}})
+
+        def do_GET(self):
+            if self.path == "/health":
+                ok = engine.state == "ready"
+                return self.reply(200 if ok else 503, {"status": "ok" if ok else engine.state})
+            if self.path == "/stats":
+                return self.reply(200, engine.stats())
+            if self.path == "/v1/models":
+                if engine.state != "ready":
+                    return self.error(503, "the model is loading")
+                return self.reply(200, {"object": "list", "data": [{
+                    "id": engine.args.served_model_name, "object": "model", "owned_by": "fastrestart",
+                    "root": engine.args.model, "fastrestart": {"load": engine.load}}]})
+            self.error(404, f"no route {self.path}")
+
+        def do_POST(self):
+            n = int(self.headers.get("Content-Length") or 0)
+            raw = self.rfile.read(n)
+            if self.path != "/v1/completions":
+                return self.error(404, f"no route {self.path}")
+            if engine.state != "ready":
+                return self.error(503, "the model is loading")
+            try:
+                req = json.loads(raw)
+                if not isinstance(req, dict):
+                    raise ValueError("the body must be a JSON object")
+            except ValueError as e:
+                engine.requests["errors"] += 1
+                return self.error(400, f"bad JSON: {e}")
+            model = req.get("model")
+            if model is not None and model != engine.args.served_model_name:
+                engine.requests["errors"] += 1
+                return self.error(404, f"model {model!r} does not exist")
+            prompt, max_tokens, logprobs = req.get("prompt"), req.get("max_tokens", 16), req.get("logprobs")
+            if isinstance(prompt, str):
+                ids = list(prompt.encode())
+            elif isinstance(prompt, list) and prompt and all(isinstance(t, int) for t in prompt):
+                ids = prompt
+            else:
+                engine.requests["errors"] += 1
+                return self.error(400, "prompt: a non-empty string or list of token ids")
+            vocab = engine.hf_config.vocab_size
+            if not ids or any(t < 0 or t >= vocab for t in ids):
+                engine.requests["errors"] += 1
+                return self.error(400, f"prompt: token ids must be in [0, {vocab})")
+            if not isinstance(max_tokens, int) or not 1 <= max_tokens <= 4096:
+                engine.requests["errors"] += 1
+                return self.error(400, "max_tokens: an integer in [1, 4096]")
+            toks, lps = engine.generate(ids, max_tokens, logprobs is not None)
+            engine.requests["completions"] += 1
+            choice = {"index": 0, "text": "".join(token_text(t) for t in toks), "token_ids": toks,
+                      "finish_reason": "length", "logprobs": None}
+            if logprobs is not None:
+                choice["logprobs"] = {"tokens": [token_text(t) for t in toks], "token_logprobs": lps}
+            self.reply(200, {"id": f"cmpl-{os.getpid()}-{engine.requests['completions']}",
+                             "object": "text_completion", "created": int(time.time()),
+                             "model": engine.args.served_model_name, "choices": [choice],
+                             "usage": {"prompt_tokens": len(ids), "completion_tokens": len(toks),
+                                       "total_tokens": len(ids) + len(toks)}})
+
+    return Handler
+
+
+def parse_args(argv):
+    ap = argparse.ArgumentParser(prog="fastrestart_refengine.py", description=__doc__.split("\n")[0])
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    s = sub.add_parser("serve", help="load MODEL_DIR and serve it")
+    s.add_argument("model", help="a directory with config.json and *.safetensors")
+    s.add_argument("--host", default="127.0.0.1")
+    s.add_argument("--port", type=int, default=8000)
+    s.add_argument("--served-model-name")
+    s.add_argument("--device", default="cuda:0")
+    s.add_argument("--load-format", choices=["disk", "fastrestart", "dummy"], default="disk")
+    s.add_argument("--gpu-memory-utilization", type=float, default=0.9)
+    s.add_argument("--fastrestart-mode", choices=["zero_copy", "copy"], default="zero_copy")
+    s.add_argument("--fastrestart-fallback", choices=["on", "off"], default="on")
+    s.add_argument("--fastrestart-publish", choices=["on", "off"], default="on")
+    s.add_argument("--fastrestart-socket-dir")
+    s.add_argument("--fastrestart-verify", action="store_true")
+    s.add_argument("--fastrestart-connect-timeout", type=float, default=5.0)
+    s.add_argument("--fastrestart-state-timeout", type=float, default=300.0)
+    a = ap.parse_args(argv)
+    if not 0 < a.gpu_memory_utilization <= 1:
+        ap.error("--gpu-memory-utilization must be in (0, 1]")
+    if not a.device.startswith("cuda:"):
+        ap.error("--device must be cuda:N (the reference engine runs on a GPU only)")
+    a.served_model_name = a.served_model_name or a.model
+    return a
+
+
+def main(argv=None):
+    args = parse_args(sys.argv[1:] if argv is None else argv)
+    engine = Engine(args)
+    # The port opens before loading, as vLLM's does: /health answers 503 meanwhile.
+    server = ThreadingHTTPServer((args.host, args.port), make_handler(engine))
+    server.daemon_threads = True
+
+    def stop(signum, _frame):
+        log(f"signal {signum}: stopping")
+        engine.state = "stopping"
+        threading.Thread(target=server.shutdown, daemon=True).start()
+        if engine.model is None:  # still loading: nothing to drain
+            os._exit(0)
+
+    signal.signal(signal.SIGTERM, stop)
+    signal.signal(signal.SIGINT, stop)
+    log(f"listening on {args.host}:{server.server_address[1]}, loading {args.model} ({args.load_format})")
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        engine.start()
+    except Exception as e:  # a failed load is an exit 1 with its reason, never a half-ready server
+        log(f"load failed: {type(e).__name__}: {e}")
+        os._exit(1)
+    while engine.state == "ready":
+        time.sleep(0.2)
+    server.server_close()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,154 @@
+"""fastrestart-refengine (python/refengine) end to end on a GPU: disk, fallback + publish, attach, dummy.
+
+The engine runs as a real process serving HTTP, with a real CUDA fastrestart-weightd; the logits of the
+oracle prompt must be bitwise equal on the disk, fallback and attach paths. Needs torch, transformers and
+a GPU (the H200 machine): elsewhere every test skips with the reason.
+
+Run: PYTHONPATH=<build>/python FR_WEIGHTD_BIN=<...>/fastrestart-weightd python3 -m unittest -v test_refengine
+"""
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import unittest
+import urllib.error
+import urllib.request
+
+from test_torch import HAVE_CUDA, IMPORT_ERROR, WEIGHTD, TorchBase, torch
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ENGINE = os.path.join(HERE, "..", "refengine", "fastrestart_refengine.py")
+GEN = os.path.join(HERE, "..", "..", "bench", "gen_llama_checkpoint.py")
+
+try:
+    import transformers  # noqa: F401
+except ImportError as e:
+    NO_TRANSFORMERS = f"transformers is not installed ({e})"
+else:
+    NO_TRANSFORMERS = ""
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def get(port, path):
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=30) as r:
+        return json.load(r)
+
+
+def post(port, body):
+    req = urllib.request.Request(f"http://127.0.0.1:{port}/v1/completions", json.dumps(body).encode(),
+                                 {"Content-Type": "application/json"})
+    try:
+        with urllib.request.urlopen(req, timeout=60) as r:
+            return r.status, json.load(r)
+    except urllib.error.HTTPError as e:
+        return e.code, json.load(e)
+
+
+@unittest.skipIf(torch is None, IMPORT_ERROR)
+@unittest.skipIf(bool(NO_TRANSFORMERS), NO_TRANSFORMERS)
+@unittest.skipUnless(HAVE_CUDA, "no CUDA device visible to torch")
+@unittest.skipUnless(WEIGHTD and os.access(WEIGHTD, os.X_OK), "FR_WEIGHTD_BIN is not set to fastrestart-weightd")
+class RefEngineTest(TorchBase):
+    backend = "cuda"
+
+    @classmethod
+    def setUpClass(cls):
+        cls.model_tmp = tempfile.TemporaryDirectory(prefix="fr-ref-")
+        cls.model = os.path.join(cls.model_tmp.name, "tiny")
+        subprocess.run([sys.executable, GEN, cls.model, "--shape", "tiny"], check=True, stdout=subprocess.DEVNULL)
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.model_tmp.cleanup()
+
+    def serve(self, *flags, model=None):
+        port = free_port()
+        log = open(os.path.join(self.tmp, f"engine-{port}.log"), "wb")
+        p = subprocess.Popen([sys.executable, ENGINE, "serve", model or self.model, "--port", str(port),
+                              "--served-model-name", "tiny", "--fastrestart-socket-dir", self.run_dir, *flags],
+                             stdout=log, stderr=subprocess.STDOUT)
+        deadline = time.monotonic() + 180
+        while time.monotonic() < deadline:
+            if p.poll() is not None:
+                return p, port, open(log.name).read()
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=5) as r:
+                    if r.status == 200:
+                        return p, port, None
+            except (OSError, urllib.error.URLError):
+                pass
+            time.sleep(0.1)
+        p.kill()
+        self.fail("the engine did not become healthy: " + open(log.name).read())
+
+    def stop(self, p):
+        p.send_signal(signal.SIGTERM)
+        self.assertEqual(p.wait(30), 0)
+
+    def run_path(self, *flags):
+        p, port, err = self.serve(*flags)
+        self.assertIsNone(err)
+        try:
+            stats = get(port, "/stats")
+            code, ans = post(port, {"model": "tiny", "prompt": "Hello", "max_tokens": 4, "logprobs": 0})
+            self.assertEqual(code, 200, ans)
+            self.assertEqual(len(ans["choices"][0]["token_ids"]), 4)
+            return stats, ans
+        finally:
+            self.stop(p)
+
+    def test_disk_fallback_attach_and_dummy(self):
+        self.start()
+        disk, disk_ans = self.run_path("--load-format", "disk")
+        self.assertEqual(disk["load"]["path"], "disk")
+        cold, cold_ans = self.run_path("--load-format", "fastrestart")
+        self.assertEqual(cold["load"]["path"], "fallback", cold["load"])
+        self.assertTrue(cold["load"]["published"], cold["load"])
+        warm, warm_ans = self.run_path("--load-format", "fastrestart")
+        self.assertEqual(warm["load"]["path"], "attach", warm["load"])
+        self.assertEqual(warm["load"]["mode"], "zero_copy")
+        # bitwise-equal logits and the same answer on every path
+        sha = {s["oracle"]["logits_sha256"] for s in (disk, cold, warm)}
+        self.assertEqual(len(sha), 1, sha)
+        self.assertEqual(disk_ans["choices"][0]["token_ids"], warm_ans["choices"][0]["token_ids"])
+        self.assertEqual(disk_ans["choices"][0]["logprobs"], warm_ans["choices"][0]["logprobs"])
+        for k in ("import_s", "cuda_init_s", "build_meta_s", "load_s", "bind_s", "first_token_s"):
+            self.assertIn(k, warm["startup"]["phases"])
+        dummy, _ = self.run_path("--load-format", "dummy")
+        self.assertEqual(dummy["load"]["path"], "dummy")
+
+    def test_bad_requests_are_400_naming_the_field(self):
+        p, port, err = self.serve("--load-format", "disk")
+        self.assertIsNone(err)
+        try:
+            code, ans = post(port, {"prompt": [], "max_tokens": 1})
+            self.assertEqual(code, 400)
+            self.assertIn("prompt", ans["error"]["message"])
+            code, ans = post(port, {"prompt": "x", "max_tokens": 0})
+            self.assertEqual(code, 400)
+            self.assertIn("max_tokens", ans["error"]["message"])
+            code, ans = post(port, {"prompt": "x", "model": "other"})
+            self.assertEqual(code, 404)
+        finally:
+            self.stop(p)
+
+    def test_missing_checkpoint_exits_1_naming_the_directory(self):
+        empty = os.path.join(self.tmp, "empty")
+        os.makedirs(empty)
+        p, _, out = self.serve("--load-format", "disk", model=empty)
+        self.assertEqual(p.returncode, 1)
+        self.assertIn(empty, out)
+
+
+if __name__ == "__main__":
+    unittest.main()
