@@ -319,6 +319,18 @@ class Bench:
             self.save()
             more = max(0, a.cycles - a.kills)
             r["warm_cycles"] = self.kills(sup, more, f"{kind} cycle") if more else []
+            # With the engine stopped after the cycles, what is left on the GPU is the daemon's: its pools
+            # plus its CUDA context. Equal to the first cycle's figure = nothing leaked.
+            k = sup.readies()
+            sup.ctl("stop-engine")
+            time.sleep(2)
+            m = (sup.status().get("memory") or [{}])[0]
+            r["engine_stopped_after_cycles"] = {"gpu_used_bytes": m.get("used_bytes"),
+                                                "daemon_held_bytes": m.get("daemon_held_bytes")}
+            log(f"{kind}: engine stopped after the cycles: GPU used {m.get('used_bytes', 0) / GB:.3f} GB, "
+                f"daemon holds {m.get('daemon_held_bytes', 0) / GB:.3f} GB")
+            sup.ctl("start-engine")
+            sup.wait_ready(k + 1)
             r["warm_restart"] = self.starts(sup, a.runs, f"{kind} warm restart")
             r["daemons"] = json.loads(sup.ctl("daemons"))
         finally:
@@ -467,6 +479,12 @@ print(json.dumps({{"seconds": time.monotonic() - t, "hit": r.hit, "tensors": len
                     s["gpu_used_first_last_gb"] = [round(used[0] / GB, 3), round(used[-1] / GB, 3)]
                     s["gpu_used_growth_mb"] = round((used[-1] - used[0]) / 1e6, 1)
                     s["daemon_held_gb"] = sorted({round(h / GB, 3) for h in held})
+            if r.get("engine_stopped_after_cycles"):
+                e = r["engine_stopped_after_cycles"]
+                if e.get("gpu_used_bytes") is not None:
+                    s["engine_stopped_gpu_used_gb"] = round(e["gpu_used_bytes"] / GB, 3)
+                    s["engine_stopped_used_minus_held_gb"] = round(
+                        (e["gpu_used_bytes"] - (e.get("daemon_held_bytes") or 0)) / GB, 3)
             shas, answers = {}, {}
             for p in ("cold_dropped", "cold_cached", "warm_first", "warm_kill9", "warm_cycles", "warm_restart"):
                 for x in r.get(p) or []:

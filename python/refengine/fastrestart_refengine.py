@@ -111,9 +111,9 @@ class Engine:
         torch = self.torch
         dtype = getattr(self.hf_config, "torch_dtype", None) or getattr(self.hf_config, "dtype", None)
         self.dtype = dtype if isinstance(dtype, torch.dtype) else getattr(torch, str(dtype or "bfloat16"))
-        with torch.device("meta"):
-            model = self.transformers.AutoModelForCausalLM.from_config(self.hf_config, torch_dtype=self.dtype)
-        return model.eval()
+        with torch.device("meta"):  # no memory, no initialisation: shapes only
+            model = self.transformers.AutoModelForCausalLM.from_config(self.hf_config)
+        return model.to(self.dtype).eval()
 
     def key_config(self):
         """The cache key's config fields; fastrestartd's [weights] key must name the same (docs/refengine.md)."""
