@@ -82,7 +82,7 @@ def hf_config(d):
                                                  "original_max_position_embeddings": 8192,
                                                  "rope_type": "llama3"},
         "attention_bias": False, "mlp_bias": False, "tie_word_embeddings": False,
-        "bos_token_id": 128000, "eos_token_id": 128001,
+        "bos_token_id": min(128000, d["vocab"] - 2), "eos_token_id": min(128001, d["vocab"] - 1),
     }
 
 

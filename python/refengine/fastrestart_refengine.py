@@ -20,11 +20,16 @@ import time
 
 T0 = time.monotonic()  # before the heavy imports: the phases below are measured from here
 
+import os  # noqa: E402
+
+# A local directory never needs the Hugging Face Hub; without this, transformers may spend seconds
+# trying to reach it from a machine that has no network.
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
 import argparse  # noqa: E402
 import glob  # noqa: E402
 import hashlib  # noqa: E402
 import json  # noqa: E402
-import os  # noqa: E402
 import signal  # noqa: E402
 import sys  # noqa: E402
 import threading  # noqa: E402
@@ -82,11 +87,7 @@ class Engine:
         self.files = sorted(glob.glob(os.path.join(a.model, "*.safetensors")))
         if not self.files:
             raise SystemExit(f"refengine: {a.model}: no *.safetensors files")
-        cfg_path = os.path.join(a.model, "config.json")
-        try:
-            self.hf_config = self.transformers.AutoConfig.from_pretrained(a.model)
-        except (OSError, ValueError) as e:
-            raise SystemExit(f"refengine: {cfg_path}: {e}")
+        self.hf_config = self.phase("config_s", self._config)
         self.model = self.phase("build_meta_s", self._build_meta)
         state = self.phase("load_s", self._load_weights)
         self.phase("bind_s", lambda: self._bind(state))
@@ -106,6 +107,12 @@ class Engine:
         self.torch, self.transformers = torch, transformers
         torch.set_grad_enabled(False)
         return torch
+
+    def _config(self):
+        try:
+            return self.transformers.AutoConfig.from_pretrained(self.args.model)
+        except (OSError, ValueError) as e:
+            raise SystemExit(f"refengine: {os.path.join(self.args.model, 'config.json')}: {e}")
 
     def _build_meta(self):
         torch = self.torch
@@ -185,10 +192,11 @@ class Engine:
                     raise SystemExit(f"refengine: buffer of {name} ({type(mod).__name__}) left on meta")
                 parent, _, attr = name.rpartition(".")
                 setattr(model.get_submodule(parent) if parent else model, attr,
-                        type(mod)(config=self.hf_config, device=self.device))
+                        type(mod)(config=self.hf_config).to(self.device))
         left = [n for n, t in list(model.named_parameters()) + list(model.named_buffers()) if t.is_meta]
         if left:
             raise SystemExit(f"refengine: still on meta after binding: {left[:3]}")
+        model.requires_grad_(False)  # inference only: no autograd graph, in any thread
 
     def _oracle(self):
         ids = list(ORACLE_PROMPT.encode())
@@ -200,7 +208,7 @@ class Engine:
     # --- inference -----------------------------------------------------------------------------------
     def _logits(self, ids):
         torch = self.torch
-        with self.lock:
+        with self.lock, torch.inference_mode():
             x = torch.tensor([ids], device=self.device)
             out = self.model(input_ids=x, use_cache=False)
             last = out.logits[0, -1]
@@ -210,7 +218,7 @@ class Engine:
     def generate(self, ids, max_tokens, want_logprobs):
         torch = self.torch
         toks, lps = [], []
-        with self.lock:
+        with self.lock, torch.inference_mode():
             past, x = None, torch.tensor([ids], device=self.device)
             for _ in range(max_tokens):
                 out = self.model(input_ids=x, past_key_values=past, use_cache=True)
