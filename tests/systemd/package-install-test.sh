@@ -1,7 +1,9 @@
 #!/bin/bash
-# The .deb from scripts/package.sh under real systemd 252 (tests/systemd/run-in-systemd.sh): dpkg -i into the
-# namespace's private /usr, /etc, /var; postinst reloads systemd; fastrestart@demo runs from the packaged
-# binaries and unit; dpkg -r stops the instance (prerm); dpkg -P removes /var/lib/fastrestart.
+# The .deb (build/packages/, from cpack or scripts/package.sh) under real systemd 252 (tests/systemd/
+# run-in-systemd.sh): dpkg -i into the namespace's private /usr, /etc, /var; fastrestart@demo from the packaged
+# unit and binaries: start, journal, a C program built with pkg-config against the installed library,
+# the Python module, systemctl reload with changed flags, ordered stop; dpkg -r while running leaves no
+# process and no socket; dpkg -P removes the state and the conffile. Checks: package/check.sh.
 # Usage: package-install-test.sh [DEB]. Exit 77 = skipped (not root / no systemd / no package).
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
@@ -25,4 +27,6 @@ unit=$work/x/usr/lib/systemd/system/fastrestart@.service
 "$here/run-in-systemd.sh" --private-network --no-start --instance demo \
   --copy "$deb=/var/tmp/fastrestart.deb" \
   --copy "$work/demo.toml=/var/tmp/demo.toml" \
-  --check "$here/package/check.sh" --check-timeout 120 "$unit"
+  --copy "$root/config=/var/tmp/config-src" \
+  --copy "$here/package/pkgconfig-probe.c=/var/tmp/pkgconfig-probe.c" \
+  --check "$here/package/check.sh" --check-timeout 150 "$unit"
