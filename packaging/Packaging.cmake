@@ -8,13 +8,15 @@ include(GNUInstallDirs)
 set(FR_PACKAGING_DIR ${CMAKE_CURRENT_LIST_DIR})
 
 # --- systemd unit -------------------------------------------------------------------------------------
-# The unit names /usr/bin/...; a build with another prefix gets its own bindir substituted.
+# The unit names /usr/bin/... and /etc/fastrestart/...; a build with another prefix gets its own bindir and
+# sysconfdir substituted (/usr/local/bin, /usr/local/etc/fastrestart), so a source install is consistent.
 # Relative to the prefix: /usr/lib/systemd/system in the packages (also right on merged-/usr Debian 12);
 # /usr/local/lib/systemd/system for a plain `cmake --install` (systemd searches both). An absolute path here
 # would make CPack's RPM mark the unit %config.
 set(FR_SYSTEMD_UNIT_DIR "lib/systemd/system" CACHE STRING "Where fastrestart@.service is installed")
 file(READ ${FR_PACKAGING_DIR}/systemd/fastrestart@.service _fr_unit)
 string(REPLACE "/usr/bin/" "${CMAKE_INSTALL_FULL_BINDIR}/" _fr_unit "${_fr_unit}")
+string(REPLACE "/etc/fastrestart/" "${CMAKE_INSTALL_FULL_SYSCONFDIR}/fastrestart/" _fr_unit "${_fr_unit}")
 file(CONFIGURE OUTPUT ${PROJECT_BINARY_DIR}/packaging/fastrestart@.service CONTENT "${_fr_unit}" @ONLY)
 set_property(DIRECTORY ${PROJECT_SOURCE_DIR} APPEND PROPERTY CMAKE_CONFIGURE_DEPENDS
              ${FR_PACKAGING_DIR}/systemd/fastrestart@.service)

@@ -105,6 +105,21 @@ else
   bad "stop order: stopping='$a' engine-exited='$b' daemon-stopped='$c' exit='$d'"
 fi
 
+# ---- the demo example works as shipped (no GPU): fastrestartd straight on /usr/share/doc/.../demo.toml
+demo=/usr/share/doc/fastrestart/examples/demo.toml
+/usr/bin/fastrestart-tinyengine gen --out /tmp/fastrestart-demo/model --size 8M >/dev/null 2>&1
+/usr/bin/fastrestartd --config $demo > /var/tmp/demo-run.log 2>&1 &
+demo_pid=$!
+state=""
+for _ in $(seq 1 100); do
+  state=$(fastrestartctl --config $demo status --json 2>/dev/null | /usr/bin/python3 -c 'import json, sys; print(json.load(sys.stdin)["state"])' 2>/dev/null)
+  [[ "$state" == ready ]] && break; sleep 0.1
+done
+expect "shipped demo.toml: state" "$state" ready
+kill -TERM $demo_pid; wait $demo_pid
+expect "shipped demo.toml: fastrestartd exit code after SIGTERM" "$?" 0
+[[ $fail -eq 0 ]] || tail -n 20 /var/tmp/demo-run.log
+
 # ---- removal while running: prerm stops the instance; nothing of ours keeps running, no socket is left
 systemctl start "$FR_UNIT" && ok "started again" || bad "systemctl start (again) failed"
 r1=$(reloads)
