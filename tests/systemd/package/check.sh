@@ -1,7 +1,8 @@
 #!/bin/bash
 # Runs inside the harness namespace (../package-install-test.sh). FR_UNIT = fastrestart@demo.service.
 # The .deb installed with dpkg, then the installed unit, binaries, library, Python module and man pages used
-# as an operator would; then removal and purge. /var/tmp/config-src holds the source tree's config/*.toml.
+# as an operator would; then removal and purge; then the .rpm's scriptlets. /var/tmp/config-src holds the
+# source tree's config/*.toml.
 set -u
 fail=0
 ok()   { echo "ok   - $*"; }
@@ -138,5 +139,22 @@ expect "sockets left in /run, /tmp, /var/tmp (outside systemd's)" "$socks" ""
 dpkg -P fastrestart > /var/tmp/dpkg-p.log 2>&1 && ok "dpkg -P" || bad "dpkg -P failed: $(tail -n 5 /var/tmp/dpkg-p.log)"
 [[ ! -e /var/lib/fastrestart ]] && ok "purge removed /var/lib/fastrestart" || bad "/var/lib/fastrestart left after purge"
 [[ ! -e /etc/fastrestart/example.toml ]] && ok "purge removed the conffile" || bad "conffile left after purge"
+
+# ---- the .rpm's scriptlets, on the same system (rpm --nodeps: Debian's package names are not RPM's)
+if [[ -f /var/tmp/fastrestart.rpm ]]; then
+  if rpm -i --nodeps --force-debian /var/tmp/fastrestart.rpm > /var/tmp/rpm-i.log 2>&1; then ok "rpm -i"; else bad "rpm -i failed: $(tail -n 5 /var/tmp/rpm-i.log)"; fi
+  expect "rpm: /run/fastrestart (%post ran systemd-tmpfiles)" "$(stat -c '%a %U:%G' /run/fastrestart 2>&1)" "700 root:root"
+  expect "rpm -V (files as packaged)" "$(rpm -V --nodeps fastrestart 2>&1)" ""
+  cp /var/tmp/demo.toml /etc/fastrestart/demo.toml
+  systemctl start "$FR_UNIT" && ok "rpm: systemctl start $FR_UNIT" || bad "rpm: systemctl start failed"
+  expect_match "rpm: StatusText" "$(prop StatusText)" '^Ready '
+  /usr/bin/python3 -c 'import fastrestart' 2>/dev/null && ok "rpm: python3 imports fastrestart" || bad "rpm: import fastrestart failed"
+  if rpm -e fastrestart > /var/tmp/rpm-e.log 2>&1; then ok "rpm -e"; else bad "rpm -e failed: $(tail -n 5 /var/tmp/rpm-e.log)"; fi
+  expect "rpm: is-active after rpm -e (%preun stopped it)" "$(systemctl is-active "$FR_UNIT")" inactive
+  expect "rpm: processes of the package left" "$(our_procs)" 0
+  [[ ! -e /run/fastrestart ]] && ok "rpm: /run/fastrestart removed (%postun)" || bad "rpm: /run/fastrestart left"
+  [[ ! -e /usr/lib/python3/dist-packages/fastrestart ]] && ok "rpm: Python module removed" \
+    || bad "rpm: left: $(find /usr/lib/python3/dist-packages/fastrestart)"
+fi
 [[ $fail -eq 0 ]] || { echo "--- journal of $FR_UNIT (last 60 lines)"; journal | tail -n 60; }
 exit $fail
