@@ -1,4 +1,5 @@
-# Packaging: install rules for the systemd unit and the example configuration, and CPack (DEB + RPM).
+# Packaging: install rules for the systemd unit, tmpfiles.d/sysusers.d, configuration and examples, docs and man
+# pages, and CPack (DEB + RPM). The library's .pc file and the Python packages are installed by their own folders.
 # Included from the top-level CMakeLists.txt, after every add_subdirectory():
 #     include(packaging/Packaging.cmake)
 # Build the packages with scripts/package.sh (configures with CMAKE_INSTALL_PREFIX=/usr; docs/packaging.md).
@@ -32,8 +33,7 @@ install(FILES ${FR_PACKAGING_DIR}/sysusers.d/fastrestart.conf DESTINATION lib/sy
 # --- configuration --------------------------------------------------------------------------------------
 # The default /etc/fastrestart layout: example.toml (a conffile, 0644 like any example; secrets such as
 # HF_TOKEN belong in /etc/fastrestart/<instance>.env, 0600), the template to copy to
-# /etc/fastrestart/<instance>.toml. CMAKE_INSTALL_FULL_SYSCONFDIR is /etc
-# when the prefix is /usr.
+# /etc/fastrestart/<instance>.toml. CMAKE_INSTALL_FULL_SYSCONFDIR is /etc when the prefix is /usr.
 set(FR_EXAMPLE_CONFIG ${PROJECT_SOURCE_DIR}/config/example.toml)
 set(FR_CONFIG_DIR ${CMAKE_INSTALL_FULL_SYSCONFDIR}/fastrestart)
 if(EXISTS ${FR_EXAMPLE_CONFIG})
