@@ -8,7 +8,7 @@ pkgs=(
   pybind11-dev python3-dev python3-numpy
   clang libclang-rt-14-dev
   curl procps util-linux bc
-  systemd rpm dpkg-dev fakeroot
+  systemd rpm dpkg-dev fakeroot lintian pandoc
   prometheus
 )
 missing=()

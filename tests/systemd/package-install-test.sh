@@ -1,7 +1,10 @@
 #!/bin/bash
-# The .deb from scripts/package.sh under real systemd 252 (tests/systemd/run-in-systemd.sh): dpkg -i into the
-# namespace's private /usr, /etc, /var; postinst reloads systemd; fastrestart@demo runs from the packaged
-# binaries and unit; dpkg -r stops the instance (prerm); dpkg -P removes /var/lib/fastrestart.
+# The .deb (build/packages/, from cpack or scripts/package.sh) under real systemd 252 (tests/systemd/
+# run-in-systemd.sh): dpkg -i into the namespace's private /usr, /etc, /var; fastrestart@demo from the packaged
+# unit and binaries: start, journal, a C program built with pkg-config against the installed library,
+# the Python module, systemctl reload with changed flags, ordered stop; dpkg -r while running leaves no
+# process and no socket; dpkg -P removes the state and the conffile; then the .rpm beside the .deb installed
+# with rpm --nodeps, run, and erased (its scriptlets). Checks: package/check.sh.
 # Usage: package-install-test.sh [DEB]. Exit 77 = skipped (not root / no systemd / no package).
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
@@ -18,11 +21,18 @@ trap 'exit 130' INT; trap 'exit 143' TERM
 dpkg-deb -x "$deb" "$work/x"
 unit=$work/x/usr/lib/systemd/system/fastrestart@.service
 [[ -f "$unit" ]] || { echo "FAIL: $deb has no /usr/lib/systemd/system/fastrestart@.service"; exit 1; }
+# The .rpm beside it, when there is one and rpm is installed: its scriptlets run after the deb is purged.
+rpm_copy=()
+rpm_file=$(ls "$(dirname "$deb")"/fastrestart-*.rpm 2>/dev/null | head -n1)
+[[ -n "$rpm_file" ]] && command -v rpm >/dev/null && rpm_copy=(--copy "$rpm_file=/var/tmp/fastrestart.rpm")
 "$here/fastrestartd/make-config.sh" "$root/config/demo.toml" /var/lib/fr-unit-test/model > "$work/demo.toml"
 
 # The unit under test is the packaged one (the harness installs it in /run/systemd/system: its unit search
 # path is private), the binaries are the packaged ones (dpkg -i inside the namespace).
 "$here/run-in-systemd.sh" --private-network --no-start --instance demo \
   --copy "$deb=/var/tmp/fastrestart.deb" \
+  "${rpm_copy[@]}" \
   --copy "$work/demo.toml=/var/tmp/demo.toml" \
-  --check "$here/package/check.sh" --check-timeout 120 "$unit"
+  --copy "$root/config=/var/tmp/config-src" \
+  --copy "$here/package/pkgconfig-probe.c=/var/tmp/pkgconfig-probe.c" \
+  --check "$here/package/check.sh" --check-timeout 150 "$unit"
