@@ -96,11 +96,33 @@ class PluginTest(unittest.TestCase):
         os.makedirs(src)
         shutil.copy(os.path.join(PYTHON_DIR, "pyproject.toml"), src)
         shutil.copytree(os.path.join(PYTHON_DIR, "fastrestart_vllm"), os.path.join(src, "fastrestart_vllm"))
+        lib = os.path.join(cls.site, "lib")
+        try:
+            import setuptools  # noqa: F401 -- pip builds the wheel with it (no build isolation: no network)
+        except ImportError:
+            # A Python without setuptools (seen on GPU machines): lay out what pip would install, from the
+            # same pyproject.toml, so the entry point is still what vLLM discovers.
+            cls.install_by_hand(src, lib)
+            return
         pip = subprocess.run([sys.executable, "-m", "pip", "install", "--no-deps", "--no-build-isolation",
-                              "--no-index", "--disable-pip-version-check", "--target",
-                              os.path.join(cls.site, "lib"), src], capture_output=True, text=True)
+                              "--no-index", "--disable-pip-version-check", "--target", lib, src],
+                             capture_output=True, text=True)
         if pip.returncode != 0:
             raise RuntimeError("pip install of python/ failed:\n" + pip.stdout + pip.stderr)
+
+    @staticmethod
+    def install_by_hand(src, lib):
+        import tomllib
+        with open(os.path.join(src, "pyproject.toml"), "rb") as f:
+            project = tomllib.load(f)["project"]
+        shutil.copytree(os.path.join(src, "fastrestart_vllm"), os.path.join(lib, "fastrestart_vllm"))
+        info = os.path.join(lib, "%s-%s.dist-info" % (project["name"].replace("-", "_"), project["version"]))
+        os.makedirs(info)
+        with open(os.path.join(info, "METADATA"), "w") as f:
+            f.write("Metadata-Version: 2.1\nName: %s\nVersion: %s\n" % (project["name"], project["version"]))
+        with open(os.path.join(info, "entry_points.txt"), "w") as f:
+            for group, entries in project["entry-points"].items():
+                f.write("[%s]\n" % group + "".join("%s = %s\n" % kv for kv in entries.items()))
 
     @classmethod
     def tearDownClass(cls):
