@@ -84,6 +84,7 @@ class FastrestartModelLoader(BaseModelLoader):
             raise ImportError("--load-format fastrestart needs the fastrestart Python module (docs/python.md): %s"
                               % e) from None
         self._fr = fastrestart
+        self._zero_copy_hit = False
 
     # ---- BaseModelLoader ----
 
@@ -98,7 +99,11 @@ class FastrestartModelLoader(BaseModelLoader):
 
     def load_weights(self, model, model_config):
         """In-place reload of an existing model from the checkpoint (vLLM's weight-update path): what the
-        default loader does; the cache is for whole engine starts."""
+        default loader does; the cache is for whole engine starts. Refused after a zero_copy hit: the
+        weights are the daemon's read-only mapping, and a write would fault (use mode "copy")."""
+        if self._zero_copy_hit:
+            raise RuntimeError("--load-format fastrestart: the weights are the daemon's read-only memory "
+                               "(mode zero_copy); in-place weight updates need mode \"copy\"")
         self._default_loader().load_weights(model, model_config)
 
     def load_model(self, vllm_config, model_config, prefix=""):
@@ -142,6 +147,7 @@ class FastrestartModelLoader(BaseModelLoader):
                     ops.release_memory()
                 else:
                     report.result, report.key, report.tensors, report.bytes = "hit", r.fingerprint, count, nbytes
+                    self._zero_copy_hit = opts.mode == "zero_copy"
                     report.total_ms = _ms(t0)
                     result_line.emit(report)
                     return model
