@@ -20,6 +20,7 @@ from .options import parse_options
 __all__ = ["FastrestartModelLoader", "LOAD_FORMAT"]
 
 LOAD_FORMAT = "fastrestart"
+ZERO_COPY_MARK = "_fastrestart_zero_copy"  # set on a model whose weights are the daemon's read-only pool
 # Under vLLM's logger tree, so vLLM's handler and format apply.
 logger = logging.getLogger("vllm.fastrestart_vllm")
 
@@ -84,7 +85,6 @@ class FastrestartModelLoader(BaseModelLoader):
             raise ImportError("--load-format fastrestart needs the fastrestart Python module (docs/python.md): %s"
                               % e) from None
         self._fr = fastrestart
-        self._zero_copy_hit = False
 
     # ---- BaseModelLoader ----
 
@@ -101,7 +101,7 @@ class FastrestartModelLoader(BaseModelLoader):
         """In-place reload of an existing model from the checkpoint (vLLM's weight-update path): what the
         default loader does; the cache is for whole engine starts. Refused after a zero_copy hit: the
         weights are the daemon's read-only mapping, and a write would fault (use mode "copy")."""
-        if self._zero_copy_hit:
+        if getattr(model, ZERO_COPY_MARK, False):
             raise RuntimeError("--load-format fastrestart: the weights are the daemon's read-only memory "
                                "(mode zero_copy); in-place weight updates need mode \"copy\"")
         self._default_loader().load_weights(model, model_config)
@@ -147,7 +147,8 @@ class FastrestartModelLoader(BaseModelLoader):
                     ops.release_memory()
                 else:
                     report.result, report.key, report.tensors, report.bytes = "hit", r.fingerprint, count, nbytes
-                    self._zero_copy_hit = opts.mode == "zero_copy"
+                    # On the model, not the loader: vLLM's weight update makes a new loader for it.
+                    setattr(model, ZERO_COPY_MARK, opts.mode == "zero_copy")
                     report.total_ms = _ms(t0)
                     result_line.emit(report)
                     return model

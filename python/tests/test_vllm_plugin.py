@@ -218,6 +218,16 @@ class PluginTest(unittest.TestCase):
         if backend.NAME == "numpy":
             self.assertTrue(warm.out["embed_writeable"])
 
+    def test_in_place_weight_update_is_refused_after_a_zero_copy_hit(self):
+        self.start_daemon()
+        cold = self.assert_started(self.serve("--reload-weights"), "miss", "ok")  # own memory: allowed
+        s = self.serve("--reload-weights")
+        self.assertEqual(s.rc, 1)
+        self.assertEqual(s.line["result"], "hit")
+        self.assertIn("read-only memory (mode zero_copy)", s.err)
+        warm = self.assert_started(self.serve("--reload-weights", extra={"mode": "copy"}), "hit")
+        self.assertEqual(warm.out["logits"], cold.out["logits"])
+
     def test_verify_hit(self):
         self.start_daemon()
         cold = self.assert_started(self.serve(), "miss", "ok")

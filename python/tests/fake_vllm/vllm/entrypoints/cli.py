@@ -15,7 +15,7 @@ import sys
 import backend
 from vllm.config import DeviceConfig, HfConfig, LoadConfig, ModelConfig, ParallelConfig, VllmConfig
 from vllm.distributed import set_parallel_state
-from vllm.model_executor.model_loader import get_model
+from vllm.model_executor.model_loader import get_model, get_model_loader
 from vllm.model_executor.model_loader.default_loader import READS
 from vllm.plugins import load_general_plugins
 
@@ -35,6 +35,8 @@ def main(argv=None):
     s.add_argument("--tp-rank", type=int, default=0)
     s.add_argument("--data-parallel-size", type=int, default=1)
     s.add_argument("--data-parallel-rank", type=int, default=0)
+    s.add_argument("--reload-weights", action="store_true",
+                   help="then update the weights in place as vLLM's reload_weights does (a new loader)")
     a = p.parse_args(argv)
 
     load_general_plugins()
@@ -53,6 +55,12 @@ def main(argv=None):
     except Exception as e:  # noqa: BLE001 -- an engine start that fails
         print("engine start failed: %s: %s" % (type(e).__name__, e), file=sys.stderr)
         return 1
+    if a.reload_weights:
+        try:
+            get_model_loader(vllm_config.load_config).load_weights(model, vllm_config.model_config)
+        except Exception as e:  # noqa: BLE001
+            print("reload_weights failed: %s: %s" % (type(e).__name__, e), file=sys.stderr)
+            return 1
     logits = model.forward(list(range(min(6, hf.vocab_size))))
     down = model.model.layers.__getattr__("0").mlp.down_proj
     print(json.dumps({
