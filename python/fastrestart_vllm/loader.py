@@ -206,9 +206,12 @@ class FastrestartModelLoader(BaseModelLoader):
             return "; not published: " + why_not
         tp = time.monotonic()
         try:
-            arrays, count, nbytes = state.export_state(model, ops, device)
+            arrays, count, nbytes, relaid = state.export_state(model, ops, device)
         except tensors.Unpublishable as e:
             return "; not published: %s" % e
+        if relaid:
+            logger.warning("fastrestart: %d strided views are published dense; after an attach their strides "
+                           "differ from a cold load's: %s", len(relaid), ", ".join(relaid[:8]))
         try:
             info = self._fr.publish(files, config, arrays, socket_dir=self.options.socket_dir, device=device,
                                     connect_timeout_s=self.options.connect_timeout_s)

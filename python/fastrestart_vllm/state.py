@@ -29,7 +29,9 @@ class BindError(Exception):
 
 
 def export_state(model, ops, device):
-    """(tensors: name -> publishable array, count, nbytes) for publish(). Raises Unpublishable."""
+    """(tensors: name -> publishable array, count, nbytes, relaid) for publish(); `relaid` names the
+    tensors published dense although they were strided views (an attach gives them other strides).
+    Raises Unpublishable."""
     arrays, specs, aliases, not_persistent = {}, {}, {}, []
     canonical = {}  # id(tensor) -> name
     modules = dict(model.named_modules(remove_duplicate=False))
@@ -61,9 +63,10 @@ def export_state(model, ops, device):
     if META_NAME in arrays:
         raise Unpublishable("the model has a tensor named %s" % META_NAME)
     nbytes = sum(ops.nbytes(a) for a in arrays.values())
+    relaid = sorted(n for n, spec in specs.items() if spec.get("relayout"))
     meta = {"layout": _LAYOUT, "tensors": specs, "aliases": aliases, "buffers_not_persistent": not_persistent}
     arrays[META_NAME] = ops.bytes_array(json.dumps(meta, sort_keys=True).encode(), device)
-    return arrays, len(specs), nbytes
+    return arrays, len(specs), nbytes, relaid
 
 
 def _register(modules, name, x, kind, persistent, ops):

@@ -70,7 +70,8 @@ class TensorOps:
 
 class TorchOps(TensorOps):
     # dtypes DLPack (and so fastrestart.publish) carries natively; anything else travels as bytes.
-    _NATIVE = ("bool", "uint8", "uint16", "uint32", "uint64", "int8", "int16", "int32", "int64", "float16", "bfloat16", "float32", "float64")
+    _NATIVE = ("bool", "uint8", "uint16", "uint32", "uint64", "int8", "int16", "int32", "int64",
+               "float16", "bfloat16", "float32", "float64")
 
     def __init__(self):
         import torch
@@ -136,7 +137,6 @@ class TorchOps(TensorOps):
 
     def is_meta(self, x):
         return x.device.type == "meta"
-
 
     def bytes_array(self, data, device):
         torch = self.torch

@@ -323,6 +323,65 @@ class PluginTest(unittest.TestCase):
                             "fallback")
 
 
+class _Attached:
+    """What fastrestart.attach hands out per tensor, for the state round trip without a daemon: a
+    read-only view of the published array (the daemon's pool is sealed)."""
+
+    def __init__(self, array):
+        self.array = np.array(array, copy=True)
+        self.array.flags.writeable = False
+        self.nbytes, self.dtype = self.array.nbytes, str(self.array.dtype)
+
+    def numpy(self):
+        return self.array
+
+
+@unittest.skipUnless(backend.NAME == "numpy", "the in-process round trip uses the numpy TensorOps")
+class StateRoundTripTest(unittest.TestCase):
+    """state.export_state then state.bind_state into a meta-built twin: layout details a model exercises
+    only partly (3-D permutations, strided slices, buffers, aliases)."""
+
+    def build(self, meta):
+        from contextlib import nullcontext
+        with backend.device("meta") if meta else nullcontext():
+            m = backend.Module()
+            m.a = backend.Module()
+            m.b = backend.Module()
+            m.a.register_parameter("w", backend.parameter(backend.empty((3, 4), np.float32)))
+            m.a.register_parameter("cube", backend.parameter(backend.empty((2, 3, 4), np.float32)))
+            m.a.register_buffer("cache", backend.empty((5,), np.float32), persistent=False)
+            m.b.register_parameter("w", m.a.w)  # tied
+        return m
+
+    def test_round_trip_keeps_values_strides_buffers_and_ties(self):
+        from fastrestart_vllm import state
+        from numpy_ops import NumpyOps
+        ops = NumpyOps()
+        cold = self.build(meta=False)
+        rng = np.random.default_rng(3)
+        backend.replace_parameter(cold.a, "w", rng.standard_normal((4, 3)).astype(np.float32).T)  # transposed
+        backend.replace_parameter(cold.a, "cube", rng.standard_normal((4, 2, 3)).astype(np.float32).transpose(1, 2, 0))
+        cold.b.register_parameter("w", cold.a.w)
+        cold.a.register_parameter("slice", backend.parameter(np.arange(20, dtype=np.int64).reshape(4, 5)[:, ::2]))
+        cold.a._buffers["cache"] = np.arange(5, dtype=np.float32)
+        arrays, count, nbytes, relaid = state.export_state(cold, ops, "host")
+        self.assertEqual(count, 4)                       # a.w once; b.w is an alias
+        self.assertEqual(relaid, ["a.slice"])
+        warm = self.build(meta=True)
+        state.bind_state(warm, {k: _Attached(v) for k, v in arrays.items()}, ops)
+        for name in ("w", "cube", "slice", "cache"):
+            want, got = getattr(cold.a, name), getattr(warm.a, name)
+            np.testing.assert_array_equal(got, want, err_msg=name)
+            self.assertFalse(got.flags.writeable, name)
+        self.assertEqual(warm.a.w.strides, cold.a.w.strides)          # the transposed view, rebuilt
+        self.assertEqual(warm.a.cube.strides, cold.a.cube.strides)
+        self.assertTrue(warm.a.slice.flags.c_contiguous)              # relaid: dense after attach
+        self.assertIs(warm.b.w, warm.a.w)
+        self.assertIn("cache", warm.a._non_persistent_buffers_set)
+        self.assertTrue(backend.is_parameter(warm.a.w))
+        self.assertNotIn("cache", warm.a._parameters)
+
+
 class ResultLineTest(unittest.TestCase):
     def test_round_trip(self):
         r = result_line.LoadReport(result="miss", key="0123456789abcdef", device="cuda:1", tp="1/2", pp="0/1",

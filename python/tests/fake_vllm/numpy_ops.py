@@ -56,7 +56,6 @@ class NumpyOps(TensorOps):
     def is_meta(self, x):
         return backend.is_meta(x)
 
-
     def bytes_array(self, data, device):
         return np.frombuffer(bytes(data), dtype=np.uint8)
 
