@@ -61,6 +61,10 @@ done | sort -u | while read -r name path; do
   esac
 done
 
+# Header-only libraries, for building the Python binding there (python/tests/gpu_vllm_plugin.sh).
+mkdir -p "$bundle/include"
+cp -r /usr/include/nlohmann /usr/include/xxhash.h "$bundle/include/"
+
 exclude=$(git -C "$root" rev-parse --git-path info/exclude)
 case "$exclude" in /*) ;; *) exclude=$root/$exclude ;; esac
 grep -qxF '/.bundle/' "$exclude" 2>/dev/null || echo '/.bundle/' >>"$exclude"

@@ -1,0 +1,23 @@
+"""NOT vLLM: a minimal reproduction of vLLM's model-loader interface, for fastrestart's plugin tests.
+
+vLLM cannot be installed on the machines that test fastrestart. This package mirrors, under the same module
+paths, the few names fastrestart_vllm imports, with the signatures and behaviour read from
+vllm-project/vllm (v0.31-era main: vllm/model_executor/model_loader/{__init__,base_loader,default_loader,
+utils}.py, vllm/model_executor/utils.py, vllm/plugins/__init__.py, vllm/config/load.py):
+
+- register_model_loader(load_format) / get_model_loader(load_config) / get_model(vllm_config=...)
+- BaseModelLoader(load_config) with download_model, load_weights, load_model(vllm_config, model_config,
+  prefix) (build on the load device, load_weights, process_weights_after_loading)
+- DefaultModelLoader, rejecting extra config keys it does not know, reading safetensors files
+- initialize_model, process_weights_after_loading (raising under weights_already_processed() for a
+  quantization method without supports_pre_processed_weights), set_default_torch_dtype
+- the vllm.general_plugins entry point group, filtered by VLLM_PLUGINS, loaded once per process
+- a tiny model family (models.py) with what real models have that matters to a loader: fused parameters
+  filled from several checkpoint tensors, tied embeddings, a non-persistent buffer computed at construction,
+  and toy quantization methods whose post-processing transposes, adds, drops parameters and sets
+  Python-side state.
+
+Tensors are torch when it is importable, numpy otherwise (../backend.py).
+"""
+
+from .version import __version__  # noqa: F401

@@ -1,0 +1,78 @@
+"""`vllm serve` reduced to what the loader sees: the flags that reach LoadConfig/ModelConfig, plugin
+loading, get_model, then one forward pass instead of a server. Prints a JSON summary on stdout:
+{"loader", "logits", "tied", "embed_writeable", "checkpoint_reads", "scale_float"}; exit 1 on an exception
+(its message on stderr), as a failed engine start.
+
+    python -m vllm.entrypoints.cli serve MODEL [--dtype float32] [--quantization toy]
+        [--load-format fastrestart] [--model-loader-extra-config JSON] [--device cpu|cuda]
+        [--tensor-parallel-size N --tp-rank R] [--data-parallel-size N --data-parallel-rank R]
+"""
+
+import argparse
+import json
+import sys
+
+import backend
+from vllm.config import DeviceConfig, HfConfig, LoadConfig, ModelConfig, ParallelConfig, VllmConfig
+from vllm.distributed import set_parallel_state
+from vllm.model_executor.model_loader import get_model, get_model_loader
+from vllm.model_executor.model_loader.default_loader import READS
+from vllm.plugins import load_general_plugins
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(prog="vllm")
+    sub = p.add_subparsers(dest="cmd", required=True)
+    s = sub.add_parser("serve")
+    s.add_argument("model")
+    s.add_argument("--dtype", default="float32")
+    s.add_argument("--quantization", default=None)
+    s.add_argument("--revision", default=None)
+    s.add_argument("--load-format", default="auto")
+    s.add_argument("--model-loader-extra-config", default="{}", type=json.loads)
+    s.add_argument("--device", default="cpu")
+    s.add_argument("--tensor-parallel-size", type=int, default=1)
+    s.add_argument("--tp-rank", type=int, default=0)
+    s.add_argument("--data-parallel-size", type=int, default=1)
+    s.add_argument("--data-parallel-rank", type=int, default=0)
+    s.add_argument("--reload-weights", action="store_true",
+                   help="then update the weights in place as vLLM's reload_weights does (a new loader)")
+    a = p.parse_args(argv)
+
+    load_general_plugins()
+    set_parallel_state(tp_size=a.tensor_parallel_size, tp_rank=a.tp_rank)
+    hf = HfConfig.from_model(a.model)
+    vllm_config = VllmConfig(
+        model_config=ModelConfig(model=a.model, dtype=backend.dtype(a.dtype), hf_config=hf,
+                                 quantization=a.quantization, revision=a.revision),
+        load_config=LoadConfig(load_format=a.load_format, model_loader_extra_config=a.model_loader_extra_config),
+        device_config=DeviceConfig(device=a.device),
+        parallel_config=ParallelConfig(tensor_parallel_size=a.tensor_parallel_size,
+                                       data_parallel_size=a.data_parallel_size,
+                                       data_parallel_rank=a.data_parallel_rank))
+    try:
+        model = get_model(vllm_config=vllm_config)
+    except Exception as e:  # noqa: BLE001 -- an engine start that fails
+        print("engine start failed: %s: %s" % (type(e).__name__, e), file=sys.stderr)
+        return 1
+    if a.reload_weights:
+        try:
+            get_model_loader(vllm_config.load_config).load_weights(model, vllm_config.model_config)
+        except Exception as e:  # noqa: BLE001
+            print("reload_weights failed: %s: %s" % (type(e).__name__, e), file=sys.stderr)
+            return 1
+    logits = model.forward(list(range(min(6, hf.vocab_size))))
+    down = model.model.layers.__getattr__("0").mlp.down_proj
+    print(json.dumps({
+        "loader": type(model).__name__,
+        "logits": logits.tolist(),
+        "tied": model.lm_head.weight is model.model.embed_tokens.weight,
+        "embed_writeable": backend.writeable(model.model.embed_tokens.weight),
+        "checkpoint_reads": len(READS),
+        "scale_float": getattr(down, "scale_float", None),
+    }))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

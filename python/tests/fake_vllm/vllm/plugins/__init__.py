@@ -1,0 +1,32 @@
+"""vllm.plugins as in vLLM: entry points of group vllm.general_plugins, filtered by VLLM_PLUGINS, loaded
+once per process; each loaded function is called."""
+
+import logging
+from importlib.metadata import entry_points
+
+from vllm import envs
+
+logger = logging.getLogger(__name__)
+DEFAULT_PLUGINS_GROUP = "vllm.general_plugins"
+plugins_loaded = False
+
+
+def load_plugins_by_group(group):
+    allowed = envs.VLLM_PLUGINS
+    plugins = {}
+    for plugin in entry_points(group=group):
+        if allowed is None or plugin.name in allowed:
+            try:
+                plugins[plugin.name] = plugin.load()
+            except Exception:
+                logger.exception("Failed to load plugin %s", plugin.name)
+    return plugins
+
+
+def load_general_plugins():
+    global plugins_loaded
+    if plugins_loaded:
+        return
+    plugins_loaded = True
+    for func in load_plugins_by_group(DEFAULT_PLUGINS_GROUP).values():
+        func()

@@ -1,0 +1,421 @@
+"""The vLLM loader plugin (fastrestart_vllm) against a real fastrestart-weightd, through the vLLM
+reproduction in fake_vllm/ (NOT vLLM: see fake_vllm/vllm/__init__.py for what it mirrors and why).
+
+Each engine start is a real process (fake_vllm/serve.py, `vllm serve` reduced to loading the model and one
+forward pass) that finds the plugin through its installed entry point: setUpClass pip-installs python/
+(pyproject.toml) into a temporary directory, as a user would.
+
+CI: numpy tensors, host backend. GPU (python/tests/gpu_vllm_plugin.sh): FR_TEST_DEVICE=cuda, torch tensors,
+the CUDA backend.
+
+    cd python/tests && PYTHONPATH=<build>/python FR_WEIGHTD_BIN=<build>/src/daemon/fastrestart-weightd \
+        /usr/bin/python3 -m unittest -v test_vllm_plugin          (ctest: python_vllm_plugin)
+"""
+
+import json
+import os
+import shutil
+import signal
+import socket
+import struct
+import subprocess
+import sys
+import tempfile
+import time
+import unittest
+
+import numpy as np
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+PYTHON_DIR = os.path.dirname(HERE)
+FAKE = os.path.join(HERE, "fake_vllm")
+sys.path.insert(0, FAKE)
+
+import backend  # noqa: E402
+from fastrestart_vllm import cache_key, options, result_line  # noqa: E402
+
+WEIGHTD = os.environ.get("FR_WEIGHTD_BIN", "")
+DEVICE = os.environ.get("FR_TEST_DEVICE", "cpu")  # cpu (host backend) or cuda (GPU 0, CUDA backend)
+HIDDEN, VOCAB, LAYERS = 16, 32, 2
+
+
+def write_safetensors(path, tensors):
+    header, blobs, offset = {}, [], 0
+    for name, a in tensors.items():
+        data = np.ascontiguousarray(a).tobytes()
+        header[name] = {"dtype": "F32", "shape": list(a.shape), "data_offsets": [offset, offset + len(data)]}
+        blobs.append(data)
+        offset += len(data)
+    h = json.dumps(header).encode()
+    h += b" " * (-len(h) % 8)
+    with open(path, "wb") as f:
+        f.write(struct.pack("<Q", len(h)) + h + b"".join(blobs))
+
+
+def make_model(folder, seed=1):
+    """A TinyForCausalLM checkpoint: config.json, two shards and their index."""
+    os.makedirs(folder, exist_ok=True)
+    with open(os.path.join(folder, "config.json"), "w") as f:
+        json.dump({"architectures": ["TinyForCausalLM"], "hidden_size": HIDDEN, "vocab_size": VOCAB,
+                   "num_layers": LAYERS, "max_position": 8, "tie_word_embeddings": True}, f)
+    rng = np.random.default_rng(seed)
+    t = {"model.embed_tokens.weight": rng.standard_normal((VOCAB, HIDDEN)).astype(np.float32),
+         "model.norm.weight": rng.standard_normal(HIDDEN).astype(np.float32)}
+    for i in range(LAYERS):
+        for part in ("gate_proj", "up_proj", "down_proj"):
+            t["model.layers.%d.mlp.%s.weight" % (i, part)] = (rng.standard_normal((HIDDEN, HIDDEN)) * 0.3).astype(np.float32)
+    names = sorted(t)
+    shards = {"model-00001-of-00002.safetensors": names[:4], "model-00002-of-00002.safetensors": names[4:]}
+    weight_map = {}
+    for shard, keys in shards.items():
+        write_safetensors(os.path.join(folder, shard), {k: t[k] for k in keys})
+        weight_map.update({k: shard for k in keys})
+    with open(os.path.join(folder, "model.safetensors.index.json"), "w") as f:
+        json.dump({"weight_map": weight_map}, f)
+    return [os.path.join(folder, s) for s in sorted(shards)]
+
+
+class Start:
+    """One engine start: exit code, the JSON summary, stderr, and the parsed result line (or None)."""
+
+    def __init__(self, proc):
+        self.rc, self.err = proc.returncode, proc.stderr
+        self.out = json.loads(proc.stdout) if proc.returncode == 0 and proc.stdout.strip() else None
+        lines = [result_line.parse_line(x) for x in proc.stderr.splitlines()]
+        lines = [x for x in lines if x is not None]
+        self.line = lines[0] if len(lines) == 1 else None
+        self.lines = lines
+
+
+@unittest.skipUnless(WEIGHTD and os.access(WEIGHTD, os.X_OK), "FR_WEIGHTD_BIN is not set to fastrestart-weightd")
+class PluginTest(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        cls.site = tempfile.mkdtemp(prefix="fr-vllm-site-")
+        src = os.path.join(cls.site, "src")
+        os.makedirs(src)
+        shutil.copy(os.path.join(PYTHON_DIR, "pyproject.toml"), src)
+        shutil.copytree(os.path.join(PYTHON_DIR, "fastrestart_vllm"), os.path.join(src, "fastrestart_vllm"))
+        lib = os.path.join(cls.site, "lib")
+        try:
+            import setuptools  # noqa: F401 -- pip builds the wheel with it (no build isolation: no network)
+        except ImportError:
+            # A Python without setuptools (seen on GPU machines): lay out what pip would install, from the
+            # same pyproject.toml, so the entry point is still what vLLM discovers.
+            cls.install_by_hand(src, lib)
+            return
+        pip = subprocess.run([sys.executable, "-m", "pip", "install", "--no-deps", "--no-build-isolation",
+                              "--no-index", "--disable-pip-version-check", "--target", lib, src],
+                             capture_output=True, text=True)
+        if pip.returncode != 0:
+            raise RuntimeError("pip install of python/ failed:\n" + pip.stdout + pip.stderr)
+
+    @staticmethod
+    def install_by_hand(src, lib):
+        import tomllib
+        with open(os.path.join(src, "pyproject.toml"), "rb") as f:
+            project = tomllib.load(f)["project"]
+        shutil.copytree(os.path.join(src, "fastrestart_vllm"), os.path.join(lib, "fastrestart_vllm"))
+        info = os.path.join(lib, "%s-%s.dist-info" % (project["name"].replace("-", "_"), project["version"]))
+        os.makedirs(info)
+        with open(os.path.join(info, "METADATA"), "w") as f:
+            f.write("Metadata-Version: 2.1\nName: %s\nVersion: %s\n" % (project["name"], project["version"]))
+        with open(os.path.join(info, "entry_points.txt"), "w") as f:
+            for group, entries in project["entry-points"].items():
+                f.write("[%s]\n" % group + "".join("%s = %s\n" % kv for kv in entries.items()))
+
+    @classmethod
+    def tearDownClass(cls):
+        shutil.rmtree(cls.site, ignore_errors=True)
+
+    def setUp(self):
+        self.tmp = tempfile.mkdtemp(prefix="fr-vllm-")
+        self.run_dir = os.path.join(self.tmp, "run")
+        self.model = os.path.join(self.tmp, "model")
+        self.shards = make_model(self.model)
+        self.daemon = None
+
+    def tearDown(self):
+        self.stop_daemon()
+        shutil.rmtree(self.tmp, ignore_errors=True)
+
+    # ---- helpers ----
+
+    def start_daemon(self):
+        self.log = open(os.path.join(self.tmp, "weightd.log"), "wb")
+        argv = [WEIGHTD, "--socket-dir", self.run_dir]
+        argv += ["--backend", "cuda", "--gpu", "0"] if DEVICE == "cuda" else ["--backend", "host"]
+        self.daemon = subprocess.Popen(argv, stdout=self.log, stderr=subprocess.STDOUT)
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            if self.daemon.poll() is not None:
+                self.fail("fastrestart-weightd exited: " + open(self.log.name).read())
+            for name in os.listdir(self.run_dir) if os.path.isdir(self.run_dir) else ():
+                if name.endswith(".sock"):
+                    try:
+                        with socket.socket(socket.AF_UNIX) as s:
+                            s.connect(os.path.join(self.run_dir, name))
+                        return
+                    except OSError:
+                        pass
+            time.sleep(0.02)
+        self.fail("fastrestart-weightd did not accept: " + open(self.log.name).read())
+
+    def stop_daemon(self):
+        if self.daemon is not None:
+            if self.daemon.poll() is None:
+                self.daemon.send_signal(signal.SIGTERM)
+            self.daemon.wait(30)
+            self.daemon = None
+            self.log.close()
+
+    def serve(self, *args, extra=None, env=None, fmt="fastrestart", model=None):
+        cfg = {"socket_dir": self.run_dir, "connect_timeout_s": 0.5}
+        cfg.update(extra or {})
+        argv = [sys.executable, os.path.join(FAKE, "serve.py"), model or self.model, "--device", DEVICE,
+                "--load-format", fmt, "--model-loader-extra-config", json.dumps(cfg)] + list(args)
+        e = dict(os.environ)
+        e["PYTHONPATH"] = os.pathsep.join([os.path.join(self.site, "lib"), e.get("PYTHONPATH", "")])
+        e.update(env or {})
+        return Start(subprocess.run(argv, capture_output=True, text=True, env=e, timeout=300))
+
+    def assert_started(self, s, result, publish=None):
+        self.assertEqual(s.rc, 0, s.err)
+        self.assertIsNotNone(s.line, "want exactly one result line:\n" + s.err)
+        self.assertEqual(s.line["result"], result, s.err)
+        if publish is not None:
+            self.assertEqual(s.line["publish"], publish, s.err)
+        return s
+
+    # ---- warm and cold ----
+
+    def test_cold_publishes_then_next_start_attaches_the_same_weights(self):
+        self.start_daemon()
+        cold = self.assert_started(self.serve("--quantization", "toy"), "miss", "ok")
+        self.assertEqual(cold.line["reason"], "no entries")
+        self.assertRegex(cold.line["key"], "^[0-9a-f]{16}$")
+        self.assertEqual(cold.out["checkpoint_reads"], 2)
+
+        warm = self.assert_started(self.serve("--quantization", "toy"), "hit", "-")
+        self.assertEqual(warm.line["key"], cold.line["key"])
+        self.assertEqual(warm.line["tensors"], cold.line["tensors"])
+        self.assertEqual(warm.out["checkpoint_reads"], 0)          # nothing read from disk
+        self.assertEqual(warm.out["logits"], cold.out["logits"])    # bit-identical results
+        self.assertEqual(warm.out["scale_float"], cold.out["scale_float"])  # Python-side state rebuilt
+        self.assertTrue(warm.out["tied"])                           # lm_head is the embedding, still
+        if backend.NAME == "numpy":
+            self.assertFalse(warm.out["embed_writeable"])           # zero_copy: the read-only mapping
+            self.assertTrue(cold.out["embed_writeable"])
+        for f in ("device", "tp", "pp", "dp", "mode", "attach_ms", "total_ms"):
+            self.assertNotEqual(warm.line[f], "-", f)
+        self.assertEqual(warm.line["tp"], "0/1")
+
+    def test_copy_mode_hit_owns_its_weights(self):
+        self.start_daemon()
+        self.assert_started(self.serve(), "miss", "ok")
+        warm = self.assert_started(self.serve(extra={"mode": "copy"}), "hit")
+        self.assertEqual(warm.line["mode"], "copy")
+        if backend.NAME == "numpy":
+            self.assertTrue(warm.out["embed_writeable"])
+
+    def test_in_place_weight_update_is_refused_after_a_zero_copy_hit(self):
+        self.start_daemon()
+        cold = self.assert_started(self.serve("--reload-weights"), "miss", "ok")  # own memory: allowed
+        s = self.serve("--reload-weights")
+        self.assertEqual(s.rc, 1)
+        self.assertEqual(s.line["result"], "hit")
+        self.assertIn("read-only memory (mode zero_copy)", s.err)
+        warm = self.assert_started(self.serve("--reload-weights", extra={"mode": "copy"}), "hit")
+        self.assertEqual(warm.out["logits"], cold.out["logits"])
+
+    def test_verify_hit(self):
+        self.start_daemon()
+        cold = self.assert_started(self.serve(), "miss", "ok")
+        warm = self.assert_started(self.serve(extra={"verify": True}), "hit")
+        self.assertEqual(warm.out["logits"], cold.out["logits"])
+
+    # ---- misses and their reasons ----
+
+    def test_no_daemon_falls_back_to_disk_with_the_reason(self):
+        s = self.assert_started(self.serve(extra={"connect_timeout_s": 0.2}), "fallback", "skipped")
+        self.assertIn(self.run_dir, s.line["reason"])
+        self.assertEqual(s.line["key"], "-")
+        self.assertEqual(s.out["checkpoint_reads"], 2)
+
+    def test_changed_settings_or_files_are_misses_naming_the_field(self):
+        self.start_daemon()
+        self.assert_started(self.serve(), "miss", "ok")
+        s = self.assert_started(self.serve("--dtype", "float64"), "miss", "ok")
+        self.assertIn("config.dtype", s.line["reason"])
+        s = self.assert_started(self.serve("--tensor-parallel-size", "2", "--tp-rank", "1"), "miss")
+        self.assertIn("config.tp_rank", s.line["reason"])
+        s = self.assert_started(self.serve("--quantization", "toy"), "miss")
+        self.assertIn("config.quantization", s.line["reason"])
+        # A shard rewritten in place (same bytes, same layout: vLLM's header fingerprint would still match).
+        with open(self.shards[1], "rb") as f:
+            data = f.read()
+        time.sleep(0.01)
+        with open(self.shards[1], "wb") as f:
+            f.write(data)
+        s = self.assert_started(self.serve(), "miss")
+        self.assertRegex(s.line["reason"], r"files\[\d+\]\.(ctime_ns|mtime_ns)")
+
+    def test_fallback_off_fails_loudly_with_the_reason(self):
+        s = self.serve(extra={"fallback": False, "connect_timeout_s": 0.2})
+        self.assertEqual(s.rc, 1)
+        self.assertEqual(s.line["result"], "fail", s.err)
+        self.assertIn("fallback is off", s.line["reason"])
+        self.assertIn(self.run_dir, s.line["reason"])
+        self.assertIn("fallback is off", s.err.splitlines()[-1])   # the exception the engine dies with
+        self.start_daemon()
+        s = self.serve(extra={"fallback": False})
+        self.assertEqual(s.rc, 1)
+        self.assertEqual((s.line["result"], s.line["reason"]), ("fail", "fallback is off: no entries"))
+
+    def test_method_without_pre_processed_support_is_loaded_but_not_published(self):
+        self.start_daemon()
+        s = self.assert_started(self.serve("--quantization", "toy_nopre"), "miss", "skipped")
+        self.assertIn("supports_pre_processed_weights", s.line["reason"])
+        s = self.assert_started(self.serve("--quantization", "toy_nopre"), "miss", "skipped")
+        self.assertTrue(s.line["reason"].startswith("no entries"), s.line["reason"])
+
+    def test_an_entry_that_does_not_fit_falls_back_to_disk(self):
+        """An entry under the plugin's exact key that this plugin did not publish: the warm path fails,
+        the engine loads from disk, and the line says why."""
+        self.start_daemon()
+        import fastrestart
+        from vllm.config import CacheConfig, HfConfig, ModelConfig, ParallelConfig
+        import types
+        mc = ModelConfig(model=self.model, dtype=backend.dtype("float32"), hf_config=HfConfig.from_model(self.model))
+        vc = types.SimpleNamespace(parallel_config=ParallelConfig(), cache_config=CacheConfig())
+        import vllm
+        ranks = dict(tp_size=1, tp_rank=0, pp_size=1, pp_rank=0, dp_size=1, dp_rank=0)
+        config = cache_key.key_config(vc, mc, ranks, "", vllm.__version__)
+        files = cache_key.checkpoint_files(mc, None)
+        if DEVICE == "cuda":
+            import torch
+            tensors, device = {"w": torch.ones(4, device="cuda:0")}, "cuda:0"
+        else:
+            tensors, device = {"w": np.ones(4, np.float32)}, "host"
+        fastrestart.publish(files, config, tensors, socket_dir=self.run_dir, device=device)
+        s = self.assert_started(self.serve(), "fallback", "skipped")
+        self.assertIn("warm path failed: BindError", s.line["reason"])
+        self.assertEqual(s.out["checkpoint_reads"], 2)
+
+    # ---- configuration ----
+
+    def test_bad_extra_config_is_rejected_naming_the_key(self):
+        for extra, want in (({"fallbak": False}, "'fallbak'"),
+                            ({"mode": "fast"}, "model_loader_extra_config.mode"),
+                            ({"connect_timeout_s": "5"}, "model_loader_extra_config.connect_timeout_s"),
+                            ({"verify": 1}, "model_loader_extra_config.verify"),
+                            ({"socket_dir": "relative/run"}, "model_loader_extra_config.socket_dir")):
+            s = self.serve(extra=extra)
+            self.assertEqual(s.rc, 1, extra)
+            self.assertIn(want, s.err, extra)
+            self.assertEqual(s.lines, [], "nothing was loaded, so no result line")
+
+    def test_plugin_comes_from_the_entry_point(self):
+        s = self.serve(env={"VLLM_PLUGINS": "some_other_plugin"})
+        self.assertEqual(s.rc, 1)
+        self.assertIn("Load format `fastrestart` is not supported", s.err)
+        self.assert_started(self.serve(env={"VLLM_PLUGINS": "fastrestart"}, extra={"connect_timeout_s": 0.1}),
+                            "fallback")
+
+
+class _Attached:
+    """What fastrestart.attach hands out per tensor, for the state round trip without a daemon: a
+    read-only view of the published array (the daemon's pool is sealed)."""
+
+    def __init__(self, array):
+        self.array = np.array(array, copy=True)
+        self.array.flags.writeable = False
+        self.nbytes, self.dtype = self.array.nbytes, str(self.array.dtype)
+
+    def numpy(self):
+        return self.array
+
+
+@unittest.skipUnless(backend.NAME == "numpy", "the in-process round trip uses the numpy TensorOps")
+class StateRoundTripTest(unittest.TestCase):
+    """state.export_state then state.bind_state into a meta-built twin: layout details a model exercises
+    only partly (3-D permutations, strided slices, buffers, aliases)."""
+
+    def build(self, meta):
+        from contextlib import nullcontext
+        with backend.device("meta") if meta else nullcontext():
+            m = backend.Module()
+            m.a = backend.Module()
+            m.b = backend.Module()
+            m.a.register_parameter("w", backend.parameter(backend.empty((3, 4), np.float32)))
+            m.a.register_parameter("cube", backend.parameter(backend.empty((2, 3, 4), np.float32)))
+            m.a.register_buffer("cache", backend.empty((5,), np.float32), persistent=False)
+            m.b.register_parameter("w", m.a.w)  # tied
+        return m
+
+    def test_round_trip_keeps_values_strides_buffers_and_ties(self):
+        from fastrestart_vllm import state
+        from numpy_ops import NumpyOps
+        ops = NumpyOps()
+        cold = self.build(meta=False)
+        rng = np.random.default_rng(3)
+        backend.replace_parameter(cold.a, "w", rng.standard_normal((4, 3)).astype(np.float32).T)  # transposed
+        backend.replace_parameter(cold.a, "cube", rng.standard_normal((4, 2, 3)).astype(np.float32).transpose(1, 2, 0))
+        cold.b.register_parameter("w", cold.a.w)
+        cold.a.register_parameter("slice", backend.parameter(np.arange(20, dtype=np.int64).reshape(4, 5)[:, ::2]))
+        cold.a._buffers["cache"] = np.arange(5, dtype=np.float32)
+        arrays, count, nbytes, relaid = state.export_state(cold, ops, "host")
+        self.assertEqual(count, 4)                       # a.w once; b.w is an alias
+        self.assertEqual(relaid, ["a.slice"])
+        warm = self.build(meta=True)
+        state.bind_state(warm, {k: _Attached(v) for k, v in arrays.items()}, ops)
+        for name in ("w", "cube", "slice", "cache"):
+            want, got = getattr(cold.a, name), getattr(warm.a, name)
+            np.testing.assert_array_equal(got, want, err_msg=name)
+            self.assertFalse(got.flags.writeable, name)
+        self.assertEqual(warm.a.w.strides, cold.a.w.strides)          # the transposed view, rebuilt
+        self.assertEqual(warm.a.cube.strides, cold.a.cube.strides)
+        self.assertTrue(warm.a.slice.flags.c_contiguous)              # relaid: dense after attach
+        self.assertIs(warm.b.w, warm.a.w)
+        self.assertIn("cache", warm.a._non_persistent_buffers_set)
+        self.assertTrue(backend.is_parameter(warm.a.w))
+        self.assertNotIn("cache", warm.a._parameters)
+
+
+class ResultLineTest(unittest.TestCase):
+    def test_round_trip(self):
+        r = result_line.LoadReport(result="miss", key="0123456789abcdef", device="cuda:1", tp="1/2", pp="0/1",
+                                   dp="0/1", mode="zero_copy", load_ms=1234.56, publish="busy",
+                                   reason='files[0].ctime_ns differs: "x"\nnext line')
+        line = result_line.format_line(r)
+        self.assertNotIn("\n", line)
+        self.assertTrue(line.startswith("fastrestart-loader: v=1 result=miss key=0123456789abcdef device=cuda:1 "))
+        f = result_line.parse_line("INFO 12-01 10:00:00 [x.py:1] " + line)
+        self.assertEqual((f["result"], f["load_ms"], f["attach_ms"], f["publish"], f["tp"]),
+                         ("miss", "1234.6", "-", "busy", "1/2"))
+        self.assertEqual(f["reason"], r.reason)
+        self.assertIsNone(result_line.parse_line("fastrestart-loader is mentioned here"))
+        with self.assertRaises(ValueError):
+            result_line.format_line(result_line.LoadReport(result="warm"))
+
+
+class OptionsTest(unittest.TestCase):
+    def test_defaults_and_values(self):
+        self.assertEqual(options.parse_options(None), options.Options())
+        o = options.parse_options({"mode": "copy", "fallback": False, "connect_timeout_s": 1,
+                                   "state_timeout_s": 2.5, "socket_dir": "/run/fr", "verify": True})
+        self.assertEqual((o.mode, o.fallback, o.connect_timeout_s, o.state_timeout_s, o.socket_dir, o.verify),
+                         ("copy", False, 1.0, 2.5, "/run/fr", True))
+
+    def test_errors_name_the_key(self):
+        for cfg, key in (({"state_timeout_s": -1}, "state_timeout_s"), ({"state_timeout_s": float("nan")}, "state_timeout_s"),
+                         ({"fallback": "false"}, "fallback"), ({"socket_dir": ""}, "socket_dir"),
+                         ({"x": 1, "mode": "copy"}, "'x'")):
+            with self.assertRaisesRegex(options.OptionsError, key):
+                options.parse_options(cfg)
+        with self.assertRaisesRegex(options.OptionsError, "JSON object"):
+            options.parse_options(["mode"])
+
+
+if __name__ == "__main__":
+    unittest.main()
