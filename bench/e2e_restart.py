@@ -289,6 +289,21 @@ class Bench:
         r["checkpoint"] = {"path": ck, "bytes": self.ckpt_bytes(ck)}
         self.save()
         port = free_port()
+        if kind in a.warm_only.split(","):  # its cold and floor figures come from an earlier run
+            disk_cfg, floor = None, None
+        else:
+            disk_cfg = disk
+        if disk_cfg is None:
+            version = "0.1.0"
+        else:
+            version = self.cold_paths(kind, r, command, disk, port, ck, backend)
+        if key is None:
+            key = {"arch": "tinyengine", "dtype": "BF16", "engine": f"fastrestart-tinyengine {version}",
+                   "tp_size": "1", "tp_rank": "0"}
+        self.floor_and_warm(kind, r, command, floor, warm_fmt, port, ck, backend, key)
+
+    def cold_paths(self, kind, r, command, disk, port, ck, backend):
+        a = self.a
         sup = Supervisor(self.work, f"{kind}-cold", command, disk, port,
                          {"mode": "off", "checkpoint": ck}, self.work, backend)
         try:
@@ -297,12 +312,12 @@ class Bench:
             self.save()
             r["cold_cached"] = self.starts(sup, a.runs, f"{kind} cold_cached")
             self.save()
-            version = sup.engine_stats().get("version")
+            return sup.engine_stats().get("version")
         finally:
             sup.stop()
-        if key is None:
-            key = {"arch": "tinyengine", "dtype": "BF16", "engine": f"fastrestart-tinyengine {version}",
-                   "tp_size": "1", "tp_rank": "0"}
+
+    def floor_and_warm(self, kind, r, command, floor, warm_fmt, port, ck, backend, key):
+        a = self.a
         if floor:
             sup = Supervisor(self.work, f"{kind}-floor", command, floor, port, {"mode": "off", "checkpoint": ck}, self.work, backend)
             try:
@@ -331,7 +346,7 @@ class Bench:
                 f"daemon holds {m.get('daemon_held_bytes', 0) / GB:.3f} GB")
             sup.ctl("start-engine")
             sup.wait_ready(k + 1)
-            r["warm_restart"] = self.starts(sup, a.runs, f"{kind} warm restart")
+            r["warm_restart"] = self.starts(sup, a.runs if a.restarts is None else a.restarts, f"{kind} warm restart")
             r["daemons"] = json.loads(sup.ctl("daemons"))
         finally:
             sup.stop()
@@ -569,6 +584,8 @@ def main():
     ap.add_argument("--kills", type=int, default=10)
     ap.add_argument("--cycles", type=int, default=20)
     ap.add_argument("--only", default="anchors,refengine,tinyengine")
+    ap.add_argument("--warm-only", default="", help="engines (comma-separated) to measure on the warm path only")
+    ap.add_argument("--restarts", type=int, default=None, help="warm restarts after the cycles (default --runs)")
     ap.add_argument("--tinyengine-device", default="cuda:0",
                     help="cpu runs the tinyengine stage on a machine without a GPU (host weight daemon)")
     a = ap.parse_args()
