@@ -606,6 +606,7 @@ void Supervisor::decide_path_after_ready() {
     if (m_reload) finish_reload(!m_reload->rolled_back, m_reload->rollback_reason);
     m_health_timer.start(m_cfg.readiness.check_interval_s, [this] { check_health(); }, m_cfg.readiness.check_interval_s);
   };
+  if (m_cfg.engine.kind == EngineKind::kVllm) e.vllm.finish(m_rules);  // what vLLM says nothing about
   if (preload_mode() || (m_cfg.engine.kind == EngineKind::kVllm && !daemons_active())) {
     // vLLM's own words decide: "Mapped N tensors from the weight cache daemon" / the loader's result line.
     return finish(path_from_engine_report(e) == "warm" ? "warm" : "cold");

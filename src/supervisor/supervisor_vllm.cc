@@ -362,7 +362,9 @@ json Supervisor::preload_status_json() const {
 // What the engine says
 
 void Supervisor::observe_engine_line(Engine& e, const std::string& line) {
+  const std::string runner = e.vllm.get("model_runner");
   if (!e.vllm.observe(m_rules, line)) return;
+  if (e.vllm.get("model_runner") != runner) spdlog::info("the engine reports model runner {}", e.vllm.get("model_runner"));
   std::string v = e.vllm.get("version");
   if (!v.empty() && v != m_reported_version) {
     m_reported_version = v;
@@ -371,8 +373,6 @@ void Supervisor::observe_engine_line(Engine& e, const std::string& line) {
 }
 
 std::string Supervisor::path_from_engine_report(Engine& e) {
-  e.vllm.finish(m_rules);
-  if (!e.vllm.get("model_runner").empty()) spdlog::info("vLLM model runner: {}", e.vllm.get("model_runner"));
   // The plugin's result lines (one per rank): warm only when every rank attached.
   if (!e.vllm.loader.empty()) {
     bool all_hit = true;
@@ -406,10 +406,9 @@ std::string Supervisor::path_from_engine_report(Engine& e) {
 std::string Supervisor::readiness_model() const {
   if (m_cfg.engine.kind != EngineKind::kVllm || !m_engine) return {};
   auto flags = parse_flag_list(m_engine->flags);
-  std::string served = flag_value(flags, "--served-model-name");
   for (const auto& f : flags)
-    if (canonical_flag_name(f.name) == "--served-model-name" && !f.values.empty()) served = f.values.front();
-  return served.empty() ? model_of(flags) : served;
+    if (canonical_flag_name(f.name) == "--served-model-name" && !f.values.empty()) return f.values.front();
+  return model_of(flags);
 }
 
 // ---------------------------------------------------------------------------------------------------

@@ -330,6 +330,23 @@ TEST(VllmReport, TheModelRunnerFallbackIsShown) {
   EXPECT_NE(v["model_runner"]["line"].get<std::string>().find("custom logits processors"), std::string::npos);
 }
 
+// The loader plugin's result line (python/fastrestart_vllm) reaches status, the table and the metrics.
+TEST(VllmReport, TheLoaderResultLineIsShown) {
+  Options o;
+  o.daemon = "none";
+  o.extra_flags = R"(, "--standin-loader-line", "(EngineCore pid=1) fastrestart-loader: v=1 result=hit key=9f1c device=cuda:0 tp=0/1 pp=0/1 dp=0/1 mode=zero_copy tensors=291 bytes=1024 attach_ms=1.9 load_ms=- publish=- publish_ms=- total_ms=35.2 reason=\"\"")";
+  Vllmd d(o);
+  ASSERT_TRUE(d.wait_ready()) << d.log();
+  auto st = d.status();
+  ASSERT_EQ(st["engine"]["vllm"]["loader"].size(), 1u) << st.dump();
+  EXPECT_EQ(st["engine"]["vllm"]["loader"][0]["result"], "hit");
+  EXPECT_EQ(st["engine"]["vllm"]["loader"][0]["attach_ms"], "1.9");
+  EXPECT_EQ(st["last_start"]["path"], "warm") << "no daemon record: the engine's own word decides";
+  EXPECT_EQ(st["metrics"]["attaches"]["hit"], 1);
+  auto table = d.ctl({"status"});
+  EXPECT_NE(table.output.find("hit cuda:0 attach_ms 1.9"), std::string::npos) << table.output;
+}
+
 TEST(VllmConfig, TheExampleConfigsPassTheCheck) {
   for (const char* name : {"vllm-native-tp4.toml", "vllm-preload.toml", "example.toml"}) {
     auto r = test::run({FR_FASTRESTARTD_BIN, "--check", "--config", std::string(FR_SOURCE_DIR) + "/config/" + name});
