@@ -51,6 +51,9 @@ std::optional<LoaderResult> parse_loader_line(const std::string& line) {
   }
   auto reason = nlohmann::json::parse(rest.substr(r + 8), nullptr, false);
   out.reason = !reason.is_discarded() && reason.is_string() ? reason.get<std::string>() : rest.substr(r + 8);
+  // Format version 1 (docs/vllm-plugin.md, "The result line"): a version we do not know is not parsed.
+  if (auto v = out.fields.find("v"); v == out.fields.end() || v->second != "1") return std::nullopt;
+  out.fields.erase("v");
   auto res = out.fields.find("result");
   if (res == out.fields.end()) return std::nullopt;
   out.result = res->second;

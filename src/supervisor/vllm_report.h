@@ -16,7 +16,8 @@ namespace fr::supervisor {
 
 // fastrestart-loader: v=1 result=hit key=... device=... tp=r/n pp=r/n dp=r/n mode=... tensors=N bytes=N
 //   attach_ms=X load_ms=X publish=... publish_ms=X total_ms=X reason="<JSON string>"   (one line)
-// The form is defined by python/fastrestart_vllm (docs/vllm.md); `-` marks a field that does not apply.
+// The form is defined by python/fastrestart_vllm (docs/vllm-plugin.md, "The result line"); `-` marks a
+// field that does not apply; a format version other than 1 is not parsed.
 struct LoaderResult {
   std::string result;                         // hit | miss | fallback | fail
   std::string reason;                         // decoded

@@ -46,6 +46,8 @@ TEST(VllmReport, TheLoaderPluginsResultLine) {
   EXPECT_EQ(l->fields.at("tp"), "0/1");
   EXPECT_FALSE(parse_loader_line("fastrestart-loader: v=1 result=maybe reason=\"\""));
   EXPECT_FALSE(parse_loader_line("INFO nothing here"));
+  EXPECT_FALSE(parse_loader_line("fastrestart-loader: v=2 result=hit reason=\"\"")) << "an unknown format version";
+  EXPECT_EQ(l->fields.count("v"), 0u);
 }
 
 TEST(ClassifyWithRules, VllmsMessagesNameTheCause) {
