@@ -70,6 +70,7 @@ struct Supervisor::Preload {
   double last_output = 0;            // progress, for weights.load_timeout_s
   double ready_at = 0;
   std::vector<FileIdentity> checkpoint;  // the checkpoint files when it started loading
+  std::deque<std::string> tail;      // its last lines: why it died
 };
 
 struct Supervisor::PendingReload {

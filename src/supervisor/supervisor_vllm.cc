@@ -174,6 +174,8 @@ void Supervisor::start_preload() {
       [this, raw](const std::string& l) {
         spdlog::info("[vllm-preload] {}", l);
         raw->last_output = m_loop.now_s();
+        raw->tail.push_back(l.substr(0, 300));
+        if (raw->tail.size() > 20) raw->tail.pop_front();
       },
       [] {});
   m_preload_fresh = true;
@@ -273,6 +275,12 @@ void Supervisor::on_preload_exit(int status) {
   }
   p.failed = true;
   p.error = "exited unexpectedly: " + how;
+  // vLLM ends a failed start with the exception's line ("...Error: ...") after the traceback: name it.
+  for (auto it = p.tail.rbegin(); it != p.tail.rend(); ++it)
+    if (it->find("Error") != std::string::npos || it->find("error:") != std::string::npos) {
+      p.error += ": " + *it;
+      break;
+    }
   m_preload_fresh = false;
   m_watch_timer.stop();
   if (m_state == State::kLoading) {
@@ -342,7 +350,7 @@ void Supervisor::adjust_vllm_flags(std::vector<std::string>& words) {
 
 json Supervisor::preload_status_json() const {
   const Preload& p = *m_preload;
-  std::string state = p.exited ? (p.stopping ? "stopped" : "dead") : p.failed ? "failed" : p.ready ? "ready" : "loading";
+  std::string state = p.exited && p.stopping ? "stopped" : p.failed ? "failed" : p.exited ? "dead" : p.ready ? "ready" : "loading";
   json files = json::array();
   for (const auto& id : p.checkpoint) files.push_back(id.path);
   return {{"gpu", "vllm-preload"},

@@ -248,6 +248,25 @@ TEST(VllmPreload, ACheckpointRewrittenInPlaceReloadsThePreloadAndTheEngine) {
   EXPECT_NE(d.log().find("checkpoint changed under the same path"), std::string::npos);
 }
 
+// A preload that cannot start (here: a quantization its loader refuses) is a daemon failure: the engine
+// starts anyway, not strict, and loads from disk; status names why the preload died.
+TEST(VllmPreload, APreloadThatDiesWhileLoadingLeavesTheEngineToLoadFromDisk) {
+  Options o;
+  o.env = "VLLM_STANDIN_PRELOAD_FAIL = \"vllm.model_executor.model_loader.weight_cache.protocol.UnsupportedQuantForIPCError: quantization 'x'\"\n";
+  Vllmd d(o);
+  ASSERT_TRUE(d.wait_ready()) << d.log();
+  auto st = d.status();
+  EXPECT_EQ(st["last_start"]["path"], "cold");
+  json preload;
+  for (const auto& dm : st["daemons"])
+    if (dm["kind"] == "vllm-preload") preload = dm;
+  EXPECT_EQ(preload["state"], "failed") << st["daemons"].dump();
+  EXPECT_NE(preload["error"].get<std::string>().find("UnsupportedQuantForIPCError"), std::string::npos) << preload.dump();
+  auto serve = argv_of(d.events("start", "serve")[0]);
+  EXPECT_EQ(json::parse(arg(serve, "--model-loader-extra-config"))["fallback"], true) << "no daemon: never strict";
+  EXPECT_EQ(st["engine"]["vllm"]["weight_cache"]["value"], "fallback");
+}
+
 TEST(VllmLint, AReloadWithARemovedFlagIsRefusedBeforeAnythingRestarts) {
   Vllmd d;
   ASSERT_TRUE(d.wait_ready()) << d.log();
