@@ -105,7 +105,8 @@ fr::Result<json> check_offline(const std::string& config, const json& req) {
   if (c.engine.kind == EngineKind::kVllm) {
     LintTarget t = lint_target(rules, "", c.engine.vllm_version);
     target = {{"version", t.version.str()}, {"source", t.source}};
-    LintInput in{c.engine.command, next, c.engine.env, vllm_environment(), c.weights.daemon, c.weights.mode};
+    // fastrestartd's own environment is not this command's: only engine.env is checked offline.
+    LintInput in{c.engine.command, next, c.engine.env, {}, c.weights.daemon, c.weights.mode};
     for (const auto& f : lint_vllm(rules, t, in))
       findings.push_back({{"severity", f.severity == Severity::kError ? "error" : "warning"}, {"subject", f.subject}, {"message", f.message}});
   }

@@ -80,11 +80,17 @@ std::vector<LintFinding> lint_vllm(const VllmRules& rules, const LintTarget& tar
       break;
     }
   }
+  // vLLM ignores a VLLM_* variable it does not know ("Unknown vLLM environment variable detected", a
+  // warning) unless --fail-on-environ-validation makes that fatal: a removed variable loses its effect
+  // silently, which is worth a warning, but it stops a start only with that flag.
+  const bool env_fatal = present("--fail-on-environ-validation");
   auto check_env = [&](const std::map<std::string, std::string>& env, const char* where) {
     for (const auto& [name, value] : env)
       for (const auto& r : rules.removed)
         if (r.env == name && target.version >= r.version)
-          add(r.severity, name + where, "vLLM " + r.version.str() + ": " + tail(r.what.empty() ? "removed" : r.what, r.use, r.ref));
+          add(env_fatal ? Severity::kError : Severity::kWarning, name + where,
+              "vLLM " + r.version.str() + ": " + tail(r.what.empty() ? "removed" : r.what, r.use, r.ref) +
+                  (env_fatal ? " (fatal with --fail-on-environ-validation)" : " (vLLM now ignores it)"));
   };
   check_env(in.env, " (engine.env)");
   check_env(in.inherited, " (in fastrestartd's environment, inherited by the engine)");

@@ -54,12 +54,13 @@ TEST(VllmConfig, BadValuesNameTheKey) {
             std::string::npos);
 }
 
-TEST(VllmConfig, ARemovedVariableInEngineEnvNamesTheTable) {
-  EXPECT_NE(error_of("[engine]\nkind = \"vllm\"\ncommand = [\"vllm\", \"serve\"]\n[engine.env]\nVLLM_PLE_CPU_OFFLOAD = \"1\"\n"
-                     "[weights]\nmode = \"off\"\n")
-                .find("m.toml:4: engine.env: VLLM_PLE_CPU_OFFLOAD (engine.env): vLLM 0.31.0: removed; use --engram-config"),
-            std::string::npos)
-      << error_of("[engine]\nkind = \"vllm\"\ncommand = [\"vllm\", \"serve\"]\n[engine.env]\nVLLM_PLE_CPU_OFFLOAD = \"1\"\n[weights]\nmode = \"off\"\n");
+// vLLM only warns about an unknown VLLM_* variable, unless --fail-on-environ-validation is given.
+TEST(VllmConfig, ARemovedVariableIsAnErrorOnlyWhenVllmWouldRefuseIt) {
+  const std::string env = "[engine.env]\nVLLM_PLE_CPU_OFFLOAD = \"1\"\n[weights]\nmode = \"off\"\n";
+  EXPECT_EQ(error_of("[engine]\nkind = \"vllm\"\ncommand = [\"vllm\", \"serve\"]\nflags = [\"m\"]\n" + env), "<valid>");
+  EXPECT_NE(error_of("[engine]\nkind = \"vllm\"\ncommand = [\"vllm\", \"serve\"]\nflags = [\"m\", \"--fail-on-environ-validation\"]\n" + env)
+                .find("m.toml:5: engine.env: VLLM_PLE_CPU_OFFLOAD (engine.env): vLLM 0.31.0: removed; use --engram-config"),
+            std::string::npos);
 }
 
 TEST(VllmConfig, AnOlderVllmVersionAllowsWhatItHad) {

@@ -56,8 +56,12 @@ TEST(VllmLint, RemovedEnvironmentVariablesAndTheOldEntryPoint) {
   auto f = lint({"m"}, "0.31.0", {{"VLLM_PLE_CPU_OFFLOAD", "1"}, {"VLLM_PREFIX_CACHE_RETENTION_INTERVAL", "4096"}, {"HF_HOME", "/x"}});
   ASSERT_EQ(f.size(), 2u);
   EXPECT_EQ(f[0].subject, "VLLM_PLE_CPU_OFFLOAD (engine.env)");
+  EXPECT_EQ(f[0].severity, Severity::kWarning) << "vLLM ignores an unknown variable";
   EXPECT_NE(f[0].message.find("use --engram-config"), std::string::npos);
   EXPECT_NE(f[1].message.find("vLLM 0.30.0"), std::string::npos);
+  auto fatal = lint({"m", "--fail-on-environ-validation"}, "0.31.0", {{"VLLM_PLE_CPU_OFFLOAD", "1"}});
+  ASSERT_EQ(fatal.size(), 1u);
+  EXPECT_EQ(fatal[0].severity, Severity::kError) << fatal[0].message;
   auto c = lint({"--model", "m"}, "0.31.0", {}, DaemonKind::kNative, {"python3", "-m", "vllm.entrypoints.openai.api_server"});
   ASSERT_EQ(c.size(), 1u);
   EXPECT_EQ(c[0].severity, Severity::kWarning);
