@@ -273,8 +273,9 @@ void Supervisor::on_preload_exit(int status) {
     (*tick)();
     return;
   }
+  if (p.failed) p.error += " (killed: " + how + ")";  // we killed it: the reason is already there
+  else p.error = "exited unexpectedly: " + how;
   p.failed = true;
-  p.error = "exited unexpectedly: " + how;
   // vLLM ends a failed start with the exception's line ("...Error: ...") after the traceback: name it.
   for (auto it = p.tail.rbegin(); it != p.tail.rend(); ++it)
     if (it->find("Error") != std::string::npos || it->find("error:") != std::string::npos) {
