@@ -572,9 +572,8 @@ Status check_cross_fields(const Config& c, const Lines& lines) {
 Status check_vllm_flags(const Config& c, const Lines& lines) {
   auto rules = load_vllm_rules(c.engine.vllm_rules);
   if (!rules.ok()) return fail_at(c.path, lines.first({"engine.vllm_rules", "engine"}), "engine.vllm_rules", rules.error().message);
-  LintInput in{c.engine.command, c.engine.flags, c.engine.env, {}, c.weights.daemon, c.weights.mode};
   LintTarget target = lint_target(*rules, "", c.engine.vllm_version);
-  for (const auto& f : lint_vllm(*rules, target, in)) {
+  for (const auto& f : lint_config(c, *rules)) {
     if (f.severity != Severity::kError) continue;
     const bool env = f.subject.find("(engine.env)") != std::string::npos;
     const bool command = f.subject.starts_with("engine.command");

@@ -126,6 +126,11 @@ std::vector<LintFinding> lint_vllm(const VllmRules& rules, const LintTarget& tar
   return out;
 }
 
+std::vector<LintFinding> lint_config(const Config& c, const VllmRules& rules) {
+  LintInput in{c.engine.command, c.engine.flags, c.engine.env, {}, c.weights.daemon, c.weights.mode};
+  return lint_vllm(rules, lint_target(rules, "", c.engine.vllm_version), in);
+}
+
 bool has_errors(const std::vector<LintFinding>& findings) {
   return std::any_of(findings.begin(), findings.end(), [](const LintFinding& f) { return f.severity == Severity::kError; });
 }

@@ -40,6 +40,9 @@ LintTarget lint_target(const VllmRules& rules, const std::string& reported, cons
 // Every finding, errors first, in the order of the flags.
 std::vector<LintFinding> lint_vllm(const VllmRules& rules, const LintTarget& target, const LintInput& in);
 
+// A config's own command, flags and engine.env, against `engine.vllm_version` (or the rules' newest).
+std::vector<LintFinding> lint_config(const Config& c, const VllmRules& rules);
+
 bool has_errors(const std::vector<LintFinding>& findings);
 
 // "refused: 2 problems (vLLM 0.31.0, reported by the engine ...): <message>; <message>" for replies and logs.

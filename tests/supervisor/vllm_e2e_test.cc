@@ -381,6 +381,13 @@ TEST(VllmConfig, ARemovedFlagInTheConfigIsAnErrorNamingFileLineAndFlag) {
   auto r = test::run({FR_FASTRESTARTD_BIN, "--check", "--config", cfg});
   EXPECT_EQ(r.exit_code, 2) << r.output;
   EXPECT_NE(r.output.find(cfg + ":5: engine.flags: --collect-detailed-traces model,worker: vLLM 0.31.0"), std::string::npos) << r.output;
+  std::ofstream(cfg) << "gpus = [0]\n[engine]\nkind = \"vllm\"\ncommand = [\"vllm\", \"serve\"]\n"
+                        "flags = [\"m\", \"--quantization\", \"fp8\"]\n[weights]\nmode = \"off\"\n";
+  auto warn = test::run({FR_FASTRESTARTD_BIN, "--check", "--config", cfg});
+  EXPECT_EQ(warn.exit_code, 0) << warn.output;
+  EXPECT_NE(warn.output.find(cfg + ": warning: --quantization fp8: since vLLM 0.31.0"), std::string::npos) << warn.output;
+  std::ofstream(cfg) << "gpus = [0]\n[engine]\nkind = \"vllm\"\ncommand = [\"vllm\", \"serve\"]\n"
+                        "flags = [\"m\", \"--collect-detailed-traces\", \"model,worker\"]\n[weights]\nmode = \"off\"\n";
   auto off = test::run({FR_FASTRESTARTCTL_BIN, "--config", cfg, "check", "--offline"});
   EXPECT_EQ(off.exit_code, 1) << off.output;
   EXPECT_NE(off.output.find("--collect-detailed-traces"), std::string::npos) << off.output;
