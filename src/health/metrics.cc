@@ -4,6 +4,7 @@
 #include <charconv>
 #include <cmath>
 #include <cstdint>
+#include <cstdlib>
 #include <limits>
 #include <string>
 #include <utility>
@@ -275,6 +276,30 @@ void memory_families(Writer& w, const json& status) {
   }
 }
 
+// engine.kind = "vllm": what the engine reported about itself, and the loader plugin's attach times
+// (docs/vllm.md, "What the supervisor reads"). Absent for other engines.
+void vllm_families(Writer& w, const json& status) {
+  const json& v = field(field(status, "engine"), "vllm");
+  if (!v.is_object()) return;
+  w.family("vllm_info", "gauge", "Always 1 while a vLLM engine runs; labels: the version and model runner it reported.");
+  w.sample({{"version", sanitize_utf8(text(field(field(v, "version"), "value")), kMaxReasonChars)},
+            {"model_runner", sanitize_utf8(text(field(field(v, "model_runner"), "value")), kMaxReasonChars)}},
+           1.0);
+  w.family("loader_attach_seconds", "gauge",
+           "The fastrestart vLLM loader's attach time per rank at the engine's start (its result line).");
+  const json& loader = field(v, "loader");
+  if (!loader.is_array()) return;
+  for (size_t i = 0; i < loader.size(); ++i) {
+    const std::string ms = text(field(loader[i], "attach_ms"));
+    char* end = nullptr;
+    const double x = std::strtod(ms.c_str(), &end);
+    if (ms.empty() || end == ms.c_str() || *end != 0) continue;  // "-": not an attach
+    // One line per rank, in the order they came (tp alone may repeat across data-parallel ranks).
+    w.sample({{"line", std::to_string(i)}, {"result", sanitize_utf8(text(field(loader[i], "result")), kMaxReasonChars)}},
+             x / 1000.0);
+  }
+}
+
 }  // namespace
 
 std::string render_metrics(const json& status, const std::string& version) {
@@ -285,6 +310,7 @@ std::string render_metrics(const json& status, const std::string& version) {
   attaches_and_reloads(w, metrics);
   daemon_families(w, status);
   memory_families(w, status);
+  vllm_families(w, status);
   return w.take();
 }
 

@@ -2,14 +2,30 @@
 
 #include <sys/wait.h>
 
+#include <algorithm>
 #include <cstring>
 
 namespace fr::supervisor {
+namespace {
+constexpr const char* kNames[kExitCauseCount] = {"requested",     "crash",           "unexpected_exit_0", "kernel_oom",
+                                                 "cuda_oom",      "memory_utilization", "start_timeout",  "hung",
+                                                 "kv_cache_memory", "weight_cache",  "bad_flags"};
+}  // namespace
 
 const char* exit_cause_name(ExitCause c) {
-  static constexpr const char* k[] = {"requested", "crash", "unexpected_exit_0", "kernel_oom",
-                                      "cuda_oom", "memory_utilization", "start_timeout", "hung"};
-  return k[static_cast<int>(c)];
+  return kNames[static_cast<int>(c)];
+}
+
+std::optional<ExitCause> exit_cause_from_name(std::string_view name) {
+  for (int i = 0; i < kExitCauseCount; ++i)
+    if (name == kNames[i]) return static_cast<ExitCause>(i);
+  return std::nullopt;
+}
+
+std::string exit_cause_names() {
+  std::string out;
+  for (const char* n : kNames) out += (out.empty() ? "" : ", ") + std::string(n);
+  return out;
 }
 
 bool is_failure(ExitCause c) { return c != ExitCause::kRequested; }
@@ -53,6 +69,12 @@ Classification classify_exit(const ExitFacts& f) {
   if (f.requested) return {ExitCause::kRequested, status};
   if (f.oom_kill_recorded && WIFSIGNALED(f.wait_status) && WTERMSIG(f.wait_status) == SIGKILL)
     return {ExitCause::kKernelOom, "killed by the kernel OOM killer; " + status};
+  if (f.rules && f.last_lines) {
+    for (auto it = f.last_lines->rbegin(); it != f.last_lines->rend(); ++it)
+      for (const auto& r : *f.rules)
+        if (std::all_of(r.contains.begin(), r.contains.end(), [&](const std::string& c) { return contains(*it, c.c_str()); }))
+          return {r.cause, *it};
+  }
   if (const auto* l = find_line(f.last_lines, is_mem_util)) return {ExitCause::kMemoryUtilization, *l};
   if (const auto* l = find_line(f.last_lines, is_cuda_oom)) return {ExitCause::kCudaOom, *l};
   if (f.oom_kill_recorded) return {ExitCause::kKernelOom, "the cgroup recorded an OOM kill; " + status};

@@ -3,7 +3,10 @@
 #pragma once
 
 #include <deque>
+#include <optional>
 #include <string>
+#include <string_view>
+#include <vector>
 
 namespace fr::supervisor {
 
@@ -16,11 +19,23 @@ enum class ExitCause {
   kMemoryUtilization,  // vLLM's "Free memory on device ... less than desired GPU memory utilization"
   kStartTimeout,     // never became ready in time (we killed it)
   kHung,             // stopped answering /health (we killed it)
+  // From an engine's own words, through output rules (vLLM's: [[failure]] in data/vllm.toml):
+  kKvCacheMemory,    // the weights fit, the KV cache does not ("No available memory for the cache blocks")
+  kWeightCache,      // the weight cache refused it (vLLM ipc_cache with fallback false: key mismatch, no daemon)
+  kBadFlags,         // the engine rejected its command line (argparse: unrecognized arguments, invalid choice)
 };
-inline constexpr int kExitCauseCount = 8;
+inline constexpr int kExitCauseCount = 11;
 
 const char* exit_cause_name(ExitCause c);
+std::optional<ExitCause> exit_cause_from_name(std::string_view name);
+std::string exit_cause_names();  // "requested, crash, ..." for messages
 bool is_failure(ExitCause c);
+
+// A line of an engine's output that names why it exited: every string of `contains` is in the line.
+struct OutputRule {
+  std::vector<std::string> contains;
+  ExitCause cause;
+};
 
 struct ExitFacts {
   int wait_status = 0;            // from waitpid
@@ -29,6 +44,7 @@ struct ExitFacts {
   bool killed_for_hang = false;
   bool oom_kill_recorded = false; // the cgroup's oom_kill counter grew while the engine ran
   const std::deque<std::string>* last_lines = nullptr;  // the engine's recent output
+  const std::vector<OutputRule>* rules = nullptr;        // engine-specific messages, checked before the built-in ones
 };
 
 struct Classification {

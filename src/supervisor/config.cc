@@ -14,6 +14,8 @@
 #include <initializer_list>
 #include <span>
 
+#include "supervisor/vllm_lint.h"
+
 namespace fr::supervisor {
 namespace {
 
@@ -228,6 +230,11 @@ class Value {
     if (!(u > 0 && u <= 1)) return fail("must be a fraction in (0, 1], got " + fmt_number(u));
     return u;
   }
+  Result<std::string> vllm_version() const {
+    FR_ASSIGN(std::string s, string());
+    if (!s.empty() && !VllmVersion::parse(s)) return fail("must be a vLLM version like \"0.31.0\" (or empty), got " + in_quotes(s));
+    return s;
+  }
   Result<std::vector<std::string>> command() const {
     FR_ASSIGN(auto argv, strings());
     if (argv.empty()) return fail("must not be empty: the program and its base arguments");
@@ -286,7 +293,7 @@ class Value {
 // The allowed strings of each choice, in enum order.
 constexpr const char* kKinds[] = {"generic", "vllm"};
 constexpr const char* kModes[] = {"zero_copy", "copy", "off"};
-constexpr const char* kDaemons[] = {"native", "none"};
+constexpr const char* kDaemons[] = {"native", "none", "vllm-preload"};
 constexpr const char* kBackends[] = {"cuda", "host"};
 constexpr const char* kStartPaths[] = {"snapshot", "warm", "cold"};
 constexpr const char* kLevels[] = {"trace", "debug", "info", "warn", "error"};
@@ -401,6 +408,8 @@ const KeySpec kEngineKeys[] = {
     FR_KEY("working_dir", FR_ASSIGN(c.engine.working_dir, v.absolute_path())),
     FR_KEY("cgroup", FR_ASSIGN(c.engine.cgroup, v.absolute_path())),
     FR_KEY("stop_grace_s", FR_ASSIGN(c.engine.stop_grace_s, v.positive())),
+    FR_KEY("vllm_version", FR_ASSIGN(c.engine.vllm_version, v.vllm_version())),
+    FR_KEY("vllm_rules", FR_ASSIGN(c.engine.vllm_rules, v.absolute_path())),
 };
 
 const KeySpec kWeightsKeys[] = {
@@ -413,6 +422,9 @@ const KeySpec kWeightsKeys[] = {
     FR_KEY("socket_dir", FR_ASSIGN(c.weights.socket_dir, v.absolute_path())),
     FR_KEY("reader_threads", FR_ASSIGN(c.weights.reader_threads, v.int_in(1, 64))),
     FR_KEY("load_timeout_s", FR_ASSIGN(c.weights.load_timeout_s, v.positive())),
+    FR_KEY("fallback", FR_ASSIGN(c.weights.fallback, v.boolean())),
+    FR_KEY("health_port", FR_ASSIGN(c.weights.health_port, v.int_in(0, 65535))),
+    FR_KEY("watch_interval_s", FR_ASSIGN(c.weights.watch_interval_s, v.positive())),
 };
 
 const KeySpec kMemoryKeys[] = {
@@ -535,11 +547,40 @@ Status check_cross_fields(const Config& c, const Lines& lines) {
                      "imported VMM memory (the daemon's pool, mapped zero-copy) cannot be checkpointed");
     }
   }
+  if (w.daemon == DaemonKind::kVllmPreload) {
+    const int64_t line = lines.first({"weights.daemon"});
+    if (c.engine.kind != EngineKind::kVllm)
+      return fail_at(c.path, line, "weights.daemon", "\"vllm-preload\" needs engine.kind = \"vllm\"");
+    if (w.mode == WeightsMode::kOff)
+      return fail_at(c.path, line, "weights.daemon", "\"vllm-preload\" needs weights.mode \"zero_copy\" or \"copy\" (the ipc_cache loader's modes), got \"off\"");
+    if (std::find(c.engine.command.begin(), c.engine.command.end(), "serve") == c.engine.command.end())
+      return fail_at(c.path, lines.first({"engine.command", "engine"}), "engine.command",
+                     "with weights.daemon = \"vllm-preload\" it must hold the `serve` subcommand (e.g. [\"vllm\", \"serve\"]): "
+                     "fastrestartd runs the same command with `preload` in its place");
+  }
   if (c.restart.backoff_max_s < c.restart.backoff_initial_s) {
     return fail_at(c.path, lines.first({"restart.backoff_max_s", "restart.backoff_initial_s", "restart"}),
                    "restart.backoff_max_s",
                    "must be >= restart.backoff_initial_s (" + fmt_number(c.restart.backoff_initial_s) + "), got " +
                        fmt_number(c.restart.backoff_max_s));
+  }
+  return {};
+}
+
+// kind = "vllm": flags vLLM would refuse (data/vllm.toml) are a config error, named like any other
+// (docs/vllm.md, "Checks before a flag push"). Warnings are left to `fastrestartctl check`.
+Status check_vllm_flags(const Config& c, const Lines& lines) {
+  auto rules = load_vllm_rules(c.engine.vllm_rules);
+  if (!rules.ok()) return fail_at(c.path, lines.first({"engine.vllm_rules", "engine"}), "engine.vllm_rules", rules.error().message);
+  LintTarget target = lint_target(*rules, "", c.engine.vllm_version);
+  for (const auto& f : lint_config(c, *rules)) {
+    if (f.severity != Severity::kError) continue;
+    const bool env = f.subject.find("(engine.env)") != std::string::npos;
+    const bool command = f.subject.starts_with("engine.command");
+    const bool daemon = f.subject.starts_with("weights.daemon");
+    const char* key = env ? "engine.env" : command ? "engine.command" : daemon ? "weights.daemon" : "engine.flags";
+    return fail_at(c.path, lines.first({key, "engine"}), key,
+                   f.message + " (checked against vLLM " + target.version.str() + ": " + target.source + ")");
   }
   return {};
 }
@@ -630,6 +671,7 @@ Result<Config> parse_config(std::string_view toml_text, const std::string& path)
                        ") is not a usable name: set [model] name (letters, digits, '.', '_', '-')");
   }
   FR_TRY(check_cross_fields(c, lines));
+  if (c.engine.kind == EngineKind::kVllm) FR_TRY(check_vllm_flags(c, lines));
   resolve_checkpoints(c);
   return c;
 }
@@ -663,6 +705,8 @@ const char* weights_mode_name(WeightsMode m) {
   }
   return "off";
 }
+
+const char* daemon_kind_name(DaemonKind d) { return kDaemons[static_cast<int>(d)]; }
 
 const char* start_path_name(StartPath p) {
   switch (p) {

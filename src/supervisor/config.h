@@ -16,7 +16,7 @@ namespace fr::supervisor {
 
 enum class EngineKind { kGeneric, kVllm };
 enum class WeightsMode { kZeroCopy, kCopy, kOff };
-enum class DaemonKind { kNative, kNone };
+enum class DaemonKind { kNative, kNone, kVllmPreload };
 enum class StartPath { kSnapshot, kWarm, kCold };
 
 struct EngineConfig {
@@ -30,6 +30,9 @@ struct EngineConfig {
   std::string cgroup;                          // a memory cgroup directory (v1 or v2) to run the engine in;
                                                // empty: ours. Its OOM-kill counter classifies kernel OOMs.
   double stop_grace_s = 30;                    // SIGTERM -> SIGKILL of the engine's process group
+  std::string vllm_version;                    // kind vllm: the version flags are checked against until the
+                                               // engine reports its own; empty: the rules' newest
+  std::string vllm_rules;                      // kind vllm: a rules file appended to data/vllm.toml's
 };
 
 struct WeightsConfig {
@@ -42,6 +45,10 @@ struct WeightsConfig {
   std::string socket_dir;                      // empty: the daemons' default
   int reader_threads = 8;
   double load_timeout_s = 3600;                // a preload making no progress for this long fails
+  // daemon = "vllm-preload" (docs/vllm.md):
+  bool fallback = true;                        // ipc_cache "fallback" after the first start (which is strict)
+  int health_port = 0;                         // vllm preload's /health on 127.0.0.1; 0: a free port per start
+  double watch_interval_s = 10;                // how often the checkpoint files' identities are compared
 };
 
 struct MemoryConfig {
@@ -110,6 +117,7 @@ Result<Config> load_config(const std::string& path);
 
 const char* engine_kind_name(EngineKind k);
 const char* weights_mode_name(WeightsMode m);
+const char* daemon_kind_name(DaemonKind d);
 const char* start_path_name(StartPath p);
 
 }  // namespace fr::supervisor

@@ -10,11 +10,13 @@
 #include "protocol/frame.h"
 #include "supervisor/config.h"
 #include "supervisor/control.h"
+#include "supervisor/flags.h"
+#include "supervisor/vllm_lint.h"
 
 namespace {
 
 using nlohmann::json;
-constexpr int kOk = 0, kFail = 1, kUsage = 2, kRolledBack = 3;
+constexpr int kOk = 0, kFail = 1, kUsage = 2, kRolledBack = 3, kCheckFailed = 4;
 
 fr::Result<json> call(const std::string& sock, const json& req, double timeout_s) {
   FR_ASSIGN(fr::UniqueFd fd, fr::connect_unix(sock, fr::deadline_in(2)));
@@ -41,6 +43,16 @@ void print_status(const json& s) {
     const auto& e = s["engine"];
     std::printf("%-18s pid %d, up %.1f s, path %s\n", "engine", e.value("pid", 0), e.value("uptime_s", 0.0),
                 e.value("path", std::string("-")).c_str());
+  }
+  if (s["engine"].is_object() && s["engine"].contains("vllm")) {
+    const auto& v = s["engine"]["vllm"];
+    auto field = [&](const char* k) { return v.contains(k) ? v[k].value("value", std::string("-")) : std::string("-"); };
+    std::printf("%-18s version %s, model runner %s, weight cache %s\n", "vllm", field("version").c_str(),
+                field("model_runner").c_str(), field("weight_cache").c_str());
+    for (const auto& l : v.value("loader", json::array()))
+      std::printf("%-18s %s %s attach_ms %s%s%s\n", "loader", l.value("result", "").c_str(), l.value("device", "-").c_str(),
+                  l.value("attach_ms", "-").c_str(), l.value("reason", "").empty() ? "" : ": ",
+                  l.value("reason", "").c_str());
   }
   std::string flags;
   for (const auto& f : s.value("flags", json::array())) flags += (flags.empty() ? "" : " ") + f.get<std::string>();
@@ -77,6 +89,53 @@ void print_status(const json& s) {
   if (!s.value("failure", "").empty()) std::printf("%-18s %s\n", "failure", s.value("failure", "").c_str());
 }
 
+// `check` without a running fastrestartd: the config file's flags (and the push) against the rules.
+fr::Result<json> check_offline(const std::string& config, const json& req) {
+  using namespace fr::supervisor;
+  if (config.empty()) return fr::make_error(fr::Errc::kInvalidArgument, "check --offline needs --config FILE");
+  FR_ASSIGN(Config c, load_config(config));
+  std::vector<std::string> next = c.engine.flags;
+  if (req.contains("flags")) {
+    FR_ASSIGN(auto words, split_flags(req["flags"].get<std::string>()));
+    const std::string mode = req.value("mode", "replace");
+    next = merge_flags(c.engine.flags, words, mode == "add" ? PushKind::kAdd : mode == "remove" ? PushKind::kRemove : PushKind::kReplace);
+  }
+  FR_ASSIGN(VllmRules rules, load_vllm_rules(c.engine.vllm_rules));
+  json findings = json::array(), target = nullptr;
+  if (c.engine.kind == EngineKind::kVllm) {
+    LintTarget t = lint_target(rules, "", c.engine.vllm_version);
+    target = {{"version", t.version.str()}, {"source", t.source}};
+    // fastrestartd's own environment is not this command's: only engine.env is checked offline.
+    LintInput in{c.engine.command, next, c.engine.env, {}, c.weights.daemon, c.weights.mode};
+    for (const auto& f : lint_vllm(rules, t, in))
+      findings.push_back({{"severity", f.severity == Severity::kError ? "error" : "warning"}, {"subject", f.subject}, {"message", f.message}});
+  }
+  return json{{"ok", true}, {"kind", engine_kind_name(c.engine.kind)}, {"flags", next}, {"checked_against", target},
+              {"findings", findings}, {"daemon_affecting", daemon_affecting_changes(c.engine.kind, c.engine.flags, next, rules.daemon_flags)}};
+}
+
+int print_check(const json& r, bool as_json) {
+  const auto findings = r.value("findings", json::array());
+  bool errors = false;
+  for (const auto& f : findings) errors |= f.value("severity", "") == "error";
+  if (as_json) {
+    std::cout << r.dump(2) << "\n";
+    return errors ? kCheckFailed : kOk;
+  }
+  if (r["checked_against"].is_object())
+    std::printf("checked against vLLM %s (%s)\n", r["checked_against"].value("version", "").c_str(),
+                r["checked_against"].value("source", "").c_str());
+  else
+    std::printf("engine.kind = \"%s\": no vLLM rules apply\n", r.value("kind", "").c_str());
+  for (const auto& f : findings) std::printf("%s: %s\n", f.value("severity", "").c_str(), f.value("message", "").c_str());
+  std::string aff;
+  for (const auto& a : r.value("daemon_affecting", json::array())) aff += (aff.empty() ? "" : ", ") + a.get<std::string>();
+  if (!aff.empty()) std::printf("changes what the weight daemons hold: %s (a push reloads them cold)\n", aff.c_str());
+  if (r.contains("would")) std::printf("a push would: %s\n", r.value("would", "").c_str());
+  std::printf("%s\n", errors ? "FAIL: vLLM would not start with these flags" : "ok");
+  return errors ? kCheckFailed : kOk;
+}
+
 int report(const fr::Result<json>& r, bool as_json) {
   if (!r.ok()) {
     std::fprintf(stderr, "fastrestartctl: %s\n", r.error().message.c_str());
@@ -100,7 +159,7 @@ int main(int argc, char** argv) {
   app.add_option("--socket", sock, "control socket of fastrestartd");
   app.add_option("--config", config, "derive the socket from this model config");
   app.add_option("--name", name, "derive the default socket from the model name");
-  bool as_json = false, no_wait = false;
+  bool as_json = false, no_wait = false, offline = false;
   std::string flags, add_flags, remove_flags;
   double interval = 1.0;
   int rc = kOk;
@@ -175,6 +234,23 @@ int main(int argc, char** argv) {
                        r->value("cold_reload", false) ? " (daemons reloaded cold)" : "", f.c_str());
          }
          return code;
+       }},
+      {"check", "would vLLM start with these flags? (no change is made; exit 4: it would not)",
+       [&](CLI::App* s) {
+         s->add_option("--flags", flags, "check these flags in place of the current ones");
+         s->add_option("--add-flags", add_flags, "check the current flags with these overridden or appended");
+         s->add_option("--remove-flags", remove_flags, "check the current flags without these");
+         s->add_flag("--offline", offline, "check the config file (--config) without asking fastrestartd");
+         s->add_flag("--json", as_json);
+       },
+       [&] {
+         json req{{"op", "check"}};
+         if (!remove_flags.empty()) req["flags"] = remove_flags, req["mode"] = "remove";
+         else if (!add_flags.empty()) req["flags"] = add_flags, req["mode"] = "add";
+         else if (!flags.empty()) req["flags"] = flags, req["mode"] = "replace";
+         fr::Result<json> r = offline ? check_offline(config, req) : call(socket_path(), req, 30);
+         if (!r.ok() || !r->value("ok", false)) return report(r, as_json);
+         return print_check(*r, as_json);
        }},
       {"restart", "restart the engine (warm)", [&](CLI::App* s) { s->add_flag("--json", as_json); }, simple("restart")},
       {"stop-engine", "stop the engine and keep it stopped", [&](CLI::App* s) { s->add_flag("--json", as_json); }, simple("stop-engine")},

@@ -8,6 +8,7 @@
 #include "health/health_server.h"
 #include "supervisor/control.h"
 #include "supervisor/supervisor.h"
+#include "supervisor/vllm_lint.h"
 
 using namespace fr::supervisor;
 
@@ -30,6 +31,10 @@ int main(int argc, char** argv) {
     return kExitConfig;
   }
   if (check) {
+    // Warnings of the vLLM check (it starts, but behaves differently: docs/vllm.md); errors failed above.
+    if (cfg->engine.kind == EngineKind::kVllm)
+      if (auto rules = load_vllm_rules(cfg->engine.vllm_rules); rules.ok())
+        for (const auto& f : lint_config(*cfg, *rules)) std::printf("%s: warning: %s\n", config_path.c_str(), f.message.c_str());
     std::printf("%s: valid\n", config_path.c_str());
     return kExitOk;
   }

@@ -7,6 +7,8 @@
 #include <map>
 #include <string_view>
 
+#include "supervisor/vllm_rules.h"
+
 namespace fr::supervisor {
 namespace {
 
@@ -33,27 +35,6 @@ std::string canonical_name(std::string_view name) {
   return n;
 }
 
-// vLLM flags that change the weights the daemons hold: which checkpoint, how it is converted, and how it is
-// sharded across GPUs. Anything else (batch sizes, context length, KV cache, tokenizer, ports) only needs a
-// new engine. "" (the positional model of `vllm serve MODEL`) is folded into --model before comparing.
-constexpr const char* kVllmDaemonFlags[] = {
-    "--model",
-    "--revision",
-    "--code-revision",
-    "--dtype",
-    "--quantization",
-    "--quantization-param-path",
-    "--load-format",
-    "--hf-overrides",
-    "--model-impl",
-    "--tensor-parallel-size",
-    "--pipeline-parallel-size",
-    "--data-parallel-size",
-    "--data-parallel-rank",
-    "--enable-expert-parallel",
-    "--speculative-config",
-};
-
 // Effective values per canonical name; a repeated flag takes its last occurrence (argparse: last wins).
 std::map<std::string, std::vector<std::string>> effective(const std::vector<std::string>& words, EngineKind kind) {
   std::map<std::string, std::vector<std::string>> out;
@@ -69,6 +50,8 @@ std::map<std::string, std::vector<std::string>> effective(const std::vector<std:
 }
 
 }  // namespace
+
+std::string canonical_flag_name(std::string_view name) { return canonical_name(name); }
 
 Result<std::vector<std::string>> split_flags(const std::string& s) {
   std::vector<std::string> words;
@@ -197,7 +180,9 @@ std::vector<std::string> daemon_affecting_changes(EngineKind kind, const std::ve
                                                   const std::vector<std::string>& b,
                                                   const std::vector<std::string>& extra_daemon_flags) {
   std::vector<std::string> watched;
-  if (kind == EngineKind::kVllm) watched.assign(std::begin(kVllmDaemonFlags), std::end(kVllmDaemonFlags));
+  // vLLM's daemon-affecting flags are data ([daemon] flags in data/vllm.toml): which checkpoint, how it is
+  // converted and how it is sharded. "" (the positional of `vllm serve MODEL`) is folded into --model.
+  if (kind == EngineKind::kVllm) watched = builtin_vllm_rules().daemon_flags;
   for (const auto& e : extra_daemon_flags) {
     std::string name = canonical_name(e);
     if (kind == EngineKind::kVllm && name.empty()) name = "--model";

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "fastrestart/result.h"
@@ -22,6 +23,10 @@ struct Flag {
 };
 std::vector<Flag> parse_flag_list(const std::vector<std::string>& words);
 std::vector<std::string> to_words(const std::vector<Flag>& flags);
+
+// The same flag however it is spelled: vLLM's short aliases (-tp, -q, ...) expanded, '_' -> '-' in long
+// names ("--max_num_seqs" is "--max-num-seqs"). "" (a positional) stays "".
+std::string canonical_flag_name(std::string_view name);
 
 enum class PushKind { kReplace, kAdd, kRemove };
 // kReplace: `flags` replace the whole list. kAdd: each flag in `flags` overrides the same name or is

@@ -105,6 +105,12 @@ Supervisor::Supervisor(Config config, std::unique_ptr<GpuProbe> gpus, std::uniqu
       m_daemon_timer(m_loop),
       m_watchdog_timer(m_loop) {
   m_flags = m_cfg.engine.flags;
+  if (m_cfg.engine.kind == EngineKind::kVllm) {
+    auto rules = load_vllm_rules(m_cfg.engine.vllm_rules);  // parse_config read it once already
+    m_rules = rules.ok() ? std::move(*rules) : builtin_vllm_rules();
+    for (const auto& f : m_rules.failures)
+      if (auto cause = exit_cause_from_name(f.cause)) m_output_rules.push_back({f.contains, *cause});
+  }
   load_persisted_flags();
   m_last_ready_flags = m_flags;
 }
@@ -193,6 +199,8 @@ int Supervisor::run() {
   m_signals.clear();
   m_engine.reset();
   m_daemons.clear();
+  m_preload.reset();
+  m_watch_timer.stop();
   for (Timer* t : {&m_poll_timer, &m_deadline_timer, &m_health_timer, &m_drain_timer, &m_backoff_timer,
                    &m_kill_timer, &m_daemon_timer, &m_watchdog_timer})
     t->stop();
@@ -206,6 +214,10 @@ void Supervisor::reap() {
   while ((pid = ::waitpid(-1, &status, WNOHANG)) > 0) {
     if (m_engine && pid == m_engine->pid && !m_engine->exited) {
       on_engine_exit(status);
+      continue;
+    }
+    if (m_preload && pid == m_preload->pid && !m_preload->exited) {
+      on_preload_exit(status);
       continue;
     }
     bool daemon = false;
@@ -228,6 +240,10 @@ bool Supervisor::daemons_active() const {
 
 void Supervisor::start_daemons() {
   m_daemons.clear();
+  if (preload_mode()) {
+    start_preload();
+    return;
+  }
   if (!daemons_active()) {
     m_loop.post([this] { raise(Event::kDaemonsReady); });
     return;
@@ -409,6 +425,10 @@ void Supervisor::on_daemon_exit(Daemon& d, int status) {
 }
 
 void Supervisor::stop_daemons() {
+  if (preload_mode()) {
+    stop_preload();
+    return;
+  }
   bool any = false;
   for (auto& d : m_daemons) {
     if (d->exited) continue;
@@ -439,6 +459,7 @@ uint64_t Supervisor::held_bytes(const std::string& gpu) const {
 std::vector<std::string> Supervisor::engine_argv() {
   std::vector<std::string> argv = m_cfg.engine.command;
   std::vector<std::string> flags = m_flags;
+  if (preload_mode()) adjust_vllm_flags(flags);  // --load-format ipc_cache, the loader's extra config
   if (!m_cfg.gpus.empty() && m_cfg.weights.backend != "host") {
     // Brief decision 8: in zero_copy the daemon's pool is already used memory, so the engine's fraction
     // is the budget minus what the daemon holds.
@@ -505,10 +526,11 @@ void Supervisor::start_engine() {
   Engine* raw = &e;
   e.reader = std::make_unique<LineReader>(
       m_loop, e.output.get(),
-      [raw](const std::string& l) {
+      [this, raw](const std::string& l) {
         spdlog::info("[engine] {}", l);
         raw->tail.push_back(l);
         if (raw->tail.size() > kTailLines) raw->tail.pop_front();
+        if (m_cfg.engine.kind == EngineKind::kVllm) observe_engine_line(*raw, l);
       },
       [] {});
   m_consecutive_health_failures = 0;
@@ -531,6 +553,7 @@ void Supervisor::probe_engine(State expected, bool full, std::function<void(Prob
   auto host = m_cfg.engine.host;
   auto port = m_cfg.engine.port;
   auto rc = m_cfg.readiness;
+  if (rc.model.empty()) rc.model = readiness_model();  // vLLM: the served name, else it answers 404
   run_in_pool<ProbeResult>(
       m_loop,
       [host, port, rc, full] {
@@ -585,6 +608,11 @@ void Supervisor::decide_path_after_ready() {
     if (m_reload) finish_reload(!m_reload->rolled_back, m_reload->rollback_reason);
     m_health_timer.start(m_cfg.readiness.check_interval_s, [this] { check_health(); }, m_cfg.readiness.check_interval_s);
   };
+  if (m_cfg.engine.kind == EngineKind::kVllm) e.vllm.finish(m_rules);  // what vLLM says nothing about
+  if (preload_mode() || (m_cfg.engine.kind == EngineKind::kVllm && !daemons_active())) {
+    // vLLM's own words decide: "Mapped N tensors from the weight cache daemon" / the loader's result line.
+    return finish(path_from_engine_report(e) == "warm" ? "warm" : "cold");
+  }
   if (!daemons_active()) return finish("cold");
   // Did the engine really attach? The daemons record attaches and misses by client pid (docs/protocol.md,
   // status): that is the engine's own attach result, with no need to parse its output.
@@ -625,6 +653,9 @@ void Supervisor::decide_path_after_ready() {
           m_miss_reasons[seen.miss.substr(0, 80)]++;
           m_attach_counts["fallback"]++;
           spdlog::info("the engine missed the weight cache ({}) and loaded from disk", seen.miss);
+        } else if (m_engine && m_cfg.engine.kind == EngineKind::kVllm) {
+          // No daemon record by its pid: the vLLM plugin's result line is the engine's own word.
+          seen.hit = path_from_engine_report(*m_engine) == "warm";
         } else {
           m_attach_counts["none"]++;
         }
@@ -709,6 +740,7 @@ void Supervisor::on_engine_exit(int status) {
   f.killed_for_hang = e.killed_hang;
   f.oom_kill_recorded = e.oom_before && oom_after && *oom_after > *e.oom_before;
   f.last_lines = &e.tail;
+  f.rules = m_output_rules.empty() ? nullptr : &m_output_rules;
   // During a stop, a SIGTERM'd engine counts as requested whatever its status.
   if (m_state == State::kStopping) f.requested = true;
   Classification c = classify_exit(f);
@@ -786,6 +818,8 @@ void Supervisor::after_drain() {
   }
   Verdict v = m_policy.on_exit(m_loop.now_s(), failure, was_warm);
   if (m_reload && !failure && m_reload->cold && !m_reload->rolled_back) v = Verdict::kColdRestart;
+  // The checkpoint changed under the preload daemon, or it died: reload it (docs/vllm.md).
+  if (m_force_cold && v != Verdict::kGiveUp) v = Verdict::kColdRestart;
   if (m_hold_engine && !failure) {
     set_status("Engine stopped by the operator (fastrestartctl start-engine to start it)");
     m_state = State::kBackoff;

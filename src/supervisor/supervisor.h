@@ -23,6 +23,7 @@
 #include "supervisor/loop.h"
 #include "supervisor/policy.h"
 #include "supervisor/readiness.h"
+#include "supervisor/vllm_rules.h"
 
 namespace fr::supervisor {
 
@@ -55,6 +56,7 @@ class Supervisor {
   struct Engine;
   struct Daemon;
   struct PendingReload;
+  struct Preload;
 
   void raise(Event e);
   void perform(Action a);
@@ -89,6 +91,22 @@ class Supervisor {
   nlohmann::json status_json();
   nlohmann::json handle(const nlohmann::json& req, std::shared_ptr<std::promise<nlohmann::json>> reply);
   void finish_reload(bool ok, const std::string& why);
+
+  // vLLM (supervisor_vllm.cc, docs/vllm.md): `vllm preload` as the weight daemon, the serve flags it needs,
+  // the checkpoint watch, what the engine reports about itself, and the checks before a push.
+  bool preload_mode() const;
+  void start_preload();
+  void poll_preload();
+  void stop_preload();
+  void on_preload_exit(int status);
+  void watch_checkpoint();
+  void adjust_vllm_flags(std::vector<std::string>& flags);
+  void observe_engine_line(Engine& e, const std::string& line);
+  std::string path_from_engine_report(Engine& e);  // "warm" | "cold" | "" (no word from the engine)
+  std::string readiness_model() const;
+  nlohmann::json preload_status_json() const;
+  nlohmann::json handle_check(const nlohmann::json& req);
+  std::string refuse_push(const std::vector<std::string>& next);  // "" when vLLM would start
   void persist_flags();
   void load_persisted_flags();
 
@@ -140,6 +158,14 @@ class Supervisor {
   // reserve, other processes). After an exit, used must fall back to this plus the pools held now.
   std::map<std::string, double> m_baseline_used;
   std::atomic<bool> m_running{false};                    // stop-engine: do not restart until start-engine
+
+  VllmRules m_rules;                      // kind vllm: data/vllm.toml (+ engine.vllm_rules)
+  std::vector<OutputRule> m_output_rules;  // its [[failure]] rules, for classify_exit
+  std::string m_reported_version;         // what the last vLLM engine said it was
+  std::unique_ptr<Preload> m_preload;     // weights.daemon = "vllm-preload"
+  bool m_preload_fresh = false;           // the preload (re)started: the next engine start is strict
+  bool m_force_cold = false;              // the next restart reloads the daemons (checkpoint changed, ...)
+  Timer m_watch_timer{m_loop};
 };
 
 }  // namespace fr::supervisor

@@ -57,6 +57,7 @@ json Supervisor::handle(const json& req, std::shared_ptr<std::promise<json>> rep
   const std::string op = req.value("op", "");
   if (op == "status") return {{"ok", true}, {"status", status_json()}};
   if (op == "daemons") return {{"ok", true}, {"daemons", status_json()["daemons"]}};
+  if (op == "check") return handle_check(req);
   const bool terminal = m_state == State::kStopping || m_state == State::kFailed || m_state == State::kStopped;
   if (op == "restart" || op == "start-engine" || op == "stop-engine") {
     if (terminal) return error("busy", std::string("the supervisor is ") + state_name(m_state));
@@ -103,7 +104,12 @@ json Supervisor::handle(const json& req, std::shared_ptr<std::promise<json>> rep
     auto next = merge_flags(m_flags, words, kind);
     if (next == m_flags && m_state == State::kReady)
       return {{"ok", true}, {"path", "unchanged"}, {"flags", m_flags}, {"message", "the flags are unchanged"}};
-    auto affecting = daemon_affecting_changes(m_cfg.engine.kind, m_flags, next);
+    // Checks before a flag push: nothing restarts when vLLM would not start with these flags.
+    if (auto why = refuse_push(next); !why.empty()) {
+      spdlog::error("reload refused: {}", why);
+      return error("refused", "refused, nothing restarted: " + why);
+    }
+    auto affecting = daemon_affecting_changes(m_cfg.engine.kind, m_flags, next, m_rules.daemon_flags);
     m_reload = std::make_unique<PendingReload>();
     m_reload->old_flags = m_last_ready_flags;
     m_reload->new_flags = next;
@@ -217,6 +223,7 @@ json Supervisor::status_json() {
                         {"daemon_held_bytes", held_bytes(gpu)}});
     }
   }
+  if (m_preload) daemons.push_back(preload_status_json());
   json engine = nullptr;
   if (m_engine) {
     engine = {{"pid", m_engine->pid},
@@ -224,6 +231,7 @@ json Supervisor::status_json() {
               {"path", m_engine->path},
               {"flags", m_engine->flags},
               {"running", !m_engine->exited}};
+    if (m_cfg.engine.kind == EngineKind::kVllm) engine["vllm"] = m_engine->vllm.to_json();
   }
   json restarts = json::object();
   for (const auto& [k, v] : m_restarts) restarts[k] = v;

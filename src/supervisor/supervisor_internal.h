@@ -9,8 +9,10 @@
 #include <vector>
 
 #include "common/fd.h"
+#include "common/file_identity.h"
 #include "supervisor/loop.h"
 #include "supervisor/supervisor.h"
+#include "supervisor/vllm_report.h"
 
 namespace fr::supervisor {
 
@@ -31,6 +33,8 @@ struct Supervisor::Engine {
   std::deque<std::string> tail;
   std::optional<uint64_t> oom_before;
   std::vector<std::string> flags;
+  VllmReport vllm;   // kind vllm: what it said about itself
+  bool strict = false;  // vllm-preload: started with ipc_cache fallback false
 };
 
 struct Supervisor::Daemon {
@@ -47,6 +51,26 @@ struct Supervisor::Daemon {
   nlohmann::json status = nlohmann::json::object();  // last status reply
   int respawns = 0;                  // after unexpected deaths (backoff)
   std::unique_ptr<Timer> respawn;
+};
+
+// weights.daemon = "vllm-preload": one `vllm preload` launcher, which runs a daemon rank per local GPU.
+struct Supervisor::Preload {
+  pid_t pid = -1;                    // also its process group (the ranks are in it)
+  UniqueFd output;
+  std::unique_ptr<LineReader> reader;
+  std::vector<std::string> argv;
+  uint16_t health_port = 0;
+  bool exited = false;
+  bool stopping = false;
+  bool ready = false;
+  bool failed = false;
+  bool probe_in_flight = false;
+  std::string error;
+  double spawned_at = 0;
+  double last_output = 0;            // progress, for weights.load_timeout_s
+  double ready_at = 0;
+  std::vector<FileIdentity> checkpoint;  // the checkpoint files when it started loading
+  std::deque<std::string> tail;      // its last lines: why it died
 };
 
 struct Supervisor::PendingReload {

@@ -206,5 +206,19 @@ void expect_promtool_passes(const std::string& text) {
 TEST(RenderMetrics, PromtoolAcceptsTheSampleStatus) { expect_promtool_passes(render_metrics(sample_status(), "0.1.0")); }
 TEST(RenderMetrics, PromtoolAcceptsAnEmptyObject) { expect_promtool_passes(render_metrics(json::object(), "0.1.0")); }
 
+// kind = "vllm": the engine's self-report and the loader plugin's attach times (docs/vllm.md).
+TEST(RenderMetrics, VllmInfoAndLoaderAttachTimes) {
+  json s = sample_status();
+  s["engine"]["vllm"] = json::parse(R"({"version": {"value": "0.31.0", "line": "..."},
+    "model_runner": {"value": "V1", "line": "..."},
+    "loader": [{"result": "hit", "attach_ms": "1.9", "tp": "0/2"}, {"result": "miss", "attach_ms": "-", "tp": "1/2"}]})");
+  const std::string text = render_metrics(s, "0.1.0");
+  expect_valid(text);
+  EXPECT_EQ(value_of(text, "fastrestart_vllm_info{version=\"0.31.0\",model_runner=\"V1\"}"), "1") << text;
+  EXPECT_EQ(value_of(text, "fastrestart_loader_attach_seconds{line=\"0\",result=\"hit\"}"), "0.0019") << text;
+  EXPECT_EQ(text.find("result=\"miss\"}"), std::string::npos) << "no attach time without an attach";
+  EXPECT_EQ(render_metrics(sample_status(), "0.1.0").find("vllm_info"), std::string::npos);
+}
+
 }  // namespace
 }  // namespace fr::health

@@ -1,0 +1,471 @@
+// The Supervisor's vLLM side (docs/vllm.md): weights.daemon = "vllm-preload" (start `vllm preload` with the
+// model and parallelism flags and a loopback health port, wait for its /health, start `vllm serve ...
+// --load-format ipc_cache` strict the first time and with the configured fallback after, stop it after the
+// engine, restart it when the checkpoint files change under the same path), what a vLLM engine reports about
+// itself, and the checks before a flag push.
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <spdlog/spdlog.h>
+
+#include "supervisor/child.h"
+#include "supervisor/flags.h"
+#include "supervisor/readiness.h"
+#include "supervisor/supervisor.h"
+#include "supervisor/supervisor_internal.h"
+#include "supervisor/vllm_lint.h"
+
+namespace fr::supervisor {
+
+using nlohmann::json;
+
+namespace {
+
+constexpr double kPreloadStopGraceS = 30;
+constexpr double kPreloadPollS = 0.25;
+
+std::string join(const std::vector<std::string>& v, const char* sep = " ") {
+  std::string s;
+  for (const auto& x : v) s += (s.empty() ? "" : sep) + x;
+  return s;
+}
+
+// The value of a flag (its last occurrence, argparse's rule) or "".
+std::string flag_value(const std::vector<Flag>& flags, const std::string& canonical) {
+  std::string v;
+  for (const auto& f : flags)
+    if (canonical_flag_name(f.name) == canonical && !f.values.empty()) v = f.values.back();
+  return v;
+}
+
+// `vllm serve MODEL`: the positional wins over --model, as in vLLM.
+std::string model_of(const std::vector<Flag>& flags) {
+  for (const auto& f : flags)
+    if (f.name.empty() && !f.values.empty()) return f.values.front();
+  return flag_value(flags, "--model");
+}
+
+// A loopback port nobody listens on now (the preload binds it a moment later; a race we accept and report:
+// a taken port makes the preload exit, which shows in its log).
+uint16_t free_loopback_port() {
+  int s = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (s < 0) return 0;
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t n = sizeof a;
+  uint16_t port = 0;
+  if (::bind(s, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0 && ::getsockname(s, reinterpret_cast<sockaddr*>(&a), &n) == 0)
+    port = ntohs(a.sin_port);
+  ::close(s);
+  return port;
+}
+
+// The checkpoint files to watch: weights.checkpoint, else the model when it is a local path; directories
+// expand to their *.safetensors (what vLLM loads), sorted.
+std::vector<std::string> watched_files(const Config& c, const std::vector<Flag>& flags) {
+  std::vector<std::string> roots = c.weights.checkpoint;
+  if (roots.empty()) {
+    std::string m = model_of(flags);
+    std::error_code ec;
+    if (!m.empty() && std::filesystem::exists(m, ec)) roots.push_back(m);
+  }
+  std::vector<std::string> out;
+  for (const auto& p : roots) {
+    std::error_code ec;
+    if (std::filesystem::is_directory(p, ec)) {
+      std::vector<std::string> v;
+      for (const auto& e : std::filesystem::directory_iterator(p, ec))
+        if (e.path().extension() == ".safetensors") v.push_back(e.path().string());
+      std::sort(v.begin(), v.end());
+      out.insert(out.end(), v.begin(), v.end());
+    } else {
+      out.push_back(p);
+    }
+  }
+  return out;
+}
+
+std::vector<FileIdentity> identities(const std::vector<std::string>& files) {
+  std::vector<FileIdentity> out;
+  for (const auto& f : files) {
+    auto id = identify_file(f);
+    if (id.ok()) out.push_back(*id);
+    else out.push_back(FileIdentity{f, 0, 0, 0, 0, 0});  // missing: compares unequal to any real file
+  }
+  return out;
+}
+
+// The first difference between two identity lists, in words; "" when equal.
+std::string identity_change(const std::vector<FileIdentity>& before, const std::vector<FileIdentity>& now) {
+  for (const auto& b : before) {
+    auto it = std::find_if(now.begin(), now.end(), [&](const FileIdentity& n) { return n.path == b.path; });
+    if (it == now.end()) return b.path + " is gone";
+    if (*it == b) continue;
+    if (it->ino == 0) return b.path + " is gone";
+    if (it->ino != b.ino || it->dev != b.dev) return b.path + " was replaced (inode " + std::to_string(b.ino) + " -> " + std::to_string(it->ino) + ")";
+    if (it->size != b.size) return b.path + " changed size (" + std::to_string(b.size) + " -> " + std::to_string(it->size) + " bytes)";
+    return b.path + " was rewritten in place (mtime/ctime changed)";
+  }
+  for (const auto& n : now)
+    if (std::none_of(before.begin(), before.end(), [&](const FileIdentity& b) { return b.path == n.path; }))
+      return n.path + " appeared";
+  return {};
+}
+
+}  // namespace
+
+bool Supervisor::preload_mode() const { return m_cfg.weights.daemon == DaemonKind::kVllmPreload; }
+
+// ---------------------------------------------------------------------------------------------------
+// vllm preload
+
+void Supervisor::start_preload() {
+  m_preload = std::make_unique<Preload>();
+  Preload& p = *m_preload;
+  m_force_cold = false;
+  const auto flags = parse_flag_list(m_flags);
+  // The same program as `vllm serve`, with `preload` in the place of `serve` (config.cc checked it is there).
+  p.argv = m_cfg.engine.command;
+  *std::find(p.argv.begin(), p.argv.end(), "serve") = "preload";
+  const std::string model = model_of(flags);
+  if (!model.empty()) p.argv.insert(p.argv.end(), {"--model", model});
+  for (const auto& f : flags) {
+    if (f.name.empty()) continue;
+    const std::string name = canonical_flag_name(f.name);
+    if (name == "--model") continue;
+    const bool daemon = std::find(m_rules.daemon_flags.begin(), m_rules.daemon_flags.end(), name) != m_rules.daemon_flags.end();
+    const bool pass = std::find(m_rules.preload_pass.begin(), m_rules.preload_pass.end(), name) != m_rules.preload_pass.end();
+    if (!daemon && !pass) continue;
+    auto words = to_words({f});
+    p.argv.insert(p.argv.end(), words.begin(), words.end());
+  }
+  p.health_port = m_cfg.weights.health_port ? static_cast<uint16_t>(m_cfg.weights.health_port) : free_loopback_port();
+  p.argv.insert(p.argv.end(), {"--weight-cache-health-host", "127.0.0.1", "--weight-cache-health-port", std::to_string(p.health_port)});
+  if (!m_cfg.weights.socket_dir.empty()) p.argv.insert(p.argv.end(), {"--weight-cache-socket-dir", m_cfg.weights.socket_dir});
+  p.checkpoint = identities(watched_files(m_cfg, flags));
+
+  SpawnSpec spec;
+  spec.argv = p.argv;
+  spec.env = m_cfg.engine.env;
+  spec.working_dir = m_cfg.engine.working_dir;
+  if (!m_cfg.gpus.empty()) spec.env["CUDA_VISIBLE_DEVICES"] = join(m_cfg.gpus, ",");
+  set_status("Starting the weight daemons (vllm preload)");
+  spdlog::info("vllm preload: {}", join(p.argv));
+  p.spawned_at = p.last_output = m_loop.now_s();
+  auto s = spawn_child(spec);
+  if (!s.ok()) {
+    p.failed = p.exited = true;
+    p.error = s.error().message;
+    spdlog::error("vllm preload: {}; the engine will load from disk", p.error);
+    m_loop.post([this] { raise(Event::kDaemonsFailed); });
+    return;
+  }
+  p.pid = s->pid;
+  p.output = std::move(s->output);
+  Preload* raw = &p;
+  p.reader = std::make_unique<LineReader>(
+      m_loop, p.output.get(),
+      [this, raw](const std::string& l) {
+        spdlog::info("[vllm-preload] {}", l);
+        raw->last_output = m_loop.now_s();
+        raw->tail.push_back(l.substr(0, 300));
+        if (raw->tail.size() > 20) raw->tail.pop_front();
+      },
+      [] {});
+  m_preload_fresh = true;
+  if (m_cfg.weights.watch_interval_s > 0 && !p.checkpoint.empty())
+    m_watch_timer.start(m_cfg.weights.watch_interval_s, [this] { watch_checkpoint(); }, m_cfg.weights.watch_interval_s);
+  m_daemon_timer.start(kPreloadPollS, [this] { poll_preload(); });
+}
+
+// While loading: /health answers 200 once every rank serves (vLLM docs/features/preload.md).
+void Supervisor::poll_preload() {
+  if (!m_preload || m_preload->exited || m_preload->stopping || m_preload->ready || m_state != State::kLoading) return;
+  Preload& p = *m_preload;
+  const double now = m_loop.now_s();
+  if (now - p.last_output > m_cfg.weights.load_timeout_s) {
+    p.failed = true;
+    p.error = "no output and no /health for " + std::to_string(static_cast<int>(m_cfg.weights.load_timeout_s)) + " s";
+    spdlog::error("vllm preload: {}; stopping it, the engine will load from disk", p.error);
+    signal_group(p.pid, -1, SIGKILL);
+    return;  // on_preload_exit raises kDaemonsFailed
+  }
+  if (p.probe_in_flight) return;
+  p.probe_in_flight = true;
+  ReadinessConfig rc;
+  rc.health_path = "/health";
+  const pid_t pid = p.pid;
+  const uint16_t port = p.health_port;
+  run_in_pool<ProbeResult>(
+      m_loop, [port, rc] { return probe_health("127.0.0.1", port, rc, 2.0); },
+      [this, pid](ProbeResult r) {
+        if (!m_preload || m_preload->pid != pid) return;
+        Preload& pl = *m_preload;
+        pl.probe_in_flight = false;
+        if (pl.exited || pl.stopping || m_state != State::kLoading) return;
+        if (r.ok) {
+          pl.ready = true;
+          pl.ready_at = m_loop.now_s();
+          spdlog::info("vllm preload ready in {:.2f} s (/health on 127.0.0.1:{})", pl.ready_at - pl.spawned_at, pl.health_port);
+          raise(Event::kDaemonsReady);
+          return;
+        }
+        char b[200];
+        std::snprintf(b, sizeof b, "Loading weights: vllm preload (pid %d) for %.0f s; waiting for its /health on 127.0.0.1:%u",
+                      static_cast<int>(pl.pid), m_loop.now_s() - pl.spawned_at, static_cast<unsigned>(pl.health_port));
+        // Alive and talking: keep systemd's start timeout from firing (as for our own daemons' progress).
+        if (m_status_text.rfind("Loading weights: vllm preload", 0) != 0 || m_loop.now_s() - m_last_extend >= 10) {
+          m_last_extend = m_loop.now_s();
+          set_status(b, "EXTEND_TIMEOUT_USEC=" + std::to_string(30'000'000) + "\n");
+        }
+        m_daemon_timer.start(kPreloadPollS, [this] { poll_preload(); });
+      });
+}
+
+void Supervisor::stop_preload() {
+  m_watch_timer.stop();
+  if (!m_preload || m_preload->exited) {
+    if (m_state == State::kLoading) start_daemons();
+    else m_loop.post([this] { raise(Event::kDaemonsStopped); });
+    return;
+  }
+  Preload& p = *m_preload;
+  p.stopping = true;
+  // vLLM: "SIGINT/SIGTERM to the vllm preload process terminates all daemon ranks, which unlinks their
+  // sockets and releases the GPU memory". The ranks are its children, in its process group.
+  spdlog::info("stopping vllm preload (pid {}, SIGTERM)", p.pid);
+  ::kill(p.pid, SIGTERM);
+  const pid_t pgid = p.pid;
+  m_kill_timer.start(kPreloadStopGraceS, [pgid] {
+    if (group_alive(pgid)) {
+      spdlog::warn("vllm preload group {} still alive after {} s: SIGKILL", pgid, kPreloadStopGraceS);
+      signal_group(pgid, -1, SIGKILL);
+    }
+  });
+}
+
+void Supervisor::on_preload_exit(int status) {
+  Preload& p = *m_preload;
+  p.exited = true;
+  p.reader.reset();
+  const std::string how = WIFEXITED(status) ? "exit code " + std::to_string(WEXITSTATUS(status))
+                                            : "signal " + std::to_string(WTERMSIG(status));
+  if (p.stopping) {
+    // Its ranks hold the GPU memory: wait until the whole group is gone before anything comes next.
+    const pid_t pgid = p.pid;
+    auto tick = std::make_shared<std::function<void()>>();
+    *tick = [this, pgid, how, tick] {
+      if (group_alive(pgid)) {
+        m_daemon_timer.start(0.02, *tick);
+        return;
+      }
+      m_kill_timer.stop();
+      spdlog::info("vllm preload pid {} stopped ({})", pgid, how);
+      if (m_state == State::kStopping || m_state == State::kFailed) raise(Event::kDaemonsStopped);
+      else if (m_state == State::kLoading) start_daemons();  // a cold reload stopped it
+    };
+    (*tick)();
+    return;
+  }
+  if (p.failed) p.error += " (killed: " + how + ")";  // we killed it: the reason is already there
+  else p.error = "exited unexpectedly: " + how;
+  p.failed = true;
+  // vLLM ends a failed start with the exception's line ("...Error: ...") after the traceback: name it.
+  for (auto it = p.tail.rbegin(); it != p.tail.rend(); ++it)
+    if (it->find("Error") != std::string::npos || it->find("error:") != std::string::npos) {
+      p.error += ": " + *it;
+      break;
+    }
+  m_preload_fresh = false;
+  m_watch_timer.stop();
+  if (m_state == State::kLoading) {
+    spdlog::error("vllm preload pid {} died while loading ({}); the engine will load from disk", p.pid, how);
+    raise(Event::kDaemonsFailed);
+    return;
+  }
+  if (m_state == State::kStopping || m_state == State::kFailed || m_state == State::kStopped) return;
+  // An engine mapped to its weights (zero_copy) loses them with it: reload it and restart the engine.
+  spdlog::error("vllm preload pid {} died ({}); reloading it", p.pid, how);
+  m_force_cold = true;
+  if (m_state == State::kReady || m_state == State::kStarting || m_state == State::kBackoff) raise(Event::kColdReloadRequested);
+}
+
+// vLLM's fingerprint covers only the safetensors headers (vLLM issue #59647): a checkpoint rewritten with the
+// same layout would be served from the daemon's old weights. So compare the files' identities (dev, inode,
+// size, mtime, ctime) with those at the preload's start, and reload it ourselves when they differ.
+void Supervisor::watch_checkpoint() {
+  if (!m_preload || m_preload->exited || m_preload->stopping || !m_preload->ready) return;
+  std::vector<std::string> files;
+  for (const auto& id : m_preload->checkpoint) files.push_back(id.path);
+  // New files in a watched directory count too.
+  for (const auto& f : watched_files(m_cfg, parse_flag_list(m_flags))) {
+    auto id = identify_file(f);
+    std::string path = id.ok() ? id->path : f;
+    if (std::find(files.begin(), files.end(), path) == files.end()) files.push_back(f);
+  }
+  const std::string change = identity_change(m_preload->checkpoint, identities(files));
+  if (change.empty() || m_force_cold) return;
+  if (m_state != State::kReady && m_state != State::kStarting && m_state != State::kBackoff) return;
+  spdlog::warn("checkpoint changed under the same path ({}); vLLM's cache key would not notice (vLLM issue #59647): "
+               "reloading vllm preload, then restarting the engine", change);
+  m_force_cold = true;
+  raise(Event::kColdReloadRequested);
+}
+
+// `vllm serve` in vllm-preload mode: --load-format ipc_cache, and the loader's extra config with fallback
+// false on the first start after the preload (re)started (a mismatch then fails loudly instead of loading
+// from disk next to the daemon), the configured value after.
+void Supervisor::adjust_vllm_flags(std::vector<std::string>& words) {
+  auto flags = parse_flag_list(words);
+  json extra = json::object();
+  std::erase_if(flags, [&](const Flag& f) {
+    const std::string name = canonical_flag_name(f.name);
+    if (name == "--model-loader-extra-config" && !f.values.empty()) {
+      auto j = json::parse(f.values.back(), nullptr, false);
+      if (j.is_object()) extra = j;
+      else spdlog::warn("--model-loader-extra-config is not a JSON object; replacing it");
+    }
+    return name == "--load-format" || name == "--model-loader-extra-config";
+  });
+  const bool daemon_up = m_preload && m_preload->ready && !m_preload->exited;
+  const bool strict = daemon_up && m_preload_fresh;
+  extra["fallback"] = strict ? false : (daemon_up ? m_cfg.weights.fallback : true);
+  extra["mode"] = weights_mode_name(m_cfg.weights.mode);
+  if (!m_cfg.weights.socket_dir.empty()) extra["socket_dir"] = m_cfg.weights.socket_dir;
+  flags.push_back({"--load-format", {"ipc_cache"}, false});
+  flags.push_back({"--model-loader-extra-config", {extra.dump()}, false});
+  words = to_words(flags);
+  if (m_engine) m_engine->strict = strict;
+  if (strict) m_preload_fresh = false;  // only the first start after the preload (re)started
+  // copy mode: the engine takes the weights and the daemon releases its cache (vLLM docs), so the next
+  // start needs a fresh preload.
+  if (daemon_up && m_cfg.weights.mode == WeightsMode::kCopy) m_force_cold = true;
+  if (!daemon_up) spdlog::warn("vllm preload is not serving; the engine loads from disk (ipc_cache fallback true)");
+}
+
+json Supervisor::preload_status_json() const {
+  const Preload& p = *m_preload;
+  std::string state = p.exited && p.stopping ? "stopped" : p.failed ? "failed" : p.exited ? "dead" : p.ready ? "ready" : "loading";
+  json files = json::array();
+  for (const auto& id : p.checkpoint) files.push_back(id.path);
+  return {{"gpu", "vllm-preload"},
+          {"kind", "vllm-preload"},
+          {"pid", p.pid},
+          {"state", state},
+          {"error", p.error},
+          {"health", "http://127.0.0.1:" + std::to_string(p.health_port) + "/health"},
+          {"argv", p.argv},
+          {"watched_files", files},
+          {"held_bytes", 0},
+          {"entries", 0},
+          {"progress", {{"done_bytes", 0}, {"total_bytes", 0}, {"rate_bytes_per_s", 0.0}}}};
+}
+
+// ---------------------------------------------------------------------------------------------------
+// What the engine says
+
+void Supervisor::observe_engine_line(Engine& e, const std::string& line) {
+  const std::string runner = e.vllm.get("model_runner");
+  if (!e.vllm.observe(m_rules, line)) return;
+  if (e.vllm.get("model_runner") != runner) spdlog::info("the engine reports model runner {}", e.vllm.get("model_runner"));
+  std::string v = e.vllm.get("version");
+  if (!v.empty() && v != m_reported_version) {
+    m_reported_version = v;
+    spdlog::info("the engine reports vLLM {}", v);
+  }
+}
+
+std::string Supervisor::path_from_engine_report(Engine& e) {
+  // The plugin's result lines (one per rank): warm only when every rank attached.
+  if (!e.vllm.loader.empty()) {
+    bool all_hit = true;
+    for (const auto& r : e.vllm.loader) {
+      if (r.result == "hit") continue;
+      all_hit = false;
+      m_miss_reasons[(r.result + ": " + r.reason).substr(0, 80)]++;
+    }
+    m_attach_counts[all_hit ? "hit" : "fallback"]++;
+    return all_hit ? "warm" : "cold";
+  }
+  const std::string wc = e.vllm.get("weight_cache");
+  if (wc == "hit") {
+    m_attach_counts["hit"]++;
+    return "warm";
+  }
+  if (wc == "fallback") {
+    m_attach_counts["fallback"]++;
+    auto it = e.vllm.fields.find("weight_cache");
+    std::string why = it->second.line;
+    size_t open = why.find("Weight cache unusable (");
+    if (open != std::string::npos) why = why.substr(open + 23, why.find(')', open) - open - 23);
+    m_miss_reasons[why.substr(0, 80)]++;
+    spdlog::info("the engine did not use the weight cache ({}) and loaded from disk", why);
+    return "cold";
+  }
+  m_attach_counts["none"]++;
+  return "";
+}
+
+std::string Supervisor::readiness_model() const {
+  if (m_cfg.engine.kind != EngineKind::kVllm || !m_engine) return {};
+  auto flags = parse_flag_list(m_engine->flags);
+  for (const auto& f : flags)
+    if (canonical_flag_name(f.name) == "--served-model-name" && !f.values.empty()) return f.values.front();
+  return model_of(flags);
+}
+
+// ---------------------------------------------------------------------------------------------------
+// Checks before a push
+
+std::string Supervisor::refuse_push(const std::vector<std::string>& next) {
+  if (m_cfg.engine.kind != EngineKind::kVllm) return {};
+  LintTarget target = lint_target(m_rules, m_reported_version, m_cfg.engine.vllm_version);
+  LintInput in{m_cfg.engine.command, next, m_cfg.engine.env, vllm_environment(), m_cfg.weights.daemon, m_cfg.weights.mode};
+  auto findings = lint_vllm(m_rules, target, in);
+  for (const auto& f : findings)
+    if (f.severity == Severity::kWarning) spdlog::warn("check: {}", f.message);
+  return has_errors(findings) ? describe_findings(findings, target) : std::string();
+}
+
+json Supervisor::handle_check(const json& req) {
+  std::vector<std::string> next = m_flags;
+  if (req.contains("flags")) {
+    std::vector<std::string> words;
+    if (req["flags"].is_array()) {
+      for (const auto& w : req["flags"])
+        if (w.is_string()) words.push_back(w.get<std::string>());
+    } else if (req["flags"].is_string()) {
+      auto split = split_flags(req["flags"].get<std::string>());
+      if (!split.ok()) return {{"ok", false}, {"error", {{"code", "invalid_argument"}, {"message", "check.flags: " + split.error().message}}}};
+      words = *split;
+    }
+    const std::string mode = req.value("mode", "replace");
+    next = merge_flags(m_flags, words, mode == "add" ? PushKind::kAdd : mode == "remove" ? PushKind::kRemove : PushKind::kReplace);
+  }
+  json findings = json::array();
+  json target = nullptr;
+  if (m_cfg.engine.kind == EngineKind::kVllm) {
+    LintTarget t = lint_target(m_rules, m_reported_version, m_cfg.engine.vllm_version);
+    target = {{"version", t.version.str()}, {"source", t.source}};
+    LintInput in{m_cfg.engine.command, next, m_cfg.engine.env, vllm_environment(), m_cfg.weights.daemon, m_cfg.weights.mode};
+    for (const auto& f : lint_vllm(m_rules, t, in))
+      findings.push_back({{"severity", f.severity == Severity::kError ? "error" : "warning"}, {"subject", f.subject}, {"message", f.message}});
+  }
+  auto affecting = daemon_affecting_changes(m_cfg.engine.kind, m_flags, next, m_rules.daemon_flags);
+  bool errors = std::any_of(findings.begin(), findings.end(), [](const json& f) { return f["severity"] == "error"; });
+  return {{"ok", true},
+          {"kind", engine_kind_name(m_cfg.engine.kind)},
+          {"flags", next},
+          {"checked_against", target},
+          {"findings", findings},
+          {"daemon_affecting", affecting},
+          {"would", errors ? "refuse" : next == m_flags ? "nothing" : affecting.empty() ? "restart the engine (warm)" : "reload the daemons (cold)"}};
+}
+
+}  // namespace fr::supervisor

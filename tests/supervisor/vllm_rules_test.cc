@@ -1,0 +1,65 @@
+// data/vllm.toml as compiled in, and the errors of a broken rules file.
+#include "supervisor/vllm_rules.h"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <fstream>
+
+#include "support/harness.h"
+
+namespace fr::supervisor {
+namespace {
+
+bool contains(const std::vector<std::string>& v, const std::string& x) { return std::find(v.begin(), v.end(), x) != v.end(); }
+
+TEST(VllmRules, TheBuiltInFileParses) {
+  const auto& r = builtin_vllm_rules();
+  EXPECT_EQ(r.newest.str(), "0.31.0");
+  EXPECT_TRUE(contains(r.daemon_flags, "--tensor-parallel-size"));
+  EXPECT_FALSE(contains(r.daemon_flags, "--max-model-len")) << "max-model-len does not change the weights";
+  EXPECT_TRUE(contains(r.preload_pass, "--max-num-seqs"));
+  EXPECT_GE(r.removed.size(), 15u);
+  EXPECT_FALSE(r.failures.empty());
+  EXPECT_FALSE(r.reports.empty());
+}
+
+TEST(VllmVersion, ParsesReleasesAndBuilds) {
+  EXPECT_EQ(VllmVersion::parse("0.31.0")->str(), "0.31.0");
+  EXPECT_EQ(VllmVersion::parse("v0.31.1rc2")->str(), "0.31.1");
+  EXPECT_EQ(VllmVersion::parse("0.30.1.dev12+gabc")->str(), "0.30.1");
+  EXPECT_EQ(VllmVersion::parse("0.31")->str(), "0.31.0");
+  EXPECT_FALSE(VllmVersion::parse("latest"));
+  EXPECT_LT(*VllmVersion::parse("0.9.2"), *VllmVersion::parse("0.29.0"));
+}
+
+TEST(VllmRules, AnUnknownKeyNamesFileLineAndKey) {
+  auto r = parse_vllm_rules("[[removed]]\nflag = \"--x\"\nversion = \"0.31.0\"\nwhy = \"typo\"\n", "extra.toml");
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.error().message.rfind("extra.toml:4: removed[0].why: unknown key", 0), 0u) << r.error().message;
+}
+
+TEST(VllmRules, ABadVersionAndAnUnknownCauseAreErrors) {
+  auto v = parse_vllm_rules("[[removed]]\nenv = \"VLLM_X\"\nversion = \"soon\"\n", "e.toml");
+  ASSERT_FALSE(v.ok());
+  EXPECT_NE(v.error().message.find("e.toml:3: removed[0].version: expected a vLLM version"), std::string::npos) << v.error().message;
+  auto c = parse_vllm_rules("[[failure]]\ncontains = [\"x\"]\ncause = \"oops\"\n", "e.toml");
+  ASSERT_FALSE(c.ok());
+  EXPECT_NE(c.error().message.find("e.toml:3: failure[0].cause: unknown cause \"oops\""), std::string::npos) << c.error().message;
+}
+
+TEST(VllmRules, AnOperatorFileIsAppended) {
+  test::TempDir dir;
+  std::string path = dir / "mine.toml";
+  std::ofstream(path) << "newest = \"0.32.0\"\n[[removed]]\nflag = \"--old_thing\"\nversion = \"0.32.0\"\nuse = \"--new-thing\"\n";
+  auto r = load_vllm_rules(path);
+  ASSERT_TRUE(r.ok()) << r.error().message;
+  EXPECT_EQ(r->newest.str(), "0.32.0");
+  EXPECT_EQ(r->removed.back().flag, "--old-thing");
+  EXPECT_EQ(r->removed.size(), builtin_vllm_rules().removed.size() + 1);
+  auto missing = load_vllm_rules(dir / "absent.toml");
+  EXPECT_FALSE(missing.ok());
+}
+
+}  // namespace
+}  // namespace fr::supervisor
