@@ -505,7 +505,8 @@ print(json.dumps({{"seconds": time.monotonic() - t, "hit": r.hit, "tensors": len
                 for x in r.get(p) or []:
                     if x.get("oracle"):
                         shas.setdefault(x["oracle"]["logits_sha256"], set()).add(x["load_path"])
-                    answers.setdefault(x.get("answer"), set()).add(x["load_path"])
+                    if x.get("answer"):
+                        answers.setdefault(x["answer"], set()).add(x["load_path"])
             if shas:  # the reference engine's full logits vector of the oracle prompt, hashed
                 s["oracle_logits_distinct"] = len(shas)
             s["answers_distinct"] = len(answers)  # 4 tokens and their log-probabilities, hashed
@@ -527,53 +528,100 @@ print(json.dumps({{"seconds": time.monotonic() - t, "hit": r.hit, "tensors": len
         print("\n".join(lines), flush=True)
         self.chart(summary)
 
+    def timeline(self, kind):
+        """(name, start, duration) of the median warm kill -9 restart, from the death being seen to READY=1."""
+        k9s = sorted((x for x in (self.res.get(kind) or {}).get("warm_kill9") or [] if x.get("phases")),
+                     key=lambda x: x["death_to_ready_s"])
+        if not k9s:
+            return []
+        k9 = k9s[len(k9s) // 2]
+        t = k9["death_to_ready_s"] - k9["exec_to_ready_s"]
+        steps = [("exit seen to engine exec", 0.0, t)]
+        for name, v in k9["phases"].items():
+            if v is not None:
+                steps.append((name[:-2] if name.endswith("_s") else name, t, v))
+                t += v
+        steps.append(("readiness probe, READY=1", t, max(0.0, k9["death_to_ready_s"] - t)))
+        return steps
+
+    NAMES = {"cold_dropped": "cold, disk (cache dropped)", "cold_cached": "cold, disk (page cache)",
+             "warm_kill9_exec_to_ready": "warm (weight daemon)", "floor": "floor (no weights)"}
+
     def chart(self, summary):
+        kinds = [k for k in ("refengine", "tinyengine") if k in summary]
+        if not kinds:
+            return
         try:
             import matplotlib
             matplotlib.use("Agg")
             import matplotlib.pyplot as plt
-        except ImportError as e:
-            log(f"no chart: {e}")
-            return
-        names = {"cold_dropped": "cold, disk\n(cache dropped)", "cold_cached": "cold, disk\n(page cache)",
-                 "warm_kill9_exec_to_ready": "warm restart\n(weight daemon)", "floor": "floor\n(no weights)"}
-        kinds = [k for k in ("refengine", "tinyengine") if k in summary]
+        except ImportError:
+            return self.chart_gnuplot(summary, kinds)
         fig, axes = plt.subplots(1, len(kinds) + 1, figsize=(6 * (len(kinds) + 1), 4.5))
         for ax, kind in zip(axes, kinds):
             s = summary[kind]
-            keys = [k for k in names if s.get(k) is not None]
-            vals = [s[k] for k in keys]
-            bars = ax.bar([names[k] for k in keys], vals, color=["#b44", "#d84", "#4a4", "#888"][:len(keys)])
-            ax.bar_label(bars, labels=[f"{v:.2f} s" for v in vals])
-            ax.set_title({"refengine": "PyTorch Llama-3.1-8B shape (16 GB bf16)",
-                          "tinyengine": "tinyengine CUDA (16 GB bf16)"}[kind] if self.a.size == "full" else kind)
-            ax.set_ylabel("process start to READY=1 (s), median")
-        # The timeline of one warm restart of the reference engine (or tinyengine).
-        ax = axes[-1]
-        kind = kinds[0] if kinds else None
-        r = self.res.get(kind, {}) if kind else {}
-        k9 = (r.get("warm_kill9") or [None])[len(r.get("warm_kill9") or [None]) // 2]
-        if k9 and k9.get("phases"):
-            t0 = k9["death_to_ready_s"] - k9["exec_to_ready_s"]  # exit detected -> exec
-            steps, t = [("exit detected to exec", 0.0, t0)], t0
-            for name, v in k9["phases"].items():
-                if v is None:
-                    continue
-                steps.append((name.replace("_s", ""), t, v))
-                t += v
-            steps.append(("readiness probe to READY=1", t, max(0.0, k9["death_to_ready_s"] - t)))
-            for i, (n, start, dur) in enumerate(steps):
-                ax.barh(i, dur, left=start, color="#48a")
-                ax.text(start + dur, i, f" {n} {dur * 1e3:.0f} ms", va="center", fontsize=8)
-            ax.set_yticks([])
-            ax.invert_yaxis()
-            ax.set_xlabel("seconds since the engine's death was seen")
-            ax.set_title(f"one warm restart ({kind}, kill -9)")
-            ax.set_xlim(0, k9["death_to_ready_s"] * 1.6)
+            keys = [k for k in self.NAMES if s.get(k) is not None]
+            bars = ax.bar([self.NAMES[k].replace(" (", "\n(") for k in keys], [s[k] for k in keys])
+            ax.bar_label(bars, labels=[f"{s[k]:.2f} s" for k in keys])
+            ax.set_title(kind)
+            ax.set_ylabel("engine exec to READY=1 (s), median")
+        ax, steps = axes[-1], self.timeline(kinds[0])
+        for i, (n, start, dur) in enumerate(steps):
+            ax.barh(i, dur, left=start)
+            ax.text(start + dur, i, f" {n} {dur * 1e3:.0f} ms", va="center", fontsize=8)
+        ax.set_yticks([])
+        ax.invert_yaxis()
+        ax.set_xlabel("seconds since the engine's death was seen")
+        ax.set_title(f"one warm restart ({kinds[0]}, kill -9)")
         fig.tight_layout()
         path = os.path.join(self.a.out, "e2e.png")
         fig.savefig(path, dpi=110)
         log(f"chart: {path}")
+
+    def chart_gnuplot(self, summary, kinds):
+        """The same chart with gnuplot (Debian: gnuplot-nox) where matplotlib is missing."""
+        if not shutil.which("gnuplot"):
+            log("no chart: neither matplotlib nor gnuplot")
+            return
+        d = os.path.join(self.a.out, "e2e-chart")
+        os.makedirs(d, exist_ok=True)
+        plots = []
+        for i, kind in enumerate(kinds):
+            s = summary[kind]
+            keys = [k for k in self.NAMES if s.get(k) is not None]
+            with open(os.path.join(d, f"{kind}.dat"), "w") as f:
+                for j, k in enumerate(keys):
+                    f.write(f'{j} "{self.NAMES[k]}" {s[k]}\n')
+            plots.append(f"""set title "{kind}: engine exec to READY=1 (s), median"
+set style fill solid 0.8
+set boxwidth 0.6
+set yrange [0:{max(s[k] for k in keys) * 1.15}]
+set xtics rotate by -20 font ",9"
+set ytics
+plot "{d}/{kind}.dat" using 1:3:xtic(2) with boxes notitle lc rgb "#4477aa", \\
+     "" using 1:3:(sprintf("%.2f s", $3)) with labels offset 0,0.7 notitle""")
+        steps = self.timeline(kinds[0])
+        with open(os.path.join(d, "timeline.dat"), "w") as f:
+            for i, (n, start, dur) in enumerate(steps):
+                f.write(f'{i} {start} {dur} "{n} {dur * 1e3:.0f} ms"\n')
+        end = steps[-1][1] + steps[-1][2] if steps else 1
+        plots.append(f"""set title "one warm restart of {kinds[0]} after kill -9 (s since the death was seen)"
+set xrange [0:{end * 1.7}]
+set yrange [{len(steps)}:-1]
+unset xtics
+set xtics font ",9"
+unset ytics
+plot "{d}/timeline.dat" using ($2+$3/2):1:($3/2):(0.35) with boxxyerror fs solid 0.8 lc rgb "#44aa77" notitle, \\
+     "" using ($2+$3):1:4 with labels left offset 0.5,0 font ",8" notitle""")
+        png = os.path.join(self.a.out, "e2e.png")
+        script = f"""set terminal pngcairo noenhanced size {560 * len(plots)},420 font ",10"
+set output "{png}"
+set multiplot layout 1,{len(plots)}
+""" + "\n".join(plots) + "\nunset multiplot\n"
+        with open(os.path.join(d, "chart.gp"), "w") as f:
+            f.write(script)
+        r = subprocess.run(["gnuplot", os.path.join(d, "chart.gp")], capture_output=True, text=True)
+        log(f"chart: {png}" if r.returncode == 0 else f"gnuplot failed: {r.stderr.strip()[-300:]}")
 
 
 def main():
@@ -586,11 +634,18 @@ def main():
     ap.add_argument("--only", default="anchors,refengine,tinyengine")
     ap.add_argument("--warm-only", default="", help="engines (comma-separated) to measure on the warm path only")
     ap.add_argument("--restarts", type=int, default=None, help="warm restarts after the cycles (default --runs)")
+    ap.add_argument("--report-from", metavar="E2E_JSON",
+                    help="measure nothing: write the report and chart of an earlier run's e2e.json into --out")
     ap.add_argument("--tinyengine-device", default="cuda:0",
                     help="cpu runs the tinyengine stage on a machine without a GPU (host weight daemon)")
     a = ap.parse_args()
     os.makedirs(a.out, exist_ok=True)
     b = Bench(a)
+    if a.report_from:
+        with open(a.report_from) as f:
+            b.res = json.load(f)
+        b.report()
+        return 0
     if "refengine" in a.only or "anchors" in a.only:
         b.machine()
     for stage in a.only.split(","):
