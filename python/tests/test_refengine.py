@@ -74,13 +74,15 @@ class RefEngineTest(TorchBase):
     def serve(self, *flags, model=None):
         port = free_port()
         log = open(os.path.join(self.tmp, f"engine-{port}.log"), "wb")
-        p = subprocess.Popen([sys.executable, ENGINE, "serve", model or self.model, "--port", str(port),
-                              "--served-model-name", "tiny", "--fastrestart-socket-dir", self.run_dir, *flags],
-                             stdout=log, stderr=subprocess.STDOUT)
+        with log:  # the child keeps its own copy of the descriptor
+            p = subprocess.Popen([sys.executable, ENGINE, "serve", model or self.model, "--port", str(port),
+                                  "--served-model-name", "tiny", "--fastrestart-socket-dir", self.run_dir, *flags],
+                                 stdout=log, stderr=subprocess.STDOUT)
         deadline = time.monotonic() + 180
         while time.monotonic() < deadline:
             if p.poll() is not None:
-                return p, port, open(log.name).read()
+                with open(log.name) as f:
+                    return p, port, f.read()
             try:
                 with urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=5) as r:
                     if r.status == 200:
@@ -89,7 +91,8 @@ class RefEngineTest(TorchBase):
                 pass
             time.sleep(0.1)
         p.kill()
-        self.fail("the engine did not become healthy: " + open(log.name).read())
+        with open(log.name) as f:
+            self.fail("the engine did not become healthy: " + f.read())
 
     def stop(self, p):
         p.send_signal(signal.SIGTERM)

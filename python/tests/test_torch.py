@@ -12,7 +12,9 @@ import shutil
 import tempfile
 import unittest
 
-from test_binding import WEIGHTD, BindingTest
+import test_binding  # its helpers only: importing the TestCase class would run its tests again
+
+WEIGHTD = test_binding.WEIGHTD
 
 try:
     import torch
@@ -51,14 +53,14 @@ class TorchBase(unittest.TestCase):
         self.daemon = None
 
     def tearDown(self):
-        BindingTest.stop_daemon(self)
+        test_binding.BindingTest.stop_daemon(self)
         gc.collect()
         shutil.rmtree(self.tmp, ignore_errors=True)
 
     def start(self):
         # BindingTest's helper starts a host daemon; the CUDA one differs only in flags and socket name.
         if self.backend == "host":
-            return BindingTest.start_daemon(self)
+            return test_binding.BindingTest.start_daemon(self)
         import socket
         import subprocess
         import time
