@@ -33,6 +33,8 @@ import sys
 import time
 import urllib.request
 
+from h200_weights import drop_caches  # same folder: one definition of "cold"
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 REFENGINE = os.path.join(ROOT, "python", "refengine", "fastrestart_refengine.py")
@@ -41,17 +43,6 @@ GB = 1e9
 
 def log(msg):
     print(f"[{time.strftime('%H:%M:%S')}] {msg}", flush=True)
-
-
-def drop_caches():
-    try:
-        os.sync()
-        with open("/proc/sys/vm/drop_caches", "w") as f:
-            f.write("3\n")
-        return True
-    except OSError as e:
-        log(f"cannot drop the page cache ({e}): 'cold_dropped' is not cold")
-        return False
 
 
 def med(xs):
