@@ -18,7 +18,13 @@ bool valid_id(const std::string& id) {
   });
 }
 
-Status Store::ensure() const { return ensure_private_dir(m_dir, std::nullopt); }
+Status Store::ensure() const {
+  // The parents (the state directory) may not exist yet; the snapshot directory itself must be private.
+  std::error_code ec;
+  fs::create_directories(fs::path(m_dir).parent_path(), ec);
+  if (ec) return make_error(Errc::kIo, "create " + fs::path(m_dir).parent_path().string() + ": " + ec.message());
+  return ensure_private_dir(m_dir, std::nullopt);
+}
 
 std::string Store::new_id() const {
   std::time_t t = std::time(nullptr);

@@ -474,10 +474,10 @@ TEST(ConfigError, StartDuplicate) {
                {"\"warm\" listed twice"});
 }
 
-TEST(ConfigError, SnapshotNeedsExactlyOneGpu) {
+TEST(ConfigError, SnapshotNeedsAtMostOneGpu) {
   expect_error(
       "gpus = [0, 1]\n[engine]\ncommand = [\"x\"]\n[weights]\nmode = \"off\"\n[restart]\nstart = [\"snapshot\"]\n", 7,
-      "restart.start", {"exactly one GPU", "lists 2"});
+      "restart.start", {"at most one GPU", "lists 2"});
 }
 
 TEST(ConfigError, SnapshotRejectsZeroCopy) {
