@@ -95,6 +95,14 @@ Result<Spawned> spawn_child(const SpawnSpec& spec) {
     ::dup2(out_w.get(), 2);
     int devnull = ::open("/dev/null", O_RDONLY);
     if (devnull >= 0) ::dup2(devnull, 0);
+    if (spec.new_pid_namespace) {
+      // A snapshottable engine holds nothing from outside its tree: descriptors our own parent leaked to us
+      // (a test runner's log, a socket) would make CRIU's restore depend on files that have since changed.
+      // The exec-error pipe (CLOEXEC) stays open until exec.
+      const unsigned keep = static_cast<unsigned>(err_w.get());
+      if (keep > 3) ::close_range(3, keep - 1, 0);
+      ::close_range(keep + 1, ~0U, 0);
+    }
     if (!spec.working_dir.empty() && ::chdir(spec.working_dir.c_str()) != 0) {
       int e = errno;
       (void)!::write(err_w.get(), &e, sizeof e);

@@ -458,7 +458,7 @@ const KeySpec kSnapshotKeys[] = {
     FR_KEY("criu", FR_ASSIGN(c.snapshot.criu, v.string())),
     FR_KEY("helper_path", FR_ASSIGN(c.snapshot.helper_path, v.absolute_path())),
     FR_KEY("oracle_tokens", FR_ASSIGN(c.snapshot.oracle_tokens, v.int_in(1, 64))),
-    FR_KEY("restore_timeout_s", FR_ASSIGN(c.snapshot.restore_timeout_s, v.positive())),
+    FR_KEY("timeout_s", FR_ASSIGN(c.snapshot.timeout_s, v.positive())),
 };
 
 const KeySpec kHttpKeys[] = {

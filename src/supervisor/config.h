@@ -92,7 +92,7 @@ struct SnapshotConfig {
   std::string criu = "criu";                   // a path, or a name looked up in $PATH; must be >= 4.1
   std::string helper_path;                     // empty: fastrestart-snapshot beside fastrestartd, then $PATH
   int oracle_tokens = 4;                       // tokens of the oracle completion recorded and replayed
-  double restore_timeout_s = 300;              // helper start to restored and oracle-checked
+  double timeout_s = 600;                      // a create or restore helper running longer is killed
 };
 
 struct LoggingConfig {

@@ -195,6 +195,8 @@ int Supervisor::run() {
   m_signals.clear();
   m_engine.reset();
   m_daemons.clear();
+  m_snap->helper_reader.reset();
+  m_snap->job_timer.reset();
   for (Timer* t : {&m_poll_timer, &m_deadline_timer, &m_health_timer, &m_drain_timer, &m_backoff_timer,
                    &m_kill_timer, &m_daemon_timer, &m_watchdog_timer})
     t->stop();

@@ -63,6 +63,7 @@ struct Supervisor::Snapshots {
   std::vector<std::shared_ptr<std::promise<nlohmann::json>>> create_waiters;
   UniqueFd helper_output;        // a create helper's output (a restore's becomes the engine's)
   std::unique_ptr<LineReader> helper_reader;
+  std::unique_ptr<Timer> job_timer;  // snapshot.timeout_s
 };
 
 struct Supervisor::Daemon {

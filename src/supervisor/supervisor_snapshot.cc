@@ -130,6 +130,18 @@ bool Supervisor::spawn_helper(const std::string& job, std::vector<std::string> a
   s.helper_pid = child->pid;
   s.job = job;
   s.job_started = m_loop.now_s();
+  if (!s.job_timer) s.job_timer = std::make_unique<Timer>(m_loop);
+  s.job_timer->start(m_cfg.snapshot.timeout_s, [this] {
+    Snapshots& sn = *m_snap;
+    if (sn.helper_pid <= 0) return;
+    spdlog::error("snapshot {}: the helper ran past snapshot.timeout_s ({} s): killing it", sn.job, m_cfg.snapshot.timeout_s);
+    signal_group(sn.helper_pid, -1, SIGKILL);
+    // A tree it already restored would outlive it (reparented to us): CRIU wrote its pid here.
+    if (sn.job == "restore" && m_engine) {
+      auto pid = read_file(sn.dir + "/" + m_engine->snapshot_id + "/images/restored.pid", 64);
+      if (pid.ok() && std::atoi(pid->c_str()) > 0) ::kill(std::atoi(pid->c_str()), SIGKILL);
+    }
+  });
   spdlog::info("snapshot {}: helper pid {}: {}", job, s.helper_pid, [&] {
     std::string c;
     for (const auto& a : hs.argv) c += (c.empty() ? "" : " ") + a;
@@ -189,6 +201,7 @@ void Supervisor::on_helper_exit(int status) {
   Snapshots& s = *m_snap;
   const std::string job = std::exchange(s.job, std::string());
   s.helper_pid = -1;
+  if (s.job_timer) s.job_timer->stop();
   s.helper_reader.reset();
   s.helper_output.reset();
   json result;

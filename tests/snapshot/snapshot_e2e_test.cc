@@ -57,7 +57,7 @@ struct Options {
 // fastrestartd over a tiny engine in weights mode copy (host backend), start = snapshot, warm, cold.
 class Supervised {
  public:
-  explicit Supervised(const Options& o = {}) : m_port(free_port()) {
+  explicit Supervised(const Options& o = {}) : m_port(free_port()), m_http(free_port()) {
     m_model = m_dir / "model";
     auto g = test::run({FR_TINYENGINE_BIN, "gen", "--out", m_model, "--size", o.size});
     EXPECT_EQ(g.exit_code, 0) << g.output;
@@ -75,7 +75,7 @@ class Supervised {
       << "[restart]\nstart = [\"snapshot\", \"warm\", \"cold\"]\nbackoff_initial_s = 0.1\nbackoff_max_s = 0.5\n"
       << "crash_loop_limit = 20\n"
       << "[control]\nsocket = \"" << (m_dir / "ctl/t.ctl") << "\"\nstate_dir = \"" << (m_dir / "state") << "\"\n"
-      << "[http]\nlisten = \"none\"\n"
+      << "[http]\nlisten = \"127.0.0.1:" << m_http << "\"\n"
       << "[snapshot]\ncriu = \"" << o.criu << "\"\nhelper_path = \"" << FR_SNAPSHOT_BIN << "\"\n";
     f.close();
     m_pid = ::fork();
@@ -144,10 +144,13 @@ class Supervised {
     ASSERT_EQ(::kill(engine, SIGKILL), 0);
   }
   const std::string& model() const { return m_model; }
+  std::string metrics() {
+    return test::run({"/usr/bin/curl", "-s", "http://127.0.0.1:" + std::to_string(m_http) + "/metrics"}).output;
+  }
 
  private:
   test::TempDir m_dir;
-  uint16_t m_port;
+  uint16_t m_port, m_http;
   std::string m_cfg, m_model;
   pid_t m_pid = -1;
 };
@@ -189,6 +192,9 @@ TEST(SnapshotE2E, CreateThenCrashRestoresFromTheSnapshotWithTheOracle) {
   EXPECT_EQ(answer["choices"][0]["logprobs"]["token_logprobs"], m["oracle"]["logprobs"]);
   EXPECT_EQ(s["metrics"]["time_to_ready"]["snapshot"]["count"], 2);
   EXPECT_EQ(s["metrics"]["snapshots"]["restored"], 2);
+  const std::string metrics = d.metrics();
+  EXPECT_NE(metrics.find("fastrestart_snapshot_restores_total{result=\"restored\"} 2"), std::string::npos) << metrics;
+  EXPECT_NE(metrics.find("fastrestart_time_to_ready_seconds_count{path=\"snapshot\"} 2"), std::string::npos);
   // The break-even comes from measured times: one cold start, two restores.
   inspect = d.ctl_json({"snapshot", "inspect", id});
   EXPECT_GT(inspect["break_even"]["restore_s"].get<double>(), 0) << inspect["break_even"].dump();

@@ -235,7 +235,7 @@ TEST(Config, EnumNames) {
 }
 
 TEST(Config, ShippedExamplesParse) {
-  for (const char* f : {"config/example.toml", "config/demo.toml"}) {
+  for (const char* f : {"config/example.toml", "config/demo.toml", "config/snapshot-tp1.toml"}) {
     auto r = load_config((repo_root() / f).string());
     EXPECT_TRUE(r.ok()) << f << ": " << r.error().message;
   }
