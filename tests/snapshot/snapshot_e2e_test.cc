@@ -206,6 +206,33 @@ TEST(SnapshotE2E, CreateThenCrashRestoresFromTheSnapshotWithTheOracle) {
               m["image_bytes"].get<double>() / 1e6, s["last_start"]["time_to_ready_s"].get<double>());
 }
 
+TEST(SnapshotE2E, RestoreOnRequestThenDeleteLeavesTheNormalPaths) {
+  SKIP_WITHOUT_CRIU();
+  Supervised d;
+  ASSERT_TRUE(d.wait_ready_path("cold")) << d.log();
+  const std::string id = d.create();
+  ASSERT_FALSE(id.empty());
+  auto r = d.ctl({"snapshot", "restore", id});
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  ASSERT_TRUE(d.wait_status([](const json& st) { return st["state"] == "ready" && snapshot_of(st)["restored"] == 2; }))
+      << d.log();
+  // Deleted: the next crash restart takes the warm path, and that is no snapshot failure.
+  r = d.ctl({"snapshot", "delete", id});
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_FALSE(std::filesystem::exists(d.artifact(id)));
+  EXPECT_EQ(d.ctl_json({"snapshot", "list"})["snapshots"].size(), 0u);
+  d.kill_engine();
+  ASSERT_TRUE(d.wait_status([](const json& st) {
+    return st["state"] == "ready" && st["restarts"].value("crash", 0) == 1;
+  })) << d.log();
+  auto s = d.status();
+  EXPECT_EQ(s["last_start"]["path"], "warm") << s.dump();
+  EXPECT_EQ(snapshot_of(s)["fallbacks"], 0);
+  r = d.ctl({"snapshot", "delete", id});
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_NE(r.output.find("no snapshot " + id), std::string::npos) << r.output;
+}
+
 // Each way an artifact can be wrong: the restart falls back to a normal start and says why.
 struct Damage {
   const char* name;
