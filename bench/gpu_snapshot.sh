@@ -86,7 +86,7 @@ listen = "none"
 [snapshot]
 criu = "$(command -v criu)"
 helper_path = "$(command -v fastrestart-snapshot)"
-timeout_s = 600
+timeout_s = 240
 TOML
 ctl() { fastrestartctl --socket "$w/ctl/snap.ctl" "$@"; }
 sync; echo 3 >/proc/sys/vm/drop_caches 2>/dev/null || true

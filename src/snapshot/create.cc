@@ -39,9 +39,13 @@ Result<Manifest> create_snapshot(const CreateRequest& r, GpuCheckpointer& gpu) {
   FR_ASSIGN(m.oracle, request_oracle(r.spec.host, r.spec.port, r.spec.prompt, r.spec.model, r.spec.oracle_tokens, 60));
   m.timings["oracle_s"] = now_s() - t;
 
+  // A process holds CUDA state when it has the NVIDIA devices open or mapped, or when the driver knows it
+  // (a sandbox such as gVisor may not show device mappings in /proc). Without a driver, neither.
   std::vector<pid_t> gpu_pids;
-  for (pid_t p : process_tree(r.pid))
-    if (holds_gpu(p)) gpu_pids.push_back(p);
+  for (pid_t p : process_tree(r.pid)) {
+    auto st = holds_gpu(p) ? Result<std::string>(std::string("device open")) : gpu.state(p);
+    if (st.ok()) gpu_pids.push_back(p);
+  }
   m.identity.cuda = !gpu_pids.empty();
   if (m.identity.cuda) {
     FR_ASSIGN(m.identity.gpu, gpu.identity());

@@ -33,9 +33,9 @@ void kill_and_reap(pid_t pid) {
 }
 
 Result<std::string> newest_id(const Store& store) {
-  auto all = store.list();
+  auto all = store.ids();
   if (all.empty()) return make_error(Errc::kNotFound, "no snapshot in " + store.dir());
-  return all.front().id;
+  return all.front();
 }
 
 }  // namespace
@@ -100,9 +100,13 @@ Result<Restored> restore_snapshot(const RestoreRequest& r, GpuCheckpointer& gpu)
 
   t = now_s();
   if (m.identity.cuda) {
+    // A checkpointed process has closed its /dev/nvidia descriptors, so the driver, not /proc, says which
+    // processes of the tree hold CUDA state to restore.
     std::vector<pid_t> gpu_pids;
-    for (pid_t p : process_tree(out.pid))
-      if (holds_gpu(p)) gpu_pids.push_back(p);
+    for (pid_t p : process_tree(out.pid)) {
+      auto cuda_state = gpu.state(p);
+      if (cuda_state.ok() && *cuda_state == "checkpointed") gpu_pids.push_back(p);
+    }
     for (pid_t p : gpu_pids) {
       if (auto s = gpu.restore(p); !s.ok()) return fail(s.error().message);
       if (auto s = gpu.unlock(p); !s.ok()) return fail(s.error().message);
@@ -111,7 +115,7 @@ Result<Restored> restore_snapshot(const RestoreRequest& r, GpuCheckpointer& gpu)
       if (!state.ok()) return fail(state.error().message);
       if (*state != "running") return fail("CUDA state of pid " + std::to_string(p) + " is " + *state + ", not running");
     }
-    if (gpu_pids.empty()) return fail("the manifest records GPU state but the restored tree holds no GPU device");
+    if (gpu_pids.empty()) return fail("the manifest records GPU state but no restored process is checkpointed in the driver");
   }
   out.timings["cuda_restore_s"] = now_s() - t;
   const char state = proc_state(out.pid);

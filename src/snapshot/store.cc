@@ -6,6 +6,7 @@
 #include <cctype>
 #include <ctime>
 #include <filesystem>
+#include <functional>
 
 namespace fr::snapshot {
 
@@ -58,15 +59,20 @@ void Store::abandon(const std::string& id) const {
   fs::remove_all(m_dir + "/.creating-" + id, ec);
 }
 
-std::vector<Listed> Store::list() const {
-  std::vector<Listed> out;
+std::vector<std::string> Store::ids() const {
+  std::vector<std::string> out;
   std::error_code ec;
   for (const auto& e : fs::directory_iterator(m_dir, ec)) {
     const std::string id = e.path().filename().string();
-    if (!valid_id(id) || !e.is_directory(ec) || e.is_symlink(ec)) continue;
-    out.push_back(Listed{id, e.path().string(), read_manifest(e.path().string())});
+    if (valid_id(id) && !e.is_symlink(ec) && e.is_directory(ec)) out.push_back(id);
   }
-  std::sort(out.begin(), out.end(), [](const Listed& a, const Listed& b) { return a.id > b.id; });
+  std::sort(out.begin(), out.end(), std::greater<>());
+  return out;
+}
+
+std::vector<Listed> Store::list() const {
+  std::vector<Listed> out;
+  for (const auto& id : ids()) out.push_back(Listed{id, path(id), read_manifest(path(id))});
   return out;
 }
 

@@ -35,6 +35,8 @@ class Store {
   void abandon(const std::string& id) const;
   // Artifacts, newest first (ids sort by time).
   std::vector<Listed> list() const;
+  // Their ids only (no manifest is read), newest first.
+  std::vector<std::string> ids() const;
   // Deletes <id>; Errc::kBusy while a restore holds its lock.
   Status remove(const std::string& id) const;
   // The restore lock of <id> (Errc::kBusy: a restore of it is running).

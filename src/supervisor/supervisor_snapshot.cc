@@ -3,6 +3,7 @@
 // restore it at once as the live engine: the artifact is proven before the command returns), and the
 // list/inspect/delete/restore control operations. CRIU and CUDA run only in the helper process
 // (fastrestart-snapshot); here we spawn it, reap it and read its result file.
+#include <fcntl.h>
 #include <signal.h>
 #include <spdlog/spdlog.h>
 #include <sys/stat.h>
@@ -174,9 +175,9 @@ bool Supervisor::start_from_snapshot() {
   if (!s.usable || m_cfg.restart.start.front() != StartPath::kSnapshot || s.helper_pid > 0) return false;
   std::string id = std::exchange(s.force_id, std::string());
   if (id.empty()) {
-    for (const auto& a : snapshot::Store(s.dir).list()) {
-      if (s.failed_ids.count(a.id)) continue;
-      id = a.id;
+    for (const auto& a : snapshot::Store(s.dir).ids()) {
+      if (s.failed_ids.count(a)) continue;
+      id = a;
       break;
     }
   }
@@ -307,7 +308,7 @@ json Supervisor::snapshot_status() {
   const Snapshots& s = *m_snap;
   json artifacts = json::array();
   if (s.wanted)
-    for (const auto& a : snapshot::Store(s.dir).list()) artifacts.push_back(a.id);
+    for (const auto& id : snapshot::Store(s.dir).ids()) artifacts.push_back(id);
   return {{"enabled", s.usable},
           {"problem", s.usable ? "" : s.problem},
           {"criu", s.criu},
