@@ -24,7 +24,9 @@ Status Store::ensure() const {
   std::error_code ec;
   fs::create_directories(fs::path(m_dir).parent_path(), ec);
   if (ec) return make_error(Errc::kIo, "create " + fs::path(m_dir).parent_path().string() + ": " + ec.message());
-  return ensure_private_dir(m_dir, std::nullopt);
+  if (auto s = ensure_private_dir(m_dir, std::nullopt); !s.ok())
+    return make_error(s.error().code, "snapshot directory: " + s.error().message);
+  return {};
 }
 
 std::string Store::new_id() const {
