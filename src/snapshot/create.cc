@@ -57,6 +57,9 @@ Result<Manifest> create_snapshot(const CreateRequest& r, GpuCheckpointer& gpu) {
     store.abandon(m.id);
     return e;
   };
+  // Taken before the engine is frozen, so waiting for another dump on this host never stalls it.
+  auto dump_lock = DumpLock::acquire();
+  if (!dump_lock.ok()) return fail(dump_lock.error(), false);
   t = now_s();
   for (pid_t p : gpu_pids)
     if (auto s = gpu.lock(p, 30'000); !s.ok()) return fail(s.error(), false);

@@ -1,6 +1,7 @@
 #include "snapshot/criu.h"
 
 #include <fcntl.h>
+#include <sys/file.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -54,6 +55,19 @@ std::string log_errors(const std::string& path, size_t n) {
   std::string out;
   for (const auto& l : last) out += (out.empty() ? "" : " | ") + l;
   return out;
+}
+
+Result<DumpLock> DumpLock::acquire(const std::string& path) {
+  std::string p = path;
+  UniqueFd fd(::open(p.c_str(), O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600));
+  if (!fd && errno == ENOENT) {  // no /run/lock here
+    p = "/tmp/fastrestart-criu-dump.lock";
+    fd.reset(::open(p.c_str(), O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600));
+  }
+  if (!fd) return sys_error("open " + p);
+  while (::flock(fd.get(), LOCK_EX) != 0)
+    if (errno != EINTR) return sys_error("flock " + p);
+  return DumpLock(std::move(fd));
 }
 
 Result<CriuInfo> probe_criu(const std::string& path) {

@@ -5,6 +5,7 @@
 #include <string>
 #include <vector>
 
+#include "common/fd.h"
 #include "fastrestart/result.h"
 
 namespace fr::snapshot {
@@ -24,6 +25,20 @@ Result<CriuInfo> probe_criu(const std::string& path);
 // `keep_fds` stay open at their numbers). Returns the wait status.
 Result<int> run_program(const std::vector<std::string>& argv, const std::string& log_path,
                         const std::vector<int>& keep_fds = {});
+
+// Serializes `criu dump`s on this host while alive (a blocking flock on a lock file that is never
+// removed). Why: dumping a task whose PID namespace differs from /proc's, CRIU's parasite mounts a private
+// /proc at a fixed path in the task's root; two such dumps at once collide there (EEXIST, "Parasite failed
+// to dump /proc/self/cgroup"). Every snapshottable engine is such a task.
+class DumpLock {
+ public:
+  static Result<DumpLock> acquire(const std::string& path = kDefaultPath);
+  static constexpr const char* kDefaultPath = "/run/lock/fastrestart-criu-dump.lock";
+
+ private:
+  explicit DumpLock(UniqueFd fd) : m_fd(std::move(fd)) {}
+  UniqueFd m_fd;  // closing it releases the flock
+};
 
 // "exit code 1" / "signal 9".
 std::string describe_status(int wait_status);

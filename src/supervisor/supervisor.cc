@@ -195,6 +195,7 @@ int Supervisor::run() {
   m_signals.clear();
   m_engine.reset();
   m_daemons.clear();
+  if (m_snap->helper_pid > 0) signal_group(m_snap->helper_pid, -1, SIGKILL);  // a job cut short by the stop
   m_snap->helper_reader.reset();
   m_snap->job_timer.reset();
   for (Timer* t : {&m_poll_timer, &m_deadline_timer, &m_health_timer, &m_drain_timer, &m_backoff_timer,

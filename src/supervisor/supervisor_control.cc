@@ -58,6 +58,9 @@ json Supervisor::handle(const json& req, std::shared_ptr<std::promise<json>> rep
   if (op == "daemons") return {{"ok", true}, {"daemons", status_json()["daemons"]}};
   if (op == "snapshot") return handle_snapshot(req, reply);
   const bool terminal = m_state == State::kStopping || m_state == State::kFailed || m_state == State::kStopped;
+  if ((op == "restart" || op == "start-engine" || op == "stop-engine" || op == "reload") && m_snap->helper_pid > 0 &&
+      m_snap->job == "create")
+    return error("busy", "a snapshot is being created; try again when it is done");
   if (op == "restart" || op == "start-engine" || op == "stop-engine") {
     if (terminal) return error("busy", std::string("the supervisor is ") + state_name(m_state));
     if (op == "stop-engine") {

@@ -115,7 +115,8 @@ class Supervised {
   }
   bool wait_ready_path(const std::string& path, double timeout_s = 60) {
     return wait_status([&](const json& s) {
-      return s["state"] == "ready" && s["last_start"].is_object() && s["last_start"]["path"] == path;
+      return s["state"] == "ready" && s["engine"].is_object() && s["last_start"].is_object() &&
+             s["last_start"]["pid"] == s["engine"]["pid"] && s["last_start"]["path"] == path;
     }, timeout_s);
   }
   std::string log() const {
@@ -157,6 +158,13 @@ class Supervised {
 
 json snapshot_of(const json& status) { return status["snapshot"]; }
 
+// Ready, with last_start describing the current engine (between the readiness pass and the attach check
+// that names the path, the state is already "ready" while last_start still describes the previous engine).
+bool settled(const json& st) {
+  return st["state"] == "ready" && st["engine"].is_object() && st["last_start"].is_object() &&
+         st["last_start"]["pid"] == st["engine"]["pid"];
+}
+
 TEST(SnapshotE2E, CreateThenCrashRestoresFromTheSnapshotWithTheOracle) {
   SKIP_WITHOUT_CRIU();
   Supervised d(Options{"256M"});
@@ -180,7 +188,7 @@ TEST(SnapshotE2E, CreateThenCrashRestoresFromTheSnapshotWithTheOracle) {
   // Crash: the restart restores the snapshot, and the restored engine answers what was recorded.
   d.kill_engine();
   ASSERT_TRUE(d.wait_status([](const json& st) {
-    return st["state"] == "ready" && snapshot_of(st)["restored"] == 2 && st["restarts"].value("crash", 0) == 1;
+    return settled(st) && snapshot_of(st)["restored"] == 2 && st["restarts"].value("crash", 0) == 1;
   })) << d.log();
   s = d.status();
   EXPECT_EQ(s["last_start"]["path"], "snapshot");
@@ -214,7 +222,7 @@ TEST(SnapshotE2E, RestoreOnRequestThenDeleteLeavesTheNormalPaths) {
   ASSERT_FALSE(id.empty());
   auto r = d.ctl({"snapshot", "restore", id});
   EXPECT_EQ(r.exit_code, 0) << r.output;
-  ASSERT_TRUE(d.wait_status([](const json& st) { return st["state"] == "ready" && snapshot_of(st)["restored"] == 2; }))
+  ASSERT_TRUE(d.wait_status([](const json& st) { return settled(st) && snapshot_of(st)["restored"] == 2; }))
       << d.log();
   // Deleted: the next crash restart takes the warm path, and that is no snapshot failure.
   r = d.ctl({"snapshot", "delete", id});
@@ -223,7 +231,7 @@ TEST(SnapshotE2E, RestoreOnRequestThenDeleteLeavesTheNormalPaths) {
   EXPECT_EQ(d.ctl_json({"snapshot", "list"})["snapshots"].size(), 0u);
   d.kill_engine();
   ASSERT_TRUE(d.wait_status([](const json& st) {
-    return st["state"] == "ready" && st["restarts"].value("crash", 0) == 1;
+    return settled(st) && st["restarts"].value("crash", 0) == 1;
   })) << d.log();
   auto s = d.status();
   EXPECT_EQ(s["last_start"]["path"], "warm") << s.dump();
@@ -253,7 +261,7 @@ TEST_P(SnapshotFallback, FallsBackToANormalStartWithTheReason) {
   GetParam().apply(d, d.artifact(id));
   d.kill_engine();
   ASSERT_TRUE(d.wait_status([](const json& st) {
-    return st["state"] == "ready" && snapshot_of(st)["fallbacks"] == 1 && st["restarts"].value("crash", 0) == 1;
+    return settled(st) && snapshot_of(st)["fallbacks"] == 1 && st["restarts"].value("crash", 0) == 1;
   })) << d.log();
   auto s = d.status();
   EXPECT_NE(s["last_start"]["path"], "snapshot") << s.dump();
