@@ -16,6 +16,7 @@
 #include <filesystem>
 
 #include "common/io.h"
+#include "snapshot/break_even.h"
 #include "snapshot/criu.h"
 #include "snapshot/identity.h"
 #include "snapshot/store.h"
@@ -365,15 +366,9 @@ json Supervisor::handle_snapshot(const json& req, std::shared_ptr<std::promise<j
     for (const char* p : {"warm", "cold"})
       if (hist.contains(p) && mean(hist[p]) > 0 && normal_path.empty()) normal = mean(hist[p]), normal_path = p;
     json be{{"create_s", m->create_s}, {"restore_s", restore}, {"normal_start_s", normal}, {"normal_path", normal_path}};
-    if (restore <= 0 || normal <= 0) {
-      be["restores"] = nullptr;
-      be["note"] = "needs one measured snapshot restore and one warm or cold start";
-    } else if (normal <= restore) {
-      be["restores"] = nullptr;
-      be["note"] = "a snapshot restore is not faster than a " + normal_path + " start here";
-    } else {
-      be["restores"] = static_cast<int64_t>(std::ceil(m->create_s / (normal - restore)));
-    }
+    const auto b = snapshot::break_even(m->create_s, restore, normal, normal_path);
+    be["restores"] = b.restores ? json(*b.restores) : json(nullptr);
+    if (!b.note.empty()) be["note"] = b.note;
     return {{"ok", true}, {"manifest", snapshot::to_json(*m)}, {"break_even", be}};
   }
   if (action == "delete") {

@@ -5,6 +5,7 @@
 #include <filesystem>
 #include <fstream>
 
+#include "snapshot/break_even.h"
 #include "snapshot/manifest.h"
 #include "snapshot/oracle.h"
 #include "snapshot/store.h"
@@ -83,6 +84,18 @@ TEST(Oracle, MismatchesAreExplained) {
   got = want;
   got.token_ids[1] = 33;
   EXPECT_NE(oracle_mismatch(want, got)->find("token ids"), std::string::npos);
+}
+
+TEST(BreakEven, RestoresNeededFromMeasuredTimes) {
+  // 60 s to create, each restore saves 30 - 5 = 25 s: three restores pay it back.
+  EXPECT_EQ(break_even(60, 5, 30, "warm").restores, 3);
+  EXPECT_EQ(break_even(50, 5, 30, "warm").restores, 2);
+  auto slower = break_even(1, 3, 2, "warm");
+  EXPECT_FALSE(slower.restores.has_value());
+  EXPECT_EQ(slower.note, "a snapshot restore is not faster than a warm start here");
+  auto unknown = break_even(1, 0, 2, "cold");
+  EXPECT_FALSE(unknown.restores.has_value());
+  EXPECT_NE(unknown.note.find("needs one measured snapshot restore"), std::string::npos);
 }
 
 TEST(Store, CommitsAtomicallyListsNewestFirstAndDeletes) {
