@@ -10,6 +10,9 @@ pkgs=(
   curl procps util-linux bc
   systemd rpm dpkg-dev fakeroot lintian pandoc
   prometheus
+  # CRIU's build dependencies (scripts/build-criu.sh builds CRIU 4.2.1 for snapshots)
+  libprotobuf-c-dev protobuf-c-compiler libprotobuf-dev protobuf-compiler python3-protobuf
+  libnl-3-dev libnet1-dev libcap-dev libbsd-dev libgnutls28-dev libaio-dev uuid-dev
 )
 missing=()
 for p in "${pkgs[@]}"; do

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Builds the CUDA configuration here (build-gpu/) and packs what the GPU test machine needs into .bundle/:
-# the daemon, the CLI, the CUDA tests and their helper, the attach benchmark (stripped of debug info), and
+# the daemon, the CLI, the CUDA tests and their helper, the attach benchmark, the snapshot helper (stripped of
+# debug info), CRIU (scripts/build-criu.sh), and
 # the non-system shared libraries ldd names for them (spdlog, fmt, ...). glibc, libstdc++ and libgcc are
 # not carried: the GPU machine runs Ubuntu 24.04, whose copies are newer than Debian 12's.
 # Then, on the GPU machine, from the repository root with .bundle carried: scripts/gpu-run.sh.
@@ -15,7 +16,7 @@ root=$(cd "$(dirname "$0")/.." && pwd)
 build=$root/build-gpu
 bundle=$root/.bundle
 targets=(fastrestart-weightd fastrestart-weightctl gpu_digest_test vmm_share_test no_driver_test fr_cuda_helper
-         fr_attach_bench fastrestartd fastrestartctl fastrestart-tinyengine tinyengine_test)
+         fr_attach_bench fastrestartd fastrestartctl fastrestart-tinyengine tinyengine_test fastrestart-snapshot)
 
 py=${FR_BUNDLE_PYTHON:-$(ls -d /root/.pyenv/versions/3.12*/bin/python3 2>/dev/null | tail -1)}
 py=${py:-$(command -v python3.12 || true)}
@@ -49,6 +50,9 @@ for t in "${targets[@]}"; do
   [ -n "$f" ] || { echo "gpu-bundle: $t was not built" >&2; exit 1; }
   objcopy --strip-debug "$f" "$bundle/bin/$t"
 done
+# CRIU for snapshots (bench/gpu_snapshot.sh): built from source (cached), carried with its libraries below.
+criu=$("$root/scripts/build-criu.sh" "$build/criu" | tail -1)
+cp "$criu" "$bundle/bin/criu"
 # Shared libraries outside the C/C++ runtime, resolved through symlinks to the names the binaries ask for.
 for f in "$bundle"/bin/* "$bundle"/python/fastrestart/*.so; do
   [ -e "$f" ] || continue

@@ -4,6 +4,8 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/deps.sh
+# CRIU 4.2.1 for the snapshot tests (build/criu/criu; cached in ~/.cache/fastrestart, so reruns take <1 s).
+scripts/build-criu.sh >/dev/null
 scripts/build.sh -DCMAKE_INSTALL_PREFIX=/usr
 # The deb/rpm packages from this same build (tests/systemd installs the deb under a private systemd);
 # scripts/package.sh makes release packages from a tree of their own.

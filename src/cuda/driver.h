@@ -29,7 +29,9 @@ namespace fr::cuda {
   X(cuMemcpyHtoD) X(cuMemcpyHtoDAsync) X(cuMemcpyDtoH) X(cuMemcpyDtoD) X(cuMemcpyAsync) X(cuMemsetD8)   \
   X(cuStreamCreate) X(cuStreamDestroy) X(cuStreamSynchronize) X(cuEventCreate) X(cuEventDestroy)         \
   X(cuEventRecord) X(cuEventSynchronize) X(cuEventElapsedTime) X(cuModuleLoadData) X(cuModuleUnload)     \
-  X(cuModuleGetFunction) X(cuLaunchKernel) X(cuPointerGetAttribute) X(cuMemHostRegister) X(cuMemHostUnregister)
+  X(cuModuleGetFunction) X(cuLaunchKernel) X(cuPointerGetAttribute) X(cuMemHostRegister) X(cuMemHostUnregister)   \
+  X(cuCheckpointProcessGetState) X(cuCheckpointProcessLock) X(cuCheckpointProcessCheckpoint)              \
+  X(cuCheckpointProcessRestore) X(cuCheckpointProcessUnlock)
 
 // Entry points whose unsuffixed declaration in <cuda.h> is older than the variant cuGetProcAddress returns
 // at CUDA_VERSION, because the toolkit added a new ABI without a #define to it: these are resolved at the

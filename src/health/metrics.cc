@@ -226,6 +226,20 @@ void attaches_and_reloads(Writer& w, const json& metrics) {
   for (const char* result : {"warm", "cold", "rolled_back"}) w.sample({{"result", result}}, format_json_value(field(r, result)));
 }
 
+// Only for supervisors that report snapshots (status "metrics.snapshots"; docs/snapshot.md).
+void snapshot_families(Writer& w, const json& metrics) {
+  const json& sn = field(metrics, "snapshots");
+  if (!sn.is_object()) return;
+  w.family("snapshot_restores_total", "counter",
+           "Engine starts from a CRIU snapshot by result: restored (oracle matched), fallback (refused or failed; "
+           "the next start path ran).");
+  w.sample({{"result", "restored"}}, format_json_value(field(sn, "restored")));
+  w.sample({{"result", "fallback"}}, format_json_value(field(sn, "fallbacks")));
+  w.family("snapshot_creates_total", "counter", "Snapshot creations by result: created, failed.");
+  w.sample({{"result", "created"}}, format_json_value(field(sn, "created")));
+  w.sample({{"result", "failed"}}, format_json_value(field(sn, "create_failures")));
+}
+
 void daemon_families(Writer& w, const json& status) {
   const json& daemons = field(status, "daemons");
   std::vector<std::pair<std::string, const json*>> ds;
@@ -308,6 +322,7 @@ std::string render_metrics(const json& status, const std::string& version) {
   supervisor_families(w, status, version);
   time_to_ready(w, metrics);
   attaches_and_reloads(w, metrics);
+  snapshot_families(w, metrics);
   daemon_families(w, status);
   memory_families(w, status);
   vllm_families(w, status);

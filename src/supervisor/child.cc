@@ -1,6 +1,7 @@
 #include "supervisor/child.h"
 
 #include <fcntl.h>
+#include <sched.h>
 #include <signal.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
@@ -70,11 +71,15 @@ Result<Spawned> spawn_child(const SpawnSpec& spec) {
   if (::pipe2(err, O_CLOEXEC) != 0) return sys_error("pipe");
   UniqueFd err_r(err[0]), err_w(err[1]);
 
-  pid_t pid = ::fork();
-  if (pid < 0) return sys_error("fork");
+  // clone(CLONE_NEWPID) without a stack behaves as fork(2), the child being PID 1 of the new namespace.
+  pid_t pid = spec.new_pid_namespace ? static_cast<pid_t>(::syscall(SYS_clone, CLONE_NEWPID | SIGCHLD, nullptr,
+                                                                    nullptr, nullptr, nullptr))
+                                     : ::fork();
+  if (pid < 0) return sys_error(spec.new_pid_namespace ? "clone(CLONE_NEWPID)" : "fork");
   if (pid == 0) {
     // Child: only async-signal-safe calls from here to exec.
-    ::setpgid(0, 0);
+    if (spec.new_pid_namespace) ::setsid();
+    else ::setpgid(0, 0);
     sigset_t none;
     sigemptyset(&none);
     ::sigprocmask(SIG_SETMASK, &none, nullptr);
@@ -90,6 +95,14 @@ Result<Spawned> spawn_child(const SpawnSpec& spec) {
     ::dup2(out_w.get(), 2);
     int devnull = ::open("/dev/null", O_RDONLY);
     if (devnull >= 0) ::dup2(devnull, 0);
+    if (spec.new_pid_namespace) {
+      // A snapshottable engine holds nothing from outside its tree: descriptors our own parent leaked to us
+      // (a test runner's log, a socket) would make CRIU's restore depend on files that have since changed.
+      // The exec-error pipe (CLOEXEC) stays open until exec.
+      const unsigned keep = static_cast<unsigned>(err_w.get());
+      if (keep > 3) ::close_range(3, keep - 1, 0);
+      ::close_range(keep + 1, ~0U, 0);
+    }
     if (!spec.working_dir.empty() && ::chdir(spec.working_dir.c_str()) != 0) {
       int e = errno;
       (void)!::write(err_w.get(), &e, sizeof e);
@@ -100,7 +113,7 @@ Result<Spawned> spawn_child(const SpawnSpec& spec) {
     (void)!::write(err_w.get(), &e, sizeof e);
     _exit(127);
   }
-  ::setpgid(pid, pid);  // also from the parent: no race with an early signal to the group
+  if (!spec.new_pid_namespace) ::setpgid(pid, pid);  // also from the parent: no race with an early signal to the group
   out_w.reset();
   err_w.reset();
   int child_errno = 0;

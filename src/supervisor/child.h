@@ -18,6 +18,9 @@ struct SpawnSpec {
   std::map<std::string, std::string> env;   // set on top of the filtered inherited environment
   std::string working_dir;
   std::string cgroup_procs;                 // if set: write the child's pid here before exec (cgroup v1/v2)
+  // PID 1 of a new PID namespace and leader of a new session (so of its process group): what a CRIU
+  // snapshot needs (docs/snapshot.md). Still our direct child; its pid here is the host's.
+  bool new_pid_namespace = false;
 };
 
 struct Spawned {

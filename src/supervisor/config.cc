@@ -465,6 +465,14 @@ const KeySpec kControlKeys[] = {
     FR_KEY("state_dir", FR_ASSIGN(c.control.state_dir, v.absolute_path())),
 };
 
+const KeySpec kSnapshotKeys[] = {
+    FR_KEY("dir", FR_ASSIGN(c.snapshot.dir, v.absolute_path())),
+    FR_KEY("criu", FR_ASSIGN(c.snapshot.criu, v.string())),
+    FR_KEY("helper_path", FR_ASSIGN(c.snapshot.helper_path, v.absolute_path())),
+    FR_KEY("oracle_tokens", FR_ASSIGN(c.snapshot.oracle_tokens, v.int_in(1, 64))),
+    FR_KEY("timeout_s", FR_ASSIGN(c.snapshot.timeout_s, v.positive())),
+};
+
 const KeySpec kHttpKeys[] = {
     FR_KEY("listen", FR_ASSIGN(c.http.listen, v.listen_address())),
 };
@@ -480,6 +488,7 @@ const SectionSpec kSections[] = {
     {"model", kModelKeys},     {"engine", kEngineKeys},       {"weights", kWeightsKeys},
     {"memory", kMemoryKeys},   {"readiness", kReadinessKeys}, {"restart", kRestartKeys},
     {"control", kControlKeys}, {"http", kHttpKeys},           {"logging", kLoggingKeys},
+    {"snapshot", kSnapshotKeys},
 };
 
 std::string key_names(std::span<const KeySpec> keys) {
@@ -536,9 +545,9 @@ Status check_cross_fields(const Config& c, const Lines& lines) {
   }
   const auto& start = c.restart.start;
   if (std::find(start.begin(), start.end(), StartPath::kSnapshot) != start.end()) {
-    if (c.gpus.size() != 1) {
+    if (c.gpus.size() > 1) {
       return fail_at(c.path, lines.first({"restart.start", "restart"}), "restart.start",
-                     "\"snapshot\" needs exactly one GPU (snapshots are tensor-parallel 1 only), gpus lists " +
+                     "\"snapshot\" needs at most one GPU (snapshots are tensor-parallel 1 only), gpus lists " +
                          std::to_string(c.gpus.size()));
     }
     if (w.mode == WeightsMode::kZeroCopy) {

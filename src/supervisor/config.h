@@ -93,6 +93,15 @@ struct HttpConfig {
   std::string listen = "127.0.0.1:9400";       // "none": off (issue 5: /health /ready /metrics /status)
 };
 
+// CRIU snapshots of the engine (docs/snapshot.md); used when restart.start lists "snapshot".
+struct SnapshotConfig {
+  std::string dir;                             // empty: <control.state_dir>/snapshots
+  std::string criu = "criu";                   // a path, or a name looked up in $PATH; must be >= 4.1
+  std::string helper_path;                     // empty: fastrestart-snapshot beside fastrestartd, then $PATH
+  int oracle_tokens = 4;                       // tokens of the oracle completion recorded and replayed
+  double timeout_s = 600;                      // a create or restore helper running longer is killed
+};
+
 struct LoggingConfig {
   std::string level = "info";
 };
@@ -109,6 +118,7 @@ struct Config {
   ControlConfig control;
   HttpConfig http;
   LoggingConfig logging;
+  SnapshotConfig snapshot;
 };
 
 // Parses and validates. Errors: Errc::kInvalidArgument, message "<path>:<line>: <key>: <what>".

@@ -2,6 +2,7 @@
 #include <CLI/CLI.hpp>
 #include <chrono>
 #include <csignal>
+#include <ctime>
 #include <cstdio>
 #include <iostream>
 #include <thread>
@@ -86,6 +87,19 @@ void print_status(const json& s) {
                 gb(m.value("used_bytes", 0.0)).c_str(), gb(m.value("total_bytes", 0.0)).c_str(),
                 gb(m.value("budget_bytes", 0.0)).c_str(), gb(m.value("daemon_held_bytes", 0.0)).c_str());
   }
+  if (s.contains("snapshot") && s["snapshot"].is_object()) {
+    const json& sn = s["snapshot"];
+    if (sn.value("enabled", false)) {
+      std::printf("%-18s %zu artifact(s), created %d, restored %d, fallbacks %d%s\n", "snapshots",
+                  sn.value("artifacts", json::array()).size(), sn.value("created", 0), sn.value("restored", 0),
+                  sn.value("fallbacks", 0), sn["job"].is_string() ? (", " + sn["job"].get<std::string>() + " running").c_str() : "");
+      if (sn["last_failure"].is_object())
+        std::printf("%-18s %s: %s\n", "snapshot failure", sn["last_failure"].value("id", "").c_str(),
+                    sn["last_failure"].value("reason", "").c_str());
+    } else if (sn.value("problem", "").find("does not list") == std::string::npos) {
+      std::printf("%-18s unavailable: %s\n", "snapshots", sn.value("problem", "").c_str());
+    }
+  }
   if (!s.value("failure", "").empty()) std::printf("%-18s %s\n", "failure", s.value("failure", "").c_str());
 }
 
@@ -136,6 +150,45 @@ int print_check(const json& r, bool as_json) {
   return errors ? kCheckFailed : kOk;
 }
 
+void print_snapshot(const std::string& action, const json& r) {
+  if (action == "list") {
+    std::printf("%-22s %-20s %10s %10s %s\n", "ID", "CREATED (UTC)", "SIZE", "CREATE", "NOTE");
+    for (const auto& s : r.value("snapshots", json::array())) {
+      char when[32] = "-";
+      if (s.contains("created_unix")) {
+        std::time_t t = static_cast<std::time_t>(s["created_unix"].get<double>());
+        std::tm tm{};
+        ::gmtime_r(&t, &tm);
+        std::strftime(when, sizeof when, "%Y-%m-%d %H:%M:%S", &tm);
+      }
+      std::string note = s.contains("error") ? s["error"].get<std::string>()
+                         : s.value("failed_here", false) ? "restore failed here" : s.value("cuda", false) ? "gpu" : "cpu";
+      std::printf("%-22s %-20s %10s %8.2f s %s\n", s.value("id", "").c_str(), when, gb(s.value("image_bytes", 0.0)).c_str(),
+                  s.value("create_s", 0.0), note.c_str());
+    }
+    return;
+  }
+  if (action == "inspect") {
+    std::cout << r["manifest"].dump(2) << "\n";
+    const json& be = r["break_even"];
+    if (be["restores"].is_number())
+      std::printf("break-even: %lld restore(s) pay back the %.2f s creation (restore %.2f s vs %s start %.2f s)\n",
+                  static_cast<long long>(be["restores"].get<int64_t>()), be.value("create_s", 0.0), be.value("restore_s", 0.0),
+                  be.value("normal_path", "").c_str(), be.value("normal_start_s", 0.0));
+    else
+      std::printf("break-even: unknown (%s)\n", be.value("note", "").c_str());
+    return;
+  }
+  if (action == "create") {
+    const json& c = r["created"];
+    std::printf("created snapshot %s in %.2f s (%s); restored as the live engine in %.2f s (oracle matched)\n",
+                c.value("id", "").c_str(), c.value("create_s", 0.0), gb(c.value("image_bytes", 0.0)).c_str(),
+                r["start"].value("time_to_ready_s", 0.0));
+    return;
+  }
+  std::printf("%s\n", r.value("message", "done").c_str());
+}
+
 int report(const fr::Result<json>& r, bool as_json) {
   if (!r.ok()) {
     std::fprintf(stderr, "fastrestartctl: %s\n", r.error().message.c_str());
@@ -162,6 +215,7 @@ int main(int argc, char** argv) {
   bool as_json = false, no_wait = false, offline = false;
   std::string flags, add_flags, remove_flags;
   double interval = 1.0;
+  std::string snap_action, snap_id;
   int rc = kOk;
   auto socket_path = [&]() -> std::string {
     if (!sock.empty()) return sock;
@@ -255,6 +309,24 @@ int main(int argc, char** argv) {
       {"restart", "restart the engine (warm)", [&](CLI::App* s) { s->add_flag("--json", as_json); }, simple("restart")},
       {"stop-engine", "stop the engine and keep it stopped", [&](CLI::App* s) { s->add_flag("--json", as_json); }, simple("stop-engine")},
       {"start-engine", "start a stopped engine", [&](CLI::App* s) { s->add_flag("--json", as_json); }, simple("start-engine")},
+      {"snapshot", "engine snapshots: create | list | inspect [ID] | restore [ID] | delete ID (docs/snapshot.md)",
+       [&](CLI::App* s) {
+         s->require_subcommand(1);
+         for (const char* a : {"create", "list", "inspect", "restore", "delete"}) {
+           CLI::App* x = s->add_subcommand(a, std::string(a) + " a snapshot");
+           if (std::string(a) != "list") x->add_option("id", snap_id, "artifact id (create: optional name; default: newest)");
+           x->add_flag("--json", as_json);
+           x->callback([&snap_action, a] { snap_action = a; });
+         }
+       },
+       [&] {
+         json req{{"op", "snapshot"}, {"action", snap_action}};
+         if (!snap_id.empty()) req["id"] = snap_id;
+         auto r = call(socket_path(), req, snap_action == "create" ? 7 * 86400.0 : 60);
+         if (as_json || !r.ok() || !r->value("ok", false)) return report(r, as_json);
+         print_snapshot(snap_action, *r);
+         return kOk;
+       }},
       {"daemons", "the weight daemons (JSON)", [](CLI::App*) {}, [&] { return report(call(socket_path(), {{"op", "daemons"}}, 30), true); }},
   };
   for (auto& s : subs) {

@@ -68,7 +68,8 @@ std::string daemon_binary(const Config& c) {
   return find_program("fastrestart-weightd");
 }
 
-// Expands directories in weights.checkpoint to their *.safetensors, sorted.
+}  // namespace
+
 std::vector<std::string> checkpoint_files(const Config& c) {
   std::vector<std::string> out;
   for (const auto& p : c.weights.checkpoint) {
@@ -86,7 +87,6 @@ std::vector<std::string> checkpoint_files(const Config& c) {
   return out;
 }
 
-}  // namespace
 
 std::unique_ptr<Notifier> make_sd_notifier() { return std::make_unique<SdNotifier>(); }
 
@@ -111,6 +111,7 @@ Supervisor::Supervisor(Config config, std::unique_ptr<GpuProbe> gpus, std::uniqu
     for (const auto& f : m_rules.failures)
       if (auto cause = exit_cause_from_name(f.cause)) m_output_rules.push_back({f.contains, *cause});
   }
+  m_snap = std::make_unique<Snapshots>();
   load_persisted_flags();
   m_last_ready_flags = m_flags;
 }
@@ -187,6 +188,7 @@ int Supervisor::run() {
     m_watchdog_timer.start(every, [this] { m_notify->notify("WATCHDOG=1"); }, every);
   }
   spdlog::info("fastrestartd {} serving '{}' from {}", FASTRESTART_VERSION, m_cfg.name, m_cfg.path);
+  snapshot_init();
   m_state = State::kLoading;
   start_daemons();
   m_running = true;
@@ -201,6 +203,9 @@ int Supervisor::run() {
   m_daemons.clear();
   m_preload.reset();
   m_watch_timer.stop();
+  if (m_snap->helper_pid > 0) signal_group(m_snap->helper_pid, -1, SIGKILL);  // a job cut short by the stop
+  m_snap->helper_reader.reset();
+  m_snap->job_timer.reset();
   for (Timer* t : {&m_poll_timer, &m_deadline_timer, &m_health_timer, &m_drain_timer, &m_backoff_timer,
                    &m_kill_timer, &m_daemon_timer, &m_watchdog_timer})
     t->stop();
@@ -227,7 +232,14 @@ void Supervisor::reap() {
         daemon = true;
         break;
       }
-    if (!daemon) spdlog::debug("reaped orphan pid {}", pid);
+    if (daemon) continue;
+    if (m_snap->helper_pid > 0 && pid == m_snap->helper_pid) {
+      on_helper_exit(status);
+      continue;
+    }
+    // Possibly a restored engine that died before its helper's result was read: kept for after_restore_job.
+    if (m_snap->orphans.size() < 64) m_snap->orphans[pid] = status;
+    spdlog::debug("reaped orphan pid {}", pid);
   }
 }
 
@@ -486,20 +498,40 @@ std::vector<std::string> Supervisor::engine_argv() {
   return argv;
 }
 
+std::map<std::string, std::string> Supervisor::engine_env() {
+  std::map<std::string, std::string> env = m_cfg.engine.env;
+  if (!m_cfg.gpus.empty() && m_cfg.weights.backend != "host") env["CUDA_VISIBLE_DEVICES"] = join(m_cfg.gpus, ",");
+  if (!m_cfg.weights.socket_dir.empty()) env["FASTRESTART_SOCKET_DIR"] = m_cfg.weights.socket_dir;
+  env["FASTRESTART_WEIGHTS_MODE"] = weights_mode_name(m_cfg.weights.mode);
+  // A snapshottable engine must not use io_uring, which CRIU cannot dump (libuv/uvloop turn it on).
+  if (m_snap->wanted) env["UV_USE_IO_URING"] = "0";
+  return env;
+}
+
 void Supervisor::start_engine() {
   m_backoff_timer.stop();
+  if (m_snap->helper_pid > 0 && m_snap->job == "create") {
+    // The dump ended the engine; the next start restores the artifact the dump is writing.
+    m_snap->start_deferred = true;
+    set_status("Waiting for the snapshot being created");
+    return;
+  }
+  if (start_from_snapshot()) return;
+  launch_engine();
+}
+
+void Supervisor::launch_engine() {
   m_engine = std::make_unique<Engine>();
   Engine& e = *m_engine;
   e.flags = m_flags;
   e.warm_expected = !m_next_start_cold;
   SpawnSpec spec;
   spec.argv = engine_argv();
-  spec.env = m_cfg.engine.env;
+  spec.env = engine_env();
   spec.working_dir = m_cfg.engine.working_dir;
+  spec.new_pid_namespace = m_snap->wanted;
   if (!m_cfg.engine.cgroup.empty()) spec.cgroup_procs = m_cfg.engine.cgroup + "/cgroup.procs";
-  if (!m_cfg.gpus.empty() && m_cfg.weights.backend != "host") spec.env["CUDA_VISIBLE_DEVICES"] = join(m_cfg.gpus, ",");
-  if (!m_cfg.weights.socket_dir.empty()) spec.env["FASTRESTART_SOCKET_DIR"] = m_cfg.weights.socket_dir;
-  spec.env["FASTRESTART_WEIGHTS_MODE"] = weights_mode_name(m_cfg.weights.mode);
+  e.in_pid_ns = spec.new_pid_namespace;
   e.oom_before = m_oom.read();
   e.spawned_at = m_loop.now_s();
   if (m_cfg.weights.backend != "host")
@@ -533,6 +565,11 @@ void Supervisor::start_engine() {
         if (m_cfg.engine.kind == EngineKind::kVllm) observe_engine_line(*raw, l);
       },
       [] {});
+  arm_readiness(true);
+}
+
+// The start deadline, and (poll_now) the readiness polls of m_engine.
+void Supervisor::arm_readiness(bool poll_now) {
   m_consecutive_health_failures = 0;
   m_deadline_timer.start(m_cfg.readiness.startup_timeout_s, [this] {
     if (m_engine && !m_engine->exited) {
@@ -541,7 +578,7 @@ void Supervisor::start_engine() {
       raise(Event::kStartTimeout);
     }
   });
-  m_poll_timer.start(m_cfg.readiness.poll_interval_s, [this] { poll_readiness(); });
+  if (poll_now) m_poll_timer.start(m_cfg.readiness.poll_interval_s, [this] { poll_readiness(); });
 }
 
 // Runs a readiness (full) or health probe of the current engine on the thread pool; `on_result` runs on
@@ -601,13 +638,16 @@ void Supervisor::decide_path_after_ready() {
     m_ready_hist[path].add(since_spawn);
     m_last_start = {{"path", path}, {"time_to_ready_s", since_spawn}, {"since_previous_exit_s", since_death},
                     {"unix_time", std::time(nullptr)}, {"pid", m_engine->pid}};
+    if (!m_engine->snapshot_id.empty()) m_last_start["snapshot_id"] = m_engine->snapshot_id;
     m_notify->notify("READY=1\nSTATUS=Ready (" + path + ") in " + fmt_s(since_spawn) + "; engine pid " +
                      std::to_string(m_engine->pid));
     m_status_text = "Ready (" + path + ") in " + fmt_s(since_spawn);
     spdlog::info("READY: path {} in {} (engine pid {})", path, fmt_s(since_spawn), m_engine->pid);
     if (m_reload) finish_reload(!m_reload->rolled_back, m_reload->rollback_reason);
+    snapshot_after_ready(path);
     m_health_timer.start(m_cfg.readiness.check_interval_s, [this] { check_health(); }, m_cfg.readiness.check_interval_s);
   };
+  if (!e.snapshot_id.empty()) return finish("snapshot");
   if (m_cfg.engine.kind == EngineKind::kVllm) e.vllm.finish(m_rules);  // what vLLM says nothing about
   if (preload_mode() || (m_cfg.engine.kind == EngineKind::kVllm && !daemons_active())) {
     // vLLM's own words decide: "Mapped N tensors from the weight cache daemon" / the loader's result line.
@@ -708,6 +748,7 @@ void Supervisor::stop_engine(bool kill_now) {
   }
   Engine& e = *m_engine;
   e.stop_requested = true;
+  if (e.pid < 0) return;  // the snapshot helper is restoring it: after_restore_job kills what it restored
   if (kill_now) {
     spdlog::warn("killing the engine's process group {}", e.pid);
     signal_group(e.pid, e.pidfd.get(), SIGKILL);

@@ -57,6 +57,7 @@ class Supervisor {
   struct Daemon;
   struct PendingReload;
   struct Preload;
+  struct Snapshots;
 
   void raise(Event e);
   void perform(Action a);
@@ -81,6 +82,20 @@ class Supervisor {
   void wait_drain();
   void after_drain();
   std::vector<std::string> engine_argv();
+  std::map<std::string, std::string> engine_env();
+  void launch_engine();  // spawn the engine process (the warm/cold path)
+  void arm_readiness(bool poll_now);
+
+  // snapshots (supervisor_snapshot.cc, docs/snapshot.md)
+  void snapshot_init();
+  bool start_from_snapshot();  // true: a restore is under way for m_engine
+  bool spawn_helper(const std::string& job, std::vector<std::string> args);
+  void on_helper_exit(int status);
+  void after_restore_job(const nlohmann::json& result);
+  void after_create_job(const nlohmann::json& result);
+  void snapshot_after_ready(const std::string& path);
+  nlohmann::json snapshot_status();
+  nlohmann::json handle_snapshot(const nlohmann::json& req, std::shared_ptr<std::promise<nlohmann::json>> reply);
   void decide_path_after_ready();
 
   // signals and reaping
@@ -125,6 +140,7 @@ class Supervisor {
   std::unique_ptr<Engine> m_engine;
   std::vector<std::unique_ptr<Daemon>> m_daemons;
   std::unique_ptr<PendingReload> m_reload;
+  std::unique_ptr<Snapshots> m_snap;
   bool m_next_start_cold = true;                 // the daemons were (re)started: the next start is cold
 
   Timer m_poll_timer, m_deadline_timer, m_health_timer, m_drain_timer, m_backoff_timer, m_kill_timer,

@@ -21,15 +21,7 @@ json error(const std::string& code, const std::string& msg) {
   return {{"ok", false}, {"error", {{"code", code}, {"message", msg}}}};
 }
 
-std::string flags_file(const Config& c) {
-  std::string dir = c.control.state_dir;
-  if (dir.empty()) {
-    if (const char* d = std::getenv("STATE_DIRECTORY"); d && *d) dir = std::string(d) + "/" + c.name;
-    else if (::geteuid() == 0) dir = "/var/lib/fastrestart/" + c.name;
-    else dir = std::string(std::getenv("HOME") ? std::getenv("HOME") : "/tmp") + "/.local/state/fastrestart/" + c.name;
-  }
-  return dir + "/flags.json";
-}
+std::string flags_file(const Config& c) { return state_dir(c) + "/flags.json"; }
 
 double monotonic_usec() {
   timespec ts{};
@@ -38,6 +30,13 @@ double monotonic_usec() {
 }
 
 }  // namespace
+
+std::string state_dir(const Config& c) {
+  if (!c.control.state_dir.empty()) return c.control.state_dir;
+  if (const char* d = std::getenv("STATE_DIRECTORY"); d && *d) return std::string(d) + "/" + c.name;
+  if (::geteuid() == 0) return "/var/lib/fastrestart/" + c.name;
+  return std::string(std::getenv("HOME") ? std::getenv("HOME") : "/tmp") + "/.local/state/fastrestart/" + c.name;
+}
 
 json Supervisor::request(const json& req) {
   auto p = std::make_shared<std::promise<json>>();
@@ -58,7 +57,11 @@ json Supervisor::handle(const json& req, std::shared_ptr<std::promise<json>> rep
   if (op == "status") return {{"ok", true}, {"status", status_json()}};
   if (op == "daemons") return {{"ok", true}, {"daemons", status_json()["daemons"]}};
   if (op == "check") return handle_check(req);
+  if (op == "snapshot") return handle_snapshot(req, reply);
   const bool terminal = m_state == State::kStopping || m_state == State::kFailed || m_state == State::kStopped;
+  if ((op == "restart" || op == "start-engine" || op == "stop-engine" || op == "reload") && m_snap->helper_pid > 0 &&
+      m_snap->job == "create")
+    return error("busy", "a snapshot is being created; try again when it is done");
   if (op == "restart" || op == "start-engine" || op == "stop-engine") {
     if (terminal) return error("busy", std::string("the supervisor is ") + state_name(m_state));
     if (op == "stop-engine") {
@@ -229,6 +232,7 @@ json Supervisor::status_json() {
     engine = {{"pid", m_engine->pid},
               {"uptime_s", m_loop.now_s() - m_engine->spawned_at},
               {"path", m_engine->path},
+              {"snapshot_id", m_engine->snapshot_id},
               {"flags", m_engine->flags},
               {"running", !m_engine->exited}};
     if (m_cfg.engine.kind == EngineKind::kVllm) engine["vllm"] = m_engine->vllm.to_json();
@@ -242,7 +246,10 @@ json Supervisor::status_json() {
   for (const auto& [k, v] : m_miss_reasons) attaches["miss"][k] = v;
   json reloads{{"warm", 0}, {"cold", 0}, {"rolled_back", 0}};
   for (const auto& [k, v] : m_reload_counts) reloads[k] = v;
-  json metrics{{"time_to_ready", hist}, {"attaches", attaches}, {"reloads", reloads}};
+  json snapshot = snapshot_status();
+  json metrics{{"time_to_ready", hist}, {"attaches", attaches}, {"reloads", reloads},
+               {"snapshots", {{"created", m_snap->created}, {"create_failures", m_snap->create_failures},
+                              {"restored", m_snap->restored}, {"fallbacks", m_snap->fallbacks}}}};
   return {{"name", m_cfg.name},
           {"config", m_cfg.path},
           {"state", m_hold_engine && m_state == State::kBackoff ? "held" : state_name(m_state)},
@@ -259,6 +266,7 @@ json Supervisor::status_json() {
           {"backoff_s", m_policy.backoff_s()},
           {"failure", m_failure},
           {"reload_in_progress", m_reload != nullptr},
+          {"snapshot", snapshot},
           {"metrics", metrics}};
 }
 

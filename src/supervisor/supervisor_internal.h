@@ -4,7 +4,9 @@
 #include <deque>
 #include <future>
 #include <memory>
+#include <map>
 #include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -15,6 +17,11 @@
 #include "supervisor/vllm_report.h"
 
 namespace fr::supervisor {
+
+// <control.state_dir>, or its default (/var/lib/fastrestart/<name>, $STATE_DIRECTORY/<name>, ~/.local/state/...).
+std::string state_dir(const Config& c);
+// weights.checkpoint with directories expanded to their *.safetensors, sorted.
+std::vector<std::string> checkpoint_files(const Config& c);
 
 struct Supervisor::Engine {
   pid_t pid = -1;
@@ -35,6 +42,32 @@ struct Supervisor::Engine {
   std::vector<std::string> flags;
   VllmReport vllm;   // kind vllm: what it said about itself
   bool strict = false;  // vllm-preload: started with ipc_cache fallback false
+  bool in_pid_ns = false;      // PID 1 of its own PID namespace (spawned so, or restored): snapshottable
+  std::string snapshot_id;     // restored from this snapshot (pid -1 while the helper restores it)
+};
+
+// Snapshot jobs (supervisor_snapshot.cc): at most one helper (fastrestart-snapshot) at a time.
+struct Supervisor::Snapshots {
+  bool wanted = false;           // restart.start lists "snapshot"
+  bool usable = false;           // and criu is there and new enough
+  std::string criu;              // resolved path
+  std::string criu_version;
+  std::string problem;           // why snapshots are unusable, for status
+  std::string dir, helper;
+  pid_t helper_pid = -1;
+  std::string job;               // "create" | "restore" while helper_pid > 0
+  std::string result_path;
+  double job_started = 0;
+  bool start_deferred = false;   // an engine start waits for the create job
+  std::string force_id;          // restore this artifact next (a fresh create, or `snapshot restore ID`)
+  std::set<std::string> failed_ids;  // artifacts whose restore failed: not tried again
+  std::map<pid_t, int> orphans;  // exits reaped before the restored pid was known
+  nlohmann::json last_create, last_restore, last_failure;
+  uint64_t created = 0, restored = 0, fallbacks = 0, create_failures = 0;
+  std::vector<std::shared_ptr<std::promise<nlohmann::json>>> create_waiters;
+  UniqueFd helper_output;        // a create helper's output (a restore's becomes the engine's)
+  std::unique_ptr<LineReader> helper_reader;
+  std::unique_ptr<Timer> job_timer;  // snapshot.timeout_s
 };
 
 struct Supervisor::Daemon {

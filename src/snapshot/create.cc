@@ -1,0 +1,100 @@
+#include <chrono>
+#include <ctime>
+
+#include "snapshot/criu.h"
+#include "snapshot/ops.h"
+#include "snapshot/oracle.h"
+#include "snapshot/store.h"
+
+namespace fr::snapshot {
+namespace {
+
+double now_s() { return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count(); }
+
+// Puts the GPU state back and unlocks it after a failed dump, so the engine keeps serving.
+void resume_gpu(GpuCheckpointer& gpu, const std::vector<pid_t>& pids, bool checkpointed) {
+  for (pid_t p : pids) {
+    if (checkpointed) (void)gpu.restore(p);
+    (void)gpu.unlock(p);
+  }
+}
+
+}  // namespace
+
+Result<Manifest> create_snapshot(const CreateRequest& r, GpuCheckpointer& gpu) {
+  const double t0 = now_s();
+  Store store(r.dir);
+  FR_TRY(store.ensure());
+  FR_ASSIGN(CriuInfo criu, probe_criu(r.criu));
+  Manifest m;
+  m.id = r.id.empty() ? store.new_id() : r.id;
+  if (!valid_id(m.id)) return make_error(Errc::kInvalidArgument, "invalid snapshot id \"" + m.id + "\"");
+  m.fastrestart_version = r.version;
+  m.stdout_pipe = r.stdout_pipe;
+  m.host = r.spec.host;
+  m.port = r.spec.port;
+  FR_ASSIGN(m.identity, collect_identity(r.spec, criu.version));
+
+  double t = now_s();
+  FR_ASSIGN(m.oracle, request_oracle(r.spec.host, r.spec.port, r.spec.prompt, r.spec.model, r.spec.oracle_tokens, 60));
+  m.timings["oracle_s"] = now_s() - t;
+
+  // A process holds CUDA state when it has the NVIDIA devices open or mapped, or when the driver knows it
+  // (a sandbox such as gVisor may not show device mappings in /proc). Without a driver, neither.
+  std::vector<pid_t> gpu_pids;
+  for (pid_t p : process_tree(r.pid)) {
+    auto st = holds_gpu(p) ? Result<std::string>(std::string("device open")) : gpu.state(p);
+    if (st.ok()) gpu_pids.push_back(p);
+  }
+  m.identity.cuda = !gpu_pids.empty();
+  if (m.identity.cuda) {
+    FR_ASSIGN(m.identity.gpu, gpu.identity());
+  }
+
+  FR_ASSIGN(std::string tmp, store.begin(m.id));
+  auto fail = [&](Error e, bool checkpointed) -> Error {
+    resume_gpu(gpu, gpu_pids, checkpointed);
+    store.abandon(m.id);
+    return e;
+  };
+  // Taken before the engine is frozen, so waiting for another dump on this host never stalls it.
+  auto dump_lock = DumpLock::acquire();
+  if (!dump_lock.ok()) return fail(dump_lock.error(), false);
+  t = now_s();
+  for (pid_t p : gpu_pids)
+    if (auto s = gpu.lock(p, 30'000); !s.ok()) return fail(s.error(), false);
+  m.timings["cuda_lock_s"] = now_s() - t;
+  t = now_s();
+  for (pid_t p : gpu_pids)
+    if (auto s = gpu.checkpoint(p); !s.ok()) return fail(s.error(), true);
+  m.timings["cuda_checkpoint_s"] = now_s() - t;
+
+  // --tcp-established: a client may hold a connection at this moment; the restore closes them
+  // (--tcp-close). The tree is killed once its images are written.
+  t = now_s();
+  const std::string images = tmp + "/images";
+  auto st = run_program({criu.path, "dump", "-t", std::to_string(r.pid), "-D", images, "-o", "dump.log",
+                         "--tcp-established"},
+                        images + "/criu-dump.out");
+  if (!st.ok()) return fail(st.error(), true);
+  if (*st != 0)
+    return fail(make_error(Errc::kIo, "criu dump failed (" + describe_status(*st) + "): " +
+                                          log_errors(images + "/dump.log") + " (log: " + images + "/dump.log)"),
+                true);
+  m.timings["criu_dump_s"] = now_s() - t;
+  m.image_bytes = tree_bytes(images);
+  m.created_unix = static_cast<double>(std::time(nullptr));
+  m.create_s = now_s() - t0;
+  m.timings["total_s"] = m.create_s;
+  if (auto s = write_manifest(tmp, m); !s.ok()) {
+    store.abandon(m.id);
+    return s.error();
+  }
+  if (auto s = store.commit(m.id); !s.ok()) {
+    store.abandon(m.id);
+    return s.error();
+  }
+  return m;
+}
+
+}  // namespace fr::snapshot

@@ -1,0 +1,65 @@
+// The identity a snapshot needs to be restored safely (brief decision 14; docs/snapshot.md, "Identity").
+//
+// A snapshot is process memory: it is only valid on the same kernel, CRIU, driver and GPU, for the same
+// engine binary, arguments, environment and weights. The manifest records the identity at creation; a
+// restore collects it again and refuses, before CRIU runs, when any field differs, naming that field.
+#pragma once
+
+#include <map>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "common/file_identity.h"
+#include "fastrestart/result.h"
+
+namespace fr::snapshot {
+
+// What fastrestartd knows about the engine from its config; the helper gets it as JSON (spec.json).
+struct EngineSpec {
+  std::vector<std::string> argv;              // argv[0] resolved to a path
+  std::map<std::string, std::string> env;     // the variables fastrestartd sets (not its inherited ones)
+  std::vector<std::string> files;             // the checkpoint files (weights.checkpoint, expanded)
+  std::string host = "127.0.0.1";
+  int port = 0;
+  std::string prompt = "The capital of France is";
+  std::string model;                          // "model" field of the oracle request; empty: omitted
+  int oracle_tokens = 4;
+};
+
+struct GpuIdentity {
+  std::string driver_version;  // cuDriverGetVersion, e.g. "13000"
+  std::string uuid;            // GPU-xxxxxxxx-...
+  std::string name;
+};
+
+struct Identity {
+  std::string kernel_release;  // uname -r
+  std::string criu_version;
+  bool cuda = false;           // the engine held a CUDA context at creation
+  GpuIdentity gpu;             // only when cuda
+  std::string executable;      // the engine's argv[0], resolved
+  std::string executable_hash; // XXH64 of its bytes (hex)
+  std::vector<FileIdentity> files;
+  std::vector<std::string> args;
+  std::map<std::string, std::string> env;
+};
+
+nlohmann::json to_json(const EngineSpec& s);
+// Errors name the field: "spec.port: expected an integer".
+Result<EngineSpec> spec_from_json(const nlohmann::json& j, const std::string& where);
+
+nlohmann::json to_json(const Identity& id);
+Result<Identity> identity_from_json(const nlohmann::json& j, const std::string& where);
+
+// XXH64 of a whole file, streamed (the engine binary: tens of MB at most).
+Result<std::string> hash_file(const std::string& path);
+
+// Everything but the GPU fields and cuda, which the caller fills (only the helper may touch CUDA).
+Result<Identity> collect_identity(const EngineSpec& spec, const std::string& criu_version);
+
+// The first field that differs, as "identity.kernel_release: recorded \"6.1\", now \"6.18\"", or nullopt.
+std::optional<std::string> first_difference(const Identity& recorded, const Identity& now);
+
+}  // namespace fr::snapshot

@@ -1,0 +1,86 @@
+#include "snapshot/manifest.h"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <cstdio>
+
+#include "common/fd.h"
+#include "common/io.h"
+#include "snapshot/json_fields.h"
+
+namespace fr::snapshot {
+
+using nlohmann::json;
+
+namespace {
+constexpr size_t kMaxManifestBytes = 16 << 20;
+}
+
+json to_json(const Manifest& m) {
+  return {{"format", m.format},
+          {"id", m.id},
+          {"fastrestart_version", m.fastrestart_version},
+          {"created_unix", m.created_unix},
+          {"create_s", m.create_s},
+          {"image_bytes", m.image_bytes},
+          {"stdout_pipe", m.stdout_pipe},
+          {"host", m.host},
+          {"port", m.port},
+          {"identity", to_json(m.identity)},
+          {"oracle", to_json(m.oracle)},
+          {"timings", m.timings}};
+}
+
+Result<Manifest> manifest_from_json(const json& j, const std::string& where) {
+  Fields f(j, where + "manifest");
+  Manifest m;
+  FR_ASSIGN(int64_t format, f.integer("format"));
+  if (format != kManifestFormat)
+    return f.fail("format", "is " + std::to_string(format) + ", this build reads format " + std::to_string(kManifestFormat));
+  m.format = static_cast<int>(format);
+  FR_ASSIGN(m.id, f.str("id"));
+  FR_ASSIGN(m.fastrestart_version, f.str("fastrestart_version"));
+  FR_ASSIGN(m.created_unix, f.number("created_unix"));
+  FR_ASSIGN(m.create_s, f.number("create_s"));
+  FR_ASSIGN(m.image_bytes, f.unsigned_int("image_bytes"));
+  FR_ASSIGN(m.stdout_pipe, f.str("stdout_pipe"));
+  if (!m.stdout_pipe.empty() && m.stdout_pipe.rfind("pipe:[", 0) != 0)
+    return f.fail("stdout_pipe", "expected \"pipe:[<inode>]\" or \"\"");
+  FR_ASSIGN(m.host, f.str("host"));
+  FR_ASSIGN(int64_t port, f.integer("port"));
+  if (port < 1 || port > 65535) return f.fail("port", "must be in 1..65535");
+  m.port = static_cast<int>(port);
+  FR_ASSIGN(const json* id, f.child("identity", json::value_t::object));
+  FR_ASSIGN(m.identity, identity_from_json(*id, f.path("identity")));
+  FR_ASSIGN(const json* oracle, f.child("oracle", json::value_t::object));
+  FR_ASSIGN(m.oracle, oracle_from_json(*oracle, f.path("oracle")));
+  FR_ASSIGN(const json* timings, f.child("timings", json::value_t::object));
+  m.timings = *timings;
+  return m;
+}
+
+Status write_manifest(const std::string& dir, const Manifest& m) {
+  const std::string path = dir + "/manifest.json", tmp = path + ".tmp";
+  const std::string text = to_json(m).dump(2) + "\n";
+  {
+    UniqueFd fd(::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0600));
+    if (!fd) return sys_error("open " + tmp);
+    FR_TRY(write_full(fd.get(), text.data(), text.size(), tmp));
+    if (::fsync(fd.get()) != 0) return sys_error("fsync " + tmp);
+  }
+  if (::rename(tmp.c_str(), path.c_str()) != 0) return sys_error("rename " + tmp);
+  return {};
+}
+
+Result<Manifest> read_manifest(const std::string& dir) {
+  const std::string path = dir + "/manifest.json";
+  FR_ASSIGN(std::string text, read_file(path, kMaxManifestBytes));
+  json j = json::parse(text, nullptr, false);
+  if (j.is_discarded()) return make_error(Errc::kCorrupt, path + ": not valid JSON");
+  auto m = manifest_from_json(j, path + ": ");
+  if (!m.ok()) return make_error(Errc::kCorrupt, m.error().message);
+  return m;
+}
+
+}  // namespace fr::snapshot

@@ -1,0 +1,46 @@
+// The artifact of one snapshot (docs/snapshot.md, "Artifact"):
+//
+//   <snapshot dir>/            0700, ours, never a symlink (ensure_private_dir)
+//     <id>/                    0700; appears by rename(2) only once complete
+//       manifest.json          0600: format, identity, oracle, sizes, timings
+//       images/                CRIU's image files (process memory: secrets included)
+//       restore.lock           flock while a restore runs: never two restores of one artifact at once
+//     .creating-<id>/          a creation in progress (removed on failure)
+#pragma once
+
+#include <cstdint>
+#include <nlohmann/json.hpp>
+#include <string>
+
+#include "fastrestart/result.h"
+#include "snapshot/identity.h"
+#include "snapshot/oracle.h"
+
+namespace fr::snapshot {
+
+inline constexpr int kManifestFormat = 1;
+
+struct Manifest {
+  int format = kManifestFormat;
+  std::string id;
+  std::string fastrestart_version;
+  double created_unix = 0;
+  double create_s = 0;          // request to artifact committed (engine downtime excluded)
+  uint64_t image_bytes = 0;     // bytes under images/
+  std::string stdout_pipe;      // "pipe:[inode]": the engine's stdout/stderr, re-plugged on restore
+  std::string host;             // where the engine serves
+  int port = 0;
+  Identity identity;
+  Oracle oracle;
+  nlohmann::json timings = nlohmann::json::object();  // cuda_lock_s, cuda_checkpoint_s, criu_dump_s, ...
+};
+
+nlohmann::json to_json(const Manifest& m);
+// Errors name the field: "<dir>/manifest.json: manifest.identity.args: expected an array of strings".
+Result<Manifest> manifest_from_json(const nlohmann::json& j, const std::string& where);
+
+// Writes <dir>/manifest.json atomically (temporary file, fsync, rename), mode 0600.
+Status write_manifest(const std::string& dir, const Manifest& m);
+Result<Manifest> read_manifest(const std::string& dir);
+
+}  // namespace fr::snapshot

@@ -1,0 +1,134 @@
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <fstream>
+
+#include "common/fd.h"
+#include "snapshot/criu.h"
+#include "snapshot/ops.h"
+#include "snapshot/oracle.h"
+#include "snapshot/store.h"
+
+namespace fr::snapshot {
+namespace {
+
+double now_s() { return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count(); }
+
+// The state letter of /proc/<pid>/stat ('R', 'S', 'D', 'T', 'Z', ...), or 0 when gone.
+char proc_state(pid_t pid) {
+  std::ifstream f("/proc/" + std::to_string(pid) + "/stat");
+  std::string s((std::istreambuf_iterator<char>(f)), {});
+  auto close = s.rfind(')');
+  return close != std::string::npos && close + 2 < s.size() ? s[close + 2] : 0;
+}
+
+void kill_and_reap(pid_t pid) {
+  ::kill(pid, SIGKILL);
+  int st = 0;
+  while (::waitpid(pid, &st, 0) < 0 && errno == EINTR) {
+  }
+}
+
+Result<std::string> newest_id(const Store& store) {
+  auto all = store.ids();
+  if (all.empty()) return make_error(Errc::kNotFound, "no snapshot in " + store.dir());
+  return all.front();
+}
+
+}  // namespace
+
+Result<Restored> restore_snapshot(const RestoreRequest& r, GpuCheckpointer& gpu) {
+  const double t0 = now_s();
+  Store store(r.dir);
+  Restored out;
+  out.timings = nlohmann::json::object();
+  if (r.id.empty()) {
+    FR_ASSIGN(out.id, newest_id(store));
+  } else {
+    out.id = r.id;
+  }
+  FR_ASSIGN(LockFile held, store.lock(out.id));
+  const std::string dir = store.path(out.id);
+  FR_ASSIGN(Manifest m, read_manifest(dir));
+
+  // Identity first: nothing runs when anything differs.
+  FR_ASSIGN(CriuInfo criu, probe_criu(r.criu));
+  FR_ASSIGN(Identity now, collect_identity(r.spec, criu.version));
+  if (m.identity.cuda) {
+    now.cuda = true;
+    auto g = gpu.identity();
+    if (!g.ok()) return make_error(Errc::kUnsupported, "snapshot " + out.id + " holds GPU state: " + g.error().message);
+    now.gpu = *g;
+  }
+  if (auto diff = first_difference(m.identity, now))
+    return make_error(Errc::kInvalidArgument, "snapshot " + out.id + " does not match this engine: " + *diff);
+  out.timings["identity_s"] = now_s() - t0;
+
+  // CRIU: the tree comes back as our child (--restore-sibling), PID 1 of a new PID namespace; its
+  // stdout/stderr pipe is replaced by ours; connections that were open at the dump come back closed.
+  const std::string images = dir + "/images";
+  const std::string pidfile = images + "/restored.pid";
+  ::unlink(pidfile.c_str());
+  std::vector<std::string> argv{criu.path, "restore", "-D", images, "-o", "restore.log", "--restore-detached",
+                                "--restore-sibling", "--tcp-close", "--pidfile", pidfile};
+  UniqueFd out_fd;
+  std::vector<int> keep;
+  if (!m.stdout_pipe.empty()) {
+    out_fd.reset(::fcntl(r.stdout_fd, F_DUPFD_CLOEXEC, 10));
+    if (!out_fd) return sys_error("dup stdout");
+    argv.insert(argv.end(), {"--inherit-fd", "fd[" + std::to_string(out_fd.get()) + "]:" + m.stdout_pipe});
+    keep.push_back(out_fd.get());
+  }
+  double t = now_s();
+  FR_ASSIGN(int st, run_program(argv, images + "/criu-restore.out", keep));
+  out.timings["criu_restore_s"] = now_s() - t;
+  if (st != 0)
+    return make_error(Errc::kIo, "criu restore of " + out.id + " failed (" + describe_status(st) + "): " +
+                                     log_errors(images + "/restore.log") + " (log: " + images + "/restore.log)");
+  {
+    std::ifstream pf(pidfile);
+    if (!(pf >> out.pid) || out.pid <= 0)
+      return make_error(Errc::kIo, "criu restore of " + out.id + " wrote no pid to " + pidfile);
+  }
+  auto fail = [&](const std::string& why) -> Error {
+    kill_and_reap(out.pid);
+    return make_error(Errc::kCorrupt, "snapshot " + out.id + ": " + why + " (the restored engine was killed)");
+  };
+
+  t = now_s();
+  if (m.identity.cuda) {
+    // A checkpointed process has closed its /dev/nvidia descriptors, so the driver, not /proc, says which
+    // processes of the tree hold CUDA state to restore.
+    std::vector<pid_t> gpu_pids;
+    for (pid_t p : process_tree(out.pid)) {
+      auto cuda_state = gpu.state(p);
+      if (cuda_state.ok() && *cuda_state == "checkpointed") gpu_pids.push_back(p);
+    }
+    for (pid_t p : gpu_pids) {
+      if (auto s = gpu.restore(p); !s.ok()) return fail(s.error().message);
+      if (auto s = gpu.unlock(p); !s.ok()) return fail(s.error().message);
+      // The driver reports a failed restore only through the state (CRIU's plugin logs it at debug level).
+      auto state = gpu.state(p);
+      if (!state.ok()) return fail(state.error().message);
+      if (*state != "running") return fail("CUDA state of pid " + std::to_string(p) + " is " + *state + ", not running");
+    }
+    if (gpu_pids.empty()) return fail("the manifest records GPU state but no restored process is checkpointed in the driver");
+  }
+  out.timings["cuda_restore_s"] = now_s() - t;
+  const char state = proc_state(out.pid);
+  if (state == 0 || state == 'Z' || state == 'X' || state == 'T' || state == 't')
+    return fail(std::string("the restored process is not running (state ") + (state ? std::string(1, state) : "gone") + ")");
+
+  t = now_s();
+  auto got = request_oracle(m.host, m.port, m.oracle.prompt, m.oracle.model, m.oracle.max_tokens, r.oracle_timeout_s);
+  if (!got.ok()) return fail(got.error().message);
+  if (auto why = oracle_mismatch(m.oracle, *got)) return fail(*why);
+  out.timings["oracle_s"] = now_s() - t;
+  out.timings["total_s"] = now_s() - t0;
+  return out;
+}
+
+}  // namespace fr::snapshot

@@ -1,0 +1,125 @@
+// Identity: the codec round-trips, and a difference in any field is named.
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <fstream>
+
+#include "snapshot/identity.h"
+#include "support/harness.h"
+
+namespace fr::snapshot {
+namespace {
+
+Identity sample() {
+  Identity id;
+  id.kernel_release = "6.18.44";
+  id.criu_version = "4.2.1";
+  id.cuda = true;
+  id.gpu = {"13000", "GPU-12345678-1234-1234-1234-123456789abc", "NVIDIA H200"};
+  id.executable = "/usr/bin/fastrestart-tinyengine";
+  id.executable_hash = "0123456789abcdef";
+  id.files.push_back(FileIdentity{"/m/model.safetensors", 1, 2, 3, 4, 5});
+  id.args = {"serve", "/m", "--port", "8000"};
+  id.env = {{"CUDA_VISIBLE_DEVICES", "0"}, {"UV_USE_IO_URING", "0"}};
+  return id;
+}
+
+TEST(Identity, RoundTripsThroughJson) {
+  auto back = identity_from_json(to_json(sample()), "identity");
+  ASSERT_TRUE(back.ok()) << back.error().message;
+  EXPECT_FALSE(first_difference(sample(), *back).has_value());
+}
+
+TEST(Identity, EqualIdentitiesHaveNoDifference) { EXPECT_EQ(first_difference(sample(), sample()), std::nullopt); }
+
+struct Change {
+  const char* field;
+  void (*apply)(Identity&);
+};
+
+class IdentityField : public ::testing::TestWithParam<Change> {};
+
+TEST_P(IdentityField, IsNamedWhenItDiffers) {
+  Identity now = sample();
+  GetParam().apply(now);
+  auto d = first_difference(sample(), now);
+  ASSERT_TRUE(d.has_value());
+  EXPECT_NE(d->find(std::string("identity.") + GetParam().field + ":"), std::string::npos) << *d;
+  EXPECT_NE(d->find("recorded"), std::string::npos) << *d;
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Fields, IdentityField,
+    ::testing::Values(Change{"kernel_release", [](Identity& i) { i.kernel_release = "6.1.0"; }},
+                      Change{"criu_version", [](Identity& i) { i.criu_version = "4.1"; }},
+                      Change{"gpu.driver_version", [](Identity& i) { i.gpu.driver_version = "12080"; }},
+                      Change{"gpu.uuid", [](Identity& i) { i.gpu.uuid = "GPU-00000000-0000-0000-0000-000000000000"; }},
+                      Change{"gpu.name", [](Identity& i) { i.gpu.name = "NVIDIA H100"; }},
+                      Change{"executable_hash", [](Identity& i) { i.executable_hash = "ffff"; }},
+                      Change{"files[0].inode", [](Identity& i) { i.files[0].ino = 99; }},
+                      Change{"files[0].size", [](Identity& i) { i.files[0].size = 99; }},
+                      Change{"files[0].ctime_ns", [](Identity& i) { i.files[0].ctime_ns = 99; }},
+                      Change{"files", [](Identity& i) { i.files.clear(); }},
+                      Change{"args[3]", [](Identity& i) { i.args[3] = "8001"; }},
+                      Change{"env.UV_USE_IO_URING", [](Identity& i) { i.env.erase("UV_USE_IO_URING"); }},
+                      Change{"env.EXTRA", [](Identity& i) { i.env["EXTRA"] = "1"; }}),
+    [](const auto& p) {
+      std::string n = p.param.field;
+      for (char& c : n)
+        if (!std::isalnum(static_cast<unsigned char>(c))) c = '_';
+      return n;
+    });
+
+TEST(Identity, GpuFieldsDoNotMatterForACpuEngine) {
+  Identity a = sample(), b = sample();
+  a.cuda = b.cuda = false;
+  b.gpu = {};
+  EXPECT_EQ(first_difference(a, b), std::nullopt);
+}
+
+TEST(Identity, CollectHashesTheExecutableAndStatsTheFiles) {
+  test::TempDir dir;
+  std::ofstream(dir / "engine") << "#!/bin/sh\n";
+  std::ofstream(dir / "w.safetensors") << "weights";
+  EngineSpec spec;
+  spec.argv = {dir / "engine", "serve"};
+  spec.files = {dir / "w.safetensors"};
+  spec.env = {{"A", "1"}};
+  auto id = collect_identity(spec, "4.2.1");
+  ASSERT_TRUE(id.ok()) << id.error().message;
+  EXPECT_EQ(id->args, std::vector<std::string>{"serve"});
+  EXPECT_EQ(id->files.at(0).size, 7u);
+  EXPECT_EQ(id->executable_hash.size(), 16u);
+  // Rewriting the engine binary changes its hash.
+  std::ofstream(dir / "engine") << "#!/bin/sh\nexit 1\n";
+  auto again = collect_identity(spec, "4.2.1");
+  ASSERT_TRUE(again.ok());
+  auto d = first_difference(*id, *again);
+  ASSERT_TRUE(d.has_value());
+  EXPECT_NE(d->find("identity.executable_hash"), std::string::npos) << *d;
+}
+
+TEST(Identity, CollectNamesAMissingFile) {
+  EngineSpec spec;
+  spec.argv = {"/nonexistent/engine"};
+  auto id = collect_identity(spec, "4.2.1");
+  ASSERT_FALSE(id.ok());
+  EXPECT_NE(id.error().message.find("/nonexistent/engine"), std::string::npos) << id.error().message;
+}
+
+TEST(EngineSpec, RoundTripsAndNamesBadFields) {
+  EngineSpec s;
+  s.argv = {"/bin/engine", "--port", "8000"};
+  s.port = 8000;
+  auto back = spec_from_json(to_json(s), "spec");
+  ASSERT_TRUE(back.ok()) << back.error().message;
+  EXPECT_EQ(back->argv, s.argv);
+  auto j = to_json(s);
+  j["port"] = "8000";
+  auto bad = spec_from_json(j, "spec.json: spec");
+  ASSERT_FALSE(bad.ok());
+  EXPECT_EQ(bad.error().message, "spec.json: spec.port: expected an integer");
+}
+
+}  // namespace
+}  // namespace fr::snapshot

@@ -1,0 +1,330 @@
+// Snapshots end to end: the real fastrestartd, fastrestart-snapshot, CRIU (scripts/build-criu.sh) and the
+// tiny engine on the CPU. Needs root (CRIU); skips with the reason only without root or without criu.
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <nlohmann/json.hpp>
+#include <thread>
+
+#include "support/harness.h"
+
+namespace fr {
+namespace {
+
+using nlohmann::json;
+using Clock = std::chrono::steady_clock;
+
+std::string criu_path() {
+  const char* env = std::getenv("FR_CRIU");
+  return env ? env : FR_CRIU_BIN;
+}
+
+#define SKIP_WITHOUT_CRIU()                                                                             \
+  do {                                                                                                  \
+    if (::geteuid() != 0) GTEST_SKIP() << "CRIU needs root";                                            \
+    if (::access(criu_path().c_str(), X_OK) != 0)                                                       \
+      GTEST_SKIP() << "no criu at " << criu_path() << " (scripts/build-criu.sh builds it; or set FR_CRIU)"; \
+  } while (0)
+
+uint16_t free_port() {
+  int s = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ::bind(s, reinterpret_cast<sockaddr*>(&a), sizeof a);
+  socklen_t n = sizeof a;
+  ::getsockname(s, reinterpret_cast<sockaddr*>(&a), &n);
+  ::close(s);
+  return ntohs(a.sin_port);
+}
+
+struct Options {
+  std::string size = "64M";      // the checkpoint (and so the snapshot) size
+  std::string criu = criu_path();
+};
+
+// fastrestartd over a tiny engine in weights mode copy (host backend), start = snapshot, warm, cold.
+class Supervised {
+ public:
+  explicit Supervised(const Options& o = {}) : m_port(free_port()), m_http(free_port()) {
+    m_model = m_dir / "model";
+    auto g = test::run({FR_TINYENGINE_BIN, "gen", "--out", m_model, "--size", o.size});
+    EXPECT_EQ(g.exit_code, 0) << g.output;
+    m_cfg = m_dir / "t.toml";
+    std::ofstream f(m_cfg);
+    f << "gpus = []\n[model]\nname = \"t\"\n[engine]\n"
+      << "command = [\"" << FR_TINYENGINE_BIN << "\", \"serve\", \"" << m_model << "\"]\n"
+      << "flags = [\"--host\", \"127.0.0.1\", \"--port\", \"" << m_port << "\", \"--served-model-name\", \"t\", "
+      << "\"--load-format\", \"fastrestart\", \"--fastrestart-mode\", \"copy\", \"--fastrestart-socket-dir\", \""
+      << (m_dir / "run") << "\", \"--shutdown-grace\", \"2\"]\n"
+      << "host = \"127.0.0.1\"\nport = " << m_port << "\nstop_grace_s = 3\n"
+      << "[weights]\nmode = \"copy\"\nbackend = \"host\"\ncheckpoint = \"" << m_model << "\"\nsocket_dir = \""
+      << (m_dir / "run") << "\"\n"
+      << "[readiness]\nmodel = \"t\"\nstartup_timeout_s = 120\npoll_interval_s = 0.05\ncheck_interval_s = 0.5\n"
+      << "[restart]\nstart = [\"snapshot\", \"warm\", \"cold\"]\nbackoff_initial_s = 0.1\nbackoff_max_s = 0.5\n"
+      << "crash_loop_limit = 20\n"
+      << "[control]\nsocket = \"" << (m_dir / "ctl/t.ctl") << "\"\nstate_dir = \"" << (m_dir / "state") << "\"\n"
+      << "[http]\nlisten = \"127.0.0.1:" << m_http << "\"\n"
+      << "[snapshot]\ncriu = \"" << o.criu << "\"\nhelper_path = \"" << FR_SNAPSHOT_BIN << "\"\n";
+    f.close();
+    m_pid = ::fork();
+    if (m_pid == 0) {
+      int fd = ::open((m_dir / "fastrestartd.log").c_str(), O_WRONLY | O_CREAT | O_APPEND, 0644);
+      ::dup2(fd, 1);
+      ::dup2(fd, 2);
+      ::execl(FR_FASTRESTARTD_BIN, FR_FASTRESTARTD_BIN, "--config", m_cfg.c_str(), nullptr);
+      _exit(127);
+    }
+  }
+  ~Supervised() {
+    ::kill(m_pid, SIGTERM);
+    int st;
+    ::waitpid(m_pid, &st, 0);
+  }
+  test::RunResult ctl(std::vector<std::string> args) {
+    std::vector<std::string> argv{FR_FASTRESTARTCTL_BIN, "--socket", m_dir / "ctl/t.ctl"};
+    argv.insert(argv.end(), args.begin(), args.end());
+    return test::run(argv);
+  }
+  json ctl_json(std::vector<std::string> args) {
+    args.push_back("--json");
+    auto r = ctl(args);
+    auto j = json::parse(r.output, nullptr, false);
+    return j.is_discarded() ? json{{"unparsed", r.output}} : j;
+  }
+  json status() { return ctl_json({"status"}); }
+  bool wait_status(const std::function<bool(const json&)>& pred, double timeout_s = 60) {
+    auto end = Clock::now() + std::chrono::duration<double>(timeout_s);
+    while (Clock::now() < end) {
+      auto s = status();
+      if (s.is_object() && s.contains("state") && pred(s)) return true;
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
+    return false;
+  }
+  bool wait_ready_path(const std::string& path, double timeout_s = 60) {
+    return wait_status([&](const json& s) {
+      return s["state"] == "ready" && s["engine"].is_object() && s["last_start"].is_object() &&
+             s["last_start"]["pid"] == s["engine"]["pid"] && s["last_start"]["path"] == path;
+    }, timeout_s);
+  }
+  std::string log() const {
+    std::ifstream f(m_dir / "fastrestartd.log");
+    return {std::istreambuf_iterator<char>(f), {}};
+  }
+  // A completion with the oracle's request, through curl (a real HTTP client outside fastrestartd).
+  json complete(const json& oracle) {
+    json body{{"prompt", oracle["prompt"]}, {"max_tokens", oracle["max_tokens"]}, {"temperature", 0}, {"logprobs", 1},
+              {"model", "t"}};
+    auto r = test::run({"/usr/bin/curl", "-s", "-H", "Content-Type: application/json", "-d", body.dump(),
+                        "http://127.0.0.1:" + std::to_string(m_port) + "/v1/completions"});
+    auto j = json::parse(r.output, nullptr, false);
+    return j.is_discarded() ? json{{"unparsed", r.output}} : j;
+  }
+  // Creates a snapshot; returns its id (the engine is then running restored from it).
+  std::string create() {
+    auto r = ctl_json({"snapshot", "create"});
+    EXPECT_EQ(r.value("ok", false), true) << r.dump() << log();
+    return r["created"].value("id", std::string());
+  }
+  std::string artifact(const std::string& id) const { return m_dir / "state/snapshots/" + id; }
+  void kill_engine() {
+    pid_t engine = status()["engine"]["pid"];
+    ASSERT_GT(engine, 0);
+    ASSERT_EQ(::kill(engine, SIGKILL), 0);
+  }
+  const std::string& model() const { return m_model; }
+  std::string metrics() {
+    return test::run({"/usr/bin/curl", "-s", "http://127.0.0.1:" + std::to_string(m_http) + "/metrics"}).output;
+  }
+
+ private:
+  test::TempDir m_dir;
+  uint16_t m_port, m_http;
+  std::string m_cfg, m_model;
+  pid_t m_pid = -1;
+};
+
+json snapshot_of(const json& status) { return status["snapshot"]; }
+
+// Ready, with last_start describing the current engine (between the readiness pass and the attach check
+// that names the path, the state is already "ready" while last_start still describes the previous engine).
+bool settled(const json& st) {
+  return st["state"] == "ready" && st["engine"].is_object() && st["last_start"].is_object() &&
+         st["last_start"]["pid"] == st["engine"]["pid"];
+}
+
+TEST(SnapshotE2E, CreateThenCrashRestoresFromTheSnapshotWithTheOracle) {
+  SKIP_WITHOUT_CRIU();
+  Supervised d(Options{"256M"});
+  ASSERT_TRUE(d.wait_ready_path("cold")) << d.log();
+  const pid_t cold_pid = d.status()["engine"]["pid"];
+  const std::string id = d.create();
+  ASSERT_FALSE(id.empty());
+  // Created, then restored at once as the live engine (which proves the artifact).
+  auto s = d.status();
+  EXPECT_EQ(s["last_start"]["path"], "snapshot") << s.dump();
+  EXPECT_EQ(s["last_start"]["snapshot_id"], id);
+  EXPECT_NE(s["engine"]["pid"].get<pid_t>(), cold_pid);
+  auto inspect = d.ctl_json({"snapshot", "inspect", id});
+  ASSERT_TRUE(inspect.value("ok", false)) << inspect.dump();
+  const json m = inspect["manifest"];
+  EXPECT_GT(m["image_bytes"].get<uint64_t>(), 256ull << 20);
+  EXPECT_EQ(m["identity"]["cuda"], false);
+  EXPECT_EQ(m["identity"]["env"]["UV_USE_IO_URING"], "0");
+  ASSERT_EQ(m["oracle"]["token_ids"].size(), 4u) << m["oracle"].dump();
+
+  // Crash: the restart restores the snapshot, and the restored engine answers what was recorded.
+  d.kill_engine();
+  ASSERT_TRUE(d.wait_status([](const json& st) {
+    return settled(st) && snapshot_of(st)["restored"] == 2 && st["restarts"].value("crash", 0) == 1;
+  })) << d.log();
+  s = d.status();
+  EXPECT_EQ(s["last_start"]["path"], "snapshot");
+  EXPECT_EQ(snapshot_of(s)["fallbacks"], 0);
+  auto answer = d.complete(m["oracle"]);
+  ASSERT_TRUE(answer.contains("choices")) << answer.dump();
+  EXPECT_EQ(answer["choices"][0]["token_ids"], m["oracle"]["token_ids"]);
+  EXPECT_EQ(answer["choices"][0]["text"], m["oracle"]["text"]);
+  EXPECT_EQ(answer["choices"][0]["logprobs"]["token_logprobs"], m["oracle"]["logprobs"]);
+  EXPECT_EQ(s["metrics"]["time_to_ready"]["snapshot"]["count"], 2);
+  EXPECT_EQ(s["metrics"]["snapshots"]["restored"], 2);
+  const std::string metrics = d.metrics();
+  EXPECT_NE(metrics.find("fastrestart_snapshot_restores_total{result=\"restored\"} 2"), std::string::npos) << metrics;
+  EXPECT_NE(metrics.find("fastrestart_time_to_ready_seconds_count{path=\"snapshot\"} 2"), std::string::npos);
+  // The break-even comes from measured times: one cold start, two restores.
+  inspect = d.ctl_json({"snapshot", "inspect", id});
+  EXPECT_GT(inspect["break_even"]["restore_s"].get<double>(), 0) << inspect["break_even"].dump();
+  EXPECT_EQ(inspect["break_even"]["normal_path"], "cold");
+  auto list = d.ctl_json({"snapshot", "list"});
+  ASSERT_EQ(list["snapshots"].size(), 1u);
+  EXPECT_EQ(list["snapshots"][0]["id"], id);
+  std::printf("create %.3f s (%.1f MB); restore to ready %.3f s\n", m["create_s"].get<double>(),
+              m["image_bytes"].get<double>() / 1e6, s["last_start"]["time_to_ready_s"].get<double>());
+}
+
+TEST(SnapshotE2E, RestoreOnRequestThenDeleteLeavesTheNormalPaths) {
+  SKIP_WITHOUT_CRIU();
+  Supervised d;
+  ASSERT_TRUE(d.wait_ready_path("cold")) << d.log();
+  const std::string id = d.create();
+  ASSERT_FALSE(id.empty());
+  auto r = d.ctl({"snapshot", "restore", id});
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  ASSERT_TRUE(d.wait_status([](const json& st) { return settled(st) && snapshot_of(st)["restored"] == 2; }))
+      << d.log();
+  // Deleted: the next crash restart takes the warm path, and that is no snapshot failure.
+  r = d.ctl({"snapshot", "delete", id});
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_FALSE(std::filesystem::exists(d.artifact(id)));
+  EXPECT_EQ(d.ctl_json({"snapshot", "list"})["snapshots"].size(), 0u);
+  d.kill_engine();
+  ASSERT_TRUE(d.wait_status([](const json& st) {
+    return settled(st) && st["restarts"].value("crash", 0) == 1;
+  })) << d.log();
+  auto s = d.status();
+  EXPECT_EQ(s["last_start"]["path"], "warm") << s.dump();
+  EXPECT_EQ(snapshot_of(s)["fallbacks"], 0);
+  r = d.ctl({"snapshot", "delete", id});
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_NE(r.output.find("no snapshot " + id), std::string::npos) << r.output;
+}
+
+// Each way an artifact can be wrong: the restart falls back to a normal start and says why.
+struct Damage {
+  const char* name;
+  std::function<void(Supervised&, const std::string& artifact)> apply;
+  const char* reason;
+};
+
+void PrintTo(const Damage& d, std::ostream* os) { *os << d.name; }
+
+class SnapshotFallback : public ::testing::TestWithParam<Damage> {};
+
+TEST_P(SnapshotFallback, FallsBackToANormalStartWithTheReason) {
+  SKIP_WITHOUT_CRIU();
+  Supervised d;
+  ASSERT_TRUE(d.wait_ready_path("cold")) << d.log();
+  const std::string id = d.create();
+  ASSERT_TRUE(d.wait_ready_path("snapshot")) << d.log();
+  GetParam().apply(d, d.artifact(id));
+  d.kill_engine();
+  ASSERT_TRUE(d.wait_status([](const json& st) {
+    return settled(st) && snapshot_of(st)["fallbacks"] == 1 && st["restarts"].value("crash", 0) == 1;
+  })) << d.log();
+  auto s = d.status();
+  EXPECT_NE(s["last_start"]["path"], "snapshot") << s.dump();
+  const std::string reason = snapshot_of(s)["last_failure"].value("reason", std::string());
+  EXPECT_NE(reason.find(GetParam().reason), std::string::npos) << reason;
+  EXPECT_EQ(snapshot_of(s)["last_failure"]["id"], id);
+  // The failed artifact is listed as such and not tried again.
+  auto list = d.ctl_json({"snapshot", "list"});
+  EXPECT_EQ(list["snapshots"][0]["failed_here"], true) << list.dump();
+  EXPECT_NE(d.ctl({"status"}).output.find("snapshot failure"), std::string::npos);
+}
+
+void edit_manifest(const std::string& artifact, const std::function<void(json&)>& f) {
+  std::ifstream in(artifact + "/manifest.json");
+  json m = json::parse(in);
+  f(m);
+  std::ofstream(artifact + "/manifest.json") << m.dump(2);
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Damages, SnapshotFallback,
+    ::testing::Values(
+        Damage{"tampered_manifest",
+               [](Supervised&, const std::string& a) {
+                 edit_manifest(a, [](json& m) { m["identity"]["kernel_release"] = "0.0-tampered"; });
+               },
+               "identity.kernel_release: recorded \"0.0-tampered\""},
+        Damage{"tampered_oracle",
+               [](Supervised&, const std::string& a) {
+                 edit_manifest(a, [](json& m) { m["oracle"]["token_ids"][0] = 0; });
+               },
+               "oracle: token ids"},
+        Damage{"changed_checkpoint_file",
+               [](Supervised& d, const std::string&) {
+                 // Rewritten in place with the same bytes: only its ctime tells.
+                 const std::string f = d.model() + "/model.safetensors";
+                 std::ifstream in(f, std::ios::binary);
+                 std::string bytes((std::istreambuf_iterator<char>(in)), {});
+                 std::ofstream(f, std::ios::binary | std::ios::trunc) << bytes;
+               },
+               "identity.files[0]"},
+        Damage{"corrupted_image",
+               [](Supervised&, const std::string& a) {
+                 const std::string f = a + "/images/core-1.img";
+                 auto size = std::filesystem::file_size(f);
+                 std::ofstream(f, std::ios::binary | std::ios::trunc) << std::string(size, '\x5a');
+               },
+               "criu restore of"}),
+    [](const auto& p) { return std::string(p.param.name); });
+
+TEST(SnapshotE2E, MissingCriuIsReportedAndTheEngineStartsNormally) {
+  Options o;
+  o.criu = "/nonexistent/criu";
+  Supervised d(o);
+  ASSERT_TRUE(d.wait_ready_path("cold")) << d.log();
+  auto s = d.status();
+  EXPECT_EQ(snapshot_of(s)["enabled"], false);
+  EXPECT_NE(snapshot_of(s)["problem"].get<std::string>().find("criu not found at /nonexistent/criu"), std::string::npos);
+  auto r = d.ctl({"snapshot", "create"});
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_NE(r.output.find("snapshots are not available: criu not found"), std::string::npos) << r.output;
+  EXPECT_NE(d.ctl({"status"}).output.find("unavailable: criu not found"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace fr
