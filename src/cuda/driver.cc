@@ -32,12 +32,22 @@ Result<Driver> open_driver() {
       return make_error(Errc::kCuda, std::string("CUDA driver lacks ") + symbol + " (driver older than the toolkit?)"); \
     d.member = reinterpret_cast<decltype(d.member)>(fn);                                             \
   }
+#define FR_CUDA_RESOLVE_OPTIONAL(name)                                                               \
+  {                                                                                                  \
+    void* fn = nullptr;                                                                              \
+    CUdriverProcAddressQueryResult q{};                                                              \
+    if (get_proc(#name, &fn, CUDA_VERSION, CU_GET_PROC_ADDRESS_DEFAULT, &q) == CUDA_SUCCESS &&       \
+        q == CU_GET_PROC_ADDRESS_SUCCESS)                                                            \
+      d.name = reinterpret_cast<decltype(d.name)>(fn);                                               \
+  }
 #define FR_CUDA_RESOLVE_FN(name) FR_CUDA_RESOLVE(name, #name, CUDA_VERSION)
 #define FR_CUDA_RESOLVE_AT(name, version) FR_CUDA_RESOLVE(name, #name, version)
   FR_CUDA_DRIVER_FUNCTIONS(FR_CUDA_RESOLVE_FN)
   FR_CUDA_DRIVER_FUNCTIONS_AT_VERSION(FR_CUDA_RESOLVE_AT)
+  FR_CUDA_DRIVER_FUNCTIONS_OPTIONAL(FR_CUDA_RESOLVE_OPTIONAL)
 #undef FR_CUDA_RESOLVE_FN
 #undef FR_CUDA_RESOLVE_AT
+#undef FR_CUDA_RESOLVE_OPTIONAL
 #undef FR_CUDA_RESOLVE
   CUresult r = d.cuInit(0);
   if (r == CUDA_ERROR_NO_DEVICE) return make_error(Errc::kCuda, "no GPU (cuInit: CUDA_ERROR_NO_DEVICE)");

@@ -29,7 +29,12 @@ namespace fr::cuda {
   X(cuMemcpyHtoD) X(cuMemcpyHtoDAsync) X(cuMemcpyDtoH) X(cuMemcpyDtoD) X(cuMemcpyAsync) X(cuMemsetD8)   \
   X(cuStreamCreate) X(cuStreamDestroy) X(cuStreamSynchronize) X(cuEventCreate) X(cuEventDestroy)         \
   X(cuEventRecord) X(cuEventSynchronize) X(cuEventElapsedTime) X(cuModuleLoadData) X(cuModuleUnload)     \
-  X(cuModuleGetFunction) X(cuLaunchKernel) X(cuPointerGetAttribute) X(cuMemHostRegister) X(cuMemHostUnregister)   \
+  X(cuModuleGetFunction) X(cuLaunchKernel) X(cuPointerGetAttribute) X(cuMemHostRegister) X(cuMemHostUnregister)
+
+// Entry points only some drivers have: left nullptr when the driver lacks them, so that the weight daemon
+// and the engines still load on an older driver; their users check (the checkpoint API: driver r570+,
+// src/snapshot/gpu_cuda.cc).
+#define FR_CUDA_DRIVER_FUNCTIONS_OPTIONAL(X)                                                              \
   X(cuCheckpointProcessGetState) X(cuCheckpointProcessLock) X(cuCheckpointProcessCheckpoint)              \
   X(cuCheckpointProcessRestore) X(cuCheckpointProcessUnlock)
 
@@ -44,6 +49,7 @@ struct Driver {
 #define FR_CUDA_DECLARE_FN(name) decltype(&::name) name = nullptr;
 #define FR_CUDA_DECLARE_FN_AT(name, version) decltype(&::name) name = nullptr;
   FR_CUDA_DRIVER_FUNCTIONS(FR_CUDA_DECLARE_FN)
+  FR_CUDA_DRIVER_FUNCTIONS_OPTIONAL(FR_CUDA_DECLARE_FN)
   FR_CUDA_DRIVER_FUNCTIONS_AT_VERSION(FR_CUDA_DECLARE_FN_AT)
 #undef FR_CUDA_DECLARE_FN
 #undef FR_CUDA_DECLARE_FN_AT

@@ -6,6 +6,17 @@
 namespace fr::snapshot {
 namespace {
 
+// The driver, once it is known to have the checkpoint API (optional in the table: driver.h).
+Result<const cuda::Driver*> checkpoint_driver() {
+  FR_ASSIGN(const cuda::Driver* d, cuda::load_driver());
+  if (d->cuCheckpointProcessLock == nullptr || d->cuCheckpointProcessCheckpoint == nullptr ||
+      d->cuCheckpointProcessRestore == nullptr || d->cuCheckpointProcessUnlock == nullptr ||
+      d->cuCheckpointProcessGetState == nullptr)
+    return make_error(Errc::kCuda, "the CUDA driver (version " + std::to_string(d->version) +
+                                       ") has no checkpoint API (cuCheckpointProcess*: driver r570 or newer)");
+  return d;
+}
+
 class CudaCheckpointer final : public GpuCheckpointer {
  public:
   Result<GpuIdentity> identity() override {
@@ -19,28 +30,28 @@ class CudaCheckpointer final : public GpuCheckpointer {
     return GpuIdentity{std::to_string(d->version), cuda::format_uuid(u), name};
   }
   Status lock(pid_t pid, unsigned timeout_ms) override {
-    FR_ASSIGN(const cuda::Driver* d, cuda::load_driver());
+    FR_ASSIGN(const cuda::Driver* d, checkpoint_driver());
     CUcheckpointLockArgs args{};
     args.timeoutMs = timeout_ms;
     return cuda::check(d->cuCheckpointProcessLock(pid, &args), "cuCheckpointProcessLock");
   }
   Status checkpoint(pid_t pid) override {
-    FR_ASSIGN(const cuda::Driver* d, cuda::load_driver());
+    FR_ASSIGN(const cuda::Driver* d, checkpoint_driver());
     CUcheckpointCheckpointArgs args{};
     return cuda::check(d->cuCheckpointProcessCheckpoint(pid, &args), "cuCheckpointProcessCheckpoint");
   }
   Status restore(pid_t pid) override {
-    FR_ASSIGN(const cuda::Driver* d, cuda::load_driver());
+    FR_ASSIGN(const cuda::Driver* d, checkpoint_driver());
     CUcheckpointRestoreArgs args{};
     return cuda::check(d->cuCheckpointProcessRestore(pid, &args), "cuCheckpointProcessRestore");
   }
   Status unlock(pid_t pid) override {
-    FR_ASSIGN(const cuda::Driver* d, cuda::load_driver());
+    FR_ASSIGN(const cuda::Driver* d, checkpoint_driver());
     CUcheckpointUnlockArgs args{};
     return cuda::check(d->cuCheckpointProcessUnlock(pid, &args), "cuCheckpointProcessUnlock");
   }
   Result<std::string> state(pid_t pid) override {
-    FR_ASSIGN(const cuda::Driver* d, cuda::load_driver());
+    FR_ASSIGN(const cuda::Driver* d, checkpoint_driver());
     CUprocessState s{};
     FR_TRY(cuda::check(d->cuCheckpointProcessGetState(pid, &s), "cuCheckpointProcessGetState"));
     switch (s) {
