@@ -95,6 +95,7 @@ class Vllmd {
     return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
   }
   std::string model() const { return m_dir / "model"; }
+  std::string config() const { return m_dir / "model.toml"; }
   test::RunResult ctl(std::vector<std::string> args) {
     std::vector<std::string> argv{FR_FASTRESTARTCTL_BIN, "--socket", m_dir / "ctl/v.ctl"};
     argv.insert(argv.end(), args.begin(), args.end());
@@ -274,6 +275,31 @@ TEST(VllmLint, AReloadWithARemovedFlagIsRefusedBeforeAnythingRestarts) {
   EXPECT_EQ(r.exit_code, 1) << r.output;
   EXPECT_NE(r.output.find("--tokenizer-mode slow: vLLM 0.31.0"), std::string::npos) << r.output;
   EXPECT_NE(r.output.find("reported by the engine"), std::string::npos) << r.output;
+  EXPECT_EQ(d.events("start", "serve").size(), 1u) << "nothing restarted";
+  EXPECT_EQ(d.status()["flags"].dump().find("slow"), std::string::npos);
+}
+
+TEST(VllmLint, AConfigFileReloadWithARemovedFlagIsRefusedEveryTime) {
+  // systemctl reload (fastrestartctl reload without flags) re-reads the file: one with a flag vLLM would
+  // refuse does not load, names file:line, and keeps the running config, on every reload (a refused file
+  // must not read as "unchanged" the second time).
+  Vllmd d;
+  ASSERT_TRUE(d.wait_ready()) << d.log();
+  std::string text;
+  {
+    std::ifstream in(d.config());
+    text.assign(std::istreambuf_iterator<char>(in), {});
+  }
+  const std::string anchor = "\"--max-num-seqs\", \"8\"";
+  ASSERT_NE(text.find(anchor), std::string::npos) << text;
+  text.replace(text.find(anchor), anchor.size(), anchor + ", \"--tokenizer-mode\", \"slow\"");
+  std::ofstream(d.config(), std::ios::trunc) << text;
+  for (int i = 0; i < 2; ++i) {
+    auto r = d.ctl({"reload"});
+    EXPECT_EQ(r.exit_code, 1) << "reload " << i + 1 << ": " << r.output;
+    EXPECT_NE(r.output.find("keeping the running config: " + d.config() + ":7: engine.flags: --tokenizer-mode slow: vLLM 0.31.0"),
+              std::string::npos) << "reload " << i + 1 << ": " << r.output;
+  }
   EXPECT_EQ(d.events("start", "serve").size(), 1u) << "nothing restarted";
   EXPECT_EQ(d.status()["flags"].dump().find("slow"), std::string::npos);
 }
