@@ -1,11 +1,8 @@
 // fastrestartd with engine.kind = "vllm": the real supervisor and fastrestartctl against the stand-in `vllm`
 // of tests/supervisor/vllm_standin (a Python script that behaves like the documented vLLM 0.31 CLI and
 // records every command line; not vLLM). What is and is not covered: docs/vllm.md, "What was run".
-#include <arpa/inet.h>
 #include <fcntl.h>
-#include <netinet/in.h>
 #include <signal.h>
-#include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -25,18 +22,6 @@ namespace {
 using nlohmann::json;
 using Clock = std::chrono::steady_clock;
 
-uint16_t free_port() {
-  int s = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  ::bind(s, reinterpret_cast<sockaddr*>(&a), sizeof a);
-  socklen_t n = sizeof a;
-  ::getsockname(s, reinterpret_cast<sockaddr*>(&a), &n);
-  ::close(s);
-  return ntohs(a.sin_port);
-}
-
 void write_bytes(const std::string& path, char fill, size_t n) {
   std::ofstream f(path, std::ios::binary | std::ios::trunc);
   f << std::string(n, fill);
@@ -53,7 +38,7 @@ struct Options {
 // fastrestartd supervising the stand-in on a fake GPU 0 (FASTRESTART_FAKE_NVML: 100 GiB, 1 GiB used).
 class Vllmd {
  public:
-  explicit Vllmd(const Options& o = {}) : m_port(free_port()) {
+  explicit Vllmd(const Options& o = {}) : m_port(test::free_port()) {
     ::mkdir((m_dir / "model").c_str(), 0755);
     write_bytes(m_dir / "model/model-00001-of-00001.safetensors", 'a', 4096);
     std::ofstream(m_dir / "nvml.json") << R"({"0": {"total": 107374182400, "used": 1073741824, "uuid": "GPU-00000000-0000-0000-0000-000000000000", "name": "Fake GPU"}})";
