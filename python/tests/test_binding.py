@@ -5,43 +5,18 @@ Run: PYTHONPATH=<build>/python FR_WEIGHTD_BIN=<build>/src/daemon/fastrestart-wei
 """
 
 import gc
-import json
 import os
 import shutil
 import signal
-import socket
-import struct
-import subprocess
 import tempfile
-import time
 import unittest
 
 import numpy as np
 
 import fastrestart
+from weightd_support import Weightd, write_safetensors
 
 WEIGHTD = os.environ.get("FR_WEIGHTD_BIN", "")
-
-DTYPES = {np.dtype("float32"): "F32", np.dtype("float16"): "F16", np.dtype("int64"): "I64",
-          np.dtype("uint8"): "U8", np.dtype("bool"): "BOOL", np.dtype("float64"): "F64"}
-
-
-def write_safetensors(path, tensors):
-    """The safetensors format by hand: u64 LE header length, JSON header, then the data."""
-    header, blobs, offset = {}, [], 0
-    for name, a in tensors.items():
-        data = np.ascontiguousarray(a).tobytes()
-        header[name] = {"dtype": DTYPES[a.dtype], "shape": list(a.shape), "data_offsets": [offset, offset + len(data)]}
-        blobs.append(data)
-        offset += len(data)
-    h = json.dumps(header).encode()
-    h += b" " * (-len(h) % 8)
-    with open(path, "wb") as f:
-        f.write(struct.pack("<Q", len(h)))
-        f.write(h)
-        for b in blobs:
-            f.write(b)
-
 
 def to_numpy(t):
     """np.from_dlpack (no copy); numpy < 1.25 imports no DLPack bool, so BOOL goes through .numpy()."""
@@ -79,29 +54,12 @@ class BindingTest(unittest.TestCase):
         shutil.rmtree(self.tmp, ignore_errors=True)
 
     def start_daemon(self):
-        self.log = open(os.path.join(self.tmp, "weightd.log"), "wb")
-        self.daemon = subprocess.Popen([WEIGHTD, "--backend", "host", "--socket-dir", self.run_dir],
-                                       stdout=self.log, stderr=subprocess.STDOUT)
-        path = os.path.join(self.run_dir, "weightd-host.sock")
-        deadline = time.monotonic() + 20
-        while time.monotonic() < deadline:  # ready once it accepts
-            if self.daemon.poll() is not None:
-                self.fail("fastrestart-weightd exited: " + open(self.log.name).read())
-            try:
-                with socket.socket(socket.AF_UNIX) as s:
-                    s.connect(path)
-                return
-            except OSError:
-                time.sleep(0.02)
-        self.fail("fastrestart-weightd did not accept: " + open(self.log.name).read())
+        self.daemon = Weightd(WEIGHTD, self.run_dir, os.path.join(self.tmp, "weightd.log")).start(self)
 
     def stop_daemon(self, sig=signal.SIGTERM):
         if self.daemon is not None:
-            if self.daemon.poll() is None:
-                self.daemon.send_signal(sig)
-            self.daemon.wait(20)
+            self.daemon.stop(sig, timeout=20)
             self.daemon = None
-            self.log.close()
 
     def attach(self, **kw):
         kw.setdefault("socket_dir", self.run_dir)

@@ -12,9 +12,8 @@ import shutil
 import tempfile
 import unittest
 
-import test_binding  # its helpers only: importing the TestCase class would run its tests again
-
-WEIGHTD = test_binding.WEIGHTD
+from test_binding import WEIGHTD
+from weightd_support import Weightd
 
 try:
     import torch
@@ -53,34 +52,13 @@ class TorchBase(unittest.TestCase):
         self.daemon = None
 
     def tearDown(self):
-        test_binding.BindingTest.stop_daemon(self)
+        if self.daemon is not None:
+            self.daemon.stop()
         gc.collect()
         shutil.rmtree(self.tmp, ignore_errors=True)
 
     def start(self):
-        # BindingTest's helper starts a host daemon; the CUDA one differs only in flags and socket name.
-        if self.backend == "host":
-            return test_binding.BindingTest.start_daemon(self)
-        import socket
-        import subprocess
-        import time
-        self.log = open(os.path.join(self.tmp, "weightd.log"), "wb")
-        self.daemon = subprocess.Popen([WEIGHTD, "--backend", "cuda", "--gpu", "0", "--socket-dir", self.run_dir],
-                                       stdout=self.log, stderr=subprocess.STDOUT)
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline:
-            if self.daemon.poll() is not None:
-                self.fail("fastrestart-weightd exited: " + open(self.log.name).read())
-            socks = [f for f in os.listdir(self.run_dir) if f.endswith(".sock")] if os.path.isdir(self.run_dir) else []
-            for s in socks:
-                try:
-                    with socket.socket(socket.AF_UNIX) as c:
-                        c.connect(os.path.join(self.run_dir, s))
-                    return
-                except OSError:
-                    pass
-            time.sleep(0.05)
-        self.fail("fastrestart-weightd (cuda) did not accept: " + open(self.log.name).read())
+        self.daemon = Weightd(WEIGHTD, self.run_dir, os.path.join(self.tmp, "weightd.log"), self.backend).start(self)
 
 
 @unittest.skipIf(torch is None, IMPORT_ERROR)

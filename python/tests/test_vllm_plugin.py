@@ -15,9 +15,6 @@ the CUDA backend.
 import json
 import os
 import shutil
-import signal
-import socket
-import struct
 import subprocess
 import sys
 import tempfile
@@ -33,23 +30,11 @@ sys.path.insert(0, FAKE)
 
 import backend  # noqa: E402
 from fastrestart_vllm import cache_key, options, result_line  # noqa: E402
+from weightd_support import Weightd, write_safetensors  # noqa: E402
 
 WEIGHTD = os.environ.get("FR_WEIGHTD_BIN", "")
 DEVICE = os.environ.get("FR_TEST_DEVICE", "cpu")  # cpu (host backend) or cuda (GPU 0, CUDA backend)
 HIDDEN, VOCAB, LAYERS = 16, 32, 2
-
-
-def write_safetensors(path, tensors):
-    header, blobs, offset = {}, [], 0
-    for name, a in tensors.items():
-        data = np.ascontiguousarray(a).tobytes()
-        header[name] = {"dtype": "F32", "shape": list(a.shape), "data_offsets": [offset, offset + len(data)]}
-        blobs.append(data)
-        offset += len(data)
-    h = json.dumps(header).encode()
-    h += b" " * (-len(h) % 8)
-    with open(path, "wb") as f:
-        f.write(struct.pack("<Q", len(h)) + h + b"".join(blobs))
 
 
 def make_model(folder, seed=1):
@@ -112,17 +97,10 @@ class PluginTest(unittest.TestCase):
 
     @staticmethod
     def install_by_hand(src, lib):
-        import tomllib
-        with open(os.path.join(src, "pyproject.toml"), "rb") as f:
-            project = tomllib.load(f)["project"]
         shutil.copytree(os.path.join(src, "fastrestart_vllm"), os.path.join(lib, "fastrestart_vllm"))
-        info = os.path.join(lib, "%s-%s.dist-info" % (project["name"].replace("-", "_"), project["version"]))
-        os.makedirs(info)
-        with open(os.path.join(info, "METADATA"), "w") as f:
-            f.write("Metadata-Version: 2.1\nName: %s\nVersion: %s\n" % (project["name"], project["version"]))
-        with open(os.path.join(info, "entry_points.txt"), "w") as f:
-            for group, entries in project["entry-points"].items():
-                f.write("[%s]\n" % group + "".join("%s = %s\n" % kv for kv in entries.items()))
+        # the .dist-info the deb/rpm install, from the same pyproject.toml (python/dist_info.py)
+        subprocess.run([sys.executable, os.path.join(PYTHON_DIR, "dist_info.py"), os.path.join(src, "pyproject.toml"), lib],
+                       check=True, capture_output=True)
 
     @classmethod
     def tearDownClass(cls):
@@ -142,32 +120,13 @@ class PluginTest(unittest.TestCase):
     # ---- helpers ----
 
     def start_daemon(self):
-        self.log = open(os.path.join(self.tmp, "weightd.log"), "wb")
-        argv = [WEIGHTD, "--socket-dir", self.run_dir]
-        argv += ["--backend", "cuda", "--gpu", "0"] if DEVICE == "cuda" else ["--backend", "host"]
-        self.daemon = subprocess.Popen(argv, stdout=self.log, stderr=subprocess.STDOUT)
-        deadline = time.monotonic() + 30
-        while time.monotonic() < deadline:
-            if self.daemon.poll() is not None:
-                self.fail("fastrestart-weightd exited: " + open(self.log.name).read())
-            for name in os.listdir(self.run_dir) if os.path.isdir(self.run_dir) else ():
-                if name.endswith(".sock"):
-                    try:
-                        with socket.socket(socket.AF_UNIX) as s:
-                            s.connect(os.path.join(self.run_dir, name))
-                        return
-                    except OSError:
-                        pass
-            time.sleep(0.02)
-        self.fail("fastrestart-weightd did not accept: " + open(self.log.name).read())
+        backend = "cuda" if DEVICE == "cuda" else "host"
+        self.daemon = Weightd(WEIGHTD, self.run_dir, os.path.join(self.tmp, "weightd.log"), backend).start(self)
 
     def stop_daemon(self):
         if self.daemon is not None:
-            if self.daemon.poll() is None:
-                self.daemon.send_signal(signal.SIGTERM)
-            self.daemon.wait(30)
+            self.daemon.stop()
             self.daemon = None
-            self.log.close()
 
     def serve(self, *args, extra=None, env=None, fmt="fastrestart", model=None):
         cfg = {"socket_dir": self.run_dir, "connect_timeout_s": 0.5}

@@ -11,8 +11,8 @@
 #include "protocol/frame.h"
 #include "supervisor/config.h"
 #include "supervisor/control.h"
-#include "supervisor/flags.h"
-#include "supervisor/vllm_lint.h"
+#include "supervisor/vllm_check.h"
+#include "supervisor/vllm_rules.h"
 
 namespace {
 
@@ -108,24 +108,11 @@ fr::Result<json> check_offline(const std::string& config, const json& req) {
   using namespace fr::supervisor;
   if (config.empty()) return fr::make_error(fr::Errc::kInvalidArgument, "check --offline needs --config FILE");
   FR_ASSIGN(Config c, load_config(config));
-  std::vector<std::string> next = c.engine.flags;
-  if (req.contains("flags")) {
-    FR_ASSIGN(auto words, split_flags(req["flags"].get<std::string>()));
-    const std::string mode = req.value("mode", "replace");
-    next = merge_flags(c.engine.flags, words, mode == "add" ? PushKind::kAdd : mode == "remove" ? PushKind::kRemove : PushKind::kReplace);
-  }
+  FR_ASSIGN(std::vector<std::string> next, pushed_flags(req, c.engine.flags, "check"));
   FR_ASSIGN(VllmRules rules, load_vllm_rules(c.engine.vllm_rules));
-  json findings = json::array(), target = nullptr;
-  if (c.engine.kind == EngineKind::kVllm) {
-    LintTarget t = lint_target(rules, "", c.engine.vllm_version);
-    target = {{"version", t.version.str()}, {"source", t.source}};
-    // fastrestartd's own environment is not this command's: only engine.env is checked offline.
-    LintInput in{c.engine.command, next, c.engine.env, {}, c.weights.daemon, c.weights.mode};
-    for (const auto& f : lint_vllm(rules, t, in))
-      findings.push_back({{"severity", f.severity == Severity::kError ? "error" : "warning"}, {"subject", f.subject}, {"message", f.message}});
-  }
-  return json{{"ok", true}, {"kind", engine_kind_name(c.engine.kind)}, {"flags", next}, {"checked_against", target},
-              {"findings", findings}, {"daemon_affecting", daemon_affecting_changes(c.engine.kind, c.engine.flags, next, rules.daemon_flags)}};
+  // No engine report, and fastrestartd's own environment is not this command's: only engine.env is checked.
+  // No "would": what a push does depends on the running flags, which only fastrestartd knows.
+  return check_reply({c, rules, "", {}, c.engine.flags}, next, /*with_would=*/false);
 }
 
 int print_check(const json& r, bool as_json) {

@@ -10,6 +10,7 @@
 #include "supervisor/flags.h"
 #include "supervisor/supervisor.h"
 #include "supervisor/supervisor_internal.h"
+#include "supervisor/vllm_check.h"
 
 namespace fr::supervisor {
 
@@ -92,19 +93,9 @@ json Supervisor::handle(const json& req, std::shared_ptr<std::promise<json>> rep
       push["mode"] = "replace";
       return handle(push, reply);
     }
-    std::vector<std::string> words;
-    if (req.contains("flags") && req["flags"].is_array()) {
-      for (const auto& w : req["flags"])
-        if (w.is_string()) words.push_back(w.get<std::string>());
-    } else if (req.contains("flags") && req["flags"].is_string()) {
-      auto split = split_flags(req["flags"].get<std::string>());
-      if (!split.ok()) return error("invalid_argument", "reload.flags: " + split.error().message);
-      words = *split;
-    }
-    const std::string mode = req.value("mode", "replace");
-    PushKind kind = mode == "add" ? PushKind::kAdd : mode == "remove" ? PushKind::kRemove : PushKind::kReplace;
-    if (mode != "add" && mode != "remove" && mode != "replace") return error("invalid_argument", "reload.mode: " + mode);
-    auto next = merge_flags(m_flags, words, kind);
+    auto pushed = pushed_flags(req, m_flags, "reload");
+    if (!pushed.ok()) return error("invalid_argument", pushed.error().message);
+    const std::vector<std::string> next = std::move(*pushed);
     if (next == m_flags && m_state == State::kReady)
       return {{"ok", true}, {"path", "unchanged"}, {"flags", m_flags}, {"message", "the flags are unchanged"}};
     // Checks before a flag push: nothing restarts when vLLM would not start with these flags.

@@ -18,6 +18,7 @@
 #include "supervisor/readiness.h"
 #include "supervisor/supervisor.h"
 #include "supervisor/supervisor_internal.h"
+#include "supervisor/vllm_check.h"
 #include "supervisor/vllm_lint.h"
 
 namespace fr::supervisor {
@@ -434,38 +435,9 @@ std::string Supervisor::refuse_push(const std::vector<std::string>& next) {
 }
 
 json Supervisor::handle_check(const json& req) {
-  std::vector<std::string> next = m_flags;
-  if (req.contains("flags")) {
-    std::vector<std::string> words;
-    if (req["flags"].is_array()) {
-      for (const auto& w : req["flags"])
-        if (w.is_string()) words.push_back(w.get<std::string>());
-    } else if (req["flags"].is_string()) {
-      auto split = split_flags(req["flags"].get<std::string>());
-      if (!split.ok()) return {{"ok", false}, {"error", {{"code", "invalid_argument"}, {"message", "check.flags: " + split.error().message}}}};
-      words = *split;
-    }
-    const std::string mode = req.value("mode", "replace");
-    next = merge_flags(m_flags, words, mode == "add" ? PushKind::kAdd : mode == "remove" ? PushKind::kRemove : PushKind::kReplace);
-  }
-  json findings = json::array();
-  json target = nullptr;
-  if (m_cfg.engine.kind == EngineKind::kVllm) {
-    LintTarget t = lint_target(m_rules, m_reported_version, m_cfg.engine.vllm_version);
-    target = {{"version", t.version.str()}, {"source", t.source}};
-    LintInput in{m_cfg.engine.command, next, m_cfg.engine.env, vllm_environment(), m_cfg.weights.daemon, m_cfg.weights.mode};
-    for (const auto& f : lint_vllm(m_rules, t, in))
-      findings.push_back({{"severity", f.severity == Severity::kError ? "error" : "warning"}, {"subject", f.subject}, {"message", f.message}});
-  }
-  auto affecting = daemon_affecting_changes(m_cfg.engine.kind, m_flags, next, m_rules.daemon_flags);
-  bool errors = std::any_of(findings.begin(), findings.end(), [](const json& f) { return f["severity"] == "error"; });
-  return {{"ok", true},
-          {"kind", engine_kind_name(m_cfg.engine.kind)},
-          {"flags", next},
-          {"checked_against", target},
-          {"findings", findings},
-          {"daemon_affecting", affecting},
-          {"would", errors ? "refuse" : next == m_flags ? "nothing" : affecting.empty() ? "restart the engine (warm)" : "reload the daemons (cold)"}};
+  auto next = pushed_flags(req, m_flags, "check");
+  if (!next.ok()) return {{"ok", false}, {"error", {{"code", "invalid_argument"}, {"message", next.error().message}}}};
+  return check_reply({m_cfg, m_rules, m_reported_version, vllm_environment(), m_flags}, *next, /*with_would=*/true);
 }
 
 }  // namespace fr::supervisor

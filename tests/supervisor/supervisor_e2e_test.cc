@@ -1,8 +1,6 @@
 // fastrestartd end to end: the real supervisor, the real tiny engine, a real weight daemon (host backend),
 // real signals, and sd_notify read from a datagram socket this test owns.
-#include <arpa/inet.h>
 #include <fcntl.h>
-#include <netinet/in.h>
 #include <signal.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
@@ -28,18 +26,6 @@ using nlohmann::json;
 using Clock = std::chrono::steady_clock;
 
 double now_s() { return std::chrono::duration<double>(Clock::now().time_since_epoch()).count(); }
-
-uint16_t free_port() {
-  int s = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  ::bind(s, reinterpret_cast<sockaddr*>(&a), sizeof a);
-  socklen_t n = sizeof a;
-  ::getsockname(s, reinterpret_cast<sockaddr*>(&a), &n);
-  ::close(s);
-  return ntohs(a.sin_port);
-}
 
 // Collects sd_notify datagrams.
 class NotifySocket {
@@ -122,7 +108,7 @@ struct Options {
 
 class Fastrestartd {
  public:
-  explicit Fastrestartd(const Options& o = {}) : m_port(free_port()) {
+  explicit Fastrestartd(const Options& o = {}) : m_port(test::free_port()) {
     m_cfg = m_dir / "model.toml";
     std::ofstream f(m_cfg);
     m_fake_nvml = o.fake_nvml;
@@ -561,7 +547,7 @@ TEST(Fastrestartd, GpuBudgetAndLeakCheckThroughTheNvmlSeam) {
 // docs/health.md through the real supervisor: probes follow the lifecycle, metrics count what happened.
 TEST(Fastrestartd, HttpProbesAndMetricsFollowTheLifecycle) {
   Options o;
-  o.http_port = free_port();
+  o.http_port = test::free_port();
   Fastrestartd d(o);
   auto get = [&](const std::string& path) {
     auto r = test::run({"/usr/bin/curl", "-s", "-w", "\n%{http_code}",

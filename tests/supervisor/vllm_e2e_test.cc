@@ -1,11 +1,8 @@
 // fastrestartd with engine.kind = "vllm": the real supervisor and fastrestartctl against the stand-in `vllm`
 // of tests/supervisor/vllm_standin (a Python script that behaves like the documented vLLM 0.31 CLI and
 // records every command line; not vLLM). What is and is not covered: docs/vllm.md, "What was run".
-#include <arpa/inet.h>
 #include <fcntl.h>
-#include <netinet/in.h>
 #include <signal.h>
-#include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -25,18 +22,6 @@ namespace {
 using nlohmann::json;
 using Clock = std::chrono::steady_clock;
 
-uint16_t free_port() {
-  int s = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  ::bind(s, reinterpret_cast<sockaddr*>(&a), sizeof a);
-  socklen_t n = sizeof a;
-  ::getsockname(s, reinterpret_cast<sockaddr*>(&a), &n);
-  ::close(s);
-  return ntohs(a.sin_port);
-}
-
 void write_bytes(const std::string& path, char fill, size_t n) {
   std::ofstream f(path, std::ios::binary | std::ios::trunc);
   f << std::string(n, fill);
@@ -53,7 +38,7 @@ struct Options {
 // fastrestartd supervising the stand-in on a fake GPU 0 (FASTRESTART_FAKE_NVML: 100 GiB, 1 GiB used).
 class Vllmd {
  public:
-  explicit Vllmd(const Options& o = {}) : m_port(free_port()) {
+  explicit Vllmd(const Options& o = {}) : m_port(test::free_port()) {
     ::mkdir((m_dir / "model").c_str(), 0755);
     write_bytes(m_dir / "model/model-00001-of-00001.safetensors", 'a', 4096);
     std::ofstream(m_dir / "nvml.json") << R"({"0": {"total": 107374182400, "used": 1073741824, "uuid": "GPU-00000000-0000-0000-0000-000000000000", "name": "Fake GPU"}})";
@@ -95,6 +80,7 @@ class Vllmd {
     return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
   }
   std::string model() const { return m_dir / "model"; }
+  std::string config() const { return m_dir / "model.toml"; }
   test::RunResult ctl(std::vector<std::string> args) {
     std::vector<std::string> argv{FR_FASTRESTARTCTL_BIN, "--socket", m_dir / "ctl/v.ctl"};
     argv.insert(argv.end(), args.begin(), args.end());
@@ -274,6 +260,31 @@ TEST(VllmLint, AReloadWithARemovedFlagIsRefusedBeforeAnythingRestarts) {
   EXPECT_EQ(r.exit_code, 1) << r.output;
   EXPECT_NE(r.output.find("--tokenizer-mode slow: vLLM 0.31.0"), std::string::npos) << r.output;
   EXPECT_NE(r.output.find("reported by the engine"), std::string::npos) << r.output;
+  EXPECT_EQ(d.events("start", "serve").size(), 1u) << "nothing restarted";
+  EXPECT_EQ(d.status()["flags"].dump().find("slow"), std::string::npos);
+}
+
+TEST(VllmLint, AConfigFileReloadWithARemovedFlagIsRefusedEveryTime) {
+  // systemctl reload (fastrestartctl reload without flags) re-reads the file: one with a flag vLLM would
+  // refuse does not load, names file:line, and keeps the running config, on every reload (a refused file
+  // must not read as "unchanged" the second time).
+  Vllmd d;
+  ASSERT_TRUE(d.wait_ready()) << d.log();
+  std::string text;
+  {
+    std::ifstream in(d.config());
+    text.assign(std::istreambuf_iterator<char>(in), {});
+  }
+  const std::string anchor = "\"--max-num-seqs\", \"8\"";
+  ASSERT_NE(text.find(anchor), std::string::npos) << text;
+  text.replace(text.find(anchor), anchor.size(), anchor + ", \"--tokenizer-mode\", \"slow\"");
+  std::ofstream(d.config(), std::ios::trunc) << text;
+  for (int i = 0; i < 2; ++i) {
+    auto r = d.ctl({"reload"});
+    EXPECT_EQ(r.exit_code, 1) << "reload " << i + 1 << ": " << r.output;
+    EXPECT_NE(r.output.find("keeping the running config: " + d.config() + ":7: engine.flags: --tokenizer-mode slow: vLLM 0.31.0"),
+              std::string::npos) << "reload " << i + 1 << ": " << r.output;
+  }
   EXPECT_EQ(d.events("start", "serve").size(), 1u) << "nothing restarted";
   EXPECT_EQ(d.status()["flags"].dump().find("slow"), std::string::npos);
 }

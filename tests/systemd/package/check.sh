@@ -2,7 +2,7 @@
 # Runs inside the harness namespace (../package-install-test.sh). FR_UNIT = fastrestart@demo.service.
 # The .deb installed with dpkg, then the installed unit, binaries, library, Python module and man pages used
 # as an operator would; then removal and purge; then the .rpm's scriptlets. /var/tmp/config-src holds the
-# source tree's config/*.toml.
+# source tree's config/*.toml, /var/tmp/fastrestart-vllm.version python/pyproject.toml's project.version.
 set -u
 fail=0
 ok()   { echo "ok   - $*"; }
@@ -17,6 +17,8 @@ line_of() { # line_of REGEX [AFTER]: the first journal line of the unit matching
 engine_pid() { prop StatusText | sed -nE 's/.*engine pid ([0-9]+).*/\1/p'; }
 # every process whose executable is (or was, before removal) one of the package's binaries
 our_procs() { for e in /proc/[0-9]*/exe; do readlink "$e" 2>/dev/null; done | grep -cE '^/usr/bin/fastrestart' ; }
+# what is left of the package's Python files (fastrestart, fastrestart_vllm and its .dist-info)
+py_left() { ls -d /usr/lib/python3/dist-packages/fastrestart{,_vllm,_vllm-*.dist-info} 2>/dev/null; }
 model=/var/lib/fr-unit-test/model
 
 # ---- install
@@ -51,6 +53,14 @@ out=$(/usr/bin/fastrestartd --check --config /etc/fastrestart/example.toml 2>&1)
 # ---- the Python module, where Debian's python3 finds it without PYTHONPATH
 pyfile=$(cd / && env -u PYTHONPATH /usr/bin/python3 -c 'import fastrestart; print(fastrestart.__file__)' 2>&1)
 expect "python3: fastrestart.__file__" "$pyfile" /usr/lib/python3/dist-packages/fastrestart/__init__.py
+# the vLLM plugin, found the way vLLM finds plugins: the vllm.general_plugins entry point (no vLLM here:
+# loading it imports fastrestart_vllm and yields register, which imports vLLM only when called)
+vllm_ep() { (cd / && env -u PYTHONPATH /usr/bin/python3 -c '
+from importlib.metadata import entry_points, version
+eps = entry_points(group="vllm.general_plugins")
+print(" ".join("%s=%s" % (e.name, e.value) for e in eps), version("fastrestart-vllm"), eps["fastrestart"].load().__module__)' 2>&1); }
+expect "python3: vllm.general_plugins entry points, fastrestart-vllm version, register's module" "$(vllm_ep)" \
+  "fastrestart=fastrestart_vllm:register $(cat /var/tmp/fastrestart-vllm.version) fastrestart_vllm"
 
 # ---- the instance, from the packaged unit and binaries
 /usr/bin/fastrestart-tinyengine gen --out $model --size 8M >/dev/null 2>&1
@@ -133,8 +143,7 @@ socks=$(find /run /tmp /var/tmp -type s 2>/dev/null | grep -v '^/run/systemd/' |
 expect "sockets left in /run, /tmp, /var/tmp (outside systemd's)" "$socks" ""
 [[ ! -e /run/fastrestart ]] && ok "/run/fastrestart removed" || bad "/run/fastrestart left: $(ls -la /run/fastrestart)"
 [[ ! -e /usr/bin/fastrestartd ]] && ok "binaries removed" || bad "/usr/bin/fastrestartd still there"
-[[ ! -e /usr/lib/python3/dist-packages/fastrestart ]] && ok "Python module removed" \
-  || bad "left: $(find /usr/lib/python3/dist-packages/fastrestart)"
+expect "Python packages and the plugin's .dist-info left after dpkg -r" "$(py_left)" ""
 [[ -e /etc/fastrestart/example.toml ]] && ok "conffile kept until purge" || bad "conffile removed by dpkg -r"
 dpkg -P fastrestart > /var/tmp/dpkg-p.log 2>&1 && ok "dpkg -P" || bad "dpkg -P failed: $(tail -n 5 /var/tmp/dpkg-p.log)"
 [[ ! -e /var/lib/fastrestart ]] && ok "purge removed /var/lib/fastrestart" || bad "/var/lib/fastrestart left after purge"
@@ -149,12 +158,13 @@ if [[ -f /var/tmp/fastrestart.rpm ]]; then
   systemctl start "$FR_UNIT" && ok "rpm: systemctl start $FR_UNIT" || bad "rpm: systemctl start failed"
   expect_match "rpm: StatusText" "$(prop StatusText)" '^Ready '
   /usr/bin/python3 -c 'import fastrestart' 2>/dev/null && ok "rpm: python3 imports fastrestart" || bad "rpm: import fastrestart failed"
+  expect "rpm: vllm.general_plugins entry points, version, register's module" "$(vllm_ep)" \
+    "fastrestart=fastrestart_vllm:register $(cat /var/tmp/fastrestart-vllm.version) fastrestart_vllm"
   if rpm -e fastrestart > /var/tmp/rpm-e.log 2>&1; then ok "rpm -e"; else bad "rpm -e failed: $(tail -n 5 /var/tmp/rpm-e.log)"; fi
   expect "rpm: is-active after rpm -e (%preun stopped it)" "$(systemctl is-active "$FR_UNIT")" inactive
   expect "rpm: processes of the package left" "$(our_procs)" 0
   [[ ! -e /run/fastrestart ]] && ok "rpm: /run/fastrestart removed (%postun)" || bad "rpm: /run/fastrestart left"
-  [[ ! -e /usr/lib/python3/dist-packages/fastrestart ]] && ok "rpm: Python module removed" \
-    || bad "rpm: left: $(find /usr/lib/python3/dist-packages/fastrestart)"
+  expect "rpm: Python packages and the plugin's .dist-info left after rpm -e" "$(py_left)" ""
 fi
 [[ $fail -eq 0 ]] || { echo "--- journal of $FR_UNIT (last 60 lines)"; journal | tail -n 60; }
 exit $fail

@@ -1,0 +1,74 @@
+"""What the Python tests share: a safetensors writer and a real fastrestart-weightd started and stopped.
+
+Used by test_binding, test_torch and test_vllm_plugin (python/tests is their working directory).
+"""
+
+import json
+import os
+import signal
+import socket
+import struct
+import subprocess
+import time
+
+import numpy as np
+
+DTYPES = {np.dtype("float32"): "F32", np.dtype("float16"): "F16", np.dtype("int64"): "I64",
+          np.dtype("uint8"): "U8", np.dtype("bool"): "BOOL", np.dtype("float64"): "F64"}
+
+
+def write_safetensors(path, tensors):
+    """The safetensors format by hand (numpy arrays): u64 LE header length, JSON header, then the data."""
+    header, blobs, offset = {}, [], 0
+    for name, a in tensors.items():
+        data = np.ascontiguousarray(a).tobytes()
+        header[name] = {"dtype": DTYPES[a.dtype], "shape": list(a.shape), "data_offsets": [offset, offset + len(data)]}
+        blobs.append(data)
+        offset += len(data)
+    h = json.dumps(header).encode()
+    h += b" " * (-len(h) % 8)
+    with open(path, "wb") as f:
+        f.write(struct.pack("<Q", len(h)) + h + b"".join(blobs))
+
+
+class Weightd:
+    """A fastrestart-weightd on `backend` ("host", or "cuda" on GPU 0) with its socket in run_dir and its
+    output in log_path. start() returns once its socket accepts; a daemon that exits or never accepts fails
+    the test `case` with its log."""
+
+    def __init__(self, binary, run_dir, log_path, backend="host"):
+        self.argv = [binary, "--socket-dir", run_dir, "--backend", backend] + (["--gpu", "0"] if backend == "cuda" else [])
+        self.run_dir, self.log_path, self.backend = run_dir, log_path, backend
+        self.proc = None
+
+    def log(self):
+        with open(self.log_path, errors="replace") as f:
+            return f.read()
+
+    def start(self, case, timeout=60):
+        with open(self.log_path, "wb") as log:
+            self.proc = subprocess.Popen(self.argv, stdout=log, stderr=subprocess.STDOUT)
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                case.fail("fastrestart-weightd (%s) exited: %s" % (self.backend, self.log()))
+            names = os.listdir(self.run_dir) if os.path.isdir(self.run_dir) else []
+            for name in (n for n in names if n.endswith(".sock")):
+                try:
+                    with socket.socket(socket.AF_UNIX) as s:
+                        s.connect(os.path.join(self.run_dir, name))
+                    return self
+                except OSError:
+                    pass
+            time.sleep(0.02)
+        case.fail("fastrestart-weightd (%s) did not accept: %s" % (self.backend, self.log()))
+
+    def stop(self, sig=signal.SIGTERM, timeout=30):
+        """Sends sig (unless it has exited) and waits; returns the exit code (None if never started)."""
+        if self.proc is None:
+            return None
+        if self.proc.poll() is None:
+            self.proc.send_signal(sig)
+        rc = self.proc.wait(timeout)
+        self.proc = None
+        return rc
