@@ -49,7 +49,7 @@ install(FILES ${FR_EXAMPLE_CONFIGS} DESTINATION ${CMAKE_INSTALL_DOCDIR}/examples
 # --- documentation ----------------------------------------------------------------------------------------
 foreach(_fr_doc README.md docs/systemd.md docs/packaging.md docs/config.md docs/supervisor.md docs/weightd.md
                 docs/engine_loader.md docs/python.md docs/protocol.md docs/health.md docs/operations.md
-                docs/vllm.md docs/vllm-plugin.md)
+                docs/vllm.md docs/vllm-plugin.md docs/snapshot.md)
   if(EXISTS ${PROJECT_SOURCE_DIR}/${_fr_doc})
     install(FILES ${PROJECT_SOURCE_DIR}/${_fr_doc} DESTINATION ${CMAKE_INSTALL_DOCDIR})
   endif()
@@ -82,7 +82,8 @@ if(FASTRESTART_MAN AND FR_PANDOC)
       "fastrestart.toml.5|docs/man/fastrestart.toml.5.md,docs/config.md"
       "fastrestart-weightd.8|docs/man/fastrestart-weightd.8.md,docs/weightd.md"
       "fastrestart-weightctl.1|docs/man/fastrestart-weightctl.1.md,docs/weightd.md"
-      "fastrestart-tinyengine.1|docs/man/fastrestart-tinyengine.1.md,docs/tinyengine.md")
+      "fastrestart-tinyengine.1|docs/man/fastrestart-tinyengine.1.md,docs/tinyengine.md"
+      "fastrestart-snapshot.8|docs/man/fastrestart-snapshot.8.md")
   set(_fr_man_outputs "")
   foreach(_fr_m IN LISTS _fr_man_pages)
     string(REPLACE "|" ";" _fr_m "${_fr_m}")
