@@ -486,7 +486,7 @@ void Supervisor::start_engine() {
       if (auto m = m_gpus->memory(gpu); m.ok())
         m_baseline_used[gpu] = static_cast<double>(m->used) - static_cast<double>(held_bytes(gpu));
   set_status(std::string("Starting the engine (") + (e.warm_expected ? "warm" : "cold") + ")");
-  spdlog::info("engine: {}", join(spec.argv));
+  spdlog::info("engine: {}", join(redact_flags(spec.argv)));
   auto s = spawn_child(spec);
   if (!s.ok()) {
     spdlog::error("engine: {}", s.error().message);
@@ -778,7 +778,7 @@ void Supervisor::after_drain() {
     // The pushed flags never became ready: go back to the last flags that were.
     m_reload->rolled_back = true;
     m_reload->rollback_reason = cause + ": " + m_last_exit.value("detail", std::string());
-    spdlog::error("reload failed ({}); rolling back to: {}", m_reload->rollback_reason, join(m_reload->old_flags));
+    spdlog::error("reload failed ({}); rolling back to: {}", m_reload->rollback_reason, join(redact_flags(m_reload->old_flags)));
     m_flags = m_reload->old_flags;
     m_policy.on_exit(m_loop.now_s(), true, was_warm);
     raise(m_reload->cold ? Event::kDrainedColdRestart : Event::kDrainedRestart);

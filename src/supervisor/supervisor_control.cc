@@ -1,12 +1,18 @@
 // The control side of the Supervisor: status, reload, restart, stop-engine, start-engine, daemons
 // (docs/supervisor.md, "Control protocol"), and the persistence of pushed flags.
+#include <fcntl.h>
 #include <spdlog/spdlog.h>
+#include <sys/stat.h>
 #include <time.h>
+#include <unistd.h>
 
+#include <cerrno>
+#include <cstring>
 #include <filesystem>
-#include <fstream>
 
+#include "common/fd.h"
 #include "common/io.h"
+#include "supervisor/control_request.h"
 #include "supervisor/flags.h"
 #include "supervisor/supervisor.h"
 #include "supervisor/supervisor_internal.h"
@@ -54,7 +60,9 @@ json Supervisor::request(const json& req) {
 
 // Returns the reply, or null when it will come later through `reply` (reload --wait).
 json Supervisor::handle(const json& req, std::shared_ptr<std::promise<json>> reply) {
-  const std::string op = req.value("op", "");
+  auto parsed = parse_control_request(req);
+  if (!parsed.ok()) return error("invalid_argument", parsed.error().message);
+  const std::string op = parsed->op;
   if (op == "status") return {{"ok", true}, {"status", status_json()}};
   if (op == "daemons") return {{"ok", true}, {"daemons", status_json()["daemons"]}};
   const bool terminal = m_state == State::kStopping || m_state == State::kFailed || m_state == State::kStopped;
@@ -82,36 +90,26 @@ json Supervisor::handle(const json& req, std::shared_ptr<std::promise<json>> rep
       m_cfg.readiness = c->readiness;
       m_cfg.memory = c->memory;
       if (!flags_changed)
-        return {{"ok", true}, {"path", "unchanged"}, {"flags", m_flags}, {"message", "re-read " + m_cfg.path + ": the engine's flags are unchanged"}};
+        return {{"ok", true}, {"path", "unchanged"}, {"flags", redact_flags(m_flags)}, {"message", "re-read " + m_cfg.path + ": the engine's flags are unchanged"}};
       json push = req;
       push["flags"] = c->engine.flags;
       push["mode"] = "replace";
       return handle(push, reply);
     }
-    std::vector<std::string> words;
-    if (req.contains("flags") && req["flags"].is_array()) {
-      for (const auto& w : req["flags"])
-        if (w.is_string()) words.push_back(w.get<std::string>());
-    } else if (req.contains("flags") && req["flags"].is_string()) {
-      auto split = split_flags(req["flags"].get<std::string>());
-      if (!split.ok()) return error("invalid_argument", "reload.flags: " + split.error().message);
-      words = *split;
-    }
-    const std::string mode = req.value("mode", "replace");
-    PushKind kind = mode == "add" ? PushKind::kAdd : mode == "remove" ? PushKind::kRemove : PushKind::kReplace;
-    if (mode != "add" && mode != "remove" && mode != "replace") return error("invalid_argument", "reload.mode: " + mode);
+    const std::vector<std::string>& words = *parsed->flags;
+    const PushKind kind = parsed->mode;
     auto next = merge_flags(m_flags, words, kind);
     if (next == m_flags && m_state == State::kReady)
-      return {{"ok", true}, {"path", "unchanged"}, {"flags", m_flags}, {"message", "the flags are unchanged"}};
+      return {{"ok", true}, {"path", "unchanged"}, {"flags", redact_flags(m_flags)}, {"message", "the flags are unchanged"}};
     auto affecting = daemon_affecting_changes(m_cfg.engine.kind, m_flags, next);
     m_reload = std::make_unique<PendingReload>();
     m_reload->old_flags = m_last_ready_flags;
     m_reload->new_flags = next;
     m_reload->cold = !affecting.empty();
     m_reload->started = m_loop.now_s();
-    if (req.value("wait", true)) m_reload->waiters.push_back(reply);
+    if (parsed->wait) m_reload->waiters.push_back(reply);
     m_flags = next;
-    spdlog::info("reload: flags now '{}' ({})", [&] { std::string s; for (auto& w : next) s += (s.empty() ? "" : " ") + w; return s; }(),
+    spdlog::info("reload: flags now '{}' ({})", [&] { std::string s; for (auto& w : redact_flags(next)) s += (s.empty() ? "" : " ") + w; return s; }(),
                  affecting.empty() ? "engine only, warm cache" : "changes what the daemons hold: cold");
     char buf[64];
     std::snprintf(buf, sizeof buf, "%.0f", monotonic_usec());
@@ -132,7 +130,7 @@ void Supervisor::finish_reload(bool ok, const std::string& why) {
              {"path", m_engine ? m_engine->path : ""},
              {"cold_reload", r->cold},
              {"time_to_ready_s", took},
-             {"flags", m_flags},
+             {"flags", redact_flags(m_flags)},
              {"rolled_back", r->rolled_back}};
   m_reload_counts[r->rolled_back ? "rolled_back" : r->cold ? "cold" : "warm"]++;
   if (ok) {
@@ -147,17 +145,23 @@ void Supervisor::finish_reload(bool ok, const std::string& why) {
 
 void Supervisor::persist_flags() {
   const std::string path = flags_file(m_cfg);
+  // Pushed flags may hold secrets (--api-key): the directory is created 0700 and the file is 0600.
+  const auto dir = std::filesystem::path(path).parent_path();
   std::error_code ec;
-  std::filesystem::create_directories(std::filesystem::path(path).parent_path(), ec);
-  json j{{"flags", m_flags}, {"config_flags", m_cfg.engine.flags}};
-  std::string tmp = path + ".tmp";
-  {
-    std::ofstream f(tmp, std::ios::trunc);
-    f << j.dump(2) << "\n";
-    if (!f) {
-      spdlog::warn("could not persist the flags to {}", path);
-      return;
-    }
+  std::filesystem::create_directories(dir.parent_path(), ec);
+  if (::mkdir(dir.c_str(), 0700) != 0 && errno != EEXIST) {
+    spdlog::warn("could not persist the flags: mkdir {}: {}", dir.string(), std::strerror(errno));
+    return;
+  }
+  const std::string text = json{{"flags", m_flags}, {"config_flags", m_cfg.engine.flags}}.dump(2) + "\n";
+  const std::string tmp = path + ".tmp";
+  UniqueFd fd(::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0600));
+  Status st = fd ? write_full(fd.get(), text.data(), text.size(), tmp) : Status(sys_error("open " + tmp));
+  if (st.ok() && ::fchmod(fd.get(), 0600) != 0) st = sys_error("chmod " + tmp);
+  fd.reset();
+  if (!st.ok()) {
+    spdlog::warn("could not persist the flags to {}: {}", path, st.error().message);
+    return;
   }
   std::filesystem::rename(tmp, path, ec);
   if (ec) spdlog::warn("could not persist the flags to {}: {}", path, ec.message());
@@ -222,7 +226,7 @@ json Supervisor::status_json() {
     engine = {{"pid", m_engine->pid},
               {"uptime_s", m_loop.now_s() - m_engine->spawned_at},
               {"path", m_engine->path},
-              {"flags", m_engine->flags},
+              {"flags", redact_flags(m_engine->flags)},
               {"running", !m_engine->exited}};
   }
   json restarts = json::object();
@@ -241,7 +245,7 @@ json Supervisor::status_json() {
           {"status_text", m_status_text},
           {"uptime_s", m_loop.now_s() - m_started_at},
           {"engine", engine},
-          {"flags", m_flags},
+          {"flags", redact_flags(m_flags)},
           {"restarts", restarts},
           {"last_exit", m_last_exit.is_null() ? json(nullptr) : m_last_exit},
           {"last_start", m_last_start.is_null() ? json(nullptr) : m_last_start},
