@@ -181,6 +181,8 @@ int Supervisor::run() {
     m_watchdog_timer.start(every, [this] { m_notify->notify("WATCHDOG=1"); }, every);
   }
   spdlog::info("fastrestartd {} serving '{}' from {}", FASTRESTART_VERSION, m_cfg.name, m_cfg.path);
+  if (pid_t g = kill_recorded_group(state_path(m_cfg, "engine.pgid")))
+    spdlog::warn("killed process group {}, left running by a previous fastrestartd that did not stop cleanly", g);
   m_state = State::kLoading;
   start_daemons();
   m_running = true;
@@ -281,6 +283,7 @@ void Supervisor::spawn_daemon(Daemon& d) {
   d.failed = false;
   d.error.clear();
   d.pid = s->pid;
+  d.spawned_at = m_loop.now_s();
   d.reader.reset();
   d.output = std::move(s->output);
   d.reader = std::make_unique<LineReader>(
@@ -396,6 +399,9 @@ void Supervisor::on_daemon_exit(Daemon& d, int status) {
   if (m_state == State::kStopping || m_state == State::kFailed || m_state == State::kStopped) return;
   // Running engines keep their mappings; the next restart needs a daemon again. Respawn with a backoff so a
   // daemon that cannot start does not spin.
+  // A daemon that ran as long as restart.reset_after_s starts its backoff again (as the engine's does):
+  // else every death in a long life would wait the full 60 s (found by the soak).
+  if (m_loop.now_s() - d.spawned_at >= m_cfg.restart.reset_after_s) d.respawns = 0;
   const double delay = std::min(60.0, 0.5 * static_cast<double>(1 << std::min(d.respawns, 7)));
   d.respawns++;
   spdlog::error("weight daemon pid {} died ({}); running engines keep their mappings; respawning in {:.1f} s",
@@ -405,6 +411,9 @@ void Supervisor::on_daemon_exit(Daemon& d, int status) {
   d.respawn->start(delay, [this, raw] {
     if (m_state == State::kStopping || m_state == State::kFailed || m_state == State::kStopped) return;
     spawn_daemon(*raw);
+    // The status poll chain ends when no daemon is alive: restart it, or the respawned daemon would show
+    // "loading" and 0 held bytes forever (found by the soak, tests/soak).
+    m_daemon_timer.start(0.05, [this] { poll_daemons(); });
   });
 }
 
@@ -500,6 +509,9 @@ void Supervisor::start_engine() {
     return;
   }
   e.pid = s->pid;
+  // If fastrestartd dies, the next one kills what is left of this group (kill_recorded_group).
+  if (auto st = write_private_file(state_path(m_cfg, "engine.pgid"), std::to_string(e.pid)); !st.ok())
+    spdlog::warn("could not record the engine's process group: {}", st.error().message);
   e.pidfd = std::move(s->pidfd);
   e.output = std::move(s->output);
   Engine* raw = &e;
@@ -766,6 +778,7 @@ void Supervisor::wait_drain() {
 }
 
 void Supervisor::after_drain() {
+  ::unlink(state_path(m_cfg, "engine.pgid").c_str());  // the engine's group is gone
   const std::string cause = m_last_exit.value("cause", std::string("requested"));
   const bool failure = cause != "requested";
   const bool was_warm = m_engine && m_engine->warm_expected;

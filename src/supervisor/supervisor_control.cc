@@ -27,15 +27,7 @@ json error(const std::string& code, const std::string& msg) {
   return {{"ok", false}, {"error", {{"code", code}, {"message", msg}}}};
 }
 
-std::string flags_file(const Config& c) {
-  std::string dir = c.control.state_dir;
-  if (dir.empty()) {
-    if (const char* d = std::getenv("STATE_DIRECTORY"); d && *d) dir = std::string(d) + "/" + c.name;
-    else if (::geteuid() == 0) dir = "/var/lib/fastrestart/" + c.name;
-    else dir = std::string(std::getenv("HOME") ? std::getenv("HOME") : "/tmp") + "/.local/state/fastrestart/" + c.name;
-  }
-  return dir + "/flags.json";
-}
+std::string flags_file(const Config& c) { return state_path(c, "flags.json"); }
 
 double monotonic_usec() {
   timespec ts{};
@@ -44,6 +36,32 @@ double monotonic_usec() {
 }
 
 }  // namespace
+
+std::string state_path(const Config& c, const std::string& name) {
+  std::string dir = c.control.state_dir;
+  if (dir.empty()) {
+    if (const char* d = std::getenv("STATE_DIRECTORY"); d && *d) dir = std::string(d) + "/" + c.name;
+    else if (::geteuid() == 0) dir = "/var/lib/fastrestart/" + c.name;
+    else dir = std::string(std::getenv("HOME") ? std::getenv("HOME") : "/tmp") + "/.local/state/fastrestart/" + c.name;
+  }
+  return dir + "/" + name;
+}
+
+Status write_private_file(const std::string& path, const std::string& text) {
+  // Pushed flags may hold secrets (--api-key): the directory is created 0700 and the file is 0600.
+  const auto dir = std::filesystem::path(path).parent_path();
+  std::error_code ec;
+  std::filesystem::create_directories(dir.parent_path(), ec);
+  if (::mkdir(dir.c_str(), 0700) != 0 && errno != EEXIST) return sys_error("mkdir " + dir.string());
+  const std::string tmp = path + ".tmp";
+  UniqueFd fd(::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0600));
+  if (!fd) return sys_error("open " + tmp);
+  FR_TRY(write_full(fd.get(), text.data(), text.size(), tmp));
+  if (::fchmod(fd.get(), 0600) != 0) return sys_error("chmod " + tmp);
+  fd.reset();
+  if (::rename(tmp.c_str(), path.c_str()) != 0) return sys_error("rename " + tmp);
+  return {};
+}
 
 json Supervisor::request(const json& req) {
   auto p = std::make_shared<std::promise<json>>();
@@ -145,26 +163,9 @@ void Supervisor::finish_reload(bool ok, const std::string& why) {
 
 void Supervisor::persist_flags() {
   const std::string path = flags_file(m_cfg);
-  // Pushed flags may hold secrets (--api-key): the directory is created 0700 and the file is 0600.
-  const auto dir = std::filesystem::path(path).parent_path();
-  std::error_code ec;
-  std::filesystem::create_directories(dir.parent_path(), ec);
-  if (::mkdir(dir.c_str(), 0700) != 0 && errno != EEXIST) {
-    spdlog::warn("could not persist the flags: mkdir {}: {}", dir.string(), std::strerror(errno));
-    return;
-  }
   const std::string text = json{{"flags", m_flags}, {"config_flags", m_cfg.engine.flags}}.dump(2) + "\n";
-  const std::string tmp = path + ".tmp";
-  UniqueFd fd(::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0600));
-  Status st = fd ? write_full(fd.get(), text.data(), text.size(), tmp) : Status(sys_error("open " + tmp));
-  if (st.ok() && ::fchmod(fd.get(), 0600) != 0) st = sys_error("chmod " + tmp);
-  fd.reset();
-  if (!st.ok()) {
+  if (auto st = write_private_file(path, text); !st.ok())
     spdlog::warn("could not persist the flags to {}: {}", path, st.error().message);
-    return;
-  }
-  std::filesystem::rename(tmp, path, ec);
-  if (ec) spdlog::warn("could not persist the flags to {}: {}", path, ec.message());
 }
 
 void Supervisor::load_persisted_flags() {

@@ -1,0 +1,54 @@
+#!/usr/bin/env bash
+# Sanitizer builds and test runs (docs/reliability.md, "Sanitizers"); CI runs both (scripts/test.sh).
+#   scripts/sanitize.sh asan   ASan + UBSan in ./build-asan: the unit and end-to-end tests, with every
+#                              binary they start (fastrestartd, weightd, tinyengine) instrumented too
+#   scripts/sanitize.sh tsan   TSan in ./build-tsan: the threaded tests (reader threads, the daemon's
+#                              connection threads, the loader, the health server)
+#   scripts/sanitize.sh        both
+# A finding in a test or in a child process aborts it; the child's report goes to build-*/sanitizer/, and
+# any report there fails the run (a child's abort alone might only look like an engine crash to a test).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+kinds="${*:-asan tsan}"
+jobs="$(nproc)"
+
+run_kind() {
+  local kind=$1 dir sanitize targets tests
+  case "$kind" in
+    asan)
+      dir=build-asan sanitize=address,undefined
+      targets="common_test protocol_test daemon_test engine_loader_test supervisor_unit_test supervisor_e2e_test health_test tinyengine_test soak_test"
+      tests='^(Digest|LockFile|PrivateDir|Safetensors|Frame|Messages|Preload|Weightd|WeightdSecurity|Attach|CApi|Fingerprint|Lifecycle|Policy|Classify|Config|Flags|Split|Merge|DaemonAffecting|RedactFlags|ControlRequest|ReadinessJudge|Fastrestartd|FastrestartdSecurity|EveryState|HealthServer|ExpositionCheck|RenderMetrics|TinyEngine|Soak)'
+      ;;
+    tsan)
+      dir=build-tsan sanitize=thread
+      targets="daemon_test engine_loader_test health_test"
+      tests='^(Preload|Weightd\.|Attach|CApi|HealthServer|EveryState)'
+      ;;
+    *) echo "scripts/sanitize.sh: unknown kind '$kind' (asan, tsan)" >&2; exit 100 ;;
+  esac
+  local t0=$SECONDS
+  cmake -S . -B "$dir" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DFASTRESTART_SANITIZE="$sanitize" \
+    -DFASTRESTART_CUDA=OFF -DFASTRESTART_PYTHON=OFF ${CMAKE_ARGS:-} >/dev/null
+  # shellcheck disable=SC2086
+  cmake --build "$dir" -j"$jobs" --target $targets
+  local built=$SECONDS
+  local logs="$PWD/$dir/sanitizer"
+  rm -rf "$logs" && mkdir -p "$logs"
+  # Children inherit these; log_path keeps their reports out of the engine output the tests parse.
+  export ASAN_OPTIONS="log_path=$logs/asan:detect_leaks=1:abort_on_error=1:strict_string_checks=1"
+  export UBSAN_OPTIONS="log_path=$logs/ubsan:print_stacktrace=1:halt_on_error=1"
+  export TSAN_OPTIONS="log_path=$logs/tsan:halt_on_error=1:second_deadlock_stack=1"
+  export FR_SOAK_CYCLES="${FR_SOAK_CYCLES_SANITIZE:-40}"
+  local rc=0
+  (cd "$dir" && ctest --output-on-failure -j"$jobs" --timeout 600 -R "$tests") || rc=$?
+  if compgen -G "$logs/*" >/dev/null; then
+    for f in "$logs"/*; do echo "=== $f"; head -60 "$f"; done
+    echo "scripts/sanitize.sh: $kind: sanitizer reports above"
+    rc=1
+  fi
+  echo "scripts/sanitize.sh: $kind: build $((built - t0)) s, tests $((SECONDS - built)) s, rc $rc"
+  return $rc
+}
+
+for k in $kinds; do run_kind "$k"; done
