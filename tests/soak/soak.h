@@ -19,10 +19,15 @@
 #include <string>
 #include <vector>
 
-#include "soak/supervised.h"
+#include "support/supervised.h"
 #include "support/harness.h"
 
 namespace fr::soak {
+
+using test::free_port;
+using test::http_get;
+using test::http_post;
+using test::Supervised;
 
 struct Params {
   int cycles = 200;

@@ -1,4 +1,4 @@
-#include "soak/supervised.h"
+#include "support/supervised.h"
 
 #include <arpa/inet.h>
 #include <fcntl.h>
@@ -16,7 +16,7 @@
 #include "common/unix_socket.h"
 #include "protocol/frame.h"
 
-namespace fr::soak {
+namespace fr::test {
 
 Supervised::Supervised(std::string binary, std::string config, std::string control, std::string log)
     : m_binary(std::move(binary)), m_config(std::move(config)), m_control(std::move(control)), m_log(std::move(log)) {}
@@ -114,4 +114,4 @@ uint16_t free_port() {
   return ntohs(a.sin_port);
 }
 
-}  // namespace fr::soak
+}  // namespace fr::test

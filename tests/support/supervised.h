@@ -1,4 +1,4 @@
-// A real fastrestartd supervising the soak's engine: started, SIGKILLed and restarted by the soak, and
+// A real fastrestartd (the soak and the security tests): started, SIGKILLed and restarted by the test, and
 // spoken to over its control socket (frames of docs/protocol.md) and its HTTP listener.
 #pragma once
 
@@ -10,7 +10,7 @@
 
 #include "fastrestart/result.h"
 
-namespace fr::soak {
+namespace fr::test {
 
 using nlohmann::json;
 
@@ -50,4 +50,4 @@ HttpAnswer http_post(uint16_t port, const std::string& path, const json& body, d
 // An ephemeral TCP port on 127.0.0.1 that was free a moment ago.
 uint16_t free_port();
 
-}  // namespace fr::soak
+}  // namespace fr::test
