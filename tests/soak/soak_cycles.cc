@@ -98,7 +98,7 @@ Expect Soak::startup_fault() {
 }
 
 Expect Soak::start_timeout() {
-  queue_faults("--fault-startup-delay 30");
+  queue_faults("--fault-startup-delay " + std::to_string(static_cast<int>(m_start_timeout_s) + 30));
   Expect e = request_restart();
   e.required["start_timeout"]++;
   return e;
