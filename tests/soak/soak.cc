@@ -44,6 +44,7 @@ Soak::Soak(const Params& p) : m_p(p), m_rng(p.seed) {
   const char unit = m_p.size.empty() ? 'M' : m_p.size.back();
   gib /= unit == 'T' ? 1.0 / 1024 : unit == 'G' ? 1 : unit == 'M' ? 1024 : unit == 'K' ? 1024.0 * 1024 : 1024.0 * 1024 * 1024;
   m_start_timeout_s = 3 + 15 * gib;
+  m_check_timeout_s = 1.5 + 2 * gib;  // a completion reads every weight once per token
   make_oracle();
   write_config();
   m_sup = std::make_unique<Supervised>(FR_FASTRESTARTD_BIN, m_config, m_ctl, m_dir / "fastrestartd.log");
@@ -103,7 +104,7 @@ void Soak::write_config() {
     << "[weights]\nmode = \"zero_copy\"\nbackend = \"host\"\ncheckpoint = " << q(m_checkpoint) << "\nsocket_dir = " << q(m_run) << "\n"
     << "[readiness]\nmodel = \"soak\"\nexpect_text = " << q(m_oracle_text) << "\nstartup_timeout_s = " << m_start_timeout_s << "\n"
     // Health checks: generous timeouts, so a loaded CI machine is not taken for a hung engine.
-    << "poll_interval_s = 0.05\ncheck_interval_s = 0.2\ncheck_timeout_s = 1.5\nhang_after_failures = 2\n"
+    << "poll_interval_s = 0.05\ncheck_interval_s = 0.2\ncheck_timeout_s = " << m_check_timeout_s << "\nhang_after_failures = 2\n"
     << "[restart]\nbackoff_initial_s = 0.05\nbackoff_max_s = 0.2\ncrash_loop_limit = 100000\ncrash_loop_window_s = 1\nreset_after_s = 5\n"
     << "warm_failures_before_cold = 0\n"
     << "[control]\nsocket = " << q(m_ctl) << "\nstate_dir = " << q(m_dir / "state") << "\n"

@@ -106,7 +106,8 @@ class Soak {
   test::TempDir m_dir;
   std::string m_checkpoint, m_config, m_faults, m_run, m_ctl;
   uint16_t m_engine_port = 0, m_http_port = 0;
-  double m_start_timeout_s = 3;  // readiness.startup_timeout_s: 3 s plus 15 s per GiB of checkpoint
+  double m_start_timeout_s = 3;    // readiness.startup_timeout_s: 3 s plus 15 s per GiB of checkpoint
+  double m_check_timeout_s = 1.5;  // readiness.check_timeout_s (also the probe's): 1.5 s plus 2 s per GiB
   nlohmann::json m_oracle;       // choices[0] of the disk-only answer
   std::string m_oracle_text;     // its first token: the readiness oracle
   std::unique_ptr<Supervised> m_sup;

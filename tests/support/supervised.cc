@@ -5,6 +5,7 @@
 #include <httplib.h>
 #include <netinet/in.h>
 #include <signal.h>
+#include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -28,6 +29,7 @@ Supervised::~Supervised() {
 void Supervised::start() {
   m_pid = ::fork();
   if (m_pid == 0) {
+    ::prctl(PR_SET_PDEATHSIG, SIGTERM);  // a test killed by ctest's timeout leaves no fastrestartd behind
     int fd = ::open(m_log.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
     ::dup2(fd, 1);
     ::dup2(fd, 2);
