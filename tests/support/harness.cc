@@ -1,14 +1,19 @@
 #include "support/harness.h"
 
+#include "common/fd.h"
 #include "common/unix_socket.h"
 
+#include <arpa/inet.h>
 #include <fcntl.h>
 #include <grp.h>
+#include <netinet/in.h>
 #include <signal.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
@@ -150,5 +155,18 @@ int Daemon::stop(int sig) {
 }
 
 std::string Daemon::log() const { return slurp(m_log); }
+
+uint16_t free_port() {
+  UniqueFd s(::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
+  if (!s) throw std::runtime_error(std::string("free_port: socket: ") + std::strerror(errno));
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t n = sizeof a;
+  if (::bind(s.get(), reinterpret_cast<sockaddr*>(&a), sizeof a) != 0 ||
+      ::getsockname(s.get(), reinterpret_cast<sockaddr*>(&a), &n) != 0)
+    throw std::runtime_error(std::string("free_port: bind/getsockname: ") + std::strerror(errno));
+  return ntohs(a.sin_port);
+}
 
 }  // namespace fr::test

@@ -3,6 +3,8 @@
 
 #include <sys/types.h>
 
+#include <cstdint>
+
 #include <map>
 #include <string>
 #include <vector>
@@ -55,6 +57,10 @@ class Daemon {
   std::string m_dir, m_log;
   pid_t m_pid = -1;
 };
+
+// A TCP port on 127.0.0.1 that was free a moment ago (bound to port 0, then closed): for a server the test
+// starts next. Another process may take it in between; tests live with that on a private machine.
+uint16_t free_port();
 
 // Paths of the binaries under test: the build tree's, or $FR_BIN_DIR/<name> when that is set.
 std::string binary(const char* built, const char* name);

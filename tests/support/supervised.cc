@@ -104,16 +104,4 @@ HttpAnswer http_post(uint16_t port, const std::string& path, const json& body, d
   return r ? HttpAnswer{r->status, r->body} : HttpAnswer{};
 }
 
-uint16_t free_port() {
-  int s = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  ::bind(s, reinterpret_cast<sockaddr*>(&a), sizeof a);
-  socklen_t n = sizeof a;
-  ::getsockname(s, reinterpret_cast<sockaddr*>(&a), &n);
-  ::close(s);
-  return ntohs(a.sin_port);
-}
-
 }  // namespace fr::test

@@ -47,7 +47,4 @@ struct HttpAnswer {
 HttpAnswer http_get(uint16_t port, const std::string& path, double timeout_s = 5);
 HttpAnswer http_post(uint16_t port, const std::string& path, const json& body, double timeout_s = 10);
 
-// An ephemeral TCP port on 127.0.0.1 that was free a moment ago.
-uint16_t free_port();
-
 }  // namespace fr::test
