@@ -39,6 +39,7 @@ run_kind() {
   # SIGSEGV (the sanitizers would turn that into their own report and exit code); instrumented code is
   # checked before it could fault anyway.
   export ASAN_OPTIONS="log_path=$logs/asan:detect_leaks=1:abort_on_error=1:strict_string_checks=1:handle_segv=0"
+  export LSAN_OPTIONS="suppressions=$PWD/scripts/lsan.supp:print_suppressions=0"
   export UBSAN_OPTIONS="log_path=$logs/ubsan:print_stacktrace=1:halt_on_error=1"
   export TSAN_OPTIONS="log_path=$logs/tsan:halt_on_error=1:second_deadlock_stack=1:handle_segv=0"
   export FR_SOAK_CYCLES="${FR_SOAK_CYCLES_SANITIZE:-40}"

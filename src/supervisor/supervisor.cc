@@ -741,15 +741,22 @@ void Supervisor::wait_drain() {
   const double start = m_loop.now_s();
   // The engine may have published a new pool since the last status poll: refresh the held bytes now.
   if (daemons_active() && !m_cfg.gpus.empty()) poll_daemons();
+  // The step re-arms itself through the timer. It holds itself only weakly: the timer's callback holds
+  // the strong reference, so the closure is freed once the drain is over (a self-capturing shared_ptr
+  // leaked it on every engine exit: LeakSanitizer, docs/reliability.md).
   auto tick = std::make_shared<std::function<void()>>();
-  *tick = [this, pgid, start, tick] {
+  std::weak_ptr<std::function<void()>> weak = tick;
+  auto again = [this, weak](double after_s) {
+    if (auto t = weak.lock()) m_drain_timer.start(after_s, [t] { (*t)(); });
+  };
+  *tick = [this, pgid, start, again] {
     const double waited = m_loop.now_s() - start;
     if (group_alive(pgid)) {
       if (waited > m_cfg.engine.stop_grace_s) {
         spdlog::warn("engine group {} outlived its leader by {} s: SIGKILL", pgid, m_cfg.engine.stop_grace_s);
         signal_group(pgid, -1, SIGKILL);
       }
-      m_drain_timer.start(0.02, *tick);
+      again(0.02);
       return;
     }
     // Leak check (brief decision 8): GPU memory used must fall back to what the daemons hold.
@@ -763,7 +770,7 @@ void Supervisor::wait_drain() {
         double extra = static_cast<double>(m->used) - expected;
         if (extra > m_cfg.memory.leak_tolerance_mib * 1048576.0) {
           if (waited < m_cfg.memory.settle_timeout_s) {
-            m_drain_timer.start(0.1, *tick);
+            again(0.1);
             return;
           }
           spdlog::warn("GPU {}: {} still used after the engine exited, beyond the daemons' {} and what was used "
@@ -774,7 +781,7 @@ void Supervisor::wait_drain() {
     m_kill_timer.stop();
     after_drain();
   };
-  m_drain_timer.start(0.0, *tick);
+  m_drain_timer.start(0.0, [tick] { (*tick)(); });
 }
 
 void Supervisor::after_drain() {
