@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The one test command (README quick start; .ci/run calls it): installs dependencies, builds, runs every
-# test (GPU tests skip with a reason on machines without one), then fuzzes the protocol codec briefly.
+# test (GPU tests skip with a reason on machines without one; the soak at its CI size), fuzzes every input
+# parser briefly, and runs the sanitizer builds (SANITIZE=0 skips them).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/deps.sh
@@ -13,4 +14,6 @@ scripts/build.sh -DCMAKE_INSTALL_PREFIX=/usr
   { tail -30 build/package.log; exit 1; }
 (cd build && ctest --output-on-failure -j"$(nproc)" --timeout 300)
 scripts/fuzz.sh "${FUZZ_SECONDS:-20}"
+# ASan + UBSan over the unit and end-to-end tests, TSan over the threaded ones (docs/reliability.md).
+[ "${SANITIZE:-1}" = 0 ] || scripts/sanitize.sh
 echo "scripts/test.sh: all tests passed"

@@ -28,8 +28,10 @@ class HostUploader final : public Uploader {
 
 class HostPool final : public Pool {
  public:
-  HostPool(UniqueFd fd, Mapping map) : m_fd(std::move(fd)), m_map(std::move(map)) {}
-  uint64_t size() const override { return m_map.size(); }
+  HostPool(UniqueFd fd, Mapping map) : m_fd(std::move(fd)), m_map(std::move(map)), m_size(m_map.size()) {}
+  // Constant, not m_map.size(): seal() remaps on the loader thread while status requests read the size
+  // on connection threads (a data race TSan found: docs/reliability.md).
+  uint64_t size() const override { return m_size; }
 
   Result<UniqueFd> share_fd() override {
     // Sealed: a dup is harmless (F_SEAL_WRITE forbids writable mappings and writes). Unsealed: the
@@ -63,6 +65,7 @@ class HostPool final : public Pool {
  private:
   UniqueFd m_fd;
   Mapping m_map;
+  const uint64_t m_size;
 };
 
 class HostBackend final : public Backend {

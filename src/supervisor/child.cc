@@ -3,12 +3,18 @@
 #include <fcntl.h>
 #include <sched.h>
 #include <signal.h>
+#include <sys/prctl.h>
+#include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <dirent.h>
+
 #include <cerrno>
+#include <cstdlib>
 #include <cstring>
+#include <string>
 
 #include "common/io.h"
 
@@ -71,6 +77,7 @@ Result<Spawned> spawn_child(const SpawnSpec& spec) {
   if (::pipe2(err, O_CLOEXEC) != 0) return sys_error("pipe");
   UniqueFd err_r(err[0]), err_w(err[1]);
 
+  const pid_t parent = ::getpid();
   // clone(CLONE_NEWPID) without a stack behaves as fork(2), the child being PID 1 of the new namespace.
   pid_t pid = spec.new_pid_namespace ? static_cast<pid_t>(::syscall(SYS_clone, CLONE_NEWPID | SIGCHLD, nullptr,
                                                                     nullptr, nullptr, nullptr))
@@ -80,6 +87,12 @@ Result<Spawned> spawn_child(const SpawnSpec& spec) {
     // Child: only async-signal-safe calls from here to exec.
     if (spec.new_pid_namespace) ::setsid();
     else ::setpgid(0, 0);
+    // Dies with fastrestartd (SIGKILL included): otherwise a restarted fastrestartd finds the old engine
+    // on its port and the old daemon holding its lock (found by the soak, tests/soak). The signal follows
+    // the forking thread: spawn_child runs on the loop thread, which lives as long as the process.
+    ::prctl(PR_SET_PDEATHSIG, SIGKILL);
+    // The parent died before prctl? (In a new PID namespace getppid() is 0: the parent is outside it.)
+    if (!spec.new_pid_namespace && ::getppid() != parent) _exit(127);
     sigset_t none;
     sigemptyset(&none);
     ::sigprocmask(SIG_SETMASK, &none, nullptr);
@@ -139,5 +152,28 @@ void signal_group(pid_t pgid, int pidfd, int sig) {
 }
 
 bool group_alive(pid_t pgid) { return pgid > 0 && (::kill(-pgid, 0) == 0 || errno == EPERM); }
+
+pid_t kill_recorded_group(const std::string& path) {
+  auto text = read_file(path, 64);
+  ::unlink(path.c_str());
+  if (!text.ok()) return 0;
+  const long pgid = std::strtol(text->c_str(), nullptr, 10);
+  if (pgid <= 1) return 0;
+  // Only a group that still has a member running under our uid: a pgid is not reused while its group
+  // exists, and this keeps a stale file from ever touching somebody else's processes.
+  bool ours = false;
+  if (DIR* d = ::opendir("/proc")) {
+    while (dirent* e = ::readdir(d)) {
+      const long pid = std::strtol(e->d_name, nullptr, 10);
+      struct stat st {};
+      if (pid <= 0 || ::getpgid(static_cast<pid_t>(pid)) != pgid) continue;
+      if (::stat(("/proc/" + std::string(e->d_name)).c_str(), &st) == 0 && st.st_uid == ::geteuid()) ours = true;
+    }
+    ::closedir(d);
+  }
+  if (!ours) return 0;
+  ::kill(static_cast<pid_t>(-pgid), SIGKILL);
+  return static_cast<pid_t>(pgid);
+}
 
 }  // namespace fr::supervisor

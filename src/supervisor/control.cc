@@ -42,39 +42,58 @@ ControlServer::~ControlServer() {
 }
 
 void ControlServer::serve() {
-  std::vector<std::thread> conns;
-  std::vector<int> fds;
+  std::vector<std::unique_ptr<Connection>> conns;
   for (;;) {
     pollfd p[2] = {{m_listen.get(), POLLIN, 0}, {m_wake_r.get(), POLLIN, 0}};
-    if (::poll(p, 2, -1) < 0) continue;
+    // The timeout bounds how long a finished connection keeps its fd and thread when no client comes.
+    const int r = ::poll(p, 2, 1000);
+    reap(conns, false);
+    if (r < 0) continue;
     if (p[1].revents) break;
-    int fd = ::accept4(m_listen.get(), nullptr, nullptr, SOCK_CLOEXEC);
-    if (fd < 0) continue;
-    auto cred = peer_cred(fd);
+    if (!(p[0].revents & POLLIN)) continue;
+    UniqueFd fd(::accept4(m_listen.get(), nullptr, nullptr, SOCK_CLOEXEC));
+    if (!fd) continue;
+    auto cred = peer_cred(fd.get());
     bool allowed = cred.ok() && (cred->uid == ::geteuid() || (m_group && peer_in_group(*cred, *m_group)));
     if (!allowed) {
       spdlog::warn("control: refused pid {} uid {}", cred.ok() ? cred->pid : -1, cred.ok() ? static_cast<long>(cred->uid) : -1L);
-      (void)proto::write_frame(fd, proto::error_reply(make_error(Errc::kPermissionDenied, "peer uid not allowed")), -1, deadline_in(1));
-      ::close(fd);
+      (void)proto::write_frame(fd.get(), proto::error_reply(make_error(Errc::kPermissionDenied, "peer uid not allowed")), -1, deadline_in(1));
       continue;
     }
-    fds.push_back(fd);
-    conns.emplace_back([this, fd] {
-      for (;;) {
-        auto f = proto::read_frame(fd, deadline_in(7 * 86400.0));
-        if (!f.ok()) {
-          if (f.error().code == Errc::kProtocol)
-            (void)proto::write_frame(fd, proto::error_reply(f.error()), -1, deadline_in(1));
-          break;
-        }
-        nlohmann::json reply = m_handler(f->body);
-        if (!proto::write_frame(fd, reply, -1, deadline_in(10)).ok()) break;
-      }
-    });
+    auto c = std::make_unique<Connection>();
+    c->fd = std::move(fd);
+    Connection* raw = c.get();
+    c->thread = std::thread([this, raw] { serve_connection(*raw); });
+    conns.push_back(std::move(c));
   }
-  for (int fd : fds) ::shutdown(fd, SHUT_RDWR);
-  for (auto& t : conns) t.join();
-  for (int fd : fds) ::close(fd);
+  reap(conns, true);
+}
+
+void ControlServer::serve_connection(Connection& c) {
+  for (;;) {
+    auto f = proto::read_frame(c.fd.get(), deadline_in(7 * 86400.0));
+    if (!f.ok()) {
+      if (f.error().code == Errc::kProtocol)
+        (void)proto::write_frame(c.fd.get(), proto::error_reply(f.error()), -1, deadline_in(1));
+      break;
+    }
+    nlohmann::json reply = m_handler(f->body);
+    if (!proto::write_frame(c.fd.get(), reply, -1, deadline_in(10)).ok()) break;
+  }
+  c.done = true;
+}
+
+void ControlServer::reap(std::vector<std::unique_ptr<Connection>>& conns, bool all) {
+  for (auto it = conns.begin(); it != conns.end();) {
+    Connection& c = **it;
+    if (!all && !c.done) {
+      ++it;
+      continue;
+    }
+    if (!c.done) ::shutdown(c.fd.get(), SHUT_RDWR);
+    c.thread.join();
+    it = conns.erase(it);  // closes the fd
+  }
 }
 
 }  // namespace fr::supervisor

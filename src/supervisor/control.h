@@ -12,6 +12,7 @@
 #include <optional>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "common/fd.h"
 #include "fastrestart/result.h"
@@ -26,8 +27,18 @@ class ControlServer {
   ~ControlServer();
 
  private:
+  // One client connection: its thread owns nothing; the server closes `fd` after joining it, so a
+  // shutdown() from ~ControlServer never hits a reused descriptor.
+  struct Connection {
+    UniqueFd fd;
+    std::thread thread;
+    std::atomic<bool> done{false};
+  };
   ControlServer() = default;
   void serve();
+  void serve_connection(Connection& c);
+  // Joins and closes finished connections (all of them, shutting them down first, when `all`).
+  void reap(std::vector<std::unique_ptr<Connection>>& conns, bool all);
   std::string m_path;
   std::optional<gid_t> m_group;
   Handler m_handler;

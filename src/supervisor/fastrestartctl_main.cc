@@ -21,7 +21,14 @@ constexpr int kOk = 0, kFail = 1, kUsage = 2, kRolledBack = 3, kCheckFailed = 4;
 
 fr::Result<json> call(const std::string& sock, const json& req, double timeout_s) {
   FR_ASSIGN(fr::UniqueFd fd, fr::connect_unix(sock, fr::deadline_in(2)));
-  FR_TRY(fr::proto::write_frame(fd.get(), req, -1, fr::deadline_in(5)));
+  auto sent = fr::proto::write_frame(fd.get(), req, -1, fr::deadline_in(5));
+  if (!sent.ok()) {
+    // A refused peer gets its reason and the connection closed, maybe before our request went out: the
+    // reason is then already waiting to be read, and says more than "Broken pipe".
+    auto why = fr::proto::read_frame(fd.get(), fr::deadline_in(1));
+    if (why.ok() && why->body.is_object() && why->body.contains("error")) return std::move(why->body);
+    return sent.error();
+  }
   FR_ASSIGN(fr::proto::Frame f, fr::proto::read_frame(fd.get(), fr::deadline_in(timeout_s)));
   return std::move(f.body);
 }

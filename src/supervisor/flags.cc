@@ -198,4 +198,51 @@ std::vector<std::string> daemon_affecting_changes(EngineKind kind, const std::ve
   return changed;
 }
 
+namespace {
+
+bool is_secret_flag(std::string_view name) {
+  static constexpr std::string_view kSecretParts[] = {"key", "token", "secret", "password", "passwd",
+                                                      "credential", "credentials", "auth"};
+  while (!name.empty() && name.front() == '-') name.remove_prefix(1);
+  while (!name.empty()) {
+    size_t end = name.find_first_of("-_");
+    std::string part(name.substr(0, end));
+    for (auto& ch : part) ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
+    if (std::find(std::begin(kSecretParts), std::end(kSecretParts), part) != std::end(kSecretParts)) return true;
+    if (end == std::string_view::npos) break;
+    name.remove_prefix(end + 1);
+  }
+  return false;
+}
+
+}  // namespace
+
+std::vector<std::string> redact_flags(const std::vector<std::string>& words) {
+  static const std::string kRedacted = "<redacted>";
+  std::vector<std::string> out;
+  out.reserve(words.size());
+  bool next_is_secret = false;
+  for (const auto& w : words) {
+    if (next_is_secret && !w.starts_with("-")) {
+      out.push_back(kRedacted);
+      next_is_secret = false;
+      continue;
+    }
+    next_is_secret = false;
+    if (w.size() > 1 && w[0] == '-') {
+      size_t eq = w.find('=');
+      std::string_view name = std::string_view(w).substr(0, eq);
+      if (is_secret_flag(name)) {
+        if (eq != std::string::npos) {
+          out.push_back(std::string(name) + "=" + kRedacted);
+          continue;
+        }
+        next_is_secret = true;
+      }
+    }
+    out.push_back(w);
+  }
+  return out;
+}
+
 }  // namespace fr::supervisor

@@ -42,4 +42,10 @@ std::vector<std::string> daemon_affecting_changes(EngineKind kind, const std::ve
                                                   const std::vector<std::string>& b,
                                                   const std::vector<std::string>& extra_daemon_flags = {});
 
+// The words with the value of every secret-bearing flag replaced by "<redacted>", for /status, /metrics
+// and logs (docs/reliability.md, "Secrets"). A flag is secret when a '-'/'_'-separated part of its name
+// is key, token, secret, password, passwd, credential(s) or auth (--api-key, --hf-token, --db_password);
+// --tokenizer or --max-num-batched-tokens are not. Both "--api-key V" and "--api-key=V" are covered.
+std::vector<std::string> redact_flags(const std::vector<std::string>& words);
+
 }  // namespace fr::supervisor

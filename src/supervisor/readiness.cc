@@ -57,14 +57,25 @@ ProbeResult probe_readiness(const std::string& host, uint16_t port, const Readin
     r.detail = "POST " + rc.request_path + ": " + httplib::to_string(res.error());
     return r;
   }
-  if (res->status != 200) {
-    r.detail = "POST " + rc.request_path + ": HTTP " + std::to_string(res->status) + " " + res->body.substr(0, 200);
+  const double took = r.seconds;
+  r = judge_completion(res->status, res->body, rc);
+  r.health_ok = true;
+  r.seconds = took;
+  return r;
+}
+
+ProbeResult judge_completion(int status, std::string_view body, const ReadinessConfig& rc) {
+  ProbeResult r;
+  if (status != 200) {
+    // The engine's words, quoted and escaped: one line of valid UTF-8 in logs and in the status JSON.
+    r.detail = "POST " + rc.request_path + ": HTTP " + std::to_string(status) + " " +
+               nlohmann::json(std::string(body.substr(0, 200))).dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
     return r;
   }
-  auto j = nlohmann::json::parse(res->body, nullptr, false);
+  auto j = nlohmann::json::parse(body, nullptr, false);
   const nlohmann::json* text = nullptr;
-  if (!j.is_discarded() && j.contains("choices") && j["choices"].is_array() && !j["choices"].empty() &&
-      j["choices"][0].contains("text") && j["choices"][0]["text"].is_string())
+  if (!j.is_discarded() && j.is_object() && j.contains("choices") && j["choices"].is_array() && !j["choices"].empty() &&
+      j["choices"][0].is_object() && j["choices"][0].contains("text") && j["choices"][0]["text"].is_string())
     text = &j["choices"][0]["text"];
   if (!text) {
     r.detail = "POST " + rc.request_path + ": the answer has no choices[0].text";

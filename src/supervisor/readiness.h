@@ -4,6 +4,7 @@
 #pragma once
 
 #include <string>
+#include <string_view>
 
 #include "supervisor/config.h"
 
@@ -18,6 +19,10 @@ struct ProbeResult {
 
 // GET health_path, then POST request_path with the prompt. `timeout_s` bounds each request.
 ProbeResult probe_readiness(const std::string& host, uint16_t port, const ReadinessConfig& rc, double timeout_s);
+// Judges the answer to the readiness request (HTTP status and body): ok when 200 with a JSON body whose
+// choices[0].text is a string equal to the oracle, if one is configured; else `detail` says why. Pure, so
+// the fuzz target (fuzz/fuzz_readiness.cc) feeds it engine answers directly.
+ProbeResult judge_completion(int status, std::string_view body, const ReadinessConfig& rc);
 // GET health_path only.
 ProbeResult probe_health(const std::string& host, uint16_t port, const ReadinessConfig& rc, double timeout_s);
 

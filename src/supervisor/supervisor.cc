@@ -189,6 +189,8 @@ int Supervisor::run() {
   }
   spdlog::info("fastrestartd {} serving '{}' from {}", FASTRESTART_VERSION, m_cfg.name, m_cfg.path);
   snapshot_init();
+  if (pid_t g = kill_recorded_group(state_path(m_cfg, "engine.pgid")))
+    spdlog::warn("killed process group {}, left running by a previous fastrestartd that did not stop cleanly", g);
   m_state = State::kLoading;
   start_daemons();
   m_running = true;
@@ -309,6 +311,7 @@ void Supervisor::spawn_daemon(Daemon& d) {
   d.failed = false;
   d.error.clear();
   d.pid = s->pid;
+  d.spawned_at = m_loop.now_s();
   d.reader.reset();
   d.output = std::move(s->output);
   d.reader = std::make_unique<LineReader>(
@@ -424,6 +427,9 @@ void Supervisor::on_daemon_exit(Daemon& d, int status) {
   if (m_state == State::kStopping || m_state == State::kFailed || m_state == State::kStopped) return;
   // Running engines keep their mappings; the next restart needs a daemon again. Respawn with a backoff so a
   // daemon that cannot start does not spin.
+  // A daemon that ran as long as restart.reset_after_s starts its backoff again (as the engine's does):
+  // else every death in a long life would wait the full 60 s (found by the soak).
+  if (m_loop.now_s() - d.spawned_at >= m_cfg.restart.reset_after_s) d.respawns = 0;
   const double delay = std::min(60.0, 0.5 * static_cast<double>(1 << std::min(d.respawns, 7)));
   d.respawns++;
   spdlog::error("weight daemon pid {} died ({}); running engines keep their mappings; respawning in {:.1f} s",
@@ -433,6 +439,9 @@ void Supervisor::on_daemon_exit(Daemon& d, int status) {
   d.respawn->start(delay, [this, raw] {
     if (m_state == State::kStopping || m_state == State::kFailed || m_state == State::kStopped) return;
     spawn_daemon(*raw);
+    // The status poll chain ends when no daemon is alive: restart it, or the respawned daemon would show
+    // "loading" and 0 held bytes forever (found by the soak, tests/soak).
+    m_daemon_timer.start(0.05, [this] { poll_daemons(); });
   });
 }
 
@@ -539,7 +548,7 @@ void Supervisor::launch_engine() {
       if (auto m = m_gpus->memory(gpu); m.ok())
         m_baseline_used[gpu] = static_cast<double>(m->used) - static_cast<double>(held_bytes(gpu));
   set_status(std::string("Starting the engine (") + (e.warm_expected ? "warm" : "cold") + ")");
-  spdlog::info("engine: {}", join(spec.argv));
+  spdlog::info("engine: {}", join(redact_flags(spec.argv)));
   auto s = spawn_child(spec);
   if (!s.ok()) {
     spdlog::error("engine: {}", s.error().message);
@@ -553,6 +562,9 @@ void Supervisor::launch_engine() {
     return;
   }
   e.pid = s->pid;
+  // If fastrestartd dies, the next one kills what is left of this group (kill_recorded_group).
+  if (auto st = write_private_file(state_path(m_cfg, "engine.pgid"), std::to_string(e.pid)); !st.ok())
+    spdlog::warn("could not record the engine's process group: {}", st.error().message);
   e.pidfd = std::move(s->pidfd);
   e.output = std::move(s->output);
   Engine* raw = &e;
@@ -802,15 +814,22 @@ void Supervisor::wait_drain() {
   const double start = m_loop.now_s();
   // The engine may have published a new pool since the last status poll: refresh the held bytes now.
   if (daemons_active() && !m_cfg.gpus.empty()) poll_daemons();
+  // The step re-arms itself through the timer. It holds itself only weakly: the timer's callback holds
+  // the strong reference, so the closure is freed once the drain is over (a self-capturing shared_ptr
+  // leaked it on every engine exit: LeakSanitizer, docs/reliability.md).
   auto tick = std::make_shared<std::function<void()>>();
-  *tick = [this, pgid, start, tick] {
+  std::weak_ptr<std::function<void()>> weak = tick;
+  auto again = [this, weak](double after_s) {
+    if (auto t = weak.lock()) m_drain_timer.start(after_s, [t] { (*t)(); });
+  };
+  *tick = [this, pgid, start, again] {
     const double waited = m_loop.now_s() - start;
     if (group_alive(pgid)) {
       if (waited > m_cfg.engine.stop_grace_s) {
         spdlog::warn("engine group {} outlived its leader by {} s: SIGKILL", pgid, m_cfg.engine.stop_grace_s);
         signal_group(pgid, -1, SIGKILL);
       }
-      m_drain_timer.start(0.02, *tick);
+      again(0.02);
       return;
     }
     // Leak check (brief decision 8): GPU memory used must fall back to what the daemons hold.
@@ -824,7 +843,7 @@ void Supervisor::wait_drain() {
         double extra = static_cast<double>(m->used) - expected;
         if (extra > m_cfg.memory.leak_tolerance_mib * 1048576.0) {
           if (waited < m_cfg.memory.settle_timeout_s) {
-            m_drain_timer.start(0.1, *tick);
+            again(0.1);
             return;
           }
           spdlog::warn("GPU {}: {} still used after the engine exited, beyond the daemons' {} and what was used "
@@ -835,10 +854,11 @@ void Supervisor::wait_drain() {
     m_kill_timer.stop();
     after_drain();
   };
-  m_drain_timer.start(0.0, *tick);
+  m_drain_timer.start(0.0, [tick] { (*tick)(); });
 }
 
 void Supervisor::after_drain() {
+  ::unlink(state_path(m_cfg, "engine.pgid").c_str());  // the engine's group is gone
   const std::string cause = m_last_exit.value("cause", std::string("requested"));
   const bool failure = cause != "requested";
   const bool was_warm = m_engine && m_engine->warm_expected;
@@ -851,7 +871,7 @@ void Supervisor::after_drain() {
     // The pushed flags never became ready: go back to the last flags that were.
     m_reload->rolled_back = true;
     m_reload->rollback_reason = cause + ": " + m_last_exit.value("detail", std::string());
-    spdlog::error("reload failed ({}); rolling back to: {}", m_reload->rollback_reason, join(m_reload->old_flags));
+    spdlog::error("reload failed ({}); rolling back to: {}", m_reload->rollback_reason, join(redact_flags(m_reload->old_flags)));
     m_flags = m_reload->old_flags;
     m_policy.on_exit(m_loop.now_s(), true, was_warm);
     raise(m_reload->cold ? Event::kDrainedColdRestart : Event::kDrainedRestart);

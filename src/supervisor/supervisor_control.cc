@@ -1,12 +1,18 @@
 // The control side of the Supervisor: status, reload, restart, stop-engine, start-engine, daemons
 // (docs/supervisor.md, "Control protocol"), and the persistence of pushed flags.
+#include <fcntl.h>
 #include <spdlog/spdlog.h>
+#include <sys/stat.h>
 #include <time.h>
+#include <unistd.h>
 
+#include <cerrno>
+#include <cstring>
 #include <filesystem>
-#include <fstream>
 
+#include "common/fd.h"
 #include "common/io.h"
+#include "supervisor/control_request.h"
 #include "supervisor/flags.h"
 #include "supervisor/supervisor.h"
 #include "supervisor/supervisor_internal.h"
@@ -22,7 +28,7 @@ json error(const std::string& code, const std::string& msg) {
   return {{"ok", false}, {"error", {{"code", code}, {"message", msg}}}};
 }
 
-std::string flags_file(const Config& c) { return state_dir(c) + "/flags.json"; }
+std::string flags_file(const Config& c) { return state_path(c, "flags.json"); }
 
 double monotonic_usec() {
   timespec ts{};
@@ -37,6 +43,24 @@ std::string state_dir(const Config& c) {
   if (const char* d = std::getenv("STATE_DIRECTORY"); d && *d) return std::string(d) + "/" + c.name;
   if (::geteuid() == 0) return "/var/lib/fastrestart/" + c.name;
   return std::string(std::getenv("HOME") ? std::getenv("HOME") : "/tmp") + "/.local/state/fastrestart/" + c.name;
+}
+
+std::string state_path(const Config& c, const std::string& name) { return state_dir(c) + "/" + name; }
+
+Status write_private_file(const std::string& path, const std::string& text) {
+  // Pushed flags may hold secrets (--api-key): the directory is created 0700 and the file is 0600.
+  const auto dir = std::filesystem::path(path).parent_path();
+  std::error_code ec;
+  std::filesystem::create_directories(dir.parent_path(), ec);
+  if (::mkdir(dir.c_str(), 0700) != 0 && errno != EEXIST) return sys_error("mkdir " + dir.string());
+  const std::string tmp = path + ".tmp";
+  UniqueFd fd(::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0600));
+  if (!fd) return sys_error("open " + tmp);
+  FR_TRY(write_full(fd.get(), text.data(), text.size(), tmp));
+  if (::fchmod(fd.get(), 0600) != 0) return sys_error("chmod " + tmp);
+  fd.reset();
+  if (::rename(tmp.c_str(), path.c_str()) != 0) return sys_error("rename " + tmp);
+  return {};
 }
 
 json Supervisor::request(const json& req) {
@@ -54,7 +78,9 @@ json Supervisor::request(const json& req) {
 
 // Returns the reply, or null when it will come later through `reply` (reload --wait).
 json Supervisor::handle(const json& req, std::shared_ptr<std::promise<json>> reply) {
-  const std::string op = req.value("op", "");
+  auto parsed = parse_control_request(req);
+  if (!parsed.ok()) return error("invalid_argument", parsed.error().message);
+  const std::string op = parsed->op;
   if (op == "status") return {{"ok", true}, {"status", status_json()}};
   if (op == "daemons") return {{"ok", true}, {"daemons", status_json()["daemons"]}};
   if (op == "check") return handle_check(req);
@@ -87,7 +113,7 @@ json Supervisor::handle(const json& req, std::shared_ptr<std::promise<json>> rep
       m_cfg.readiness = c->readiness;
       m_cfg.memory = c->memory;
       if (!flags_changed)
-        return {{"ok", true}, {"path", "unchanged"}, {"flags", m_flags}, {"message", "re-read " + m_cfg.path + ": the engine's flags are unchanged"}};
+        return {{"ok", true}, {"path", "unchanged"}, {"flags", redact_flags(m_flags)}, {"message", "re-read " + m_cfg.path + ": the engine's flags are unchanged"}};
       json push = req;
       push["flags"] = c->engine.flags;
       push["mode"] = "replace";
@@ -97,7 +123,7 @@ json Supervisor::handle(const json& req, std::shared_ptr<std::promise<json>> rep
     if (!pushed.ok()) return error("invalid_argument", pushed.error().message);
     const std::vector<std::string> next = std::move(*pushed);
     if (next == m_flags && m_state == State::kReady)
-      return {{"ok", true}, {"path", "unchanged"}, {"flags", m_flags}, {"message", "the flags are unchanged"}};
+      return {{"ok", true}, {"path", "unchanged"}, {"flags", redact_flags(m_flags)}, {"message", "the flags are unchanged"}};
     // Checks before a flag push: nothing restarts when vLLM would not start with these flags.
     if (auto why = refuse_push(next); !why.empty()) {
       spdlog::error("reload refused: {}", why);
@@ -109,9 +135,9 @@ json Supervisor::handle(const json& req, std::shared_ptr<std::promise<json>> rep
     m_reload->new_flags = next;
     m_reload->cold = !affecting.empty();
     m_reload->started = m_loop.now_s();
-    if (req.value("wait", true)) m_reload->waiters.push_back(reply);
+    if (parsed->wait) m_reload->waiters.push_back(reply);
     m_flags = next;
-    spdlog::info("reload: flags now '{}' ({})", [&] { std::string s; for (auto& w : next) s += (s.empty() ? "" : " ") + w; return s; }(),
+    spdlog::info("reload: flags now '{}' ({})", [&] { std::string s; for (auto& w : redact_flags(next)) s += (s.empty() ? "" : " ") + w; return s; }(),
                  affecting.empty() ? "engine only, warm cache" : "changes what the daemons hold: cold");
     char buf[64];
     std::snprintf(buf, sizeof buf, "%.0f", monotonic_usec());
@@ -132,7 +158,7 @@ void Supervisor::finish_reload(bool ok, const std::string& why) {
              {"path", m_engine ? m_engine->path : ""},
              {"cold_reload", r->cold},
              {"time_to_ready_s", took},
-             {"flags", m_flags},
+             {"flags", redact_flags(m_flags)},
              {"rolled_back", r->rolled_back}};
   m_reload_counts[r->rolled_back ? "rolled_back" : r->cold ? "cold" : "warm"]++;
   if (ok) {
@@ -147,20 +173,9 @@ void Supervisor::finish_reload(bool ok, const std::string& why) {
 
 void Supervisor::persist_flags() {
   const std::string path = flags_file(m_cfg);
-  std::error_code ec;
-  std::filesystem::create_directories(std::filesystem::path(path).parent_path(), ec);
-  json j{{"flags", m_flags}, {"config_flags", m_cfg.engine.flags}};
-  std::string tmp = path + ".tmp";
-  {
-    std::ofstream f(tmp, std::ios::trunc);
-    f << j.dump(2) << "\n";
-    if (!f) {
-      spdlog::warn("could not persist the flags to {}", path);
-      return;
-    }
-  }
-  std::filesystem::rename(tmp, path, ec);
-  if (ec) spdlog::warn("could not persist the flags to {}: {}", path, ec.message());
+  const std::string text = json{{"flags", m_flags}, {"config_flags", m_cfg.engine.flags}}.dump(2) + "\n";
+  if (auto st = write_private_file(path, text); !st.ok())
+    spdlog::warn("could not persist the flags to {}: {}", path, st.error().message);
 }
 
 void Supervisor::load_persisted_flags() {
@@ -224,7 +239,7 @@ json Supervisor::status_json() {
               {"uptime_s", m_loop.now_s() - m_engine->spawned_at},
               {"path", m_engine->path},
               {"snapshot_id", m_engine->snapshot_id},
-              {"flags", m_engine->flags},
+              {"flags", redact_flags(m_engine->flags)},
               {"running", !m_engine->exited}};
     if (m_cfg.engine.kind == EngineKind::kVllm) engine["vllm"] = m_engine->vllm.to_json();
   }
@@ -247,7 +262,7 @@ json Supervisor::status_json() {
           {"status_text", m_status_text},
           {"uptime_s", m_loop.now_s() - m_started_at},
           {"engine", engine},
-          {"flags", m_flags},
+          {"flags", redact_flags(m_flags)},
           {"restarts", restarts},
           {"last_exit", m_last_exit.is_null() ? json(nullptr) : m_last_exit},
           {"last_start", m_last_start.is_null() ? json(nullptr) : m_last_start},

@@ -22,6 +22,11 @@ namespace fr::supervisor {
 std::string state_dir(const Config& c);
 // weights.checkpoint with directories expanded to their *.safetensors, sorted.
 std::vector<std::string> checkpoint_files(const Config& c);
+// A file in the state directory (control.state_dir, else $STATE_DIRECTORY/<name>, /var/lib/fastrestart/<name>
+// for root, ~/.local/state/fastrestart/<name>).
+std::string state_path(const Config& c, const std::string& name);
+// Writes `text` to `path` atomically, mode 0600, creating its directory 0700 if needed.
+Status write_private_file(const std::string& path, const std::string& text);
 
 struct Supervisor::Engine {
   pid_t pid = -1;
@@ -82,7 +87,8 @@ struct Supervisor::Daemon {
   bool failed = false;
   std::string error;
   nlohmann::json status = nlohmann::json::object();  // last status reply
-  int respawns = 0;                  // after unexpected deaths (backoff)
+  int respawns = 0;                  // after unexpected deaths (backoff); reset after a stable run
+  double spawned_at = 0;             // loop time of the last spawn
   std::unique_ptr<Timer> respawn;
 };
 

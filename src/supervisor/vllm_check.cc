@@ -1,5 +1,6 @@
 #include "supervisor/vllm_check.h"
 
+#include "supervisor/control_request.h"
 #include "supervisor/flags.h"
 #include "supervisor/vllm_lint.h"
 
@@ -9,30 +10,13 @@ using nlohmann::json;
 
 Result<std::vector<std::string>> pushed_flags(const json& req, const std::vector<std::string>& current,
                                               const std::string& op) {
-  if (!req.contains("flags")) return current;
-  std::vector<std::string> words;
-  const json& f = req["flags"];
-  if (f.is_array()) {
-    for (size_t i = 0; i < f.size(); ++i) {
-      if (!f[i].is_string())
-        return make_error(Errc::kInvalidArgument, op + ".flags[" + std::to_string(i) + "]: not a string");
-      words.push_back(f[i].get<std::string>());
-    }
-  } else if (f.is_string()) {
-    auto split = split_flags(f.get<std::string>());
-    if (!split.ok()) return make_error(Errc::kInvalidArgument, op + ".flags: " + split.error().message);
-    words = std::move(*split);
-  } else {
-    return make_error(Errc::kInvalidArgument, op + ".flags: not a string or an array of strings");
-  }
-  const json m = req.value("mode", json("replace"));
-  const std::string mode = m.is_string() ? m.get<std::string>() : std::string("(not a string)");
-  PushKind kind;
-  if (mode == "replace") kind = PushKind::kReplace;
-  else if (mode == "add") kind = PushKind::kAdd;
-  else if (mode == "remove") kind = PushKind::kRemove;
-  else return make_error(Errc::kInvalidArgument, op + ".mode: " + mode.substr(0, 64) + " (replace, add or remove)");
-  return merge_flags(current, words, kind);
+  // One reading of {flags, mode} for every caller: the control request's own (control_request.h).
+  json r = req.is_object() ? req : json::object();
+  r["op"] = op;
+  auto parsed = parse_control_request(r);
+  if (!parsed.ok()) return make_error(Errc::kInvalidArgument, op + "." + parsed.error().message);
+  if (!parsed->flags) return current;
+  return merge_flags(current, *parsed->flags, parsed->mode);
 }
 
 json check_reply(const CheckInput& in, const std::vector<std::string>& next, bool with_would) {

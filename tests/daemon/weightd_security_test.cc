@@ -4,6 +4,9 @@
 
 #include <gtest/gtest.h>
 
+#include <string>
+#include <vector>
+
 #include "support/harness.h"
 
 namespace fr {
@@ -52,6 +55,20 @@ TEST(WeightdSecurity, WorldWritableSocketDirectoryIsRefused) {
   auto r = test::run({test::weightd(), "--backend", "host", "--socket-dir", d / "run"});
   EXPECT_EQ(r.exit_code, 2) << r.output;
   EXPECT_NE(r.output.find("mode 0777"), std::string::npos) << r.output;
+}
+
+// Group-writable is as bad as world-writable: a group member could swap the socket (docs/reliability.md).
+TEST(WeightdSecurity, GroupWritableSocketDirectoryIsRefusedEvenWithAGroup) {
+  test::TempDir d;
+  ::mkdir((d / "run").c_str(), 0700);
+  ::chmod((d / "run").c_str(), 0770);
+  for (std::vector<std::string> group : {std::vector<std::string>{}, {"--group", std::to_string(::getegid())}}) {
+    std::vector<std::string> argv{test::weightd(), "--backend", "host", "--socket-dir", d / "run"};
+    argv.insert(argv.end(), group.begin(), group.end());
+    auto r = test::run(argv);
+    EXPECT_EQ(r.exit_code, 2) << r.output;
+    EXPECT_NE(r.output.find("mode 0770"), std::string::npos) << r.output;
+  }
 }
 
 TEST(WeightdSecurity, SocketAndDirectoryModes) {

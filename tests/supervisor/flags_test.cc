@@ -197,5 +197,16 @@ TEST(DaemonAffecting, GenericEngineOnlyCountsExtraFlags) {
   EXPECT_EQ(daemon_affecting_changes(EngineKind::kGeneric, a, b, {"--dtype"}), Words{"--dtype"});
 }
 
+TEST(RedactFlags, SecretValuesAreReplacedInBothSpellings) {
+  EXPECT_EQ(redact_flags({"serve", "--api-key", "sk-123", "--hf-token=hf_abc", "--port", "8000"}),
+            (Words{"serve", "--api-key", "<redacted>", "--hf-token=<redacted>", "--port", "8000"}));
+  EXPECT_EQ(redact_flags({"--DB_PASSWORD", "x", "--auth", "y"}), (Words{"--DB_PASSWORD", "<redacted>", "--auth", "<redacted>"}));
+}
+
+TEST(RedactFlags, LookalikesAndValuelessSecretFlagsAreKept) {
+  Words w{"--tokenizer", "t", "--max-num-batched-tokens", "4096", "--keyfile-path", "/k", "--api-key", "--x"};
+  EXPECT_EQ(redact_flags(w), w);
+}
+
 }  // namespace
 }  // namespace fr::supervisor

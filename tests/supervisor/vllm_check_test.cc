@@ -40,13 +40,13 @@ TEST(VllmCheck, BadFlagsOrModeAreErrorsNamingTheField) {
   auto item = pushed_flags(json{{"flags", json::array({"--dtype", 16})}}, kCurrent, "reload");
   ASSERT_FALSE(item.ok());
   EXPECT_EQ(item.error().code, Errc::kInvalidArgument);
-  EXPECT_EQ(item.error().message, "reload.flags[1]: not a string");
+  EXPECT_EQ(item.error().message, "reload.flags[1]: expected a string, got number");
   auto kind = pushed_flags(json{{"flags", 16}}, kCurrent, "check");
   ASSERT_FALSE(kind.ok());
-  EXPECT_EQ(kind.error().message, "check.flags: not a string or an array of strings");
+  EXPECT_EQ(kind.error().message, "check.flags: expected a string or an array of strings, got number");
   auto mode = pushed_flags(json{{"flags", "--x"}, {"mode", "append"}}, kCurrent, "check");
   ASSERT_FALSE(mode.ok());
-  EXPECT_EQ(mode.error().message, "check.mode: append (replace, add or remove)");
+  EXPECT_EQ(mode.error().message, "check.mode: expected \"replace\", \"add\" or \"remove\", got \"append\"");
   auto quote = pushed_flags(json{{"flags", "--x 'open"}}, kCurrent, "reload");
   ASSERT_FALSE(quote.ok());
   EXPECT_EQ(quote.error().message.rfind("reload.flags: ", 0), 0u) << quote.error().message;

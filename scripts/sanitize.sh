@@ -1,0 +1,57 @@
+#!/usr/bin/env bash
+# Sanitizer builds and test runs (docs/reliability.md, "Sanitizers"); CI runs both (scripts/test.sh).
+#   scripts/sanitize.sh asan   ASan + UBSan in ./build-asan: the unit and end-to-end tests, with every
+#                              binary they start (fastrestartd, weightd, tinyengine) instrumented too
+#   scripts/sanitize.sh tsan   TSan in ./build-tsan: the threaded tests (reader threads, the daemon's
+#                              connection threads, the loader, the health server)
+#   scripts/sanitize.sh        both
+# A finding in a test or in a child process aborts it; the child's report goes to build-*/sanitizer/, and
+# any report there fails the run (a child's abort alone might only look like an engine crash to a test).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+kinds="${*:-asan tsan}"
+jobs="$(nproc)"
+
+run_kind() {
+  local kind=$1 dir sanitize targets pick
+  case "$kind" in
+    asan)
+      # Everything but CUDA (no GPU in CI) and the systemd scripts (they install the packages).
+      dir=build-asan sanitize=address,undefined targets=all pick=(-LE 'systemd|cuda')
+      ;;
+    tsan)
+      dir=build-tsan sanitize=thread
+      targets="daemon_test engine_loader_test health_test"
+      pick=(-R '^(Preload|Weightd\.|Attach|CApi|HealthServer|EveryState)')
+      ;;
+    *) echo "scripts/sanitize.sh: unknown kind '$kind' (asan, tsan)" >&2; exit 100 ;;
+  esac
+  local t0=$SECONDS
+  cmake -S . -B "$dir" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DFASTRESTART_SANITIZE="$sanitize" \
+    -DFASTRESTART_CUDA=OFF -DFASTRESTART_PYTHON=OFF ${CMAKE_ARGS:-} >/dev/null
+  # shellcheck disable=SC2086
+  cmake --build "$dir" -j"$jobs" --target $targets
+  local built=$SECONDS
+  local logs="$PWD/$dir/sanitizer"
+  rm -rf "$logs" && mkdir -p "$logs"
+  # Children inherit these; log_path keeps their reports out of the engine output the tests parse.
+  # handle_segv=0: tests fork a child that writes through a read-only mapping and expect it to die of
+  # SIGSEGV (the sanitizers would turn that into their own report and exit code); instrumented code is
+  # checked before it could fault anyway.
+  export ASAN_OPTIONS="log_path=$logs/asan:detect_leaks=1:abort_on_error=1:strict_string_checks=1:handle_segv=0"
+  export LSAN_OPTIONS="suppressions=$PWD/scripts/lsan.supp:print_suppressions=0"
+  export UBSAN_OPTIONS="log_path=$logs/ubsan:print_stacktrace=1:halt_on_error=1"
+  export TSAN_OPTIONS="log_path=$logs/tsan:halt_on_error=1:second_deadlock_stack=1:handle_segv=0"
+  export FR_SOAK_CYCLES="${FR_SOAK_CYCLES_SANITIZE:-40}"
+  local rc=0
+  (cd "$dir" && ctest --output-on-failure -j"$jobs" --timeout 600 "${pick[@]}") || rc=$?
+  if compgen -G "$logs/*" >/dev/null; then
+    for f in "$logs"/*; do echo "=== $f"; head -60 "$f"; done
+    echo "scripts/sanitize.sh: $kind: sanitizer reports above"
+    rc=1
+  fi
+  echo "scripts/sanitize.sh: $kind: build $((built - t0)) s, tests $((SECONDS - built)) s, rc $rc"
+  return $rc
+}
+
+for k in $kinds; do run_kind "$k"; done

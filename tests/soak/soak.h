@@ -1,0 +1,122 @@
+// The soak of the restart loop (docs/reliability.md, "Soak"): a real fastrestartd supervising
+// fastrestart-tinyengine with a real fastrestart-weightd (host backend), driven through hundreds of cycles
+// of randomly chosen faults, each checked when it settles, with leak checks at the end.
+//
+// Sizes come from the environment so CI runs it small and a person large:
+//   FR_SOAK_CYCLES (default 200)  FR_SOAK_SIZE (checkpoint, default 16M)  FR_SOAK_SEED (default: random;
+//   always printed, and the same seed replays the same sequence of cycles and choices).
+#pragma once
+
+#include <sys/types.h>
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <random>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "support/supervised.h"
+#include "support/harness.h"
+
+namespace fr::soak {
+
+using test::free_port;
+using test::http_get;
+using test::http_post;
+using test::Supervised;
+
+struct Params {
+  int cycles = 200;
+  uint64_t seed = 0;
+  std::string size = "16M";
+  static Params from_env();
+};
+
+// What a cycle expects of the exits it causes: each cause in `required` at least that many times, and
+// nothing outside `required` and `allowed`.
+struct Expect {
+  std::map<std::string, int> required;
+  std::set<std::string> allowed;
+  bool new_engine = true;     // the engine's pid must change
+  bool new_supervisor = false;  // fastrestartd was restarted: its counters start again
+};
+
+class Soak {
+ public:
+  explicit Soak(const Params& p);
+  ~Soak();
+  // Runs every cycle, then the final checks. Failures are gtest failures naming the cycle and the seed.
+  void run();
+
+ private:
+  struct Kind {
+    const char* name;
+    double weight;
+    Expect (Soak::*fn)();
+  };
+  static const std::vector<Kind>& kinds();
+
+  // Setup.
+  void make_oracle();
+  void write_config();
+
+  // The cycles (soak_cycles.cc).
+  Expect kill9_engine();
+  Expect sigterm_engine();
+  Expect exit_after_requests();
+  Expect abort_after_requests();
+  Expect startup_fault();
+  Expect start_timeout();
+  Expect hang();
+  Expect orphan_worker();
+  Expect ignore_sigterm();
+  Expect restart();
+  Expect reload_during_restart();
+  Expect kill9_daemon_during_attach();
+  Expect kill9_supervisor();
+  Expect control_disconnect();
+  Expect garbage_to_every_socket();
+  Expect malformed_control_requests();
+  Expect snapshot_disk_full();
+
+  // Helpers.
+  void queue_faults(const std::string& flags);  // for the next engine start only
+  Expect request_restart(Expect e = {});
+  pid_t engine_pid();
+  pid_t daemon_pid();
+  // Waits for READY with a running engine, no reload in flight, ready daemons, and (new_engine) an engine
+  // other than `old`. Returns the status.
+  nlohmann::json settle(pid_t old, bool new_engine, const std::string& what);
+  // A completion must equal the one the engine gave when loaded from disk alone.
+  void check_oracle(const std::string& what);
+  void check_classified(const std::map<std::string, int>& before, const nlohmann::json& after, const Expect& e,
+                        const std::string& what);
+  void check_no_zombies(const std::string& what);
+  void sample(int cycle);
+  void final_checks();
+  std::string where(int cycle, const char* kind) const;
+  int uniform(int lo, int hi);
+
+  Params m_p;
+  std::mt19937_64 m_rng;
+  test::TempDir m_dir;
+  std::string m_checkpoint, m_config, m_faults, m_run, m_ctl;
+  uint16_t m_engine_port = 0, m_http_port = 0;
+  double m_start_timeout_s = 3;    // readiness.startup_timeout_s: 3 s plus 15 s per GiB of checkpoint
+  double m_check_timeout_s = 1.5;  // readiness.check_timeout_s (also the probe's): 1.5 s plus 2 s per GiB
+  nlohmann::json m_oracle;       // choices[0] of the disk-only answer
+  std::string m_oracle_text;     // its first token: the readiness oracle
+  std::unique_ptr<Supervised> m_sup;
+  std::set<pid_t> m_seen;        // every engine, worker, daemon and supervisor the soak met
+  std::map<std::string, int> m_cycles_by_kind, m_exits_by_cause;
+  uint64_t m_held_bytes = 0;
+  int m_restarts = 0, m_faults_injected = 0, m_last_supervisor_kill = -1;
+  long m_rss_base = -1, m_rss_end = -1;
+  int m_fds_base = -1, m_fds_end = -1, m_base_cycle = -1;
+};
+
+}  // namespace fr::soak
