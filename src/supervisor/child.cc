@@ -90,9 +90,13 @@ Result<Spawned> spawn_child(const SpawnSpec& spec) {
     // Dies with fastrestartd (SIGKILL included): otherwise a restarted fastrestartd finds the old engine
     // on its port and the old daemon holding its lock (found by the soak, tests/soak). The signal follows
     // the forking thread: spawn_child runs on the loop thread, which lives as long as the process.
-    ::prctl(PR_SET_PDEATHSIG, SIGKILL);
-    // The parent died before prctl? (In a new PID namespace getppid() is 0: the parent is outside it.)
-    if (!spec.new_pid_namespace && ::getppid() != parent) _exit(127);
+    // Not for a snapshottable engine (its own PID namespace): CRIU would restore the setting, and the
+    // restored engine's parent, criu itself, exits at once. For those, the next fastrestartd kills the
+    // recorded process group instead (kill_recorded_group).
+    if (!spec.new_pid_namespace) {
+      ::prctl(PR_SET_PDEATHSIG, SIGKILL);
+      if (::getppid() != parent) _exit(127);  // the parent died before prctl
+    }
     sigset_t none;
     sigemptyset(&none);
     ::sigprocmask(SIG_SETMASK, &none, nullptr);
