@@ -1,5 +1,7 @@
 #include <chrono>
 #include <ctime>
+#include <filesystem>
+#include <fstream>
 
 #include "snapshot/criu.h"
 #include "snapshot/ops.h"
@@ -77,10 +79,21 @@ Result<Manifest> create_snapshot(const CreateRequest& r, GpuCheckpointer& gpu) {
                          "--tcp-established"},
                         images + "/criu-dump.out");
   if (!st.ok()) return fail(st.error(), true);
-  if (*st != 0)
-    return fail(make_error(Errc::kIo, "criu dump failed (" + describe_status(*st) + "): " +
-                                          log_errors(images + "/dump.log") + " (log: " + images + "/dump.log)"),
-                true);
+  if (*st != 0) {
+    // The images go with the failed artifact, but the log is kept beside the artifacts (read into memory
+    // first: a full disk is one reason a dump fails, and abandoning the images is what frees it).
+    const std::string errors = log_errors(images + "/dump.log");
+    std::string log_text;
+    {
+      std::ifstream in(images + "/dump.log");
+      log_text.assign(std::istreambuf_iterator<char>(in), {});
+    }
+    Error e = fail(make_error(Errc::kIo, "criu dump failed (" + describe_status(*st) + "): " + errors), true);
+    const std::string kept = std::filesystem::path(tmp).parent_path() / "last-failed-dump.log";
+    if (std::ofstream out(kept, std::ios::trunc); out << log_text)
+      e.message += " (log: " + kept + ")";
+    return e;
+  }
   m.timings["criu_dump_s"] = now_s() - t;
   m.image_bytes = tree_bytes(images);
   m.created_unix = static_cast<double>(std::time(nullptr));

@@ -4,6 +4,7 @@
 #include <fcntl.h>
 #include <netinet/in.h>
 #include <signal.h>
+#include <sys/mount.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -11,6 +12,7 @@
 #include <gtest/gtest.h>
 
 #include <chrono>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <functional>
@@ -139,6 +141,7 @@ class Supervised {
     return r["created"].value("id", std::string());
   }
   std::string artifact(const std::string& id) const { return m_dir / "state/snapshots/" + id; }
+  std::string snapshots_dir() const { return m_dir / "state/snapshots"; }
   void kill_engine() {
     pid_t engine = status()["engine"]["pid"];
     ASSERT_GT(engine, 0);
@@ -324,6 +327,41 @@ TEST(SnapshotE2E, MissingCriuIsReportedAndTheEngineStartsNormally) {
   EXPECT_EQ(r.exit_code, 1);
   EXPECT_NE(r.output.find("snapshots are not available: criu not found"), std::string::npos) << r.output;
   EXPECT_NE(d.ctl({"status"}).output.find("unavailable: criu not found"), std::string::npos);
+}
+
+// The snapshot directory's disk fills up during a create: the create fails with the reason, leaves no
+// partial artifact, and the engine it was dumping keeps serving (CRIU resumes it).
+TEST(SnapshotE2E, FullDiskDuringCreateFailsCleanlyAndTheEngineKeepsServing) {
+  SKIP_WITHOUT_CRIU();
+  Supervised d(Options{"64M"});
+  ASSERT_TRUE(d.wait_ready_path("cold")) << d.log();
+  const pid_t engine = d.status()["engine"]["pid"];
+  // A 16 MiB file system where the 64 MiB engine's images go.
+  std::filesystem::create_directories(d.snapshots_dir());
+  ASSERT_EQ(::mount("tmpfs", d.snapshots_dir().c_str(), "tmpfs", 0, "size=16m,mode=0700"), 0) << std::strerror(errno);
+  struct Unmount {
+    std::string dir;
+    ~Unmount() { ::umount2(dir.c_str(), MNT_DETACH); }
+  } unmount{d.snapshots_dir()};
+  auto r = d.ctl_json({"snapshot", "create"});
+  EXPECT_EQ(r.value("ok", true), false) << r.dump();
+  const std::string why = r.dump();
+  std::printf("full disk: %s\n", why.c_str());
+  EXPECT_TRUE(why.find("space") != std::string::npos || why.find("ENOSPC") != std::string::npos) << why << d.log();
+  // Nothing half-written is left to be restored later, or to keep the disk full; CRIU's log is kept.
+  EXPECT_EQ(d.ctl_json({"snapshot", "list"})["snapshots"].size(), 0u);
+  for (const auto& e : std::filesystem::directory_iterator(d.snapshots_dir()))
+    EXPECT_TRUE(e.is_regular_file()) << e.path() << " left behind";  // only the log and fastrestartd's job files
+  EXPECT_TRUE(std::filesystem::exists(d.snapshots_dir() + "/last-failed-dump.log"));
+  EXPECT_NE(why.find(d.snapshots_dir() + "/last-failed-dump.log"), std::string::npos) << why;
+  // The engine still serves, and it is the same process: the failed dump did not cost a restart.
+  ASSERT_TRUE(d.wait_status([&](const json& st) { return settled(st); }, 30)) << d.log();
+  auto s = d.status();
+  EXPECT_EQ(s["engine"]["pid"].get<pid_t>(), engine) << s.dump();
+  EXPECT_EQ(s["restarts"].value("crash", 0), 0) << s.dump();
+  EXPECT_EQ(snapshot_of(s)["create_failures"], 1) << snapshot_of(s).dump();
+  auto answer = d.complete(json{{"prompt", "The capital of France is"}, {"max_tokens", 1}});
+  EXPECT_TRUE(answer.contains("choices")) << answer.dump();
 }
 
 }  // namespace

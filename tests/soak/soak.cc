@@ -129,7 +129,6 @@ const std::vector<Soak::Kind>& Soak::kinds() {
       {"control_disconnect", 1, &Soak::control_disconnect},
       {"garbage_to_every_socket", 1, &Soak::garbage_to_every_socket},
       {"malformed_control_requests", 0.5, &Soak::malformed_control_requests},
-      {"snapshot_disk_full", 0.2, &Soak::snapshot_disk_full},
   };
   return k;
 }

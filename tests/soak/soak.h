@@ -81,7 +81,6 @@ class Soak {
   Expect control_disconnect();
   Expect garbage_to_every_socket();
   Expect malformed_control_requests();
-  Expect snapshot_disk_full();
 
   // Helpers.
   void queue_faults(const std::string& flags);  // for the next engine start only

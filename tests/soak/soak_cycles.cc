@@ -250,13 +250,4 @@ Expect Soak::malformed_control_requests() {
   return e;
 }
 
-// TODO(issue 7): once snapshots exist (branch issue-7), fill the snapshot directory's filesystem (a small
-// tmpfs as [snapshot] dir), request a snapshot, and check the failure is reported, the partial image is
-// removed, and the next start falls back to warm. Until then this cycle only counts itself.
-Expect Soak::snapshot_disk_full() {
-  Expect e;
-  e.new_engine = false;
-  return e;
-}
-
 }  // namespace fr::soak
