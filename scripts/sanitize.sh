@@ -27,7 +27,11 @@ run_kind() {
     *) echo "scripts/sanitize.sh: unknown kind '$kind' (asan, tsan)" >&2; exit 100 ;;
   esac
   local t0=$SECONDS
-  cmake -S . -B "$dir" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DFASTRESTART_SANITIZE="$sanitize" \
+  # -O1 -g1 (line tables only), as the sanitizers' own docs suggest: reports keep file:line, and the
+  # instrumented tree compiles in far less time than at -O2 -g, which matters on CI's two cores.
+  # NDEBUG as in the normal build, so both run the same code.
+  cmake -S . -B "$dir" -G Ninja -DCMAKE_BUILD_TYPE=Sanitize -DFASTRESTART_SANITIZE="$sanitize" \
+    "-DCMAKE_C_FLAGS_SANITIZE=-O1 -g1 -DNDEBUG" "-DCMAKE_CXX_FLAGS_SANITIZE=-O1 -g1 -DNDEBUG" \
     -DFASTRESTART_CUDA=OFF -DFASTRESTART_PYTHON=OFF ${CMAKE_ARGS:-} >/dev/null
   # shellcheck disable=SC2086
   cmake --build "$dir" -j"$jobs" --target $targets
