@@ -260,10 +260,13 @@ void Supervisor::on_preload_exit(int status) {
   if (p.stopping) {
     // Its ranks hold the GPU memory: wait until the whole group is gone before anything comes next.
     const pid_t pgid = p.pid;
+    // Re-armed through the timer, holding itself only weakly (as wait_drain's step does): a closure
+    // that owned itself leaked on every preload stop (LeakSanitizer).
     auto tick = std::make_shared<std::function<void()>>();
-    *tick = [this, pgid, how, tick] {
+    std::weak_ptr<std::function<void()>> weak = tick;
+    *tick = [this, pgid, how, weak] {
       if (group_alive(pgid)) {
-        m_daemon_timer.start(0.02, *tick);
+        if (auto t = weak.lock()) m_daemon_timer.start(0.02, [t] { (*t)(); });
         return;
       }
       m_kill_timer.stop();
