@@ -114,6 +114,7 @@ class Soak {
   std::map<std::string, int> m_cycles_by_kind, m_exits_by_cause;
   uint64_t m_held_bytes = 0;
   int m_restarts = 0, m_faults_injected = 0, m_last_supervisor_kill = -1;
+  int m_disconnect_threads = 0;  // the --threads the last control_disconnect pushed (each push must differ)
   long m_rss_base = -1, m_rss_end = -1;
   int m_fds_base = -1, m_fds_end = -1, m_base_cycle = -1;
 };

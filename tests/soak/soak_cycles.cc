@@ -203,7 +203,13 @@ Expect Soak::control_disconnect() {
   auto fd = connect_unix(m_ctl, deadline_in(2));
   EXPECT_TRUE(fd.ok());
   if (fd.ok()) {
-    json req{{"op", "reload"}, {"flags", {"--threads", std::to_string(uniform(10, 20))}}, {"mode", "add"}, {"wait", true}};
+    // A value the engine does not already run with: an unchanged push restarts nothing (seed
+    // 135121781663761 drew the same value twice). reload_during_restart pushes 2..9, so only the last
+    // value pushed here can be the current one.
+    int threads = static_cast<int>(uniform(10, 20));
+    if (threads == m_disconnect_threads) threads = threads == 20 ? 10 : threads + 1;
+    m_disconnect_threads = threads;
+    json req{{"op", "reload"}, {"flags", {"--threads", std::to_string(threads)}}, {"mode", "add"}, {"wait", true}};
     EXPECT_TRUE(proto::write_frame(fd->get(), req, -1, deadline_in(2)).ok());
   }
   fd = Error{};  // close without reading the reply
