@@ -27,18 +27,6 @@ std::string criu_path() {
   return env ? env : FR_CRIU_BIN;
 }
 
-uint16_t free_port() {
-  int s = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  ::bind(s, reinterpret_cast<sockaddr*>(&a), sizeof a);
-  socklen_t n = sizeof a;
-  ::getsockname(s, reinterpret_cast<sockaddr*>(&a), &n);
-  ::close(s);
-  return ntohs(a.sin_port);
-}
-
 // Plays the driver: the CUDA state of each pid it was told about ("running" -> lock -> "locked" ->
 // checkpoint -> "checkpointed" -> restore -> "locked" -> unlock -> `after_unlock`). Pids it never saw have
 // state `unknown` (a restored tree's new pids: "checkpointed"), or none when that is empty (no CUDA).
@@ -118,7 +106,7 @@ class Ops : public ::testing::Test {
   }
 
   test::TempDir m_dir;
-  uint16_t m_port = free_port();
+  uint16_t m_port = test::free_port();
   EngineSpec m_spec;
   pid_t m_engine = -1, m_restored = -1;
   UniqueFd m_output;

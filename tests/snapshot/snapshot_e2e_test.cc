@@ -39,18 +39,6 @@ std::string criu_path() {
       GTEST_SKIP() << "no criu at " << criu_path() << " (scripts/build-criu.sh builds it; or set FR_CRIU)"; \
   } while (0)
 
-uint16_t free_port() {
-  int s = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  ::bind(s, reinterpret_cast<sockaddr*>(&a), sizeof a);
-  socklen_t n = sizeof a;
-  ::getsockname(s, reinterpret_cast<sockaddr*>(&a), &n);
-  ::close(s);
-  return ntohs(a.sin_port);
-}
-
 struct Options {
   std::string size = "64M";      // the checkpoint (and so the snapshot) size
   std::string criu = criu_path();
@@ -59,7 +47,7 @@ struct Options {
 // fastrestartd over a tiny engine in weights mode copy (host backend), start = snapshot, warm, cold.
 class Supervised {
  public:
-  explicit Supervised(const Options& o = {}) : m_port(free_port()), m_http(free_port()) {
+  explicit Supervised(const Options& o = {}) : m_port(test::free_port()), m_http(test::free_port()) {
     m_model = m_dir / "model";
     auto g = test::run({FR_TINYENGINE_BIN, "gen", "--out", m_model, "--size", o.size});
     EXPECT_EQ(g.exit_code, 0) << g.output;
