@@ -2,12 +2,16 @@
 # Runs on the GPU machine, from the repository root, with .bundle/ (scripts/gpu-bundle.sh) carried:
 # the CUDA tests, then the weight-store benchmark (bench/h200_weights.py), results under $OUT.
 #
-# usage: scripts/gpu-run.sh [smoke|full|e2e-smoke|e2e]
+# usage: scripts/gpu-run.sh [smoke|full|e2e-smoke|e2e|snapshot-plugin]
 #   smoke: machine facts, the CUDA tests, and the benchmark on a 1% checkpoint (about 160 MB)
 #   full:  the CUDA tests and the benchmark on the full Llama-3.1-8B-shaped checkpoint (16 GB)
 #   e2e-smoke: the Python tests with torch (binding, reference engine), then bench/e2e_restart.py on small
 #          checkpoints (E2E_ARGS adds flags)
 #   e2e:   the same with the 16 GB checkpoints (issue 6's figures; docs/benchmarks.md "End to end")
+#   snapshot-plugin: the CUDA snapshot benchmark (bench/gpu_snapshot.sh, SNAP_SIZE default 8G,
+#          SNAP_RESTORES default 3), then the vLLM plugin's tests and the binding's torch tests on cuda:0
+#          (python/tests/gpu_vllm_plugin.sh, test_torch); every log and CRIU's own logs (images left out)
+#          go into logs.tar.gz, so the files stay under the 8 that come back
 # Files in $OUT (at most 8 come back): summary.txt, tests.log, bench.log, results.json, weightd*.log.
 set -uo pipefail
 mode=${1:-full}
@@ -31,6 +35,33 @@ say "$(. /etc/os-release && echo "$PRETTY_NAME"); bundle: $(head -1 "$bundle/MAN
 say "disk: $(df -h /var/tmp | tail -1)"
 
 case "$mode" in
+  snapshot-plugin)
+    # Snapshot first (what is most likely to need a second look), each step under its own limit so the
+    # whole stays inside one 600 s call.
+    say "== CUDA snapshot (bench/gpu_snapshot.sh ${SNAP_SIZE:-8G} ${SNAP_RESTORES:-3})"
+    timeout 300 bench/gpu_snapshot.sh "${SNAP_SIZE:-8G}" "${SNAP_RESTORES:-3}" >"$OUT/snapshot.out" 2>&1
+    src=$?
+    cat "$OUT/snapshot-summary.txt" >>"$summary" 2>/dev/null
+    say "gpu_snapshot: exit $src"
+    say "== vLLM plugin (torch, cuda:0)"
+    timeout 190 python/tests/gpu_vllm_plugin.sh >"$OUT/plugin.out" 2>&1
+    vrc=$?
+    cat "$OUT/summary_vllm_plugin.txt" >>"$summary" 2>/dev/null
+    say "gpu_vllm_plugin: exit $vrc"
+    say "== the binding's torch tests (test_torch)"
+    (cd python/tests && FR_WEIGHTD_BIN=$bundle/bin/fastrestart-weightd timeout 80 \
+      python3 -m unittest -v test_torch) >"$OUT/python-tests.log" 2>&1
+    prc=$?
+    say "test_torch: exit $prc; $(tail -3 "$OUT/python-tests.log" | tr '\n' ' ')"
+    # CRIU's logs, the helper's output and the manifests; the images stay behind.
+    tar czf "$OUT/logs.tar.gz" --exclude='*.img' --exclude='pages-*' --exclude='model' -C /var/tmp frsnap 2>/dev/null
+    (cd "$OUT" && tar czf logs-out.tar.gz --exclude=logs.tar.gz --exclude=logs-out.tar.gz \
+      --exclude=summary.txt --exclude=snapshot-results.json --exclude=snapshot-create.json . &&
+      find . -maxdepth 1 -type f ! -name summary.txt ! -name 'logs*.tar.gz' ! -name snapshot-results.json \
+      ! -name snapshot-create.json -delete)
+    [ $vrc -eq 0 ] && [ $prc -eq 0 ] && [ $src -eq 0 ]
+    exit
+    ;;
   e2e|e2e-smoke)
     say "== Python tests with torch (binding, torch, reference engine)"
     (cd python/tests && FR_WEIGHTD_BIN=$bundle/bin/fastrestart-weightd \
