@@ -72,11 +72,14 @@ Result<Manifest> create_snapshot(const CreateRequest& r, GpuCheckpointer& gpu) {
   m.timings["cuda_checkpoint_s"] = now_s() - t;
 
   // --tcp-established: a client may hold a connection at this moment; the restore closes them
-  // (--tcp-close). The tree is killed once its images are written.
+  // (--tcp-close). --external mnt[]: the engine's mount namespace holds the host's mounts plus its own
+  // /proc (supervisor/child.h); CRIU records the host's as external, so no tmpfs content (/dev/shm, /run)
+  // goes into the images and the restore binds the host's mounts again. The tree is killed once its
+  // images are written.
   t = now_s();
   const std::string images = tmp + "/images";
   auto st = run_program({criu.path, "dump", "-t", std::to_string(r.pid), "-D", images, "-o", "dump.log",
-                         "--tcp-established"},
+                         "--tcp-established", "--external", "mnt[]"},
                         images + "/criu-dump.out");
   if (!st.ok()) return fail(st.error(), true);
   if (*st != 0) {

@@ -67,13 +67,16 @@ Result<Restored> restore_snapshot(const RestoreRequest& r, GpuCheckpointer& gpu)
     return make_error(Errc::kInvalidArgument, "snapshot " + out.id + " does not match this engine: " + *diff);
   out.timings["identity_s"] = now_s() - t0;
 
-  // CRIU: the tree comes back as our child (--restore-sibling), PID 1 of a new PID namespace; its
-  // stdout/stderr pipe is replaced by ours; connections that were open at the dump come back closed.
+  // CRIU: the tree comes back as our child (--restore-sibling), PID 1 of a new PID namespace, in a new
+  // mount namespace rooted at / whose mounts are the host's, bound again (--ext-mount-map auto: the dump
+  // recorded them as external), with a fresh /proc; its stdout/stderr pipe is replaced by ours;
+  // connections that were open at the dump come back closed.
   const std::string images = dir + "/images";
   const std::string pidfile = images + "/restored.pid";
   ::unlink(pidfile.c_str());
   std::vector<std::string> argv{criu.path, "restore", "-D", images, "-o", "restore.log", "--restore-detached",
-                                "--restore-sibling", "--tcp-close", "--pidfile", pidfile};
+                                "--restore-sibling", "--tcp-close", "--root", "/", "--ext-mount-map", "auto",
+                                "--pidfile", pidfile};
   UniqueFd out_fd;
   std::vector<int> keep;
   if (!m.stdout_pipe.empty()) {

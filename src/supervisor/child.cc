@@ -3,6 +3,7 @@
 #include <fcntl.h>
 #include <sched.h>
 #include <signal.h>
+#include <sys/mount.h>
 #include <sys/prctl.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
@@ -30,6 +31,13 @@ bool is_supervisor_var(const std::string& kv) {
     if (kv.rfind(d, 0) == 0) return true;
   return false;
 }
+
+// What a child that never reached exec reports through the CLOEXEC pipe: the step and its errno.
+struct ChildFailure {
+  int step;
+  int err;
+};
+enum : int { kStepExec, kStepChdir, kStepSlave, kStepProc };
 
 }  // namespace
 
@@ -78,15 +86,30 @@ Result<Spawned> spawn_child(const SpawnSpec& spec) {
   UniqueFd err_r(err[0]), err_w(err[1]);
 
   const pid_t parent = ::getpid();
-  // clone(CLONE_NEWPID) without a stack behaves as fork(2), the child being PID 1 of the new namespace.
-  pid_t pid = spec.new_pid_namespace ? static_cast<pid_t>(::syscall(SYS_clone, CLONE_NEWPID | SIGCHLD, nullptr,
-                                                                    nullptr, nullptr, nullptr))
-                                     : ::fork();
-  if (pid < 0) return sys_error(spec.new_pid_namespace ? "clone(CLONE_NEWPID)" : "fork");
+  // clone() without a stack behaves as fork(2), the child being PID 1 of the new PID namespace. The new
+  // mount namespace is for a /proc of that PID namespace: with the host's /proc, getpid() (1) and
+  // /proc/self disagree, and the CUDA driver's cuInit fails (CUDA_ERROR_OPERATING_SYSTEM, seen on the
+  // H200; docs/snapshot.md). Every other mount stays the host's (a slave copy; CRIU binds them again).
+  constexpr unsigned long kNamespaces = CLONE_NEWPID | CLONE_NEWNS;
+  pid_t pid = spec.new_pid_namespace
+                  ? static_cast<pid_t>(::syscall(SYS_clone, kNamespaces | SIGCHLD, nullptr, nullptr, nullptr, nullptr))
+                  : ::fork();
+  if (pid < 0) return sys_error(spec.new_pid_namespace ? "clone(CLONE_NEWPID|CLONE_NEWNS)" : "fork");
   if (pid == 0) {
     // Child: only async-signal-safe calls from here to exec.
-    if (spec.new_pid_namespace) ::setsid();
-    else ::setpgid(0, 0);
+    auto fail = [&](int step) {
+      const ChildFailure f{step, errno};
+      (void)!::write(err_w.get(), &f, sizeof f);
+      _exit(127);
+    };
+    if (spec.new_pid_namespace) {
+      ::setsid();
+      // Slave, not private: mounts the host makes later still appear here; ours never leak out.
+      if (::mount(nullptr, "/", nullptr, MS_REC | MS_SLAVE, nullptr) != 0) fail(kStepSlave);
+      if (::mount("proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, nullptr) != 0) fail(kStepProc);
+    } else {
+      ::setpgid(0, 0);
+    }
     // Dies with fastrestartd (SIGKILL included): otherwise a restarted fastrestartd finds the old engine
     // on its port and the old daemon holding its lock (found by the soak, tests/soak). The signal follows
     // the forking thread: spawn_child runs on the loop thread, which lives as long as the process.
@@ -120,26 +143,24 @@ Result<Spawned> spawn_child(const SpawnSpec& spec) {
       if (keep > 3) ::close_range(3, keep - 1, 0);
       ::close_range(keep + 1, ~0U, 0);
     }
-    if (!spec.working_dir.empty() && ::chdir(spec.working_dir.c_str()) != 0) {
-      int e = errno;
-      (void)!::write(err_w.get(), &e, sizeof e);
-      _exit(127);
-    }
+    if (!spec.working_dir.empty() && ::chdir(spec.working_dir.c_str()) != 0) fail(kStepChdir);
     ::execve(prog.c_str(), argv.data(), envp.data());
-    int e = errno;
-    (void)!::write(err_w.get(), &e, sizeof e);
-    _exit(127);
+    fail(kStepExec);
   }
   if (!spec.new_pid_namespace) ::setpgid(pid, pid);  // also from the parent: no race with an early signal to the group
   out_w.reset();
   err_w.reset();
-  int child_errno = 0;
+  ChildFailure failure{};
   ssize_t n;
-  while ((n = ::read(err_r.get(), &child_errno, sizeof child_errno)) < 0 && errno == EINTR) {
+  while ((n = ::read(err_r.get(), &failure, sizeof failure)) < 0 && errno == EINTR) {
   }
-  if (n == sizeof child_errno) {
+  if (n == sizeof failure) {
     ::waitpid(pid, nullptr, 0);
-    return make_error(Errc::kInvalidArgument, "cannot run " + spec.argv[0] + ": " + std::strerror(child_errno));
+    std::string why = std::strerror(failure.err);
+    if (failure.step == kStepChdir) why = "cannot enter " + spec.working_dir + ": " + why;
+    if (failure.step == kStepSlave) why = "making the mounts of its mount namespace slaves: " + why;
+    if (failure.step == kStepProc) why = "mounting /proc for its PID namespace: " + why;
+    return make_error(Errc::kInvalidArgument, "cannot run " + spec.argv[0] + ": " + why);
   }
   Spawned s;
   s.pid = pid;

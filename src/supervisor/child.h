@@ -19,7 +19,9 @@ struct SpawnSpec {
   std::string working_dir;
   std::string cgroup_procs;                 // if set: write the child's pid here before exec (cgroup v1/v2)
   // PID 1 of a new PID namespace and leader of a new session (so of its process group): what a CRIU
-  // snapshot needs (docs/snapshot.md). Still our direct child; its pid here is the host's.
+  // snapshot needs (docs/snapshot.md). Also a new mount namespace, whose only own mount is a /proc of that
+  // PID namespace (every other mount is a slave of the host's). Still our direct child; its pid here is
+  // the host's. Needs CAP_SYS_ADMIN.
   bool new_pid_namespace = false;
 };
 
