@@ -19,6 +19,7 @@
 #include "supervisor/child.h"
 #include "supervisor/flags.h"
 #include "supervisor/readiness.h"
+#include "supervisor/supervised_child.h"
 
 namespace fr::supervisor {
 
@@ -301,8 +302,7 @@ void Supervisor::spawn_daemon(Daemon& d) {
   d.exited = d.stopping = d.ready = false;
   d.status = json::object();
   const std::string prefix = d.gpu.empty() ? "weightd" : "weightd[" + d.gpu + "]";
-  auto s = spawn_child(spec);
-  if (!s.ok()) {
+  if (auto s = spawn_supervised(m_loop, spec, prefix, nullptr, d); !s.ok()) {
     d.failed = d.exited = true;
     d.error = s.error().message;
     spdlog::error("{}: {}", prefix, d.error);
@@ -310,12 +310,7 @@ void Supervisor::spawn_daemon(Daemon& d) {
   }
   d.failed = false;
   d.error.clear();
-  d.pid = s->pid;
   d.spawned_at = m_loop.now_s();
-  d.reader.reset();
-  d.output = std::move(s->output);
-  d.reader = std::make_unique<LineReader>(
-      m_loop, d.output.get(), [prefix](const std::string& l) { spdlog::info("[{}] {}", prefix, l); }, [] {});
   spdlog::info("started {} (pid {}){}", prefix, d.pid, preload ? ", preloading " + std::to_string(files.size()) + " file(s)" : "");
 }
 
@@ -549,7 +544,12 @@ void Supervisor::launch_engine() {
         m_baseline_used[gpu] = static_cast<double>(m->used) - static_cast<double>(held_bytes(gpu));
   set_status(std::string("Starting the engine (") + (e.warm_expected ? "warm" : "cold") + ")");
   spdlog::info("engine: {}", join(redact_flags(spec.argv)));
-  auto s = spawn_child(spec);
+  Engine* raw = &e;
+  auto s = spawn_supervised(m_loop, spec, "engine", [this, raw](const std::string& l) {
+    raw->tail.push_back(l);
+    if (raw->tail.size() > kTailLines) raw->tail.pop_front();
+    if (m_cfg.engine.kind == EngineKind::kVllm) observe_engine_line(*raw, l);
+  }, e);
   if (!s.ok()) {
     spdlog::error("engine: {}", s.error().message);
     e.exited = true;
@@ -561,22 +561,9 @@ void Supervisor::launch_engine() {
     m_loop.post([this] { raise(Event::kEngineExited); });
     return;
   }
-  e.pid = s->pid;
   // If fastrestartd dies, the next one kills what is left of this group (kill_recorded_group).
   if (auto st = write_private_file(state_path(m_cfg, "engine.pgid"), std::to_string(e.pid)); !st.ok())
     spdlog::warn("could not record the engine's process group: {}", st.error().message);
-  e.pidfd = std::move(s->pidfd);
-  e.output = std::move(s->output);
-  Engine* raw = &e;
-  e.reader = std::make_unique<LineReader>(
-      m_loop, e.output.get(),
-      [this, raw](const std::string& l) {
-        spdlog::info("[engine] {}", l);
-        raw->tail.push_back(l);
-        if (raw->tail.size() > kTailLines) raw->tail.pop_front();
-        if (m_cfg.engine.kind == EngineKind::kVllm) observe_engine_line(*raw, l);
-      },
-      [] {});
   arm_readiness(true);
 }
 

@@ -13,6 +13,7 @@
 #include "common/fd.h"
 #include "common/file_identity.h"
 #include "supervisor/loop.h"
+#include "supervisor/supervised_child.h"
 #include "supervisor/supervisor.h"
 #include "supervisor/vllm_report.h"
 
@@ -28,11 +29,8 @@ std::string state_path(const Config& c, const std::string& name);
 // Writes `text` to `path` atomically, mode 0600, creating its directory 0700 if needed.
 Status write_private_file(const std::string& path, const std::string& text);
 
-struct Supervisor::Engine {
-  pid_t pid = -1;
-  UniqueFd pidfd;
-  UniqueFd output;
-  std::unique_ptr<LineReader> reader;
+// The children's records extend SupervisedChild (supervised_child.h): pid, pidfd, output and its reader.
+struct Supervisor::Engine : SupervisedChild {
   double spawned_at = 0;
   double died_at = 0;
   bool exited = false;
@@ -75,12 +73,9 @@ struct Supervisor::Snapshots {
   std::unique_ptr<Timer> job_timer;  // snapshot.timeout_s
 };
 
-struct Supervisor::Daemon {
+struct Supervisor::Daemon : SupervisedChild {
   std::string gpu;     // as configured ("" for the host backend)
   std::string socket;  // its socket path
-  pid_t pid = -1;
-  UniqueFd output;
-  std::unique_ptr<LineReader> reader;
   bool exited = false;
   bool stopping = false;
   bool ready = false;
@@ -93,10 +88,8 @@ struct Supervisor::Daemon {
 };
 
 // weights.daemon = "vllm-preload": one `vllm preload` launcher, which runs a daemon rank per local GPU.
-struct Supervisor::Preload {
-  pid_t pid = -1;                    // also its process group (the ranks are in it)
-  UniqueFd output;
-  std::unique_ptr<LineReader> reader;
+// Its pid is also the process group of the ranks.
+struct Supervisor::Preload : SupervisedChild {
   std::vector<std::string> argv;
   uint16_t health_port = 0;
   bool exited = false;

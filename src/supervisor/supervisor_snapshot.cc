@@ -20,6 +20,7 @@
 #include "snapshot/identity.h"
 #include "snapshot/store.h"
 #include "supervisor/child.h"
+#include "supervisor/supervised_child.h"
 #include "supervisor/supervisor.h"
 #include "supervisor/supervisor_internal.h"
 
@@ -151,15 +152,10 @@ bool Supervisor::spawn_helper(const std::string& job, std::vector<std::string> a
   if (job == "restore") {
     // The helper's output pipe becomes the restored engine's stdout/stderr (criu --inherit-fd).
     Engine* raw = m_engine.get();
-    raw->output = std::move(child->output);
-    raw->reader = std::make_unique<LineReader>(
-        m_loop, raw->output.get(),
-        [raw](const std::string& l) {
-          spdlog::info("[engine] {}", l);
-          raw->tail.push_back(l);
-          if (raw->tail.size() > 200) raw->tail.pop_front();
-        },
-        [] {});
+    read_child_output(m_loop, std::move(child->output), "engine", [raw](const std::string& l) {
+      raw->tail.push_back(l);
+      if (raw->tail.size() > 200) raw->tail.pop_front();
+    }, *raw);
   } else {
     s.helper_output = std::move(child->output);
     s.helper_reader = std::make_unique<LineReader>(

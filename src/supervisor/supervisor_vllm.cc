@@ -16,6 +16,7 @@
 #include "supervisor/child.h"
 #include "supervisor/flags.h"
 #include "supervisor/readiness.h"
+#include "supervisor/supervised_child.h"
 #include "supervisor/supervisor.h"
 #include "supervisor/supervisor_internal.h"
 #include "supervisor/vllm_check.h"
@@ -159,7 +160,12 @@ void Supervisor::start_preload() {
   set_status("Starting the weight daemons (vllm preload)");
   spdlog::info("vllm preload: {}", join(p.argv));
   p.spawned_at = p.last_output = m_loop.now_s();
-  auto s = spawn_child(spec);
+  Preload* raw = &p;
+  auto s = spawn_supervised(m_loop, spec, "vllm-preload", [this, raw](const std::string& l) {
+    raw->last_output = m_loop.now_s();
+    raw->tail.push_back(l.substr(0, 300));
+    if (raw->tail.size() > 20) raw->tail.pop_front();
+  }, p);
   if (!s.ok()) {
     p.failed = p.exited = true;
     p.error = s.error().message;
@@ -167,18 +173,6 @@ void Supervisor::start_preload() {
     m_loop.post([this] { raise(Event::kDaemonsFailed); });
     return;
   }
-  p.pid = s->pid;
-  p.output = std::move(s->output);
-  Preload* raw = &p;
-  p.reader = std::make_unique<LineReader>(
-      m_loop, p.output.get(),
-      [this, raw](const std::string& l) {
-        spdlog::info("[vllm-preload] {}", l);
-        raw->last_output = m_loop.now_s();
-        raw->tail.push_back(l.substr(0, 300));
-        if (raw->tail.size() > 20) raw->tail.pop_front();
-      },
-      [] {});
   m_preload_fresh = true;
   if (m_cfg.weights.watch_interval_s > 0 && !p.checkpoint.empty())
     m_watch_timer.start(m_cfg.weights.watch_interval_s, [this] { watch_checkpoint(); }, m_cfg.weights.watch_interval_s);
