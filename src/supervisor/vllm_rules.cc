@@ -7,7 +7,8 @@
 #include <algorithm>
 #include <cctype>
 #include <cstdio>
-#include <set>
+#include <functional>
+#include <type_traits>
 
 #include "common/io.h"
 #include "supervisor/classify.h"
@@ -46,12 +47,14 @@ namespace {
 
 class Reader {
  public:
-  Reader(const std::string& path) : m_path(path) {}
+  explicit Reader(const std::string& path) : m_path(path) {}
 
   Error fail(const toml::node& n, const std::string& key, const std::string& what) const {
     int64_t line = std::max<int64_t>(1, n.source().begin.line);
     return make_error(Errc::kInvalidArgument, m_path + ":" + std::to_string(line) + ": " + key + ": " + what);
   }
+
+  // Typed reads of one value; `key` is its full name ("removed[3].version") for the error.
   Result<std::string> string(const toml::node& n, const std::string& key) const {
     if (auto s = n.as_string()) return s->get();
     return fail(n, key, "expected a string");
@@ -65,6 +68,24 @@ class Reader {
       out.push_back(std::move(s));
     }
     return out;
+  }
+  // Substrings to look for in a line: an empty one would match every line.
+  Result<std::vector<std::string>> patterns(const toml::node& n, const std::string& key) const {
+    FR_ASSIGN(auto v, strings(n, key));
+    for (const auto& s : v)
+      if (s.empty()) return fail(n, key, "an empty string matches every line");
+    return v;
+  }
+  // A flag in any spelling, canonical (--a_b and --a-b are one flag); it must start with '-'.
+  Result<std::string> flag_name(const toml::node& n, const std::string& key) const {
+    FR_ASSIGN(std::string s, string(n, key));
+    if (!s.starts_with("-")) return fail(n, key, "a flag starts with '-', got \"" + s + "\"");
+    return canonical_flag_name(s);
+  }
+  // As flag_name without the '-' check ([[gated]] unless, [[preload.refuse]] flag never had it).
+  Result<std::string> canonical_name(const toml::node& n, const std::string& key) const {
+    FR_ASSIGN(std::string s, string(n, key));
+    return canonical_flag_name(s);
   }
   Result<std::vector<std::string>> flag_names(const toml::node& n, const std::string& key) const {
     FR_ASSIGN(auto v, strings(n, key));
@@ -86,21 +107,28 @@ class Reader {
     if (s == "warning") return Severity::kWarning;
     return fail(n, key, "must be \"error\" or \"warning\", got \"" + s + "\"");
   }
-  // Visits every key of `t`; `known` names the allowed ones.
+  // An exit_cause_name().
+  Result<std::string> cause(const toml::node& n, const std::string& key) const {
+    FR_ASSIGN(std::string s, string(n, key));
+    if (!exit_cause_from_name(s)) return fail(n, key, "unknown cause \"" + s + "\" (allowed: " + exit_cause_names() + ")");
+    return s;
+  }
+
+  // Visits every key of `t` (its full name is `prefix` + key); `known` names the allowed ones.
   template <typename F>
-  Status each(const toml::table& t, const std::string& prefix, std::initializer_list<const char*> known, F&& f) const {
+  Status each(const toml::table& t, const std::string& prefix, const std::vector<std::string_view>& known, F&& f) const {
     for (auto&& [k, n] : t) {
       std::string name(k.str());
-      if (std::find_if(known.begin(), known.end(), [&](const char* x) { return name == x; }) == known.end()) {
+      if (std::find(known.begin(), known.end(), name) == known.end()) {
         std::string allowed;
-        for (const char* x : known) allowed += (allowed.empty() ? "" : ", ") + std::string(x);
+        for (auto x : known) allowed += (allowed.empty() ? "" : ", ") + std::string(x);
         return fail(n, prefix + name, "unknown key (allowed: " + allowed + ")");
       }
       FR_TRY(f(name, n, prefix + name));
     }
     return {};
   }
-  // An array of tables ([[name]]).
+  // An array of tables ([[key]]): `f(table, "key[i].")` for each.
   template <typename F>
   Status tables(const toml::node& n, const std::string& key, F&& f) const {
     auto arr = n.as_array();
@@ -113,171 +141,174 @@ class Reader {
     }
     return {};
   }
-  const std::string& path() const { return m_path; }
 
  private:
   std::string m_path;
 };
 
-Status parse_removed(const Reader& r, const toml::table& t, const std::string& p, VllmRules& out) {
-  RemovedRule rule;
-  bool has_version = false;
-  FR_TRY(r.each(t, p, {"flag", "env", "command", "value", "value_contains", "version", "severity", "what", "use", "ref"},
-                [&](const std::string& k, const toml::node& n, const std::string& key) -> Status {
-                  if (k == "flag") {
-                    FR_ASSIGN(rule.flag, r.string(n, key));
-                    if (!rule.flag.starts_with("-")) return r.fail(n, key, "a flag starts with '-'");
-                    rule.flag = canonical_flag_name(rule.flag);
-                  } else if (k == "env") {
-                    FR_ASSIGN(rule.env, r.string(n, key));
-                  } else if (k == "command") {
-                    FR_ASSIGN(rule.command, r.string(n, key));
-                  } else if (k == "value") {
-                    FR_ASSIGN(rule.value, r.string(n, key));
-                  } else if (k == "value_contains") {
-                    FR_ASSIGN(rule.value_contains, r.string(n, key));
-                  } else if (k == "version") {
-                    FR_ASSIGN(rule.version, r.version(n, key));
-                    has_version = true;
-                  } else if (k == "severity") {
-                    FR_ASSIGN(rule.severity, r.severity(n, key));
-                  } else if (k == "what") {
-                    FR_ASSIGN(rule.what, r.string(n, key));
-                  } else if (k == "use") {
-                    FR_ASSIGN(rule.use, r.string(n, key));
-                  } else {
-                    FR_ASSIGN(rule.ref, r.string(n, key));
-                  }
-                  return {};
-                }));
+// The entries of a [[section]] are read from a table of their keys (Field), so every section checks keys,
+// types and required keys the same way, and its errors name file:line, section[index].key.
+
+enum class Need { kOptional, kRequired };
+
+template <typename T>
+struct Field {
+  std::string_view name;
+  Need need = Need::kOptional;
+  std::string_view why;  // said when a required key is missing: what it holds
+  std::function<Status(const Reader&, const toml::node&, const std::string& key, T& entry)> read;
+};
+
+template <typename M>
+using ReadFn = Result<M> (Reader::*)(const toml::node&, const std::string&) const;
+
+// Key `name`, read by `read` into `entry.*member`. A required string or list must also not be empty.
+template <typename T, typename M>
+Field<T> field(std::string_view name, M T::*member, ReadFn<M> read, Need need = Need::kOptional,
+               std::string_view why = {}) {
+  return {name, need, why, [member, read, need](const Reader& r, const toml::node& n, const std::string& key,
+                                                T& entry) -> Status {
+            FR_ASSIGN(entry.*member, (r.*read)(n, key));
+            if constexpr (requires { (entry.*member).empty(); }) {
+              if (need == Need::kRequired && (entry.*member).empty()) return r.fail(n, key, "must not be empty");
+            }
+            return {};
+          }};
+}
+
+// Key `name` must be a string that nothing reads (`ref` where no message shows it).
+template <typename T>
+Field<T> note(std::string_view name) {
+  return {name, Need::kOptional, {}, [](const Reader& r, const toml::node& n, const std::string& key, T&) -> Status {
+            FR_TRY(r.string(n, key));
+            return {};
+          }};
+}
+
+// What one entry needs beyond its keys (a choice between keys); `p` is "section[i].".
+template <typename T>
+using Check = Status (*)(const Reader& r, const toml::table& t, const std::string& p, const T& entry);
+
+// Every entry of the [[section]] `n` (named `key`), read by `fields`, checked by `check`, appended to `out`.
+template <typename T>
+Status read_section(const Reader& r, const toml::node& n, const std::string& key, const std::vector<Field<T>>& fields,
+                    std::vector<T>& out, std::type_identity_t<Check<T>> check = nullptr) {
+  std::vector<std::string_view> names;
+  for (const auto& f : fields) names.push_back(f.name);
+  return r.tables(n, key, [&](const toml::table& t, const std::string& p) -> Status {
+    T entry;
+    std::vector<bool> seen(fields.size());
+    FR_TRY(r.each(t, p, names, [&](const std::string& k, const toml::node& v, const std::string& full) -> Status {
+      size_t i = static_cast<size_t>(std::find(names.begin(), names.end(), k) - names.begin());
+      seen[i] = true;
+      return fields[i].read(r, v, full, entry);
+    }));
+    for (size_t i = 0; i < fields.size(); ++i) {
+      if (fields[i].need != Need::kRequired || seen[i]) continue;
+      std::string why = fields[i].why.empty() ? "" : ": " + std::string(fields[i].why);
+      return r.fail(t, p + std::string(fields[i].name), "required" + why);
+    }
+    if (check) FR_TRY(check(r, t, p, entry));
+    out.push_back(std::move(entry));
+    return {};
+  });
+}
+
+// ---- The sections (data/vllm.toml documents each key) ----
+
+const std::vector<Field<RemovedRule>>& removed_fields() {
+  using R = RemovedRule;
+  static const std::vector<Field<R>> f = {
+      field("flag", &R::flag, &Reader::flag_name),
+      field("env", &R::env, &Reader::string),
+      field("command", &R::command, &Reader::string),
+      field("value", &R::value, &Reader::string),
+      field("value_contains", &R::value_contains, &Reader::string),
+      field("version", &R::version, &Reader::version, Need::kRequired, "the vLLM release that removed or changed it"),
+      field("severity", &R::severity, &Reader::severity),
+      field("what", &R::what, &Reader::string),
+      field("use", &R::use, &Reader::string),
+      field("ref", &R::ref, &Reader::string),
+  };
+  return f;
+}
+
+Status check_removed(const Reader& r, const toml::table& t, const std::string& p, const RemovedRule& rule) {
   int subjects = !rule.flag.empty() + !rule.env.empty() + !rule.command.empty();
   if (subjects != 1) return r.fail(t, p + "flag", "exactly one of flag, env, command is required");
-  if (!has_version) return r.fail(t, p + "version", "required: the vLLM release that removed or changed it");
-  out.removed.push_back(std::move(rule));
   return {};
 }
 
-Status parse_gated(const Reader& r, const toml::table& t, const std::string& p, VllmRules& out) {
-  GatedRule rule;
-  bool has_version = false;
-  FR_TRY(r.each(t, p, {"when_any", "unless", "version", "severity", "what", "use", "ref"},
-                [&](const std::string& k, const toml::node& n, const std::string& key) -> Status {
-                  if (k == "when_any") {
-                    FR_ASSIGN(rule.when_any, r.flag_names(n, key));
-                  } else if (k == "unless") {
-                    FR_ASSIGN(rule.unless, r.string(n, key));
-                    rule.unless = canonical_flag_name(rule.unless);
-                  } else if (k == "version") {
-                    FR_ASSIGN(rule.version, r.version(n, key));
-                    has_version = true;
-                  } else if (k == "severity") {
-                    FR_ASSIGN(rule.severity, r.severity(n, key));
-                  } else if (k == "what") {
-                    FR_ASSIGN(rule.what, r.string(n, key));
-                  } else if (k == "use") {
-                    FR_ASSIGN(rule.use, r.string(n, key));
-                  } else {
-                    FR_ASSIGN(rule.ref, r.string(n, key));
-                  }
-                  return {};
-                }));
-  if (rule.when_any.empty() || rule.unless.empty() || !has_version)
-    return r.fail(t, p + "when_any", "when_any, unless and version are required");
-  out.gated.push_back(std::move(rule));
-  return {};
+const std::vector<Field<GatedRule>>& gated_fields() {
+  using G = GatedRule;
+  static const std::vector<Field<G>> f = {
+      field("when_any", &G::when_any, &Reader::flag_names, Need::kRequired, "the flags that need `unless`"),
+      field("unless", &G::unless, &Reader::canonical_name, Need::kRequired, "the flag they need"),
+      field("version", &G::version, &Reader::version, Need::kRequired, "the vLLM release from which they need it"),
+      field("severity", &G::severity, &Reader::severity),
+      field("what", &G::what, &Reader::string),
+      field("use", &G::use, &Reader::string),
+      field("ref", &G::ref, &Reader::string),
+  };
+  return f;
 }
 
-Status parse_added(const Reader& r, const toml::table& t, const std::string& p, VllmRules& out) {
-  AddedRule rule;
-  bool has_version = false;
-  FR_TRY(r.each(t, p, {"flags", "version"}, [&](const std::string& k, const toml::node& n, const std::string& key) -> Status {
-    if (k == "flags") {
-      FR_ASSIGN(rule.flags, r.flag_names(n, key));
-    } else {
-      FR_ASSIGN(rule.version, r.version(n, key));
-      has_version = true;
-    }
-    return {};
-  }));
-  if (rule.flags.empty() || !has_version) return r.fail(t, p + "flags", "flags and version are required");
-  out.added.push_back(std::move(rule));
-  return {};
+const std::vector<Field<AddedRule>>& added_fields() {
+  using A = AddedRule;
+  static const std::vector<Field<A>> f = {
+      field("flags", &A::flags, &Reader::flag_names, Need::kRequired, "the flags the release added"),
+      field("version", &A::version, &Reader::version, Need::kRequired, "the vLLM release that added them"),
+  };
+  return f;
 }
 
-Status parse_failure(const Reader& r, const toml::table& t, const std::string& p, VllmRules& out) {
-  FailureRule rule;
-  FR_TRY(r.each(t, p, {"contains", "cause", "ref"}, [&](const std::string& k, const toml::node& n, const std::string& key) -> Status {
-    if (k == "contains") {
-      FR_ASSIGN(rule.contains, r.strings(n, key));
-      for (const auto& c : rule.contains)
-        if (c.empty()) return r.fail(n, key, "an empty string matches every line");
-    } else if (k == "cause") {
-      FR_ASSIGN(rule.cause, r.string(n, key));
-      if (!exit_cause_from_name(rule.cause)) return r.fail(n, key, "unknown cause \"" + rule.cause + "\" (allowed: " + exit_cause_names() + ")");
-    }
-    return {};
-  }));
-  if (rule.contains.empty() || rule.cause.empty()) return r.fail(t, p + "contains", "contains and cause are required");
-  out.failures.push_back(std::move(rule));
-  return {};
+const std::vector<Field<FailureRule>>& failure_fields() {
+  using F = FailureRule;
+  static const std::vector<Field<F>> f = {
+      field("contains", &F::contains, &Reader::patterns, Need::kRequired, "the strings the line holds"),
+      field("cause", &F::cause, &Reader::cause, Need::kRequired, "the exit cause the line means"),
+      note<F>("ref"),
+  };
+  return f;
 }
 
-Status parse_report(const Reader& r, const toml::table& t, const std::string& p, VllmRules& out) {
-  ReportRule rule;
-  FR_TRY(r.each(t, p, {"field", "after", "contains", "value", "ref"}, [&](const std::string& k, const toml::node& n, const std::string& key) -> Status {
-    if (k == "field") {
-      FR_ASSIGN(rule.field, r.string(n, key));
-    } else if (k == "after") {
-      FR_ASSIGN(rule.after, r.string(n, key));
-    } else if (k == "contains") {
-      FR_ASSIGN(rule.contains, r.string(n, key));
-    } else if (k == "value") {
-      FR_ASSIGN(rule.value, r.string(n, key));
-    }
-    return {};
-  }));
-  if (rule.field.empty()) return r.fail(t, p + "field", "required");
+const std::vector<Field<ReportRule>>& report_fields() {
+  using R = ReportRule;
+  static const std::vector<Field<R>> f = {
+      field("field", &R::field, &Reader::string, Need::kRequired),
+      field("after", &R::after, &Reader::string),
+      field("contains", &R::contains, &Reader::string),
+      field("value", &R::value, &Reader::string),
+      note<R>("ref"),
+  };
+  return f;
+}
+
+Status check_report(const Reader& r, const toml::table& t, const std::string& p, const ReportRule& rule) {
   if (rule.after.empty() == (rule.contains.empty() || rule.value.empty()))
     return r.fail(t, p + "after", "give either `after`, or `contains` with `value`");
-  out.reports.push_back(std::move(rule));
   return {};
 }
 
-Status parse_report_default(const Reader& r, const toml::table& t, const std::string& p, VllmRules& out) {
-  ReportDefault rule;
-  FR_TRY(r.each(t, p, {"field", "since", "value"}, [&](const std::string& k, const toml::node& n, const std::string& key) -> Status {
-    if (k == "field") {
-      FR_ASSIGN(rule.field, r.string(n, key));
-    } else if (k == "since") {
-      FR_ASSIGN(rule.since, r.version(n, key));
-    } else {
-      FR_ASSIGN(rule.value, r.string(n, key));
-    }
-    return {};
-  }));
-  if (rule.field.empty() || rule.value.empty()) return r.fail(t, p + "field", "field, since and value are required");
-  out.report_defaults.push_back(std::move(rule));
-  return {};
+const std::vector<Field<ReportDefault>>& report_default_fields() {
+  using D = ReportDefault;
+  static const std::vector<Field<D>> f = {
+      field("field", &D::field, &Reader::string, Need::kRequired),
+      field("since", &D::since, &Reader::version),  // absent: every version
+      field("value", &D::value, &Reader::string, Need::kRequired),
+  };
+  return f;
 }
 
-Status parse_preload_refusal(const Reader& r, const toml::table& t, const std::string& p, VllmRules& out) {
-  PreloadRefusal rule;
-  FR_TRY(r.each(t, p, {"flag", "values", "mode", "why"}, [&](const std::string& k, const toml::node& n, const std::string& key) -> Status {
-    if (k == "flag") {
-      FR_ASSIGN(rule.flag, r.string(n, key));
-      rule.flag = canonical_flag_name(rule.flag);
-    } else if (k == "values") {
-      FR_ASSIGN(rule.values, r.strings(n, key));
-    } else if (k == "mode") {
-      FR_ASSIGN(rule.mode, r.string(n, key));
-    } else {
-      FR_ASSIGN(rule.why, r.string(n, key));
-    }
-    return {};
-  }));
-  if (rule.flag.empty() || rule.why.empty()) return r.fail(t, p + "flag", "flag and why are required");
-  out.preload_refuse.push_back(std::move(rule));
-  return {};
+const std::vector<Field<PreloadRefusal>>& preload_refusal_fields() {
+  using P = PreloadRefusal;
+  static const std::vector<Field<P>> f = {
+      field("flag", &P::flag, &Reader::canonical_name, Need::kRequired),
+      field("values", &P::values, &Reader::strings),
+      field("mode", &P::mode, &Reader::string),
+      field("why", &P::why, &Reader::string, Need::kRequired),
+  };
+  return f;
 }
 
 }  // namespace
@@ -313,24 +344,22 @@ Result<VllmRules> parse_vllm_rules(std::string_view text, const std::string& pat
                                     } else if (pk == "since") {
                                       FR_ASSIGN(out.preload_since, r.version(v, kk));
                                     } else {
-                                      return r.tables(v, kk, [&](const toml::table& t2, const std::string& p) {
-                                        return parse_preload_refusal(r, t2, p, out);
-                                      });
+                                      return read_section(r, v, kk, preload_refusal_fields(), out.preload_refuse);
                                     }
                                     return {};
                                   });
                   } else if (k == "removed") {
-                    return r.tables(n, key, [&](const toml::table& t, const std::string& p) { return parse_removed(r, t, p, out); });
+                    return read_section(r, n, key, removed_fields(), out.removed, check_removed);
                   } else if (k == "gated") {
-                    return r.tables(n, key, [&](const toml::table& t, const std::string& p) { return parse_gated(r, t, p, out); });
+                    return read_section(r, n, key, gated_fields(), out.gated);
                   } else if (k == "added") {
-                    return r.tables(n, key, [&](const toml::table& t, const std::string& p) { return parse_added(r, t, p, out); });
+                    return read_section(r, n, key, added_fields(), out.added);
                   } else if (k == "failure") {
-                    return r.tables(n, key, [&](const toml::table& t, const std::string& p) { return parse_failure(r, t, p, out); });
+                    return read_section(r, n, key, failure_fields(), out.failures);
                   } else if (k == "report") {
-                    return r.tables(n, key, [&](const toml::table& t, const std::string& p) { return parse_report(r, t, p, out); });
+                    return read_section(r, n, key, report_fields(), out.reports, check_report);
                   } else {
-                    return r.tables(n, key, [&](const toml::table& t, const std::string& p) { return parse_report_default(r, t, p, out); });
+                    return read_section(r, n, key, report_default_fields(), out.report_defaults);
                   }
                   return {};
                 }));

@@ -107,6 +107,35 @@ TEST(Identity, CollectNamesAMissingFile) {
   EXPECT_NE(id.error().message.find("/nonexistent/engine"), std::string::npos) << id.error().message;
 }
 
+TEST(Identity, CollectKeepsTheFilesInOrderAndNamesAMissingOne) {
+  test::TempDir dir;
+  std::ofstream(dir / "engine") << "#!/bin/sh\n";
+  std::ofstream(dir / "a.safetensors") << "a";
+  std::ofstream(dir / "b.safetensors") << "bb";
+  EngineSpec spec;
+  spec.argv = {dir / "engine"};
+  spec.files = {dir / "b.safetensors", dir / "a.safetensors"};
+  auto id = collect_identity(spec, "4.2.1");
+  ASSERT_TRUE(id.ok()) << id.error().message;
+  ASSERT_EQ(id->files.size(), 2u);
+  EXPECT_EQ(id->files[0].size, 2u);
+  EXPECT_EQ(id->files[1].size, 1u);
+  spec.files.push_back(dir / "gone.safetensors");
+  auto missing = collect_identity(spec, "4.2.1");
+  ASSERT_FALSE(missing.ok());
+  EXPECT_NE(missing.error().message.find("gone.safetensors"), std::string::npos) << missing.error().message;
+}
+
+TEST(Identity, DecodingNamesABadFileEntry) {
+  Identity id = sample();
+  id.files.push_back(FileIdentity{"/m/model-2.safetensors", 1, 3, 3, 4, 5});
+  auto j = to_json(id);
+  j["files"][1]["ino"] = "3";
+  auto bad = identity_from_json(j, "manifest.identity");
+  ASSERT_FALSE(bad.ok());
+  EXPECT_EQ(bad.error().message.rfind("manifest.identity.files[1].ino: ", 0), 0u) << bad.error().message;
+}
+
 TEST(EngineSpec, RoundTripsAndNamesBadFields) {
   EngineSpec s;
   s.argv = {"/bin/engine", "--port", "8000"};

@@ -48,6 +48,43 @@ TEST(VllmRules, ABadVersionAndAnUnknownCauseAreErrors) {
   EXPECT_NE(c.error().message.find("e.toml:3: failure[0].cause: unknown cause \"oops\""), std::string::npos) << c.error().message;
 }
 
+// Every section reads its entries the same way: the error names file:line, section[index].key.
+TEST(VllmRules, AWrongTypeInALaterSectionNamesSectionEntryAndKey) {
+  auto r = parse_vllm_rules(
+      "[[removed]]\nenv = \"VLLM_X\"\nversion = \"0.31.0\"\n"
+      "[[report]]\nfield = \"version\"\nafter = \"v \"\n"
+      "[[report]]\nfield = \"model_runner\"\nafter = 7\n",
+      "e.toml");
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.error().message, "e.toml:9: report[1].after: expected a string");
+  auto g = parse_vllm_rules("[[added]]\nflags = [\"--a\"]\nversion = \"0.30.0\"\n"
+                            "[[gated]]\nwhen_any = [\"--b\"]\nunless = \"--c\"\nversion = \"0.31.0\"\nseverity = [\"error\"]\n",
+                            "e.toml");
+  ASSERT_FALSE(g.ok());
+  EXPECT_EQ(g.error().message, "e.toml:8: gated[0].severity: expected a string");
+}
+
+TEST(VllmRules, AMissingOrEmptyRequiredKeyIsNamed) {
+  auto missing = parse_vllm_rules("[[added]]\nflags = [\"--a\"]\nversion = \"0.30.0\"\n[[added]]\nflags = [\"--b\"]\n", "e.toml");
+  ASSERT_FALSE(missing.ok());
+  EXPECT_EQ(missing.error().message.rfind("e.toml:4: added[1].version: required", 0), 0u) << missing.error().message;
+  auto empty = parse_vllm_rules("[[preload.refuse]]\nflag = \"\"\nwhy = \"w\"\n", "e.toml");
+  ASSERT_FALSE(empty.ok());
+  EXPECT_EQ(empty.error().message, "e.toml:2: preload.refuse[0].flag: must not be empty");
+  auto pattern = parse_vllm_rules("[[failure]]\ncontains = [\"a\", \"\"]\ncause = \"bad_flags\"\n", "e.toml");
+  ASSERT_FALSE(pattern.ok());
+  EXPECT_EQ(pattern.error().message, "e.toml:2: failure[0].contains: an empty string matches every line");
+}
+
+TEST(VllmRules, ARuleNamingNoOrTwoSubjectsIsAnError) {
+  auto two = parse_vllm_rules("[[removed]]\nflag = \"--a\"\nenv = \"VLLM_A\"\nversion = \"0.31.0\"\n", "e.toml");
+  ASSERT_FALSE(two.ok());
+  EXPECT_EQ(two.error().message, "e.toml:1: removed[0].flag: exactly one of flag, env, command is required");
+  auto neither = parse_vllm_rules("[[report]]\nfield = \"version\"\ncontains = \"x\"\n", "e.toml");
+  ASSERT_FALSE(neither.ok());
+  EXPECT_EQ(neither.error().message, "e.toml:1: report[0].after: give either `after`, or `contains` with `value`");
+}
+
 TEST(VllmRules, AnOperatorFileIsAppended) {
   test::TempDir dir;
   std::string path = dir / "mine.toml";
