@@ -5,7 +5,7 @@
 #   1. the cold start (disk), then a warm restart (the daemon's cache, copied device to device);
 #   2. `fastrestartctl snapshot create`: create time, artifact size, and the restore that follows it;
 #   3. RESTORES x kill -9 of the engine: snapshot restore to READY (and since the death);
-#   4. where CRIU cannot run (the H200 machine runs under gVisor, whose kernel reports 4.4.0), it says so
+#   4. where CRIU cannot run (`criu check` fails, or a gVisor sandbox reports kernel 4.4.0), it says so
 #      and still measures the driver's checkpoint API alone on the live engine (lock, checkpoint, restore,
 #      unlock by pid through fastrestart-snapshot cuda ...), which needs no CRIU.
 # Results: $OUT/snapshot-summary.txt, $OUT/snapshot-results.json, fastrestartd's log.
@@ -45,6 +45,13 @@ say "criu: $criu_version"
 criu check >"$OUT/criu-check.log" 2>&1
 criu_rc=$?
 say "criu check: exit $criu_rc: $(grep -E 'Looks good|Error' "$OUT/criu-check.log" | head -3 | tr '\n' ' ')"
+
+# Why snapshottable engines get their own mount namespace (supervisor/child.h): cuInit's result in a PID
+# namespace with the host's /proc, then with a /proc of its own (0 = CUDA_SUCCESS, 304 = OPERATING_SYSTEM).
+if [ "$device" != cpu ] && command -v unshare >/dev/null; then
+  probe='import ctypes; print(ctypes.CDLL("libcuda.so.1").cuInit(0))'
+  say "cuInit: plain $(python3 -c "$probe" 2>&1 | tail -1); PID namespace, host /proc $(unshare -p -f python3 -c "$probe" 2>&1 | tail -1); PID + mount namespace, own /proc $(unshare -p -f -m --mount-proc python3 -c "$probe" 2>&1 | tail -1)"
+fi
 
 say "== checkpoint"
 t0=$(date +%s.%N)
