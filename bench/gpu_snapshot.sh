@@ -12,6 +12,7 @@
 #
 # usage (repository root, .bundle/ from scripts/gpu-bundle.sh carried):
 #   bench/gpu_snapshot.sh [SIZE=8G] [RESTORES=3]
+#   FR_BENCH_ENGINE=refengine bench/gpu_snapshot.sh tiny|8b [RESTORES]   the PyTorch reference engine
 set -uo pipefail
 size=${1:-8G}
 restores=${2:-3}
@@ -31,6 +32,9 @@ mkdir -p "$w"
 port=8300
 # FR_BENCH_DEVICE=cpu: the same flow on the CPU forward with the host backend (a dry run without a GPU).
 device=${FR_BENCH_DEVICE:-cuda:0}
+# FR_BENCH_ENGINE=refengine: the PyTorch reference engine (python/refengine) instead of the tiny engine;
+# SIZE is then a checkpoint shape of bench/gen_llama_checkpoint.py (tiny: 75 MB, 8b: 16.06 GB).
+engine=${FR_BENCH_ENGINE:-tinyengine}
 if [ "$device" = cpu ]; then gpus='[]'; backend=host; else gpus='["0"]'; backend=cuda; fi
 
 say "== machine"
@@ -55,15 +59,23 @@ fi
 
 say "== checkpoint"
 t0=$(date +%s.%N)
-fastrestart-tinyengine gen --out "$w/model" --size "$size" --dtype BF16 >/dev/null 2>&1 || { say "gen failed"; exit 1; }
-say "generated a $size BF16 tiny-engine checkpoint in $(python3 -c "print(round($(date +%s.%N) - $t0, 1))") s"
+if [ "$engine" = refengine ]; then
+  python3 "$root/bench/gen_llama_checkpoint.py" "$w/model" --shape "$size" >/dev/null 2>&1 || { say "gen failed"; exit 1; }
+  say "generated a Llama-shaped ($size) BF16 checkpoint in $(python3 -c "print(round($(date +%s.%N) - $t0, 1))") s"
+  engine_command="\"$(command -v python3)\", \"$root/python/refengine/fastrestart_refengine.py\", \"serve\", \"$w/model\""
+  export PYTHONPATH=$bundle/python${PYTHONPATH:+:$PYTHONPATH}  # the binding, for the engine
+else
+  fastrestart-tinyengine gen --out "$w/model" --size "$size" --dtype BF16 >/dev/null 2>&1 || { say "gen failed"; exit 1; }
+  say "generated a $size BF16 tiny-engine checkpoint in $(python3 -c "print(round($(date +%s.%N) - $t0, 1))") s"
+  engine_command="\"$(command -v fastrestart-tinyengine)\", \"serve\", \"$w/model\""
+fi
 
 cat >"$w/snap.toml" <<TOML
 gpus = $gpus
 [model]
 name = "snap"
 [engine]
-command = ["$(command -v fastrestart-tinyengine)", "serve", "$w/model"]
+command = [$engine_command]
 flags = ["--host", "127.0.0.1", "--port", "$port", "--served-model-name", "snap", "--device", "$device",
          "--load-format", "fastrestart", "--fastrestart-mode", "copy", "--fastrestart-socket-dir", "$w/run"]
 host = "127.0.0.1"

@@ -12,6 +12,8 @@
 #          SNAP_RESTORES default 3), then the vLLM plugin's tests and the binding's torch tests on cuda:0
 #          (python/tests/gpu_vllm_plugin.sh, test_torch); every log and CRIU's own logs (images left out)
 #          go into logs.tar.gz, so the files stay under the 8 that come back
+#   snapshot-refengine: the same snapshot benchmark on the PyTorch reference engine, SNAP_SHAPES
+#          (default "tiny 8b": a 75 MB Llama, then the 16 GB Llama-3.1-8B shape), SNAP_RESTORES each (2)
 # Files in $OUT (at most 8 come back): summary.txt, tests.log, bench.log, results.json, weightd*.log.
 set -uo pipefail
 mode=${1:-full}
@@ -61,6 +63,25 @@ case "$mode" in
       ! -name snapshot-create.json -delete)
     [ $vrc -eq 0 ] && [ $prc -eq 0 ] && [ $src -eq 0 ]
     exit
+    ;;
+  snapshot-refengine)
+    # CRIU snapshots of the PyTorch reference engine: a 75 MB Llama (what a restore skips besides the
+    # weights: the interpreter, torch and transformers) and the 16 GB Llama-3.1-8B shape (issue 6's engine).
+    for shape in ${SNAP_SHAPES:-tiny 8b}; do
+      limit=200
+      [ "$shape" = 8b ] && limit=330
+      say "== CUDA snapshot of the reference engine, $shape (bench/gpu_snapshot.sh $shape ${SNAP_RESTORES:-2})"
+      mkdir -p "/tmp/snap-$shape"
+      OUT=/tmp/snap-$shape FR_BENCH_ENGINE=refengine timeout $limit bench/gpu_snapshot.sh "$shape" "${SNAP_RESTORES:-2}" \
+        >"/tmp/snap-$shape/snapshot.out" 2>&1
+      say "gpu_snapshot ($shape): exit $?"
+      cat "/tmp/snap-$shape/snapshot-summary.txt" >>"$summary" 2>/dev/null
+      cp "/tmp/snap-$shape/snapshot-results.json" "$OUT/ref-$shape-results.json" 2>/dev/null
+      cp "/tmp/snap-$shape/snapshot-inspect.json" "$OUT/ref-$shape-inspect.json" 2>/dev/null
+      tar czf "$OUT/ref-$shape-logs.tar.gz" --exclude='*.img' --exclude='pages-*' --exclude=model \
+        -C / "tmp/snap-$shape" var/tmp/frsnap 2>/dev/null
+    done
+    exit 0
     ;;
   e2e|e2e-smoke)
     say "== Python tests with torch (binding, torch, reference engine)"
