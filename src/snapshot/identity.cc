@@ -1,10 +1,12 @@
 #include "snapshot/identity.h"
 
 #include <fcntl.h>
+#include <sys/stat.h>
 #include <sys/utsname.h>
 #include <unistd.h>
 #include <xxhash.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <memory>
 
@@ -86,7 +88,8 @@ json to_json(const Identity& id) {
           {"executable_hash", id.executable_hash},
           {"files", files},
           {"args", id.args},
-          {"env", id.env}};
+          {"env", id.env},
+          {"arg_hashes", id.arg_hashes}};
 }
 
 Result<Identity> identity_from_json(const json& j, const std::string& where) {
@@ -108,6 +111,9 @@ Result<Identity> identity_from_json(const json& j, const std::string& where) {
             }));
   FR_ASSIGN(id.args, f.strings("args"));
   FR_ASSIGN(id.env, f.string_map("env"));
+  if (j.contains("arg_hashes")) {
+    FR_ASSIGN(id.arg_hashes, f.string_map("arg_hashes"));
+  }
   return id;
 }
 
@@ -140,6 +146,16 @@ Result<Identity> collect_identity(const EngineSpec& spec, const std::string& cri
   FR_ASSIGN(id.files, files_of(spec.files.size(), [&](size_t i) { return identify_file(spec.files[i]); }));
   id.args.assign(spec.argv.begin() + 1, spec.argv.end());
   id.env = spec.env;
+  for (const std::string& arg : id.args) {
+    std::string path = arg;
+    if (arg.rfind("--", 0) == 0 && arg.find('=') != std::string::npos) path = arg.substr(arg.find('=') + 1);
+    if (path.empty() || path[0] != '/') continue;
+    if (std::find(spec.files.begin(), spec.files.end(), path) != spec.files.end()) continue;
+    struct stat st{};
+    if (::stat(path.c_str(), &st) != 0 || !S_ISREG(st.st_mode) || static_cast<uint64_t>(st.st_size) > kMaxArgFileBytes)
+      continue;
+    FR_ASSIGN(id.arg_hashes[path], hash_file(path));
+  }
   return id;
 }
 
@@ -179,6 +195,14 @@ std::optional<std::string> first_difference(const Identity& a, const Identity& b
       if (x != y) return differ("args[" + std::to_string(i) + "]", x, y);
     }
   }
+  for (const auto& [path, hash] : a.arg_hashes) {
+    auto it = b.arg_hashes.find(path);
+    const std::string field = "arg_hashes[" + path + "]";
+    if (it == b.arg_hashes.end()) return differ(field, hash, "(not a readable file)");
+    if (it->second != hash) return differ(field, hash, it->second) + " (" + path + " changed)";
+  }
+  for (const auto& [path, hash] : b.arg_hashes)
+    if (!a.arg_hashes.count(path)) return differ("arg_hashes[" + path + "]", "(not a file then)", hash);
   if (a.env != b.env) {
     for (const auto& [k, v] : a.env) {
       auto it = b.env.find(k);

@@ -5,6 +5,7 @@
 // restore collects it again and refuses, before CRIU runs, when any field differs, naming that field.
 #pragma once
 
+#include <cstdint>
 #include <map>
 #include <nlohmann/json.hpp>
 #include <optional>
@@ -44,7 +45,14 @@ struct Identity {
   std::vector<FileIdentity> files;
   std::vector<std::string> args;
   std::map<std::string, std::string> env;
+  // XXH64 of every regular file of at most kMaxArgFileBytes that an argument names by absolute path (as
+  // itself or as the value of --flag=PATH), the checkpoint files excepted: an interpreted engine's script
+  // and its config files are as much the engine as the executable (python3 is the same binary for every
+  // script). Absent in manifests written before it existed: read as none.
+  std::map<std::string, std::string> arg_hashes;  // path -> hex
 };
+
+inline constexpr uint64_t kMaxArgFileBytes = 64ull << 20;
 
 nlohmann::json to_json(const EngineSpec& s);
 // Errors name the field: "spec.port: expected an integer".

@@ -126,6 +126,53 @@ TEST(Identity, CollectKeepsTheFilesInOrderAndNamesAMissingOne) {
   EXPECT_NE(missing.error().message.find("gone.safetensors"), std::string::npos) << missing.error().message;
 }
 
+TEST(Identity, AnInterpretedEnginesScriptAndConfigAreHashedButNotTheCheckpoint) {
+  test::TempDir dir;
+  std::ofstream(dir / "engine.py") << "print('v1')\n";
+  std::ofstream(dir / "engine.toml") << "a = 1\n";
+  std::ofstream(dir / "w.safetensors") << "weights";
+  EngineSpec spec;
+  spec.argv = {"/bin/sh", dir / "engine.py", "--config=" + (dir / "engine.toml"), dir.path(),
+               dir / "w.safetensors", "relative.py", "--port", "8000"};
+  spec.files = {dir / "w.safetensors"};
+  auto id = collect_identity(spec, "4.2.1");
+  ASSERT_TRUE(id.ok()) << id.error().message;
+  // The script and the --flag=PATH config; not the directory, the checkpoint file or a relative path.
+  ASSERT_EQ(id->arg_hashes.size(), 2u);
+  EXPECT_TRUE(id->arg_hashes.count(dir / "engine.py"));
+  EXPECT_TRUE(id->arg_hashes.count(dir / "engine.toml"));
+  auto back = identity_from_json(to_json(*id), "identity");
+  ASSERT_TRUE(back.ok()) << back.error().message;
+  EXPECT_EQ(back->arg_hashes, id->arg_hashes);
+  // The same interpreter with a changed script is another engine.
+  std::ofstream(dir / "engine.py") << "print('v2')\n";
+  auto now = collect_identity(spec, "4.2.1");
+  ASSERT_TRUE(now.ok());
+  auto d = first_difference(*id, *now);
+  ASSERT_TRUE(d.has_value());
+  EXPECT_EQ(d->rfind("identity.arg_hashes[" + (dir / "engine.py") + "]: recorded ", 0), 0u) << *d;
+  EXPECT_NE(d->find("changed)"), std::string::npos) << *d;
+  // A script that is gone is named too.
+  ::unlink((dir / "engine.py").c_str());
+  auto gone = collect_identity(spec, "4.2.1");
+  ASSERT_TRUE(gone.ok());
+  d = first_difference(*id, *gone);
+  ASSERT_TRUE(d.has_value());
+  EXPECT_NE(d->find("(not a readable file)"), std::string::npos) << *d;
+}
+
+TEST(Identity, AManifestFromBeforeArgumentHashesStillDecodes) {
+  auto j = to_json(sample());
+  j.erase("arg_hashes");
+  auto back = identity_from_json(j, "manifest.identity");
+  ASSERT_TRUE(back.ok()) << back.error().message;
+  EXPECT_TRUE(back->arg_hashes.empty());
+  j["arg_hashes"] = {{"/x.py", 3}};
+  auto bad = identity_from_json(j, "manifest.identity");
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.error().message.find("manifest.identity.arg_hashes"), std::string::npos) << bad.error().message;
+}
+
 TEST(Identity, DecodingNamesABadFileEntry) {
   Identity id = sample();
   id.files.push_back(FileIdentity{"/m/model-2.safetensors", 1, 3, 3, 4, 5});
