@@ -14,7 +14,6 @@ struct Cell {
   Transition t{S::kStopped, {}};
 };
 
-constexpr Cell none() { return Cell{}; }
 Cell to(S next, std::vector<A> actions = {}) { return Cell{true, Transition{next, std::move(actions)}}; }
 
 // One row per state, one column per event. Reading a row tells everything a state reacts to.
