@@ -68,14 +68,7 @@ class Supervised {
       << "[http]\nlisten = \"127.0.0.1:" << m_http << "\"\n"
       << "[snapshot]\ncriu = \"" << o.criu << "\"\nhelper_path = \"" << FR_SNAPSHOT_BIN << "\"\n";
     f.close();
-    m_pid = ::fork();
-    if (m_pid == 0) {
-      int fd = ::open((m_dir / "fastrestartd.log").c_str(), O_WRONLY | O_CREAT | O_APPEND, 0644);
-      ::dup2(fd, 1);
-      ::dup2(fd, 2);
-      ::execl(FR_FASTRESTARTD_BIN, FR_FASTRESTARTD_BIN, "--config", m_cfg.c_str(), nullptr);
-      _exit(127);
-    }
+    m_pid = test::spawn_logged({FR_FASTRESTARTD_BIN, "--config", m_cfg}, m_dir / "fastrestartd.log");
   }
   ~Supervised() {
     ::kill(m_pid, SIGTERM);

@@ -144,17 +144,10 @@ class Fastrestartd {
     }
   }
   void start() {
-    m_pid = ::fork();
-    if (m_pid == 0) {
-      int fd = ::open(m_log.c_str(), O_WRONLY | O_CREAT | O_APPEND, 0644);
-      ::dup2(fd, 1);
-      ::dup2(fd, 2);
-      ::setenv("NOTIFY_SOCKET", (m_dir / "notify.sock").c_str(), 1);
-      if (!m_fake_nvml.empty()) ::setenv("FASTRESTART_FAKE_NVML", m_fake_nvml.c_str(), 1);
-      if (m_read_delay_ms > 0) ::setenv("FASTRESTART_TEST_READ_DELAY_MS", std::to_string(m_read_delay_ms).c_str(), 1);
-      ::execl(FR_FASTRESTARTD_BIN, FR_FASTRESTARTD_BIN, "--config", m_cfg.c_str(), "--log-level", "debug", nullptr);
-      _exit(127);
-    }
+    std::map<std::string, std::string> env{{"NOTIFY_SOCKET", m_dir / "notify.sock"}};
+    if (!m_fake_nvml.empty()) env["FASTRESTART_FAKE_NVML"] = m_fake_nvml;
+    if (m_read_delay_ms > 0) env["FASTRESTART_TEST_READ_DELAY_MS"] = std::to_string(m_read_delay_ms);
+    m_pid = test::spawn_logged({FR_FASTRESTARTD_BIN, "--config", m_cfg, "--log-level", "debug"}, m_log, env);
   }
   // SIGTERM (or `sig`) and wait; returns the exit code.
   int stop(int sig = SIGTERM) {

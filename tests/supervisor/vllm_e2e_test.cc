@@ -58,16 +58,9 @@ class Vllmd {
       << "[control]\nsocket = \"" << (m_dir / "ctl/v.ctl") << "\"\nstate_dir = \"" << (m_dir / "state") << "\"\n"
       << "[http]\nlisten = \"none\"\n";
     f.close();
-    m_pid = ::fork();
-    if (m_pid == 0) {
-      int fd = ::open((m_dir / "fastrestartd.log").c_str(), O_WRONLY | O_CREAT | O_APPEND, 0644);
-      ::dup2(fd, 1);
-      ::dup2(fd, 2);
-      ::setenv("FASTRESTART_FAKE_NVML", (m_dir / "nvml.json").c_str(), 1);
-      ::setenv("VLLM_STANDIN_LOG", (m_dir / "standin.jsonl").c_str(), 1);
-      ::execl(FR_FASTRESTARTD_BIN, FR_FASTRESTARTD_BIN, "--config", (m_dir / "model.toml").c_str(), "--log-level", "debug", nullptr);
-      _exit(127);
-    }
+    m_pid = test::spawn_logged({FR_FASTRESTARTD_BIN, "--config", m_dir / "model.toml", "--log-level", "debug"},
+                               m_dir / "fastrestartd.log",
+                               {{"FASTRESTART_FAKE_NVML", m_dir / "nvml.json"}, {"VLLM_STANDIN_LOG", m_dir / "standin.jsonl"}});
   }
   ~Vllmd() {
     if (m_pid > 0) stop();

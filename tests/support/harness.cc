@@ -8,6 +8,7 @@
 #include <grp.h>
 #include <netinet/in.h>
 #include <signal.h>
+#include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -73,14 +74,25 @@ Checkpoint make_checkpoint(const std::string& dir, int shards, int per_shard, si
 
 namespace {
 
-pid_t spawn(const std::vector<std::string>& argv, const std::string& log, int uid, int gid) {
+struct SpawnOptions {
+  int uid = -1, gid = -1;
+  bool append = false;  // to the log, else truncate it
+  bool die_with_test = false;
+  const std::map<std::string, std::string>* env = nullptr;
+};
+
+pid_t spawn(const std::vector<std::string>& argv, const std::string& log, const SpawnOptions& o) {
   pid_t pid = ::fork();
   if (pid != 0) return pid;
-  int fd = ::open(log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  if (o.die_with_test) ::prctl(PR_SET_PDEATHSIG, SIGTERM);
+  int fd = ::open(log.c_str(), O_WRONLY | O_CREAT | O_CLOEXEC | (o.append ? O_APPEND : O_TRUNC), 0644);
   if (fd >= 0) {
     ::dup2(fd, 1);
     ::dup2(fd, 2);
   }
+  if (o.env)
+    for (const auto& [k, v] : *o.env) ::setenv(k.c_str(), v.c_str(), 1);
+  const int uid = o.uid, gid = o.gid;
   if (gid >= 0 && (::setgroups(0, nullptr) != 0 || ::setgid(static_cast<gid_t>(gid)) != 0)) _exit(126);
   if (uid >= 0 && ::setuid(static_cast<uid_t>(uid)) != 0) _exit(126);
   std::vector<char*> args;
@@ -106,12 +118,17 @@ std::string slurp(const std::string& path) {
 
 }  // namespace
 
+pid_t spawn_logged(const std::vector<std::string>& argv, const std::string& log,
+                   const std::map<std::string, std::string>& env) {
+  return spawn(argv, log, {.append = true, .die_with_test = true, .env = &env});
+}
+
 RunResult run(const std::vector<std::string>& argv, int as_uid, int as_gid) {
   char tmpl[] = "/tmp/fr-run-XXXXXX";
   int fd = ::mkstemp(tmpl);
   ::close(fd);
   ::chmod(tmpl, 0666);
-  pid_t pid = spawn(argv, tmpl, as_uid, as_gid);
+  pid_t pid = spawn(argv, tmpl, {.uid = as_uid, .gid = as_gid});
   RunResult r;
   r.exit_code = wait_code(pid);
   r.output = slurp(tmpl);
@@ -127,7 +144,7 @@ Daemon::Daemon(const std::string& dir, const std::vector<std::string>& extra, in
   m_log = tmpl;
   std::vector<std::string> argv{weightd(), "--backend", "host", "--socket-dir", dir, "--log-level", "debug"};
   argv.insert(argv.end(), extra.begin(), extra.end());
-  m_pid = spawn(argv, m_log, as_uid, as_gid);
+  m_pid = spawn(argv, m_log, {.uid = as_uid, .gid = as_gid});
   for (int i = 0; i < 500; ++i) {
     // Ready once it accepts: a stale socket file from a killed daemon exists before the new one binds.
     if (connect_unix(socket(), deadline_in(0)).ok()) return;

@@ -39,6 +39,12 @@ struct RunResult {
 // Runs a program to completion (argv[0] is the path), optionally as another uid/gid.
 RunResult run(const std::vector<std::string>& argv, int as_uid = -1, int as_gid = -1);
 
+// Starts argv (argv[0] a path) with stdout and stderr appended to `log` and `env` set on top of the test's
+// environment; it gets SIGTERM when the test process dies (a test killed by ctest's timeout leaves nothing
+// behind). Returns its pid; the caller waits for it.
+pid_t spawn_logged(const std::vector<std::string>& argv, const std::string& log,
+                   const std::map<std::string, std::string>& env = {});
+
 // A running fastrestart-weightd. The destructor sends SIGTERM and reaps it.
 class Daemon {
  public:

@@ -5,7 +5,6 @@
 #include <httplib.h>
 #include <netinet/in.h>
 #include <signal.h>
-#include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -15,6 +14,7 @@
 #include <thread>
 
 #include "common/unix_socket.h"
+#include "support/harness.h"
 #include "protocol/frame.h"
 
 namespace fr::test {
@@ -27,15 +27,7 @@ Supervised::~Supervised() {
 }
 
 void Supervised::start() {
-  m_pid = ::fork();
-  if (m_pid == 0) {
-    ::prctl(PR_SET_PDEATHSIG, SIGTERM);  // a test killed by ctest's timeout leaves no fastrestartd behind
-    int fd = ::open(m_log.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
-    ::dup2(fd, 1);
-    ::dup2(fd, 2);
-    ::execl(m_binary.c_str(), m_binary.c_str(), "--config", m_config.c_str(), "--log-level", "debug", nullptr);
-    _exit(127);
-  }
+  m_pid = spawn_logged({m_binary, "--config", m_config, "--log-level", "debug"}, m_log);
 }
 
 int Supervised::stop(int sig) {
