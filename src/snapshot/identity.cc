@@ -62,19 +62,6 @@ Result<FileIdentity> file_from_json(const json& j, const std::string& where) {
 
 std::string quoted(const std::string& s) { return json(s).dump(); }
 
-// The checkpoint files of an identity, `one(i)` for i in [0, n), stopping at the first error: one loop for
-// collecting them (stat) and for decoding them (manifest JSON), so both keep the spec's order.
-template <typename F>
-Result<std::vector<FileIdentity>> files_of(size_t n, F&& one) {
-  std::vector<FileIdentity> out;
-  out.reserve(n);
-  for (size_t i = 0; i < n; ++i) {
-    FR_ASSIGN(FileIdentity fi, one(i));
-    out.push_back(std::move(fi));
-  }
-  return out;
-}
-
 }  // namespace
 
 json to_json(const Identity& id) {
@@ -106,9 +93,10 @@ Result<Identity> identity_from_json(const json& j, const std::string& where) {
   FR_ASSIGN(id.executable, f.str("executable"));
   FR_ASSIGN(id.executable_hash, f.str("executable_hash"));
   FR_ASSIGN(const json* files, f.child("files", json::value_t::array));
-  FR_ASSIGN(id.files, files_of(files->size(), [&](size_t i) {
-              return file_from_json((*files)[i], f.path("files[" + std::to_string(i) + "]"));
-            }));
+  for (size_t i = 0; i < files->size(); ++i) {
+    FR_ASSIGN(FileIdentity fi, file_from_json((*files)[i], f.path("files[" + std::to_string(i) + "]")));
+    id.files.push_back(std::move(fi));
+  }
   FR_ASSIGN(id.args, f.strings("args"));
   FR_ASSIGN(id.env, f.string_map("env"));
   if (j.contains("arg_hashes")) {
@@ -143,7 +131,10 @@ Result<Identity> collect_identity(const EngineSpec& spec, const std::string& cri
   id.criu_version = criu_version;
   id.executable = spec.argv.at(0);
   FR_ASSIGN(id.executable_hash, hash_file(id.executable));
-  FR_ASSIGN(id.files, files_of(spec.files.size(), [&](size_t i) { return identify_file(spec.files[i]); }));
+  for (const std::string& path : spec.files) {
+    FR_ASSIGN(FileIdentity fi, identify_file(path));
+    id.files.push_back(std::move(fi));
+  }
   id.args.assign(spec.argv.begin() + 1, spec.argv.end());
   id.env = spec.env;
   for (const std::string& arg : id.args) {

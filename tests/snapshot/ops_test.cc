@@ -104,6 +104,13 @@ class Ops : public ::testing::Test {
     ASSERT_EQ(::waitpid(m_engine, &st, 0), m_engine);  // the dump ended it
     m_engine = -1;
   }
+  // A snapshot of the engine as a GPU engine (the driver reports it running), the engine reaped after.
+  void create_as_gpu_engine() {
+    FakeGpu gpu;
+    gpu.states[m_engine] = "running";
+    ASSERT_TRUE(create_snapshot(create_request(), gpu).ok());
+    engine_reaped();
+  }
 
   test::TempDir m_dir;
   uint16_t m_port = test::free_port();
@@ -134,10 +141,7 @@ TEST_F(Ops, DriverStepsWrapCriuAndARestoredProcessAnswers) {
 }
 
 TEST_F(Ops, ACudaStateOtherThanRunningKillsTheRestoredProcess) {
-  FakeGpu gpu;
-  gpu.states[m_engine] = "running";
-  ASSERT_TRUE(create_snapshot(create_request(), gpu).ok());
-  engine_reaped();
+  create_as_gpu_engine();
   FakeGpu failing;
   failing.unknown = "checkpointed";
   failing.after_unlock = "failed";
@@ -151,10 +155,7 @@ TEST_F(Ops, ACudaStateOtherThanRunningKillsTheRestoredProcess) {
 }
 
 TEST_F(Ops, AnotherGpuIsRefusedBeforeCriuRuns) {
-  FakeGpu gpu;
-  gpu.states[m_engine] = "running";
-  ASSERT_TRUE(create_snapshot(create_request(), gpu).ok());
-  engine_reaped();
+  create_as_gpu_engine();
   FakeGpu other;
   other.unknown = "checkpointed";
   other.uuid = "GPU-99999999-1111-2222-3333-444444444444";
