@@ -15,6 +15,7 @@
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
+#include <filesystem>
 #include <string>
 
 #include "common/io.h"
@@ -52,6 +53,18 @@ std::vector<std::string> child_environment(const std::map<std::string, std::stri
   }
   for (const auto& [k, v] : extra) env.push_back(k + "=" + v);
   return env;
+}
+
+std::string find_companion(const std::string& name, const std::string& build_dir) {
+  char self[4096];
+  ssize_t n = ::readlink("/proc/self/exe", self, sizeof self - 1);
+  if (n > 0) {
+    self[n] = 0;
+    const auto dir = std::filesystem::path(self).parent_path();
+    for (const auto& cand : {dir / name, dir.parent_path() / build_dir / name})
+      if (std::filesystem::exists(cand)) return cand.string();
+  }
+  return find_program(name);
 }
 
 std::string find_program(const std::string& name) {

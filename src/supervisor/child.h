@@ -54,4 +54,8 @@ pid_t kill_recorded_group(const std::string& path);
 // Finds `name` in $PATH (or returns it when it contains a '/').
 std::string find_program(const std::string& name);
 
+// A program of this package: beside the running executable (installed: /usr/bin), else in the build tree's
+// sibling folder `build_dir` (src/<build_dir>/<name>), else in $PATH.
+std::string find_companion(const std::string& name, const std::string& build_dir);
+
 }  // namespace fr::supervisor

@@ -55,18 +55,7 @@ std::string join(const std::vector<std::string>& v, const char* sep = " ") {
 }
 
 std::string daemon_binary(const Config& c) {
-  if (!c.weights.daemon_path.empty()) return c.weights.daemon_path;
-  char self[4096];
-  ssize_t n = ::readlink("/proc/self/exe", self, sizeof self - 1);
-  if (n > 0) {
-    self[n] = 0;
-    auto beside = std::filesystem::path(self).parent_path() / "fastrestart-weightd";
-    if (std::filesystem::exists(beside)) return beside.string();
-    // In the build tree the daemon lives in a sibling folder.
-    auto build = std::filesystem::path(self).parent_path().parent_path() / "daemon" / "fastrestart-weightd";
-    if (std::filesystem::exists(build)) return build.string();
-  }
-  return find_program("fastrestart-weightd");
+  return c.weights.daemon_path.empty() ? find_companion("fastrestart-weightd", "daemon") : c.weights.daemon_path;
 }
 
 }  // namespace

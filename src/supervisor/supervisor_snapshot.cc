@@ -35,16 +35,7 @@ json error(const std::string& code, const std::string& msg) {
 }
 
 std::string helper_binary(const Config& c) {
-  if (!c.snapshot.helper_path.empty()) return c.snapshot.helper_path;
-  char self[4096];
-  ssize_t n = ::readlink("/proc/self/exe", self, sizeof self - 1);
-  if (n > 0) {
-    self[n] = 0;
-    auto dir = std::filesystem::path(self).parent_path();
-    for (auto cand : {dir / "fastrestart-snapshot", dir.parent_path() / "snapshot" / "fastrestart-snapshot"})
-      if (std::filesystem::exists(cand)) return cand.string();
-  }
-  return find_program("fastrestart-snapshot");
+  return c.snapshot.helper_path.empty() ? find_companion("fastrestart-snapshot", "snapshot") : c.snapshot.helper_path;
 }
 
 bool lists_snapshot(const Config& c) {
@@ -346,13 +337,15 @@ json Supervisor::handle_snapshot(const json& req, std::shared_ptr<std::promise<j
     }
     return {{"ok", true}, {"snapshots", out}};
   }
+  // The id asked for, else the newest artifact ("" when there is none).
+  auto id_or_newest = [&]() -> std::string {
+    if (!id.empty()) return id;
+    auto all = store.list();
+    return all.empty() ? std::string() : all.front().id;
+  };
   if (action == "inspect") {
-    std::string which = id;
-    if (which.empty()) {
-      auto all = store.list();
-      if (all.empty()) return error("not_found", "no snapshot in " + s.dir);
-      which = all.front().id;
-    }
+    const std::string which = id_or_newest();
+    if (which.empty()) return error("not_found", "no snapshot in " + s.dir);
     if (!snapshot::valid_id(which)) return error("invalid_argument", "invalid snapshot id \"" + which + "\"");
     auto m = snapshot::read_manifest(store.path(which));
     if (!m.ok()) return error(errc_name(m.error().code), m.error().message);
@@ -383,12 +376,8 @@ json Supervisor::handle_snapshot(const json& req, std::shared_ptr<std::promise<j
   if (s.helper_pid > 0) return error("busy", "a snapshot " + s.job + " is already running");
   if (m_reload) return error("busy", "a reload is in progress");
   if (action == "restore") {
-    std::string which = id;
-    if (which.empty()) {
-      auto all = store.list();
-      if (all.empty()) return error("not_found", "no snapshot in " + s.dir);
-      which = all.front().id;
-    }
+    const std::string which = id_or_newest();
+    if (which.empty()) return error("not_found", "no snapshot in " + s.dir);
     if (!snapshot::valid_id(which) || !std::filesystem::is_directory(store.path(which)))
       return error("not_found", "no snapshot \"" + which + "\" in " + s.dir);
     s.failed_ids.erase(which);
