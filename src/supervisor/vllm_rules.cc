@@ -171,6 +171,8 @@ Field<T> field(std::string_view name, M T::*member, ReadFn<M> read, Need need = 
             FR_ASSIGN(entry.*member, (r.*read)(n, key));
             if constexpr (requires { (entry.*member).empty(); }) {
               if (need == Need::kRequired && (entry.*member).empty()) return r.fail(n, key, "must not be empty");
+            } else {
+              (void)need;  // only strings and lists can be empty
             }
             return {};
           }};
