@@ -191,27 +191,6 @@ void signal_group(pid_t pgid, int pidfd, int sig) {
 
 bool group_alive(pid_t pgid) { return pgid > 0 && (::kill(-pgid, 0) == 0 || errno == EPERM); }
 
-pid_t kill_recorded_group(const std::string& path) {
-  auto text = read_file(path, 64);
-  ::unlink(path.c_str());
-  if (!text.ok()) return 0;
-  const long pgid = std::strtol(text->c_str(), nullptr, 10);
-  if (pgid <= 1) return 0;
-  // Only a group that still has a member running under our uid: a pgid is not reused while its group
-  // exists, and this keeps a stale file from ever touching somebody else's processes.
-  bool ours = false;
-  if (DIR* d = ::opendir("/proc")) {
-    while (dirent* e = ::readdir(d)) {
-      const long pid = std::strtol(e->d_name, nullptr, 10);
-      struct stat st {};
-      if (pid <= 0 || ::getpgid(static_cast<pid_t>(pid)) != pgid) continue;
-      if (::stat(("/proc/" + std::string(e->d_name)).c_str(), &st) == 0 && st.st_uid == ::geteuid()) ours = true;
-    }
-    ::closedir(d);
-  }
-  if (!ours) return 0;
-  ::kill(static_cast<pid_t>(-pgid), SIGKILL);
-  return static_cast<pid_t>(pgid);
-}
+// kill_recorded_group: engine_group_record.cc (it reads the record written there).
 
 }  // namespace fr::supervisor

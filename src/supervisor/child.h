@@ -47,8 +47,8 @@ bool group_alive(pid_t pgid);
 // The engine's process group outlives a SIGKILLed fastrestartd when its leader forked workers into it
 // (the leader itself dies with its parent: PR_SET_PDEATHSIG). fastrestartd records the group's id in its
 // state directory while an engine runs; the next fastrestartd calls this before starting anything: it
-// removes the record and SIGKILLs the group if a process of it still runs under our uid. Returns the
-// pgid killed, or 0.
+// removes the record and SIGKILLs the group if it is still the recorded one (engine_group_record.h: the
+// leader's start time matches, every member runs under our uid). Returns the pgid killed, or 0.
 pid_t kill_recorded_group(const std::string& path);
 
 // Finds `name` in $PATH (or returns it when it contains a '/').

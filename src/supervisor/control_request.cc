@@ -42,6 +42,7 @@ Result<ControlRequest> parse_control_request(const json& req) {
       return bad("flags", std::string("expected a string or an array of strings, got ") + type_name(*f));
     }
     if (words.size() > kMaxFlags) return bad("flags", "more than " + std::to_string(kMaxFlags) + " words");
+    FR_TRY(check_flag_words(words, "flags"));
     r.flags = std::move(words);
   }
   if (auto m = req.find("mode"); m != req.end()) {

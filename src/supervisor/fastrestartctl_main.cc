@@ -197,11 +197,33 @@ int report(const fr::Result<json>& r, bool as_json) {
   return kOk;
 }
 
+// "unknown subcommand 'X' (valid: ...)" when the first word after the global options names no subcommand;
+// "" otherwise (CLI11 alone says only "A subcommand is required").
+template <typename Subs>
+std::string unknown_subcommand(int argc, char** argv, const Subs& subs) {
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    if (a == "--socket" || a == "--config" || a == "--name") {
+      ++i;  // its value
+      continue;
+    }
+    if (a.starts_with("-")) continue;
+    std::string valid;
+    for (const auto& s : subs) {
+      if (a == s.name) return "";
+      valid += (valid.empty() ? "" : ", ") + std::string(s.name);
+    }
+    return "unknown subcommand '" + a + "' (valid: " + valid + ")";
+  }
+  return "";
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   CLI::App app{"fastrestartctl: control fastrestartd (docs/supervisor.md)"};
   app.require_subcommand(1);
+  app.set_version_flag("--version", std::string("fastrestartctl ") + FASTRESTART_VERSION, "print the version and exit");
   std::string sock, config, name;
   app.add_option("--socket", sock, "control socket of fastrestartd");
   app.add_option("--config", config, "derive the socket from this model config");
@@ -274,6 +296,14 @@ int main(int argc, char** argv) {
          // No flags at all: the supervisor re-reads its config file (systemctl reload).
          auto r = call(socket_path(), req, 7 * 86400.0);
          int code = report(r, as_json);
+         if (code == kOk && !as_json && no_wait && !r->contains("path")) {
+           // Accepted, not done: say so, and how to see the outcome.
+           std::printf("reload accepted (%s): fastrestartd is restarting the engine on the new flags; follow it with "
+                       "`fastrestartctl status` or `watch` (ready again: done; a rollback shows in the log and in "
+                       "metrics.reloads.rolled_back)\n",
+                       r->value("cold", false) ? "cold: the weight daemons reload" : "warm");
+           return code;
+         }
          if (r.ok() && !as_json && r->contains("path")) {
            std::string f;
            for (const auto& w : r->value("flags", json::array())) f += (f.empty() ? "" : " ") + w.get<std::string>();
@@ -327,6 +357,10 @@ int main(int argc, char** argv) {
     CLI::App* sub = app.add_subcommand(s.name, s.help);
     s.setup(sub);
     sub->callback([&rc, &s] { rc = s.run(); });
+  }
+  if (auto unknown = unknown_subcommand(argc, argv, subs); !unknown.empty()) {
+    std::fprintf(stderr, "fastrestartctl: %s\n", unknown.c_str());
+    return kUsage;
   }
   try {
     app.parse(argc, argv);

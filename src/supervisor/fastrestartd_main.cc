@@ -7,6 +7,7 @@
 #include "common/private_dir.h"
 #include "health/health_server.h"
 #include "supervisor/control.h"
+#include "supervisor/instance_lock.h"
 #include "supervisor/supervisor.h"
 #include "supervisor/vllm_lint.h"
 
@@ -19,6 +20,7 @@ int main(int argc, char** argv) {
   app.add_option("--config,-c", config_path, "the model's TOML config (/etc/fastrestart/<name>.toml)")->required();
   app.add_flag("--check", check, "validate the config and exit (0 valid, 2 invalid)");
   app.add_option("--log-level", log_level, "override [logging] level");
+  app.set_version_flag("--version", std::string("fastrestartd ") + FASTRESTART_VERSION, "print the version and exit");
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -40,6 +42,12 @@ int main(int argc, char** argv) {
   }
   spdlog::set_level(spdlog::level::from_str(log_level.empty() ? cfg->logging.level : log_level));
   std::signal(SIGPIPE, SIG_IGN);
+  // One fastrestartd per state directory, before anything touches it, the sockets or processes.
+  auto instance = acquire_instance_lock(*cfg);
+  if (!instance.ok()) {
+    spdlog::error("{}", instance.error().message);
+    return instance.error().code == fr::Errc::kBusy ? kExitAlreadyRunning : kExitFailure;
+  }
 
   std::unique_ptr<GpuProbe> gpus;
   if (const char* fake = std::getenv("FASTRESTART_FAKE_NVML"); fake && *fake) gpus = make_file_probe(fake);

@@ -7,6 +7,7 @@
 #include <map>
 #include <string_view>
 
+#include "common/control_chars.h"
 #include "supervisor/vllm_rules.h"
 
 namespace fr::supervisor {
@@ -216,6 +217,27 @@ bool is_secret_flag(std::string_view name) {
 }
 
 }  // namespace
+
+Status check_flag_words(const std::vector<std::string>& words, const std::string& what) {
+  for (size_t i = 0; i < words.size(); ++i) {
+    auto at = find_control_char(words[i]);
+    if (!at) continue;
+    // The word is quoted as redacted and escaped: it may be a secret's value, and it is about to be logged.
+    const std::string shown = escape_control_chars(redact_flags({words[i]})[0].substr(0, 80));
+    return make_error(Errc::kInvalidArgument,
+                      what + "[" + std::to_string(i) + "] \"" + shown + "\": holds a control character (" +
+                          control_char_name(words[i][*at]) + " at byte " + std::to_string(*at) +
+                          "); flags must be printable text (a NUL would cut the argument short, a newline would start a "
+                          "new log line)");
+  }
+  return {};
+}
+
+std::string words_for_log(const std::vector<std::string>& words) {
+  std::string s;
+  for (const auto& w : redact_flags(words)) s += (s.empty() ? "" : " ") + w;
+  return escape_control_chars(s);
+}
 
 std::vector<std::string> redact_flags(const std::vector<std::string>& words) {
   static const std::string kRedacted = "<redacted>";

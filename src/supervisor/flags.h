@@ -42,6 +42,14 @@ std::vector<std::string> daemon_affecting_changes(EngineKind kind, const std::ve
                                                   const std::vector<std::string>& b,
                                                   const std::vector<std::string>& extra_daemon_flags = {});
 
+// Refuses words holding a raw control character (0x00-0x1f, 0x7f): a NUL would cut the exec argument
+// short without a word, a newline or carriage return would forge log lines. Errc::kInvalidArgument
+// naming the word by position: "<what>[2] \"--x\\ny\": holds a control character (\\n at byte 4) ...".
+Status check_flag_words(const std::vector<std::string>& words, const std::string& what);
+
+// The words for a log line: secrets redacted (redact_flags), joined by spaces, control characters escaped.
+std::string words_for_log(const std::vector<std::string>& words);
+
 // The words with the value of every secret-bearing flag replaced by "<redacted>", for /status, /metrics
 // and logs (docs/reliability.md, "Secrets"). A flag is secret when a '-'/'_'-separated part of its name
 // is key, token, secret, password, passwd, credential(s) or auth (--api-key, --hf-token, --db_password);

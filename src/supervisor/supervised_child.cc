@@ -2,6 +2,8 @@
 
 #include <spdlog/spdlog.h>
 
+#include "common/control_chars.h"
+
 namespace fr::supervisor {
 
 Status spawn_supervised(Loop& loop, const SpawnSpec& spec, const std::string& log_prefix, LineHandler on_line,
@@ -21,7 +23,7 @@ void read_child_output(Loop& loop, UniqueFd output, const std::string& log_prefi
   child.reader = std::make_unique<LineReader>(
       loop, child.output.get(),
       [log_prefix, on_line = std::move(on_line)](const std::string& l) {
-        spdlog::info("[{}] {}", log_prefix, l);
+        spdlog::info("[{}] {}", log_prefix, escape_control_chars(l));  // a child's text: one log line each
         if (on_line) on_line(l);
       },
       [] {});

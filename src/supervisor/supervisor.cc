@@ -13,10 +13,12 @@
 #include <fstream>
 #include <spdlog/spdlog.h>
 
+#include "common/control_chars.h"
 #include "common/io.h"
 #include "common/private_dir.h"
 #include "engine_loader/client.h"
 #include "supervisor/child.h"
+#include "supervisor/engine_group_record.h"
 #include "supervisor/flags.h"
 #include "supervisor/readiness.h"
 #include "supervisor/supervised_child.h"
@@ -532,7 +534,7 @@ void Supervisor::launch_engine() {
       if (auto m = m_gpus->memory(gpu); m.ok())
         m_baseline_used[gpu] = static_cast<double>(m->used) - static_cast<double>(held_bytes(gpu));
   set_status(std::string("Starting the engine (") + (e.warm_expected ? "warm" : "cold") + ")");
-  spdlog::info("engine: {}", join(redact_flags(spec.argv)));
+  spdlog::info("engine: {}", words_for_log(spec.argv));
   Engine* raw = &e;
   auto s = spawn_supervised(m_loop, spec, "engine", [this, raw](const std::string& l) {
     raw->tail.push_back(l);
@@ -551,7 +553,7 @@ void Supervisor::launch_engine() {
     return;
   }
   // If fastrestartd dies, the next one kills what is left of this group (kill_recorded_group).
-  if (auto st = write_private_file(state_path(m_cfg, "engine.pgid"), std::to_string(e.pid)); !st.ok())
+  if (auto st = write_private_file(state_path(m_cfg, "engine.pgid"), engine_group_record(e.pid)); !st.ok())
     spdlog::warn("could not record the engine's process group: {}", st.error().message);
   arm_readiness(true);
 }
@@ -808,6 +810,11 @@ void Supervisor::wait_drain() {
       again(0.02);
       return;
     }
+    // Processes that left the engine's group and came back to us as orphans (orphans.h).
+    if (m_leftovers.sweep(::getpid(), known_children(), m_state == State::kStopping ? "at stop" : "before the next start") > 0) {
+      again(0.02);
+      return;
+    }
     // Leak check (brief decision 8): GPU memory used must fall back to what the daemons hold.
     if (!m_cfg.gpus.empty() && m_cfg.weights.backend != "host") {
       for (const auto& gpu : m_cfg.gpus) {
@@ -847,14 +854,15 @@ void Supervisor::after_drain() {
     // The pushed flags never became ready: go back to the last flags that were.
     m_reload->rolled_back = true;
     m_reload->rollback_reason = cause + ": " + m_last_exit.value("detail", std::string());
-    spdlog::error("reload failed ({}); rolling back to: {}", m_reload->rollback_reason, join(redact_flags(m_reload->old_flags)));
+    spdlog::error("reload failed ({}); rolling back to: {}", escape_control_chars(m_reload->rollback_reason), words_for_log(m_reload->old_flags));
     m_flags = m_reload->old_flags;
     m_policy.on_exit(m_loop.now_s(), true, was_warm);
     raise(m_reload->cold ? Event::kDrainedColdRestart : Event::kDrainedRestart);
     return;
   }
   Verdict v = m_policy.on_exit(m_loop.now_s(), failure, was_warm);
-  if (m_reload && !failure && m_reload->cold && !m_reload->rolled_back) v = Verdict::kColdRestart;
+  // A cold push reloads the daemons, and so does its rollback when the flags could not be persisted.
+  if (m_reload && !failure && m_reload->cold && (!m_reload->rolled_back || m_reload->unpersisted)) v = Verdict::kColdRestart;
   // The checkpoint changed under the preload daemon, or it died: reload it (docs/vllm.md).
   if (m_force_cold && v != Verdict::kGiveUp) v = Verdict::kColdRestart;
   if (m_hold_engine && !failure) {

@@ -12,6 +12,7 @@
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -21,6 +22,7 @@
 #include "supervisor/host_probe.h"
 #include "supervisor/lifecycle.h"
 #include "supervisor/loop.h"
+#include "supervisor/orphans.h"
 #include "supervisor/policy.h"
 #include "supervisor/readiness.h"
 #include "supervisor/vllm_rules.h"
@@ -32,6 +34,7 @@ inline constexpr int kExitOk = 0;
 inline constexpr int kExitFailure = 1;
 inline constexpr int kExitConfig = 2;
 inline constexpr int kExitCrashLoop = 3;
+inline constexpr int kExitAlreadyRunning = 4;  // another fastrestartd holds the state directory's lock
 
 class Notifier {
  public:
@@ -100,6 +103,7 @@ class Supervisor {
 
   // signals and reaping
   void reap();
+  std::set<pid_t> known_children() const;  // ours, not engine leftovers (supervisor_orphans.cc)
   void on_sighup();
 
   // control
@@ -122,7 +126,8 @@ class Supervisor {
   nlohmann::json preload_status_json() const;
   nlohmann::json handle_check(const nlohmann::json& req);
   std::string refuse_push(const std::vector<std::string>& next);  // "" when vLLM would start
-  void persist_flags();
+  Status persist_flags();
+  void rollback_unpersisted(std::unique_ptr<PendingReload> r, const std::string& why);
   void load_persisted_flags();
 
   Config m_cfg;
@@ -182,6 +187,7 @@ class Supervisor {
   bool m_preload_fresh = false;           // the preload (re)started: the next engine start is strict
   bool m_force_cold = false;              // the next restart reloads the daemons (checkpoint changed, ...)
   Timer m_watch_timer{m_loop};
+  LeftoverSweeper m_leftovers;  // engine processes outside its group (orphans.h)
 };
 
 }  // namespace fr::supervisor

@@ -10,6 +10,8 @@
 #include <cstring>
 #include <filesystem>
 
+#include "common/atomic_file.h"
+#include "common/control_chars.h"
 #include "common/fd.h"
 #include "common/io.h"
 #include "supervisor/control_request.h"
@@ -53,14 +55,7 @@ Status write_private_file(const std::string& path, const std::string& text) {
   std::error_code ec;
   std::filesystem::create_directories(dir.parent_path(), ec);
   if (::mkdir(dir.c_str(), 0700) != 0 && errno != EEXIST) return sys_error("mkdir " + dir.string());
-  const std::string tmp = path + ".tmp";
-  UniqueFd fd(::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0600));
-  if (!fd) return sys_error("open " + tmp);
-  FR_TRY(write_full(fd.get(), text.data(), text.size(), tmp));
-  if (::fchmod(fd.get(), 0600) != 0) return sys_error("chmod " + tmp);
-  fd.reset();
-  if (::rename(tmp.c_str(), path.c_str()) != 0) return sys_error("rename " + tmp);
-  return {};
+  return write_file_atomic(path, text, 0600);  // fsync'ed; no half-written file or stray .tmp on failure
 }
 
 json Supervisor::request(const json& req) {
@@ -126,7 +121,7 @@ json Supervisor::handle(const json& req, std::shared_ptr<std::promise<json>> rep
       return {{"ok", true}, {"path", "unchanged"}, {"flags", redact_flags(m_flags)}, {"message", "the flags are unchanged"}};
     // Checks before a flag push: nothing restarts when vLLM would not start with these flags.
     if (auto why = refuse_push(next); !why.empty()) {
-      spdlog::error("reload refused: {}", why);
+      spdlog::error("reload refused: {}", escape_control_chars(why));
       return error("refused", "refused, nothing restarted: " + why);
     }
     auto affecting = daemon_affecting_changes(m_cfg.engine.kind, m_flags, next, m_rules.daemon_flags);
@@ -137,7 +132,7 @@ json Supervisor::handle(const json& req, std::shared_ptr<std::promise<json>> rep
     m_reload->started = m_loop.now_s();
     if (parsed->wait) m_reload->waiters.push_back(reply);
     m_flags = next;
-    spdlog::info("reload: flags now '{}' ({})", [&] { std::string s; for (auto& w : redact_flags(next)) s += (s.empty() ? "" : " ") + w; return s; }(),
+    spdlog::info("reload: flags now '{}' ({})", words_for_log(next),
                  affecting.empty() ? "engine only, warm cache" : "changes what the daemons hold: cold");
     char buf[64];
     std::snprintf(buf, sizeof buf, "%.0f", monotonic_usec());
@@ -160,22 +155,42 @@ void Supervisor::finish_reload(bool ok, const std::string& why) {
              {"time_to_ready_s", took},
              {"flags", redact_flags(m_flags)},
              {"rolled_back", r->rolled_back}};
+  if (ok) {
+    // Flags that cannot be persisted would be lost (or older ones run) at the next fastrestartd start:
+    // the push fails, and the engine goes back to the flags that are on disk.
+    if (auto st = persist_flags(); !st.ok()) return rollback_unpersisted(std::move(r), st.error().message);
+  }
   m_reload_counts[r->rolled_back ? "rolled_back" : r->cold ? "cold" : "warm"]++;
   if (ok) {
-    persist_flags();
     spdlog::info("reload done in {:.2f} s ({})", took, reply["path"].get<std::string>());
   } else {
     reply["error"] = {{"code", "rolled_back"},
-                      {"message", "the new flags never became ready (" + why + "); rolled back to the last flags that were"}};
+                      {"message", (r->unpersisted ? why : "the new flags never became ready (" + why + ")") +
+                                      "; rolled back to the last flags that were ready, and the engine is ready on them again"}};
   }
   for (auto& w : r->waiters) w->set_value(reply);
 }
 
-void Supervisor::persist_flags() {
+// The new flags are ready but not on disk: restart on the previous ones (they are what flags.json holds),
+// and answer the push with the reason once the engine is ready again (finish_reload).
+void Supervisor::rollback_unpersisted(std::unique_ptr<PendingReload> r, const std::string& why) {
+  spdlog::error("reload failed ({}); rolling back to: {}", escape_control_chars(why), words_for_log(r->old_flags));
+  r->rolled_back = r->unpersisted = true;
+  r->rollback_reason = why;
+  m_flags = m_last_ready_flags = r->old_flags;
+  const bool cold = r->cold;  // the daemons were reloaded for the new flags: reload them for the old ones
+  m_reload = std::move(r);
+  m_loop.post([this, cold] { raise(cold ? Event::kColdReloadRequested : Event::kRestartRequested); });
+}
+
+Status Supervisor::persist_flags() {
   const std::string path = flags_file(m_cfg);
   const std::string text = json{{"flags", m_flags}, {"config_flags", m_cfg.engine.flags}}.dump(2) + "\n";
-  if (auto st = write_private_file(path, text); !st.ok())
-    spdlog::warn("could not persist the flags to {}: {}", path, st.error().message);
+  if (auto st = write_private_file(path, text); !st.ok()) {
+    spdlog::error("could not persist the flags to {}: {}", path, st.error().message);
+    return st.error().context("cannot persist the pushed flags to " + path);
+  }
+  return {};
 }
 
 void Supervisor::load_persisted_flags() {

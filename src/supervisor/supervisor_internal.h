@@ -110,6 +110,7 @@ struct Supervisor::PendingReload {
   bool cold = false;
   double started = 0;
   bool rolled_back = false;
+  bool unpersisted = false;  // rolled back because the new flags could not be written to flags.json
   std::string rollback_reason;
   std::vector<std::shared_ptr<std::promise<nlohmann::json>>> waiters;
 };

@@ -20,6 +20,7 @@
 #include "snapshot/identity.h"
 #include "snapshot/store.h"
 #include "supervisor/child.h"
+#include "supervisor/engine_group_record.h"
 #include "supervisor/supervised_child.h"
 #include "supervisor/supervisor.h"
 #include "supervisor/supervisor_internal.h"
@@ -214,7 +215,7 @@ void Supervisor::after_restore_job(const json& result) {
     e.pidfd.reset(static_cast<int>(::syscall(SYS_pidfd_open, e.pid, 0)));
     // As for a spawned engine: if fastrestartd dies, the next one kills what is left of this group
     // (a restored engine leads its own session, as it did when it was dumped).
-    if (auto st = write_private_file(state_path(m_cfg, "engine.pgid"), std::to_string(e.pid)); !st.ok())
+    if (auto st = write_private_file(state_path(m_cfg, "engine.pgid"), engine_group_record(e.pid)); !st.ok())
       spdlog::warn("could not record the engine's process group: {}", st.error().message);
     s.restored++;
     s.last_restore = {{"id", e.snapshot_id}, {"unix_time", std::time(nullptr)}, {"helper_s", result["seconds"]},

@@ -13,6 +13,8 @@
 #include <filesystem>
 #include <spdlog/spdlog.h>
 
+#include "common/control_chars.h"
+
 #include "supervisor/child.h"
 #include "supervisor/flags.h"
 #include "supervisor/readiness.h"
@@ -158,7 +160,7 @@ void Supervisor::start_preload() {
   spec.working_dir = m_cfg.engine.working_dir;
   if (!m_cfg.gpus.empty()) spec.env["CUDA_VISIBLE_DEVICES"] = join(m_cfg.gpus, ",");
   set_status("Starting the weight daemons (vllm preload)");
-  spdlog::info("vllm preload: {}", join(p.argv));
+  spdlog::info("vllm preload: {}", words_for_log(p.argv));
   p.spawned_at = p.last_output = m_loop.now_s();
   Preload* raw = &p;
   auto s = spawn_supervised(m_loop, spec, "vllm-preload", [this, raw](const std::string& l) {
@@ -371,11 +373,11 @@ json Supervisor::preload_status_json() const {
 void Supervisor::observe_engine_line(Engine& e, const std::string& line) {
   const std::string runner = e.vllm.get("model_runner");
   if (!e.vllm.observe(m_rules, line)) return;
-  if (e.vllm.get("model_runner") != runner) spdlog::info("the engine reports model runner {}", e.vllm.get("model_runner"));
+  if (e.vllm.get("model_runner") != runner) spdlog::info("the engine reports model runner {}", escape_control_chars(e.vllm.get("model_runner")));
   std::string v = e.vllm.get("version");
   if (!v.empty() && v != m_reported_version) {
     m_reported_version = v;
-    spdlog::info("the engine reports vLLM {}", v);
+    spdlog::info("the engine reports vLLM {}", escape_control_chars(v));
   }
 }
 
@@ -403,7 +405,7 @@ std::string Supervisor::path_from_engine_report(Engine& e) {
     size_t open = why.find("Weight cache unusable (");
     if (open != std::string::npos) why = why.substr(open + 23, why.find(')', open) - open - 23);
     m_miss_reasons[why.substr(0, 80)]++;
-    spdlog::info("the engine did not use the weight cache ({}) and loaded from disk", why);
+    spdlog::info("the engine did not use the weight cache ({}) and loaded from disk", escape_control_chars(why));
     return "cold";
   }
   m_attach_counts["none"]++;

@@ -1,0 +1,18 @@
+// Writing a small state file so that a crash, a full disk or a read-only directory never leaves it half
+// written: the text goes to "<path>.tmp", is fsync'ed, renamed over `path`, and the directory is fsync'ed.
+#pragma once
+
+#include <sys/types.h>
+
+#include <string>
+
+#include "common/result.h"
+
+namespace fr {
+
+// Replaces `path` with `text` (mode `mode`, O_NOFOLLOW on the temporary). On success the new content is
+// durable. On any failure `path` keeps its previous content, "<path>.tmp" is removed, and the error names
+// the file and the step with the errno text ("write /s/flags.json.tmp: No space left on device").
+Status write_file_atomic(const std::string& path, const std::string& text, mode_t mode = 0600);
+
+}  // namespace fr
