@@ -51,7 +51,7 @@ pid_t pid_after(const std::string& log, const std::string& prefix) {
   return at == std::string::npos ? 0 : static_cast<pid_t>(std::strtol(log.c_str() + at + prefix.size(), nullptr, 10));
 }
 
-struct Setup {
+struct ModelSetup {
   std::string command;        // TOML array body of engine.command; default: the tiny engine
   std::string http = "none";  // http.listen
   std::string state_dir;      // default: <dir>/state
@@ -61,7 +61,7 @@ struct Setup {
 // state directory in a temporary directory.
 class Model {
  public:
-  explicit Model(const Setup& s = {}, std::string binary = FR_FASTRESTARTD_BIN) : m_port(test::free_port()) {
+  explicit Model(const ModelSetup& s = {}, std::string binary = FR_FASTRESTARTD_BIN) : m_port(test::free_port()) {
     m_state = s.state_dir.empty() ? m_dir / "state" : s.state_dir;
     const std::string command = s.command.empty()
                                     ? "\"" + std::string(FR_TINYENGINE_BIN) + "\", \"serve\", \"" + model_dir() + "\""
@@ -122,7 +122,9 @@ void expect_second_instance_refused(Model& m, const json& first) {
 
 TEST(SecondInstance, WithTheHttpPortBusyExits4AndLeavesTheFirstsControlSocket) {
   const uint16_t http = test::free_port();
-  Model m({.http = "127.0.0.1:" + std::to_string(http)});
+  ModelSetup setup;
+  setup.http = "127.0.0.1:" + std::to_string(http);
+  Model m(setup);
   m.sup().start();
   json first = m.ready();
   expect_second_instance_refused(m, first);
@@ -153,7 +155,9 @@ TEST(EngineLeftovers, ASetsidChildHoldingThePortIsKilledBeforeTheNextStartAndOne
                         << "setsid sleep 1000 &\necho \"leftover-sleeper $!\"\nexec \"$0.bin\" \"$@\"\n";
   ::chmod(script.c_str(), 0755);
   ASSERT_EQ(::symlink(FR_TINYENGINE_BIN, (script + ".bin").c_str()), 0);
-  Model m({.command = "\"" + script + "\", \"serve\", \"" + model_dir() + "\""});
+  ModelSetup setup;
+  setup.command = "\"" + script + "\", \"serve\", \"" + model_dir() + "\"";
+  Model m(setup);
   m.sup().start();
   json s = m.ready();
   const pid_t engine = s["engine"]["pid"];
@@ -223,7 +227,9 @@ TEST(StateDirectory, AFullStateDirFailsTheReloadWithTheReasonAndRollsBack) {
                          << "'mount -t tmpfs -o size=64k,mode=0700 fr-state " << state << " && exec \"$0\" \"$@\"' "
                          << FR_FASTRESTARTD_BIN << " \"$@\"\n";
   ::chmod(wrapper.c_str(), 0755);
-  Model m({.state_dir = state}, wrapper);
+  ModelSetup setup;
+  setup.state_dir = state;
+  Model m(setup, wrapper);
   m.sup().start();
   json s = m.ready();
   const std::string pid = std::to_string(m.sup().pid());
