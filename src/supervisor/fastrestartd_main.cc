@@ -40,6 +40,8 @@ int main(int argc, char** argv) {
   }
   spdlog::set_level(spdlog::level::from_str(log_level.empty() ? cfg->logging.level : log_level));
   std::signal(SIGPIPE, SIG_IGN);
+  // Before the control and HTTP threads start: SIGTERM during startup waits for run()'s handlers.
+  block_handled_signals();
 
   std::unique_ptr<GpuProbe> gpus;
   if (const char* fake = std::getenv("FASTRESTART_FAKE_NVML"); fake && *fake) gpus = make_file_probe(fake);
