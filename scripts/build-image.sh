@@ -2,9 +2,9 @@
 # Builds the fastrestart container image from our .deb on a Debian 12 root file system made by debootstrap
 # (no base image is pulled from any registry) and imports it into podman. docs/kubernetes.md, "The image".
 #
-#   1. The root: `debootstrap --variant=minbase bookworm` plus the .deb's run-time dependencies (read from
-#      its Depends field) and adduser (the package's postinst creates the `fastrestart` group with it),
-#      brought up to date with bookworm-updates and bookworm-security. Cached as a tarball in
+#   1. The root: `debootstrap --variant=minbase bookworm`, brought up to date with bookworm-updates and
+#      bookworm-security, plus (apt-get install in the chroot) the .deb's run-time dependencies (read from
+#      its Depends field) and adduser (the package's postinst creates the `fastrestart` group with it). Cached as a tarball in
 #      $FR_IMAGE_CACHE (default ~/.cache/fastrestart/image), keyed by the suite, the mirror and that package
 #      list: a rerun with the same dependencies skips debootstrap (about 1-2 minutes on 2 cores the first
 #      time, a few seconds after). --refresh rebuilds it (security updates).
@@ -53,8 +53,8 @@ name=${name:-localhost/fastrestart:$version}
 
 # The run-time dependencies: each Depends entry's first alternative, without its version constraint.
 deps=$(dpkg-deb -f "$deb" Depends | tr ',' '\n' | sed -E 's/\|.*//; s/\(.*\)//; s/:any//; s/[[:space:]]//g' | grep -v '^$' | sort -u)
-include=$(printf '%s\n' $deps adduser ca-certificates | sort -u | paste -sd, -)
-key=$(printf '%s\n' "$suite" "$mirror" "$security_mirror" "$include" "layout-1" | sha256sum | cut -c1-16)
+deps=$(printf '%s\n' $deps adduser ca-certificates | sort -u | paste -sd' ' -)
+key=$(printf '%s\n' "$suite" "$mirror" "$security_mirror" "$deps" "layout-1" | sha256sum | cut -c1-16)
 rootfs_tar=$cache/rootfs-$suite-$key.tar
 deb_sha=$(sha256sum "$deb" | cut -d' ' -f1)
 
@@ -74,9 +74,9 @@ trap cleanup EXIT
 
 # 1. The cached root.
 if [ "$refresh" = 1 ] || [ ! -f "$rootfs_tar" ]; then
-  echo "build-image: debootstrap --variant=minbase $suite ($mirror) with: $include" >&2
+  echo "build-image: debootstrap --variant=minbase $suite ($mirror), then: $deps" >&2
   mkdir -p "$work/root" "$cache"
-  debootstrap --variant=minbase --include="$include" "$suite" "$work/root" "$mirror" >"$work/debootstrap.log" 2>&1 ||
+  debootstrap --variant=minbase "$suite" "$work/root" "$mirror" >"$work/debootstrap.log" 2>&1 ||
     { tail -30 "$work/debootstrap.log" >&2; [ -f "$work/root/debootstrap/debootstrap.log" ] && tail -30 "$work/root/debootstrap/debootstrap.log" >&2; die "debootstrap failed"; }
   cat >"$work/root/etc/apt/sources.list" <<EOF
 deb $mirror $suite main
@@ -85,8 +85,12 @@ deb $security_mirror $suite-security main
 EOF
   cp -L /etc/resolv.conf "$work/root/etc/resolv.conf"
   mount -t proc proc "$work/root/proc"
-  { chroot "$work/root" apt-get update && DEBIAN_FRONTEND=noninteractive chroot "$work/root" apt-get -y upgrade; } >"$work/upgrade.log" 2>&1 ||
-    { tail -30 "$work/upgrade.log" >&2; die "apt-get upgrade in the new root failed"; }
+  # apt (not debootstrap --include) installs the dependencies: it resolves virtual packages
+  # (libspdlog1.10-fmt9 is provided by libspdlog1.10).
+  export DEBIAN_FRONTEND=noninteractive
+  { chroot "$work/root" apt-get update && chroot "$work/root" apt-get -y upgrade &&
+    chroot "$work/root" apt-get install -y --no-install-recommends $deps; } >"$work/apt.log" 2>&1 ||
+    { tail -30 "$work/apt.log" >&2; die "apt-get in the new root failed"; }
   umount "$work/root/proc"
   chroot "$work/root" apt-get clean
   rm -rf "$work/root"/var/lib/apt/lists/* "$work/root/etc/resolv.conf"
