@@ -118,7 +118,7 @@ rm -rf "$work/root/usr/share/man/"?? "$work/root/usr/share/locale"/* "$work/root
 mkdir -p "$work/root/var/lib/fastrestart"
 
 # 3. Import.
-tar -C "$work/root" --numeric-owner -c . | podman import \
+tar -C "$work/root" --numeric-owner -c . | podman import --quiet \
   --change 'ENTRYPOINT ["/usr/bin/fastrestartd"]' \
   --change 'CMD ["--config", "/etc/fastrestart/model.toml"]' \
   --change 'ENV NVIDIA_DRIVER_CAPABILITIES=compute,utility' \
