@@ -117,7 +117,9 @@ rm -rf "$work/root/usr/share/man/"?? "$work/root/usr/share/locale"/* "$work/root
 # holds each model's state dir (a volume in Kubernetes).
 mkdir -p "$work/root/var/lib/fastrestart"
 
-# 3. Import.
+# 3. Import. The image this name had before is removed (when no container uses it), so reruns do not
+# pile up untagged images.
+previous=$(podman image inspect --format '{{.Id}}' "$name" 2>/dev/null || true)
 tar -C "$work/root" --numeric-owner -c . | podman import --quiet \
   --change 'ENTRYPOINT ["/usr/bin/fastrestartd"]' \
   --change 'CMD ["--config", "/etc/fastrestart/model.toml"]' \
@@ -131,5 +133,8 @@ tar -C "$work/root" --numeric-owner -c . | podman import --quiet \
   --change "LABEL org.fastrestart.deb-sha256=$deb_sha" \
   --change "LABEL org.fastrestart.rootfs=$key" \
   - "$name" >/dev/null
+if [ -n "$previous" ] && [ "$previous" != "$(podman image inspect --format '{{.Id}}' "$name")" ]; then
+  podman rmi "$previous" >/dev/null 2>&1 || true
+fi
 echo "build-image: imported $name ($(basename "$deb"), root $key, $(podman image inspect --format '{{.Size}}' "$name" | awk '{printf "%.0f MB", $1/1e6}'))" >&2
 echo "$name"
