@@ -24,6 +24,9 @@ int main(int argc, char** argv) {
   } catch (const CLI::ParseError& e) {
     return app.exit(e) == 0 ? kExitOk : kExitConfig;
   }
+  // Before anything else and before any thread: a SIGTERM during startup waits for run()'s handlers
+  // (supervisor.h). `--check` stays interruptible.
+  if (!check) block_handled_signals();
   spdlog::set_pattern(std::getenv("INVOCATION_ID") ? "[%l] %v" : "[%Y-%m-%d %H:%M:%S.%e] [fastrestartd] [%l] %v");
   auto cfg = load_config(config_path);
   if (!cfg.ok()) {
@@ -40,8 +43,6 @@ int main(int argc, char** argv) {
   }
   spdlog::set_level(spdlog::level::from_str(log_level.empty() ? cfg->logging.level : log_level));
   std::signal(SIGPIPE, SIG_IGN);
-  // Before the control and HTTP threads start: SIGTERM during startup waits for run()'s handlers.
-  block_handled_signals();
 
   std::unique_ptr<GpuProbe> gpus;
   if (const char* fake = std::getenv("FASTRESTART_FAKE_NVML"); fake && *fake) gpus = make_file_probe(fake);

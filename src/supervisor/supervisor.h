@@ -46,7 +46,8 @@ std::unique_ptr<Notifier> make_sd_notifier();  // sd_notify(3); a no-op without 
 // one that arrives in between is held pending, not lost. That matters as PID 1 of a container, where the
 // kernel discards a signal without a handler (a `podman stop` during startup would wait out its timeout),
 // and it also clears a block inherited from the parent across exec, which would otherwise hide SIGTERM
-// forever. Threads started while they are blocked keep them blocked; the loop thread takes them.
+// forever. Threads started while they are blocked keep them blocked; libuv's handler forwards a signal to
+// the loop from whichever thread takes it.
 sigset_t handled_signals();
 void block_handled_signals();
 
