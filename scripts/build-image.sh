@@ -4,10 +4,11 @@
 #
 #   1. The root: `debootstrap --variant=minbase bookworm`, brought up to date with bookworm-updates and
 #      bookworm-security, plus (apt-get install in the chroot) the .deb's run-time dependencies (read from
-#      its Depends field) and adduser (the package's postinst creates the `fastrestart` group with it). Cached as a tarball in
-#      $FR_IMAGE_CACHE (default ~/.cache/fastrestart/image), keyed by the suite, the mirror and that package
-#      list: a rerun with the same dependencies skips debootstrap (about 1-2 minutes on 2 cores the first
-#      time, a few seconds after). --refresh rebuilds it (security updates).
+#      its Depends field) and adduser (the package's postinst creates the `fastrestart` group with it).
+#      Cached as a tarball in $FR_IMAGE_CACHE (default ~/.cache/fastrestart/image), keyed by the suite, the
+#      mirrors and that package list: a rerun with the same dependencies skips debootstrap (the first run is
+#      network-bound: 316 s on the shared 2-core machine; from the cached root 13 s). --refresh rebuilds it
+#      (security updates).
 #   2. A copy of that root, `dpkg -i` of the .deb inside it (chroot), apt's caches and the docs of other
 #      packages dropped.
 #   3. `tar -C ROOT -c . | podman import` with fastrestartd as the entry point; the config is expected at
