@@ -6,6 +6,9 @@
 #   - `kill -9` of the engine inside is restarted warm (status: last_start.path = "warm", restarts.crash;
 #     the engine's log: load path=attach);
 #   - an orphan entered with `podman exec` is reparented to fastrestartd (PID 1) and reaped;
+#   - config pushes as docs/kubernetes.md gives them: `fastrestartctl reload` through `podman exec`, and a
+#     changed file in the mounted config directory (renamed into place, as the kubelet updates a ConfigMap)
+#     followed by SIGHUP to PID 1; both restart the engine warm with the new flags;
 #   - `podman stop` stops the engine before the weight daemon (the order of fastrestartd's log lines) and the
 #     container exits 0.
 # Podman 4.3 (Debian 12) runs here with `--runtime runc --cgroup-manager cgroupfs` and a containers.conf
@@ -55,15 +58,18 @@ eport=$(free_port); hport=$(free_port)
 "$root/tests/systemd/fastrestartd/make-config.sh" "$root/config/demo.toml" /models/demo |
   sed -E -e "s/\"8100\"/\"$eport\"/; s/^port = 8100/port = $eport/; s/127\.0\.0\.1:9401/127.0.0.1:$hport/" \
          -e 's/^startup_timeout_s = .*/startup_timeout_s = 120/' >"$work/demo.toml"
-grep -q "port = $eport" "$work/demo.toml" && grep -q "127.0.0.1:$hport" "$work/demo.toml" ||
+grep -q "port = $eport" "$work/demo.toml" && grep -q "127.0.0.1:$hport" "$work/demo.toml" &&
+  grep -q '^  "--served-model-name", "demo",$' "$work/demo.toml" ||
   fail "config/demo.toml changed shape (ports 8100 / 9401 not found); update the sed"
-mkdir -p "$work/models"
+# Mounted as a directory, as a ConfigMap volume is: a file replaced by rename shows through.
+mkdir -p "$work/models" "$work/etc"
+cp "$work/demo.toml" "$work/etc/demo.toml"
 pm run --rm --network host -v "$work/models:/models" --entrypoint /usr/bin/fastrestart-tinyengine "$image" \
   gen --out /models/demo --size 16M >/dev/null || fail "fastrestart-tinyengine gen in the image"
 
 echo "== run"
 pm run -d --name "$name" --network host --log-driver k8s-file \
-  -v "$work/demo.toml:/etc/fastrestart/demo.toml:ro" -v "$work/models:/models:ro" \
+  -v "$work/etc:/etc/fastrestart:ro" -v "$work/models:/models:ro" \
   "$image" --config /etc/fastrestart/demo.toml >/dev/null || fail "podman run"
 url=http://127.0.0.1:$hport
 ready() { [[ $(curl -s -o /dev/null -w '%{http_code}' --max-time 2 "$url/ready") == 200 ]]; }
@@ -87,7 +93,8 @@ wait_for 120 restarted || fail "the engine was not restarted to ready after kill
 s=$(status)
 [[ $(field last_start.path <<<"$s") == warm ]] || fail "restart after kill -9: path '$(field last_start.path <<<"$s")', want warm"
 [[ $(field restarts.crash <<<"$s") == 1 ]] || fail "restarts.crash = '$(field restarts.crash <<<"$s")', want 1"
-pm logs "$name" 2>&1 | grep -q "load path=attach" || fail "the engine's log has no 'load path=attach' line"
+logs() { pm logs "$name" >"$work/container.log" 2>&1; cat "$work/container.log"; }  # grep -q must not cut podman's pipe
+logs | grep "load path=attach" >/dev/null || fail "the engine's log has no 'load path=attach' line"
 echo "ok: restarted warm (engine pid $epid -> $(field engine.pid <<<"$s"))"
 
 echo "== an orphan entered with podman exec"
@@ -100,16 +107,35 @@ gone() { ! pm exec "$name" test -e "/proc/$opid"; }
 wait_for 20 gone || fail "orphan $opid was not reaped by fastrestartd (PID 1): $(pm exec "$name" cat /proc/$opid/status 2>&1 | grep State)"
 echo "ok: orphan $opid reparented to fastrestartd and reaped"
 
+echo "== config pushes: fastrestartctl through exec, then a changed file and SIGHUP"
+has_flags() { python3 -c 'import json, sys; f = json.load(sys.stdin)["flags"]; w = sys.argv[1:]
+sys.exit(0 if any(f[i:i + len(w)] == w for i in range(len(f))) else 1)' "$@"; }
+pm exec "$name" fastrestartctl --name demo reload --add-flags "--threads 2" >"$work/reload.out" 2>&1 ||
+  { cat "$work/reload.out"; fail "fastrestartctl reload --add-flags inside the container"; }
+s=$(status)
+has_flags --threads 2 <<<"$s" || fail "flags after the pushed reload: $(field flags <<<"$s")"
+[[ $(field state <<<"$s") == ready && $(field last_start.path <<<"$s") == warm ]] ||
+  fail "after the pushed reload: state $(field state <<<"$s"), path $(field last_start.path <<<"$s"), want ready, warm"
+# What the kubelet does with a changed ConfigMap: the new file renamed into place; then SIGHUP to PID 1.
+sed 's|^  "--served-model-name", "demo",$|  "--served-model-name", "demo", "--threads", "3",|' "$work/demo.toml" >"$work/etc/.demo.toml.new"
+mv -f "$work/etc/.demo.toml.new" "$work/etc/demo.toml"
+pm exec "$name" sh -c 'kill -HUP 1' || fail "kill -HUP 1 inside the container"
+reloaded() { local s; s=$(status) || return 1; has_flags --threads 3 <<<"$s" && [[ $(field state <<<"$s") == ready ]]; }
+wait_for 60 reloaded || fail "SIGHUP after the config changed: flags $(status | field flags), state $(status | field state)"
+[[ $(status | field last_start.path) == warm ]] || fail "the SIGHUP reload was not warm"
+logs | grep "SIGHUP: re-reading /etc/fastrestart/demo.toml" >/dev/null || fail "no 'SIGHUP: re-reading' line"
+echo "ok: exec push (--threads 2) and file + SIGHUP (--threads 3) applied, warm"
+
 echo "== podman stop"
 pm stop -t 60 "$name" >/dev/null || fail "podman stop"
 rc=$(pm inspect --format '{{.State.ExitCode}}' "$name")
 [[ $rc == 0 ]] || fail "the container exited $rc, want 0"
-log=$(pm logs "$name" 2>&1)
-line_of() { grep -n -m1 -E "$1" <<<"$log" | cut -d: -f1; }
+log=$(logs)
+line_of() { awk -v from="${2:-0}" -v re="$1" 'NR > from && $0 ~ re { print NR; exit }' <<<"$log"; }  # first after line $2
 stop_line=$(line_of "stopping: engine first")
-engine_line=$(line_of "engine pid [0-9]+ exited as requested")
-daemon_line=$(line_of "weight daemon pid [0-9]+ stopped")
-exit_line=$(line_of "fastrestartd exiting with code 0")
+engine_line=$(line_of "engine pid [0-9]+ exited as requested" "${stop_line:-0}")
+daemon_line=$(line_of "weight daemon pid [0-9]+ stopped" "${stop_line:-0}")
+exit_line=$(line_of "fastrestartd exiting with code 0" "${stop_line:-0}")
 [[ -n $stop_line && -n $engine_line && -n $daemon_line && -n $exit_line ]] ||
   fail "missing stop lines (stop '$stop_line', engine '$engine_line', daemon '$daemon_line', exit '$exit_line')"
 ((stop_line < engine_line && engine_line < daemon_line && daemon_line < exit_line)) ||
