@@ -13,7 +13,12 @@ pkgs=(
   # CRIU's build dependencies (scripts/build-criu.sh builds CRIU 4.2.1 for snapshots)
   libprotobuf-c-dev protobuf-c-compiler libprotobuf-dev protobuf-compiler python3-protobuf
   libnl-3-dev libnet1-dev libcap-dev libbsd-dev libgnutls28-dev libaio-dev uuid-dev
+  # The container image and its test (scripts/build-image.sh, tests/container; docs/kubernetes.md)
+  podman runc debootstrap
 )
+# The Kubernetes manifest test's validator (tests/container/package.json) runs on Node.js with npm; a
+# Node.js that brings its own npm is kept.
+command -v npm >/dev/null 2>&1 || pkgs+=(nodejs npm)
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

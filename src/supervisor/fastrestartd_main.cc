@@ -26,6 +26,9 @@ int main(int argc, char** argv) {
   } catch (const CLI::ParseError& e) {
     return app.exit(e) == 0 ? kExitOk : kExitConfig;
   }
+  // Before anything else and before any thread: a SIGTERM during startup waits for run()'s handlers
+  // (supervisor.h). `--check` stays interruptible.
+  if (!check) block_handled_signals();
   spdlog::set_pattern(std::getenv("INVOCATION_ID") ? "[%l] %v" : "[%Y-%m-%d %H:%M:%S.%e] [fastrestartd] [%l] %v");
   auto cfg = load_config(config_path);
   if (!cfg.ok()) {

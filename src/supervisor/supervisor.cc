@@ -167,6 +167,18 @@ void Supervisor::set_status(const std::string& s, const std::string& extra) {
 // ---------------------------------------------------------------------------------------------------
 // Run
 
+sigset_t handled_signals() {
+  sigset_t set;
+  sigemptyset(&set);
+  for (int s : {SIGCHLD, SIGTERM, SIGINT, SIGHUP}) sigaddset(&set, s);
+  return set;
+}
+
+void block_handled_signals() {
+  const sigset_t set = handled_signals();
+  ::pthread_sigmask(SIG_BLOCK, &set, nullptr);
+}
+
 int Supervisor::run() {
   ::prctl(PR_SET_CHILD_SUBREAPER, 1);  // orphaned engine workers come back to us, not to PID 1
   m_started_at = m_loop.now_s();
@@ -174,6 +186,8 @@ int Supervisor::run() {
   m_signals.push_back(std::make_unique<Signal>(m_loop, SIGTERM, [this] { raise(Event::kStopRequested); }));
   m_signals.push_back(std::make_unique<Signal>(m_loop, SIGINT, [this] { raise(Event::kStopRequested); }));
   m_signals.push_back(std::make_unique<Signal>(m_loop, SIGHUP, [this] { on_sighup(); }));
+  const sigset_t handled = handled_signals();
+  ::pthread_sigmask(SIG_UNBLOCK, &handled, nullptr);  // held since main (block_handled_signals): delivered now
   uint64_t wd_usec = 0;
   if (sd_watchdog_enabled(0, &wd_usec) > 0 && wd_usec > 0) {
     double every = static_cast<double>(wd_usec) / 2e6;

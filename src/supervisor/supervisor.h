@@ -3,6 +3,7 @@
 // which control threads call and which waits for the loop's answer.
 #pragma once
 
+#include <signal.h>
 #include <sys/types.h>
 
 #include <atomic>
@@ -43,12 +44,23 @@ class Notifier {
 };
 std::unique_ptr<Notifier> make_sd_notifier();  // sd_notify(3); a no-op without NOTIFY_SOCKET
 
+// The signals the supervisor's loop handles: SIGCHLD, SIGTERM, SIGINT, SIGHUP. fastrestartd blocks them
+// (block_handled_signals) before it starts any thread, and run() unblocks them once its handlers are in:
+// one that arrives in between is held pending, not lost. That matters as PID 1 of a container, where the
+// kernel discards a signal without a handler (a `podman stop` during startup would wait out its timeout),
+// and it also clears a block inherited from the parent across exec, which would otherwise hide SIGTERM
+// forever. Threads started while they are blocked keep them blocked; libuv's handler forwards a signal to
+// the loop from whichever thread takes it.
+sigset_t handled_signals();
+void block_handled_signals();
+
 class Supervisor {
  public:
   Supervisor(Config config, std::unique_ptr<GpuProbe> gpus, std::unique_ptr<Notifier> notifier);
   ~Supervisor();
 
-  // Runs until stopped; returns the process exit code.
+  // Runs until stopped; returns the process exit code. Unblocks handled_signals() once its handlers are
+  // installed, so a signal the caller held blocked before (block_handled_signals) is delivered then.
   int run();
 
   // Thread-safe: a control request (docs/supervisor.md, "Control protocol"); returns the reply.
