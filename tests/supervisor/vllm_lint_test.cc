@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 #include <sys/stat.h>
 
+#include <algorithm>
 #include <fstream>
 
 #include "support/harness.h"
@@ -113,9 +114,12 @@ TEST(VllmLint, PreloadRefusesWhatIpcCacheCannotLoad) {
 TEST(VllmLint, PreloadAllowsOnlyTheQuantizationsIpcCacheLoads) {
   for (const char* refused : {"quark", "torchao", "moe_wna16", "gptq", "awq_marlin", "compressed-tensors", "bitsandbytes"}) {
     auto f = lint_preload({"m", "--quantization", refused});
-    ASSERT_EQ(f.size(), 1u) << refused;
+    ASSERT_FALSE(f.empty()) << refused;
+    EXPECT_EQ(f[0].severity, Severity::kError) << "errors first";
     EXPECT_EQ(f[0].subject, std::string("--quantization ") + refused);
-    EXPECT_NE(f[0].message.find("UnsupportedQuantForIPCError, even with fallback"), std::string::npos) << f[0].message;
+    EXPECT_NE(f[0].message.find("raises UnsupportedQuantForIPCError for any other method, even with fallback"), std::string::npos)
+        << f[0].message;
+    EXPECT_EQ(std::count_if(f.begin(), f.end(), [](const LintFinding& x) { return x.severity == Severity::kError; }), 1) << messages(f);
   }
   for (const char* allowed : {"fp8", "modelopt_fp4", "mxfp4"}) {
     auto f = lint_preload({"m", "--quantization", allowed});
