@@ -241,8 +241,10 @@ def rebind_stale_references(modules, stale):
 
 
 def _is_module(value):
-    # Modules are walked from `modules` already; a module reached through an attribute is one of them.
-    return all(hasattr(value, store) for store in _MODULE_STORES)
+    # Modules are walked from `modules` already; a module reached through an attribute is one of them. Read
+    # from the instance dict: hasattr() would run an arbitrary object's __getattr__.
+    d = getattr(value, "__dict__", None)
+    return isinstance(d, dict) and all(store in d for store in _MODULE_STORES)
 
 
 def drop_meta(model, ops):
