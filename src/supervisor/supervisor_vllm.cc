@@ -449,7 +449,7 @@ std::string Supervisor::readiness_model() const {
 std::string Supervisor::refuse_push(const std::vector<std::string>& next) {
   if (m_cfg.engine.kind != EngineKind::kVllm) return {};
   LintTarget target = lint_target(m_rules, m_reported_version, m_cfg.engine.vllm_version);
-  LintInput in{m_cfg.engine.command, next, m_cfg.engine.env, vllm_environment(), m_cfg.weights.daemon, m_cfg.weights.mode};
+  LintInput in{m_cfg.engine.command, next, m_cfg.engine.env, vllm_environment(), m_cfg.weights.daemon, m_cfg.weights.mode, {}};
   if (preload_mode()) in.checkpoint = read_checkpoint_facts(next);
   auto findings = lint_vllm(m_rules, target, in);
   for (const auto& f : findings)

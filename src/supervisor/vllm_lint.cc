@@ -236,7 +236,7 @@ std::vector<LintFinding> lint_vllm(const VllmRules& rules, const LintTarget& tar
 }
 
 std::vector<LintFinding> lint_config(const Config& c, const VllmRules& rules) {
-  LintInput in{c.engine.command, c.engine.flags, c.engine.env, {}, c.weights.daemon, c.weights.mode};
+  LintInput in{c.engine.command, c.engine.flags, c.engine.env, {}, c.weights.daemon, c.weights.mode, {}};
   if (c.weights.daemon == DaemonKind::kVllmPreload) in.checkpoint = read_checkpoint_facts(c.engine.flags);
   return lint_vllm(rules, lint_target(rules, "", c.engine.vllm_version), in);
 }
