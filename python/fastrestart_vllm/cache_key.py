@@ -19,7 +19,7 @@ import os
 __all__ = ["CacheKeyError", "LAYOUT", "checkpoint_files", "key_config", "config_hash"]
 
 # Bump when what publish() stores changes meaning (state.py), so old entries stop matching.
-LAYOUT = "1"
+LAYOUT = "2"  # 2: the entry also holds the model attributes load_weights sets (state.LOAD_ATTRS)
 
 
 class CacheKeyError(Exception):

@@ -188,12 +188,15 @@ class FastrestartModelLoader(BaseModelLoader):
         with api.set_default_torch_dtype(model_config.dtype):
             with ops.meta_device():
                 model = api.initialize_model(vllm_config=vllm_config, model_config=model_config, prefix=prefix)
-            count, nbytes = state.bind_state(model, r.tensors, ops)
+            count, nbytes, rebound = state.bind_state(model, r.tensors, ops)
             # The tensors are final: quantization methods rebuild only what tensors cannot carry (kernels,
             # Python floats); vLLM raises for a method that cannot.
             with api.weights_already_processed():
                 api.process_weights_after_loading(model, model_config, target)
             left = state.drop_meta(model, ops)
+        if rebound:
+            logger.info("fastrestart: rebound %d references held by value to the attached tensors: %s",
+                        len(rebound), ", ".join(rebound[:8]))
         if left:
             logger.info("fastrestart: %d placeholders the cold post-processing consumed are None: %s",
                         len(left), ", ".join(left[:8]))

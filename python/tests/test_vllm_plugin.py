@@ -49,6 +49,7 @@ def make_model(folder, seed=1):
     for i in range(LAYERS):
         for part in ("gate_proj", "up_proj", "down_proj"):
             t["model.layers.%d.mlp.%s.weight" % (i, part)] = (rng.standard_normal((HIDDEN, HIDDEN)) * 0.3).astype(np.float32)
+        t["model.layers.%d.mlp.gate.e_score_correction_bias" % i] = rng.standard_normal(HIDDEN).astype(np.float32)
     names = sorted(t)
     shards = {"model-00001-of-00002.safetensors": names[:4], "model-00002-of-00002.safetensors": names[4:]}
     weight_map = {}
@@ -168,6 +169,20 @@ class PluginTest(unittest.TestCase):
         for f in ("device", "tp", "pp", "dp", "mode", "attach_ms", "total_ms"):
             self.assertNotEqual(warm.line[f], "-", f)
         self.assertEqual(warm.line["tp"], "0/1")
+
+    def test_a_hit_rebinds_references_held_by_value_and_sets_what_load_weights_set(self):
+        """Each layer's Router holds its bias by value (as DeepSeek's MoE router does): binding replaces the
+        parameter, so without the rebind sweep the router keeps the meta placeholder and the first forward
+        pass after `result=hit` crashes. load_weights() set has_own_embed_tokens on the cold model (an EAGLE
+        draft's ownership flag); a hit never runs load_weights, so the entry must carry it."""
+        self.start_daemon()
+        cold = self.assert_started(self.serve(), "miss", "ok")
+        self.assertTrue(cold.out["has_own_embed_tokens"])
+        self.assertFalse(cold.out["has_own_lm_head"])  # tied: the checkpoint has no lm_head.weight
+        warm = self.assert_started(self.serve(), "hit")
+        self.assertEqual(warm.out["logits"], cold.out["logits"])
+        self.assertTrue(warm.out["has_own_embed_tokens"], "the attribute load_weights set was not restored")
+        self.assertFalse(warm.out["has_own_lm_head"])
 
     def test_copy_mode_hit_owns_its_weights(self):
         self.start_daemon()
@@ -339,6 +354,46 @@ class StateRoundTripTest(unittest.TestCase):
         self.assertIn("cache", warm.a._non_persistent_buffers_set)
         self.assertTrue(backend.is_parameter(warm.a.w))
         self.assertNotIn("cache", warm.a._parameters)
+
+
+    def test_references_held_by_value_are_rebound_in_attributes_and_containers(self):
+        from fastrestart_vllm import state
+        from numpy_ops import NumpyOps
+        ops = NumpyOps()
+        cold = self.build(meta=False)
+        arrays, _, _, _ = state.export_state(cold, ops, "host")
+        warm = self.build(meta=True)
+        old_w, old_cube = warm.a.w, warm.a.cube
+
+        class Router:  # a plain object built with the model, holding tensors by value
+            pass
+        router = Router()
+        router.bias, router.pair, router.table, router.seq = old_w, (old_cube, 7), {"w": old_w}, [old_cube]
+        warm.a.router = router
+        object.__setattr__(warm.a, "direct", old_cube)  # a plain attribute of a module (no registration)
+        _, _, holders = state.bind_state(warm, {k: _Attached(v) for k, v in arrays.items()}, ops)
+        self.assertIs(router.bias, warm.a.w)
+        self.assertIs(router.pair[0], warm.a.cube)
+        self.assertEqual(router.pair[1], 7)
+        self.assertIs(router.table["w"], warm.a.w)
+        self.assertIs(router.seq[0], warm.a.cube)
+        self.assertIs(warm.a.__dict__["direct"], warm.a.cube)
+        self.assertEqual(sorted(holders), ["a.direct", "a.router.bias", "a.router.pair[0]", "a.router.seq[0]",
+                                           "a.router.table['w']"])
+        self.assertNotIn("router", warm.a._parameters)
+
+    def test_load_weights_attributes_round_trip(self):
+        from fastrestart_vllm import state
+        from numpy_ops import NumpyOps
+        ops = NumpyOps()
+        cold = self.build(meta=False)
+        cold.has_own_lm_head = True
+        arrays, _, _, _ = state.export_state(cold, ops, "host")
+        warm = self.build(meta=True)
+        warm.has_own_lm_head = False
+        state.bind_state(warm, {k: _Attached(v) for k, v in arrays.items()}, ops)
+        self.assertIs(warm.has_own_lm_head, True)
+        self.assertFalse(hasattr(warm, "has_own_embed_tokens"), "only what the cold model had")
 
 
 class ResultLineTest(unittest.TestCase):

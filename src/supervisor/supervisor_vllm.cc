@@ -318,11 +318,27 @@ void Supervisor::watch_checkpoint() {
   raise(Event::kColdReloadRequested);
 }
 
-// `vllm serve` in vllm-preload mode: --load-format ipc_cache, and the loader's extra config with fallback
-// false on the first start after the preload (re)started (a mismatch then fails loudly instead of loading
-// from disk next to the daemon), the configured value after.
+// `vllm serve` in vllm-preload mode. While the preload serves: --load-format ipc_cache, and the loader's extra
+// config with fallback false on the first start after the preload (re)started (a mismatch then fails loudly
+// instead of loading from disk next to the daemon), the configured value after. While it does not (it failed,
+// died or was never started): the engine flags as they are, so vLLM loads from disk with engine.flags'
+// --load-format (its default without one). Not ipc_cache with fallback: the ipc_cache loader raises its
+// unsupported-quantization and unsupported-platform errors even with fallback, so a preload that failed for
+// such a reason would fail every engine start too (a crash loop).
 void Supervisor::adjust_vllm_flags(std::vector<std::string>& words) {
   auto flags = parse_flag_list(words);
+  const bool daemon_up = m_preload && m_preload->ready && !m_preload->exited;
+  if (m_engine) m_engine->strict = false;
+  if (!daemon_up) {
+    // engine.flags' extra config holds the ipc_cache loader's keys only (the flag checks refuse others),
+    // which vLLM's default loader refuses in turn ("Unexpected extra config keys").
+    std::erase_if(flags, [](const Flag& f) { return canonical_flag_name(f.name) == "--model-loader-extra-config"; });
+    words = to_words(flags);
+    std::string format = flag_value(flags, "--load-format");
+    spdlog::warn("vllm preload is not serving; the engine loads from disk with --load-format {}",
+                 format.empty() ? "(vLLM's default)" : format);
+    return;
+  }
   json extra = json::object();
   std::erase_if(flags, [&](const Flag& f) {
     const std::string name = canonical_flag_name(f.name);
@@ -333,9 +349,19 @@ void Supervisor::adjust_vllm_flags(std::vector<std::string>& words) {
     }
     return name == "--load-format" || name == "--model-loader-extra-config";
   });
-  const bool daemon_up = m_preload && m_preload->ready && !m_preload->exited;
-  const bool strict = daemon_up && m_preload_fresh;
-  extra["fallback"] = strict ? false : (daemon_up ? m_cfg.weights.fallback : true);
+  // Only the keys the ipc_cache loader takes: any other fails the start ("Unexpected extra config keys").
+  // The flag checks refuse them before a push; this keeps a key out that a rules file no longer allows.
+  for (auto it = extra.begin(); it != extra.end();) {
+    const auto& keys = m_rules.preload_extra_config_keys;
+    if (std::find(keys.begin(), keys.end(), it.key()) != keys.end()) {
+      ++it;
+      continue;
+    }
+    spdlog::warn("--model-loader-extra-config: dropping '{}', which the ipc_cache loader does not take", it.key());
+    it = extra.erase(it);
+  }
+  const bool strict = m_preload_fresh;
+  extra["fallback"] = strict ? false : m_cfg.weights.fallback;
   extra["mode"] = weights_mode_name(m_cfg.weights.mode);
   if (!m_cfg.weights.socket_dir.empty()) extra["socket_dir"] = m_cfg.weights.socket_dir;
   flags.push_back({"--load-format", {"ipc_cache"}, false});
@@ -345,8 +371,7 @@ void Supervisor::adjust_vllm_flags(std::vector<std::string>& words) {
   if (strict) m_preload_fresh = false;  // only the first start after the preload (re)started
   // copy mode: the engine takes the weights and the daemon releases its cache (vLLM docs), so the next
   // start needs a fresh preload.
-  if (daemon_up && m_cfg.weights.mode == WeightsMode::kCopy) m_force_cold = true;
-  if (!daemon_up) spdlog::warn("vllm preload is not serving; the engine loads from disk (ipc_cache fallback true)");
+  if (m_cfg.weights.mode == WeightsMode::kCopy) m_force_cold = true;
 }
 
 json Supervisor::preload_status_json() const {
@@ -426,7 +451,8 @@ std::string Supervisor::readiness_model() const {
 std::string Supervisor::refuse_push(const std::vector<std::string>& next) {
   if (m_cfg.engine.kind != EngineKind::kVllm) return {};
   LintTarget target = lint_target(m_rules, m_reported_version, m_cfg.engine.vllm_version);
-  LintInput in{m_cfg.engine.command, next, m_cfg.engine.env, vllm_environment(), m_cfg.weights.daemon, m_cfg.weights.mode};
+  LintInput in{m_cfg.engine.command, next, m_cfg.engine.env, vllm_environment(), m_cfg.weights.daemon, m_cfg.weights.mode, {}};
+  if (preload_mode()) in.checkpoint = read_checkpoint_facts(next);
   auto findings = lint_vllm(m_rules, target, in);
   for (const auto& f : findings)
     if (f.severity == Severity::kWarning) spdlog::warn("check: {}", f.message);

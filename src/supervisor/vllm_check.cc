@@ -26,7 +26,8 @@ json check_reply(const CheckInput& in, const std::vector<std::string>& next, boo
   if (c.engine.kind == EngineKind::kVllm) {
     LintTarget t = lint_target(in.rules, in.reported_version, c.engine.vllm_version);
     target = {{"version", t.version.str()}, {"source", t.source}};
-    LintInput li{c.engine.command, next, c.engine.env, in.inherited, c.weights.daemon, c.weights.mode};
+    LintInput li{c.engine.command, next, c.engine.env, in.inherited, c.weights.daemon, c.weights.mode, {}};
+    if (c.weights.daemon == DaemonKind::kVllmPreload) li.checkpoint = read_checkpoint_facts(next);
     auto found = lint_vllm(in.rules, t, li);
     errors = has_errors(found);
     for (const auto& f : found)

@@ -25,6 +25,20 @@ struct LintTarget {
   std::string source;  // "reported by the engine at its last start", "engine.vllm_version", "assumed: ..."
 };
 
+// What the checkpoint's own files say that vLLM acts on without a flag: its quantization (config.json
+// quantization_config, or ModelOpt's hf_quant_config.json) and architectures. Empty `source`: not read
+// (the model is not a local directory, or it has no config.json).
+struct CheckpointFacts {
+  std::string source;        // the file the quantization was read from, for messages
+  std::string quant_method;  // "" when unquantized
+  std::string quant_algo;    // ModelOpt's quant_algo ("NVFP4"), else ""
+  std::vector<std::string> architectures;
+};
+
+// Reads the facts of the model `flags` name (the positional model or --model, when a local directory).
+// Unreadable or malformed files give empty facts: vLLM itself reports those when it starts.
+CheckpointFacts read_checkpoint_facts(const std::vector<std::string>& flags);
+
 struct LintInput {
   std::vector<std::string> command;            // engine.command
   std::vector<std::string> flags;              // the engine flags to check
@@ -32,6 +46,7 @@ struct LintInput {
   std::map<std::string, std::string> inherited;  // VLLM_* of fastrestartd's own environment (reach the engine too)
   DaemonKind daemon = DaemonKind::kNative;
   WeightsMode mode = WeightsMode::kZeroCopy;
+  CheckpointFacts checkpoint;                  // with vllm-preload: read_checkpoint_facts(flags)
 };
 
 // Picks the version: the engine's own report wins, then engine.vllm_version, then the rules' newest.

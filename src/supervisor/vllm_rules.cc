@@ -307,6 +307,8 @@ const std::vector<Field<PreloadRefusal>>& preload_refusal_fields() {
   static const std::vector<Field<P>> f = {
       field("flag", &P::flag, &Reader::canonical_name, Need::kRequired),
       field("values", &P::values, &Reader::strings),
+      field("allow", &P::allow, &Reader::strings),
+      field("allow_prefix", &P::allow_prefix, &Reader::strings),
       field("mode", &P::mode, &Reader::string),
       field("why", &P::why, &Reader::string, Need::kRequired),
   };
@@ -339,12 +341,31 @@ Result<VllmRules> parse_vllm_rules(std::string_view text, const std::string& pat
                   } else if (k == "preload") {
                     auto t = n.as_table();
                     if (!t) return r.fail(n, key, "expected a table ([preload])");
-                    return r.each(*t, "preload.", {"pass", "since", "refuse"},
+                    return r.each(*t, "preload.", {"pass", "since", "refuse", "quantization", "extra_config_keys"},
                                   [&](const std::string& pk, const toml::node& v, const std::string& kk) -> Status {
                                     if (pk == "pass") {
                                       FR_ASSIGN(out.preload_pass, r.flag_names(v, kk));
                                     } else if (pk == "since") {
                                       FR_ASSIGN(out.preload_since, r.version(v, kk));
+                                    } else if (pk == "extra_config_keys") {
+                                      FR_ASSIGN(out.preload_extra_config_keys, r.strings(v, kk));
+                                    } else if (pk == "quantization") {
+                                      auto q = v.as_table();
+                                      if (!q) return r.fail(v, kk, "expected a table ([preload.quantization])");
+                                      auto& pq = out.preload_quantization;
+                                      return r.each(*q, kk + ".", {"allow", "checkpoint_allow", "except_architectures", "why"},
+                                                    [&](const std::string& qk, const toml::node& qv, const std::string& qkk) -> Status {
+                                                      if (qk == "why") {
+                                                        FR_ASSIGN(pq.why, r.string(qv, qkk));
+                                                      } else if (qk == "allow") {
+                                                        FR_ASSIGN(pq.allow, r.strings(qv, qkk));
+                                                      } else if (qk == "except_architectures") {
+                                                        FR_ASSIGN(pq.except_architectures, r.strings(qv, qkk));
+                                                      } else {
+                                                        FR_ASSIGN(pq.checkpoint_allow, r.strings(qv, qkk));
+                                                      }
+                                                      return {};
+                                                    });
                                     } else {
                                       return read_section(r, v, kk, preload_refusal_fields(), out.preload_refuse);
                                     }
@@ -393,6 +414,10 @@ Result<VllmRules> load_vllm_rules(const std::string& extra_path) {
   for (auto& f : extra.preload_pass)
     if (std::find(out.preload_pass.begin(), out.preload_pass.end(), f) == out.preload_pass.end()) out.preload_pass.push_back(f);
   append(out.preload_refuse, extra.preload_refuse);
+  // An operator's file widens the allowlists (a method verified with ipc_cache after this release).
+  append(out.preload_quantization.allow, extra.preload_quantization.allow);
+  append(out.preload_quantization.checkpoint_allow, extra.preload_quantization.checkpoint_allow);
+  append(out.preload_extra_config_keys, extra.preload_extra_config_keys);
   append(out.removed, extra.removed);
   append(out.gated, extra.gated);
   append(out.added, extra.added);

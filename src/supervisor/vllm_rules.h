@@ -48,10 +48,23 @@ struct AddedRule {
   VllmVersion version;
 };
 
+// A flag `vllm preload`'s setup refuses. With `allow` or `allow_prefix`, values outside them are refused
+// (an allowlist); else with `values`, those values; else the flag's presence.
 struct PreloadRefusal {
   std::string flag;
-  std::vector<std::string> values;  // empty: the flag's presence
-  std::string mode;                 // empty: any weights.mode; else only this one
+  std::vector<std::string> values;
+  std::vector<std::string> allow;         // values accepted as they are
+  std::vector<std::string> allow_prefix;  // values accepted when they start with one of these
+  std::string mode;                       // empty: any weights.mode; else only this one
+  std::string why;
+};
+
+// The quantization methods the ipc_cache loader loads (an allowlist: every other method raises
+// UnsupportedQuantForIPCError, fallback or not). Unquantized is always allowed.
+struct PreloadQuantization {
+  std::vector<std::string> allow;             // --quantization values
+  std::vector<std::string> checkpoint_allow;  // config.json quantization_config.quant_method, or "method:quant_algo"
+  std::vector<std::string> except_architectures;  // quantized checkpoints of these are refused all the same
   std::string why;
 };
 
@@ -79,6 +92,8 @@ struct VllmRules {
   std::vector<std::string> preload_pass;   // canonical names
   VllmVersion preload_since;
   std::vector<PreloadRefusal> preload_refuse;
+  PreloadQuantization preload_quantization;
+  std::vector<std::string> preload_extra_config_keys;  // what the ipc_cache loader accepts in its extra config
   std::vector<RemovedRule> removed;
   std::vector<GatedRule> gated;
   std::vector<AddedRule> added;

@@ -8,6 +8,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <chrono>
 #include <fstream>
 #include <functional>
@@ -163,7 +164,7 @@ TEST(VllmPreload, StartsThePreloadWithTheModelAndParallelFlagsThenServeStrict) {
   EXPECT_EQ(st["last_start"]["path"], "warm") << st.dump();
   EXPECT_EQ(st["engine"]["vllm"]["version"]["value"], "0.31.0");
   EXPECT_EQ(st["engine"]["vllm"]["weight_cache"]["value"], "hit");
-  EXPECT_NE(st["engine"]["vllm"]["model_runner"]["value"].get<std::string>().find("V2"), std::string::npos);
+  EXPECT_EQ(st["engine"]["vllm"]["model_runner"]["value"], "V2") << "from vLLM's \"Using V2 Model Runner\" line";
   EXPECT_EQ(st["metrics"]["attaches"]["hit"], 1);
   bool listed = false;
   for (const auto& dm : st["daemons"]) listed |= dm["kind"] == "vllm-preload" && dm["state"] == "ready";
@@ -228,10 +229,13 @@ TEST(VllmPreload, ACheckpointRewrittenInPlaceReloadsThePreloadAndTheEngine) {
 }
 
 // A preload that cannot start (here: a quantization its loader refuses) is a daemon failure: the engine
-// starts anyway, not strict, and loads from disk; status names why the preload died.
-TEST(VllmPreload, APreloadThatDiesWhileLoadingLeavesTheEngineToLoadFromDisk) {
+// starts anyway and loads from disk with engine.flags' own --load-format, never through ipc_cache: vLLM's
+// ipc_cache loader raises UnsupportedQuantForIPCError even with fallback, so every engine start would fail
+// too (a crash loop; the stand-in refuses that quantization as vLLM does). Status names why the preload died.
+TEST(VllmPreload, APreloadThatDiesWhileLoadingLeavesTheEngineToLoadFromDiskWithItsOwnLoadFormat) {
   Options o;
   o.env = "VLLM_STANDIN_PRELOAD_FAIL = \"vllm.model_executor.model_loader.weight_cache.protocol.UnsupportedQuantForIPCError: quantization 'x'\"\n";
+  o.extra_flags = R"(, "--load-format", "safetensors", "--model-loader-extra-config", "{\"state_timeout_s\": 60}")";
   Vllmd d(o);
   ASSERT_TRUE(d.wait_ready()) << d.log();
   auto st = d.status();
@@ -241,9 +245,30 @@ TEST(VllmPreload, APreloadThatDiesWhileLoadingLeavesTheEngineToLoadFromDisk) {
     if (dm["kind"] == "vllm-preload") preload = dm;
   EXPECT_EQ(preload["state"], "failed") << st["daemons"].dump();
   EXPECT_NE(preload["error"].get<std::string>().find("UnsupportedQuantForIPCError"), std::string::npos) << preload.dump();
+  EXPECT_EQ(arg(argv_of(d.events("start", "preload")[0]), "--load-format"), "safetensors");
   auto serve = argv_of(d.events("start", "serve")[0]);
-  EXPECT_EQ(json::parse(arg(serve, "--model-loader-extra-config"))["fallback"], true) << "no daemon: never strict";
-  EXPECT_EQ(st["engine"]["vllm"]["weight_cache"]["value"], "fallback");
+  EXPECT_EQ(arg(serve, "--load-format"), "safetensors") << "engine.flags' load format, not ipc_cache";
+  EXPECT_EQ(std::count(serve.begin(), serve.end(), "--load-format"), 1);
+  EXPECT_EQ(std::count(serve.begin(), serve.end(), "--model-loader-extra-config"), 0)
+      << "the ipc_cache loader's keys would fail vLLM's default loader";
+  EXPECT_EQ(d.events("start", "serve").size(), 1u) << "no crash loop";
+  EXPECT_NE(d.log().find("vllm preload is not serving; the engine loads from disk with --load-format safetensors"), std::string::npos);
+}
+
+// Keys the ipc_cache loader does not take fail every vLLM start ("Unexpected extra config keys"): the
+// config check refuses them first, naming file:line and vLLM's message.
+TEST(VllmConfig, AnExtraConfigKeyTheIpcCacheLoaderRefusesIsAnError) {
+  test::TempDir dir;
+  std::string cfg = dir / "m.toml";
+  std::ofstream(cfg) << "gpus = [0]\n[engine]\nkind = \"vllm\"\ncommand = [\"vllm\", \"serve\"]\n"
+                        "flags = [\"m\", \"--model-loader-extra-config\", \"{\\\"num_threads\\\": 8}\"]\n"
+                        "[weights]\ndaemon = \"vllm-preload\"\n";
+  auto r = test::run({FR_FASTRESTARTD_BIN, "--check", "--config", cfg});
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_NE(r.output.find(cfg + ":5: engine.flags: --model-loader-extra-config: vLLM would fail every start: "
+                                "\"Unexpected extra config keys for load format ipc_cache: ['num_threads']\""),
+            std::string::npos)
+      << r.output;
 }
 
 TEST(VllmLint, AReloadWithARemovedFlagIsRefusedBeforeAnythingRestarts) {

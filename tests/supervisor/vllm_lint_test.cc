@@ -2,6 +2,12 @@
 #include "supervisor/vllm_lint.h"
 
 #include <gtest/gtest.h>
+#include <sys/stat.h>
+
+#include <algorithm>
+#include <fstream>
+
+#include "support/harness.h"
 
 namespace fr::supervisor {
 namespace {
@@ -10,8 +16,22 @@ std::vector<LintFinding> lint(std::vector<std::string> flags, const std::string&
                               std::map<std::string, std::string> env = {}, DaemonKind daemon = DaemonKind::kNative,
                               std::vector<std::string> command = {"vllm", "serve"}) {
   const auto& rules = builtin_vllm_rules();
-  LintInput in{command, flags, env, {}, daemon, WeightsMode::kZeroCopy};
+  LintInput in{command, flags, env, {}, daemon, WeightsMode::kZeroCopy, {}};
   return lint_vllm(rules, lint_target(rules, "", version), in);
+}
+
+// With weights.daemon = "vllm-preload", the checkpoint facts read as fastrestartd reads them.
+std::vector<LintFinding> lint_preload(std::vector<std::string> flags) {
+  const auto& rules = builtin_vllm_rules();
+  LintInput in{{"vllm", "serve"}, flags, {}, {}, DaemonKind::kVllmPreload, WeightsMode::kZeroCopy, {}};
+  in.checkpoint = read_checkpoint_facts(flags);
+  return lint_vllm(rules, lint_target(rules, "", "0.31.0"), in);
+}
+
+std::string messages(const std::vector<LintFinding>& f) {
+  std::string s;
+  for (const auto& x : f) s += x.message + "\n";
+  return s;
 }
 
 TEST(VllmLint, CleanFlagsHaveNoFindings) {
@@ -87,6 +107,80 @@ TEST(VllmLint, PreloadRefusesWhatIpcCacheCannotLoad) {
   auto old = lint({"m"}, "0.30.0", {}, DaemonKind::kVllmPreload);
   ASSERT_EQ(old.size(), 1u);
   EXPECT_NE(old[0].message.find("`vllm preload` needs vLLM >= 0.31.0"), std::string::npos);
+}
+
+// An allowlist, as vLLM's: quark, torchao, moe_wna16 ... were missing from the old refuse list and would
+// fail the preload and then every engine start.
+TEST(VllmLint, PreloadAllowsOnlyTheQuantizationsIpcCacheLoads) {
+  for (const char* refused : {"quark", "torchao", "moe_wna16", "gptq", "awq_marlin", "compressed-tensors", "bitsandbytes"}) {
+    auto f = lint_preload({"m", "--quantization", refused});
+    ASSERT_FALSE(f.empty()) << refused;
+    EXPECT_EQ(f[0].severity, Severity::kError) << "errors first";
+    EXPECT_EQ(f[0].subject, std::string("--quantization ") + refused);
+    EXPECT_NE(f[0].message.find("raises UnsupportedQuantForIPCError for any other method, even with fallback"), std::string::npos)
+        << f[0].message;
+    EXPECT_EQ(std::count_if(f.begin(), f.end(), [](const LintFinding& x) { return x.severity == Severity::kError; }), 1) << messages(f);
+  }
+  for (const char* allowed : {"fp8", "modelopt_fp4", "mxfp4"}) {
+    auto f = lint_preload({"m", "--quantization", allowed});
+    EXPECT_FALSE(has_errors(f)) << allowed << ": " << messages(f);
+  }
+  EXPECT_TRUE(lint_preload({"m"}).empty());
+  EXPECT_TRUE(lint({"m", "--quantization", "quark"}).empty()) << "fastrestart's own daemons publish any method";
+}
+
+// vLLM detects the quantization from the checkpoint when no --quantization is given.
+TEST(VllmLint, PreloadChecksTheCheckpointsOwnQuantization) {
+  test::TempDir dir;
+  auto model = [&](const std::string& name, const std::string& config) {
+    std::string m = dir / name;
+    ::mkdir(m.c_str(), 0755);
+    std::ofstream(m + "/config.json") << config;
+    return m;
+  };
+  const std::string awq = model("awq", R"({"architectures": ["LlamaForCausalLM"], "quantization_config": {"quant_method": "awq", "bits": 4}})");
+  auto f = lint_preload({awq, "--dtype", "float16"});
+  ASSERT_EQ(f.size(), 1u) << messages(f);
+  EXPECT_EQ(f[0].message.rfind(awq + "/config.json: quantization \"awq\": not with weights.daemon = \"vllm-preload\": ", 0), 0u)
+      << f[0].message;
+  EXPECT_EQ(lint_preload({"--model", awq}).size(), 1u) << "--model names it too";
+  const std::string nvfp4 = model("nvfp4", R"({"quantization_config": {"quant_method": "modelopt", "quant_algo": "NVFP4"}})");
+  EXPECT_TRUE(lint_preload({nvfp4}).empty()) << messages(lint_preload({nvfp4}));
+  const std::string mo_fp8 = model("mofp8", R"({"quantization_config": {"quant_method": "modelopt", "quant_algo": "FP8"}})");
+  EXPECT_EQ(lint_preload({mo_fp8}).size(), 1u);
+  const std::string fp8 = model("fp8", R"({"quantization_config": {"quant_method": "fp8", "weight_block_size": [128, 128]}})");
+  EXPECT_TRUE(lint_preload({fp8}).empty());
+  const std::string oss = model("oss", R"({"architectures": ["GptOssForCausalLM"], "quantization_config": {"quant_method": "mxfp4"}})");
+  auto g = lint_preload({oss});
+  ASSERT_EQ(g.size(), 1u);
+  EXPECT_NE(g[0].message.find("GptOssForCausalLM"), std::string::npos) << g[0].message;
+  const std::string plain = model("plain", R"({"architectures": ["LlamaForCausalLM"]})");
+  EXPECT_TRUE(lint_preload({plain}).empty());
+  // ModelOpt's own file, beside a config.json without quantization_config.
+  std::ofstream(plain + "/hf_quant_config.json") << R"({"quantization": {"quant_algo": "W4A8_AWQ"}})";
+  auto h = lint_preload({plain});
+  ASSERT_EQ(h.size(), 1u);
+  EXPECT_NE(h[0].message.find("hf_quant_config.json: quantization \"modelopt:W4A8_AWQ\""), std::string::npos) << h[0].message;
+  EXPECT_TRUE(lint_preload({dir / "absent"}).empty()) << "a model that is not a local directory: nothing to read";
+}
+
+TEST(VllmLint, PreloadRefusesKvCacheDtypesIpcCacheRefuses) {
+  auto f = lint_preload({"m", "--kv-cache-dtype", "bfloat16"});
+  ASSERT_EQ(f.size(), 1u);
+  EXPECT_NE(f[0].message.find("--kv-cache-dtype bfloat16: not with weights.daemon"), std::string::npos) << f[0].message;
+  for (const char* ok : {"auto", "fp8", "fp8_e4m3", "fp8_e5m2"})
+    EXPECT_TRUE(lint_preload({"m", "--kv-cache-dtype", ok}).empty()) << ok;
+  EXPECT_TRUE(lint({"m", "--kv-cache-dtype", "bfloat16"}).empty());
+}
+
+// IpcModelLoader.__init__ raises "Unexpected extra config keys" for any key it does not take.
+TEST(VllmLint, PreloadRefusesExtraConfigKeysIpcCacheDoesNotTake) {
+  auto f = lint_preload({"m", "--model-loader-extra-config", R"({"state_timeout_s": 600, "num_threads": 8, "verify": true})"});
+  ASSERT_EQ(f.size(), 1u) << messages(f);
+  EXPECT_NE(f[0].message.find("Unexpected extra config keys for load format ipc_cache: ['num_threads', 'verify']"), std::string::npos)
+      << f[0].message;
+  EXPECT_TRUE(lint_preload({"m", "--model-loader-extra-config", R"({"state_timeout_s": 600, "connect_timeout_s": 2})"}).empty());
+  EXPECT_EQ(lint_preload({"m", "--model-loader-extra-config", "[1]"}).size(), 1u);
 }
 
 TEST(VllmLint, TheTargetPrefersWhatTheEngineReported) {

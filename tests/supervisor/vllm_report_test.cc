@@ -24,6 +24,10 @@ TEST(VllmReport, TheRunnerFallbackAndTheDefault) {
   v1.observe(builtin_vllm_rules(), "WARNING [vllm.py:540] Model Runner V2 does not yet support sequence parallelism; using the V1 model runner instead.");
   v1.finish(builtin_vllm_rules());
   EXPECT_EQ(v1.get("model_runner"), "V1");
+  VllmReport logged;  // what vLLM's gpu_worker logs when it runs Model Runner V2
+  EXPECT_TRUE(logged.observe(builtin_vllm_rules(), "(EngineCore pid=7) INFO 11-30 08:00:01 [gpu_worker.py:441] Using V2 Model Runner"));
+  logged.finish(builtin_vllm_rules());
+  EXPECT_EQ(logged.get("model_runner"), "V2");
   VllmReport v2;
   v2.observe(builtin_vllm_rules(), "vLLM server version 0.31.0, serving model m");
   v2.finish(builtin_vllm_rules());

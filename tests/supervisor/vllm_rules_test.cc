@@ -22,6 +22,25 @@ TEST(VllmRules, TheBuiltInFileParses) {
   EXPECT_GE(r.removed.size(), 15u);
   EXPECT_FALSE(r.failures.empty());
   EXPECT_FALSE(r.reports.empty());
+  EXPECT_TRUE(contains(r.preload_quantization.allow, "modelopt_fp4"));
+  EXPECT_FALSE(contains(r.preload_quantization.allow, "awq"));
+  EXPECT_TRUE(contains(r.preload_quantization.checkpoint_allow, "modelopt:NVFP4"));
+  EXPECT_EQ(r.preload_extra_config_keys,
+            (std::vector<std::string>{"socket_path", "socket_dir", "mode", "fallback", "connect_timeout_s", "state_timeout_s"}));
+}
+
+TEST(VllmRules, AnOperatorFileWidensThePreloadAllowlists) {
+  test::TempDir dir;
+  std::string path = dir / "mine.toml";
+  std::ofstream(path) << "[preload]\nextra_config_keys = [\"is_draft\"]\n[preload.quantization]\nallow = [\"fp8_per_block\"]\n";
+  auto r = load_vllm_rules(path);
+  ASSERT_TRUE(r.ok()) << r.error().message;
+  EXPECT_TRUE(contains(r->preload_quantization.allow, "fp8_per_block"));
+  EXPECT_TRUE(contains(r->preload_quantization.allow, "fp8"));
+  EXPECT_TRUE(contains(r->preload_extra_config_keys, "is_draft"));
+  auto bad = parse_vllm_rules("[preload.quantization]\nallowed = [\"x\"]\n", "e.toml");
+  ASSERT_FALSE(bad.ok());
+  EXPECT_EQ(bad.error().message.rfind("e.toml:2: preload.quantization.allowed: unknown key", 0), 0u) << bad.error().message;
 }
 
 TEST(VllmVersion, ParsesReleasesAndBuilds) {

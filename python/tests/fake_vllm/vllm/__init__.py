@@ -14,8 +14,10 @@ utils}.py, vllm/model_executor/utils.py, vllm/plugins/__init__.py, vllm/config/l
 - the vllm.general_plugins entry point group, filtered by VLLM_PLUGINS, loaded once per process
 - a tiny model family (models.py) with what real models have that matters to a loader: fused parameters
   filled from several checkpoint tensors, tied embeddings, a non-persistent buffer computed at construction,
-  and toy quantization methods whose post-processing transposes, adds, drops parameters and sets
-  Python-side state.
+  toy quantization methods whose post-processing transposes, adds, drops parameters and sets Python-side
+  state, a router that holds a parameter by value (a plain object, as vLLM's GroupedTopKRouter holds
+  e_score_correction_bias; the ipc_cache loader's _rebind_stale_references exists for it), and a
+  load_weights() that sets has_own_embed_tokens / has_own_lm_head (as vLLM's EAGLE drafts record).
 
 Tensors are torch when it is importable, numpy otherwise (../backend.py).
 """

@@ -1,6 +1,7 @@
 """`vllm serve` reduced to what the loader sees: the flags that reach LoadConfig/ModelConfig, plugin
 loading, get_model, then one forward pass instead of a server. Prints a JSON summary on stdout:
-{"loader", "logits", "tied", "embed_writeable", "checkpoint_reads", "scale_float"}; exit 1 on an exception
+{"loader", "logits", "tied", "embed_writeable", "checkpoint_reads", "scale_float", "has_own_embed_tokens",
+"has_own_lm_head"}; exit 1 on an exception
 (its message on stderr), as a failed engine start.
 
     python -m vllm.entrypoints.cli serve MODEL [--dtype float32] [--quantization toy]
@@ -70,6 +71,8 @@ def main(argv=None):
         "embed_writeable": backend.writeable(model.model.embed_tokens.weight),
         "checkpoint_reads": len(READS),
         "scale_float": getattr(down, "scale_float", None),
+        "has_own_embed_tokens": model.has_own_embed_tokens,
+        "has_own_lm_head": model.has_own_lm_head,
     }))
     return 0
 

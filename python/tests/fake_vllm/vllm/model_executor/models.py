@@ -4,7 +4,11 @@ Checkpoint names (safetensors): model.embed_tokens.weight, model.norm.weight,
 model.layers.<i>.mlp.{gate_proj,up_proj,down_proj}.weight (+ lm_head.weight when not tied).
 Model parameters: gate_proj and up_proj fill one fused gate_up_proj.weight; lm_head.weight IS
 model.embed_tokens.weight when tie_word_embeddings; model.rotary.cos_sin_cache is a non-persistent buffer
-computed at construction. Forward runs in numpy float64 on whatever the parameters hold, so two loads of
+computed at construction. Each layer's mlp.gate.e_score_correction_bias (in the checkpoint) is also held
+BY VALUE by a Router, a plain object built with the model, as vLLM's GroupedTopKRouter holds DeepSeek's
+bias (vllm/model_executor/layers/fused_moe): a loader that replaces the parameter object leaves the router
+with the old one. load_weights() sets has_own_embed_tokens / has_own_lm_head on the model from what the
+checkpoint holds, as vLLM's EAGLE drafts do; the constructor leaves them False. Forward runs in numpy float64 on whatever the parameters hold, so two loads of
 the same weights give bit-identical logits, whatever the backend.
 """
 
@@ -72,11 +76,24 @@ class Holder(backend.Module):
     """A module that only holds tensors (embedding, norm, lm_head, rotary)."""
 
 
+class Router:
+    """Not a module: it keeps the bias tensor it was built with (by value), like GroupedTopKRouter."""
+
+    def __init__(self, e_score_correction_bias):
+        self.e_score_correction_bias = e_score_correction_bias
+
+    def route(self, x):
+        return x + backend.to_numpy(self.e_score_correction_bias)
+
+
 class Mlp(backend.Module):
     def __init__(self, hidden, quantization, dtype):
         super().__init__()
         self.gate_up_proj = Linear(hidden, 2 * hidden, quantization, dtype)
         self.down_proj = Linear(hidden, hidden, quantization, dtype)
+        self.gate = Holder()
+        self.gate.register_parameter("e_score_correction_bias", backend.parameter(backend.empty((hidden,), dtype)))
+        self.router = Router(self.gate.e_score_correction_bias)
 
 
 class Layer(backend.Module):
@@ -113,12 +130,18 @@ class TinyForCausalLM(backend.Module):
             self.lm_head.register_parameter("weight", self.model.embed_tokens.weight)  # the same object
         else:
             self.lm_head.register_parameter("weight", backend.parameter(backend.empty((c.vocab_size, c.hidden_size), dtype)))
+        self.has_own_embed_tokens = False
+        self.has_own_lm_head = False
 
     def load_weights(self, weights):
         params = dict(self.named_parameters())
         h = self.config.hidden_size
         loaded = set()
         for name, array in weights:
+            if name == "model.embed_tokens.weight":
+                self.has_own_embed_tokens = True
+            elif name == "lm_head.weight":
+                self.has_own_lm_head = True
             for part, start in (("gate_proj", 0), ("up_proj", h)):
                 if ".mlp.%s." % part in name:
                     target = name.replace(part, "gate_up_proj")
@@ -149,7 +172,7 @@ class TinyForCausalLM(backend.Module):
         h = self.config.hidden_size
         for i in range(self.config.num_layers):
             mlp = getattr(self.model.layers, str(i)).mlp
-            gu = mlp.gate_up_proj.forward(x)
+            gu = mlp.gate_up_proj.forward(mlp.router.route(x))
             x = x + mlp.down_proj.forward(np.tanh(gu[:, :h]) * gu[:, h:])
         x = x * backend.to_numpy(self.model.norm.weight)
         return x @ backend.to_numpy(self.lm_head.weight).T
