@@ -38,6 +38,7 @@ struct ServeOptions {
   std::string dtype = "auto";     // auto | float32 | bfloat16: must match the checkpoint
   double shutdown_grace_s = 30;   // SIGTERM: how long in-flight requests may take
   int threads = 8;                // HTTP worker threads
+  bool snapshot_agent = true;     // serve the snapshot exchange when $FASTRESTART_SNAPSHOT_SOCKET is set
   LoadOptions load;
   FaultOptions faults;
 };

@@ -170,7 +170,20 @@ int run_serve(const ServeOptions& o) {
                r.reason.empty() ? "" : " reason=\"" + r.reason + "\"", phases, warmup_s);
   const double ready_s = since(t0);
   const std::string path = r.path;
-  server.set_ready(std::make_unique<LoadedModel>(std::move(*loaded)), warmup_s, ready_s);
+  auto model = std::make_unique<LoadedModel>(std::move(*loaded));
+  std::shared_ptr<void> agent;
+  if (o.snapshot_agent) {
+    auto a = start_snapshot_agent(
+        *model, [&server]() -> Status { server.pause_for_snapshot(); return {}; },
+        [&server]() -> Status { server.resume_after_snapshot(); return {}; });
+    if (!a) {
+      spdlog::error("{}", a.error().message);
+      std::_Exit(kExitFailure);
+    }
+    agent = std::move(*a);
+    if (agent) spdlog::info("snapshot exchange on {}", std::getenv("FASTRESTART_SNAPSHOT_SOCKET"));
+  }
+  server.set_ready(std::move(model), warmup_s, ready_s);
   spdlog::info("ready in {:.3f} s (path={})", ready_s, path);
 
   if (f.exit_after_startup) {
@@ -190,6 +203,7 @@ int run_serve(const ServeOptions& o) {
     std::fflush(nullptr);
     std::_Exit(kExitOk);
   }
+  agent.reset();
   spdlog::info("stopped");
   return kExitOk;
 }
