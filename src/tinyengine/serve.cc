@@ -171,11 +171,37 @@ int run_serve(const ServeOptions& o) {
   const double ready_s = since(t0);
   const std::string path = r.path;
   auto model = std::make_unique<LoadedModel>(std::move(*loaded));
+  std::string graph_sum;  // the graph check's checksum before any snapshot
+  std::shared_ptr<CudaModel> cuda = model->cuda;
+  if (o.cuda_graph_check) {
+    Result<std::string> sum = make_error(Errc::kInvalidArgument, "--cuda-graph-check needs --device cuda:N");
+    if (cuda) {
+      if (auto c = cuda->capture_weight_graph(); !c) sum = c.error();
+      else sum = cuda->replay_weight_graph();
+    }
+    if (!sum) {
+      spdlog::error("cuda graph check: {}", sum.error().message);
+      std::_Exit(kExitFailure);
+    }
+    graph_sum = *sum;
+    spdlog::info("cuda graph check: captured a graph over the weights, checksum {}", graph_sum);
+  }
   std::shared_ptr<void> agent;
   if (o.snapshot_agent) {
     auto a = start_snapshot_agent(
         *model, [&server]() -> Status { server.pause_for_snapshot(); return {}; },
-        [&server]() -> Status { server.resume_after_snapshot(); return {}; });
+        [&server, cuda, graph_sum]() -> Status {
+          if (!graph_sum.empty()) {
+            auto now = cuda->replay_weight_graph();
+            if (!now) return now.error();
+            if (*now != graph_sum)
+              return make_error(Errc::kCorrupt, "cuda graph check: the graph captured over the weights reads " + *now +
+                                                    " after the resume, " + graph_sum + " before");
+            spdlog::info("cuda graph check after resume: checksum {} (matches)", *now);
+          }
+          server.resume_after_snapshot();
+          return {};
+        });
     if (!a) {
       spdlog::error("{}", a.error().message);
       std::_Exit(kExitFailure);
