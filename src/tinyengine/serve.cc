@@ -202,11 +202,9 @@ int run_serve(const ServeOptions& o) {
           server.resume_after_snapshot();
           return {};
         });
-    if (!a) {
-      spdlog::error("{}", a.error().message);
-      std::_Exit(kExitFailure);
-    }
-    agent = std::move(*a);
+    // Serving matters more than being snapshottable: without the exchange a create is refused, with this reason.
+    if (!a) spdlog::warn("snapshot exchange unavailable: {}", a.error().message);
+    else agent = std::move(*a);
     if (agent) spdlog::info("snapshot exchange on {}", std::getenv("FASTRESTART_SNAPSHOT_SOCKET"));
   }
   server.set_ready(std::move(model), warmup_s, ready_s);
