@@ -196,8 +196,10 @@ else:
         print(f"weights excluded: {w['excluded']}; entry {e['fingerprint']} digest {e['digest']} {e['bytes']/1e9:.2f} GB "
               f"at 0x{e['base']:x} on {e['device']} (release {m.get('timings', {}).get('release_s', 0):.3f} s)")
 PY
-  grep -h "cuda graph check" "$log" | sed 's/^.*cuda graph check/cuda graph check/' | tail -4 | tee -a "$summary"
-  grep -c "cuda graph check after resume.*matches" "$log" | sed 's/^/graph checks matched after resume: /' | tee -a "$summary"
+  if [ -n "$extra_flags" ]; then
+    grep -h "cuda graph check" "$log" | sed 's/^.*cuda graph check/cuda graph check/' | tail -4 | tee -a "$summary"
+    grep -c "cuda graph check after resume.*matches" "$log" | sed 's/^/graph checks matched after resume: /' | tee -a "$summary"
+  fi
   du -sb "$w/state/snapshots" | awk '{printf "artifact directory: %.2f GB\n", $1/1e9}' | tee -a "$summary"
 else
   say "== the driver's checkpoint API alone (no CRIU), on the live engine"
