@@ -6,7 +6,9 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <cstdlib>
 #include <mutex>
 #include <thread>
@@ -22,6 +24,8 @@ using fr::proto::json;
 
 constexpr size_t kMaxRequest = 4096;
 constexpr double kIoTimeoutS = 10;
+// How long a prepared engine waits for its resume before it resumes by itself (docs/snapshot.md).
+constexpr int64_t kResumeWatchdogS = 600;
 
 json to_json(const MappingInfo& i) {
   json key = json::parse(i.key_json, nullptr, false);
@@ -51,9 +55,23 @@ class Agent final : public SnapshotAgent {
   void loop() {
     for (;;) {
       pollfd p[2] = {{m_listener.get(), POLLIN, 0}, {m_stop_r.get(), POLLIN, 0}};
-      if (::poll(p, 2, -1) < 0) {
+      // A helper that died between prepare and resume would leave the engine without its weights for good:
+      // past the watchdog the agent resumes by itself (a later resume then finds nothing to do).
+      int timeout_ms = -1;
+      if (m_prepared) {
+        const auto left = m_prepared_at + std::chrono::seconds(kResumeWatchdogS) - std::chrono::steady_clock::now();
+        timeout_ms = static_cast<int>(std::max<int64_t>(0, std::chrono::duration_cast<std::chrono::milliseconds>(left).count()));
+      }
+      const int n = ::poll(p, 2, timeout_ms);
+      if (n < 0) {
         if (errno == EINTR) continue;
         return;
+      }
+      if (n == 0) {
+        // A failed re-attach (no daemon yet) is tried again every few seconds, never in a tight loop.
+        if (!resume().value("ok", false))
+          m_prepared_at = std::chrono::steady_clock::now() - std::chrono::seconds(kResumeWatchdogS - 5);
+        continue;
       }
       if (p[1].revents) return;
       if (!(p[0].revents & POLLIN)) continue;
@@ -107,6 +125,7 @@ class Agent final : public SnapshotAgent {
     }
     m_released = released;
     m_prepared = true;
+    m_prepared_at = std::chrono::steady_clock::now();
     return {{"ok", true}, {"weights", released}};
   }
 
@@ -133,6 +152,7 @@ class Agent final : public SnapshotAgent {
   fr::UniqueFd m_listener, m_stop_r, m_stop_w;
   std::mutex m_mutex;
   std::atomic<bool> m_prepared{false};
+  std::chrono::steady_clock::time_point m_prepared_at;
   json m_released = json::array();
   std::thread m_thread;
 };
