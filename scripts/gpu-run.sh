@@ -17,8 +17,9 @@
 #   snapshot-weightless: snapshots without the weights (weights.mode zero_copy): the 8 GiB tiny engine
 #          (CUDA forward, --cuda-graph-check) then the 16 GB PyTorch reference engine (SNAP_WL_SHAPE, default
 #          8b), SNAP_RESTORES (2) crash restores each: artifact size, create time, kill-to-READY against warm
-#          and cold, the oracle (checked by every restore), the graph check; first the reference engine's
-#          exchange test under torch; at most 9 minutes (90 + 170 + 280 s), every step under a timeout
+#          and cold, the oracle (checked by every restore), the graph check; first the VMM release/re-map
+#          test and the reference engine's exchange test under torch; at most 580 s (60 + 90 + 170 + 260),
+#          every step under a timeout
 # Files in $OUT (at most 8 come back): summary.txt, tests.log, bench.log, results.json, weightd*.log.
 set -uo pipefail
 mode=${1:-full}
@@ -90,13 +91,18 @@ case "$mode" in
     ;;
   snapshot-weightless)
     rc=0
+    say "== release keeping the VA range, re-map at the same address (vmm_share_test, cuda:0)"
+    timeout 60 "$bundle/bin/vmm_share_test" --gtest_filter='CudaDevice.Release*' >"$OUT/vmm-release.log" 2>&1
+    vrc=$?
+    say "vmm_share_test (release/remap): exit $vrc; $(grep -E 'PASSED|FAILED|SKIPPED' "$OUT/vmm-release.log" | head -2 | tr '\n' ' ')"
+    [ $vrc -eq 0 ] || rc=1
     say "== the reference engine's snapshot exchange under torch (test_refengine, release and re-map on cuda:0)"
     (cd python/tests && FR_WEIGHTD_BIN=$bundle/bin/fastrestart-weightd timeout 90 python3 -m unittest -v \
       test_refengine.RefEngineTest.test_snapshot_exchange_releases_and_remaps_the_pool) >"$OUT/python-tests.log" 2>&1
     trc=$?
     say "test_refengine (exchange): exit $trc; $(tail -3 "$OUT/python-tests.log" | tr '\n' ' ')"
     [ $trc -eq 0 ] || rc=1
-    for run in "tinyengine ${SNAP_WL_SIZE:-8G} 170" "refengine ${SNAP_WL_SHAPE:-8b} 280"; do
+    for run in "tinyengine ${SNAP_WL_SIZE:-8G} 170" "refengine ${SNAP_WL_SHAPE:-8b} 260"; do
       read -r eng size limit <<<"$run"
       say "== weightless snapshot of the $eng ($size, zero_copy; bench/gpu_snapshot.sh $size ${SNAP_RESTORES:-2})"
       d=/tmp/snapwl-$eng
