@@ -113,8 +113,7 @@ case "$mode" in
       say "gpu_snapshot ($eng, zero_copy): exit $erc"
       [ $erc -eq 0 ] || rc=1
       cat "$d/snapshot-summary.txt" >>"$summary" 2>/dev/null
-      cp "$d/snapshot-results.json" "$OUT/wl-$eng-results.json" 2>/dev/null
-      cp "$d/snapshot-inspect.json" "$OUT/wl-$eng-inspect.json" 2>/dev/null
+      cp "$d/snapshot-results.json" "$OUT/wl-$eng-results.json" 2>/dev/null  # the manifest: in the tar
       tar czf "$OUT/wl-$eng-logs.tar.gz" --exclude='*.img' --exclude='pages-*' --exclude=model \
         -C / "${d#/}" var/tmp/frsnap 2>/dev/null
     done
