@@ -13,6 +13,10 @@
 # usage (repository root, .bundle/ from scripts/gpu-bundle.sh carried):
 #   bench/gpu_snapshot.sh [SIZE=8G] [RESTORES=3]
 #   FR_BENCH_ENGINE=refengine bench/gpu_snapshot.sh tiny|8b [RESTORES]   the PyTorch reference engine
+#   FR_BENCH_MODE=zero_copy ...   snapshots without the weights: the engine maps the daemon's pool, releases
+#          it before the dump and re-maps it at the same address after the restore (docs/snapshot.md)
+#   FR_BENCH_GRAPH=1 ...          tiny engine, CUDA: --cuda-graph-check (a CUDA graph captured over the
+#          weights before the checkpoint must read the same after every restore)
 set -uo pipefail
 size=${1:-8G}
 restores=${2:-3}
@@ -35,6 +39,9 @@ device=${FR_BENCH_DEVICE:-cuda:0}
 # FR_BENCH_ENGINE=refengine: the PyTorch reference engine (python/refengine) instead of the tiny engine;
 # SIZE is then a checkpoint shape of bench/gen_llama_checkpoint.py (tiny: 75 MB, 8b: 16.06 GB).
 engine=${FR_BENCH_ENGINE:-tinyengine}
+wmode=${FR_BENCH_MODE:-copy}
+extra_flags=""
+[ "${FR_BENCH_GRAPH:-0}" = 1 ] && [ "$engine" = tinyengine ] && [ "$device" != cpu ] && extra_flags=', "--cuda-graph-check"'
 if [ "$device" = cpu ]; then gpus='[]'; backend=host; else gpus='["0"]'; backend=cuda; fi
 
 say "== machine"
@@ -77,12 +84,12 @@ name = "snap"
 [engine]
 command = [$engine_command]
 flags = ["--host", "127.0.0.1", "--port", "$port", "--served-model-name", "snap", "--device", "$device",
-         "--load-format", "fastrestart", "--fastrestart-mode", "copy", "--fastrestart-socket-dir", "$w/run"]
+         "--load-format", "fastrestart", "--fastrestart-mode", "$wmode", "--fastrestart-socket-dir", "$w/run"$extra_flags]
 host = "127.0.0.1"
 port = $port
 stop_grace_s = 10
 [weights]
-mode = "copy"
+mode = "$wmode"
 backend = "$backend"
 checkpoint = "$w/model"
 socket_dir = "$w/run"
@@ -107,7 +114,8 @@ criu = "$(command -v criu)"
 helper_path = "$(command -v fastrestart-snapshot)"
 timeout_s = 240
 TOML
-ctl() { fastrestartctl --socket "$w/ctl/snap.ctl" "$@"; }
+ctl() { timeout 300 fastrestartctl --socket "$w/ctl/snap.ctl" "$@"; }
+say "weights.mode $wmode${extra_flags:+, engine flags$extra_flags}"
 sync; echo 3 >/proc/sys/vm/drop_caches 2>/dev/null || true
 log=$OUT/fastrestartd-snapshot.log
 fastrestartd --config "$w/snap.toml" >"$log" 2>&1 &
@@ -177,6 +185,21 @@ print("restore: path %s, %.3f s to READY, %.3f s since the death" % (ls["path"],
   done
   ctl snapshot inspect --json >"$OUT/snapshot-inspect.json" 2>&1
   python3 -c 'import json,sys; b=json.load(open(sys.argv[1]))["break_even"]; print("break-even:", json.dumps(b))' "$OUT/snapshot-inspect.json" | tee -a "$summary"
+  python3 - "$OUT/snapshot-inspect.json" <<'PY' | tee -a "$summary"
+import json, sys
+m = json.load(open(sys.argv[1])).get("manifest", {})
+w = m.get("weights")
+if not w:
+    print("weights: in the artifact (the engine took no part in the exchange)")
+else:
+    for e in w.get("entries", []):
+        print(f"weights excluded: {w['excluded']}; entry {e['fingerprint']} digest {e['digest']} {e['bytes']/1e9:.2f} GB "
+              f"at 0x{e['base']:x} on {e['device']} (release {m.get('timings', {}).get('release_s', 0):.3f} s)")
+PY
+  if [ -n "$extra_flags" ]; then
+    grep -h "cuda graph check" "$log" | sed 's/^.*cuda graph check/cuda graph check/' | tail -4 | tee -a "$summary"
+    grep -c "cuda graph check after resume.*matches" "$log" | sed 's/^/graph checks matched after resume: /' | tee -a "$summary"
+  fi
   du -sb "$w/state/snapshots" | awk '{printf "artifact directory: %.2f GB\n", $1/1e9}' | tee -a "$summary"
 else
   say "== the driver's checkpoint API alone (no CRIU), on the live engine"

@@ -2,7 +2,7 @@
 # Runs on the GPU machine, from the repository root, with .bundle/ (scripts/gpu-bundle.sh) carried:
 # the CUDA tests, then the weight-store benchmark (bench/h200_weights.py), results under $OUT.
 #
-# usage: scripts/gpu-run.sh [smoke|full|e2e-smoke|e2e|snapshot-plugin]
+# usage: scripts/gpu-run.sh [smoke|full|e2e-smoke|e2e|snapshot-plugin|snapshot-refengine|snapshot-weightless]
 #   smoke: machine facts, the CUDA tests, and the benchmark on a 1% checkpoint (about 160 MB)
 #   full:  the CUDA tests and the benchmark on the full Llama-3.1-8B-shaped checkpoint (16 GB)
 #   e2e-smoke: the Python tests with torch (binding, reference engine), then bench/e2e_restart.py on small
@@ -14,6 +14,12 @@
 #          go into logs.tar.gz, so the files stay under the 8 that come back
 #   snapshot-refengine: the same snapshot benchmark on the PyTorch reference engine, SNAP_SHAPES
 #          (default "tiny 8b": a 75 MB Llama, then the 16 GB Llama-3.1-8B shape), SNAP_RESTORES each (2)
+#   snapshot-weightless: snapshots without the weights (weights.mode zero_copy): the 8 GiB tiny engine
+#          (CUDA forward, --cuda-graph-check) then the 16 GB PyTorch reference engine (SNAP_WL_SHAPE, default
+#          8b), SNAP_RESTORES (2) crash restores each: artifact size, create time, kill-to-READY against warm
+#          and cold, the oracle (checked by every restore), the graph check; first the VMM release/re-map
+#          test and the reference engine's exchange test under torch; at most 580 s (60 + 90 + 170 + 260),
+#          every step under a timeout
 # Files in $OUT (at most 8 come back): summary.txt, tests.log, bench.log, results.json, weightd*.log.
 set -uo pipefail
 mode=${1:-full}
@@ -82,6 +88,36 @@ case "$mode" in
         -C / "tmp/snap-$shape" var/tmp/frsnap 2>/dev/null
     done
     exit 0
+    ;;
+  snapshot-weightless)
+    rc=0
+    say "== release keeping the VA range, re-map at the same address (vmm_share_test, cuda:0)"
+    timeout 60 "$bundle/bin/vmm_share_test" --gtest_filter='CudaDevice.Release*' >"$OUT/vmm-release.log" 2>&1
+    vrc=$?
+    say "vmm_share_test (release/remap): exit $vrc; $(grep -E 'PASSED|FAILED|SKIPPED' "$OUT/vmm-release.log" | head -2 | tr '\n' ' ')"
+    [ $vrc -eq 0 ] || rc=1
+    say "== the reference engine's snapshot exchange under torch (test_refengine, release and re-map on cuda:0)"
+    (cd python/tests && FR_WEIGHTD_BIN=$bundle/bin/fastrestart-weightd timeout 90 python3 -m unittest -v \
+      test_refengine.RefEngineTest.test_snapshot_exchange_releases_and_remaps_the_pool) >"$OUT/python-tests.log" 2>&1
+    trc=$?
+    say "test_refengine (exchange): exit $trc; $(tail -3 "$OUT/python-tests.log" | tr '\n' ' ')"
+    [ $trc -eq 0 ] || rc=1
+    for run in "tinyengine ${SNAP_WL_SIZE:-8G} 170" "refengine ${SNAP_WL_SHAPE:-8b} 260"; do
+      read -r eng size limit <<<"$run"
+      say "== weightless snapshot of the $eng ($size, zero_copy; bench/gpu_snapshot.sh $size ${SNAP_RESTORES:-2})"
+      d=/tmp/snapwl-$eng
+      rm -rf "$d" && mkdir -p "$d"
+      OUT=$d FR_BENCH_ENGINE=$eng FR_BENCH_MODE=zero_copy FR_BENCH_GRAPH=1 timeout "$limit" \
+        bench/gpu_snapshot.sh "$size" "${SNAP_RESTORES:-2}" >"$d/snapshot.out" 2>&1
+      erc=$?
+      say "gpu_snapshot ($eng, zero_copy): exit $erc"
+      [ $erc -eq 0 ] || rc=1
+      cat "$d/snapshot-summary.txt" >>"$summary" 2>/dev/null
+      cp "$d/snapshot-results.json" "$OUT/wl-$eng-results.json" 2>/dev/null  # the manifest: in the tar
+      tar czf "$OUT/wl-$eng-logs.tar.gz" --exclude='*.img' --exclude='pages-*' --exclude=model \
+        -C / "${d#/}" var/tmp/frsnap 2>/dev/null
+    done
+    exit $rc
     ;;
   e2e|e2e-smoke)
     say "== Python tests with torch (binding, torch, reference engine)"

@@ -10,10 +10,10 @@ numpy view with ``.numpy()``. In zero_copy mode the memory is a read-only mappin
 
 import os as _os
 
-from ._fastrestart import AttachResult, Tensor
+from ._fastrestart import AttachResult, SnapshotAgent, Tensor
 from . import _fastrestart
 
-__all__ = ["attach", "publish", "AttachResult", "Tensor"]
+__all__ = ["attach", "publish", "snapshot_agent", "AttachResult", "SnapshotAgent", "Tensor"]
 
 
 def _files(files):
@@ -99,3 +99,17 @@ def publish(files, config, tensors, *, socket_dir=None, device="host", connect_t
         raise ValueError("tensors: expected a dict of name -> array")
     return _fastrestart.publish(_files(files), _config(config), tensors, _str_or_none("socket_dir", socket_dir),
                                 device, _number("connect_timeout_s", connect_timeout_s))
+
+
+def snapshot_agent(results, *, quiesce=None, resume=None, socket_path=None):
+    """Serves the snapshot prepare/resume exchange (docs/snapshot.md) for the weights of `results` (hits of
+    attach()). `quiesce()` runs before the release (stop reading the weights, drop caches); `resume()` after
+    the re-attach; both on the agent's thread. socket_path None: $FASTRESTART_SNAPSHOT_SOCKET; when that is
+    unset too, returns None (the engine is not asked to take part). Keep the returned agent alive."""
+    for r in results:
+        if not isinstance(r, AttachResult):
+            raise TypeError("snapshot_agent: results must be AttachResult objects")
+    for name, f in (("quiesce", quiesce), ("resume", resume)):
+        if f is not None and not callable(f):
+            raise TypeError(f"snapshot_agent: {name} must be callable or None")
+    return _fastrestart.snapshot_agent(list(results), quiesce, resume, _str_or_none("socket_path", socket_path) or "")

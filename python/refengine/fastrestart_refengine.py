@@ -65,6 +65,8 @@ class Engine:
         self.phases = {}  # name -> seconds, in order
         self.load = {"format": args.load_format}
         self.lock = threading.Lock()
+        self.attached = None
+        self.snapshot_agent = None
         self.model = None
         self.ready_s = None
         self.oracle = None
@@ -93,6 +95,7 @@ class Engine:
         self.phase("bind_s", lambda: self._bind(state))
         del state
         self.oracle = self.phase("first_token_s", self._oracle)
+        self._start_snapshot_agent()
         self.ready_s = round(time.monotonic() - T0, 6)
         self.state = "ready"
         p = self.phases
@@ -163,6 +166,7 @@ class Engine:
             # never writes a weight).
             state = {n: torch.from_dlpack(t) for n, t in r.tensors.items()}
             self.load.update(path="attach", mode=r.mode, digest=r.digest, fingerprint=r.fingerprint)
+            self.attached = r  # the snapshot exchange releases and re-maps its pool
             return state
         self.load.update(path="fallback", reason=r.reason, differs=list(r.differs))
         state = self._from_disk()
@@ -177,6 +181,30 @@ class Engine:
                 log(f"publish failed: {e}")
             self.phases["publish_s"] = round(time.monotonic() - t, 6)
         return state
+
+    def _start_snapshot_agent(self):
+        """The snapshot exchange (docs/snapshot.md): when fastrestartd gave us $FASTRESTART_SNAPSHOT_SOCKET, a
+        prepare holds inference back (self.lock), empties torch's caching allocator and releases the pool's
+        mapping, keeping its address range: every tensor, and anything compiled or captured over them, keeps
+        its pointer. A resume re-maps the daemon's entry there and lets inference run again."""
+        if not os.environ.get("FASTRESTART_SNAPSHOT_SOCKET"):
+            return
+        import fastrestart
+        torch = self.torch
+        results = [self.attached] if self.attached is not None and self.attached.mode == "zero_copy" else []
+
+        def quiesce():
+            self.lock.acquire()
+            if self.device.type == "cuda":
+                torch.cuda.synchronize(self.device)
+                torch.cuda.empty_cache()
+
+        def resume():
+            self.lock.release()
+
+        self.snapshot_agent = fastrestart.snapshot_agent(results, quiesce=quiesce, resume=resume)
+        if self.snapshot_agent is not None:
+            log(f"snapshot exchange on {self.snapshot_agent.socket_path} ({len(results)} pool(s) to release)")
 
     def _bind(self, state):
         model = self.model

@@ -7,6 +7,7 @@
 #include <pybind11/stl.h>
 
 #include <cstring>
+#include <functional>
 #include <map>
 #include <memory>
 #include <optional>
@@ -235,7 +236,78 @@ struct PyAttachResult {
   std::string digest, fingerprint, mode, device, daemon_gpu_uuid;
   uint64_t pool_bytes = 0;
   py::dict tensors;
+  std::shared_ptr<fastrestart::Weights> weights;  // on a hit: what release_mapping()/reattach() act on
 };
+
+// ---- snapshots without the weights (docs/snapshot.md) ----
+
+py::dict mapping_dict(const fastrestart::MappingInfo& i) {
+  py::dict d;
+  d["fingerprint"] = i.fingerprint;
+  d["digest"] = i.digest;
+  d["device"] = i.device;
+  d["daemon_socket"] = i.daemon_socket;
+  d["base"] = i.base;
+  d["bytes"] = i.bytes;
+  d["mapped"] = i.mapped;
+  d["seconds"] = i.seconds;
+  return d;
+}
+
+py::dict weights_call(const PyAttachResult& r, bool release) {
+  if (!r.weights) throw py::value_error("a miss holds no weights");
+  std::optional<fastrestart::Result<fastrestart::MappingInfo>> x;
+  {
+    py::gil_scoped_release nogil;
+    x.emplace(release ? r.weights->release_mapping() : r.weights->reattach());
+  }
+  if (!x->ok()) raise_error(x->error());
+  return mapping_dict(x->value());
+}
+
+// A Python callable run from the agent's thread: takes the GIL; an exception becomes the hook's error.
+// Held through a shared_ptr whose deleter takes the GIL, since the agent may drop it from any thread.
+std::function<fastrestart::Status()> py_hook(const py::object& f, const char* what) {
+  if (f.is_none()) return {};
+  std::shared_ptr<py::object> fn(new py::object(f), [](py::object* o) {
+    py::gil_scoped_acquire gil;
+    delete o;
+  });
+  return [fn, what]() -> fastrestart::Status {
+    py::gil_scoped_acquire gil;
+    try {
+      (*fn)();
+      return {};
+    } catch (py::error_already_set& e) {
+      return fastrestart::Error{fastrestart::Errc::kInternal, std::string(what) + ": " + e.what()};
+    }
+  };
+}
+
+struct PySnapshotAgent {
+  std::unique_ptr<fastrestart::SnapshotAgent> agent;
+  void stop() {
+    py::gil_scoped_release nogil;  // the thread may be waiting for the GIL in a hook
+    agent.reset();
+  }
+  ~PySnapshotAgent() {
+    if (agent) stop();
+  }
+};
+
+std::optional<std::shared_ptr<PySnapshotAgent>> snapshot_agent(const std::vector<PyAttachResult*>& results,
+                                                                const py::object& quiesce, const py::object& resume,
+                                                                const std::string& socket_path) {
+  std::vector<std::shared_ptr<fastrestart::Weights>> ws;
+  for (const auto* r : results)
+    if (r && r->weights) ws.push_back(r->weights);
+  auto a = fastrestart::SnapshotAgent::start(std::move(ws), {py_hook(quiesce, "quiesce"), py_hook(resume, "resume")}, socket_path);
+  if (!a.ok()) raise_error(a.error());
+  if (!*a) return std::nullopt;
+  auto out = std::make_shared<PySnapshotAgent>();
+  out->agent = std::move(*a);
+  return out;
+}
 
 fastrestart::Key make_key(const std::vector<std::string>& files, const std::map<std::string, std::string>& config) {
   if (files.empty()) throw py::value_error("files: at least one checkpoint file is required");
@@ -293,6 +365,7 @@ PyAttachResult attach(const std::vector<std::string>& files, const std::map<std:
     out.digest = a.weights->digest();
     out.fingerprint = a.weights->fingerprint();
     out.pool_bytes = a.weights->pool_bytes();
+    out.weights = a.weights;
     for (const auto& t : a.weights->tensors())
       out.tensors[py::str(t.name)] = py::cast(PyTensor(a.weights, &t, dev));
   }
@@ -440,12 +513,23 @@ PYBIND11_MODULE(_fastrestart, m) {
       .def_readonly("pool_bytes", &PyAttachResult::pool_bytes)
       .def_readonly("daemon_gpu_uuid", &PyAttachResult::daemon_gpu_uuid)
       .def_readonly("tensors", &PyAttachResult::tensors)
+      .def("release_mapping", [](const PyAttachResult& r) { return weights_call(r, true); },
+           "Snapshots: unmap the daemon's pool keeping the address range reserved (tensors keep their pointers; "
+           "nothing may read them until reattach()). Returns the mapping's fingerprint, digest, base and bytes.")
+      .def("reattach", [](const PyAttachResult& r) { return weights_call(r, false); },
+           "Snapshots: attach again and map the daemon's entry at the same address (same fingerprint and digest).")
       .def("__bool__", [](const PyAttachResult& r) { return r.hit; })
       .def("__repr__", [](const PyAttachResult& r) {
         return r.hit ? "<fastrestart.AttachResult hit, " + std::to_string(r.tensors.size()) + " tensors>"
                      : "<fastrestart.AttachResult miss: " + r.reason + ">";
       });
 
+  py::class_<PySnapshotAgent, std::shared_ptr<PySnapshotAgent>>(m, "SnapshotAgent",
+                                                               "Serves the snapshot prepare/resume exchange (docs/snapshot.md).")
+      .def_property_readonly("socket_path", [](const PySnapshotAgent& a) { return a.agent ? a.agent->socket_path() : ""; })
+      .def_property_readonly("prepared", [](const PySnapshotAgent& a) { return a.agent && a.agent->prepared(); })
+      .def("stop", &PySnapshotAgent::stop);
+  m.def("snapshot_agent", &snapshot_agent, py::arg("results"), py::arg("quiesce"), py::arg("resume"), py::arg("socket_path"));
   m.def("attach", &attach, py::arg("files"), py::arg("config"), py::arg("mode"), py::arg("fallback"),
         py::arg("connect_timeout_s"), py::arg("state_timeout_s"), py::arg("verify"), py::arg("socket_dir"),
         py::arg("device"));

@@ -5,6 +5,7 @@ Run: PYTHONPATH=<build>/python FR_WEIGHTD_BIN=<build>/src/daemon/fastrestart-wei
 """
 
 import gc
+import json
 import os
 import shutil
 import signal
@@ -112,6 +113,84 @@ class BindingTest(unittest.TestCase):
         # Publishing the same key again is refused (busy), as a RuntimeError with the library's message.
         with self.assertRaisesRegex(RuntimeError, "busy"):
             self.publish()
+
+    def _maps_line(self, addr):
+        with open("/proc/self/maps") as f:
+            for line in f:
+                lo, hi = (int(x, 16) for x in line.split()[0].split("-"))
+                if lo <= addr < hi:
+                    return line
+        return ""
+
+    def _exchange(self, path, op):
+        import socket
+        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
+            s.settimeout(30)
+            s.connect(path)
+            s.sendall((json.dumps({"op": op}) + "\n").encode())
+            data = b""
+            while not data.endswith(b"\n"):
+                chunk = s.recv(65536)
+                if not chunk:
+                    break
+                data += chunk
+        return json.loads(data)
+
+    def test_release_and_reattach_keep_the_address(self):
+        self.start_daemon()
+        self.publish()
+        r = self.attach()
+        self.assertTrue(r.hit, r.reason)
+        t = r.tensors["model.embed.weight"]
+        before = t.data_ptr
+        self.assertIn("memfd:fastrestart-pool", self._maps_line(before))
+        info = r.release_mapping()
+        self.assertFalse(info["mapped"])
+        self.assertEqual(info["fingerprint"], r.fingerprint)
+        line = self._maps_line(before)
+        self.assertTrue(line.split()[1].startswith("---"), line)  # reserved, inaccessible, no memfd
+        self.assertNotIn("memfd", line)
+        info = r.reattach()
+        self.assertTrue(info["mapped"])
+        self.assertEqual(t.data_ptr, before)
+        self.assertIn("memfd:fastrestart-pool", self._maps_line(before))
+        np.testing.assert_array_equal(t.numpy(), self.tensors["model.embed.weight"])
+
+    def test_reattach_fails_when_the_daemon_lost_the_entry(self):
+        self.start_daemon()
+        self.publish()
+        r = self.attach()
+        r.release_mapping()
+        self.stop_daemon()
+        self.start_daemon()  # empty: nothing was preloaded
+        with self.assertRaisesRegex(RuntimeError, "no longer holds the weights"):
+            r.reattach()
+
+    def test_snapshot_agent_serves_prepare_and_resume(self):
+        self.start_daemon()
+        self.publish()
+        r = self.attach()
+        calls = []
+        path = os.path.join(self.tmp, "x.sock")
+        if not os.environ.get("FASTRESTART_SNAPSHOT_SOCKET"):
+            self.assertIsNone(fastrestart.snapshot_agent([r]))  # not asked to take part
+        agent = fastrestart.snapshot_agent([r], quiesce=lambda: calls.append("quiesce"),
+                                           resume=lambda: calls.append("resume"), socket_path=path)
+        self.assertEqual(agent.socket_path, path)
+        p = self._exchange(path, "prepare")
+        self.assertTrue(p["ok"], p)
+        self.assertEqual(len(p["weights"]), 1)
+        w = p["weights"][0]
+        self.assertTrue(w["base"] <= r.tensors["model.embed.weight"].data_ptr < w["base"] + w["bytes"], w)
+        self.assertFalse(p["weights"][0]["mapped"])
+        self.assertEqual(p["weights"][0]["key"]["files"][0]["path"], self.ckpt)
+        self.assertTrue(agent.prepared)
+        q = self._exchange(path, "resume")
+        self.assertTrue(q["ok"], q)
+        self.assertEqual(calls, ["quiesce", "resume"])
+        np.testing.assert_array_equal(r.tensors["model.embed.weight"].numpy(), self.tensors["model.embed.weight"])
+        agent.stop()
+        self.assertFalse(os.path.exists(path))
 
     def test_versioned_dlpack_capsule(self):
         self.start_daemon()

@@ -71,13 +71,13 @@ class RefEngineTest(TorchBase):
     def tearDownClass(cls):
         cls.model_tmp.cleanup()
 
-    def serve(self, *flags, model=None):
+    def serve(self, *flags, model=None, env=None):
         port = free_port()
         log = open(os.path.join(self.tmp, f"engine-{port}.log"), "wb")
         with log:  # the child keeps its own copy of the descriptor
             p = subprocess.Popen([sys.executable, ENGINE, "serve", model or self.model, "--port", str(port),
                                   "--served-model-name", "tiny", "--fastrestart-socket-dir", self.run_dir, *flags],
-                                 stdout=log, stderr=subprocess.STDOUT)
+                                 stdout=log, stderr=subprocess.STDOUT, env=env)
         deadline = time.monotonic() + 180
         while time.monotonic() < deadline:
             if p.poll() is not None:
@@ -129,6 +129,49 @@ class RefEngineTest(TorchBase):
             self.assertIn(k, warm["startup"]["phases"])
         dummy, _ = self.run_path("--load-format", "dummy")
         self.assertEqual(dummy["load"]["path"], "dummy")
+
+    def test_snapshot_exchange_releases_and_remaps_the_pool(self):
+        """docs/snapshot.md: prepare releases the daemon's pool keeping the address range (torch's tensors keep
+        their pointers), resume re-maps it there; the answers before and after are the same."""
+        import json
+        import socket
+        self.start()
+        self.run_path("--load-format", "fastrestart")  # a miss: loads from disk and publishes
+        sock = os.path.join(self.tmp, "x.sock")
+        p, port, err = self.serve("--load-format", "fastrestart", env=dict(os.environ, FASTRESTART_SNAPSHOT_SOCKET=sock))
+        self.assertIsNone(err)
+
+        def exchange(op):
+            with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
+                s.settimeout(60)
+                s.connect(sock)
+                s.sendall((json.dumps({"op": op}) + "\n").encode())
+                data = b""
+                while not data.endswith(b"\n"):
+                    chunk = s.recv(65536)
+                    if not chunk:
+                        break
+                    data += chunk
+            return json.loads(data)
+
+        try:
+            req = {"model": "tiny", "prompt": "Hello", "max_tokens": 4, "logprobs": 0}
+            code, before = post(port, req)
+            self.assertEqual(code, 200, before)
+            prep = exchange("prepare")
+            self.assertTrue(prep["ok"], prep)
+            self.assertEqual(len(prep["weights"]), 1, prep)
+            self.assertFalse(prep["weights"][0]["mapped"])
+            self.assertTrue(prep["weights"][0]["device"].startswith("cuda:"))
+            res = exchange("resume")
+            self.assertTrue(res["ok"], res)
+            self.assertEqual(res["weights"][0]["base"], prep["weights"][0]["base"])
+            code, after = post(port, req)
+            self.assertEqual(code, 200, after)
+            self.assertEqual(before["choices"][0]["token_ids"], after["choices"][0]["token_ids"])
+            self.assertEqual(before["choices"][0]["logprobs"], after["choices"][0]["logprobs"])
+        finally:
+            self.stop(p)
 
     def test_bad_requests_are_400_naming_the_field(self):
         p, port, err = self.serve("--load-format", "disk")

@@ -36,7 +36,8 @@ namespace fr::cuda {
 // src/snapshot/gpu_cuda.cc).
 #define FR_CUDA_DRIVER_FUNCTIONS_OPTIONAL(X)                                                              \
   X(cuCheckpointProcessGetState) X(cuCheckpointProcessLock) X(cuCheckpointProcessCheckpoint)              \
-  X(cuCheckpointProcessRestore) X(cuCheckpointProcessUnlock)
+  X(cuCheckpointProcessRestore) X(cuCheckpointProcessUnlock) X(cuStreamBeginCapture) X(cuStreamEndCapture)      \
+  X(cuGraphInstantiateWithFlags) X(cuGraphLaunch) X(cuGraphExecDestroy) X(cuGraphDestroy)
 
 // Entry points whose unsuffixed declaration in <cuda.h> is older than the variant cuGetProcAddress returns
 // at CUDA_VERSION, because the toolkit added a new ABI without a #define to it: these are resolved at the

@@ -50,6 +50,38 @@ Result<Allocation> import_fd(const Device& dev, int fd) {
   return Allocation(dev.context(), h);
 }
 
+namespace {
+
+Status map_into(const Device& dev, CUdeviceptr va, uint64_t bytes, const Allocation& alloc, Access access, Mapping* out) {
+  const Driver& d = dev.driver();
+  FR_TRY(check(d.cuMemMap(va, bytes, 0, alloc.get(), 0), "cuMemMap"));
+  *out = Mapping(dev.context(), Range{va, bytes});
+  CUmemAccessDesc desc{};
+  desc.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+  desc.location.id = dev.handle();
+  desc.flags = access == Access::kReadOnly ? CU_MEM_ACCESS_FLAGS_PROT_READ : CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
+  return check(d.cuMemSetAccess(va, bytes, &desc, 1), "cuMemSetAccess");
+}
+
+}  // namespace
+
+Status unmap_keeping_range(MappedRange& m) {
+  if (!m.mapping.valid()) return {};
+  ScopedContext scope(m.device->context());
+  FR_TRY(scope.status());
+  // Work still queued may read the pool: let it finish before the memory goes.
+  FR_TRY(check(m.device->driver().cuCtxSynchronize(), "cuCtxSynchronize(before releasing the pool)"));
+  m.mapping.reset();  // cuMemUnmap; the AddressRange stays reserved
+  return {};
+}
+
+Status remap_in_range(MappedRange& m, const Allocation& alloc, Access access) {
+  if (m.mapping.valid()) return make_error(Errc::kInternal, "remap of a pool that is still mapped");
+  ScopedContext scope(m.device->context());
+  FR_TRY(scope.status());
+  return map_into(*m.device, m.ptr(), m.size(), alloc, access, &m.mapping);
+}
+
 Result<std::unique_ptr<MappedRange>> map_allocation(const std::shared_ptr<Device>& dev, const Allocation& alloc,
                                                     uint64_t bytes, Access access) {
   const Driver& d = dev->driver();
@@ -63,13 +95,7 @@ Result<std::unique_ptr<MappedRange>> map_allocation(const std::shared_ptr<Device
   CUdeviceptr va = 0;
   FR_TRY(check(d.cuMemAddressReserve(&va, bytes, 0, 0, 0), "cuMemAddressReserve"));
   m->range = AddressRange(dev->context(), Range{va, bytes});
-  FR_TRY(check(d.cuMemMap(va, bytes, 0, alloc.get(), 0), "cuMemMap"));
-  m->mapping = Mapping(dev->context(), Range{va, bytes});
-  CUmemAccessDesc desc{};
-  desc.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
-  desc.location.id = dev->handle();
-  desc.flags = access == Access::kReadOnly ? CU_MEM_ACCESS_FLAGS_PROT_READ : CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
-  FR_TRY(check(d.cuMemSetAccess(va, bytes, &desc, 1), "cuMemSetAccess"));
+  FR_TRY(map_into(*dev, va, bytes, alloc, access, &m->mapping));
   return m;
 }
 

@@ -38,5 +38,10 @@ Result<Allocation> import_fd(const Device& dev, int fd);
 // Reserves `bytes` (the allocation's full size) of VA and maps `alloc` there with `access` for `dev`.
 Result<std::unique_ptr<MappedRange>> map_allocation(const std::shared_ptr<Device>& dev, const Allocation& alloc,
                                                     uint64_t bytes, Access access);
+// Snapshots without the weights: unmaps `m`'s memory but keeps its VA range reserved (the driver cannot
+// checkpoint imported memory; a range with nothing mapped costs it nothing).
+Status unmap_keeping_range(MappedRange& m);
+// Maps `alloc` (the same size) into `m`'s reserved range again, at the same address.
+Status remap_in_range(MappedRange& m, const Allocation& alloc, Access access);
 
 }  // namespace fr::cuda

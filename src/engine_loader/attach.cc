@@ -6,6 +6,7 @@
 #include "engine_loader/client.h"
 #include "engine_loader/device.h"
 #include "engine_loader/key.h"
+#include "engine_loader/remap.h"
 
 namespace fastrestart {
 namespace {
@@ -25,6 +26,8 @@ class AttachedWeights final : public Weights {
   std::vector<Tensor> list;
   Mode m = Mode::kZeroCopy;
   std::string fp, dg;
+  fr::proto::Key key;  // what reattach() asks for again
+  Options opts;
 
   ~AttachedWeights() override { pool.reset(); }
   const std::vector<Tensor>& tensors() const override { return list; }
@@ -38,6 +41,11 @@ class AttachedWeights final : public Weights {
   uint64_t pool_bytes() const override { return pool->size(); }
   std::string fingerprint() const override { return fp; }
   std::string digest() const override { return dg; }
+  Result<MappingInfo> release_mapping() override { return fr::loader::release_weights(as_attached()); }
+  Result<MappingInfo> reattach() override { return fr::loader::reattach_weights(as_attached()); }
+
+ private:
+  fr::loader::Attached as_attached() { return {device, pool.get(), list, m, fp, dg, key, opts}; }
 };
 
 Result<AttachResult> attach_strict(const fr::proto::Key& pkey, const Options& o, SteadyClock::time_point t0) {
@@ -75,6 +83,8 @@ Result<AttachResult> attach_strict(const fr::proto::Key& pkey, const Options& o,
   w->m = o.mode;
   w->fp = m.fingerprint;
   w->dg = m.digest ? fr::digest_hex(*m.digest) : "";
+  w->key = pkey;
+  w->opts = o;
   FR_ASSIGN(w->pool, dev->map_read_only(std::move(fd), m.pool_bytes));
   r.timings.map_s = since(t2);
   if (o.mode == Mode::kCopy) {

@@ -9,6 +9,10 @@ struct fr_weights {
   std::string digest;
 };
 
+struct fr_snapshot_agent {
+  std::unique_ptr<fastrestart::SnapshotAgent> a;
+};
+
 namespace {
 
 void set_err(char* err, size_t n, const std::string& msg) {
@@ -83,6 +87,54 @@ int fr_weights_tensor(const fr_weights_t* w, size_t i, fr_tensor_t* out) {
 const char* fr_weights_digest(const fr_weights_t* w) { return w ? w->digest.c_str() : ""; }
 
 void fr_weights_release(fr_weights_t* w) { delete w; }
+
+int fr_weights_release_mapping(fr_weights_t* w, char* err, size_t errlen) try {
+  if (!w) return set_err(err, errlen, "weights is NULL"), FR_EINVAL;
+  auto r = w->w->release_mapping();
+  if (!r.ok()) return set_err(err, errlen, r.error().message), code_of(r.error());
+  return FR_OK;
+} catch (const std::exception& e) {
+  return set_err(err, errlen, e.what()), FR_EFAIL;
+}
+
+int fr_weights_reattach(fr_weights_t* w, char* err, size_t errlen) try {
+  if (!w) return set_err(err, errlen, "weights is NULL"), FR_EINVAL;
+  auto r = w->w->reattach();
+  if (!r.ok()) return set_err(err, errlen, r.error().message), code_of(r.error());
+  return FR_OK;
+} catch (const std::exception& e) {
+  return set_err(err, errlen, e.what()), FR_EFAIL;
+}
+
+int fr_snapshot_agent_start(fr_weights_t* const* weights, size_t n, fr_snapshot_hook_t quiesce, fr_snapshot_hook_t resume,
+                            void* user, const char* socket_path, fr_snapshot_agent_t** out, char* err, size_t errlen) try {
+  if (!out) return set_err(err, errlen, "out is NULL"), FR_EINVAL;
+  *out = nullptr;
+  if (!weights && n) return set_err(err, errlen, "weights is NULL"), FR_EINVAL;
+  std::vector<std::shared_ptr<fastrestart::Weights>> ws;
+  for (size_t i = 0; i < n; ++i) {
+    if (!weights[i]) return set_err(err, errlen, "weights[" + std::to_string(i) + "] is NULL"), FR_EINVAL;
+    ws.push_back(weights[i]->w);
+  }
+  auto hook = [user](fr_snapshot_hook_t f, const char* what) -> std::function<fastrestart::Status()> {
+    if (!f) return {};
+    return [f, user, what]() -> fastrestart::Status {
+      char msg[512] = {0};
+      if (f(user, msg, sizeof msg) == 0) return {};
+      return fastrestart::Error{fastrestart::Errc::kInternal, std::string(what) + " hook: " + (msg[0] ? msg : "failed")};
+    };
+  };
+  auto r = fastrestart::SnapshotAgent::start(std::move(ws), {hook(quiesce, "quiesce"), hook(resume, "resume")},
+                                             socket_path ? socket_path : "");
+  if (!r.ok()) return set_err(err, errlen, r.error().message), code_of(r.error());
+  if (!*r) return set_err(err, errlen, "FASTRESTART_SNAPSHOT_SOCKET is not set"), FR_MISS;
+  *out = new fr_snapshot_agent{std::move(*r)};
+  return FR_OK;
+} catch (const std::exception& e) {
+  return set_err(err, errlen, e.what()), FR_EFAIL;
+}
+
+void fr_snapshot_agent_stop(fr_snapshot_agent_t* a) { delete a; }
 
 int fr_publish(const char* const* files, size_t nfiles, const char* const* config, size_t nconfig,
                const fr_tensor_t* tensors, size_t ntensors, const fr_options_t* options, char* err, size_t errlen) try {

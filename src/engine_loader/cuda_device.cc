@@ -20,12 +20,23 @@ using cuda::ScopedContext;
 // An imported pool, mapped once.
 class CudaMappedPool final : public MappedPool {
  public:
-  explicit CudaMappedPool(std::unique_ptr<cuda::MappedRange> m) : m_map(std::move(m)) {}
+  CudaMappedPool(std::unique_ptr<cuda::MappedRange> m, cuda::Access access) : m_map(std::move(m)), m_access(access) {}
   std::byte* base() const override { return reinterpret_cast<std::byte*>(m_map->ptr()); }
   uint64_t size() const override { return m_map->size(); }
 
+  // cuMemUnmap with the VA range kept reserved: the driver can then checkpoint the process (it cannot
+  // checkpoint imported memory), and remap() maps the daemon's new export at the same address, so
+  // tensors, CUDA graphs and compiled kernels keep their pointers.
+  Status release() override { return cuda::unmap_keeping_range(*m_map); }
+  Status remap(UniqueFd fd) override {
+    FR_ASSIGN(cuda::Allocation alloc, cuda::import_fd(*m_map->device, fd.get()));
+    return cuda::remap_in_range(*m_map, alloc, m_access);
+  }
+  bool released() const override { return !m_map->mapping.valid(); }
+
  private:
   std::unique_ptr<cuda::MappedRange> m_map;
+  cuda::Access m_access;
 };
 
 // Device memory this process owns (copy mode).
@@ -113,7 +124,7 @@ class CudaDevice final : public DeviceApi {
     FR_ASSIGN(cuda::Allocation alloc, cuda::import_fd(*m_dev, fd.get()));
     FR_ASSIGN(auto m, cuda::map_allocation(m_dev, alloc, pool_bytes, access));
     // `alloc` is released on return and `fd` closed: the mapping holds the memory from now on.
-    return std::unique_ptr<MappedPool>(new CudaMappedPool(std::move(m)));
+    return std::unique_ptr<MappedPool>(new CudaMappedPool(std::move(m), access));
   }
 
   std::shared_ptr<cuda::Device> m_dev;

@@ -18,6 +18,13 @@ class MappedPool {
   virtual ~MappedPool() = default;
   virtual std::byte* base() const = 0;  // host pointer, or CUDA device pointer
   virtual uint64_t size() const = 0;
+  // Snapshots without the weights (docs/snapshot.md): release() unmaps the memory but keeps the address
+  // range reserved (nothing else can be placed there, and nothing may read it until remap()); remap()
+  // maps `fd`, a pool of the same size, at the same address again, so every pointer into the pool, a CUDA
+  // graph's included, stays valid. Only imported pools (zero_copy) do this; others say kUnsupported.
+  virtual Status release() { return make_error(Errc::kUnsupported, "this pool is not an imported mapping"); }
+  virtual Status remap(UniqueFd) { return make_error(Errc::kUnsupported, "this pool is not an imported mapping"); }
+  virtual bool released() const { return false; }
 };
 
 class DeviceApi {

@@ -1,5 +1,6 @@
 // The host device: pools are memfds mapped with mmap(2).
 #include <sys/mman.h>
+#include <sys/stat.h>
 
 #include <cstdlib>
 #include <cstring>
@@ -14,12 +15,37 @@ namespace {
 
 class MmapPool final : public MappedPool {
  public:
-  explicit MmapPool(Mapping m) : m_map(std::move(m)) {}
+  MmapPool(Mapping m, int prot) : m_map(std::move(m)), m_prot(prot) {}
   std::byte* base() const override { return m_map.bytes(); }
   uint64_t size() const override { return m_map.size(); }
 
+  // An anonymous PROT_NONE mapping replaces the memfd's in one call (MAP_FIXED): the range stays ours,
+  // and the memfd is no longer referenced by this process (its descriptor was closed after mapping).
+  Status release() override {
+    if (m_released) return {};
+    if (::mmap(m_map.data(), m_map.size(), PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED | MAP_NORESERVE, -1, 0) ==
+        MAP_FAILED)
+      return sys_error("mmap(PROT_NONE) over the weight pool");
+    m_released = true;
+    return {};
+  }
+  Status remap(UniqueFd fd) override {
+    struct stat st{};
+    if (::fstat(fd.get(), &st) != 0) return sys_error("fstat(weight pool)");
+    if (static_cast<uint64_t>(st.st_size) < m_map.size())
+      return make_error(Errc::kInvalidArgument, "the new pool has " + std::to_string(st.st_size) + " bytes, the mapping " +
+                                                    std::to_string(m_map.size()));
+    if (::mmap(m_map.data(), m_map.size(), m_prot, MAP_SHARED | MAP_FIXED, fd.get(), 0) == MAP_FAILED)
+      return sys_error("mmap(MAP_FIXED) of the weight pool at its old address");
+    m_released = false;
+    return {};
+  }
+  bool released() const override { return m_released; }
+
  private:
   Mapping m_map;
+  int m_prot;
+  bool m_released = false;
 };
 
 class HeapPool final : public MappedPool {
@@ -41,11 +67,11 @@ class HostDevice final : public DeviceApi {
 
   Result<std::unique_ptr<MappedPool>> map_read_only(UniqueFd fd, uint64_t n) override {
     FR_ASSIGN(Mapping m, Mapping::map_fd(fd.get(), n, PROT_READ, "weight pool"));
-    return std::unique_ptr<MappedPool>(new MmapPool(std::move(m)));
+    return std::unique_ptr<MappedPool>(new MmapPool(std::move(m), PROT_READ));
   }
   Result<std::unique_ptr<MappedPool>> map_writable(UniqueFd fd, uint64_t n) override {
     FR_ASSIGN(Mapping m, Mapping::map_fd(fd.get(), n, PROT_READ | PROT_WRITE, "weight pool"));
-    return std::unique_ptr<MappedPool>(new MmapPool(std::move(m)));
+    return std::unique_ptr<MappedPool>(new MmapPool(std::move(m), PROT_READ | PROT_WRITE));
   }
   Result<std::unique_ptr<MappedPool>> copy_of(const MappedPool& src, uint64_t data_bytes) override {
     auto p = std::make_unique<HeapPool>(std::max<uint64_t>(data_bytes, 1));

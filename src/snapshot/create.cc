@@ -1,15 +1,20 @@
+#include <signal.h>
+
 #include <chrono>
 #include <ctime>
 #include <filesystem>
 #include <fstream>
 
 #include "snapshot/criu.h"
+#include "snapshot/exchange.h"
 #include "snapshot/ops.h"
 #include "snapshot/oracle.h"
 #include "snapshot/store.h"
 
 namespace fr::snapshot {
 namespace {
+
+using nlohmann::json;
 
 double now_s() { return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count(); }
 
@@ -19,6 +24,11 @@ void resume_gpu(GpuCheckpointer& gpu, const std::vector<pid_t>& pids, bool check
     if (checkpointed) (void)gpu.restore(p);
     (void)gpu.unlock(p);
   }
+}
+
+std::string env_of(const EngineSpec& s, const char* name) {
+  auto it = s.env.find(name);
+  return it == s.env.end() ? "" : it->second;
 }
 
 }  // namespace
@@ -53,15 +63,51 @@ Result<Manifest> create_snapshot(const CreateRequest& r, GpuCheckpointer& gpu) {
     FR_ASSIGN(m.identity.gpu, gpu.identity());
   }
 
+  // zero_copy: the engine maps the daemon's pools, which the driver cannot checkpoint (and a checkpoint
+  // taken anyway never restores: the process stays checkpointed). It must release them first, through
+  // the exchange fastrestartd gave it; one that does not answer is refused here, before anything stops.
+  const std::string exchange_socket = env_of(r.spec, kExchangeEnv);
+  const bool zero_copy = env_of(r.spec, kWeightsModeEnv) == "zero_copy";
+  if (zero_copy && exchange_socket.empty())
+    return make_error(Errc::kUnsupported, "weights.mode is zero_copy and the engine has no snapshot exchange socket ($" +
+                                              std::string(kExchangeEnv) + "): it cannot release the daemon's pools before a dump");
+
   FR_ASSIGN(std::string tmp, store.begin(m.id));
+  bool prepared = false;
   auto fail = [&](Error e, bool checkpointed) -> Error {
     resume_gpu(gpu, gpu_pids, checkpointed);
+    if (prepared) {
+      // The engine serves again only once it has re-attached; one that cannot is killed, so that
+      // fastrestartd restarts it instead of keeping an engine without weights.
+      if (auto x = exchange(exchange_socket, "resume", 120); !x.ok()) {
+        ::kill(r.pid, SIGKILL);
+        e.message += "; the engine could not resume (" + x.error().message + ") and was killed";
+      }
+    }
     store.abandon(m.id);
     return e;
   };
   // Taken before the engine is frozen, so waiting for another dump on this host never stalls it.
   auto dump_lock = DumpLock::acquire();
   if (!dump_lock.ok()) return fail(dump_lock.error(), false);
+  if (!exchange_socket.empty()) {
+    t = now_s();
+    auto x = exchange(exchange_socket, "prepare", 120);
+    if (!x.ok()) {
+      Error e = x.error();
+      if (zero_copy) e.message = "cannot snapshot an engine in weights.mode zero_copy: " + e.message;
+      return fail(e, false);
+    }
+    prepared = true;
+    m.timings["release_s"] = now_s() - t;
+    json entries = json::array();
+    for (const auto& w : (*x)["weights"]) entries.push_back(w);
+    // Checked, not trusted: a pool still mapped would be checkpointed and never restored.
+    for (pid_t p : process_tree(r.pid))
+      if (auto s = verify_released(p, p == r.pid ? entries : json::array()); !s.ok())
+        return fail(make_error(s.error().code, "the engine answered prepare but " + s.error().message), false);
+    m.weights = {{"excluded", !entries.empty()}, {"exchange", exchange_socket}, {"entries", entries}};
+  }
   t = now_s();
   for (pid_t p : gpu_pids)
     if (auto s = gpu.lock(p, 30'000); !s.ok()) return fail(s.error(), false);

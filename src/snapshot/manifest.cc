@@ -29,6 +29,7 @@ json to_json(const Manifest& m) {
           {"port", m.port},
           {"identity", to_json(m.identity)},
           {"oracle", to_json(m.oracle)},
+          {"weights", m.weights},
           {"timings", m.timings}};
 }
 
@@ -55,6 +56,26 @@ Result<Manifest> manifest_from_json(const json& j, const std::string& where) {
   FR_ASSIGN(m.identity, identity_from_json(*id, f.path("identity")));
   FR_ASSIGN(const json* oracle, f.child("oracle", json::value_t::object));
   FR_ASSIGN(m.oracle, oracle_from_json(*oracle, f.path("oracle")));
+  // Absent in manifests written before snapshots could leave the weights out: read as null.
+  if (auto w = j.find("weights"); w != j.end() && !w->is_null()) {
+    FR_ASSIGN(const json* weights, f.child("weights", json::value_t::object));
+    Fields wf(*weights, f.path("weights"));
+    FR_ASSIGN(bool excluded, wf.boolean("excluded"));
+    FR_ASSIGN(std::string exchange, wf.str("exchange"));
+    if (exchange.empty() || exchange[0] != '/') return wf.fail("exchange", "expected an absolute socket path");
+    FR_ASSIGN(const json* entries, wf.child("entries", json::value_t::array));
+    for (size_t i = 0; i < entries->size(); ++i) {
+      const json& e = (*entries)[i];
+      const std::string at = "entries[" + std::to_string(i) + "]";
+      if (!e.is_object()) return wf.fail(at, "expected an object");
+      Fields ef(e, wf.path(at));
+      for (const char* k : {"fingerprint", "digest", "device", "daemon_socket"}) FR_TRY(ef.str(k));
+      FR_TRY(ef.unsigned_int("base"));
+      FR_TRY(ef.unsigned_int("bytes"));
+    }
+    if (excluded != !entries->empty()) return wf.fail("excluded", "must be true exactly when entries is not empty");
+    m.weights = *weights;
+  }
   FR_ASSIGN(const json* timings, f.child("timings", json::value_t::object));
   m.timings = *timings;
   return m;

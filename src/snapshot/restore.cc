@@ -8,6 +8,7 @@
 
 #include "common/fd.h"
 #include "snapshot/criu.h"
+#include "snapshot/exchange.h"
 #include "snapshot/ops.h"
 #include "snapshot/oracle.h"
 #include "snapshot/store.h"
@@ -65,6 +66,11 @@ Result<Restored> restore_snapshot(const RestoreRequest& r, GpuCheckpointer& gpu)
   }
   if (auto diff = first_difference(m.identity, now))
     return make_error(Errc::kInvalidArgument, "snapshot " + out.id + " does not match this engine: " + *diff);
+  // The weights the snapshot left out: the daemon must hold them now, or CRIU never runs.
+  const bool weightless = m.weights.is_object() && m.weights.value("excluded", false);
+  if (weightless)
+    for (const auto& e : m.weights["entries"])
+      if (auto s = daemon_holds(e, 10); !s.ok()) return make_error(Errc::kNotFound, "snapshot " + out.id + ": " + s.error().message);
   out.timings["identity_s"] = now_s() - t0;
 
   // CRIU: the tree comes back as our child (--restore-sibling), PID 1 of a new PID namespace, in a new
@@ -125,6 +131,13 @@ Result<Restored> restore_snapshot(const RestoreRequest& r, GpuCheckpointer& gpu)
   if (state == 0 || state == 'Z' || state == 'X' || state == 'T' || state == 't')
     return fail(std::string("the restored process is not running (state ") + (state ? std::string(1, state) : "gone") + ")");
 
+  if (m.weights.is_object()) {
+    // The engine was dumped prepared: it re-attaches (at the same addresses) and serves again.
+    t = now_s();
+    auto x = exchange(m.weights.value("exchange", std::string()), "resume", r.oracle_timeout_s);
+    if (!x.ok()) return fail(x.error().message);
+    out.timings["reattach_s"] = now_s() - t;
+  }
   t = now_s();
   auto got = request_oracle(m.host, m.port, m.oracle.prompt, m.oracle.model, m.oracle.max_tokens, r.oracle_timeout_s);
   if (!got.ok()) return fail(got.error().message);

@@ -553,11 +553,6 @@ Status check_cross_fields(const Config& c, const Lines& lines) {
                      "\"snapshot\" needs at most one GPU (snapshots are tensor-parallel 1 only), gpus lists " +
                          std::to_string(c.gpus.size()));
     }
-    if (w.mode == WeightsMode::kZeroCopy) {
-      return fail_at(c.path, lines.first({"restart.start", "restart"}), "restart.start",
-                     "\"snapshot\" needs weights.mode = \"copy\" or \"off\", got \"zero_copy\": an engine holding "
-                     "imported VMM memory (the daemon's pool, mapped zero-copy) cannot be checkpointed");
-    }
   }
   if (w.daemon == DaemonKind::kVllmPreload) {
     const int64_t line = lines.first({"weights.daemon"});

@@ -514,6 +514,9 @@ std::map<std::string, std::string> Supervisor::engine_env() {
   env["FASTRESTART_WEIGHTS_MODE"] = weights_mode_name(m_cfg.weights.mode);
   // A snapshottable engine must not use io_uring, which CRIU cannot dump (libuv/uvloop turn it on).
   if (m_snap->wanted) env["UV_USE_IO_URING"] = "0";
+  // A snapshottable engine in zero_copy must release the daemon's pools before a dump: the snapshot
+  // helper asks it there (docs/snapshot.md, "The prepare/resume exchange").
+  if (m_snap->wanted && m_cfg.weights.mode == WeightsMode::kZeroCopy) env["FASTRESTART_SNAPSHOT_SOCKET"] = m_snap->dir + "/.engine.sock";
   return env;
 }
 

@@ -388,8 +388,8 @@ json Supervisor::handle_snapshot(const json& req, std::shared_ptr<std::promise<j
   }
   // create
   if (!m_engine->in_pid_ns) return error("unsupported", "the engine was not started in its own PID namespace");
-  if (m_cfg.weights.mode == WeightsMode::kZeroCopy)
-    return error("unsupported", "weights.mode is zero_copy: an engine holding imported VMM memory cannot be checkpointed");
+  // zero_copy: the helper asks the engine to release the daemon's pools first (and refuses, with the
+  // reason, when the engine does not answer).
   if (m_cfg.gpus.size() > 1) return error("unsupported", "snapshots are tensor-parallel 1 only (gpus lists more than one)");
   std::vector<std::string> args{"--pid", std::to_string(m_engine->pid), "--stdout-pipe", pipe_name(m_engine->output.get())};
   if (!id.empty()) args.insert(args.end(), {"--id", id});

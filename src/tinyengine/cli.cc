@@ -26,6 +26,12 @@ void add_serve_flags(CLI::App& app, ServeOptions& o, std::string& format, std::s
   app.add_option("--shutdown-grace", o.shutdown_grace_s, "seconds in-flight requests get after SIGTERM")
       ->capture_default_str();
   app.add_option("--threads", o.threads, "HTTP worker threads")->capture_default_str();
+  app.add_flag_callback("--no-snapshot-exchange", [&o] { o.snapshot_agent = false; },
+                        "do not serve the snapshot exchange on $FASTRESTART_SNAPSHOT_SOCKET (a zero_copy engine "
+                        "then cannot be snapshotted)");
+  app.add_flag_callback("--cuda-graph-check", [&o] { o.cuda_graph_check = true; },
+                        "CUDA forward: capture a CUDA graph over the weights once ready, and check after every snapshot "
+                        "resume that it reads the same (a test of re-mapping at the same address)");
   app.add_option("--load-format", format, "disk|fastrestart")->check(CLI::IsMember({"disk", "fastrestart"}))
       ->capture_default_str();
   app.add_option("--fastrestart-mode", mode, "zero_copy|copy")->check(CLI::IsMember({"zero_copy", "copy"}))

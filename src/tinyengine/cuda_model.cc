@@ -1,5 +1,6 @@
 #include "tinyengine/cuda_model.h"
 
+#include <cstdio>
 #include <mutex>
 
 #include "cuda/device.h"
@@ -177,6 +178,48 @@ class CudaModelImpl final : public CudaModel {
     return {};
   }
 
+  Status capture_weight_graph() override {
+    std::lock_guard lk(m_mu);
+    const auto& d = m_dev->driver();
+    if (!d.cuStreamBeginCapture || !d.cuGraphInstantiateWithFlags || !d.cuGraphLaunch)
+      return make_error(Errc::kUnsupported, "this CUDA driver has no stream capture");
+    cuda::ScopedContext scope(m_dev->context());
+    FR_TRY(scope.status());
+    FR_ASSIGN(m_graph_io, cuda::alloc_device(m_dev->context(), static_cast<size_t>(m_c.d_model + kVocab) * 4));
+    const std::vector<float> ones(static_cast<size_t>(m_c.d_model), 1.0f);
+    FR_TRY(check(d.cuMemcpyHtoD(m_graph_io.get(), ones.data(), ones.size() * 4), "cuMemcpyHtoD(graph input)"));
+    const CUdeviceptr in = m_graph_io.get(), out = in + static_cast<CUdeviceptr>(m_c.d_model) * 4;
+    FR_TRY(check(d.cuStreamBeginCapture(m_stream.get(), CU_STREAM_CAPTURE_MODE_RELAXED), "cuStreamBeginCapture"));
+    Status launched = gemv(m_lm_head, in, out, kVocab, m_c.d_model, 0, 0);
+    CUgraph graph = nullptr;
+    FR_TRY(check(d.cuStreamEndCapture(m_stream.get(), &graph), "cuStreamEndCapture"));
+    FR_TRY(launched);
+    CUgraphExec exec = nullptr;
+    const CUresult r = d.cuGraphInstantiateWithFlags(&exec, graph, 0);
+    d.cuGraphDestroy(graph);
+    FR_TRY(check(r, "cuGraphInstantiateWithFlags"));
+    m_graph = exec;
+    return {};
+  }
+
+  Result<std::string> replay_weight_graph() const override {
+    std::lock_guard lk(m_mu);
+    if (!m_graph) return make_error(Errc::kInvalidArgument, "no graph captured");
+    const auto& d = m_dev->driver();
+    cuda::ScopedContext scope(m_dev->context());
+    FR_TRY(scope.status());
+    FR_TRY(check(d.cuGraphLaunch(m_graph, m_stream.get()), "cuGraphLaunch"));
+    FR_TRY(check(d.cuStreamSynchronize(m_stream.get()), "graph replay"));
+    std::vector<uint32_t> out(kVocab);
+    FR_TRY(check(d.cuMemcpyDtoH(out.data(), m_graph_io.get() + static_cast<CUdeviceptr>(m_c.d_model) * 4, out.size() * 4),
+                 "cuMemcpyDtoH(graph output)"));
+    uint64_t h = 1469598103934665603ull;  // FNV-1a over the output's bits
+    for (uint32_t v : out) h = (h ^ v) * 1099511628211ull;
+    char hex[17];
+    std::snprintf(hex, sizeof hex, "%016llx", static_cast<unsigned long long>(h));
+    return std::string(hex);
+  }
+
   ModelConfig m_c;
   std::shared_ptr<cuda::Device> m_dev;
   cuda::Module m_module;
@@ -188,6 +231,8 @@ class CudaModelImpl final : public CudaModel {
   CUdeviceptr m_tok_emb = 0, m_pos_emb = 0, m_final_norm = 0, m_lm_head = 0;
   std::vector<Layer> m_layers;
   std::vector<Extra> m_extras;
+  cuda::DeviceMemory m_graph_io;  // the graph check's input (d_model ones) and output (kVocab logits)
+  CUgraphExec m_graph = nullptr;  // never destroyed: it lives as long as the engine
 };
 
 // Device memory for uploaded tensors; the device outlives the memory (members die in reverse order).

@@ -22,6 +22,12 @@ class CudaModel {
   virtual ~CudaModel() = default;
   virtual Generation generate(const std::vector<int>& prompt, int max_tokens, int top_k) const = 0;
   virtual std::string device_name() const = 0;
+  // The snapshot graph check (--cuda-graph-check, docs/snapshot.md): captures a CUDA graph of the lm_head
+  // GEMV on a fixed input, reading the weights where they are now; replay runs it and returns a checksum
+  // of its output. A graph captured before a weightless snapshot must replay the same after the restore:
+  // the pool is re-mapped at the same address, so the graph needs no rebinding.
+  virtual Status capture_weight_graph() { return make_error(Errc::kUnsupported, "no CUDA graph support"); }
+  virtual Result<std::string> replay_weight_graph() const { return make_error(Errc::kUnsupported, "no CUDA graph"); }
 };
 
 // Binds device pointers (valid in `ordinal`'s primary context) found through `lookup`; checks as

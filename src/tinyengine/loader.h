@@ -3,6 +3,8 @@
 // "Loading" and "/stats").
 #pragma once
 
+#include <functional>
+#include <memory>
 #include <string>
 #include <utility>
 #include <vector>
@@ -79,6 +81,12 @@ struct PublishOutcome {
 };
 Result<PublishOutcome> fastrestart_publish(const CheckpointInfo& info, const TensorSet& set,
                                            const LoadOptions& options);
+// The snapshot exchange (docs/snapshot.md, "The prepare/resume exchange"): serves prepare/resume on
+// $FASTRESTART_SNAPSHOT_SOCKET, releasing and re-attaching `m`'s weights when they were attached in
+// zero_copy (weights loaded from disk or copied are private memory: nothing to release). nullptr when the
+// variable is unset. The hooks run on the exchange's thread (fastrestart::SnapshotHooks).
+Result<std::shared_ptr<void>> start_snapshot_agent(const LoadedModel& m, std::function<Status()> quiesce,
+                                                   std::function<Status()> resume);
 // The config half of the key: arch, dtype, engine version, tp size/rank.
 std::map<std::string, std::string> key_config(const CheckpointInfo& info);
 

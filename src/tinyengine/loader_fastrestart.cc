@@ -60,4 +60,14 @@ Result<PublishOutcome> fastrestart_publish(const CheckpointInfo& info, const Ten
   return PublishOutcome{r.fingerprint, r.digest, r.bytes};
 }
 
+Result<std::shared_ptr<void>> start_snapshot_agent(const LoadedModel& m, std::function<Status()> quiesce,
+                                                   std::function<Status()> resume) {
+  std::vector<std::shared_ptr<fastrestart::Weights>> weights;
+  // set.owner is the attached Weights whenever the path is "attach" (fastrestart_attach put it there).
+  if (m.report.path == "attach" && m.report.mode == "zero_copy" && m.set.owner)
+    weights.push_back(std::static_pointer_cast<fastrestart::Weights>(m.set.owner));
+  FR_ASSIGN(auto agent, fastrestart::SnapshotAgent::start(std::move(weights), {std::move(quiesce), std::move(resume)}));
+  return std::shared_ptr<void>(std::move(agent));
+}
+
 }  // namespace fr::te

@@ -14,4 +14,8 @@ Result<PublishOutcome> fastrestart_publish(const CheckpointInfo&, const TensorSe
   return make_error(Errc::kUnsupported, "built without engine_loader");
 }
 
+Result<std::shared_ptr<void>> start_snapshot_agent(const LoadedModel&, std::function<Status()>, std::function<Status()>) {
+  return std::shared_ptr<void>();
+}
+
 }  // namespace fr::te

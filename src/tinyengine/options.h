@@ -38,6 +38,8 @@ struct ServeOptions {
   std::string dtype = "auto";     // auto | float32 | bfloat16: must match the checkpoint
   double shutdown_grace_s = 30;   // SIGTERM: how long in-flight requests may take
   int threads = 8;                // HTTP worker threads
+  bool snapshot_agent = true;
+  bool cuda_graph_check = false;  // capture a CUDA graph over the weights; check it replays the same after a resume     // serve the snapshot exchange when $FASTRESTART_SNAPSHOT_SOCKET is set
   LoadOptions load;
   FaultOptions faults;
 };

@@ -170,7 +170,44 @@ int run_serve(const ServeOptions& o) {
                r.reason.empty() ? "" : " reason=\"" + r.reason + "\"", phases, warmup_s);
   const double ready_s = since(t0);
   const std::string path = r.path;
-  server.set_ready(std::make_unique<LoadedModel>(std::move(*loaded)), warmup_s, ready_s);
+  auto model = std::make_unique<LoadedModel>(std::move(*loaded));
+  std::string graph_sum;  // the graph check's checksum before any snapshot
+  std::shared_ptr<CudaModel> cuda = model->cuda;
+  if (o.cuda_graph_check) {
+    Result<std::string> sum = make_error(Errc::kInvalidArgument, "--cuda-graph-check needs --device cuda:N");
+    if (cuda) {
+      if (auto c = cuda->capture_weight_graph(); !c) sum = c.error();
+      else sum = cuda->replay_weight_graph();
+    }
+    if (!sum) {
+      spdlog::error("cuda graph check: {}", sum.error().message);
+      std::_Exit(kExitFailure);
+    }
+    graph_sum = *sum;
+    spdlog::info("cuda graph check: captured a graph over the weights, checksum {}", graph_sum);
+  }
+  std::shared_ptr<void> agent;
+  if (o.snapshot_agent) {
+    auto a = start_snapshot_agent(
+        *model, [&server]() -> Status { server.pause_for_snapshot(); return {}; },
+        [&server, cuda, graph_sum]() -> Status {
+          if (!graph_sum.empty()) {
+            auto now = cuda->replay_weight_graph();
+            if (!now) return now.error();
+            if (*now != graph_sum)
+              return make_error(Errc::kCorrupt, "cuda graph check: the graph captured over the weights reads " + *now +
+                                                    " after the resume, " + graph_sum + " before");
+            spdlog::info("cuda graph check after resume: checksum {} (matches)", *now);
+          }
+          server.resume_after_snapshot();
+          return {};
+        });
+    // Serving matters more than being snapshottable: without the exchange a create is refused, with this reason.
+    if (!a) spdlog::warn("snapshot exchange unavailable: {}", a.error().message);
+    else agent = std::move(*a);
+    if (agent) spdlog::info("snapshot exchange on {}", std::getenv("FASTRESTART_SNAPSHOT_SOCKET"));
+  }
+  server.set_ready(std::move(model), warmup_s, ready_s);
   spdlog::info("ready in {:.3f} s (path={})", ready_s, path);
 
   if (f.exit_after_startup) {
@@ -190,6 +227,7 @@ int run_serve(const ServeOptions& o) {
     std::fflush(nullptr);
     std::_Exit(kExitOk);
   }
+  agent.reset();
   spdlog::info("stopped");
   return kExitOk;
 }

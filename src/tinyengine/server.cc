@@ -71,6 +71,20 @@ Result<std::vector<std::vector<int>>> parse_prompts(const json& p) {
 
 }  // namespace
 
+void EngineServer::pause_for_snapshot() {
+  std::unique_lock lk(m_gate_mutex);
+  m_paused = true;
+  m_gate_cv.wait(lk, [this] { return m_generating == 0; });
+}
+
+void EngineServer::resume_after_snapshot() {
+  {
+    std::lock_guard lk(m_gate_mutex);
+    m_paused = false;
+  }
+  m_gate_cv.notify_all();
+}
+
 const char* state_name(EngineServer::State s) {
   switch (s) {
     case EngineServer::State::kLoading: return "loading";
@@ -234,7 +248,18 @@ std::pair<int, json> EngineServer::complete(const std::string& body) {
   size_t prompt_tokens = 0, completion_tokens = 0;
   for (size_t i = 0; i < prompts->size(); ++i) {
     const auto& p = (*prompts)[i];
-    Generation g = m_model->generate(p, max_tokens, std::max(top, 0));
+    Generation g;
+    {
+      std::unique_lock lk(m_gate_mutex);
+      m_gate_cv.wait(lk, [this] { return !m_paused; });
+      ++m_generating;
+    }
+    g = m_model->generate(p, max_tokens, std::max(top, 0));
+    {
+      std::lock_guard lk(m_gate_mutex);
+      --m_generating;
+    }
+    m_gate_cv.notify_all();
     if (!g.error.empty()) return {500, error_body(500, "generation failed: " + g.error)};
     if (m_options.faults.token_delay_s > 0)
       std::this_thread::sleep_for(std::chrono::duration<double>(m_options.faults.token_delay_s) * g.steps.size());

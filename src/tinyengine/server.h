@@ -48,6 +48,11 @@ class EngineServer {
   // Makes every handler block forever from now on (the hang fault).
   void hang() { m_hung = true; }
 
+  // The snapshot exchange's quiesce/resume: pause waits for the completions in flight and holds new ones
+  // back (they wait, and run after resume) while the weights are released.
+  void pause_for_snapshot();
+  void resume_after_snapshot();
+
   nlohmann::json stats() const;
   nlohmann::json models() const;
 
@@ -74,6 +79,10 @@ class EngineServer {
   std::atomic<uint64_t> m_completions{0}, m_errors{0}, m_next_id{0};
   std::atomic<uint64_t> m_answered{0};  // completions whose response was written (the faults count these)
   std::atomic<int> m_in_flight{0};
+  std::mutex m_gate_mutex;  // the snapshot pause: no generation runs while m_paused
+  std::condition_variable m_gate_cv;
+  bool m_paused = false;
+  int m_generating = 0;
   std::chrono::steady_clock::time_point m_started = std::chrono::steady_clock::now();
 };
 

@@ -228,5 +228,32 @@ TEST(CudaDevice, CopyModeAndPublishCopies) {
   EXPECT_EQ(pool_digest(*f.pool, f.data_bytes), digest_of(data.data(), data.size()));
 }
 
+// Snapshots without the weights (docs/snapshot.md): release() unmaps the imported pool but keeps its VA
+// range; remap() maps a fresh export of the same pool there again, and the bytes read back the same.
+TEST(CudaDevice, ReleaseKeepsTheRangeAndRemapsAtTheSameAddress) {
+  FR_SKIP_WITHOUT_GPU();
+  Filled f = fill_pool(6u << 20, 71);
+  auto dev = loader::make_cuda_device(0);
+  ASSERT_TRUE(dev.ok());
+  auto fd = f.pool->share_fd();
+  ASSERT_TRUE(fd.ok());
+  auto m = (*dev)->map_read_only(std::move(*fd), f.pool->size());
+  ASSERT_TRUE(m.ok()) << m.error().to_string();
+  std::byte* before = (*m)->base();
+  auto r = (*m)->release();
+  ASSERT_TRUE(r.ok()) << r.error().to_string();
+  EXPECT_TRUE((*m)->released());
+  EXPECT_TRUE((*m)->release().ok());  // idempotent
+  auto again = f.pool->share_fd();
+  ASSERT_TRUE(again.ok());
+  auto s = (*m)->remap(std::move(*again));
+  ASSERT_TRUE(s.ok()) << s.error().to_string();
+  EXPECT_FALSE((*m)->released());
+  EXPECT_EQ((*m)->base(), before);
+  auto d = (*dev)->digest(**m, f.data_bytes);
+  ASSERT_TRUE(d.ok()) << d.error().to_string();
+  EXPECT_EQ(*d, f.digest);
+}
+
 }  // namespace
 }  // namespace fr

@@ -2,7 +2,11 @@
 
 #include <gtest/gtest.h>
 
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
+
+#include "common/unix_socket.h"
 
 #include "support/harness.h"
 
@@ -48,6 +52,80 @@ TEST(CApi, PublishThenAttach) {
   const char* bad_config[] = {"novalue"};
   EXPECT_EQ(fr_attach(files, 1, bad_config, 1, &o, &w, err, sizeof err), FR_EINVAL);
   EXPECT_NE(std::strstr(err, "novalue"), nullptr);
+}
+
+// Snapshots without the weights through the C ABI: release keeps the address, reattach maps the daemon's
+// entry there again; the agent serves the exchange (hooks called in order) and says FR_MISS without a path.
+int count_hook(void* user, char*, size_t) {
+  ++*static_cast<int*>(user);
+  return 0;
+}
+
+int failing_hook(void*, char* err, size_t n) {
+  std::snprintf(err, n, "engine busy");
+  return 1;
+}
+
+std::string exchange_line(const std::string& path, const std::string& op) {
+  auto conn = fr::connect_unix(path, fr::deadline_in(5));
+  if (!conn.ok()) return "connect: " + conn.error().message;
+  fr::UniqueFd fd = std::move(conn.value());
+  const std::string line = "{\"op\":\"" + op + "\"}\n";
+  EXPECT_TRUE(fr::send_all(fd.get(), line.data(), line.size(), {}, fr::deadline_in(5)).ok());
+  std::string reply;
+  char c;
+  while (fr::recv_exact(fd.get(), &c, 1, nullptr, fr::deadline_in(5)).ok() && c != '\n') reply += c;
+  return reply;
+}
+
+TEST(CApi, ReleaseReattachAndTheSnapshotAgent) {
+  fr::test::TempDir d;
+  auto ck = fr::test::make_checkpoint(d.path(), 1, 2, 4096, 5);
+  fr::test::Daemon daemon(d / "run");
+  std::string dir = d / "run";
+  fr_options_t o;
+  fr_options_init(&o);
+  o.socket_dir = dir.c_str();
+  const char* files[] = {ck.files[0].c_str()};
+  const char* config[] = {"arch=c"};
+  char err[256] = {};
+  std::vector<int64_t> shape{1024};
+  std::vector<float> data(1024, 2.5f);
+  fr_tensor_t t{"w", "F32", 1, shape.data(), nullptr, data.data(), data.size() * 4};
+  ASSERT_EQ(fr_publish(files, 1, config, 1, &t, 1, &o, err, sizeof err), FR_OK) << err;
+  fr_weights_t* w = nullptr;
+  ASSERT_EQ(fr_attach(files, 1, config, 1, &o, &w, err, sizeof err), FR_OK) << err;
+  fr_tensor_t got;
+  ASSERT_EQ(fr_weights_tensor(w, 0, &got), FR_OK);
+  void* before = got.data;
+  ASSERT_EQ(fr_weights_release_mapping(w, err, sizeof err), FR_OK) << err;
+  ASSERT_EQ(fr_weights_reattach(w, err, sizeof err), FR_OK) << err;
+  ASSERT_EQ(fr_weights_tensor(w, 0, &got), FR_OK);
+  EXPECT_EQ(got.data, before);
+  EXPECT_EQ(std::memcmp(got.data, data.data(), 4096), 0);
+
+  fr_snapshot_agent_t* agent = nullptr;
+  ::unsetenv("FASTRESTART_SNAPSHOT_SOCKET");
+  EXPECT_EQ(fr_snapshot_agent_start(&w, 1, nullptr, nullptr, nullptr, nullptr, &agent, err, sizeof err), FR_MISS);
+  EXPECT_EQ(agent, nullptr);
+  const std::string sock = d / "x.sock";
+  int calls = 0;
+  ASSERT_EQ(fr_snapshot_agent_start(&w, 1, count_hook, count_hook, &calls, sock.c_str(), &agent, err, sizeof err), FR_OK) << err;
+  const std::string prepared = exchange_line(sock, "prepare");
+  EXPECT_NE(prepared.find("\"mapped\":false"), std::string::npos) << prepared;
+  const std::string resumed = exchange_line(sock, "resume");
+  EXPECT_NE(resumed.find("\"mapped\":true"), std::string::npos) << resumed;
+  EXPECT_EQ(calls, 2);
+  EXPECT_EQ(std::memcmp(got.data, data.data(), 4096), 0);
+  fr_snapshot_agent_stop(agent);
+
+  // A quiesce hook that fails refuses the prepare with its message; nothing is released.
+  ASSERT_EQ(fr_snapshot_agent_start(&w, 1, failing_hook, nullptr, nullptr, sock.c_str(), &agent, err, sizeof err), FR_OK) << err;
+  const std::string refused = exchange_line(sock, "prepare");
+  EXPECT_NE(refused.find("engine busy"), std::string::npos) << refused;
+  EXPECT_EQ(std::memcmp(got.data, data.data(), 4096), 0);
+  fr_snapshot_agent_stop(agent);
+  fr_weights_release(w);
 }
 
 }  // namespace

@@ -42,9 +42,12 @@ std::string criu_path() {
 struct Options {
   std::string size = "64M";      // the checkpoint (and so the snapshot) size
   std::string criu = criu_path();
+  std::string mode = "copy";     // weights.mode; zero_copy: the daemon preloads the checkpoint (weights.key)
+  std::string engine_flags;      // more tiny engine flags, as TOML array items (`, "--x"`)
 };
 
-// fastrestartd over a tiny engine in weights mode copy (host backend), start = snapshot, warm, cold.
+// fastrestartd over a tiny engine in weights mode copy (host backend), start = snapshot, warm, cold. In
+// zero_copy the daemon preloads the checkpoint under the tiny engine's key, so every start attaches.
 class Supervised {
  public:
   explicit Supervised(const Options& o = {}) : m_port(test::free_port()), m_http(test::free_port()) {
@@ -56,11 +59,14 @@ class Supervised {
     f << "gpus = []\n[model]\nname = \"t\"\n[engine]\n"
       << "command = [\"" << FR_TINYENGINE_BIN << "\", \"serve\", \"" << m_model << "\"]\n"
       << "flags = [\"--host\", \"127.0.0.1\", \"--port\", \"" << m_port << "\", \"--served-model-name\", \"t\", "
-      << "\"--load-format\", \"fastrestart\", \"--fastrestart-mode\", \"copy\", \"--fastrestart-socket-dir\", \""
-      << (m_dir / "run") << "\", \"--shutdown-grace\", \"2\"]\n"
+      << "\"--load-format\", \"fastrestart\", \"--fastrestart-mode\", \"" << o.mode << "\", \"--fastrestart-socket-dir\", \""
+      << (m_dir / "run") << "\", \"--shutdown-grace\", \"2\"" << o.engine_flags << "]\n"
       << "host = \"127.0.0.1\"\nport = " << m_port << "\nstop_grace_s = 3\n"
-      << "[weights]\nmode = \"copy\"\nbackend = \"host\"\ncheckpoint = \"" << m_model << "\"\nsocket_dir = \""
+      << "[weights]\nmode = \"" << o.mode << "\"\nbackend = \"host\"\ncheckpoint = \"" << m_model << "\"\nsocket_dir = \""
       << (m_dir / "run") << "\"\n"
+      << (o.mode == "zero_copy" ? "key = {arch = \"tinyengine\", dtype = \"F32\", engine = \"fastrestart-tinyengine " FR_VERSION
+                                  "\", tp_size = \"1\", tp_rank = \"0\"}\n"
+                                : "")
       << "[readiness]\nmodel = \"t\"\nstartup_timeout_s = 120\npoll_interval_s = 0.05\ncheck_interval_s = 0.5\n"
       << "[restart]\nstart = [\"snapshot\", \"warm\", \"cold\"]\nbackoff_initial_s = 0.1\nbackoff_max_s = 0.5\n"
       << "crash_loop_limit = 20\n"
@@ -129,6 +135,7 @@ class Supervised {
     ASSERT_EQ(::kill(engine, SIGKILL), 0);
   }
   const std::string& model() const { return m_model; }
+  std::string socket_dir() const { return m_dir / "run"; }
   std::string metrics() {
     return test::run({"/usr/bin/curl", "-s", "http://127.0.0.1:" + std::to_string(m_http) + "/metrics"}).output;
   }
@@ -151,7 +158,9 @@ bool settled(const json& st) {
 
 TEST(SnapshotE2E, CreateThenCrashRestoresFromTheSnapshotWithTheOracle) {
   SKIP_WITHOUT_CRIU();
-  Supervised d(Options{"256M"});
+  Options o;
+  o.size = "256M";
+  Supervised d(o);
   ASSERT_TRUE(d.wait_ready_path("cold")) << d.log();
   const pid_t cold_pid = d.status()["engine"]["pid"];
   const std::string id = d.create();
@@ -314,7 +323,7 @@ TEST(SnapshotE2E, MissingCriuIsReportedAndTheEngineStartsNormally) {
 // partial artifact, and the engine it was dumping keeps serving (CRIU resumes it).
 TEST(SnapshotE2E, FullDiskDuringCreateFailsCleanlyAndTheEngineKeepsServing) {
   SKIP_WITHOUT_CRIU();
-  Supervised d(Options{"64M"});
+  Supervised d;
   ASSERT_TRUE(d.wait_ready_path("cold")) << d.log();
   const pid_t engine = d.status()["engine"]["pid"];
   // A 16 MiB file system where the 64 MiB engine's images go.
@@ -341,6 +350,150 @@ TEST(SnapshotE2E, FullDiskDuringCreateFailsCleanlyAndTheEngineKeepsServing) {
   EXPECT_EQ(s["engine"]["pid"].get<pid_t>(), engine) << s.dump();
   EXPECT_EQ(s["restarts"].value("crash", 0), 0) << s.dump();
   EXPECT_EQ(snapshot_of(s)["create_failures"], 1) << snapshot_of(s).dump();
+  auto answer = d.complete(json{{"prompt", "The capital of France is"}, {"max_tokens", 1}});
+  EXPECT_TRUE(answer.contains("choices")) << answer.dump();
+}
+
+// ---- Snapshots without the weights (zero_copy) ----
+
+// Start addresses of the host daemon's pool mappings (memfds) in `pid`.
+std::vector<std::string> pool_mappings(pid_t pid) {
+  std::vector<std::string> out;
+  std::ifstream maps("/proc/" + std::to_string(pid) + "/maps");
+  for (std::string l; std::getline(maps, l);)
+    if (l.find("/memfd:fastrestart-pool") != std::string::npos) out.push_back(l.substr(0, l.find('-')));
+  return out;
+}
+
+std::string hex(uint64_t v) {
+  char b[32];
+  std::snprintf(b, sizeof b, "%lx", static_cast<unsigned long>(v));
+  return b;
+}
+
+Options weightless(const std::string& size = "64M") {
+  Options o;
+  o.size = size;
+  o.mode = "zero_copy";
+  return o;
+}
+
+TEST(WeightlessSnapshot, ReleasesTheHostPoolBeforeTheDumpAndMapsItAgainAtTheSameAddress) {
+  SKIP_WITHOUT_CRIU();
+  Supervised d(weightless("256M"));
+  ASSERT_TRUE(d.wait_ready_path("warm")) << d.log();  // the daemon preloaded: the first start attaches
+  const pid_t engine = d.status()["engine"]["pid"];
+  const auto before = pool_mappings(engine);
+  ASSERT_EQ(before.size(), 1u) << "the engine maps one pool";
+  const std::string id = d.create();
+  ASSERT_FALSE(id.empty());
+  auto inspect = d.ctl_json({"snapshot", "inspect", id});
+  ASSERT_TRUE(inspect.value("ok", false)) << inspect.dump();
+  const json m = inspect["manifest"];
+  ASSERT_TRUE(m["weights"].is_object()) << m.dump();
+  EXPECT_EQ(m["weights"]["excluded"], true);
+  ASSERT_EQ(m["weights"]["entries"].size(), 1u);
+  const json e = m["weights"]["entries"][0];
+  EXPECT_EQ(hex(e["base"].get<uint64_t>()), before[0]);
+  EXPECT_EQ(e["mapped"], false);
+  EXPECT_EQ(e["device"], "host");
+  EXPECT_EQ(e["key"]["files"][0]["path"], d.model() + "/model.safetensors") << e.dump();
+  // The 256 MiB of weights are not in the images.
+  EXPECT_LT(m["image_bytes"].get<uint64_t>(), 128ull << 20) << m["image_bytes"];
+  // The restored engine maps the daemon's pool again, where it was, and answers the oracle.
+  auto s = d.status();
+  EXPECT_EQ(s["last_start"]["path"], "snapshot") << s.dump();
+  const pid_t restored = s["engine"]["pid"];
+  EXPECT_NE(restored, engine);
+  EXPECT_EQ(pool_mappings(restored), before);
+  auto answer = d.complete(m["oracle"]);
+  ASSERT_TRUE(answer.contains("choices")) << answer.dump();
+  EXPECT_EQ(answer["choices"][0]["token_ids"], m["oracle"]["token_ids"]);
+  EXPECT_EQ(answer["choices"][0]["logprobs"]["token_logprobs"], m["oracle"]["logprobs"]);
+  // A crash restores it again, and again re-maps the pool at the same address.
+  d.kill_engine();
+  ASSERT_TRUE(d.wait_status([](const json& st) { return settled(st) && snapshot_of(st)["restored"] == 2; })) << d.log();
+  s = d.status();
+  EXPECT_EQ(s["last_start"]["path"], "snapshot");
+  EXPECT_EQ(pool_mappings(s["engine"]["pid"]), before);
+  std::printf("weightless create %.3f s (%.1f MB of images for 256 MiB of weights); restore to ready %.3f s\n",
+              m["create_s"].get<double>(), m["image_bytes"].get<double>() / 1e6,
+              s["last_start"]["time_to_ready_s"].get<double>());
+}
+
+TEST(WeightlessSnapshot, ARestoreWhoseDaemonLostTheEntryFallsBackBeforeCriu) {
+  SKIP_WITHOUT_CRIU();
+  Supervised d(weightless());
+  ASSERT_TRUE(d.wait_ready_path("warm")) << d.log();
+  const std::string id = d.create();
+  ASSERT_TRUE(d.wait_ready_path("snapshot")) << d.log();
+  // The create's own restore wrote CRIU's restore log; a refusal before CRIU leaves it as it is.
+  const std::string restore_log = d.artifact(id) + "/images/restore.log";
+  const auto logged = std::filesystem::last_write_time(restore_log);
+  auto ev = test::run({FR_WEIGHTCTL_BIN, "--socket-dir", d.socket_dir(), "evict", "--all"});
+  ASSERT_EQ(ev.exit_code, 0) << ev.output;
+  d.kill_engine();
+  ASSERT_TRUE(d.wait_status([](const json& st) { return settled(st) && snapshot_of(st)["fallbacks"] == 1; })) << d.log();
+  auto s = d.status();
+  EXPECT_NE(s["last_start"]["path"], "snapshot") << s.dump();
+  const std::string reason = snapshot_of(s)["last_failure"].value("reason", std::string());
+  EXPECT_NE(reason.find("does not hold the weights this snapshot excludes"), std::string::npos) << reason;
+  EXPECT_EQ(std::filesystem::last_write_time(restore_log), logged) << "criu restore ran";
+}
+
+TEST(WeightlessSnapshot, ARestoreAfterTheDaemonWasRestartedAndReloadedSucceeds) {
+  SKIP_WITHOUT_CRIU();
+  Supervised d(weightless());
+  ASSERT_TRUE(d.wait_ready_path("warm")) << d.log();
+  const std::string id = d.create();
+  ASSERT_TRUE(d.wait_ready_path("snapshot")) << d.log();
+  const pid_t daemon = d.status()["daemons"][0]["pid"];
+  ASSERT_GT(daemon, 0);
+  ASSERT_EQ(::kill(daemon, SIGKILL), 0);
+  // fastrestartd respawns it and it preloads the same checkpoint: the same fingerprint and digest.
+  ASSERT_TRUE(d.wait_status([&](const json& st) {
+    const json& x = st["daemons"][0];
+    return x["pid"] != daemon && x["state"] == "ready" && x["entries"] == 1;
+  })) << d.log();
+  d.kill_engine();
+  ASSERT_TRUE(d.wait_status([](const json& st) { return settled(st) && snapshot_of(st)["restored"] == 2; })) << d.log();
+  auto s = d.status();
+  EXPECT_EQ(s["last_start"]["path"], "snapshot") << s.dump();
+  EXPECT_EQ(snapshot_of(s)["fallbacks"], 0) << snapshot_of(s).dump();
+  EXPECT_EQ(pool_mappings(s["engine"]["pid"]).size(), 1u);
+}
+
+TEST(WeightlessSnapshot, ATamperedManifestFallsBack) {
+  SKIP_WITHOUT_CRIU();
+  Supervised d(weightless());
+  ASSERT_TRUE(d.wait_ready_path("warm")) << d.log();
+  const std::string id = d.create();
+  ASSERT_TRUE(d.wait_ready_path("snapshot")) << d.log();
+  edit_manifest(d.artifact(id), [](json& m) { m["weights"]["entries"][0]["fingerprint"] = "0123456789abcdef"; });
+  d.kill_engine();
+  ASSERT_TRUE(d.wait_status([](const json& st) { return settled(st) && snapshot_of(st)["fallbacks"] == 1; })) << d.log();
+  auto s = d.status();
+  EXPECT_EQ(s["last_start"]["path"], "warm") << s.dump();  // the daemon still holds the real weights
+  const std::string reason = snapshot_of(s)["last_failure"].value("reason", std::string());
+  EXPECT_NE(reason.find("fingerprint 0123456789abcdef"), std::string::npos) << reason;
+}
+
+TEST(WeightlessSnapshot, AnEngineThatDoesNotAnswerPrepareIsRefusedAndKeepsServing) {
+  SKIP_WITHOUT_CRIU();
+  Options o = weightless();
+  o.engine_flags = ", \"--no-snapshot-exchange\"";
+  Supervised d(o);
+  ASSERT_TRUE(d.wait_ready_path("warm")) << d.log();
+  const pid_t engine = d.status()["engine"]["pid"];
+  auto r = d.ctl_json({"snapshot", "create"});
+  EXPECT_EQ(r.value("ok", true), false) << r.dump();
+  const std::string why = r.dump();
+  EXPECT_NE(why.find("cannot snapshot an engine in weights.mode zero_copy"), std::string::npos) << why;
+  EXPECT_NE(why.find("does not answer the snapshot exchange"), std::string::npos) << why;
+  ASSERT_TRUE(d.wait_status([&](const json& st) { return settled(st); }, 30)) << d.log();
+  auto s = d.status();
+  EXPECT_EQ(s["engine"]["pid"].get<pid_t>(), engine) << s.dump();
+  EXPECT_EQ(d.ctl_json({"snapshot", "list"})["snapshots"].size(), 0u);
   auto answer = d.complete(json{{"prompt", "The capital of France is"}, {"max_tokens", 1}});
   EXPECT_TRUE(answer.contains("choices")) << answer.dump();
 }

@@ -19,6 +19,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <span>
@@ -66,6 +67,19 @@ struct Timings {
   double connect_s = 0, request_s = 0, map_s = 0, copy_s = 0, verify_s = 0, total_s = 0;
 };
 
+// One imported mapping of a daemon pool, as release_mapping()/reattach() report it (snapshots without the
+// weights, docs/snapshot.md).
+struct MappingInfo {
+  std::string fingerprint, digest;
+  std::string device;         // "host" | "cuda:<ordinal>"
+  std::string daemon_socket;  // where the weights were (and will be) attached from
+  std::string key_json;       // the Key as docs/protocol.md spells it: file identities and config
+  uintptr_t base = 0;         // the address range, kept reserved while released
+  uint64_t bytes = 0;
+  bool mapped = true;
+  double seconds = 0;         // the call's own time
+};
+
 // The attached weights. Destroying it unmaps (zero_copy) or frees (copy).
 class Weights {
  public:
@@ -77,6 +91,15 @@ class Weights {
   virtual uint64_t pool_bytes() const = 0;
   virtual std::string fingerprint() const = 0;
   virtual std::string digest() const = 0;  // 16 hex digits, as the daemon recorded it
+
+  // Snapshots without the weights (docs/snapshot.md). release_mapping() unmaps the daemon's pool but keeps
+  // its address range reserved: the tensors' pointers stay the same and must not be read until reattach(),
+  // which attaches again with the same key and options and maps the daemon's entry at the same address; it
+  // fails (and stays released) when the entry is gone or is other weights (fingerprint, digest, layout).
+  // Both are idempotent. Copy mode holds no imported memory: Errc::kUnsupported. Not thread-safe with
+  // readers of the tensors: the caller stops them first (SnapshotAgent's quiesce hook).
+  virtual Result<MappingInfo> release_mapping() { return Error{Errc::kUnsupported, "these weights cannot be released"}; }
+  virtual Result<MappingInfo> reattach() { return Error{Errc::kUnsupported, "these weights cannot be re-attached"}; }
 };
 
 struct AttachResult {
@@ -110,5 +133,35 @@ Result<PublishResult> publish(const Key& key, std::span<const PublishTensor> ten
 
 // The socket path of the daemon serving `device` under `socket_dir` (empty: default).
 Result<std::string> daemon_socket_path(const std::string& device, const std::string& socket_dir);
+
+// ---- The snapshot exchange (docs/snapshot.md, "The prepare/resume exchange") ----
+//
+// fastrestartd gives a snapshottable engine in zero_copy mode a socket path in $FASTRESTART_SNAPSHOT_SOCKET.
+// The engine serves the exchange there: before a dump the snapshot helper asks it to `prepare` (quiesce,
+// drop what it can rebuild, release its mappings of the daemon's pools), after the restore (or a failed
+// dump) to `resume` (re-attach at the same addresses, serve again). An engine that does not serve it cannot
+// be snapshotted in zero_copy.
+inline constexpr const char* kSnapshotSocketEnv = "FASTRESTART_SNAPSHOT_SOCKET";
+
+struct SnapshotHooks {
+  // Before the release: stop reading the weights (wait for work in flight, hold new work back) and drop
+  // what can be rebuilt (allocator caches, a KV cache). An error refuses the prepare (nothing released).
+  std::function<Status()> quiesce;
+  // After the re-attach: rebuild what quiesce dropped, serve again.
+  std::function<Status()> resume;
+};
+
+// The exchange server: one thread, one connection at a time, one request line and one reply line each.
+class SnapshotAgent {
+ public:
+  // Listens on `socket_path` (empty: $FASTRESTART_SNAPSHOT_SOCKET) for `weights` (zero_copy ones are
+  // released; others are reported and left alone). Returns nullptr when no path is given and the variable
+  // is unset or empty: the engine is not asked to take part.
+  static Result<std::unique_ptr<SnapshotAgent>> start(std::vector<std::shared_ptr<Weights>> weights, SnapshotHooks hooks,
+                                                      const std::string& socket_path = "");
+  virtual ~SnapshotAgent() = default;  // stops the thread, closes and removes the socket
+  virtual std::string socket_path() const = 0;
+  virtual bool prepared() const = 0;   // between a prepare and its resume
+};
 
 }  // namespace fastrestart

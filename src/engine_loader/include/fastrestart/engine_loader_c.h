@@ -55,6 +55,22 @@ int fr_weights_tensor(const fr_weights_t* w, size_t index, fr_tensor_t* out);
 const char* fr_weights_digest(const fr_weights_t* w);
 void fr_weights_release(fr_weights_t* w);
 
+/* Snapshots without the weights (docs/snapshot.md): release the pool's mapping keeping its address range
+ * reserved, and map the daemon's entry at the same address again (fastrestart::Weights::release_mapping
+ * and reattach). FR_OK, or FR_EFAIL with the reason in err. */
+int fr_weights_release_mapping(fr_weights_t* w, char* err, size_t errlen);
+int fr_weights_reattach(fr_weights_t* w, char* err, size_t errlen);
+
+/* The prepare/resume exchange (fastrestart::SnapshotAgent). The hooks return 0, or non-zero with a message
+ * written to err; they run on the agent's thread. socket_path NULL: $FASTRESTART_SNAPSHOT_SOCKET; when that
+ * is unset too, returns FR_MISS and *out is NULL (the engine is not asked to take part). */
+typedef struct fr_snapshot_agent fr_snapshot_agent_t;
+typedef int (*fr_snapshot_hook_t)(void* user, char* err, size_t errlen);
+int fr_snapshot_agent_start(fr_weights_t* const* weights, size_t nweights, fr_snapshot_hook_t quiesce,
+                            fr_snapshot_hook_t resume, void* user, const char* socket_path,
+                            fr_snapshot_agent_t** out, char* err, size_t errlen);
+void fr_snapshot_agent_stop(fr_snapshot_agent_t* agent);
+
 int fr_publish(const char* const* files, size_t nfiles, const char* const* config, size_t nconfig,
                const fr_tensor_t* tensors, size_t ntensors, const fr_options_t* options, char* err, size_t errlen);
 
