@@ -34,6 +34,8 @@ std::array<std::array<Cell, kEventCount>, kStateCount> build() {
   set(S::kStarting, E::kRestartRequested, to(S::kDraining, {A::kStopEngine}));
   set(S::kStarting, E::kColdReloadRequested, to(S::kDraining, {A::kStopEngine}));
   set(S::kStarting, E::kStopRequested, to(S::kStopping, {A::kNotifyStopping, A::kStopEngine}));
+  // The path cold asked for fresh daemons: no engine runs yet; the daemons' readiness starts it.
+  set(S::kStarting, E::kFreshDaemonsNeeded, to(S::kLoading, {A::kReloadDaemons}));
 
   set(S::kReady, E::kEngineExited, to(S::kDraining, {A::kClassifyExit, A::kWaitDrain}));
   set(S::kReady, E::kHung, to(S::kDraining, {A::kKillEngine}));
@@ -85,7 +87,8 @@ const char* event_name(Event e) {
   static constexpr const char* k[] = {"daemons_ready", "daemons_failed", "engine_ready", "engine_exited",
                                       "start_timeout", "hung", "drained_restart", "drained_cold_restart",
                                       "drained_give_up", "backoff_elapsed", "restart_requested",
-                                      "cold_reload_requested", "stop_requested", "daemons_stopped"};
+                                      "cold_reload_requested", "stop_requested", "daemons_stopped",
+                                      "fresh_daemons_needed"};
   return k[static_cast<int>(e)];
 }
 

@@ -39,8 +39,9 @@ enum class Event {
   kColdReloadRequested,  // reload whose flags change what the daemons hold
   kStopRequested,    // SIGTERM / SIGINT
   kDaemonsStopped,
+  kFreshDaemonsNeeded,  // the start path chosen (cold) wants the daemons reloaded before the engine starts
 };
-inline constexpr int kEventCount = 14;
+inline constexpr int kEventCount = 15;
 
 enum class Action {
   kStartDaemons,     // spawn one weightd per GPU (preloading)

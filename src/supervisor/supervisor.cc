@@ -28,6 +28,7 @@ using nlohmann::json;
 namespace {
 
 constexpr size_t kTailLines = 200;
+constexpr size_t kRecentRollbacks = 10;  // rollbacks kept with their reason for status
 constexpr double kDaemonStopGraceS = 30;
 constexpr double kExtendEveryS = 10;  // EXTEND_TIMEOUT_USEC cadence while the first engine starts
 
@@ -509,15 +510,104 @@ void Supervisor::start_engine() {
     set_status("Waiting for the snapshot being created");
     return;
   }
-  if (start_from_snapshot()) return;
-  launch_engine();
+  // A walk that waited for fresh daemons goes on with what it recorded before the reload.
+  if (!std::exchange(m_start_waiting, false)) m_start_attempts.clear();
+  walk_start_paths(0);
 }
 
-void Supervisor::launch_engine() {
+// Asks each path of restart.start, from `from` on, whether it can serve, and starts the first that can.
+void Supervisor::walk_start_paths(size_t from) {
+  const auto& order = m_cfg.restart.start;
+  for (size_t i = from; i < order.size(); ++i) {
+    const StartPathImpl& path = start_path(order[i]);
+    if (auto why = path.refusal(*this)) {
+      record_start_attempt(order[i], "skipped", *why);
+      continue;
+    }
+    m_start_index = i;
+    auto r = path.start(*this);
+    if (!r.ok()) {
+      record_start_attempt(order[i], "failed", {"failed", r.error().message});
+      continue;
+    }
+    if (*r == StartOutcome::kWaiting) {
+      record_start_attempt(order[i], "waiting", {"reloading_daemons", "reloading the weight daemons first"});
+      m_start_waiting = true;
+      return;
+    }
+    record_start_attempt(order[i], "started", {});
+    return;
+  }
+  // No listed path could serve: the engine can still load from disk, so start it rather than not at all.
+  spdlog::error("no start path of restart.start could serve ({}); starting the engine as configured", start_attempts_text());
+  m_start_index = order.size();
+  if (auto st = spawn_engine(StartPath::kCold); !st.ok()) spdlog::error("engine: {}", st.error().message);
+}
+
+void Supervisor::record_start_attempt(StartPath p, const std::string& outcome, const StartRefusal& why) {
+  m_start_attempts.push_back({p, outcome, why});
+  m_start_counts[std::string(start_path_name(p)) + "/" + outcome + "/" + why.code]++;
+  if (outcome == "skipped" || outcome == "failed")
+    spdlog::info("start path {} {}: {}", start_path_name(p), outcome, why.detail);
+}
+
+std::string Supervisor::start_attempts_text() const {
+  std::string s;
+  for (const auto& a : m_start_attempts) {
+    if (a.outcome != "skipped" && a.outcome != "failed") continue;
+    s += (s.empty() ? "" : "; ") + a.outcome + " " + start_path_name(a.path) + ": " + a.why.detail;
+  }
+  return s;
+}
+
+json Supervisor::start_attempts_json() const {
+  json out = json::array();
+  for (const auto& a : m_start_attempts) {
+    json row{{"path", start_path_name(a.path)}, {"outcome", a.outcome}};
+    if (!a.why.code.empty()) row.update({{"reason", a.why.code}, {"detail", a.why.detail}});
+    out.push_back(std::move(row));
+  }
+  return out;
+}
+
+std::optional<StartRefusal> Supervisor::daemons_refusal() const {
+  if (m_cfg.weights.mode == WeightsMode::kOff) return StartRefusal{"no_daemon", "weights.mode is off"};
+  if (m_cfg.weights.daemon == DaemonKind::kNone) return StartRefusal{"no_daemon", "weights.daemon is none"};
+  if (preload_mode()) {
+    if (!m_preload || m_preload->exited)
+      return StartRefusal{"daemons_not_ready", "vllm preload is not running" + (m_preload && !m_preload->error.empty() ? " (" + m_preload->error + ")" : std::string())};
+    if (!m_preload->ready) return StartRefusal{"daemons_not_ready", "vllm preload is not ready"};
+    return std::nullopt;
+  }
+  if (m_daemons.empty()) return StartRefusal{"no_daemon", "no weight daemon is running"};
+  bool holds = !m_next_start_cold;  // an engine was ready on these daemons: it attached or published
+  for (const auto& d : m_daemons) {
+    const std::string name = d->gpu.empty() ? "host" : d->gpu;
+    if (d->exited || d->failed)
+      return StartRefusal{"daemons_not_ready", "the weight daemon for " + name + " is " + (d->exited ? "not running" : "failed") +
+                                                   (d->error.empty() ? "" : " (" + d->error + ")")};
+    if (!d->ready) return StartRefusal{"daemons_not_ready", "the weight daemon for " + name + " is still loading"};
+    if (!d->status.value("entries", json::array()).empty()) holds = true;
+  }
+  if (!holds) return StartRefusal{"nothing_held", "the weight daemons hold no weights yet (the engine loads them from disk and publishes them)"};
+  return std::nullopt;
+}
+
+bool Supervisor::daemons_hold_old_weights() const {
+  if (m_cfg.weights.mode == WeightsMode::kOff || m_cfg.weights.daemon == DaemonKind::kNone || m_next_start_cold) return false;
+  if (preload_mode()) return m_preload && !m_preload->exited;
+  for (const auto& d : m_daemons)
+    if (!d->exited) return true;
+  return false;
+}
+
+void Supervisor::reload_daemons_for_start() { m_loop.post([this] { raise(Event::kFreshDaemonsNeeded); }); }
+
+Status Supervisor::spawn_engine(StartPath expected) {
   m_engine = std::make_unique<Engine>();
   Engine& e = *m_engine;
   e.flags = m_flags;
-  e.warm_expected = !m_next_start_cold;
+  e.warm_expected = expected == StartPath::kWarm;
   SpawnSpec spec;
   spec.argv = engine_argv();
   spec.env = engine_env();
@@ -531,7 +621,9 @@ void Supervisor::launch_engine() {
     for (const auto& gpu : m_cfg.gpus)
       if (auto m = m_gpus->memory(gpu); m.ok())
         m_baseline_used[gpu] = static_cast<double>(m->used) - static_cast<double>(held_bytes(gpu));
-  set_status(std::string("Starting the engine (") + (e.warm_expected ? "warm" : "cold") + ")");
+  const std::string skipped = start_attempts_text();
+  set_status(std::string("Starting the engine (") + (e.warm_expected ? "warm" : "cold") + ")" +
+             (skipped.empty() ? "" : "; " + skipped));
   spdlog::info("engine: {}", join(redact_flags(spec.argv)));
   Engine* raw = &e;
   auto s = spawn_supervised(m_loop, spec, "engine", [this, raw](const std::string& l) {
@@ -548,12 +640,13 @@ void Supervisor::launch_engine() {
     m_restarts["crash"]++;
     // Through the table like any other exit (the process never ran: there is nothing to classify).
     m_loop.post([this] { raise(Event::kEngineExited); });
-    return;
+    return {};
   }
   // If fastrestartd dies, the next one kills what is left of this group (kill_recorded_group).
   if (auto st = write_private_file(state_path(m_cfg, "engine.pgid"), std::to_string(e.pid)); !st.ok())
     spdlog::warn("could not record the engine's process group: {}", st.error().message);
   arm_readiness(true);
+  return {};
 }
 
 // The start deadline, and (poll_now) the readiness polls of m_engine.
@@ -625,11 +718,26 @@ void Supervisor::decide_path_after_ready() {
     m_last_ready_flags = m_engine->flags;
     m_ready_hist[path].add(since_spawn);
     m_last_start = {{"path", path}, {"time_to_ready_s", since_spawn}, {"since_previous_exit_s", since_death},
-                    {"unix_time", std::time(nullptr)}, {"pid", m_engine->pid}};
+                    {"unix_time", std::time(nullptr)}, {"pid", m_engine->pid}, {"start_paths", start_attempts_json()}};
     if (!m_engine->snapshot_id.empty()) m_last_start["snapshot_id"] = m_engine->snapshot_id;
-    m_notify->notify("READY=1\nSTATUS=Ready (" + path + ") in " + fmt_s(since_spawn) + "; engine pid " +
-                     std::to_string(m_engine->pid));
-    m_status_text = "Ready (" + path + ") in " + fmt_s(since_spawn);
+    // A start on the warm path that did not attach: say why (the daemons' miss record, the engine's own
+    // result line, or that the engine never asked the daemons).
+    std::string why_cold;
+    if (m_engine->warm_expected && path == "cold") {
+      const std::string dir = m_cfg.weights.socket_dir.empty() ? default_socket_dir() : m_cfg.weights.socket_dir;
+      why_cold = !m_engine->miss_reason.empty()
+                     ? m_engine->miss_reason
+                     : "the engine did not ask the weight daemons (no attach or miss by its pid): does it look for their "
+                       "sockets in " + dir + " (FASTRESTART_SOCKET_DIR)?";
+      m_last_start["expected"] = "warm";
+      m_last_start["warm_miss"] = why_cold;
+      spdlog::warn("the start was expected warm but the engine loaded from disk: {}", why_cold);
+    }
+    std::string text = "Ready (" + path + ") in " + fmt_s(since_spawn);
+    if (!why_cold.empty()) text += "; expected warm: " + why_cold;
+    else if (const std::string skipped = start_attempts_text(); !skipped.empty()) text += "; " + skipped;
+    m_notify->notify("READY=1\nSTATUS=" + text + "; engine pid " + std::to_string(m_engine->pid));
+    m_status_text = text;
     spdlog::info("READY: path {} in {} (engine pid {})", path, fmt_s(since_spawn), m_engine->pid);
     if (m_reload) finish_reload(!m_reload->rolled_back, m_reload->rollback_reason);
     snapshot_after_ready(path);
@@ -679,6 +787,7 @@ void Supervisor::decide_path_after_ready() {
           m_attach_counts["hit"]++;
         } else if (!seen.miss.empty()) {
           m_miss_reasons[seen.miss.substr(0, 80)]++;
+          if (m_engine) m_engine->miss_reason = "the weight daemon answered: " + seen.miss;
           m_attach_counts["fallback"]++;
           spdlog::info("the engine missed the weight cache ({}) and loaded from disk", seen.miss);
         } else if (m_engine && m_cfg.engine.kind == EngineKind::kVllm) {
@@ -773,7 +882,10 @@ void Supervisor::on_engine_exit(int status) {
   // During a stop, a SIGTERM'd engine counts as requested whatever its status.
   if (m_state == State::kStopping) f.requested = true;
   Classification c = classify_exit(f);
-  m_restarts[exit_cause_name(c.cause)]++;
+  // A push whose flags never became ready is rolled back: a rejected push, not a failure of the running
+  // configuration. It is counted apart and does not feed the crash-loop limit or the backoff.
+  const bool rejected_push = m_reload && !m_reload->rolled_back && is_failure(c.cause);
+  if (!rejected_push) m_restarts[exit_cause_name(c.cause)]++;
   m_last_exit = {{"cause", exit_cause_name(c.cause)}, {"detail", c.detail}, {"pid", e.pid},
                  {"uptime_s", e.died_at - e.spawned_at}, {"unix_time", std::time(nullptr)},
                  {"died_at_s", e.died_at}, {"was_ready", !e.path.empty()}};
@@ -848,8 +960,14 @@ void Supervisor::after_drain() {
     m_reload->rolled_back = true;
     m_reload->rollback_reason = cause + ": " + m_last_exit.value("detail", std::string());
     spdlog::error("reload failed ({}); rolling back to: {}", m_reload->rollback_reason, join(redact_flags(m_reload->old_flags)));
+    m_rollback_causes[cause]++;
+    m_recent_rollbacks.push_back({{"unix_time", std::time(nullptr)}, {"cause", cause},
+                                  {"detail", m_last_exit.value("detail", std::string())},
+                                  {"rejected_flags", redact_flags(m_reload->new_flags)}});
+    if (m_recent_rollbacks.size() > kRecentRollbacks) m_recent_rollbacks.pop_front();
     m_flags = m_reload->old_flags;
-    m_policy.on_exit(m_loop.now_s(), true, was_warm);
+    // Not an exit of the running configuration: the policy does not see it (no failure, no backoff step);
+    // the restart with the old flags goes at once.
     raise(m_reload->cold ? Event::kDrainedColdRestart : Event::kDrainedRestart);
     return;
   }

@@ -23,6 +23,7 @@
 #include "supervisor/loop.h"
 #include "supervisor/policy.h"
 #include "supervisor/readiness.h"
+#include "supervisor/start/start_path.h"
 #include "supervisor/vllm_rules.h"
 
 namespace fr::supervisor {
@@ -40,10 +41,10 @@ class Notifier {
 };
 std::unique_ptr<Notifier> make_sd_notifier();  // sd_notify(3); a no-op without NOTIFY_SOCKET
 
-class Supervisor {
+class Supervisor : private StartHost {
  public:
   Supervisor(Config config, std::unique_ptr<GpuProbe> gpus, std::unique_ptr<Notifier> notifier);
-  ~Supervisor();
+  ~Supervisor() override;
 
   // Runs until stopped; returns the process exit code.
   int run();
@@ -83,12 +84,24 @@ class Supervisor {
   void after_drain();
   std::vector<std::string> engine_argv();
   std::map<std::string, std::string> engine_env();
-  void launch_engine();  // spawn the engine process (the warm/cold path)
   void arm_readiness(bool poll_now);
+
+  // start paths (start/start_path.h): walk restart.start from index `from`, recording each skip or failure
+  void walk_start_paths(size_t from);
+  void record_start_attempt(StartPath p, const std::string& outcome, const StartRefusal& why);
+  std::string start_attempts_text() const;  // "skipped warm: ..." for STATUS=
+  nlohmann::json start_attempts_json() const;
+  // StartHost
+  std::optional<StartRefusal> daemons_refusal() const override;
+  bool daemons_hold_old_weights() const override;
+  void reload_daemons_for_start() override;
+  Status spawn_engine(StartPath expected) override;
+  std::optional<StartRefusal> snapshot_refusal() const override;
+  Status restore_snapshot() override;
 
   // snapshots (supervisor_snapshot.cc, docs/snapshot.md)
   void snapshot_init();
-  bool start_from_snapshot();  // true: a restore is under way for m_engine
+  std::string next_snapshot_id() const;  // the artifact the path "snapshot" would restore ("" none)
   bool spawn_helper(const std::string& job, std::vector<std::string> args);
   void on_helper_exit(int status);
   void after_restore_job(const nlohmann::json& result);
@@ -141,7 +154,18 @@ class Supervisor {
   std::vector<std::unique_ptr<Daemon>> m_daemons;
   std::unique_ptr<PendingReload> m_reload;
   std::unique_ptr<Snapshots> m_snap;
-  bool m_next_start_cold = true;                 // the daemons were (re)started: the next start is cold
+  bool m_next_start_cold = true;                 // the daemons were (re)started: no engine used them yet
+
+  // The current (or last) start: each listed path asked, in order, and what it answered.
+  struct StartAttempt {
+    StartPath path;
+    std::string outcome;  // skipped | failed | waiting | started
+    StartRefusal why;
+  };
+  std::vector<StartAttempt> m_start_attempts;
+  size_t m_start_index = 0;                      // the path that started the engine (restart.start index)
+  bool m_start_waiting = false;                  // the walk waits for a daemon reload (path cold)
+  std::map<std::string, uint64_t> m_start_counts;  // "path/outcome/reason" -> count, for /metrics
 
   Timer m_poll_timer, m_deadline_timer, m_health_timer, m_drain_timer, m_backoff_timer, m_kill_timer,
       m_daemon_timer, m_watchdog_timer;
@@ -160,7 +184,9 @@ class Supervisor {
   std::map<std::string, uint64_t> m_attach_counts;  // hit | fallback | none
   std::map<std::string, uint64_t> m_miss_reasons;
   std::map<std::string, uint64_t> m_reload_counts;  // warm | cold | rolled_back
-  std::map<std::string, uint64_t> m_restarts;   // by cause
+  std::map<std::string, uint64_t> m_restarts;   // by cause (rejected pushes excluded: see m_rollback_causes)
+  std::map<std::string, uint64_t> m_rollback_causes;  // rolled-back pushes by the exit cause of their engine
+  std::deque<nlohmann::json> m_recent_rollbacks;      // the last few, with why
   nlohmann::json m_last_exit;
   nlohmann::json m_last_start;
   std::string m_status_text;

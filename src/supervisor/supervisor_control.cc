@@ -252,8 +252,20 @@ json Supervisor::status_json() {
   for (const auto& [k, v] : m_miss_reasons) attaches["miss"][k] = v;
   json reloads{{"warm", 0}, {"cold", 0}, {"rolled_back", 0}};
   for (const auto& [k, v] : m_reload_counts) reloads[k] = v;
+  json rollbacks{{"count", 0}, {"by_cause", json::object()}, {"recent", json::array()}};
+  for (const auto& [k, v] : m_rollback_causes) {
+    rollbacks["by_cause"][k] = v;
+    rollbacks["count"] = rollbacks["count"].get<uint64_t>() + v;
+  }
+  for (const auto& r : m_recent_rollbacks) rollbacks["recent"].push_back(r);
   json snapshot = snapshot_status();
-  json metrics{{"time_to_ready", hist}, {"attaches", attaches}, {"reloads", reloads},
+  json start_counts = json::array();
+  for (const auto& [key, n] : m_start_counts) {
+    const size_t a = key.find('/'), b = key.find('/', a + 1);
+    start_counts.push_back({{"path", key.substr(0, a)}, {"outcome", key.substr(a + 1, b - a - 1)}, {"reason", key.substr(b + 1)}, {"count", n}});
+  }
+  json metrics{{"time_to_ready", hist}, {"attaches", attaches}, {"reloads", reloads}, {"start_paths", start_counts},
+               {"rollbacks", rollbacks["by_cause"]},
                {"snapshots", {{"created", m_snap->created}, {"create_failures", m_snap->create_failures},
                               {"restored", m_snap->restored}, {"fallbacks", m_snap->fallbacks}}}};
   return {{"name", m_cfg.name},
@@ -264,8 +276,10 @@ json Supervisor::status_json() {
           {"engine", engine},
           {"flags", redact_flags(m_flags)},
           {"restarts", restarts},
+          {"rollbacks", rollbacks},
           {"last_exit", m_last_exit.is_null() ? json(nullptr) : m_last_exit},
           {"last_start", m_last_start.is_null() ? json(nullptr) : m_last_start},
+          {"start_paths", start_attempts_json()},
           {"daemons", daemons},
           {"memory", memory},
           {"memory_utilization", m_cfg.memory.utilization},

@@ -40,6 +40,7 @@ struct Supervisor::Engine : SupervisedChild {
   bool killed_hang = false;
   bool warm_expected = false;
   std::string path;  // "cold" | "warm" once ready
+  std::string miss_reason;  // why it did not attach, when it asked and missed (a daemon's or its own word)
   std::deque<std::string> tail;
   std::optional<uint64_t> oom_before;
   std::vector<std::string> flags;

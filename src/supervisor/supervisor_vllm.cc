@@ -387,6 +387,7 @@ std::string Supervisor::path_from_engine_report(Engine& e) {
       if (r.result == "hit") continue;
       all_hit = false;
       m_miss_reasons[(r.result + ": " + r.reason).substr(0, 80)]++;
+      if (e.miss_reason.empty()) e.miss_reason = "the engine's loader reported " + r.result + ": " + r.reason;
     }
     m_attach_counts[all_hit ? "hit" : "fallback"]++;
     return all_hit ? "warm" : "cold";
@@ -403,6 +404,7 @@ std::string Supervisor::path_from_engine_report(Engine& e) {
     size_t open = why.find("Weight cache unusable (");
     if (open != std::string::npos) why = why.substr(open + 23, why.find(')', open) - open - 23);
     m_miss_reasons[why.substr(0, 80)]++;
+    e.miss_reason = "the engine reported: " + why;
     spdlog::info("the engine did not use the weight cache ({}) and loaded from disk", why);
     return "cold";
   }
