@@ -1,5 +1,5 @@
 // Engine flags: sh-like splitting, a flag list model (name + values), merging pushes, and the daemon-affecting
-// classification of brief decision 11. How pushes behave for users: docs/config.md, "Engine flags".
+// classification (ARCHITECTURE.md, "Config pushes"). How pushes behave for users: docs/config.md, "Engine flags".
 #include "supervisor/flags.h"
 
 #include <algorithm>

@@ -136,6 +136,8 @@ void Supervisor::perform(Action a) {
     case Action::kKillEngine: stop_engine(true); break;
     case Action::kClassifyExit: break;  // done in on_engine_exit, which has the facts
     case Action::kWaitDrain: wait_drain(); break;
+    case Action::kCancelBackoff: m_backoff_timer.stop(); break;
+    case Action::kNotifyHeld: set_status("Engine stopped by the operator (fastrestartctl start-engine to start it)"); break;
     case Action::kScheduleBackoff: {
       double b = m_policy.backoff_s();
       if (b > 0) set_status("Restarting in " + fmt_s(b) + " (after " + m_last_exit.value("cause", std::string("exit")) + ")");
@@ -182,8 +184,7 @@ int Supervisor::run() {
   snapshot_init();
   if (pid_t g = kill_recorded_group(state_path(m_cfg, "engine.pgid")))
     spdlog::warn("killed process group {}, left running by a previous fastrestartd that did not stop cleanly", g);
-  m_state = State::kLoading;
-  start_daemons();
+  start_daemons();  // m_state starts as kLoading
   m_running = true;
   m_loop.run();
   m_running = false;
@@ -316,7 +317,7 @@ void Supervisor::poll_daemons() {
     ++*remaining;
   }
   if (*remaining == 0) {
-    if (m_state == State::kLoading) raise(Event::kDaemonsFailed);
+    raise(Event::kDaemonsFailed);
     return;
   }
   for (size_t i = 0; i < m_daemons.size(); ++i) {
@@ -360,7 +361,7 @@ void Supervisor::poll_daemons() {
             dm.ready = ready;
             all_ready &= ready;
           }
-          if (m_state != State::kLoading) {
+          if (!awaits_daemons(m_state)) {
             m_daemon_timer.start(2.0, [this] { poll_daemons(); });  // keep status fresh
             return;
           }
@@ -397,19 +398,18 @@ void Supervisor::on_daemon_exit(Daemon& d, int status) {
     for (auto& x : m_daemons) all_gone &= x->exited;
     if (!all_gone) return;
     m_kill_timer.stop();
-    if (m_state == State::kStopping || m_state == State::kFailed) raise(Event::kDaemonsStopped);
-    else if (m_state == State::kLoading) start_daemons();  // a cold reload stopped them
+    raise(Event::kDaemonsStopped);  // stopping: exit; loading: a reload stopped them, start them again
     return;
   }
   d.failed = true;
   d.error = "exited unexpectedly: " + how;
-  if (m_state == State::kLoading) {
+  if (awaits_daemons(m_state)) {
     // Dead while loading (no GPU, a bad checkpoint, ...): the engine starts anyway and loads from disk.
     spdlog::error("weight daemon pid {} died while loading ({}); the engine will load from disk", d.pid, how);
     poll_daemons();
     return;
   }
-  if (m_state == State::kStopping || m_state == State::kFailed || m_state == State::kStopped) return;
+  if (is_terminal(m_state)) return;
   // Running engines keep their mappings; the next restart needs a daemon again. Respawn with a backoff so a
   // daemon that cannot start does not spin.
   // A daemon that ran as long as restart.reset_after_s starts its backoff again (as the engine's does):
@@ -422,7 +422,7 @@ void Supervisor::on_daemon_exit(Daemon& d, int status) {
   if (!d.respawn) d.respawn = std::make_unique<Timer>(m_loop);
   Daemon* raw = &d;
   d.respawn->start(delay, [this, raw] {
-    if (m_state == State::kStopping || m_state == State::kFailed || m_state == State::kStopped) return;
+    if (is_terminal(m_state)) return;
     spawn_daemon(*raw);
     // The status poll chain ends when no daemon is alive: restart it, or the respawned daemon would show
     // "loading" and 0 held bytes forever (found by the soak, tests/soak).
@@ -443,8 +443,7 @@ void Supervisor::stop_daemons() {
     ::kill(d->pid, SIGTERM);
   }
   if (!any) {
-    if (m_state == State::kLoading) start_daemons();
-    else m_loop.post([this] { raise(Event::kDaemonsStopped); });
+    m_loop.post([this] { raise(Event::kDaemonsStopped); });
     return;
   }
   m_kill_timer.start(kDaemonStopGraceS, [this] {
@@ -462,12 +461,12 @@ uint64_t Supervisor::held_bytes(const std::string& gpu) const {
 // ---------------------------------------------------------------------------------------------------
 // Engine
 
-std::vector<std::string> Supervisor::engine_argv() {
+std::vector<std::string> Supervisor::engine_argv() const {
   std::vector<std::string> argv = m_cfg.engine.command;
   std::vector<std::string> flags = m_flags;
   if (preload_mode()) adjust_vllm_flags(flags);  // --load-format ipc_cache, the loader's extra config
   if (!m_cfg.gpus.empty() && m_cfg.weights.backend != "host") {
-    // Brief decision 8: in zero_copy the daemon's pool is already used memory, so the engine's fraction
+    // In zero_copy the daemon's pool is already used memory, so the engine's fraction
     // is the budget minus what the daemon holds.
     double frac = m_cfg.memory.utilization;
     for (const auto& gpu : m_cfg.gpus) {
@@ -505,14 +504,23 @@ std::map<std::string, std::string> Supervisor::engine_env() {
 void Supervisor::start_engine() {
   m_backoff_timer.stop();
   if (m_snap->helper_pid > 0 && m_snap->job == "create") {
-    // The dump ended the engine; the next start restores the artifact the dump is writing.
-    m_snap->start_deferred = true;
+    // The dump ended the engine; the next start restores the artifact the dump is writing
+    // (kSnapshotCreated walks the paths again).
+    m_start_attempts = {{StartPath::kSnapshot, "waiting", {"snapshot_create", "waiting for the snapshot being created"}}};
     set_status("Waiting for the snapshot being created");
     return;
   }
   // A walk that waited for fresh daemons goes on with what it recorded before the reload.
-  if (!std::exchange(m_start_waiting, false)) m_start_attempts.clear();
+  if (!walk_waiting("reloading_daemons") && !walk_waiting("snapshot_create")) m_start_attempts.clear();
   walk_start_paths(0);
+}
+
+bool Supervisor::walk_waiting(const char* code) const {
+  return !m_start_attempts.empty() && m_start_attempts.back().outcome == "waiting" && m_start_attempts.back().why.code == code;
+}
+
+bool Supervisor::engine_serving() const {
+  return m_engine && !m_engine->exited && !m_engine->path.empty() && !m_engine->stop_requested;
 }
 
 // Asks each path of restart.start, from `from` on, whether it can serve, and starts the first that can.
@@ -532,7 +540,6 @@ void Supervisor::walk_start_paths(size_t from) {
     }
     if (*r == StartOutcome::kWaiting) {
       record_start_attempt(order[i], "waiting", {"reloading_daemons", "reloading the weight daemons first"});
-      m_start_waiting = true;
       return;
     }
     record_start_attempt(order[i], "started", {});
@@ -577,6 +584,9 @@ std::optional<StartRefusal> Supervisor::daemons_refusal() const {
     if (!m_preload || m_preload->exited)
       return StartRefusal{"daemons_not_ready", "vllm preload is not running" + (m_preload && !m_preload->error.empty() ? " (" + m_preload->error + ")" : std::string())};
     if (!m_preload->ready) return StartRefusal{"daemons_not_ready", "vllm preload is not ready"};
+    if (!m_preload->stale.empty()) return StartRefusal{"nothing_held", "the checkpoint changed under vllm preload: " + m_preload->stale};
+    // copy mode: the engine takes the weights and the daemon releases its cache (vLLM docs).
+    if (m_preload->gave_weights) return StartRefusal{"nothing_held", "vllm preload gave its weights to the last engine (weights.mode = copy)"};
     return std::nullopt;
   }
   if (m_daemons.empty()) return StartRefusal{"no_daemon", "no weight daemon is running"};
@@ -594,8 +604,11 @@ std::optional<StartRefusal> Supervisor::daemons_refusal() const {
 }
 
 bool Supervisor::daemons_hold_old_weights() const {
-  if (m_cfg.weights.mode == WeightsMode::kOff || m_cfg.weights.daemon == DaemonKind::kNone || m_next_start_cold) return false;
-  if (preload_mode()) return m_preload && !m_preload->exited;
+  if (m_cfg.weights.mode == WeightsMode::kOff || m_cfg.weights.daemon == DaemonKind::kNone) return false;
+  // The preload's cache is also spent when an engine took it (copy) or the checkpoint changed under it.
+  if (preload_mode())
+    return m_preload && !m_preload->exited && (!m_next_start_cold || m_preload->gave_weights || !m_preload->stale.empty());
+  if (m_next_start_cold) return false;
   for (const auto& d : m_daemons)
     if (!d->exited) return true;
   return false;
@@ -610,6 +623,11 @@ Status Supervisor::spawn_engine(StartPath expected) {
   e.warm_expected = expected == StartPath::kWarm;
   SpawnSpec spec;
   spec.argv = engine_argv();
+  if (preload_mode() && preload_serving()) {
+    // What this start used of the preload (adjust_vllm_flags read the same facts for its flags).
+    e.strict = m_preload->engine_starts++ == 0;
+    if (m_cfg.weights.mode == WeightsMode::kCopy) m_preload->gave_weights = true;
+  }
   spec.env = engine_env();
   spec.working_dir = m_cfg.engine.working_dir;
   spec.new_pid_namespace = m_snap->wanted;
@@ -664,8 +682,12 @@ void Supervisor::arm_readiness(bool poll_now) {
 
 // Runs a readiness (full) or health probe of the current engine on the thread pool; `on_result` runs on
 // the loop only if that engine is still the current one and the state is still `expected`.
-void Supervisor::probe_engine(State expected, bool full, std::function<void(ProbeResult)> on_result) {
-  if (!m_engine || m_engine->exited || m_state != expected || m_probe_in_flight) return;
+void Supervisor::probe_engine(bool full, std::function<void(ProbeResult)> on_result) {
+  // Readiness probes an engine not yet ready, health one that is; neither one being stopped.
+  auto wanted = [this, full] {
+    return m_engine && !m_engine->exited && !m_engine->stop_requested && m_engine->path.empty() == full;
+  };
+  if (!wanted() || m_probe_in_flight) return;
   m_probe_in_flight = true;
   const pid_t pid = m_engine->pid;
   auto host = m_cfg.engine.host;
@@ -678,15 +700,15 @@ void Supervisor::probe_engine(State expected, bool full, std::function<void(Prob
         return full ? probe_readiness(host, port, rc, std::min(rc.check_timeout_s, 30.0))
                     : probe_health(host, port, rc, rc.check_timeout_s);
       },
-      [this, pid, expected, on_result = std::move(on_result)](ProbeResult r) {
+      [this, pid, wanted, on_result = std::move(on_result)](ProbeResult r) {
         m_probe_in_flight = false;
-        if (!m_engine || m_engine->pid != pid || m_engine->exited || m_state != expected) return;
+        if (!wanted() || m_engine->pid != pid) return;
         on_result(std::move(r));
       });
 }
 
 void Supervisor::poll_readiness() {
-  probe_engine(State::kStarting, true, [this](ProbeResult r) {
+  probe_engine(true, [this](ProbeResult r) {
     if (r.ok) {
       spdlog::info("readiness passed: {} answered {}", m_cfg.readiness.request_path, json(r.detail).dump());
       raise(Event::kEngineReady);
@@ -694,7 +716,8 @@ void Supervisor::poll_readiness() {
     }
     if (r.health_ok) spdlog::info("readiness: {}", r.detail);
     // Before the first READY=1 systemd's start timeout runs: while the engine is alive and within
-    // startup_timeout_s it is making its way (loading, compiling), so keep extending (brief decision 12).
+    // startup_timeout_s it is making its way (loading, compiling), so keep extending (ARCHITECTURE.md,
+    // "Readiness is a real request").
     if (!m_ever_ready && m_loop.now_s() - m_last_extend >= kExtendEveryS) {
       m_last_extend = m_loop.now_s();
       m_notify->notify("EXTEND_TIMEOUT_USEC=" + std::to_string(static_cast<uint64_t>(kExtendEveryS * 3e6)));
@@ -819,7 +842,7 @@ json Supervisor::Histogram::to_json() const {
 }
 
 void Supervisor::check_health() {
-  probe_engine(State::kReady, false, [this](ProbeResult r) {
+  probe_engine(false, [this](ProbeResult r) {
     if (r.ok) {
       m_consecutive_health_failures = 0;
       return;
@@ -880,7 +903,7 @@ void Supervisor::on_engine_exit(int status) {
   f.last_lines = &e.tail;
   f.rules = m_output_rules.empty() ? nullptr : &m_output_rules;
   // During a stop, a SIGTERM'd engine counts as requested whatever its status.
-  if (m_state == State::kStopping) f.requested = true;
+  if (is_terminal(m_state)) f.requested = true;
   Classification c = classify_exit(f);
   // A push whose flags never became ready is rolled back: a rejected push, not a failure of the running
   // configuration. It is counted apart and does not feed the crash-loop limit or the backoff.
@@ -920,7 +943,7 @@ void Supervisor::wait_drain() {
       again(0.02);
       return;
     }
-    // Leak check (brief decision 8): GPU memory used must fall back to what the daemons hold.
+    // Leak check (ARCHITECTURE.md, "Memory accounting"): GPU memory used must fall back to what the daemons hold.
     if (!m_cfg.gpus.empty() && m_cfg.weights.backend != "host") {
       for (const auto& gpu : m_cfg.gpus) {
         auto m = m_gpus->memory(gpu);
@@ -951,7 +974,7 @@ void Supervisor::after_drain() {
   const bool failure = cause != "requested";
   const bool was_warm = m_engine && m_engine->warm_expected;
   m_engine.reset();
-  if (m_state == State::kStopping) {
+  if (is_terminal(m_state)) {
     raise(Event::kDrainedRestart);  // the table maps any drained event to stopping the daemons
     return;
   }
@@ -971,15 +994,9 @@ void Supervisor::after_drain() {
     raise(m_reload->cold ? Event::kDrainedColdRestart : Event::kDrainedRestart);
     return;
   }
+  // What follows the drain is the table's: a cold reload or a changed checkpoint drains in kReloading,
+  // stop-engine in kHolding; the policy's verdict is the event.
   Verdict v = m_policy.on_exit(m_loop.now_s(), failure, was_warm);
-  if (m_reload && !failure && m_reload->cold && !m_reload->rolled_back) v = Verdict::kColdRestart;
-  // The checkpoint changed under the preload daemon, or it died: reload it (docs/vllm.md).
-  if (m_force_cold && v != Verdict::kGiveUp) v = Verdict::kColdRestart;
-  if (m_hold_engine && !failure) {
-    set_status("Engine stopped by the operator (fastrestartctl start-engine to start it)");
-    m_state = State::kBackoff;
-    return;
-  }
   switch (v) {
     case Verdict::kRestart: raise(Event::kDrainedRestart); break;
     case Verdict::kColdRestart:

@@ -78,16 +78,18 @@ class Supervisor : private StartHost {
   void stop_engine(bool kill_now);
   void on_engine_exit(int status);
   void poll_readiness();
-  void probe_engine(State expected, bool full, std::function<void(ProbeResult)> on_result);
+  void probe_engine(bool full, std::function<void(ProbeResult)> on_result);  // full: readiness, else health
   void check_health();
   void wait_drain();
   void after_drain();
-  std::vector<std::string> engine_argv();
+  std::vector<std::string> engine_argv() const;  // changes nothing: spawn_engine records what a start uses
   std::map<std::string, std::string> engine_env();
   void arm_readiness(bool poll_now);
 
   // start paths (start/start_path.h): walk restart.start from index `from`, recording each skip or failure
   void walk_start_paths(size_t from);
+  bool walk_waiting(const char* code) const;  // the current start waits (reloading_daemons, snapshot_create)
+  bool engine_serving() const;                // an engine passed readiness and nobody is stopping it
   void record_start_attempt(StartPath p, const std::string& outcome, const StartRefusal& why);
   std::string start_attempts_text() const;  // "skipped warm: ..." for STATUS=
   nlohmann::json start_attempts_json() const;
@@ -128,7 +130,8 @@ class Supervisor : private StartHost {
   void stop_preload();
   void on_preload_exit(int status);
   void watch_checkpoint();
-  void adjust_vllm_flags(std::vector<std::string>& flags);
+  void adjust_vllm_flags(std::vector<std::string>& flags) const;
+  bool preload_serving() const;  // vllm preload is up and ready
   void observe_engine_line(Engine& e, const std::string& line);
   std::string path_from_engine_report(Engine& e);  // "warm" | "cold" | "" (no word from the engine)
   std::string readiness_model() const;
@@ -164,7 +167,6 @@ class Supervisor : private StartHost {
   };
   std::vector<StartAttempt> m_start_attempts;
   size_t m_start_index = 0;                      // the path that started the engine (restart.start index)
-  bool m_start_waiting = false;                  // the walk waits for a daemon reload (path cold)
   std::map<std::string, uint64_t> m_start_counts;  // "path/outcome/reason" -> count, for /metrics
 
   Timer m_poll_timer, m_deadline_timer, m_health_timer, m_drain_timer, m_backoff_timer, m_kill_timer,
@@ -193,7 +195,6 @@ class Supervisor : private StartHost {
   std::string m_failure;
   int m_consecutive_health_failures = 0;
   bool m_probe_in_flight = false;
-  bool m_hold_engine = false;
   bool m_ever_ready = false;     // READY=1 sent once: systemd's start timeout no longer applies
   double m_last_extend = 0;
   // Per GPU: memory used before the engine started, minus the daemons' pools then (contexts, driver
@@ -205,8 +206,6 @@ class Supervisor : private StartHost {
   std::vector<OutputRule> m_output_rules;  // its [[failure]] rules, for classify_exit
   std::string m_reported_version;         // what the last vLLM engine said it was
   std::unique_ptr<Preload> m_preload;     // weights.daemon = "vllm-preload"
-  bool m_preload_fresh = false;           // the preload (re)started: the next engine start is strict
-  bool m_force_cold = false;              // the next restart reloads the daemons (checkpoint changed, ...)
   Timer m_watch_timer{m_loop};
 };
 

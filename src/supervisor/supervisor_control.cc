@@ -85,19 +85,16 @@ json Supervisor::handle(const json& req, std::shared_ptr<std::promise<json>> rep
   if (op == "daemons") return {{"ok", true}, {"daemons", status_json()["daemons"]}};
   if (op == "check") return handle_check(req);
   if (op == "snapshot") return handle_snapshot(req, reply);
-  const bool terminal = m_state == State::kStopping || m_state == State::kFailed || m_state == State::kStopped;
+  const bool terminal = is_terminal(m_state);
   if ((op == "restart" || op == "start-engine" || op == "stop-engine" || op == "reload") && m_snap->helper_pid > 0 &&
       m_snap->job == "create")
     return error("busy", "a snapshot is being created; try again when it is done");
   if (op == "restart" || op == "start-engine" || op == "stop-engine") {
     if (terminal) return error("busy", std::string("the supervisor is ") + state_name(m_state));
     if (op == "stop-engine") {
-      m_hold_engine = true;
-      m_backoff_timer.stop();
-      raise(Event::kRestartRequested);
+      raise(Event::kHoldRequested);
       return {{"ok", true}, {"message", "stopping the engine; it stays stopped until start-engine"}};
     }
-    m_hold_engine = false;
     raise(Event::kRestartRequested);
     return {{"ok", true}, {"message", op == "restart" ? "restarting the engine" : "starting the engine"}};
   }
@@ -122,7 +119,7 @@ json Supervisor::handle(const json& req, std::shared_ptr<std::promise<json>> rep
     auto pushed = pushed_flags(req, m_flags, "reload");
     if (!pushed.ok()) return error("invalid_argument", pushed.error().message);
     const std::vector<std::string> next = std::move(*pushed);
-    if (next == m_flags && m_state == State::kReady)
+    if (next == m_flags && engine_serving())
       return {{"ok", true}, {"path", "unchanged"}, {"flags", redact_flags(m_flags)}, {"message", "the flags are unchanged"}};
     // Checks before a flag push: nothing restarts when vLLM would not start with these flags.
     if (auto why = refuse_push(next); !why.empty()) {
@@ -143,7 +140,6 @@ json Supervisor::handle(const json& req, std::shared_ptr<std::promise<json>> rep
     std::snprintf(buf, sizeof buf, "%.0f", monotonic_usec());
     m_notify->notify(std::string("RELOADING=1\nMONOTONIC_USEC=") + buf + "\nSTATUS=Reloading (" +
                      (m_reload->cold ? "cold" : "warm") + ")");
-    m_hold_engine = false;
     raise(m_reload->cold ? Event::kColdReloadRequested : Event::kRestartRequested);
     if (m_reload && m_reload->waiters.empty()) return {{"ok", true}, {"message", "reload started"}, {"cold", m_reload->cold}};
     return nullptr;
@@ -270,7 +266,7 @@ json Supervisor::status_json() {
                               {"restored", m_snap->restored}, {"fallbacks", m_snap->fallbacks}}}};
   return {{"name", m_cfg.name},
           {"config", m_cfg.path},
-          {"state", m_hold_engine && m_state == State::kBackoff ? "held" : state_name(m_state)},
+          {"state", reported_state_name(m_state)},
           {"status_text", m_status_text},
           {"uptime_s", m_loop.now_s() - m_started_at},
           {"engine", engine},

@@ -62,7 +62,6 @@ struct Supervisor::Snapshots {
   std::string job;               // "create" | "restore" while helper_pid > 0
   std::string result_path;
   double job_started = 0;
-  bool start_deferred = false;   // an engine start waits for the create job
   std::string force_id;          // restore this artifact next (a fresh create, or `snapshot restore ID`)
   std::set<std::string> failed_ids;  // artifacts whose restore failed: not tried again
   std::map<pid_t, int> orphans;  // exits reaped before the restored pid was known
@@ -103,6 +102,9 @@ struct Supervisor::Preload : SupervisedChild {
   double last_output = 0;            // progress, for weights.load_timeout_s
   double ready_at = 0;
   std::vector<FileIdentity> checkpoint;  // the checkpoint files when it started loading
+  int engine_starts = 0;             // engines started on it: the first is strict (ipc_cache fallback false)
+  bool gave_weights = false;         // weights.mode = copy: an engine took the weights, the cache is released
+  std::string stale;                 // the checkpoint changed under it: what changed
   std::deque<std::string> tail;      // its last lines: why it died
 };
 

@@ -281,13 +281,13 @@ void Supervisor::after_create_job(const json& result) {
     spdlog::error("snapshot create failed: {}", why);
     for (auto& w : s.create_waiters) w->set_value(error("snapshot_failed", why));
     s.create_waiters.clear();
-    if (m_engine && !m_engine->exited && m_state == State::kReady) {
+    if (m_engine && !m_engine->exited && !m_engine->path.empty()) {
       // The dump failed before it ended the engine (CRIU resumes it; the helper unlocked CUDA): keep serving.
       m_engine->stop_requested = false;
       m_health_timer.start(m_cfg.readiness.check_interval_s, [this] { check_health(); }, m_cfg.readiness.check_interval_s);
     }
   }
-  if (std::exchange(s.start_deferred, false)) start_engine();
+  if (walk_waiting("snapshot_create")) raise(Event::kSnapshotCreated);
 }
 
 // Called at every READY: answers `snapshot create` once its artifact has been restored (or not).
@@ -381,9 +381,9 @@ json Supervisor::handle_snapshot(const json& req, std::shared_ptr<std::promise<j
     return {{"ok", true}, {"message", "deleted snapshot " + id}};
   }
   if (action != "create" && action != "restore") return error("invalid_argument", "unknown snapshot action \"" + action + "\"");
-  if (m_state != State::kReady || !m_engine || m_engine->exited)
+  if (!engine_serving())
     return error("busy", std::string("snapshot ") + action + " needs a ready engine (the supervisor is " +
-                             state_name(m_state) + ")");
+                             reported_state_name(m_state) + ")");
   if (s.helper_pid > 0) return error("busy", "a snapshot " + s.job + " is already running");
   if (m_reload) return error("busy", "a reload is in progress");
   if (action == "restore") {

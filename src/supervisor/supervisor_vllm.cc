@@ -130,7 +130,6 @@ bool Supervisor::preload_mode() const { return m_cfg.weights.daemon == DaemonKin
 void Supervisor::start_preload() {
   m_preload = std::make_unique<Preload>();
   Preload& p = *m_preload;
-  m_force_cold = false;
   const auto flags = parse_flag_list(m_flags);
   // The same program as `vllm serve`, with `preload` in the place of `serve` (config.cc checked it is there).
   p.argv = m_cfg.engine.command;
@@ -173,7 +172,6 @@ void Supervisor::start_preload() {
     m_loop.post([this] { raise(Event::kDaemonsFailed); });
     return;
   }
-  m_preload_fresh = true;
   if (m_cfg.weights.watch_interval_s > 0 && !p.checkpoint.empty())
     m_watch_timer.start(m_cfg.weights.watch_interval_s, [this] { watch_checkpoint(); }, m_cfg.weights.watch_interval_s);
   m_daemon_timer.start(kPreloadPollS, [this] { poll_preload(); });
@@ -181,7 +179,7 @@ void Supervisor::start_preload() {
 
 // While loading: /health answers 200 once every rank serves (vLLM docs/features/preload.md).
 void Supervisor::poll_preload() {
-  if (!m_preload || m_preload->exited || m_preload->stopping || m_preload->ready || m_state != State::kLoading) return;
+  if (!m_preload || m_preload->exited || m_preload->stopping || m_preload->ready || !awaits_daemons(m_state)) return;
   Preload& p = *m_preload;
   const double now = m_loop.now_s();
   if (now - p.last_output > m_cfg.weights.load_timeout_s) {
@@ -189,7 +187,7 @@ void Supervisor::poll_preload() {
     p.error = "no output and no /health for " + std::to_string(static_cast<int>(m_cfg.weights.load_timeout_s)) + " s";
     spdlog::error("vllm preload: {}; stopping it, the engine will load from disk", p.error);
     signal_group(p.pid, -1, SIGKILL);
-    return;  // on_preload_exit raises kDaemonsFailed
+    return;  // on_preload_exit raises kPreloadDied
   }
   if (p.probe_in_flight) return;
   p.probe_in_flight = true;
@@ -203,7 +201,7 @@ void Supervisor::poll_preload() {
         if (!m_preload || m_preload->pid != pid) return;
         Preload& pl = *m_preload;
         pl.probe_in_flight = false;
-        if (pl.exited || pl.stopping || m_state != State::kLoading) return;
+        if (pl.exited || pl.stopping || !awaits_daemons(m_state)) return;
         if (r.ok) {
           pl.ready = true;
           pl.ready_at = m_loop.now_s();
@@ -226,8 +224,7 @@ void Supervisor::poll_preload() {
 void Supervisor::stop_preload() {
   m_watch_timer.stop();
   if (!m_preload || m_preload->exited) {
-    if (m_state == State::kLoading) start_daemons();
-    else m_loop.post([this] { raise(Event::kDaemonsStopped); });
+    m_loop.post([this] { raise(Event::kDaemonsStopped); });
     return;
   }
   Preload& p = *m_preload;
@@ -265,8 +262,7 @@ void Supervisor::on_preload_exit(int status) {
       }
       m_kill_timer.stop();
       spdlog::info("vllm preload pid {} stopped ({})", pgid, how);
-      if (m_state == State::kStopping || m_state == State::kFailed) raise(Event::kDaemonsStopped);
-      else if (m_state == State::kLoading) start_daemons();  // a cold reload stopped it
+      raise(Event::kDaemonsStopped);  // stopping: exit; loading: a reload stopped it, start it again
     };
     (*tick)();
     return;
@@ -280,18 +276,15 @@ void Supervisor::on_preload_exit(int status) {
       p.error += ": " + *it;
       break;
     }
-  m_preload_fresh = false;
   m_watch_timer.stop();
-  if (m_state == State::kLoading) {
+  if (is_terminal(m_state)) return;
+  // While loading the engine starts anyway and loads from disk; else an engine mapped to its weights
+  // (zero_copy) loses them with it: the table reloads it and restarts the engine.
+  if (awaits_daemons(m_state))
     spdlog::error("vllm preload pid {} died while loading ({}); the engine will load from disk", p.pid, how);
-    raise(Event::kDaemonsFailed);
-    return;
-  }
-  if (m_state == State::kStopping || m_state == State::kFailed || m_state == State::kStopped) return;
-  // An engine mapped to its weights (zero_copy) loses them with it: reload it and restart the engine.
-  spdlog::error("vllm preload pid {} died ({}); reloading it", p.pid, how);
-  m_force_cold = true;
-  if (m_state == State::kReady || m_state == State::kStarting || m_state == State::kBackoff) raise(Event::kColdReloadRequested);
+  else
+    spdlog::error("vllm preload pid {} died ({}); reloading it", p.pid, how);
+  raise(Event::kPreloadDied);
 }
 
 // vLLM's fingerprint covers only the safetensors headers (vLLM issue #59647): a checkpoint rewritten with the
@@ -308,18 +301,19 @@ void Supervisor::watch_checkpoint() {
     if (std::find(files.begin(), files.end(), path) == files.end()) files.push_back(f);
   }
   const std::string change = identity_change(m_preload->checkpoint, identities(files));
-  if (change.empty() || m_force_cold) return;
-  if (m_state != State::kReady && m_state != State::kStarting && m_state != State::kBackoff) return;
+  if (change.empty() || !m_preload->stale.empty()) return;
+  m_preload->stale = change;
   spdlog::warn("checkpoint changed under the same path ({}); vLLM's cache key would not notice (vLLM issue #59647): "
                "reloading vllm preload, then restarting the engine", change);
-  m_force_cold = true;
-  raise(Event::kColdReloadRequested);
+  raise(Event::kCheckpointChanged);
 }
 
 // `vllm serve` in vllm-preload mode: --load-format ipc_cache, and the loader's extra config with fallback
 // false on the first start after the preload (re)started (a mismatch then fails loudly instead of loading
 // from disk next to the daemon), the configured value after.
-void Supervisor::adjust_vllm_flags(std::vector<std::string>& words) {
+bool Supervisor::preload_serving() const { return m_preload && m_preload->ready && !m_preload->exited; }
+
+void Supervisor::adjust_vllm_flags(std::vector<std::string>& words) const {
   auto flags = parse_flag_list(words);
   json extra = json::object();
   std::erase_if(flags, [&](const Flag& f) {
@@ -331,19 +325,14 @@ void Supervisor::adjust_vllm_flags(std::vector<std::string>& words) {
     }
     return name == "--load-format" || name == "--model-loader-extra-config";
   });
-  const bool daemon_up = m_preload && m_preload->ready && !m_preload->exited;
-  const bool strict = daemon_up && m_preload_fresh;
+  const bool daemon_up = preload_serving();
+  const bool strict = daemon_up && m_preload->engine_starts == 0;
   extra["fallback"] = strict ? false : (daemon_up ? m_cfg.weights.fallback : true);
   extra["mode"] = weights_mode_name(m_cfg.weights.mode);
   if (!m_cfg.weights.socket_dir.empty()) extra["socket_dir"] = m_cfg.weights.socket_dir;
   flags.push_back({"--load-format", {"ipc_cache"}, false});
   flags.push_back({"--model-loader-extra-config", {extra.dump()}, false});
   words = to_words(flags);
-  if (m_engine) m_engine->strict = strict;
-  if (strict) m_preload_fresh = false;  // only the first start after the preload (re)started
-  // copy mode: the engine takes the weights and the daemon releases its cache (vLLM docs), so the next
-  // start needs a fresh preload.
-  if (daemon_up && m_cfg.weights.mode == WeightsMode::kCopy) m_force_cold = true;
   if (!daemon_up) spdlog::warn("vllm preload is not serving; the engine loads from disk (ipc_cache fallback true)");
 }
 
