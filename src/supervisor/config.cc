@@ -14,7 +14,7 @@
 #include <initializer_list>
 #include <span>
 
-#include "supervisor/vllm_lint.h"
+#include "supervisor/engines/vllm/vllm_lint.h"
 
 namespace fr::supervisor {
 namespace {

@@ -11,8 +11,8 @@
 #include "protocol/frame.h"
 #include "supervisor/config.h"
 #include "supervisor/control.h"
-#include "supervisor/vllm_check.h"
-#include "supervisor/vllm_rules.h"
+#include "supervisor/engines/vllm/vllm_check.h"
+#include "supervisor/engines/vllm/vllm_rules.h"
 
 namespace {
 

@@ -8,7 +8,7 @@
 #include "health/health_server.h"
 #include "supervisor/control.h"
 #include "supervisor/supervisor.h"
-#include "supervisor/vllm_lint.h"
+#include "supervisor/engines/vllm/vllm_lint.h"
 
 using namespace fr::supervisor;
 

@@ -7,7 +7,7 @@
 #include <map>
 #include <string_view>
 
-#include "supervisor/vllm_rules.h"
+#include "supervisor/engines/vllm/vllm_rules.h"
 
 namespace fr::supervisor {
 namespace {

@@ -24,7 +24,7 @@
 #include "supervisor/policy.h"
 #include "supervisor/readiness.h"
 #include "supervisor/start/start_path.h"
-#include "supervisor/vllm_rules.h"
+#include "supervisor/engines/vllm/vllm_rules.h"
 
 namespace fr::supervisor {
 

@@ -16,7 +16,7 @@
 #include "supervisor/flags.h"
 #include "supervisor/supervisor.h"
 #include "supervisor/supervisor_internal.h"
-#include "supervisor/vllm_check.h"
+#include "supervisor/engines/vllm/vllm_check.h"
 
 namespace fr::supervisor {
 

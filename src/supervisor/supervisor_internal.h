@@ -15,7 +15,7 @@
 #include "supervisor/loop.h"
 #include "supervisor/supervised_child.h"
 #include "supervisor/supervisor.h"
-#include "supervisor/vllm_report.h"
+#include "supervisor/engines/vllm/vllm_report.h"
 
 namespace fr::supervisor {
 

@@ -19,8 +19,8 @@
 #include "supervisor/supervised_child.h"
 #include "supervisor/supervisor.h"
 #include "supervisor/supervisor_internal.h"
-#include "supervisor/vllm_check.h"
-#include "supervisor/vllm_lint.h"
+#include "supervisor/engines/vllm/vllm_check.h"
+#include "supervisor/engines/vllm/vllm_lint.h"
 
 namespace fr::supervisor {
 
