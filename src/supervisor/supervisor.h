@@ -122,7 +122,7 @@ class Supervisor : private StartHost {
   nlohmann::json handle(const nlohmann::json& req, std::shared_ptr<std::promise<nlohmann::json>> reply);
   void finish_reload(bool ok, const std::string& why);
 
-  // vLLM (supervisor_vllm.cc, docs/vllm.md): `vllm preload` as the weight daemon, the serve flags it needs,
+  // vLLM (engines/vllm/supervisor_vllm.cc, docs/vllm.md): `vllm preload` as the weight daemon, the serve flags it needs,
   // the checkpoint watch, what the engine reports about itself, and the checks before a push.
   bool preload_mode() const;
   void start_preload();
