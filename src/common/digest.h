@@ -1,4 +1,4 @@
-// The content digest of a weight pool (brief decision 5; docs/protocol.md, "Content digest").
+// The content digest of a weight pool (docs/protocol.md, "Content digest").
 //
 // The pool's bytes [0, length) are cut into fixed chunks of kDigestChunkBytes (the last one may be short).
 // Each chunk is hashed with XXH64 (seed 0); the digest is XXH64 (seed 0) of the chunk hashes written in

@@ -1,4 +1,5 @@
-// FileIdentity: what a file is, from stat(2) alone (brief decision 5). A file rewritten in place changes
+// FileIdentity: what a file is, from stat(2) alone (ARCHITECTURE.md, "The fingerprint
+// covers content and file identity"). A file rewritten in place changes
 // ctime even when its mtime is restored (touch -r); a file replaced by rename changes the inode. Either
 // way the identity differs, so an engine can never be handed the weights of an older file.
 #pragma once

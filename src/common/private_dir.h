@@ -1,4 +1,4 @@
-// The runtime directory for sockets and locks (brief decision 4, docs/protocol.md "Socket directory").
+// The runtime directory for sockets and locks (docs/protocol.md, "Socket directory").
 #pragma once
 
 #include <sys/types.h>

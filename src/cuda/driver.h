@@ -1,4 +1,5 @@
-// The CUDA driver API, loaded at run time (brief decision 3).
+// The CUDA driver API, loaded at run time (ARCHITECTURE.md, "The CUDA driver is
+// loaded at run time").
 //
 // Nothing links libcuda: load_driver() dlopen()s libcuda.so.1 on first use and resolves every entry point
 // below through cuGetProcAddress at the toolkit's CUDA_VERSION, so each pointer has exactly the signature

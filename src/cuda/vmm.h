@@ -1,4 +1,4 @@
-// CUDA VMM pools shared by file descriptor (brief decision 1).
+// CUDA VMM pools shared by file descriptor (ARCHITECTURE.md).
 //
 // The daemon creates one allocation per entry with a POSIX-fd handle type and exports a fresh fd per
 // client; a client imports the fd, reserves a VA range and maps the whole allocation once, read-only or

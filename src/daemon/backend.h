@@ -1,4 +1,4 @@
-// Where a weight daemon keeps pools: host memory (memfd) or GPU memory (CUDA VMM). Brief decisions 1-2.
+// Where a weight daemon keeps pools: host memory (memfd) or GPU memory (CUDA VMM). ARCHITECTURE.md, "Design decisions".
 //
 // A Pool is one shareable allocation holding one entry's tensors. The daemon fills it through Uploaders
 // (one per reader thread) or lets a publisher fill it through a shared descriptor, then seals it and hands

@@ -1,4 +1,5 @@
-// The CUDA backend: one VMM allocation per pool, shared by POSIX fd (brief decision 1).
+// The CUDA backend: one VMM allocation per pool, shared by POSIX fd (ARCHITECTURE.md, "One pool
+// per entry, shared by file descriptor").
 //
 // Pool: cuMemCreate (POSIX fd handle type) rounded up to the VMM granularity, mapped read-write into the
 // daemon only, zero-filled before it is handed out. share_fd() exports the allocation once and hands each

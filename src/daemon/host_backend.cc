@@ -1,4 +1,5 @@
-// The host backend: each pool is a memfd, sealed once filled (brief decision 2).
+// The host backend: each pool is a memfd, sealed once filled (ARCHITECTURE.md, "A host backend
+// with the same protocol").
 #include <fcntl.h>
 #include <sys/mman.h>
 #include <unistd.h>

@@ -1,4 +1,5 @@
-// Preload: read safetensors checkpoints into one pool with the pipelined reader (brief decision 6).
+// Preload: read safetensors checkpoints into one pool with the pipelined reader (ARCHITECTURE.md,
+// "Two ways to fill the cache").
 //
 // plan_preload validates every header before any data is read and lays the selected tensors out in the
 // pool. run_preload then splits the pool into tasks of up to 64 MiB that `threads` readers take in turn:

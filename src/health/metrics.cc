@@ -224,6 +224,28 @@ void attaches_and_reloads(Writer& w, const json& metrics) {
   w.family("reloads_total", "counter", "Config pushes (reloads) by result: warm, cold, rolled_back.");
   const json& r = field(metrics, "reloads");
   for (const char* result : {"warm", "cold", "rolled_back"}) w.sample({{"result", result}}, format_json_value(field(r, result)));
+
+  // Rolled-back pushes by the exit cause of the engine that ran the rejected flags; they are not engine
+  // failures of the running configuration, so fastrestart_restarts_total does not count them.
+  const json& rb = field(metrics, "rollbacks");
+  if (rb.is_object()) {
+    w.family("reload_rollbacks_total", "counter", "Rolled-back config pushes by the exit cause of the engine that ran them.");
+    for (const auto& [cause, n] : rb.items()) w.sample({{"cause", sanitize_utf8(cause, kMaxReasonChars)}}, format_json_value(n));
+  }
+}
+
+// Each start path asked at an engine start, by outcome (started, skipped, failed, waiting) and reason code.
+void start_path_families(Writer& w, const json& metrics) {
+  const json& sp = field(metrics, "start_paths");
+  if (!sp.is_array()) return;
+  w.family("start_path_total", "counter",
+           "Start paths asked at engine starts (restart.start, in order) by outcome and reason: started, skipped "
+           "(could not serve), failed (tried, the next path ran), waiting (reloading the daemons first).");
+  for (const auto& row : sp)
+    w.sample({{"path", sanitize_utf8(text(field(row, "path")), kMaxReasonChars)},
+              {"outcome", sanitize_utf8(text(field(row, "outcome")), kMaxReasonChars)},
+              {"reason", sanitize_utf8(text(field(row, "reason")), kMaxReasonChars)}},
+             format_json_value(field(row, "count")));
 }
 
 // Only for supervisors that report snapshots (status "metrics.snapshots"; docs/snapshot.md).
@@ -322,6 +344,7 @@ std::string render_metrics(const json& status, const std::string& version) {
   supervisor_families(w, status, version);
   time_to_ready(w, metrics);
   attaches_and_reloads(w, metrics);
+  start_path_families(w, metrics);
   snapshot_families(w, metrics);
   daemon_families(w, status);
   memory_families(w, status);

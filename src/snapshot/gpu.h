@@ -1,5 +1,6 @@
 // The GPU side of a snapshot: the CUDA driver's checkpoint API, called by pid from the helper process
-// (fastrestart-snapshot), never from fastrestartd (brief decisions 7 and 14). A seam: gpu_cuda.cc in
+// (fastrestart-snapshot), never from fastrestartd, which never creates a CUDA context
+// (ARCHITECTURE.md). A seam: gpu_cuda.cc in
 // builds with the CUDA toolkit, gpu_none.cc otherwise.
 #pragma once
 

@@ -1,4 +1,4 @@
-// The identity a snapshot needs to be restored safely (brief decision 14; docs/snapshot.md, "Identity").
+// The identity a snapshot needs to be restored safely (docs/snapshot.md, "Identity").
 //
 // A snapshot is process memory: it is only valid on the same kernel, CRIU, driver and GPU, for the same
 // engine binary, arguments, environment and weights. The manifest records the identity at creation; a

@@ -1,5 +1,5 @@
 // The oracle: a greedy completion recorded when the snapshot is created and replayed after a restore
-// (brief decision 14). Equal token ids and text, and log-probabilities within kLogprobTolerance, prove the
+// (ARCHITECTURE.md, "Snapshots"). Equal token ids and text, and log-probabilities within kLogprobTolerance, prove the
 // restored process computes what the original did, weights and GPU state included.
 #pragma once
 

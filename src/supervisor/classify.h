@@ -1,4 +1,4 @@
-// Why an engine exited (brief decision 10). Pure: the wait status, what we asked for, the engine's last
+// Why an engine exited (ARCHITECTURE.md, "Restart policy and classification"). Pure: the wait status, what we asked for, the engine's last
 // output lines and the cgroup's OOM-kill count decide.
 #pragma once
 

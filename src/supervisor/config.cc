@@ -15,7 +15,7 @@
 #include <span>
 
 #include "supervisor/flags.h"
-#include "supervisor/vllm_lint.h"
+#include "supervisor/engines/vllm/vllm_lint.h"
 
 namespace fr::supervisor {
 namespace {

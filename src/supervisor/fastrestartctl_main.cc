@@ -11,8 +11,8 @@
 #include "protocol/frame.h"
 #include "supervisor/config.h"
 #include "supervisor/control.h"
-#include "supervisor/vllm_check.h"
-#include "supervisor/vllm_rules.h"
+#include "supervisor/engines/vllm/vllm_check.h"
+#include "supervisor/engines/vllm/vllm_rules.h"
 
 namespace {
 
@@ -71,9 +71,23 @@ void print_status(const json& s) {
   std::printf("%-18s %s\n", "restarts", r.empty() ? "none" : r.c_str());
   if (s["last_exit"].is_object())
     std::printf("%-18s %s: %s\n", "last exit", s["last_exit"].value("cause", "").c_str(), s["last_exit"].value("detail", "").c_str());
-  if (s["last_start"].is_object())
+  if (s["last_start"].is_object()) {
     std::printf("%-18s %s in %.2f s\n", "last start", s["last_start"].value("path", "").c_str(),
                 s["last_start"].value("time_to_ready_s", 0.0));
+    if (s["last_start"].contains("warm_miss"))
+      std::printf("%-18s %s\n", "warm miss", s["last_start"].value("warm_miss", "").c_str());
+  }
+  // Each start path of restart.start that was skipped or failed at the current (or last) start, with why.
+  for (const auto& a : s.value("start_paths", json::array()))
+    if (a.value("outcome", "") == "skipped" || a.value("outcome", "") == "failed")
+      std::printf("%-18s %s %s: %s\n", "start path", a.value("path", "").c_str(), a.value("outcome", "").c_str(),
+                  a.value("detail", "").c_str());
+  if (s.contains("rollbacks") && s["rollbacks"].is_object() && s["rollbacks"].value("count", 0) > 0) {
+    const json& rb = s["rollbacks"];
+    const json last = rb.value("recent", json::array()).empty() ? json::object() : rb["recent"].back();
+    std::printf("%-18s %d (not counted as restarts); last: %s: %s\n", "rollbacks", rb.value("count", 0),
+                last.value("cause", "").c_str(), last.value("detail", "").c_str());
+  }
   for (const auto& d : s.value("daemons", json::array())) {
     const auto& p = d["progress"];
     double done = p.value("done_bytes", 0.0), total = p.value("total_bytes", 0.0), rate = p.value("rate_bytes_per_s", 0.0);

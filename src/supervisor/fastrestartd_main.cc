@@ -9,7 +9,7 @@
 #include "supervisor/control.h"
 #include "supervisor/instance_lock.h"
 #include "supervisor/supervisor.h"
-#include "supervisor/vllm_lint.h"
+#include "supervisor/engines/vllm/vllm_lint.h"
 
 using namespace fr::supervisor;
 

@@ -1,5 +1,5 @@
 // Engine flags: sh-like splitting, a flag list model (name + values), merging pushes, and the daemon-affecting
-// classification of brief decision 11. How pushes behave for users: docs/config.md, "Engine flags".
+// classification (ARCHITECTURE.md, "Config pushes"). How pushes behave for users: docs/config.md, "Engine flags".
 #include "supervisor/flags.h"
 
 #include <algorithm>
@@ -8,7 +8,7 @@
 #include <string_view>
 
 #include "common/control_chars.h"
-#include "supervisor/vllm_rules.h"
+#include "supervisor/engines/vllm/vllm_rules.h"
 
 namespace fr::supervisor {
 namespace {

@@ -1,5 +1,5 @@
 // Engine flags: merging a push (`fastrestartctl reload --flags/--add-flags/--remove-flags`) into the
-// current flags, and deciding whether the change touches what the weight daemons hold (brief decision 11).
+// current flags, and deciding whether the change touches what the weight daemons hold (ARCHITECTURE.md, "Config pushes").
 #pragma once
 
 #include <string>

@@ -13,7 +13,7 @@ namespace fr::supervisor {
 namespace {
 
 // The few NVML functions we use, declared here: Debian ships no nvml.h. Their ABI has been stable since
-// the _v2 entry points (brief decision 7).
+// the _v2 entry points; the supervisor never links the CUDA toolkit.
 using nvmlReturn_t = int;
 using nvmlDevice_t = struct nvmlDevice_st*;
 struct nvmlMemory_t {

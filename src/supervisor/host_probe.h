@@ -1,5 +1,5 @@
-// What the supervisor reads about the machine: GPU memory (NVML via dlopen; brief decision 7: never a
-// CUDA context) and the kernel OOM killer's count for the engine's cgroup. Interfaces, because tests
+// What the supervisor reads about the machine: GPU memory (NVML via dlopen: never a CUDA context,
+// ARCHITECTURE.md "The supervisor never creates a CUDA context") and the kernel OOM killer's count for the engine's cgroup. Interfaces, because tests
 // replace them (a fake GPU from a JSON file: FASTRESTART_FAKE_NVML, docs/supervisor.md).
 #pragma once
 

@@ -1,5 +1,6 @@
 // Restart policy: exponential backoff with a cap and a reset after stable running, a crash-loop limit over
-// a sliding window, and the warm-to-cold escalation (brief decision 10). Pure: time is passed in.
+// a sliding window, and the warm-to-cold escalation (ARCHITECTURE.md, "Restart policy and
+// classification"). Pure: time is passed in.
 #pragma once
 
 #include <deque>

@@ -1,4 +1,4 @@
-// Readiness is a real request (brief decision 12): /health answers 200, then a representative completion
+// Readiness is a real request (ARCHITECTURE.md, "Readiness is a real request"): /health answers 200, then a representative completion
 // (temperature 0) returns a token, which must equal the oracle when one is configured. Blocking: run it on
 // the thread pool.
 #pragma once

@@ -30,6 +30,7 @@ using nlohmann::json;
 namespace {
 
 constexpr size_t kTailLines = 200;
+constexpr size_t kRecentRollbacks = 10;  // rollbacks kept with their reason for status
 constexpr double kDaemonStopGraceS = 30;
 constexpr double kExtendEveryS = 10;  // EXTEND_TIMEOUT_USEC cadence while the first engine starts
 
@@ -137,6 +138,8 @@ void Supervisor::perform(Action a) {
     case Action::kKillEngine: stop_engine(true); break;
     case Action::kClassifyExit: break;  // done in on_engine_exit, which has the facts
     case Action::kWaitDrain: wait_drain(); break;
+    case Action::kCancelBackoff: m_backoff_timer.stop(); break;
+    case Action::kNotifyHeld: set_status("Engine stopped by the operator (fastrestartctl start-engine to start it)"); break;
     case Action::kScheduleBackoff: {
       double b = m_policy.backoff_s();
       if (b > 0) set_status("Restarting in " + fmt_s(b) + " (after " + m_last_exit.value("cause", std::string("exit")) + ")");
@@ -197,8 +200,7 @@ int Supervisor::run() {
   snapshot_init();
   if (pid_t g = kill_recorded_group(state_path(m_cfg, "engine.pgid")))
     spdlog::warn("killed process group {}, left running by a previous fastrestartd that did not stop cleanly", g);
-  m_state = State::kLoading;
-  start_daemons();
+  start_daemons();  // m_state starts as kLoading
   m_running = true;
   m_loop.run();
   m_running = false;
@@ -331,7 +333,7 @@ void Supervisor::poll_daemons() {
     ++*remaining;
   }
   if (*remaining == 0) {
-    if (m_state == State::kLoading) raise(Event::kDaemonsFailed);
+    raise(Event::kDaemonsFailed);
     return;
   }
   for (size_t i = 0; i < m_daemons.size(); ++i) {
@@ -375,7 +377,7 @@ void Supervisor::poll_daemons() {
             dm.ready = ready;
             all_ready &= ready;
           }
-          if (m_state != State::kLoading) {
+          if (!awaits_daemons(m_state)) {
             m_daemon_timer.start(2.0, [this] { poll_daemons(); });  // keep status fresh
             return;
           }
@@ -412,19 +414,18 @@ void Supervisor::on_daemon_exit(Daemon& d, int status) {
     for (auto& x : m_daemons) all_gone &= x->exited;
     if (!all_gone) return;
     m_kill_timer.stop();
-    if (m_state == State::kStopping || m_state == State::kFailed) raise(Event::kDaemonsStopped);
-    else if (m_state == State::kLoading) start_daemons();  // a cold reload stopped them
+    raise(Event::kDaemonsStopped);  // stopping: exit; loading: a reload stopped them, start them again
     return;
   }
   d.failed = true;
   d.error = "exited unexpectedly: " + how;
-  if (m_state == State::kLoading) {
+  if (awaits_daemons(m_state)) {
     // Dead while loading (no GPU, a bad checkpoint, ...): the engine starts anyway and loads from disk.
     spdlog::error("weight daemon pid {} died while loading ({}); the engine will load from disk", d.pid, how);
     poll_daemons();
     return;
   }
-  if (m_state == State::kStopping || m_state == State::kFailed || m_state == State::kStopped) return;
+  if (is_terminal(m_state)) return;
   // Running engines keep their mappings; the next restart needs a daemon again. Respawn with a backoff so a
   // daemon that cannot start does not spin.
   // A daemon that ran as long as restart.reset_after_s starts its backoff again (as the engine's does):
@@ -437,7 +438,7 @@ void Supervisor::on_daemon_exit(Daemon& d, int status) {
   if (!d.respawn) d.respawn = std::make_unique<Timer>(m_loop);
   Daemon* raw = &d;
   d.respawn->start(delay, [this, raw] {
-    if (m_state == State::kStopping || m_state == State::kFailed || m_state == State::kStopped) return;
+    if (is_terminal(m_state)) return;
     spawn_daemon(*raw);
     // The status poll chain ends when no daemon is alive: restart it, or the respawned daemon would show
     // "loading" and 0 held bytes forever (found by the soak, tests/soak).
@@ -458,8 +459,7 @@ void Supervisor::stop_daemons() {
     ::kill(d->pid, SIGTERM);
   }
   if (!any) {
-    if (m_state == State::kLoading) start_daemons();
-    else m_loop.post([this] { raise(Event::kDaemonsStopped); });
+    m_loop.post([this] { raise(Event::kDaemonsStopped); });
     return;
   }
   m_kill_timer.start(kDaemonStopGraceS, [this] {
@@ -477,12 +477,12 @@ uint64_t Supervisor::held_bytes(const std::string& gpu) const {
 // ---------------------------------------------------------------------------------------------------
 // Engine
 
-std::vector<std::string> Supervisor::engine_argv() {
+std::vector<std::string> Supervisor::engine_argv() const {
   std::vector<std::string> argv = m_cfg.engine.command;
   std::vector<std::string> flags = m_flags;
   if (preload_mode()) adjust_vllm_flags(flags);  // --load-format ipc_cache, the loader's extra config
   if (!m_cfg.gpus.empty() && m_cfg.weights.backend != "host") {
-    // Brief decision 8: in zero_copy the daemon's pool is already used memory, so the engine's fraction
+    // In zero_copy the daemon's pool is already used memory, so the engine's fraction
     // is the budget minus what the daemon holds.
     double frac = m_cfg.memory.utilization;
     for (const auto& gpu : m_cfg.gpus) {
@@ -523,22 +523,130 @@ std::map<std::string, std::string> Supervisor::engine_env() {
 void Supervisor::start_engine() {
   m_backoff_timer.stop();
   if (m_snap->helper_pid > 0 && m_snap->job == "create") {
-    // The dump ended the engine; the next start restores the artifact the dump is writing.
-    m_snap->start_deferred = true;
+    // The dump ended the engine; the next start restores the artifact the dump is writing
+    // (kSnapshotCreated walks the paths again).
+    m_start_attempts = {{StartPath::kSnapshot, "waiting", {"snapshot_create", "waiting for the snapshot being created"}}};
     set_status("Waiting for the snapshot being created");
     return;
   }
-  if (start_from_snapshot()) return;
-  launch_engine();
+  // A walk that waited for fresh daemons goes on with what it recorded before the reload.
+  if (!walk_waiting("reloading_daemons") && !walk_waiting("snapshot_create")) m_start_attempts.clear();
+  walk_start_paths(0);
 }
 
-void Supervisor::launch_engine() {
+bool Supervisor::walk_waiting(const char* code) const {
+  return !m_start_attempts.empty() && m_start_attempts.back().outcome == "waiting" && m_start_attempts.back().why.code == code;
+}
+
+bool Supervisor::engine_serving() const {
+  return m_engine && !m_engine->exited && !m_engine->path.empty() && !m_engine->stop_requested;
+}
+
+// Asks each path of restart.start, from `from` on, whether it can serve, and starts the first that can.
+void Supervisor::walk_start_paths(size_t from) {
+  const auto& order = m_cfg.restart.start;
+  for (size_t i = from; i < order.size(); ++i) {
+    const StartPathImpl& path = start_path(order[i]);
+    if (auto why = path.refusal(*this)) {
+      record_start_attempt(order[i], "skipped", *why);
+      continue;
+    }
+    m_start_index = i;
+    auto r = path.start(*this);
+    if (!r.ok()) {
+      record_start_attempt(order[i], "failed", {"failed", r.error().message});
+      continue;
+    }
+    if (*r == StartOutcome::kWaiting) {
+      record_start_attempt(order[i], "waiting", {"reloading_daemons", "reloading the weight daemons first"});
+      return;
+    }
+    record_start_attempt(order[i], "started", {});
+    return;
+  }
+  // No listed path could serve: the engine can still load from disk, so start it rather than not at all.
+  spdlog::error("no start path of restart.start could serve ({}); starting the engine as configured", start_attempts_text());
+  m_start_index = order.size();
+  if (auto st = spawn_engine(StartPath::kCold); !st.ok()) spdlog::error("engine: {}", st.error().message);
+}
+
+void Supervisor::record_start_attempt(StartPath p, const std::string& outcome, const StartRefusal& why) {
+  m_start_attempts.push_back({p, outcome, why});
+  m_start_counts[std::string(start_path_name(p)) + "/" + outcome + "/" + why.code]++;
+  if (outcome == "skipped" || outcome == "failed")
+    spdlog::info("start path {} {}: {}", start_path_name(p), outcome, why.detail);
+}
+
+std::string Supervisor::start_attempts_text() const {
+  std::string s;
+  for (const auto& a : m_start_attempts) {
+    if (a.outcome != "skipped" && a.outcome != "failed") continue;
+    s += (s.empty() ? "" : "; ") + a.outcome + " " + start_path_name(a.path) + ": " + a.why.detail;
+  }
+  return s;
+}
+
+json Supervisor::start_attempts_json() const {
+  json out = json::array();
+  for (const auto& a : m_start_attempts) {
+    json row{{"path", start_path_name(a.path)}, {"outcome", a.outcome}};
+    if (!a.why.code.empty()) row.update({{"reason", a.why.code}, {"detail", a.why.detail}});
+    out.push_back(std::move(row));
+  }
+  return out;
+}
+
+std::optional<StartRefusal> Supervisor::daemons_refusal() const {
+  if (m_cfg.weights.mode == WeightsMode::kOff) return StartRefusal{"no_daemon", "weights.mode is off"};
+  if (m_cfg.weights.daemon == DaemonKind::kNone) return StartRefusal{"no_daemon", "weights.daemon is none"};
+  if (preload_mode()) {
+    if (!m_preload || m_preload->exited)
+      return StartRefusal{"daemons_not_ready", "vllm preload is not running" + (m_preload && !m_preload->error.empty() ? " (" + m_preload->error + ")" : std::string())};
+    if (!m_preload->ready) return StartRefusal{"daemons_not_ready", "vllm preload is not ready"};
+    if (!m_preload->stale.empty()) return StartRefusal{"nothing_held", "the checkpoint changed under vllm preload: " + m_preload->stale};
+    // copy mode: the engine takes the weights and the daemon releases its cache (vLLM docs).
+    if (m_preload->gave_weights) return StartRefusal{"nothing_held", "vllm preload gave its weights to the last engine (weights.mode = copy)"};
+    return std::nullopt;
+  }
+  if (m_daemons.empty()) return StartRefusal{"no_daemon", "no weight daemon is running"};
+  bool holds = !m_next_start_cold;  // an engine was ready on these daemons: it attached or published
+  for (const auto& d : m_daemons) {
+    const std::string name = d->gpu.empty() ? "host" : d->gpu;
+    if (d->exited || d->failed)
+      return StartRefusal{"daemons_not_ready", "the weight daemon for " + name + " is " + (d->exited ? "not running" : "failed") +
+                                                   (d->error.empty() ? "" : " (" + d->error + ")")};
+    if (!d->ready) return StartRefusal{"daemons_not_ready", "the weight daemon for " + name + " is still loading"};
+    if (!d->status.value("entries", json::array()).empty()) holds = true;
+  }
+  if (!holds) return StartRefusal{"nothing_held", "the weight daemons hold no weights yet (the engine loads them from disk and publishes them)"};
+  return std::nullopt;
+}
+
+bool Supervisor::daemons_hold_old_weights() const {
+  if (m_cfg.weights.mode == WeightsMode::kOff || m_cfg.weights.daemon == DaemonKind::kNone) return false;
+  // The preload's cache is also spent when an engine took it (copy) or the checkpoint changed under it.
+  if (preload_mode())
+    return m_preload && !m_preload->exited && (!m_next_start_cold || m_preload->gave_weights || !m_preload->stale.empty());
+  if (m_next_start_cold) return false;
+  for (const auto& d : m_daemons)
+    if (!d->exited) return true;
+  return false;
+}
+
+void Supervisor::reload_daemons_for_start() { m_loop.post([this] { raise(Event::kFreshDaemonsNeeded); }); }
+
+Status Supervisor::spawn_engine(StartPath expected) {
   m_engine = std::make_unique<Engine>();
   Engine& e = *m_engine;
   e.flags = m_flags;
-  e.warm_expected = !m_next_start_cold;
+  e.warm_expected = expected == StartPath::kWarm;
   SpawnSpec spec;
   spec.argv = engine_argv();
+  if (preload_mode() && preload_serving()) {
+    // What this start used of the preload (adjust_vllm_flags read the same facts for its flags).
+    e.strict = m_preload->engine_starts++ == 0;
+    if (m_cfg.weights.mode == WeightsMode::kCopy) m_preload->gave_weights = true;
+  }
   spec.env = engine_env();
   spec.working_dir = m_cfg.engine.working_dir;
   spec.new_pid_namespace = m_snap->wanted;
@@ -550,7 +658,9 @@ void Supervisor::launch_engine() {
     for (const auto& gpu : m_cfg.gpus)
       if (auto m = m_gpus->memory(gpu); m.ok())
         m_baseline_used[gpu] = static_cast<double>(m->used) - static_cast<double>(held_bytes(gpu));
-  set_status(std::string("Starting the engine (") + (e.warm_expected ? "warm" : "cold") + ")");
+  const std::string skipped = start_attempts_text();
+  set_status(std::string("Starting the engine (") + (e.warm_expected ? "warm" : "cold") + ")" +
+             (skipped.empty() ? "" : "; " + skipped));
   spdlog::info("engine: {}", words_for_log(spec.argv));
   Engine* raw = &e;
   auto s = spawn_supervised(m_loop, spec, "engine", [this, raw](const std::string& l) {
@@ -567,12 +677,13 @@ void Supervisor::launch_engine() {
     m_restarts["crash"]++;
     // Through the table like any other exit (the process never ran: there is nothing to classify).
     m_loop.post([this] { raise(Event::kEngineExited); });
-    return;
+    return {};
   }
   // If fastrestartd dies, the next one kills what is left of this group (kill_recorded_group).
   if (auto st = write_private_file(state_path(m_cfg, "engine.pgid"), engine_group_record(e.pid)); !st.ok())
     spdlog::warn("could not record the engine's process group: {}", st.error().message);
   arm_readiness(true);
+  return {};
 }
 
 // The start deadline, and (poll_now) the readiness polls of m_engine.
@@ -590,8 +701,12 @@ void Supervisor::arm_readiness(bool poll_now) {
 
 // Runs a readiness (full) or health probe of the current engine on the thread pool; `on_result` runs on
 // the loop only if that engine is still the current one and the state is still `expected`.
-void Supervisor::probe_engine(State expected, bool full, std::function<void(ProbeResult)> on_result) {
-  if (!m_engine || m_engine->exited || m_state != expected || m_probe_in_flight) return;
+void Supervisor::probe_engine(bool full, std::function<void(ProbeResult)> on_result) {
+  // Readiness probes an engine not yet ready, health one that is; neither one being stopped.
+  auto wanted = [this, full] {
+    return m_engine && !m_engine->exited && !m_engine->stop_requested && m_engine->path.empty() == full;
+  };
+  if (!wanted() || m_probe_in_flight) return;
   m_probe_in_flight = true;
   const pid_t pid = m_engine->pid;
   auto host = m_cfg.engine.host;
@@ -604,15 +719,15 @@ void Supervisor::probe_engine(State expected, bool full, std::function<void(Prob
         return full ? probe_readiness(host, port, rc, std::min(rc.check_timeout_s, 30.0))
                     : probe_health(host, port, rc, rc.check_timeout_s);
       },
-      [this, pid, expected, on_result = std::move(on_result)](ProbeResult r) {
+      [this, pid, wanted, on_result = std::move(on_result)](ProbeResult r) {
         m_probe_in_flight = false;
-        if (!m_engine || m_engine->pid != pid || m_engine->exited || m_state != expected) return;
+        if (!wanted() || m_engine->pid != pid) return;
         on_result(std::move(r));
       });
 }
 
 void Supervisor::poll_readiness() {
-  probe_engine(State::kStarting, true, [this](ProbeResult r) {
+  probe_engine(true, [this](ProbeResult r) {
     if (r.ok) {
       spdlog::info("readiness passed: {} answered {}", m_cfg.readiness.request_path, json(r.detail).dump());
       raise(Event::kEngineReady);
@@ -620,7 +735,8 @@ void Supervisor::poll_readiness() {
     }
     if (r.health_ok) spdlog::info("readiness: {}", r.detail);
     // Before the first READY=1 systemd's start timeout runs: while the engine is alive and within
-    // startup_timeout_s it is making its way (loading, compiling), so keep extending (brief decision 12).
+    // startup_timeout_s it is making its way (loading, compiling), so keep extending (ARCHITECTURE.md,
+    // "Readiness is a real request").
     if (!m_ever_ready && m_loop.now_s() - m_last_extend >= kExtendEveryS) {
       m_last_extend = m_loop.now_s();
       m_notify->notify("EXTEND_TIMEOUT_USEC=" + std::to_string(static_cast<uint64_t>(kExtendEveryS * 3e6)));
@@ -644,11 +760,26 @@ void Supervisor::decide_path_after_ready() {
     m_last_ready_flags = m_engine->flags;
     m_ready_hist[path].add(since_spawn);
     m_last_start = {{"path", path}, {"time_to_ready_s", since_spawn}, {"since_previous_exit_s", since_death},
-                    {"unix_time", std::time(nullptr)}, {"pid", m_engine->pid}};
+                    {"unix_time", std::time(nullptr)}, {"pid", m_engine->pid}, {"start_paths", start_attempts_json()}};
     if (!m_engine->snapshot_id.empty()) m_last_start["snapshot_id"] = m_engine->snapshot_id;
-    m_notify->notify("READY=1\nSTATUS=Ready (" + path + ") in " + fmt_s(since_spawn) + "; engine pid " +
-                     std::to_string(m_engine->pid));
-    m_status_text = "Ready (" + path + ") in " + fmt_s(since_spawn);
+    // A start on the warm path that did not attach: say why (the daemons' miss record, the engine's own
+    // result line, or that the engine never asked the daemons).
+    std::string why_cold;
+    if (m_engine->warm_expected && path == "cold") {
+      const std::string dir = m_cfg.weights.socket_dir.empty() ? default_socket_dir() : m_cfg.weights.socket_dir;
+      why_cold = !m_engine->miss_reason.empty()
+                     ? m_engine->miss_reason
+                     : "the engine did not ask the weight daemons (no attach or miss by its pid): does it look for their "
+                       "sockets in " + dir + " (FASTRESTART_SOCKET_DIR)?";
+      m_last_start["expected"] = "warm";
+      m_last_start["warm_miss"] = why_cold;
+      spdlog::warn("the start was expected warm but the engine loaded from disk: {}", why_cold);
+    }
+    std::string text = "Ready (" + path + ") in " + fmt_s(since_spawn);
+    if (!why_cold.empty()) text += "; expected warm: " + why_cold;
+    else if (const std::string skipped = start_attempts_text(); !skipped.empty()) text += "; " + skipped;
+    m_notify->notify("READY=1\nSTATUS=" + text + "; engine pid " + std::to_string(m_engine->pid));
+    m_status_text = text;
     spdlog::info("READY: path {} in {} (engine pid {})", path, fmt_s(since_spawn), m_engine->pid);
     if (m_reload) finish_reload(!m_reload->rolled_back, m_reload->rollback_reason);
     snapshot_after_ready(path);
@@ -698,6 +829,7 @@ void Supervisor::decide_path_after_ready() {
           m_attach_counts["hit"]++;
         } else if (!seen.miss.empty()) {
           m_miss_reasons[seen.miss.substr(0, 80)]++;
+          if (m_engine) m_engine->miss_reason = "the weight daemon answered: " + seen.miss;
           m_attach_counts["fallback"]++;
           spdlog::info("the engine missed the weight cache ({}) and loaded from disk", seen.miss);
         } else if (m_engine && m_cfg.engine.kind == EngineKind::kVllm) {
@@ -729,7 +861,7 @@ json Supervisor::Histogram::to_json() const {
 }
 
 void Supervisor::check_health() {
-  probe_engine(State::kReady, false, [this](ProbeResult r) {
+  probe_engine(false, [this](ProbeResult r) {
     if (r.ok) {
       m_consecutive_health_failures = 0;
       return;
@@ -790,9 +922,12 @@ void Supervisor::on_engine_exit(int status) {
   f.last_lines = &e.tail;
   f.rules = m_output_rules.empty() ? nullptr : &m_output_rules;
   // During a stop, a SIGTERM'd engine counts as requested whatever its status.
-  if (m_state == State::kStopping) f.requested = true;
+  if (is_terminal(m_state)) f.requested = true;
   Classification c = classify_exit(f);
-  m_restarts[exit_cause_name(c.cause)]++;
+  // A push whose flags never became ready is rolled back: a rejected push, not a failure of the running
+  // configuration. It is counted apart and does not feed the crash-loop limit or the backoff.
+  const bool rejected_push = m_reload && !m_reload->rolled_back && is_failure(c.cause);
+  if (!rejected_push) m_restarts[exit_cause_name(c.cause)]++;
   m_last_exit = {{"cause", exit_cause_name(c.cause)}, {"detail", c.detail}, {"pid", e.pid},
                  {"uptime_s", e.died_at - e.spawned_at}, {"unix_time", std::time(nullptr)},
                  {"died_at_s", e.died_at}, {"was_ready", !e.path.empty()}};
@@ -832,7 +967,7 @@ void Supervisor::wait_drain() {
       again(0.02);
       return;
     }
-    // Leak check (brief decision 8): GPU memory used must fall back to what the daemons hold.
+    // Leak check (ARCHITECTURE.md, "Memory accounting"): GPU memory used must fall back to what the daemons hold.
     if (!m_cfg.gpus.empty() && m_cfg.weights.backend != "host") {
       for (const auto& gpu : m_cfg.gpus) {
         auto m = m_gpus->memory(gpu);
@@ -863,7 +998,7 @@ void Supervisor::after_drain() {
   const bool failure = cause != "requested";
   const bool was_warm = m_engine && m_engine->warm_expected;
   m_engine.reset();
-  if (m_state == State::kStopping) {
+  if (is_terminal(m_state)) {
     raise(Event::kDrainedRestart);  // the table maps any drained event to stopping the daemons
     return;
   }
@@ -872,21 +1007,16 @@ void Supervisor::after_drain() {
     m_reload->rolled_back = true;
     m_reload->rollback_reason = cause + ": " + m_last_exit.value("detail", std::string());
     spdlog::error("reload failed ({}); rolling back to: {}", escape_control_chars(m_reload->rollback_reason), words_for_log(m_reload->old_flags));
+    record_rollback(cause, m_last_exit.value("detail", std::string()), m_reload->new_flags);
     m_flags = m_reload->old_flags;
-    m_policy.on_exit(m_loop.now_s(), true, was_warm);
+    // Not an exit of the running configuration: the policy does not see it (no failure, no backoff step);
+    // the restart with the old flags goes at once.
     raise(m_reload->cold ? Event::kDrainedColdRestart : Event::kDrainedRestart);
     return;
   }
+  // What follows the drain is the table's: a cold reload or a changed checkpoint drains in kReloading,
+  // stop-engine in kHolding; the policy's verdict is the event.
   Verdict v = m_policy.on_exit(m_loop.now_s(), failure, was_warm);
-  // A cold push reloads the daemons, and so does its rollback when the flags could not be persisted.
-  if (m_reload && !failure && m_reload->cold && (!m_reload->rolled_back || m_reload->unpersisted)) v = Verdict::kColdRestart;
-  // The checkpoint changed under the preload daemon, or it died: reload it (docs/vllm.md).
-  if (m_force_cold && v != Verdict::kGiveUp) v = Verdict::kColdRestart;
-  if (m_hold_engine && !failure) {
-    set_status("Engine stopped by the operator (fastrestartctl start-engine to start it)");
-    m_state = State::kBackoff;
-    return;
-  }
   switch (v) {
     case Verdict::kRestart: raise(Event::kDrainedRestart); break;
     case Verdict::kColdRestart:
@@ -900,6 +1030,14 @@ void Supervisor::after_drain() {
       raise(Event::kDrainedGiveUp);
       break;
   }
+}
+
+void Supervisor::record_rollback(const std::string& cause, const std::string& detail,
+                                 const std::vector<std::string>& rejected_flags) {
+  m_rollback_causes[cause]++;
+  m_recent_rollbacks.push_back({{"unix_time", std::time(nullptr)}, {"cause", cause}, {"detail", detail},
+                                {"rejected_flags", redact_flags(rejected_flags)}});
+  if (m_recent_rollbacks.size() > kRecentRollbacks) m_recent_rollbacks.pop_front();
 }
 
 void Supervisor::on_sighup() {

@@ -26,7 +26,8 @@
 #include "supervisor/orphans.h"
 #include "supervisor/policy.h"
 #include "supervisor/readiness.h"
-#include "supervisor/vllm_rules.h"
+#include "supervisor/start/start_path.h"
+#include "supervisor/engines/vllm/vllm_rules.h"
 
 namespace fr::supervisor {
 
@@ -54,10 +55,10 @@ std::unique_ptr<Notifier> make_sd_notifier();  // sd_notify(3); a no-op without 
 sigset_t handled_signals();
 void block_handled_signals();
 
-class Supervisor {
+class Supervisor : private StartHost {
  public:
   Supervisor(Config config, std::unique_ptr<GpuProbe> gpus, std::unique_ptr<Notifier> notifier);
-  ~Supervisor();
+  ~Supervisor() override;
 
   // Runs until stopped; returns the process exit code. Unblocks handled_signals() once its handlers are
   // installed, so a signal the caller held blocked before (block_handled_signals) is delivered then.
@@ -92,18 +93,32 @@ class Supervisor {
   void stop_engine(bool kill_now);
   void on_engine_exit(int status);
   void poll_readiness();
-  void probe_engine(State expected, bool full, std::function<void(ProbeResult)> on_result);
+  void probe_engine(bool full, std::function<void(ProbeResult)> on_result);  // full: readiness, else health
   void check_health();
   void wait_drain();
   void after_drain();
-  std::vector<std::string> engine_argv();
+  std::vector<std::string> engine_argv() const;  // changes nothing: spawn_engine records what a start uses
   std::map<std::string, std::string> engine_env();
-  void launch_engine();  // spawn the engine process (the warm/cold path)
   void arm_readiness(bool poll_now);
+
+  // start paths (start/start_path.h): walk restart.start from index `from`, recording each skip or failure
+  void walk_start_paths(size_t from);
+  bool walk_waiting(const char* code) const;  // the current start waits (reloading_daemons, snapshot_create)
+  bool engine_serving() const;                // an engine passed readiness and nobody is stopping it
+  void record_start_attempt(StartPath p, const std::string& outcome, const StartRefusal& why);
+  std::string start_attempts_text() const;  // "skipped warm: ..." for STATUS=
+  nlohmann::json start_attempts_json() const;
+  // StartHost
+  std::optional<StartRefusal> daemons_refusal() const override;
+  bool daemons_hold_old_weights() const override;
+  void reload_daemons_for_start() override;
+  Status spawn_engine(StartPath expected) override;
+  std::optional<StartRefusal> snapshot_refusal() const override;
+  Status restore_snapshot() override;
 
   // snapshots (supervisor_snapshot.cc, docs/snapshot.md)
   void snapshot_init();
-  bool start_from_snapshot();  // true: a restore is under way for m_engine
+  std::string next_snapshot_id() const;  // the artifact the path "snapshot" would restore ("" none)
   bool spawn_helper(const std::string& job, std::vector<std::string> args);
   void on_helper_exit(int status);
   void after_restore_job(const nlohmann::json& result);
@@ -123,7 +138,7 @@ class Supervisor {
   nlohmann::json handle(const nlohmann::json& req, std::shared_ptr<std::promise<nlohmann::json>> reply);
   void finish_reload(bool ok, const std::string& why);
 
-  // vLLM (supervisor_vllm.cc, docs/vllm.md): `vllm preload` as the weight daemon, the serve flags it needs,
+  // vLLM (engines/vllm/supervisor_vllm.cc, docs/vllm.md): `vllm preload` as the weight daemon, the serve flags it needs,
   // the checkpoint watch, what the engine reports about itself, and the checks before a push.
   bool preload_mode() const;
   void start_preload();
@@ -131,7 +146,8 @@ class Supervisor {
   void stop_preload();
   void on_preload_exit(int status);
   void watch_checkpoint();
-  void adjust_vllm_flags(std::vector<std::string>& flags);
+  void adjust_vllm_flags(std::vector<std::string>& flags) const;
+  bool preload_serving() const;  // vllm preload is up and ready
   void observe_engine_line(Engine& e, const std::string& line);
   std::string path_from_engine_report(Engine& e);  // "warm" | "cold" | "" (no word from the engine)
   std::string readiness_model() const;
@@ -140,6 +156,8 @@ class Supervisor {
   std::string refuse_push(const std::vector<std::string>& next);  // "" when vLLM would start
   Status persist_flags();
   void rollback_unpersisted(std::unique_ptr<PendingReload> r, const std::string& why);
+  // A rolled-back push, counted apart from the engine's failures (status `rollbacks`, /metrics).
+  void record_rollback(const std::string& cause, const std::string& detail, const std::vector<std::string>& rejected_flags);
   void load_persisted_flags();
 
   Config m_cfg;
@@ -158,7 +176,17 @@ class Supervisor {
   std::vector<std::unique_ptr<Daemon>> m_daemons;
   std::unique_ptr<PendingReload> m_reload;
   std::unique_ptr<Snapshots> m_snap;
-  bool m_next_start_cold = true;                 // the daemons were (re)started: the next start is cold
+  bool m_next_start_cold = true;                 // the daemons were (re)started: no engine used them yet
+
+  // The current (or last) start: each listed path asked, in order, and what it answered.
+  struct StartAttempt {
+    StartPath path;
+    std::string outcome;  // skipped | failed | waiting | started
+    StartRefusal why;
+  };
+  std::vector<StartAttempt> m_start_attempts;
+  size_t m_start_index = 0;                      // the path that started the engine (restart.start index)
+  std::map<std::string, uint64_t> m_start_counts;  // "path/outcome/reason" -> count, for /metrics
 
   Timer m_poll_timer, m_deadline_timer, m_health_timer, m_drain_timer, m_backoff_timer, m_kill_timer,
       m_daemon_timer, m_watchdog_timer;
@@ -177,14 +205,15 @@ class Supervisor {
   std::map<std::string, uint64_t> m_attach_counts;  // hit | fallback | none
   std::map<std::string, uint64_t> m_miss_reasons;
   std::map<std::string, uint64_t> m_reload_counts;  // warm | cold | rolled_back
-  std::map<std::string, uint64_t> m_restarts;   // by cause
+  std::map<std::string, uint64_t> m_restarts;   // by cause (rejected pushes excluded: see m_rollback_causes)
+  std::map<std::string, uint64_t> m_rollback_causes;  // rolled-back pushes by the exit cause of their engine
+  std::deque<nlohmann::json> m_recent_rollbacks;      // the last few, with why
   nlohmann::json m_last_exit;
   nlohmann::json m_last_start;
   std::string m_status_text;
   std::string m_failure;
   int m_consecutive_health_failures = 0;
   bool m_probe_in_flight = false;
-  bool m_hold_engine = false;
   bool m_ever_ready = false;     // READY=1 sent once: systemd's start timeout no longer applies
   double m_last_extend = 0;
   // Per GPU: memory used before the engine started, minus the daemons' pools then (contexts, driver
@@ -196,8 +225,6 @@ class Supervisor {
   std::vector<OutputRule> m_output_rules;  // its [[failure]] rules, for classify_exit
   std::string m_reported_version;         // what the last vLLM engine said it was
   std::unique_ptr<Preload> m_preload;     // weights.daemon = "vllm-preload"
-  bool m_preload_fresh = false;           // the preload (re)started: the next engine start is strict
-  bool m_force_cold = false;              // the next restart reloads the daemons (checkpoint changed, ...)
   Timer m_watch_timer{m_loop};
   LeftoverSweeper m_leftovers;  // engine processes outside its group (orphans.h)
 };

@@ -18,7 +18,7 @@
 #include "supervisor/flags.h"
 #include "supervisor/supervisor.h"
 #include "supervisor/supervisor_internal.h"
-#include "supervisor/vllm_check.h"
+#include "supervisor/engines/vllm/vllm_check.h"
 
 namespace fr::supervisor {
 
@@ -80,19 +80,16 @@ json Supervisor::handle(const json& req, std::shared_ptr<std::promise<json>> rep
   if (op == "daemons") return {{"ok", true}, {"daemons", status_json()["daemons"]}};
   if (op == "check") return handle_check(req);
   if (op == "snapshot") return handle_snapshot(req, reply);
-  const bool terminal = m_state == State::kStopping || m_state == State::kFailed || m_state == State::kStopped;
+  const bool terminal = is_terminal(m_state);
   if ((op == "restart" || op == "start-engine" || op == "stop-engine" || op == "reload") && m_snap->helper_pid > 0 &&
       m_snap->job == "create")
     return error("busy", "a snapshot is being created; try again when it is done");
   if (op == "restart" || op == "start-engine" || op == "stop-engine") {
     if (terminal) return error("busy", std::string("the supervisor is ") + state_name(m_state));
     if (op == "stop-engine") {
-      m_hold_engine = true;
-      m_backoff_timer.stop();
-      raise(Event::kRestartRequested);
+      raise(Event::kHoldRequested);
       return {{"ok", true}, {"message", "stopping the engine; it stays stopped until start-engine"}};
     }
-    m_hold_engine = false;
     raise(Event::kRestartRequested);
     return {{"ok", true}, {"message", op == "restart" ? "restarting the engine" : "starting the engine"}};
   }
@@ -117,7 +114,7 @@ json Supervisor::handle(const json& req, std::shared_ptr<std::promise<json>> rep
     auto pushed = pushed_flags(req, m_flags, "reload");
     if (!pushed.ok()) return error("invalid_argument", pushed.error().message);
     const std::vector<std::string> next = std::move(*pushed);
-    if (next == m_flags && m_state == State::kReady)
+    if (next == m_flags && engine_serving())
       return {{"ok", true}, {"path", "unchanged"}, {"flags", redact_flags(m_flags)}, {"message", "the flags are unchanged"}};
     // Checks before a flag push: nothing restarts when vLLM would not start with these flags.
     if (auto why = refuse_push(next); !why.empty()) {
@@ -138,7 +135,6 @@ json Supervisor::handle(const json& req, std::shared_ptr<std::promise<json>> rep
     std::snprintf(buf, sizeof buf, "%.0f", monotonic_usec());
     m_notify->notify(std::string("RELOADING=1\nMONOTONIC_USEC=") + buf + "\nSTATUS=Reloading (" +
                      (m_reload->cold ? "cold" : "warm") + ")");
-    m_hold_engine = false;
     raise(m_reload->cold ? Event::kColdReloadRequested : Event::kRestartRequested);
     if (m_reload && m_reload->waiters.empty()) return {{"ok", true}, {"message", "reload started"}, {"cold", m_reload->cold}};
     return nullptr;
@@ -177,6 +173,7 @@ void Supervisor::rollback_unpersisted(std::unique_ptr<PendingReload> r, const st
   spdlog::error("reload failed ({}); rolling back to: {}", escape_control_chars(why), words_for_log(r->old_flags));
   r->rolled_back = r->unpersisted = true;
   r->rollback_reason = why;
+  record_rollback("unpersisted", why, r->new_flags);
   m_flags = m_last_ready_flags = r->old_flags;
   const bool cold = r->cold;  // the daemons were reloaded for the new flags: reload them for the old ones
   m_reload = std::move(r);
@@ -267,20 +264,34 @@ json Supervisor::status_json() {
   for (const auto& [k, v] : m_miss_reasons) attaches["miss"][k] = v;
   json reloads{{"warm", 0}, {"cold", 0}, {"rolled_back", 0}};
   for (const auto& [k, v] : m_reload_counts) reloads[k] = v;
+  json rollbacks{{"count", 0}, {"by_cause", json::object()}, {"recent", json::array()}};
+  for (const auto& [k, v] : m_rollback_causes) {
+    rollbacks["by_cause"][k] = v;
+    rollbacks["count"] = rollbacks["count"].get<uint64_t>() + v;
+  }
+  for (const auto& r : m_recent_rollbacks) rollbacks["recent"].push_back(r);
   json snapshot = snapshot_status();
-  json metrics{{"time_to_ready", hist}, {"attaches", attaches}, {"reloads", reloads},
+  json start_counts = json::array();
+  for (const auto& [key, n] : m_start_counts) {
+    const size_t a = key.find('/'), b = key.find('/', a + 1);
+    start_counts.push_back({{"path", key.substr(0, a)}, {"outcome", key.substr(a + 1, b - a - 1)}, {"reason", key.substr(b + 1)}, {"count", n}});
+  }
+  json metrics{{"time_to_ready", hist}, {"attaches", attaches}, {"reloads", reloads}, {"start_paths", start_counts},
+               {"rollbacks", rollbacks["by_cause"]},
                {"snapshots", {{"created", m_snap->created}, {"create_failures", m_snap->create_failures},
                               {"restored", m_snap->restored}, {"fallbacks", m_snap->fallbacks}}}};
   return {{"name", m_cfg.name},
           {"config", m_cfg.path},
-          {"state", m_hold_engine && m_state == State::kBackoff ? "held" : state_name(m_state)},
+          {"state", reported_state_name(m_state)},
           {"status_text", m_status_text},
           {"uptime_s", m_loop.now_s() - m_started_at},
           {"engine", engine},
           {"flags", redact_flags(m_flags)},
           {"restarts", restarts},
+          {"rollbacks", rollbacks},
           {"last_exit", m_last_exit.is_null() ? json(nullptr) : m_last_exit},
           {"last_start", m_last_start.is_null() ? json(nullptr) : m_last_start},
+          {"start_paths", start_attempts_json()},
           {"daemons", daemons},
           {"memory", memory},
           {"memory_utilization", m_cfg.memory.utilization},

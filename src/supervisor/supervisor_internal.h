@@ -15,7 +15,7 @@
 #include "supervisor/loop.h"
 #include "supervisor/supervised_child.h"
 #include "supervisor/supervisor.h"
-#include "supervisor/vllm_report.h"
+#include "supervisor/engines/vllm/vllm_report.h"
 
 namespace fr::supervisor {
 
@@ -40,6 +40,7 @@ struct Supervisor::Engine : SupervisedChild {
   bool killed_hang = false;
   bool warm_expected = false;
   std::string path;  // "cold" | "warm" once ready
+  std::string miss_reason;  // why it did not attach, when it asked and missed (a daemon's or its own word)
   std::deque<std::string> tail;
   std::optional<uint64_t> oom_before;
   std::vector<std::string> flags;
@@ -61,7 +62,6 @@ struct Supervisor::Snapshots {
   std::string job;               // "create" | "restore" while helper_pid > 0
   std::string result_path;
   double job_started = 0;
-  bool start_deferred = false;   // an engine start waits for the create job
   std::string force_id;          // restore this artifact next (a fresh create, or `snapshot restore ID`)
   std::set<std::string> failed_ids;  // artifacts whose restore failed: not tried again
   std::map<pid_t, int> orphans;  // exits reaped before the restored pid was known
@@ -102,6 +102,9 @@ struct Supervisor::Preload : SupervisedChild {
   double last_output = 0;            // progress, for weights.load_timeout_s
   double ready_at = 0;
   std::vector<FileIdentity> checkpoint;  // the checkpoint files when it started loading
+  int engine_starts = 0;             // engines started on it: the first is strict (ipc_cache fallback false)
+  bool gave_weights = false;         // weights.mode = copy: an engine took the weights, the cache is released
+  std::string stale;                 // the checkpoint changed under it: what changed
   std::deque<std::string> tail;      // its last lines: why it died
 };
 

@@ -156,20 +156,30 @@ bool Supervisor::spawn_helper(const std::string& job, std::vector<std::string> a
   return true;
 }
 
-// The start path "snapshot": true when a restore is under way (m_engine exists, pid -1 until the helper
-// reports). False: no usable artifact; the caller starts the engine normally (the next path).
-bool Supervisor::start_from_snapshot() {
+// The artifact the path "snapshot" restores next: the one asked for, else the newest not failed here.
+std::string Supervisor::next_snapshot_id() const {
+  const Snapshots& s = *m_snap;
+  if (!s.force_id.empty()) return s.force_id;
+  for (const auto& a : snapshot::Store(s.dir).ids())
+    if (!s.failed_ids.count(a)) return a;
+  return {};
+}
+
+std::optional<StartRefusal> Supervisor::snapshot_refusal() const {
+  const Snapshots& s = *m_snap;
+  if (!s.usable) return StartRefusal{"unavailable", "snapshots are not available: " + s.problem};
+  if (s.helper_pid > 0) return StartRefusal{"busy", "a snapshot " + s.job + " is running"};
+  if (next_snapshot_id().empty())
+    return StartRefusal{"no_artifact", s.failed_ids.empty() ? "no snapshot in " + s.dir
+                                                            : "no snapshot in " + s.dir + " that has not failed here"};
+  return std::nullopt;
+}
+
+// The start path "snapshot": the restore runs in the helper (m_engine exists, pid -1 until it reports).
+Status Supervisor::restore_snapshot() {
   Snapshots& s = *m_snap;
-  if (!s.usable || m_cfg.restart.start.front() != StartPath::kSnapshot || s.helper_pid > 0) return false;
-  std::string id = std::exchange(s.force_id, std::string());
-  if (id.empty()) {
-    for (const auto& a : snapshot::Store(s.dir).ids()) {
-      if (s.failed_ids.count(a)) continue;
-      id = a;
-      break;
-    }
-  }
-  if (id.empty()) return false;
+  const std::string id = next_snapshot_id();
+  s.force_id.clear();
   m_engine = std::make_unique<Engine>();
   Engine& e = *m_engine;
   e.flags = m_flags;
@@ -180,10 +190,10 @@ bool Supervisor::start_from_snapshot() {
   set_status("Restoring the engine from snapshot " + id);
   if (!spawn_helper("restore", {"--id", id, "--oracle-timeout", std::to_string(m_cfg.readiness.check_timeout_s * 6)})) {
     m_engine.reset();
-    return false;
+    return Error{Errc::kInternal, "cannot start the snapshot helper to restore " + id};
   }
   arm_readiness(false);
-  return true;
+  return {};
 }
 
 void Supervisor::on_helper_exit(int status) {
@@ -252,7 +262,8 @@ void Supervisor::after_restore_job(const json& result) {
   }
   m_deadline_timer.stop();
   m_engine.reset();
-  launch_engine();
+  record_start_attempt(StartPath::kSnapshot, "failed", {"failed", "snapshot " + s.last_failure.value("id", std::string()) + " not restored: " + why});
+  walk_start_paths(m_start_index + 1);
 }
 
 void Supervisor::after_create_job(const json& result) {
@@ -271,13 +282,13 @@ void Supervisor::after_create_job(const json& result) {
     spdlog::error("snapshot create failed: {}", why);
     for (auto& w : s.create_waiters) w->set_value(error("snapshot_failed", why));
     s.create_waiters.clear();
-    if (m_engine && !m_engine->exited && m_state == State::kReady) {
+    if (m_engine && !m_engine->exited && !m_engine->path.empty()) {
       // The dump failed before it ended the engine (CRIU resumes it; the helper unlocked CUDA): keep serving.
       m_engine->stop_requested = false;
       m_health_timer.start(m_cfg.readiness.check_interval_s, [this] { check_health(); }, m_cfg.readiness.check_interval_s);
     }
   }
-  if (std::exchange(s.start_deferred, false)) start_engine();
+  if (walk_waiting("snapshot_create")) raise(Event::kSnapshotCreated);
 }
 
 // Called at every READY: answers `snapshot create` once its artifact has been restored (or not).
@@ -371,9 +382,9 @@ json Supervisor::handle_snapshot(const json& req, std::shared_ptr<std::promise<j
     return {{"ok", true}, {"message", "deleted snapshot " + id}};
   }
   if (action != "create" && action != "restore") return error("invalid_argument", "unknown snapshot action \"" + action + "\"");
-  if (m_state != State::kReady || !m_engine || m_engine->exited)
+  if (!engine_serving())
     return error("busy", std::string("snapshot ") + action + " needs a ready engine (the supervisor is " +
-                             state_name(m_state) + ")");
+                             reported_state_name(m_state) + ")");
   if (s.helper_pid > 0) return error("busy", "a snapshot " + s.job + " is already running");
   if (m_reload) return error("busy", "a reload is in progress");
   if (action == "restore") {

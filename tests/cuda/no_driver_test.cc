@@ -1,4 +1,4 @@
-// Without a driver the CUDA entry points fail cleanly (brief decision 3): an Error, never a crash.
+// Without a driver the CUDA entry points fail cleanly (the driver is loaded at run time): an Error, never a crash.
 #include "cuda/driver.h"
 #include "cuda_test_util.h"
 #include "daemon/backend.h"

@@ -1,4 +1,4 @@
-// Pools shared between processes through exported VMM descriptors (brief decision 1): the importer sees
+// Pools shared between processes through exported VMM descriptors (ARCHITECTURE.md): the importer sees
 // the exporter's bytes, cannot write through a read-only mapping (only its own context suffers), and
 // keeps its mapping after the exporter exits.
 #include <sys/socket.h>

@@ -1,4 +1,4 @@
-// Who may talk to a fastrestart-weightd, and where it agrees to put its socket (brief decision 4).
+// Who may talk to a fastrestart-weightd, and where it agrees to put its socket (docs/protocol.md, "Socket directory").
 #include <sys/stat.h>
 #include <unistd.h>
 

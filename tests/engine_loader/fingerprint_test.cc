@@ -1,4 +1,5 @@
-// The fingerprint must never hand out wrong weights (brief decision 5; vLLM issue #59647).
+// The fingerprint must never hand out wrong weights (vLLM issue #59647; ARCHITECTURE.md, "The fingerprint
+// covers content and file identity").
 #include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>

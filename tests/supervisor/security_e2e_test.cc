@@ -1,4 +1,4 @@
-// fastrestartd's side of brief decision 4 and of docs/reliability.md "Security": where it agrees to put
+// fastrestartd's side of docs/reliability.md "Security": where it agrees to put
 // its control socket, and that no secret it holds (the engine's environment, secret flags, pushed flags)
 // shows in /status, /metrics, fastrestartctl status or its log. The daemon's side: tests/daemon.
 #include <sys/stat.h>

@@ -353,7 +353,7 @@ TEST(Fastrestartd, AnEngineThatCannotRunIsACrashNamedInTheLog) {
   EXPECT_NE(d.log().find("cannot run /nonexistent/engine: No such file or directory"), std::string::npos) << d.log();
 }
 
-// Brief decision 9: on SIGTERM the engine's whole group goes first, the daemons after.
+// Stop order (ARCHITECTURE.md): on SIGTERM the engine's whole group goes first, the daemons after.
 TEST(Fastrestartd, SigtermStopsTheEngineGroupBeforeTheDaemons) {
   Options o;
   o.engine_flags = ", \"--fault-spawn-worker\", \"--fault-ignore-sigterm\", \"1\"";
@@ -510,7 +510,7 @@ TEST(Fastrestartd, StopEngineHoldsItUntilStartEngine) {
   EXPECT_EQ(d.status()["last_start"]["path"], "warm");
 }
 
-// Brief decision 8 with the NVML seam: the engine's share of the budget, and the leak check after an exit.
+// Memory accounting (ARCHITECTURE.md) with the NVML seam: the engine's share of the budget, and the leak check after an exit.
 TEST(Fastrestartd, GpuBudgetAndLeakCheckThroughTheNvmlSeam) {
   test::TempDir gpu;
   const std::string nvml = gpu / "nvml.json";

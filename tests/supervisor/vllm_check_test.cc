@@ -1,5 +1,5 @@
 // The check reply and the pushed flags of a check or reload request (vllm_check.h).
-#include "supervisor/vllm_check.h"
+#include "supervisor/engines/vllm/vllm_check.h"
 
 #include <gtest/gtest.h>
 

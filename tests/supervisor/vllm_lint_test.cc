@@ -1,5 +1,5 @@
 // The checks before a push, against the built-in rules.
-#include "supervisor/vllm_lint.h"
+#include "supervisor/engines/vllm/vllm_lint.h"
 
 #include <gtest/gtest.h>
 #include <sys/stat.h>

@@ -1,5 +1,5 @@
 // What a vLLM engine says about itself, and the output rules of classify_exit.
-#include "supervisor/vllm_report.h"
+#include "supervisor/engines/vllm/vllm_report.h"
 
 #include <gtest/gtest.h>
 #include <sys/wait.h>

@@ -1,5 +1,5 @@
 // data/vllm.toml as compiled in, and the errors of a broken rules file.
-#include "supervisor/vllm_rules.h"
+#include "supervisor/engines/vllm/vllm_rules.h"
 
 #include <gtest/gtest.h>
 

@@ -1,8 +1,8 @@
-#include "supervisor/vllm_check.h"
+#include "supervisor/engines/vllm/vllm_check.h"
 
 #include "supervisor/control_request.h"
 #include "supervisor/flags.h"
-#include "supervisor/vllm_lint.h"
+#include "supervisor/engines/vllm/vllm_lint.h"
 
 namespace fr::supervisor {
 

@@ -1,6 +1,6 @@
 // Reading data/vllm.toml (and an operator's file of the same form). Every key is checked: an unknown key or
 // a wrong type is an error naming file:line and the key, as in config.cc.
-#include "supervisor/vllm_rules.h"
+#include "supervisor/engines/vllm/vllm_rules.h"
 
 #include <toml++/toml.h>
 

@@ -21,8 +21,8 @@
 #include "supervisor/supervised_child.h"
 #include "supervisor/supervisor.h"
 #include "supervisor/supervisor_internal.h"
-#include "supervisor/vllm_check.h"
-#include "supervisor/vllm_lint.h"
+#include "supervisor/engines/vllm/vllm_check.h"
+#include "supervisor/engines/vllm/vllm_lint.h"
 
 namespace fr::supervisor {
 
@@ -132,7 +132,6 @@ bool Supervisor::preload_mode() const { return m_cfg.weights.daemon == DaemonKin
 void Supervisor::start_preload() {
   m_preload = std::make_unique<Preload>();
   Preload& p = *m_preload;
-  m_force_cold = false;
   const auto flags = parse_flag_list(m_flags);
   // The same program as `vllm serve`, with `preload` in the place of `serve` (config.cc checked it is there).
   p.argv = m_cfg.engine.command;
@@ -175,7 +174,6 @@ void Supervisor::start_preload() {
     m_loop.post([this] { raise(Event::kDaemonsFailed); });
     return;
   }
-  m_preload_fresh = true;
   if (m_cfg.weights.watch_interval_s > 0 && !p.checkpoint.empty())
     m_watch_timer.start(m_cfg.weights.watch_interval_s, [this] { watch_checkpoint(); }, m_cfg.weights.watch_interval_s);
   m_daemon_timer.start(kPreloadPollS, [this] { poll_preload(); });
@@ -183,7 +181,7 @@ void Supervisor::start_preload() {
 
 // While loading: /health answers 200 once every rank serves (vLLM docs/features/preload.md).
 void Supervisor::poll_preload() {
-  if (!m_preload || m_preload->exited || m_preload->stopping || m_preload->ready || m_state != State::kLoading) return;
+  if (!m_preload || m_preload->exited || m_preload->stopping || m_preload->ready || !awaits_daemons(m_state)) return;
   Preload& p = *m_preload;
   const double now = m_loop.now_s();
   if (now - p.last_output > m_cfg.weights.load_timeout_s) {
@@ -191,7 +189,7 @@ void Supervisor::poll_preload() {
     p.error = "no output and no /health for " + std::to_string(static_cast<int>(m_cfg.weights.load_timeout_s)) + " s";
     spdlog::error("vllm preload: {}; stopping it, the engine will load from disk", p.error);
     signal_group(p.pid, -1, SIGKILL);
-    return;  // on_preload_exit raises kDaemonsFailed
+    return;  // on_preload_exit raises kPreloadDied
   }
   if (p.probe_in_flight) return;
   p.probe_in_flight = true;
@@ -205,7 +203,7 @@ void Supervisor::poll_preload() {
         if (!m_preload || m_preload->pid != pid) return;
         Preload& pl = *m_preload;
         pl.probe_in_flight = false;
-        if (pl.exited || pl.stopping || m_state != State::kLoading) return;
+        if (pl.exited || pl.stopping || !awaits_daemons(m_state)) return;
         if (r.ok) {
           pl.ready = true;
           pl.ready_at = m_loop.now_s();
@@ -228,8 +226,7 @@ void Supervisor::poll_preload() {
 void Supervisor::stop_preload() {
   m_watch_timer.stop();
   if (!m_preload || m_preload->exited) {
-    if (m_state == State::kLoading) start_daemons();
-    else m_loop.post([this] { raise(Event::kDaemonsStopped); });
+    m_loop.post([this] { raise(Event::kDaemonsStopped); });
     return;
   }
   Preload& p = *m_preload;
@@ -267,8 +264,7 @@ void Supervisor::on_preload_exit(int status) {
       }
       m_kill_timer.stop();
       spdlog::info("vllm preload pid {} stopped ({})", pgid, how);
-      if (m_state == State::kStopping || m_state == State::kFailed) raise(Event::kDaemonsStopped);
-      else if (m_state == State::kLoading) start_daemons();  // a cold reload stopped it
+      raise(Event::kDaemonsStopped);  // stopping: exit; loading: a reload stopped it, start it again
     };
     (*tick)();
     return;
@@ -282,18 +278,15 @@ void Supervisor::on_preload_exit(int status) {
       p.error += ": " + *it;
       break;
     }
-  m_preload_fresh = false;
   m_watch_timer.stop();
-  if (m_state == State::kLoading) {
+  if (is_terminal(m_state)) return;
+  // While loading the engine starts anyway and loads from disk; else an engine mapped to its weights
+  // (zero_copy) loses them with it: the table reloads it and restarts the engine.
+  if (awaits_daemons(m_state))
     spdlog::error("vllm preload pid {} died while loading ({}); the engine will load from disk", p.pid, how);
-    raise(Event::kDaemonsFailed);
-    return;
-  }
-  if (m_state == State::kStopping || m_state == State::kFailed || m_state == State::kStopped) return;
-  // An engine mapped to its weights (zero_copy) loses them with it: reload it and restart the engine.
-  spdlog::error("vllm preload pid {} died ({}); reloading it", p.pid, how);
-  m_force_cold = true;
-  if (m_state == State::kReady || m_state == State::kStarting || m_state == State::kBackoff) raise(Event::kColdReloadRequested);
+  else
+    spdlog::error("vllm preload pid {} died ({}); reloading it", p.pid, how);
+  raise(Event::kPreloadDied);
 }
 
 // vLLM's fingerprint covers only the safetensors headers (vLLM issue #59647): a checkpoint rewritten with the
@@ -310,12 +303,11 @@ void Supervisor::watch_checkpoint() {
     if (std::find(files.begin(), files.end(), path) == files.end()) files.push_back(f);
   }
   const std::string change = identity_change(m_preload->checkpoint, identities(files));
-  if (change.empty() || m_force_cold) return;
-  if (m_state != State::kReady && m_state != State::kStarting && m_state != State::kBackoff) return;
+  if (change.empty() || !m_preload->stale.empty()) return;
+  m_preload->stale = change;
   spdlog::warn("checkpoint changed under the same path ({}); vLLM's cache key would not notice (vLLM issue #59647): "
                "reloading vllm preload, then restarting the engine", change);
-  m_force_cold = true;
-  raise(Event::kColdReloadRequested);
+  raise(Event::kCheckpointChanged);
 }
 
 // `vllm serve` in vllm-preload mode. While the preload serves: --load-format ipc_cache, and the loader's extra
@@ -325,11 +317,11 @@ void Supervisor::watch_checkpoint() {
 // --load-format (its default without one). Not ipc_cache with fallback: the ipc_cache loader raises its
 // unsupported-quantization and unsupported-platform errors even with fallback, so a preload that failed for
 // such a reason would fail every engine start too (a crash loop).
-void Supervisor::adjust_vllm_flags(std::vector<std::string>& words) {
+bool Supervisor::preload_serving() const { return m_preload && m_preload->ready && !m_preload->exited; }
+
+void Supervisor::adjust_vllm_flags(std::vector<std::string>& words) const {
   auto flags = parse_flag_list(words);
-  const bool daemon_up = m_preload && m_preload->ready && !m_preload->exited;
-  if (m_engine) m_engine->strict = false;
-  if (!daemon_up) {
+  if (!preload_serving()) {
     // engine.flags' extra config holds the ipc_cache loader's keys only (the flag checks refuse others),
     // which vLLM's default loader refuses in turn ("Unexpected extra config keys").
     std::erase_if(flags, [](const Flag& f) { return canonical_flag_name(f.name) == "--model-loader-extra-config"; });
@@ -360,18 +352,13 @@ void Supervisor::adjust_vllm_flags(std::vector<std::string>& words) {
     spdlog::warn("--model-loader-extra-config: dropping '{}', which the ipc_cache loader does not take", it.key());
     it = extra.erase(it);
   }
-  const bool strict = m_preload_fresh;
+  const bool strict = m_preload->engine_starts == 0;
   extra["fallback"] = strict ? false : m_cfg.weights.fallback;
   extra["mode"] = weights_mode_name(m_cfg.weights.mode);
   if (!m_cfg.weights.socket_dir.empty()) extra["socket_dir"] = m_cfg.weights.socket_dir;
   flags.push_back({"--load-format", {"ipc_cache"}, false});
   flags.push_back({"--model-loader-extra-config", {extra.dump()}, false});
   words = to_words(flags);
-  if (m_engine) m_engine->strict = strict;
-  if (strict) m_preload_fresh = false;  // only the first start after the preload (re)started
-  // copy mode: the engine takes the weights and the daemon releases its cache (vLLM docs), so the next
-  // start needs a fresh preload.
-  if (m_cfg.weights.mode == WeightsMode::kCopy) m_force_cold = true;
 }
 
 json Supervisor::preload_status_json() const {
@@ -414,6 +401,7 @@ std::string Supervisor::path_from_engine_report(Engine& e) {
       if (r.result == "hit") continue;
       all_hit = false;
       m_miss_reasons[(r.result + ": " + r.reason).substr(0, 80)]++;
+      if (e.miss_reason.empty()) e.miss_reason = "the engine's loader reported " + r.result + ": " + r.reason;
     }
     m_attach_counts[all_hit ? "hit" : "fallback"]++;
     return all_hit ? "warm" : "cold";
@@ -430,6 +418,7 @@ std::string Supervisor::path_from_engine_report(Engine& e) {
     size_t open = why.find("Weight cache unusable (");
     if (open != std::string::npos) why = why.substr(open + 23, why.find(')', open) - open - 23);
     m_miss_reasons[why.substr(0, 80)]++;
+    e.miss_reason = "the engine reported: " + why;
     spdlog::info("the engine did not use the weight cache ({}) and loaded from disk", escape_control_chars(why));
     return "cold";
   }

@@ -1,4 +1,4 @@
-#include "supervisor/vllm_lint.h"
+#include "supervisor/engines/vllm/vllm_lint.h"
 
 #include <algorithm>
 #include <cstring>

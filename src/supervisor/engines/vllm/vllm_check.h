@@ -10,7 +10,7 @@
 
 #include "fastrestart/result.h"
 #include "supervisor/config.h"
-#include "supervisor/vllm_rules.h"
+#include "supervisor/engines/vllm/vllm_rules.h"
 
 namespace fr::supervisor {
 

@@ -9,7 +9,7 @@
 #include <vector>
 
 #include "supervisor/config.h"
-#include "supervisor/vllm_rules.h"
+#include "supervisor/engines/vllm/vllm_rules.h"
 
 namespace fr::supervisor {
 

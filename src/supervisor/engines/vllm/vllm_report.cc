@@ -1,4 +1,4 @@
-#include "supervisor/vllm_report.h"
+#include "supervisor/engines/vllm/vllm_report.h"
 
 namespace fr::supervisor {
 namespace {

@@ -10,7 +10,7 @@
 #include <optional>
 #include <string>
 
-#include "supervisor/vllm_rules.h"
+#include "supervisor/engines/vllm/vllm_rules.h"
 
 namespace fr::supervisor {
 

@@ -1,0 +1,25 @@
+// The start path "snapshot": restore an initialized engine from a CRIU artifact (docs/snapshot.md). The
+// helper process does the restore; a refused or failed restore falls back to the next listed path.
+#include "supervisor/start/start_path.h"
+
+namespace fr::supervisor {
+namespace {
+
+class SnapshotPath final : public StartPathImpl {
+ public:
+  StartPath id() const override { return StartPath::kSnapshot; }
+  std::optional<StartRefusal> refusal(const StartHost& host) const override { return host.snapshot_refusal(); }
+  Result<StartOutcome> start(StartHost& host) const override {
+    FR_TRY(host.restore_snapshot());
+    return StartOutcome::kStarted;
+  }
+};
+
+}  // namespace
+
+const StartPathImpl& snapshot_start_path() {
+  static const SnapshotPath p;
+  return p;
+}
+
+}  // namespace fr::supervisor

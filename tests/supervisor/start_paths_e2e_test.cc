@@ -1,0 +1,170 @@
+// Start paths end to end (docs/supervisor.md, "Start paths"): the real fastrestartd, the tiny engine and a
+// real weight daemon on the host backend. restart.start decides how each restart comes up, and every path
+// that was skipped shows why; rolled-back pushes are not engine crashes; a warm start that misses says why.
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <gtest/gtest.h>
+
+#include <fstream>
+
+#include "support/harness.h"
+#include "support/supervised.h"
+
+namespace fr {
+namespace {
+
+using nlohmann::json;
+
+struct Options {
+  std::string start = "[\"warm\", \"cold\"]";
+  int crash_loop_limit = 5;
+  std::string engine_socket_dir;  // the engine's --fastrestart-socket-dir; empty: the daemons' own
+};
+
+class StartPathsTest : public ::testing::Test {
+ protected:
+  void launch(const Options& s = {}) {
+    ASSERT_EQ(test::run({FR_TINYENGINE_BIN, "gen", "--out", m_dir / "model", "--size", "4M"}).exit_code, 0);
+    m_port = test::free_port();
+    m_http = test::free_port();
+    const std::string run = m_dir / "run";
+    m_cfg = m_dir / "t.toml";
+    std::ofstream(m_cfg) << "[model]\nname = \"t\"\n[engine]\ncommand = [\"" << FR_TINYENGINE_BIN << "\", \"serve\", \""
+                         << (m_dir / "model") << "\"]\nflags = [\"--port\", \"" << m_port << "\", \"--served-model-name\", \"t\", "
+                         << "\"--load-format\", \"fastrestart\", \"--fastrestart-socket-dir\", \""
+                         << (s.engine_socket_dir.empty() ? run : s.engine_socket_dir) << "\", \"--shutdown-grace\", \"2\"]\n"
+                         << "port = " << m_port << "\nstop_grace_s = 3\n"
+                         << "[weights]\nbackend = \"host\"\ncheckpoint = \"" << (m_dir / "model") << "\"\nsocket_dir = \"" << run << "\"\n"
+                         << "[readiness]\nmodel = \"t\"\npoll_interval_s = 0.05\ncheck_interval_s = 0.3\n"
+                         << "[restart]\nbackoff_initial_s = 0.05\nbackoff_max_s = 0.2\ncrash_loop_limit = " << s.crash_loop_limit
+                         << "\nwarm_failures_before_cold = 0\nstart = " << s.start << "\n"
+                         << "[control]\nsocket = \"" << (m_dir / "ctl/t.ctl") << "\"\nstate_dir = \"" << (m_dir / "state") << "\"\n"
+                         << "[http]\nlisten = \"127.0.0.1:" << m_http << "\"\n";
+    m_sup = std::make_unique<test::Supervised>(FR_FASTRESTARTD_BIN, m_cfg, m_dir / "ctl/t.ctl", m_dir / "d.log");
+    m_sup->start();
+  }
+  // Waits for READY of an engine other than `not_pid`; returns the status then.
+  json ready(pid_t not_pid = 0) {
+    json s;
+    EXPECT_TRUE(m_sup->wait_for([&](const json& j) {
+      return j.value("state", "") == "ready" && j["engine"].is_object() && j["engine"].value("pid", 0) != not_pid &&
+             j["last_start"].is_object() && j["last_start"].value("pid", 0) == j["engine"].value("pid", 0);
+    }, 90, &s)) << m_sup->log();
+    return s;
+  }
+  json engine_stats() { return json::parse(test::http_get(m_port, "/stats").body, nullptr, false); }
+  test::RunResult ctl(std::vector<std::string> args) {
+    std::vector<std::string> argv{FR_FASTRESTARTCTL_BIN, "--socket", m_dir / "ctl/t.ctl"};
+    argv.insert(argv.end(), args.begin(), args.end());
+    return test::run(argv);
+  }
+  static json find_path(const json& attempts, const std::string& path) {
+    for (const auto& a : attempts)
+      if (a.value("path", "") == path) return a;
+    return json::object();
+  }
+
+  test::TempDir m_dir;
+  uint16_t m_port = 0, m_http = 0;
+  std::string m_cfg;
+  std::unique_ptr<test::Supervised> m_sup;
+};
+
+// start = ["cold"]: every restart reloads the daemons first, so no restart attaches to weights from before.
+TEST_F(StartPathsTest, ColdOnlyReloadsTheDaemonsBeforeEveryRestart) {
+  Options s;
+  s.start = "[\"cold\"]";
+  launch(s);
+  json st = ready();
+  for (int round = 0; round < 2; ++round) {
+    const pid_t engine = st["engine"]["pid"], daemon = st["daemons"][0]["pid"];
+    ASSERT_EQ(::kill(engine, SIGKILL), 0);
+    st = ready(engine);
+    EXPECT_EQ(st["last_start"]["path"], "cold") << st.dump();
+    EXPECT_NE(st["daemons"][0]["pid"], daemon) << "the daemons were not reloaded";
+    EXPECT_EQ(engine_stats()["load"]["path"], "fallback") << "the engine must load from disk, not attach";
+    const json cold = find_path(st["start_paths"], "cold");
+    EXPECT_EQ(st["start_paths"].size(), 2u) << st["start_paths"].dump();
+    EXPECT_EQ(st["start_paths"][0].value("outcome", ""), "waiting") << st["start_paths"].dump();
+    EXPECT_EQ(st["start_paths"][1].value("outcome", ""), "started") << st["start_paths"].dump();
+  }
+  EXPECT_EQ(m_sup->stop(SIGTERM), 0) << m_sup->log();
+}
+
+// start = ["warm", "cold"]: the first start skips warm (nothing held yet) and says so; a restart attaches.
+TEST_F(StartPathsTest, WarmThenColdAttachesOnRestartAndShowsWhyWarmWasSkipped) {
+  launch();
+  json st = ready();
+  EXPECT_EQ(st["last_start"]["path"], "cold");
+  const json warm = find_path(st["start_paths"], "warm");
+  EXPECT_EQ(warm.value("outcome", ""), "skipped") << st["start_paths"].dump();
+  EXPECT_EQ(warm.value("reason", ""), "nothing_held") << st["start_paths"].dump();
+  EXPECT_NE(warm.value("detail", "").find("hold no weights"), std::string::npos) << warm.dump();
+  EXPECT_NE(st.value("status_text", "").find("skipped warm: "), std::string::npos) << st.value("status_text", "");
+  EXPECT_NE(ctl({"status"}).output.find("start path         warm skipped: "), std::string::npos) << ctl({"status"}).output;
+
+  const pid_t engine = st["engine"]["pid"], daemon = st["daemons"][0]["pid"];
+  ASSERT_EQ(::kill(engine, SIGKILL), 0);
+  st = ready(engine);
+  EXPECT_EQ(st["last_start"]["path"], "warm") << st.dump();
+  EXPECT_EQ(st["daemons"][0]["pid"], daemon);
+  EXPECT_EQ(engine_stats()["load"]["path"], "attach");
+  EXPECT_EQ(find_path(st["start_paths"], "warm").value("outcome", ""), "started") << st["start_paths"].dump();
+  const std::string metrics = test::http_get(m_http, "/metrics").body;
+  EXPECT_NE(metrics.find("fastrestart_start_path_total{path=\"warm\",outcome=\"skipped\",reason=\"nothing_held\"} 1"),
+            std::string::npos) << metrics;
+  EXPECT_NE(metrics.find("fastrestart_start_path_total{path=\"warm\",outcome=\"started\",reason=\"\"} 1"), std::string::npos)
+      << metrics;
+  EXPECT_EQ(m_sup->stop(SIGTERM), 0) << m_sup->log();
+}
+
+// Rejected pushes (each rolled back, the engine healthy again) are not failures of the running
+// configuration: after five of them one kill -9 restarts the engine instead of giving up (crash_loop_limit 5).
+TEST_F(StartPathsTest, RolledBackPushesAreCountedApartFromCrashes) {
+  launch();
+  json st = ready();
+  for (int i = 0; i < 5; ++i) {
+    auto r = ctl({"reload", "--add-flags", "--max-model-len 999999"});
+    ASSERT_EQ(r.exit_code, 3) << r.output << m_sup->log();
+  }
+  st = m_sup->status();
+  EXPECT_EQ(st["state"], "ready");
+  EXPECT_EQ(st["rollbacks"].value("count", 0), 5) << st["rollbacks"].dump();
+  EXPECT_EQ(st["rollbacks"]["recent"].size(), 5u);
+  EXPECT_FALSE(st["rollbacks"]["recent"][0].value("detail", "").empty()) << st["rollbacks"].dump();
+  EXPECT_EQ(st["restarts"].value("crash", 0), 0) << st["restarts"].dump();
+  EXPECT_NE(ctl({"status"}).output.find("rollbacks          5"), std::string::npos) << ctl({"status"}).output;
+  const std::string metrics = test::http_get(m_http, "/metrics").body;
+  EXPECT_NE(metrics.find("fastrestart_reload_rollbacks_total{cause="), std::string::npos) << metrics;
+
+  const pid_t engine = st["engine"]["pid"];
+  ASSERT_EQ(::kill(engine, SIGKILL), 0);
+  st = ready(engine);
+  EXPECT_EQ(st["restarts"].value("crash", 0), 1) << st["restarts"].dump();
+  EXPECT_EQ(st.value("failure", ""), "");
+  EXPECT_EQ(m_sup->log().find("giving up"), std::string::npos) << m_sup->log();
+  EXPECT_EQ(m_sup->stop(SIGTERM), 0) << m_sup->log();
+}
+
+// A start on the warm path whose engine does not attach says why in status: here the engine looks for the
+// daemons in another directory, so it never asks them.
+TEST_F(StartPathsTest, AWarmStartThatMissesSaysWhy) {
+  Options s;
+  s.engine_socket_dir = m_dir / "elsewhere";
+  launch(s);
+  json st = ready();
+  const pid_t engine = st["engine"]["pid"];
+  ASSERT_EQ(::kill(engine, SIGKILL), 0);
+  st = ready(engine);
+  EXPECT_EQ(st["last_start"]["path"], "cold") << st.dump();
+  EXPECT_EQ(st["last_start"].value("expected", ""), "warm") << st.dump();
+  EXPECT_NE(st["last_start"].value("warm_miss", "").find("did not ask the weight daemons"), std::string::npos) << st.dump();
+  EXPECT_NE(st.value("status_text", "").find("expected warm: "), std::string::npos) << st.value("status_text", "");
+  EXPECT_NE(ctl({"status"}).output.find("warm miss"), std::string::npos);
+  EXPECT_EQ(m_sup->stop(SIGTERM), 0) << m_sup->log();
+}
+
+}  // namespace
+}  // namespace fr
