@@ -18,7 +18,6 @@ const char* errc_name(Errc c) {
     case Errc::kCuda: return "cuda";
     case Errc::kCorrupt: return "corrupt";
     case Errc::kCancelled: return "cancelled";
-    case Errc::kStale: return "stale";
     case Errc::kInternal: return "internal";
   }
   return "internal";

@@ -24,7 +24,6 @@ enum class Errc {
   kCuda,              // the CUDA driver failed (or is absent)
   kCorrupt,           // a checkpoint or digest that does not match what it claims
   kCancelled,
-  kStale,             // a publish whose checkpoint files changed after the engine identified them
   kInternal,
 };
 
