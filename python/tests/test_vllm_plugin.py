@@ -256,7 +256,7 @@ class PluginTest(unittest.TestCase):
             tensors, device = {"w": torch.ones(4, device="cuda:0")}, "cuda:0"
         else:
             tensors, device = {"w": np.ones(4, np.float32)}, "host"
-        fastrestart.publish(files, config, tensors, socket_dir=self.run_dir, device=device)
+        fastrestart.publish(fastrestart.identify(files, config), tensors, socket_dir=self.run_dir, device=device)
         s = self.assert_started(self.serve(), "fallback", "skipped")
         self.assertIn("warm path failed: BindError", s.line["reason"])
         self.assertEqual(s.out["checkpoint_reads"], 2)

@@ -63,6 +63,9 @@ struct LoadedModel {
 Result<LoadedModel> load_model(const std::string& path, const LoadOptions& options);
 
 // The fastrestart side (loader_fastrestart.cc; loader_fastrestart_none.cc when engine_loader is absent).
+// The key's file identities, taken by the attach before the files are read; a publish goes under it, so
+// the daemon can refuse one whose files changed in between (docs/protocol.md, "publish").
+struct PublishKey;
 struct AttachOutcome {
   bool hit = false;
   std::string reason;
@@ -71,13 +74,14 @@ struct AttachOutcome {
   std::string mode, fingerprint, digest;
   bool on_cuda = false;
   nlohmann::json timings;
+  std::shared_ptr<const PublishKey> key;  // null when the files could not be identified
 };
 Result<AttachOutcome> fastrestart_attach(const CheckpointInfo& info, const LoadOptions& options);
 struct PublishOutcome {
   std::string fingerprint, digest;
   uint64_t bytes = 0;
 };
-Result<PublishOutcome> fastrestart_publish(const CheckpointInfo& info, const TensorSet& set,
+Result<PublishOutcome> fastrestart_publish(const PublishKey* key, const CheckpointInfo& info, const TensorSet& set,
                                            const LoadOptions& options);
 // The config half of the key: arch, dtype, engine version, tp size/rank.
 std::map<std::string, std::string> key_config(const CheckpointInfo& info);
