@@ -309,7 +309,6 @@ void Server::serve_requests(Conn& c) {
     return;
   }
   for (;;) {
-    c.idle_since_ns = steady_ns();
     c.idle = c.publishing.empty();
     if (c.evicted) {  // chosen while it was busy answering: its wait ends at once
       read_failed(c, make_error(Errc::kCancelled, "evicted"));
@@ -330,6 +329,7 @@ void Server::serve_requests(Conn& c) {
     }
     if (f->body.contains("id")) reply["id"] = f->body["id"];
     if (out_fd) reply["fd"] = true;
+    c.idle_since_ns = steady_ns();  // before the reply goes: a client that saw it sees an ordered age
     Status sent;
     if (!c.raw_manifest.empty()) {
       // Attach is the hot path of a restart: the manifest (hundreds of tensors) was serialized once.
