@@ -55,18 +55,19 @@ Result<Frame> read_frame(int sock, Deadline deadline, double frame_timeout_s) {
     std::span<char> buf = reader.next();
     // The first byte alone: from it on the frame timeout runs, also for the rest of the length field.
     if (!reader.started()) buf = buf.subspan(0, 1);
-    if (auto s = recv_exact(sock, buf.data(), buf.size(), &fds, reader.started() ? rest : deadline); !s.ok()) {
-      if (!reader.started()) return s.error();
-      if (s.error().code == Errc::kCancelled)
-        return make_error(Errc::kProtocol, "connection closed inside a frame");
-      if (s.error().code == Errc::kTimeout)
+    auto got = recv_some(sock, buf.data(), buf.size(), &fds, reader.started() ? rest : deadline);
+    if (!got.ok()) {
+      const Error& e = got.error();
+      if (!reader.started()) return e;
+      if (e.code == Errc::kCancelled) return make_error(Errc::kProtocol, "connection closed inside a frame");
+      if (e.code == Errc::kTimeout)
         return make_error(Errc::kTimeout, "frame incomplete: " + std::to_string(reader.received()) + " of " +
                                               (reader.length() ? std::to_string(reader.length() + 4) : std::string("?")) +
                                               " bytes arrived within " + std::to_string(static_cast<int>(frame_timeout_s)) + " s");
-      return s.error();
+      return e;
     }
     const bool first = !reader.started();
-    FR_ASSIGN(done, reader.commit(buf.size()));
+    FR_ASSIGN(done, reader.commit(*got));
     if (first) rest = std::min(deadline, deadline_in(frame_timeout_s));
   }
   if (fds.size() > 1) return make_error(Errc::kProtocol, "frame carried " + std::to_string(fds.size()) + " descriptors; at most 1 is allowed");

@@ -35,7 +35,9 @@ class Conn {
     m_fd = std::move(*fd);
     auto h = proto::read_frame(m_fd.get(), deadline_in(5));
     EXPECT_TRUE(h.ok() && h->body.value("op", "") == "hello") << (h.ok() ? h->body.dump() : h.error().message);
-    if (hello) EXPECT_TRUE(proto::write_frame(m_fd.get(), {{"op", "hello"}, {"protocol", 1}}, -1, deadline_in(5)).ok());
+    if (hello) {
+      EXPECT_TRUE(proto::write_frame(m_fd.get(), {{"op", "hello"}, {"protocol", 1}}, -1, deadline_in(5)).ok());
+    }
   }
   json request(const json& j) {
     EXPECT_TRUE(proto::write_frame(m_fd.get(), j, -1, deadline_in(5)).ok());

@@ -72,15 +72,6 @@ Checkpoint make_checkpoint(const std::string& dir, int shards, int per_shard, si
   return ck;
 }
 
-namespace {
-
-struct SpawnOptions {
-  int uid = -1, gid = -1;
-  bool append = false;  // to the log, else truncate it
-  bool die_with_test = false;
-  const std::map<std::string, std::string>* env = nullptr;
-};
-
 void replace_by_rename(const std::string& path) {
   const std::string tmp = path + ".next";
   std::filesystem::copy_file(path, tmp, std::filesystem::copy_options::overwrite_existing);
@@ -104,6 +95,15 @@ void rewrite_in_place_keeping_mtime(const std::string& path) {
   const timespec times[2] = {st.st_atim, st.st_mtim};
   if (::utimensat(AT_FDCWD, path.c_str(), times, 0) != 0) throw std::runtime_error("utimensat " + path);
 }
+
+namespace {
+
+struct SpawnOptions {
+  int uid = -1, gid = -1;
+  bool append = false;  // to the log, else truncate it
+  bool die_with_test = false;
+  const std::map<std::string, std::string>* env = nullptr;
+};
 
 pid_t spawn(const std::vector<std::string>& argv, const std::string& log, const SpawnOptions& o) {
   pid_t pid = ::fork();
