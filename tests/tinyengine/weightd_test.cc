@@ -125,7 +125,7 @@ void shard_changed_during_the_cold_start(void (*change)(const std::string& shard
   const std::string sockets = private_dir(tmp);
   fr::test::Daemon d(sockets);
   GenOptions o;
-  o.shard_bytes = 16 << 10;
+  o.shard_bytes = 256 << 10;  // a few shards: the engine pauses after each but the last
   auto files = generate_checkpoint(o, ckpt.path());
   ASSERT_TRUE(files.ok());
   ASSERT_GE(files->size(), 2u);
