@@ -173,8 +173,10 @@ class Engine:
         if a.fastrestart_publish == "on":
             t = time.monotonic()
             try:
-                info = fastrestart.publish(self.files, self.key_config(), state,
-                                           socket_dir=a.fastrestart_socket_dir, device=str(self.device))
+                # r.key: the identities the attach took before _from_disk read a byte; the daemon
+                # refuses the publish if a file changed since.
+                info = fastrestart.publish(r.key, state, socket_dir=a.fastrestart_socket_dir,
+                                           device=str(self.device))
                 self.load.update(published=True, digest=info["digest"], fingerprint=info["fingerprint"])
             except (RuntimeError, ValueError) as e:  # serve anyway; the next start misses again
                 self.load.update(published=False, publish_error=str(e))

@@ -3,10 +3,13 @@
 #include <fcntl.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
+#include <thread>
 
 #include "common/fd.h"
 #include "common/io.h"
@@ -199,6 +202,19 @@ std::byte* DiskLoad::mutable_data(const std::string& name) const {
   return it == set.tensors.end() ? nullptr : static_cast<std::byte*>(const_cast<void*>(it->second.data));
 }
 
+namespace {
+// Tests only (docs/tinyengine.md): FASTRESTART_TEST_READ_DELAY_MS=N pauses N ms after each shard but the
+// last, announcing it on stderr, so a test can change the checkpoint while the engine reads the next shard.
+void test_pause_after(const std::string& path, bool more) {
+  const char* e = std::getenv("FASTRESTART_TEST_READ_DELAY_MS");
+  const int ms = e ? std::atoi(e) : 0;
+  if (ms <= 0 || !more) return;
+  std::fprintf(stderr, "test: read %s; pausing %d ms before the next shard\n", path.c_str(), ms);
+  std::fflush(stderr);
+  std::this_thread::sleep_for(std::chrono::milliseconds(ms));
+}
+}  // namespace
+
 Result<DiskLoad> load_from_disk(const CheckpointInfo& info) {
   auto bufs = std::make_shared<Buffers>();
   DiskLoad out;
@@ -213,6 +229,7 @@ Result<DiskLoad> load_from_disk(const CheckpointInfo& info) {
     out.bytes_read += n;
     for (const auto& t : h.tensors)
       out.set.tensors[t.name] = TensorView{t.dtype, t.shape, p + (t.begin - h.data_start), t.nbytes()};
+    test_pause_after(h.path, &h != &info.headers.back());
   }
   out.set.owner = bufs;
   return out;
