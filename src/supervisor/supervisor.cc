@@ -17,6 +17,7 @@
 #include "common/private_dir.h"
 #include "engine_loader/client.h"
 #include "supervisor/child.h"
+#include "supervisor/engine_progress.h"
 #include "supervisor/flags.h"
 #include "supervisor/readiness.h"
 #include "supervisor/supervised_child.h"
@@ -538,6 +539,9 @@ void Supervisor::launch_engine() {
     raw->tail.push_back(l);
     if (raw->tail.size() > kTailLines) raw->tail.pop_front();
     if (m_cfg.engine.kind == EngineKind::kVllm) observe_engine_line(*raw, l);
+    // The engine's own load progress (engine_progress.h) into status and STATUS= while it starts.
+    if (auto p = parse_engine_progress(l); p && m_state == State::kStarting)
+      set_status(std::string("Starting the engine (") + (raw->warm_expected ? "warm" : "cold") + "): " + p->text());
   }, e);
   if (!s.ok()) {
     spdlog::error("engine: {}", s.error().message);

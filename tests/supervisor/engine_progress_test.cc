@@ -1,0 +1,36 @@
+// parse_engine_progress(): the engine's own progress lines (docs/supervisor.md, "Engine progress").
+#include "supervisor/engine_progress.h"
+
+#include <gtest/gtest.h>
+
+namespace fr::supervisor {
+namespace {
+
+TEST(EngineProgress, ALineAnywhereInTheOutputIsRead) {
+  auto p = parse_engine_progress("[2026-01-01 00:00:00.000] [info] fastrestart-progress: phase=disk_read done=268435456 total=536870912 unit=bytes");
+  ASSERT_TRUE(p);
+  EXPECT_EQ(p->phase, "disk_read");
+  EXPECT_EQ(p->done, 268435456u);
+  EXPECT_EQ(p->total, 536870912u);
+  EXPECT_EQ(p->text(), "disk_read 50% (256 MiB of 512 MiB)");
+}
+
+TEST(EngineProgress, OtherUnitsAreCounts) {
+  auto p = parse_engine_progress("fastrestart-progress: phase=load_shards done=2 total=4 unit=shards rank=0");
+  ASSERT_TRUE(p);
+  EXPECT_EQ(p->text(), "load_shards 2/4 shards");
+  EXPECT_EQ(parse_engine_progress("fastrestart-progress: phase=x done=1 total=3")->text(), "x 1/3");
+  EXPECT_EQ(parse_engine_progress("fastrestart-progress: phase=w done=3 total=4 unit=bytes extra=1")->text(),
+            "w 75% (0 MiB of 0 MiB)");
+}
+
+TEST(EngineProgress, MalformedLinesAreIgnored) {
+  for (const char* l : {"load path=disk weight_bytes=1", "fastrestart-progress:", "fastrestart-progress: done=1 total=2",
+                        "fastrestart-progress: phase=a done=3 total=2", "fastrestart-progress: phase=a done=-1 total=2",
+                        "fastrestart-progress: phase=a done=1", "fastrestart-progress: phase=a done=1x total=2",
+                        "fastrestart-progress: phase=a b c done=1 total=2", "fastrestart-progress: phase=$(x) done=1 total=2"})
+    EXPECT_FALSE(parse_engine_progress(l)) << l;
+}
+
+}  // namespace
+}  // namespace fr::supervisor
