@@ -64,4 +64,20 @@ std::optional<EngineProgress> parse_engine_progress(const std::string& line) {
   return p;
 }
 
+std::optional<EngineProgress> parse_progress_pattern(const std::vector<ProgressPattern>& patterns, const std::string& line) {
+  for (const auto& pat : patterns) {
+    if (line.find(pat.contains) == std::string::npos) continue;
+    const auto at = line.find(pat.after);
+    if (at == std::string::npos) continue;
+    std::string word = line.substr(at + pat.after.size());
+    word = word.substr(0, word.find_first_of(" \t\r["));
+    const auto slash = word.find('/');
+    if (slash == std::string::npos) continue;
+    auto done = number(word.substr(0, slash)), total = number(word.substr(slash + 1));
+    if (!done || !total || *done > *total) continue;
+    return EngineProgress{pat.phase, *done, *total, pat.unit};
+  }
+  return std::nullopt;
+}
+
 }  // namespace fr::supervisor

@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <vector>
 
 namespace fr::supervisor {
 
@@ -22,5 +23,17 @@ struct EngineProgress {
 
 // The progress a line reports, or nothing when it is not a well-formed progress line.
 std::optional<EngineProgress> parse_engine_progress(const std::string& line);
+
+// An engine's own progress output that is not in our format, described as data (data/vllm.toml
+// [[progress]]: vLLM's tqdm bars): a line containing `contains`, then after `after` a word "N/M".
+struct ProgressPattern {
+  std::string contains;
+  std::string after;
+  std::string phase;
+  std::string unit;
+};
+
+// The progress the first matching pattern reads from `line` (ANSI colours stripped by the caller).
+std::optional<EngineProgress> parse_progress_pattern(const std::vector<ProgressPattern>& patterns, const std::string& line);
 
 }  // namespace fr::supervisor

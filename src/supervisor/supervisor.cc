@@ -540,8 +540,10 @@ void Supervisor::launch_engine() {
     if (raw->tail.size() > kTailLines) raw->tail.pop_front();
     if (m_cfg.engine.kind == EngineKind::kVllm) observe_engine_line(*raw, l);
     // The engine's own load progress (engine_progress.h) into status and STATUS= while it starts.
-    if (auto p = parse_engine_progress(l); p && m_state == State::kStarting)
-      set_status(std::string("Starting the engine (") + (raw->warm_expected ? "warm" : "cold") + "): " + p->text());
+    auto progress = parse_engine_progress(l);
+    if (!progress && m_cfg.engine.kind == EngineKind::kVllm) progress = parse_progress_pattern(m_rules.progress, l);  // data/vllm.toml
+    if (progress && m_state == State::kStarting)
+      set_status(std::string("Starting the engine (") + (raw->warm_expected ? "warm" : "cold") + "): " + progress->text());
   }, e);
   if (!s.ok()) {
     spdlog::error("engine: {}", s.error().message);

@@ -1,6 +1,8 @@
 // parse_engine_progress(): the engine's own progress lines (docs/supervisor.md, "Engine progress").
 #include "supervisor/engine_progress.h"
 
+#include "supervisor/vllm_rules.h"
+
 #include <gtest/gtest.h>
 
 namespace fr::supervisor {
@@ -30,6 +32,16 @@ TEST(EngineProgress, MalformedLinesAreIgnored) {
                         "fastrestart-progress: phase=a done=1", "fastrestart-progress: phase=a done=1x total=2",
                         "fastrestart-progress: phase=a b c done=1 total=2", "fastrestart-progress: phase=$(x) done=1 total=2"})
     EXPECT_FALSE(parse_engine_progress(l)) << l;
+}
+
+// vLLM's tqdm bar, as data/vllm.toml describes it (vllm/model_executor/model_loader/weight_utils.py _BAR_FORMAT).
+TEST(EngineProgress, VllmsShardBarIsReadThroughTheBuiltInRules) {
+  const auto& pats = builtin_vllm_rules().progress;
+  auto p = parse_progress_pattern(pats, "(EngineCore_DP0 pid=7) Loading safetensors checkpoint shards:  50% Completed | 2/4 [00:01<00:01,  1.50it/s]");
+  ASSERT_TRUE(p);
+  EXPECT_EQ(p->text(), "load_shards 2/4 shards");
+  EXPECT_FALSE(parse_progress_pattern(pats, "Loading safetensors checkpoint shards:   0% Completed | 0/x [00:00<?, ?it/s]"));
+  EXPECT_FALSE(parse_progress_pattern(pats, "INFO 50% Completed | 2/4"));
 }
 
 }  // namespace

@@ -353,6 +353,17 @@ TEST(VllmReport, TheModelRunnerFallbackIsShown) {
   EXPECT_NE(v["model_runner"]["line"].get<std::string>().find("custom logits processors"), std::string::npos);
 }
 
+// vLLM's own shard-loading bar (data/vllm.toml [[progress]]) becomes the status text while it starts.
+TEST(VllmReport, TheShardLoadingBarReachesTheStatusText) {
+  Options o;
+  o.daemon = "none";
+  o.extra_flags = R"(, "--standin-loader-line", "(EngineCore_DP0 pid=1) Loading safetensors checkpoint shards: 100% Completed | 4/4 [00:02<00:00,  1.90it/s]")";
+  Vllmd d(o);
+  ASSERT_TRUE(d.wait_ready()) << d.log();
+  EXPECT_NE(d.log().find("status: Starting the engine ("), std::string::npos) << d.log();
+  EXPECT_NE(d.log().find("): load_shards 4/4 shards"), std::string::npos) << d.log();
+}
+
 // The loader plugin's result line (python/fastrestart_vllm) reaches status, the table and the metrics.
 TEST(VllmReport, TheLoaderResultLineIsShown) {
   Options o;
