@@ -134,8 +134,13 @@ class Engine:
     def _from_disk(self):
         from safetensors.torch import load_file
         state = {}
+        total = sum(os.path.getsize(f) for f in self.files)
+        done = 0
         for f in self.files:
             state.update(load_file(f, device=str(self.device)))
+            done += os.path.getsize(f)
+            # fastrestartd shows this in status and STATUS= (docs/supervisor.md, "Engine progress")
+            print(f"fastrestart-progress: phase=disk_read done={done} total={total} unit=bytes", flush=True)
         return state
 
     def _load_weights(self):

@@ -317,5 +317,15 @@ TEST(Weightd, EvictAndShutdownThroughTheCli) {
   EXPECT_EQ(daemon.stop(0), 0);  // already exiting; signal 0 only waits
 }
 
+// make-checkpoint DIR creates DIR and its parents (mkdir -p), as `gen --out` of the tiny engine does.
+TEST(Weightctl, MakeCheckpointCreatesAMissingDirectory) {
+  test::TempDir d;
+  const std::string dir = d / "a/b/model";
+  auto r = test::run({test::weightctl(), "make-checkpoint", dir, "--shards", "1", "--tensors", "2", "--tensor-bytes", "4096"});
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  struct stat st {};
+  EXPECT_EQ(::stat((dir + "/model-00001-of-00001.safetensors").c_str(), &st), 0) << r.output;
+}
+
 }  // namespace
 }  // namespace fr
