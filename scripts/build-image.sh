@@ -108,7 +108,7 @@ tar -C "$work/root" --numeric-owner -xf "$rootfs_tar"
 cp "$deb" "$work/root/tmp/fastrestart.deb"
 chroot "$work/root" dpkg -i /tmp/fastrestart.deb >"$work/dpkg.log" 2>&1 || { cat "$work/dpkg.log" >&2; die "dpkg -i $(basename "$deb") in the image failed"; }
 rm -f "$work/root/tmp/fastrestart.deb"
-chroot "$work/root" fastrestartd --check --config /usr/share/doc/fastrestart/examples/demo.toml >/dev/null ||
+chroot "$work/root" fastrestartd --check --syntax-only --config /usr/share/doc/fastrestart/examples/demo.toml >/dev/null ||
   die "fastrestartd does not run in the image"
 # Documentation of the other packages and locales: nothing reads them in a container.
 find "$work/root/usr/share/doc" -mindepth 1 -maxdepth 1 ! -name fastrestart -exec rm -rf {} +

@@ -27,6 +27,15 @@ std::string describe(const Leftover& l) {
 }
 
 size_t LeftoverSweeper::sweep(pid_t self, const std::set<pid_t>& known, const std::string& when) {
+  // With another namespace's /proc, the processes whose parent field equals our pid are not ours (as PID 1
+  // of such a namespace, they are every orphan of the host): find nothing rather than kill strangers.
+  if (!proc_matches_pid_namespace()) {
+    if (!m_warned_foreign_proc)
+      spdlog::warn("engine leftovers are not looked for: /proc belongs to another PID namespace than "
+                   "fastrestartd's (mount a /proc of its own, e.g. unshare --pid --fork --mount-proc)");
+    m_warned_foreign_proc = true;
+    return 0;
+  }
   auto found = find_leftovers(self, known);
   if (found.empty()) m_named.clear();  // the sweep is over: a later one names what it finds again
   for (const auto& l : found) {

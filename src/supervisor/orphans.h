@@ -29,7 +29,8 @@ std::vector<Leftover> find_leftovers(pid_t parent, const std::set<pid_t>& known)
 // "pid 1234 (comm: cmdline)", control characters escaped: the command line is the leftover's own text.
 std::string describe(const Leftover& l);
 
-// The sweep, repeated until it returns 0: each call SIGKILLs the leftovers seen (each named in the log
+// The sweep, repeated until it returns 0 (at once when /proc is not of fastrestartd's PID namespace:
+// proc_matches_pid_namespace): each call SIGKILLs the leftovers seen (each named in the log
 // once, with `when`) and returns how many are still alive. Killing one can orphan its own children to us:
 // the next call finds them.
 class LeftoverSweeper {
@@ -40,6 +41,7 @@ class LeftoverSweeper {
  private:
   std::set<pid_t> m_named;  // named in the log during the current sweep
   uint64_t m_killed = 0;
+  bool m_warned_foreign_proc = false;  // said once that /proc is another PID namespace's
 };
 
 }  // namespace fr::supervisor

@@ -1,6 +1,7 @@
 #include "supervisor/proc_stat.h"
 
 #include <dirent.h>
+#include <unistd.h>
 
 #include <cstdlib>
 #include <sstream>
@@ -54,6 +55,12 @@ std::vector<pid_t> list_pids() {
   }
   ::closedir(d);
   return out;
+}
+
+bool proc_matches_pid_namespace() {
+  char buf[32] = {0};
+  const ssize_t n = ::readlink("/proc/self", buf, sizeof buf - 1);
+  return n > 0 && std::atol(buf) == static_cast<long>(::getpid());
 }
 
 }  // namespace fr::supervisor

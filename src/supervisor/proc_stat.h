@@ -27,5 +27,10 @@ std::optional<ProcStat> read_proc_stat(pid_t pid);
 std::string read_cmdline(pid_t pid, size_t max = 256);
 // Every pid in /proc now.
 std::vector<pid_t> list_pids();
+// Whether the /proc mounted here belongs to this process's PID namespace (/proc/self names getpid()).
+// When it does not (a PID namespace entered without a /proc of its own: `unshare --pid --fork` without
+// --mount-proc), pids read from /proc are another namespace's: the parent fields of this process's
+// children say nothing about them, and a pid read there names some other process here.
+bool proc_matches_pid_namespace();
 
 }  // namespace fr::supervisor

@@ -8,7 +8,8 @@
 //      startupProbe and livenessProbe ask /health, readinessProbe /ready; terminationGracePeriodSeconds
 //      >= engine.stop_grace_s + the weight daemons' 30 s stop grace (docs/systemd.md, TimeoutStopSec); the
 //      nvidia.com/gpu limit covers `gpus` (indexes inside the pod, not UUIDs); control.state_dir is on a
-//      volume; and, with --fastrestartd BIN, `fastrestartd --check` accepts the config.
+//      volume; and, with --fastrestartd BIN, `fastrestartd --check --syntax-only` accepts the config (the
+//      host checks need the node: its model directory and engine).
 // Usage: node check-manifests.mjs DIR [--fastrestartd BIN]. Exit 0: all good; 1: the errors are printed,
 // each naming the file, the document and the field.
 import fs from "node:fs";
@@ -172,7 +173,7 @@ for (const { tpl, where, field } of podTemplates) {
       const f = path.join(tmp, path.basename(cfgPath));
       fs.writeFileSync(f, text);
       try {
-        execFileSync(fastrestartd, ["--check", "--config", f], { stdio: "pipe" });
+        execFileSync(fastrestartd, ["--check", "--syntax-only", "--config", f], { stdio: "pipe" });
       } catch (e) {
         err(tw, `fastrestartd --check: ${(e.stdout + e.stderr).toString().trim().replaceAll(f, path.basename(cfgPath))}`);
       }
