@@ -1,7 +1,8 @@
-// The weight daemon's status reply (docs/protocol.md, "status") as one typed struct and its codec. The daemon
-// encodes it (src/daemon/server.cc); the supervisor, the snapshot exchange and fastrestart-weightctl decode
-// it. Decoding is tolerant of absent fields (they keep their defaults) and strict about types: a mistyped field is an error
-// naming it ("daemon_status.entries[0].progress.done_bytes: not an unsigned integer").
+// The weight daemon's status reply (docs/protocol.md, "status") as one typed struct and its codec. The
+// daemon encodes it (src/daemon/server.cc); the supervisor, the snapshot exchange and fastrestart-weightctl
+// decode it. Decoding is tolerant of absent fields (they keep their defaults) and strict about types: a
+// mistyped field is an error naming it ("daemon_status.entries[0].progress.done_bytes: not an unsigned
+// integer").
 #pragma once
 
 #include <cstdint>
