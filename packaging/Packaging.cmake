@@ -49,7 +49,7 @@ install(FILES ${FR_EXAMPLE_CONFIGS} DESTINATION ${CMAKE_INSTALL_DOCDIR}/examples
 # --- documentation ----------------------------------------------------------------------------------------
 foreach(_fr_doc README.md docs/systemd.md docs/packaging.md docs/config.md docs/supervisor.md docs/weightd.md
                 docs/engine_loader.md docs/python.md docs/protocol.md docs/health.md docs/operations.md
-                docs/vllm.md docs/vllm-plugin.md docs/snapshot.md)
+                docs/vllm.md docs/vllm-plugin.md docs/snapshot.md docs/kubernetes.md)
   if(EXISTS ${PROJECT_SOURCE_DIR}/${_fr_doc})
     install(FILES ${PROJECT_SOURCE_DIR}/${_fr_doc} DESTINATION ${CMAKE_INSTALL_DOCDIR})
   endif()
@@ -153,7 +153,8 @@ set(CPACK_DEBIAN_PACKAGE_SECTION admin)
 set(CPACK_DEBIAN_PACKAGE_PRIORITY optional)
 set(CPACK_DEBIAN_PACKAGE_HOMEPAGE "https://github.com/fastrestart/fastrestart")
 # The runtime libraries named explicitly (libuv1 and libsystemd0 for fastrestartd), plus whatever
-# dpkg-shlibdeps finds in the binaries (libfmt9, libtomlplusplus3, libcpp-httplib0.11, ...), appended by CPack.
+# dpkg-shlibdeps finds in the binaries (libmicrohttpd12, libfmt9, libtomlplusplus3, libcpp-httplib0.11, ...),
+# appended by CPack. The rpm gets the same from rpmbuild's soname scan (libmicrohttpd.so.12).
 set(CPACK_DEBIAN_PACKAGE_DEPENDS "libspdlog1.10 (>= 1:1.10.0), libuv1 (>= 1.44), libsystemd0 (>= 252)")
 set(CPACK_DEBIAN_PACKAGE_SHLIBDEPS ON)
 # The Python module is built for the build machine's python3 (3.11 on Debian 12); the binaries need no Python.

@@ -6,8 +6,13 @@ cd "$(dirname "$0")/.."
 root=$PWD
 export PATH="$root/build/src/supervisor:$root/build/src/daemon:$root/build/src/tinyengine:$root/build/src/tools:$PATH"
 size="${DEMO_SIZE:-512M}"
-work=/tmp/fastrestart-demo
-ctl() { fastrestartctl --config "$root/config/demo.toml" "$@"; }
+# Per user: the paths and ports of config/demo.toml moved to this user's own (two users on one host, or a
+# demo beside a real instance, do not collide).
+uid=$(id -u)
+work=/tmp/fastrestart-demo-$uid
+engine_port=$((8100 + uid % 1000)) http_port=$((9401 + uid % 1000))
+cfg=$work/demo.toml
+ctl() { fastrestartctl --config "$cfg" "$@"; }
 cleanup() { [ -n "${sup:-}" ] && kill -TERM "$sup" 2>/dev/null && wait "$sup" 2>/dev/null; true; }
 trap cleanup EXIT
 wait_ready() {  # $1: how many READY lines to wait for
@@ -18,16 +23,20 @@ wait_ready() {  # $1: how many READY lines to wait for
   echo "not ready; log:"; tail -30 "$work/fastrestartd.log"; exit 1
 }
 
-rm -rf "$work" && mkdir -p "$work"
+rm -rf "$work"
+mkdir -m 0700 "$work" || { echo "cannot create $work (another user's?)"; exit 1; }
+sed -e "s|/tmp/fastrestart-demo|$work|g" -e "s/8100/$engine_port/g" -e "s/9401/$http_port/g" \
+  "$root/config/demo.toml" >"$cfg"
 echo "== 1. a $size tiny-engine checkpoint (deterministic)"
 fastrestart-tinyengine gen --out "$work/model" --size "$size" 2>&1 | grep -v '^$' | tail -1 | sed 's/^/   /'
 
-echo "== 2. fastrestartd --config config/demo.toml (engine: fastrestart-tinyengine; weights: host-backend daemon)"
-fastrestartd --config config/demo.toml >"$work/fastrestartd.log" 2>&1 &
+echo "== 2. fastrestartd --config $cfg (config/demo.toml for this user; engine: fastrestart-tinyengine; weights: host-backend daemon)"
+fastrestartd --check --config "$cfg" | sed 's/^/   /'
+fastrestartd --config "$cfg" >"$work/fastrestartd.log" 2>&1 &
 sup=$!
 wait_ready 1
 grep -E 'READY: path|load path=' "$work/fastrestartd.log" | sed -E 's/^.*\] //; s/^/   /' | cut -c1-160
-echo "   a completion: $(curl -s localhost:8100/v1/completions -H 'content-type: application/json' \
+echo "   a completion: $(curl -s "localhost:$engine_port/v1/completions" -H 'content-type: application/json' \
   -d '{"model":"demo","prompt":"Hello, ","max_tokens":8}' | python3 -c 'import json,sys; print(repr(json.load(sys.stdin)["choices"][0]["text"]))')"
 
 echo "== 3. kill -9 the engine: fastrestartd restarts it, and it attaches to the daemon's weights"

@@ -1,8 +1,11 @@
 """fastrestart: attach an engine to weights a fastrestart-weightd holds, or publish them (docs/python.md).
 
-    r = fastrestart.attach(files, config)
+    r = fastrestart.attach(files, config)          # identifies the files (stat) before anything reads them
     if r.hit:
         weights = {name: torch.from_dlpack(t) for name, t in r.tensors.items()}   # no copy
+    else:
+        weights = load_from_disk(files)
+        fastrestart.publish(r.key, weights)         # under the identities taken BEFORE the read
 
 Tensors export themselves through DLPack (``__dlpack__``/``__dlpack_device__``); host tensors also give a
 numpy view with ``.numpy()``. In zero_copy mode the memory is a read-only mapping of the daemon's pool.
@@ -10,10 +13,10 @@ numpy view with ``.numpy()``. In zero_copy mode the memory is a read-only mappin
 
 import os as _os
 
-from ._fastrestart import AttachResult, SnapshotAgent, Tensor
+from ._fastrestart import AttachResult, Key, SnapshotAgent, Tensor
 from . import _fastrestart
 
-__all__ = ["attach", "publish", "snapshot_agent", "AttachResult", "SnapshotAgent", "Tensor"]
+__all__ = ["identify", "attach", "publish", "snapshot_agent", "AttachResult", "Key", "SnapshotAgent", "Tensor"]
 
 
 def _files(files):
@@ -68,36 +71,61 @@ def _str_or_none(name, v):
     return v
 
 
+def identify(files, config=None):
+    """Identify the checkpoint files now (stat(2) only, never a read) and return a Key.
+
+    Take it BEFORE reading the files and publish under it: the daemon refuses a publish whose files
+    changed since, so old bytes are never stored under a new file's identity.
+    """
+    return _fastrestart.identify(_files(files), _config(config))
+
+
+def _key(what, files, config):
+    if isinstance(files, Key):
+        if config is not None:
+            raise ValueError("%s: config is part of the Key; pass one or the other" % what)
+        return files
+    return identify(files, config)
+
+
 def attach(files, config=None, *, mode="zero_copy", fallback=True, connect_timeout_s=5.0,
            state_timeout_s=300.0, verify=False, socket_dir=None, device="host"):
-    """Ask the daemon of `device` for the weights of (files, config).
+    """Ask the daemon of `device` for the weights of (files, config), or of a Key from identify().
 
-    Returns an AttachResult: hit, reason, differs, timings (dict, seconds), digest, fingerprint, and
-    tensors (dict name -> Tensor). With fallback (the default) an absent daemon or a refusal is a miss with
-    a reason; with fallback=False it raises RuntimeError. Bad arguments raise ValueError.
+    Returns an AttachResult: hit, reason, differs, timings (dict, seconds), digest, fingerprint, key (the
+    Key it asked for: publish under it after a miss), and tensors (dict name -> Tensor). With fallback (the
+    default) an absent daemon or a refusal is a miss with a reason; with fallback=False it raises
+    RuntimeError. Bad arguments raise ValueError.
     """
     if not isinstance(mode, str):
         raise ValueError("mode: expected 'zero_copy' or 'copy'")
     if not isinstance(device, str):
         raise ValueError("device: expected 'host' or 'cuda:<ordinal>'")
-    return _fastrestart.attach(_files(files), _config(config), mode, bool(fallback),
+    return _fastrestart.attach(_key("attach", files, config), mode, bool(fallback),
                                _number("connect_timeout_s", connect_timeout_s),
                                _number("state_timeout_s", state_timeout_s), bool(verify),
                                _str_or_none("socket_dir", socket_dir), device)
 
 
-def publish(files, config, tensors, *, socket_dir=None, device="host", connect_timeout_s=5.0):
-    """Copy `tensors` (dict name -> array) into a new daemon pool under (files, config).
+def publish(key, tensors, *, socket_dir=None, device="host", connect_timeout_s=5.0):
+    """Copy `tensors` (dict name -> array) into a new daemon pool under `key`.
 
+    `key` is the Key taken before the tensors were read from its files: the miss's ``AttachResult.key``,
+    or ``identify(files, config)`` called before the load. The daemon re-checks the files and refuses
+    (RuntimeError naming the file) a publish whose files changed since; keep serving what was read.
     Host: objects with the buffer protocol (C-contiguous numpy arrays, ...) or ``__dlpack__`` (e.g. a CPU
     bf16 torch tensor). cuda:N: objects with ``__dlpack__`` on that device. Returns a dict with
     fingerprint, digest, bytes and seconds. Failures raise RuntimeError (busy: the key is already held).
     """
+    if not isinstance(key, Key):
+        raise ValueError("publish: key must be the fastrestart.Key taken before the files were read "
+                         "(AttachResult.key of the miss, or fastrestart.identify(files, config) before loading); "
+                         "identifying the files at publish time could store old bytes under a new file's identity")
     if not isinstance(device, str):
         raise ValueError("device: expected 'host' or 'cuda:<ordinal>'")
     if not isinstance(tensors, dict):
         raise ValueError("tensors: expected a dict of name -> array")
-    return _fastrestart.publish(_files(files), _config(config), tensors, _str_or_none("socket_dir", socket_dir),
+    return _fastrestart.publish(key, tensors, _str_or_none("socket_dir", socket_dir),
                                 device, _number("connect_timeout_s", connect_timeout_s))
 
 

@@ -118,7 +118,7 @@ class FastrestartModelLoader(BaseModelLoader):
             tp="%d/%d" % (ranks["tp_rank"], ranks["tp_size"]), pp="%d/%d" % (ranks["pp_rank"], ranks["pp_size"]),
             dp="%d/%d" % (ranks["dp_rank"], ranks["dp_size"]))
 
-        files = config = None
+        files = config = key = None
         daemon_answered = False
         try:
             api = _VllmApi()
@@ -135,6 +135,9 @@ class FastrestartModelLoader(BaseModelLoader):
             except (ValueError, RuntimeError) as e:  # a file vanished since it was listed, a refused request
                 r, reason = None, "attach: %s" % e
             report.attach_ms = _ms(ta)
+            # The identities the attach took before vLLM reads the files: a publish after the cold load goes
+            # under them, and the daemon refuses it if a file changed during the load.
+            key = r.key if r is not None else None
             if r is not None and r.hit:
                 try:
                     model, count, nbytes = self._warm(vllm_config, model_config, prefix, target, r, ops, api)
@@ -176,7 +179,7 @@ class FastrestartModelLoader(BaseModelLoader):
         report.result = "miss" if daemon_answered else "fallback"
         report.publish = "skipped"
         if daemon_answered:
-            reason += self._publish(model, files, config, device, ops, report)
+            reason += self._publish(model, key, device, ops, report)
         report.reason = reason
         report.total_ms = _ms(t0)
         result_line.emit(report)
@@ -202,7 +205,7 @@ class FastrestartModelLoader(BaseModelLoader):
                         len(left), ", ".join(left[:8]))
         return model.eval(), count, nbytes
 
-    def _publish(self, model, files, config, device, ops, report):
+    def _publish(self, model, key, device, ops, report):
         """Publish the cold-loaded model's final tensors; returns text to append to the reason."""
         why_not = state.check_rebuildable(model)
         if why_not:
@@ -216,7 +219,7 @@ class FastrestartModelLoader(BaseModelLoader):
             logger.warning("fastrestart: %d strided views are published dense; after an attach their strides "
                            "differ from a cold load's: %s", len(relaid), ", ".join(relaid[:8]))
         try:
-            info = self._fr.publish(files, config, arrays, socket_dir=self.options.socket_dir, device=device,
+            info = self._fr.publish(key, arrays, socket_dir=self.options.socket_dir, device=device,
                                     connect_timeout_s=self.options.connect_timeout_s)
         except (RuntimeError, ValueError) as e:
             report.publish = "busy" if str(e).startswith("busy") else "failed"

@@ -134,8 +134,13 @@ class Engine:
     def _from_disk(self):
         from safetensors.torch import load_file
         state = {}
+        total = sum(os.path.getsize(f) for f in self.files)
+        done = 0
         for f in self.files:
             state.update(load_file(f, device=str(self.device)))
+            done += os.path.getsize(f)
+            # fastrestartd shows this in status and STATUS= (docs/supervisor.md, "Engine progress")
+            print(f"fastrestart-progress: phase=disk_read done={done} total={total} unit=bytes", flush=True)
         return state
 
     def _load_weights(self):
@@ -173,8 +178,10 @@ class Engine:
         if a.fastrestart_publish == "on":
             t = time.monotonic()
             try:
-                info = fastrestart.publish(self.files, self.key_config(), state,
-                                           socket_dir=a.fastrestart_socket_dir, device=str(self.device))
+                # r.key: the identities the attach took before _from_disk read a byte; the daemon
+                # refuses the publish if a file changed since.
+                info = fastrestart.publish(r.key, state, socket_dir=a.fastrestart_socket_dir,
+                                           device=str(self.device))
                 self.load.update(published=True, digest=info["digest"], fingerprint=info["fingerprint"])
             except (RuntimeError, ValueError) as e:  # serve anyway; the next start misses again
                 self.load.update(published=False, publish_error=str(e))

@@ -228,8 +228,14 @@ class PyTensor {
   Device m_dev;
 };
 
+// A key whose files were identified (stat(2)) at one moment: the one a publish must go under.
+struct PyKey {
+  fastrestart::IdentifiedKey key;
+};
+
 struct PyAttachResult {
   bool hit = false;
+  PyKey key;
   std::string reason;
   std::vector<std::string> differs;
   py::dict timings;
@@ -309,17 +315,37 @@ std::optional<std::shared_ptr<PySnapshotAgent>> snapshot_agent(const std::vector
   return out;
 }
 
-fastrestart::Key make_key(const std::vector<std::string>& files, const std::map<std::string, std::string>& config) {
+PyKey identify(const std::vector<std::string>& files, const std::map<std::string, std::string>& config) {
   if (files.empty()) throw py::value_error("files: at least one checkpoint file is required");
-  return fastrestart::Key{files, config};
+  std::optional<fastrestart::Result<fastrestart::IdentifiedKey>> r;
+  {
+    py::gil_scoped_release nogil;
+    r.emplace(fastrestart::identify(fastrestart::Key{files, config}));
+  }
+  if (!r->ok()) raise_error(r->error());
+  return PyKey{std::move(r->value())};
+}
+
+py::list key_files(const PyKey& k) {
+  py::list out;
+  for (const auto& f : k.key.files) {
+    py::dict d;
+    d["path"] = f.path;
+    d["dev"] = f.dev;
+    d["ino"] = f.ino;
+    d["size"] = f.size;
+    d["mtime_ns"] = f.mtime_ns;
+    d["ctime_ns"] = f.ctime_ns;
+    out.append(d);
+  }
+  return out;
 }
 
 void check_timeout(const char* name, double v) {
   if (!(v >= 0 && v <= 86400)) throw py::value_error(std::string(name) + ": must be within 0..86400 seconds");
 }
 
-PyAttachResult attach(const std::vector<std::string>& files, const std::map<std::string, std::string>& config,
-                      const std::string& mode, bool fallback, double connect_timeout_s, double state_timeout_s,
+PyAttachResult attach(const PyKey& key, const std::string& mode, bool fallback, double connect_timeout_s, double state_timeout_s,
                       bool verify, const std::string& socket_dir, const std::string& device) {
   fastrestart::Options o;
   if (mode == "zero_copy") {
@@ -338,18 +364,18 @@ PyAttachResult attach(const std::vector<std::string>& files, const std::map<std:
   o.verify = verify;
   o.socket_dir = socket_dir;
   o.device = device;
-  fastrestart::Key key = make_key(files, config);
 
   std::optional<fastrestart::Result<fastrestart::AttachResult>> r;
   {
     py::gil_scoped_release nogil;
-    r.emplace(fastrestart::attach(key, o));
+    r.emplace(fastrestart::attach(key.key, o));
   }
   if (!r->ok()) raise_error(r->error());
   fastrestart::AttachResult& a = r->value();
 
   PyAttachResult out;
   out.hit = a.hit;
+  out.key = PyKey{a.key};
   out.reason = a.reason;
   out.differs = a.differs;
   out.daemon_gpu_uuid = a.daemon_gpu_uuid;
@@ -415,8 +441,7 @@ void from_dlpack(const std::string& name, const py::handle& obj, const Device& d
   pt.data = static_cast<const char*>(dl.data) + dl.byte_offset;
 }
 
-py::dict publish(const std::vector<std::string>& files, const std::map<std::string, std::string>& config,
-                 const py::dict& tensors, const std::string& socket_dir, const std::string& device,
+py::dict publish(const PyKey& key, const py::dict& tensors, const std::string& socket_dir, const std::string& device,
                  double connect_timeout_s) {
   check_timeout("connect_timeout_s", connect_timeout_s);
   const Device dev = parse_device(device);
@@ -426,7 +451,6 @@ py::dict publish(const std::vector<std::string>& files, const std::map<std::stri
   o.socket_dir = socket_dir;
   o.device = device;
   o.fallback = false;
-  fastrestart::Key key = make_key(files, config);
 
   std::vector<fastrestart::PublishTensor> pts;
   std::vector<Source> sources;
@@ -462,7 +486,7 @@ py::dict publish(const std::vector<std::string>& files, const std::map<std::stri
   std::optional<fastrestart::Result<fastrestart::PublishResult>> r;
   {
     py::gil_scoped_release nogil;
-    r.emplace(fastrestart::publish(key, pts, o));
+    r.emplace(fastrestart::publish(key.key, pts, o));
   }
   if (!r->ok()) raise_error(r->error());
   py::dict out;
@@ -501,8 +525,19 @@ PYBIND11_MODULE(_fastrestart, m) {
         return s + (t.t().shape.size() == 1 ? ",)>" : ")>");
       });
 
+  py::class_<PyKey>(m, "Key", "Checkpoint files identified by stat(2) at one moment, plus config: take it "
+                               "before reading the files, and publish under it.")
+      .def_property_readonly("files", &key_files)
+      .def_property_readonly("config", [](const PyKey& k) { return k.key.config; })
+      .def_property_readonly("fingerprint", [](const PyKey& k) { return k.key.fingerprint(); })
+      .def("__eq__", [](const PyKey& a, const PyKey& b) { return a.key.files == b.key.files && a.key.config == b.key.config; }, py::is_operator())
+      .def("__repr__", [](const PyKey& k) {
+        return "<fastrestart.Key " + k.key.fingerprint() + ", " + std::to_string(k.key.files.size()) + " file(s)>";
+      });
+
   py::class_<PyAttachResult>(m, "AttachResult")
       .def_readonly("hit", &PyAttachResult::hit)
+      .def_readonly("key", &PyAttachResult::key)
       .def_readonly("reason", &PyAttachResult::reason)
       .def_readonly("differs", &PyAttachResult::differs)
       .def_readonly("timings", &PyAttachResult::timings)
@@ -530,9 +565,10 @@ PYBIND11_MODULE(_fastrestart, m) {
       .def_property_readonly("prepared", [](const PySnapshotAgent& a) { return a.agent && a.agent->prepared(); })
       .def("stop", &PySnapshotAgent::stop);
   m.def("snapshot_agent", &snapshot_agent, py::arg("results"), py::arg("quiesce"), py::arg("resume"), py::arg("socket_path"));
-  m.def("attach", &attach, py::arg("files"), py::arg("config"), py::arg("mode"), py::arg("fallback"),
+  m.def("identify", &identify, py::arg("files"), py::arg("config"));
+  m.def("attach", &attach, py::arg("key"), py::arg("mode"), py::arg("fallback"),
         py::arg("connect_timeout_s"), py::arg("state_timeout_s"), py::arg("verify"), py::arg("socket_dir"),
         py::arg("device"));
-  m.def("publish", &publish, py::arg("files"), py::arg("config"), py::arg("tensors"), py::arg("socket_dir"),
+  m.def("publish", &publish, py::arg("key"), py::arg("tensors"), py::arg("socket_dir"),
         py::arg("device"), py::arg("connect_timeout_s"));
 }

@@ -66,8 +66,9 @@ class BindingTest(unittest.TestCase):
         kw.setdefault("socket_dir", self.run_dir)
         return fastrestart.attach([self.ckpt], self.config, **kw)
 
-    def publish(self):
-        return fastrestart.publish(self.ckpt, self.config, self.tensors, socket_dir=self.run_dir)
+    def publish(self, key=None):
+        key = key or fastrestart.identify(self.ckpt, self.config)
+        return fastrestart.publish(key, self.tensors, socket_dir=self.run_dir)
 
     def assert_equal_arrays(self, arrays):
         self.assertEqual(sorted(arrays), sorted(self.tensors))
@@ -84,7 +85,8 @@ class BindingTest(unittest.TestCase):
         self.assertTrue(miss.reason)
         self.assertEqual(miss.tensors, {})
 
-        pub = self.publish()
+        pub = self.publish(miss.key)
+        self.assertEqual(pub["fingerprint"], miss.key.fingerprint)
         self.assertGreaterEqual(pub["bytes"], sum(a.nbytes for a in self.tensors.values()))  # + alignment
         self.assertEqual(len(pub["digest"]), 16)
         self.assertTrue(pub["fingerprint"])
@@ -236,6 +238,65 @@ class BindingTest(unittest.TestCase):
         self.assertIn(self.run_dir, r.reason)
         self.assertEqual(r.tensors, {})
 
+    def test_missing_socket_is_a_fast_miss_that_does_not_wait(self):
+        # No daemon and none starting: the miss says so at once, however long the caller would wait.
+        r = self.attach(connect_timeout_s=600)
+        self.assertFalse(r.hit)
+        self.assertIn("does not exist and no daemon is starting", r.reason)  # no retry loop ran
+
+    def test_socket_dir_defaults_to_the_environment(self):
+        # fastrestartd exports weights.socket_dir as FASTRESTART_SOCKET_DIR to its engine.
+        self.start_daemon()
+        self.publish()
+        os.environ["FASTRESTART_SOCKET_DIR"] = self.run_dir
+        try:
+            r = fastrestart.attach([self.ckpt], self.config)
+        finally:
+            del os.environ["FASTRESTART_SOCKET_DIR"]
+        self.assertTrue(r.hit, r.reason)
+
+    def assert_publish_refused(self, change, field):
+        self.start_daemon()
+        miss = self.attach()          # identifies the file: the key the engine reads under
+        self.assertFalse(miss.hit)
+        change(self.ckpt)             # the checkpoint changes after the key was taken (while "reading")
+        with self.assertRaises(RuntimeError) as e:
+            self.publish(miss.key)
+        self.assertIn(self.ckpt, str(e.exception))
+        self.assertIn(field + " differs", str(e.exception))
+        # Nothing was stored: neither the old key nor the file as it is now hits.
+        self.assertFalse(fastrestart.attach(miss.key, socket_dir=self.run_dir).hit)
+        now = self.attach()
+        self.assertFalse(now.hit)
+        self.assertEqual(now.reason, "no entries")
+
+    def test_publish_refuses_a_file_replaced_by_rename_after_the_key(self):
+        def rename_over(path):
+            shutil.copyfile(path, path + ".next")
+            os.rename(path + ".next", path)
+        self.assert_publish_refused(rename_over, "ino")
+
+    def test_publish_refuses_an_in_place_rewrite_with_the_mtime_restored(self):
+        def rewrite(path):
+            st = os.stat(path)
+            with open(path, "r+b") as f:
+                f.seek(-1, os.SEEK_END)
+                b = f.read(1)
+                f.seek(-1, os.SEEK_END)
+                f.write(bytes([b[0] ^ 0x5A]))
+            os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns))
+            self.assertEqual(os.stat(path).st_mtime_ns, st.st_mtime_ns)
+        self.assert_publish_refused(rewrite, "ctime_ns")
+
+    def test_publish_needs_a_key_taken_before_the_read(self):
+        with self.assertRaisesRegex(ValueError, "identify"):
+            fastrestart.publish(self.ckpt, self.tensors, socket_dir=self.run_dir)
+        key = fastrestart.identify(self.ckpt, self.config)
+        self.assertEqual(key.files[0]["path"], os.path.realpath(self.ckpt))
+        self.assertEqual(key.config["tp_rank"], "0")
+        self.assertEqual(len(key.fingerprint), 16)
+        self.assertEqual(key, fastrestart.identify(self.ckpt, self.config))
+
     def test_no_fallback_raises(self):
         with self.assertRaisesRegex(RuntimeError, "weightd-host.sock"):
             self.attach(fallback=False, connect_timeout_s=0.2)
@@ -264,10 +325,11 @@ class BindingTest(unittest.TestCase):
         with self.assertRaisesRegex(ValueError, "config"):
             fastrestart.attach(self.ckpt, {"a": object()}, socket_dir=self.run_dir)
         with self.assertRaisesRegex(ValueError, "tensors"):
-            fastrestart.publish(self.ckpt, self.config, {"w": np.ones((4, 4), np.float32)[:, ::2]},
+            fastrestart.publish(fastrestart.identify(self.ckpt, self.config), {"w": np.ones((4, 4), np.float32)[:, ::2]},
                                 socket_dir=self.run_dir)
         with self.assertRaisesRegex(ValueError, "tensors"):
-            fastrestart.publish(self.ckpt, self.config, {"w": np.ones(2, np.complex64)}, socket_dir=self.run_dir)
+            fastrestart.publish(fastrestart.identify(self.ckpt, self.config), {"w": np.ones(2, np.complex64)},
+                                socket_dir=self.run_dir)
 
 
 if __name__ == "__main__":

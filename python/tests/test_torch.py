@@ -68,7 +68,7 @@ class TorchHostTest(TorchBase):
         self.start()
         first = fastrestart.attach(self.ckpt, self.config, socket_dir=self.run_dir)
         self.assertFalse(first.hit)
-        fastrestart.publish(self.ckpt, self.config, self.want, socket_dir=self.run_dir)
+        fastrestart.publish(first.key, self.want, socket_dir=self.run_dir)
         r = fastrestart.attach(self.ckpt, self.config, socket_dir=self.run_dir)
         self.assertTrue(r.hit, r.reason)
         got = {k: torch.from_dlpack(v) for k, v in r.tensors.items()}
@@ -92,7 +92,7 @@ class TorchCudaTest(TorchBase):
         src = {k: v.to(dev) for k, v in self.want.items()}
         miss = fastrestart.attach(self.ckpt, self.config, socket_dir=self.run_dir, device=dev)
         self.assertFalse(miss.hit)
-        info = fastrestart.publish(self.ckpt, self.config, src, socket_dir=self.run_dir, device=dev)
+        info = fastrestart.publish(miss.key, src, socket_dir=self.run_dir, device=dev)
         self.assertGreater(info["bytes"], 0)
         del src
         r = fastrestart.attach(self.ckpt, self.config, socket_dir=self.run_dir, device=dev, verify=True)
@@ -111,7 +111,7 @@ class TorchCudaTest(TorchBase):
     def test_copy_mode_gives_writable_private_tensors(self):
         self.start()
         dev = "cuda:0"
-        fastrestart.publish(self.ckpt, self.config, {k: v.to(dev) for k, v in self.want.items()},
+        fastrestart.publish(fastrestart.identify(self.ckpt, self.config), {k: v.to(dev) for k, v in self.want.items()},
                             socket_dir=self.run_dir, device=dev)
         r = fastrestart.attach(self.ckpt, self.config, socket_dir=self.run_dir, device=dev, mode="copy")
         self.assertTrue(r.hit, r.reason)

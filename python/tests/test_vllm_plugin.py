@@ -246,6 +246,22 @@ class PluginTest(unittest.TestCase):
         self.assertEqual(s.rc, 1)
         self.assertEqual((s.line["result"], s.line["reason"]), ("fail", "fallback is off: no entries"))
 
+    def test_a_file_replaced_during_the_cold_load_is_not_published(self):
+        self.start_daemon()
+        first = os.path.basename(sorted(self.shards)[0])
+        s = self.assert_started(self.serve(env={"FAKE_VLLM_REPLACE_AFTER_READ": first}), "miss", "failed")
+        self.assertIn(first, s.line["reason"])
+        self.assertIn("ino differs", s.line["reason"])
+        # Nothing stale was stored: the next start misses, loads the files as they are and publishes them.
+        again = self.assert_started(self.serve(), "miss", "ok")
+        self.assertEqual(again.line["reason"], "no entries")
+        self.assert_started(self.serve(), "hit", "-")
+
+    def test_socket_dir_defaults_to_fastrestart_socket_dir(self):
+        self.start_daemon()
+        self.assert_started(self.serve(extra={"socket_dir": None}, env={"FASTRESTART_SOCKET_DIR": self.run_dir}),
+                            "miss", "ok")
+
     def test_method_without_pre_processed_support_is_loaded_but_not_published(self):
         self.start_daemon()
         s = self.assert_started(self.serve("--quantization", "toy_nopre"), "miss", "skipped")
@@ -271,7 +287,7 @@ class PluginTest(unittest.TestCase):
             tensors, device = {"w": torch.ones(4, device="cuda:0")}, "cuda:0"
         else:
             tensors, device = {"w": np.ones(4, np.float32)}, "host"
-        fastrestart.publish(files, config, tensors, socket_dir=self.run_dir, device=device)
+        fastrestart.publish(fastrestart.identify(files, config), tensors, socket_dir=self.run_dir, device=device)
         s = self.assert_started(self.serve(), "fallback", "skipped")
         self.assertIn("warm path failed: BindError", s.line["reason"])
         self.assertEqual(s.out["checkpoint_reads"], 2)

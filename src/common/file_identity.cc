@@ -23,4 +23,14 @@ Result<FileIdentity> identify_file(const std::string& path) {
   return id;
 }
 
+std::string identity_change(const FileIdentity& was, const FileIdentity& now) {
+  if (was.path != now.path) return "path differs: it now resolves to " + now.path;
+  if (was.dev != now.dev || was.ino != now.ino)
+    return std::string(was.dev != now.dev ? "dev" : "ino") + " differs: the file was replaced";
+  if (was.size != now.size) return "size differs: the file was rewritten or truncated";
+  if (was.mtime_ns != now.mtime_ns) return "mtime_ns differs: the file was rewritten";
+  if (was.ctime_ns != now.ctime_ns) return "ctime_ns differs: the file was rewritten or its metadata changed";
+  return "";
+}
+
 }  // namespace fr

@@ -24,4 +24,8 @@ struct FileIdentity {
 // stat()s `path` (following symlinks: the identity is the file's, the path the caller's canonical one).
 Result<FileIdentity> identify_file(const std::string& path);
 
+// How `now` differs from `was` (the same path identified earlier), as "<field> differs: <what that means>",
+// or "" when they are equal. Used where bytes read after `was` must still be the file's.
+std::string identity_change(const FileIdentity& was, const FileIdentity& now);
+
 }  // namespace fr

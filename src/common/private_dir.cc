@@ -4,11 +4,15 @@
 #include <grp.h>
 #include <sys/file.h>
 #include <sys/stat.h>
+#include <sys/sysmacros.h>
 #include <unistd.h>
 
 #include <cerrno>
+#include <csignal>
 #include <cstdio>
 #include <cstdlib>
+#include <fstream>
+#include <sstream>
 
 #include "common/io.h"
 
@@ -49,6 +53,35 @@ std::string default_socket_dir() {
   if (::geteuid() == 0) return "/run/fastrestart";
   if (const char* x = std::getenv("XDG_RUNTIME_DIR"); x && *x) return std::string(x) + "/fastrestart";
   return "/tmp/fastrestart-" + std::to_string(::geteuid());
+}
+
+bool LockFile::held(const std::string& path) {
+  struct stat st {};
+  if (::stat(path.c_str(), &st) != 0) return false;
+  std::ifstream locks("/proc/locks");
+  if (locks) {
+    // "1: FLOCK  ADVISORY  WRITE 1234 00:2c:1311 0 EOF": major:minor (hex) and inode of the locked file.
+    char want[64];
+    std::snprintf(want, sizeof want, "%02x:%02x:%llu", major(st.st_dev), minor(st.st_dev),
+                  static_cast<unsigned long long>(st.st_ino));
+    std::string line;
+    while (std::getline(locks, line)) {
+      std::istringstream in(line);
+      std::string n, kind, adv, mode, pid, id;
+      if (in >> n >> kind) {
+        if (kind == "->") in >> kind;  // a blocked waiter
+        if (in >> adv >> mode >> pid >> id && kind == "FLOCK" && id == want) return true;
+      }
+    }
+  }
+  // Not listed (or no /proc/locks): a file system that names devices differently there (overlayfs), or
+  // no holder. The pid the holder wrote decides; a dead daemon's pid is gone.
+  auto holder = read_file(path, 64);
+  if (!holder.ok()) return false;
+  if (holder->empty()) return true;  // created, pid not written yet: being taken
+  char* end = nullptr;
+  long pid = std::strtol(holder->c_str(), &end, 10);
+  return pid > 0 && (::kill(static_cast<pid_t>(pid), 0) == 0 || errno == EPERM);
 }
 
 Result<LockFile> LockFile::acquire(const std::string& path) {

@@ -31,6 +31,11 @@ class LockFile {
   ~LockFile();
   const std::string& path() const { return m_path; }
 
+  // Whether some process holds the flock on `path` now, seen from /proc/locks (taking the lock to test it
+  // could make a starting daemon's own acquire fail). A missing file is not held; when /proc/locks does not
+  // list it, the pid the file holds decides (alive: held; an empty file is being taken).
+  static bool held(const std::string& path);
+
  private:
   std::string m_path;
   UniqueFd m_fd;

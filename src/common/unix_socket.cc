@@ -132,8 +132,22 @@ Status recv_exact(int sock, void* data, size_t n, std::vector<UniqueFd>* fds, De
   auto* p = static_cast<char*>(data);
   size_t got = 0;
   while (got < n) {
+    auto r = recv_some(sock, p + got, n - got, fds, deadline);
+    if (!r.ok()) {
+      if (r.error().code == Errc::kCancelled && got > 0)
+        return make_error(Errc::kProtocol, "peer closed the connection in the middle of a frame");
+      return r.error();
+    }
+    got += *r;
+  }
+  return {};
+}
+
+Result<size_t> recv_some(int sock, void* data, size_t n, std::vector<UniqueFd>* fds, Deadline deadline) {
+  auto* p = static_cast<char*>(data);
+  for (;;) {
     FR_TRY(wait_fd(sock, POLLIN, deadline));
-    iovec iov{p + got, n - got};
+    iovec iov{p, n};
     msghdr m{};
     m.msg_iov = &iov;
     m.msg_iovlen = 1;
@@ -155,13 +169,9 @@ Status recv_exact(int sock, void* data, size_t n, std::vector<UniqueFd>* fds, De
       }
     }
     if (m.msg_flags & MSG_CTRUNC) return make_error(Errc::kProtocol, "too many file descriptors in one frame");
-    if (r == 0) {
-      if (got == 0) return make_error(Errc::kCancelled, "peer closed the connection");
-      return make_error(Errc::kProtocol, "peer closed the connection in the middle of a frame");
-    }
-    got += static_cast<size_t>(r);
+    if (r == 0) return make_error(Errc::kCancelled, "peer closed the connection");
+    return static_cast<size_t>(r);
   }
-  return {};
 }
 
 }  // namespace fr

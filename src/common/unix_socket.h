@@ -40,5 +40,7 @@ Status send_all(int sock, const void* data, size_t n, const std::vector<int>& fd
 // Receives exactly `n` bytes (n > 0), collecting any descriptors that arrive into `fds` (CLOEXEC).
 // Errc::kCancelled when the peer closed before the first byte (a clean end of stream).
 Status recv_exact(int sock, void* data, size_t n, std::vector<UniqueFd>* fds, Deadline deadline);
+// Receives 1..n bytes (n > 0) as soon as any arrived; returns how many. Errc::kCancelled when the peer closed.
+Result<size_t> recv_some(int sock, void* data, size_t n, std::vector<UniqueFd>* fds, Deadline deadline);
 
 }  // namespace fr

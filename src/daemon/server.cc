@@ -24,14 +24,39 @@ struct Server::Conn {
   PeerCred peer;
   std::thread thread;
   std::atomic<bool> done{false};
+  // Idle: waiting for (or receiving) a request, no publish open. The longest-idle connection gives its
+  // slot to a new one when all are taken (docs/protocol.md, "Connection slots").
+  std::atomic<bool> idle{true};
+  std::atomic<int64_t> idle_since_ns{0};
+  std::atomic<bool> evicted{false};
   std::string publishing;  // fingerprint of an uncommitted publish
   std::string raw_manifest;  // set by a hit: spliced into the reply as "manifest" (serialized once per entry)
 };
 
 namespace {
 
-constexpr double kHelloTimeoutS = 10;
+constexpr double kHelloTimeoutS = 10;              // docs/protocol.md, "Frame limits and timeouts"
 constexpr double kIdleTimeoutS = 7 * 24 * 3600;  // connections may stay open; shutdown() wakes them
+constexpr char kWakeStop = 1, kWakeReap = 2;      // bytes on the self-pipe
+
+int64_t steady_ns() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+// The publish rule of docs/protocol.md: the key's identities were taken before the engine read the files;
+// a file that changed since cannot vouch for the bytes, so the publish is refused, naming it.
+Status check_files_unchanged(const proto::Key& key, const std::string& where) {
+  for (size_t i = 0; i < key.files.size(); ++i) {
+    const FileIdentity& was = key.files[i];
+    const std::string at = where + ".files[" + std::to_string(i) + "] " + was.path;
+    auto now = identify_file(was.path);
+    if (!now.ok()) return make_error(Errc::kCorrupt, at + " can no longer be identified (" + now.error().message + "); not published");
+    if (std::string why = identity_change(was, *now); !why.empty())
+      return make_error(Errc::kCorrupt, at + " changed after the engine identified it (" + why +
+                                            "); the bytes it read may not be the ones on disk now; not published");
+  }
+  return {};
+}
 constexpr size_t kMaxAttachRecords = 64;
 
 double unix_now() {
@@ -114,7 +139,7 @@ Server::~Server() {
 
 void Server::request_stop() {
   m_stopping = true;
-  char c = 1;
+  char c = kWakeStop;
   [[maybe_unused]] auto r = ::write(m_wake_w.get(), &c, 1);
 }
 
@@ -146,7 +171,12 @@ Status Server::run() {
       spdlog::info("received {}, shutting down", strsignal(static_cast<int>(si.ssi_signo)));
       break;
     }
-    if (fds[2].revents & POLLIN) break;
+    if (fds[2].revents & POLLIN) {
+      char buf[64];
+      while (::read(m_wake_r.get(), buf, sizeof buf) > 0) {
+      }
+      if (m_stopping) break;  // else a connection ended: reaped at the top of the loop
+    }
     if (!(fds[0].revents & POLLIN)) continue;
 
     UniqueFd cfd(::accept4(m_listen.get(), nullptr, nullptr, SOCK_CLOEXEC));
@@ -165,7 +195,8 @@ Status Server::run() {
       continue;
     }
     std::lock_guard lk(m_conn_mu);
-    if (m_conns.size() >= m_opts.max_clients) {
+    if (!make_room()) {
+      spdlog::warn("refused pid {}: all {} connections are busy", cred->pid, m_opts.max_clients);
       (void)proto::write_frame(cfd.get(), proto::error_reply(make_error(Errc::kBusy, "too many connections")), -1, deadline_in(1));
       continue;
     }
@@ -173,6 +204,7 @@ Status Server::run() {
     c->id = m_next_conn++;
     c->fd = std::move(cfd);
     c->peer = *cred;
+    c->idle_since_ns = steady_ns();
     Conn* raw = c.get();
     m_conns.emplace(c->id, std::move(c));
     raw->thread = std::thread([this, raw] {
@@ -187,6 +219,22 @@ Status Server::run() {
   m_store.clear();
   spdlog::info("released every pool; exiting");
   return {};
+}
+
+bool Server::make_room() {
+  size_t live = 0;
+  Conn* oldest = nullptr;
+  for (auto& [id, c] : m_conns) {
+    if (c->done || c->evicted) continue;
+    ++live;
+    if (c->idle && (!oldest || c->idle_since_ns < oldest->idle_since_ns)) oldest = c.get();
+  }
+  if (live < m_opts.max_clients) return m_conns.size() < 2 * m_opts.max_clients;  // leaving ones are brief
+  if (!oldest || m_conns.size() >= 2 * m_opts.max_clients) return false;
+  // Its own thread tells it why (it may be writing a reply right now): SHUT_RD ends its wait for a request.
+  oldest->evicted = true;
+  ::shutdown(oldest->fd.get(), SHUT_RD);
+  return true;
 }
 
 void Server::reap_connections(bool all) {
@@ -220,24 +268,55 @@ json Server::hello() const {
 }
 
 void Server::serve(Conn& c) {
+  serve_requests(c);
+  abort_publish(c);
+  // Close at once (the fd itself goes when the loop reaps this connection), and wake the loop to reap.
+  ::shutdown(c.fd.get(), SHUT_RDWR);
+  char w = kWakeReap;
+  [[maybe_unused]] auto r = ::write(m_wake_w.get(), &w, 1);
+}
+
+void Server::read_failed(Conn& c, const Error& e) {
+  const int fd = c.fd.get();
+  if (c.evicted) {
+    double idle = static_cast<double>(steady_ns() - c.idle_since_ns) / 1e9;
+    spdlog::info("closed the connection of pid {} (idle {:.1f} s) to make room for a new one", c.peer.pid, idle);
+    (void)proto::write_frame(fd, proto::error_reply(make_error(Errc::kBusy, "closed to make room for a new connection: idle for " +
+                                                                  std::to_string(static_cast<int>(idle)) + " s")),
+                             -1, deadline_in(1));
+  } else if (e.code == Errc::kProtocol || (e.code == Errc::kTimeout && e.message.rfind("frame incomplete", 0) == 0)) {
+    // Framing errors and frames that stopped arriving get the documented reply, the greeting included.
+    spdlog::warn("client pid {}: {}; closing its connection", c.peer.pid, e.message);
+    (void)proto::write_frame(fd, proto::error_reply(e), -1, deadline_in(1));
+  }
+}
+
+void Server::serve_requests(Conn& c) {
   const int fd = c.fd.get();
   if (!proto::write_frame(fd, hello(), -1, deadline_in(kHelloTimeoutS)).ok()) return;
   auto greet = proto::read_frame(fd, deadline_in(kHelloTimeoutS));
-  if (!greet.ok()) return;
-  if (greet->body.value("op", "") != "hello" || !greet->body.contains("protocol") ||
+  if (!greet.ok()) {
+    read_failed(c, greet.error());
+    return;
+  }
+  c.idle = false;
+  if (greet->fd || greet->body.value("op", "") != "hello" || !greet->body.contains("protocol") ||
       greet->body["protocol"] != proto::kVersion) {
     (void)proto::write_frame(fd, proto::error_reply(make_error(Errc::kUnsupported,
                                  "expected hello with protocol " + std::to_string(proto::kVersion))), -1, deadline_in(1));
     return;
   }
   for (;;) {
+    c.idle = c.publishing.empty();
+    if (c.evicted) {  // chosen while it was busy answering: its wait ends at once
+      read_failed(c, make_error(Errc::kCancelled, "evicted"));
+      return;
+    }
     auto f = proto::read_frame(fd, deadline_in(kIdleTimeoutS));
+    c.idle = false;
     if (!f.ok()) {
-      if (f.error().code == Errc::kProtocol) {
-        spdlog::warn("client pid {}: {}; closing its connection", c.peer.pid, f.error().message);
-        (void)proto::write_frame(fd, proto::error_reply(f.error()), -1, deadline_in(1));
-      }
-      break;
+      read_failed(c, f.error());
+      return;
     }
     UniqueFd out_fd;
     json reply;
@@ -248,6 +327,7 @@ void Server::serve(Conn& c) {
     }
     if (f->body.contains("id")) reply["id"] = f->body["id"];
     if (out_fd) reply["fd"] = true;
+    c.idle_since_ns = steady_ns();  // before the reply goes: a client that saw it sees an ordered age
     Status sent;
     if (!c.raw_manifest.empty()) {
       // Attach is the hot path of a restart: the manifest (hundreds of tensors) was serialized once.
@@ -259,10 +339,9 @@ void Server::serve(Conn& c) {
     } else {
       sent = proto::write_frame(fd, reply, out_fd.get(), deadline_in(30));
     }
-    if (!sent.ok()) break;
+    if (!sent.ok()) return;
     if (f->body.value("op", "") == "shutdown" && reply.value("ok", false)) request_stop();
   }
-  abort_publish(c);
 }
 
 json Server::dispatch(Conn& c, const json& req, UniqueFd* fd_out) {
@@ -360,6 +439,7 @@ Result<json> Server::do_publish_begin(Conn& c, const json& req, UniqueFd* fd_out
     FR_ASSIGN(auto s, proto::tensor_spec_from_json((*ts)[i], "publish_begin.tensors[" + std::to_string(i) + "]"));
     specs.push_back(std::move(s));
   }
+  FR_TRY(check_files_unchanged(key, "publish_begin: key"));
   auto e = std::make_shared<Entry>();
   e->key = key;
   e->fingerprint = key.fingerprint();

@@ -61,6 +61,12 @@ class Server {
   Server(Backend& b, ServerOptions o);
 
   void serve(Conn& c);
+  void serve_requests(Conn& c);
+  // Tells the peer why its connection ends: a framing error, a frame that stopped arriving, an eviction.
+  void read_failed(Conn& c, const Error& e);
+  // With m_conn_mu held: true when a new connection may be served, evicting the longest-idle one if all
+  // slots are taken; false when every connection is busy.
+  bool make_room();
   proto::json dispatch(Conn& c, const proto::json& req, UniqueFd* fd_out);
   proto::json hello() const;
   proto::json do_status();

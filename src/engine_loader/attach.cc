@@ -126,12 +126,12 @@ Result<std::string> daemon_socket_path(const std::string& device, const std::str
   return fr::loader::daemon_socket(*dev, socket_dir);
 }
 
-Result<AttachResult> attach(const Key& key, const Options& o) {
+Result<AttachResult> attach(const IdentifiedKey& key, const Options& o) {
   if (!(o.connect_timeout_s >= 0) || !(o.state_timeout_s >= 0) || o.state_timeout_s > 86400)
     return Error{Errc::kInvalidArgument, "attach: connect_timeout_s and state_timeout_s must be within 0..86400"};
   // Argument errors are the caller's to fix and stay errors even with fallback on.
   const auto t0 = SteadyClock::now();
-  auto pkey = fr::loader::identify(key);
+  auto pkey = fr::loader::to_proto(key);
   if (!pkey.ok()) return pkey.error().context("attach");
   const bool cuda = o.device.rfind("cuda:", 0) == 0 && o.device.size() > 5 &&
                     o.device.find_first_not_of("0123456789", 5) == std::string::npos;
@@ -139,12 +139,21 @@ Result<AttachResult> attach(const Key& key, const Options& o) {
   auto r = attach_strict(*pkey, o, t0);
   if (r.ok()) {
     if (!r->hit && !o.fallback) return Error{Errc::kNotFound, "attach missed and fallback is off: " + r->reason};
+    r->key = key;
     return r;
   }
   if (!o.fallback) return r;
   AttachResult miss;
   miss.reason = r.error().message;
+  miss.key = key;
+  miss.timings.total_s = since(t0);
   return miss;
+}
+
+Result<AttachResult> attach(const Key& key, const Options& o) {
+  auto k = identify(key);
+  if (!k.ok()) return k.error().context("attach");
+  return attach(*k, o);
 }
 
 }  // namespace fastrestart

@@ -13,6 +13,11 @@ struct fr_snapshot_agent {
   std::unique_ptr<fastrestart::SnapshotAgent> a;
 };
 
+struct fr_key {
+  fastrestart::IdentifiedKey key;
+  std::string fingerprint;
+};
+
 namespace {
 
 void set_err(char* err, size_t n, const std::string& msg) {
@@ -59,19 +64,47 @@ void fr_options_init(fr_options_t* o) {
   *o = fr_options_t{sizeof(fr_options_t), FR_MODE_ZERO_COPY, 1, d.connect_timeout_s, d.state_timeout_s, 0, nullptr, nullptr};
 }
 
-int fr_attach(const char* const* files, size_t nfiles, const char* const* config, size_t nconfig,
-              const fr_options_t* options, fr_weights_t** out, char* err, size_t errlen) try {
+int fr_key_identify(const char* const* files, size_t nfiles, const char* const* config, size_t nconfig,
+                    fr_key_t** out, char* err, size_t errlen) try {
   if (!out) return set_err(err, errlen, "out is NULL"), FR_EINVAL;
   *out = nullptr;
   fastrestart::Key key;
   if (!make_key(files, nfiles, config, nconfig, &key, err, errlen)) return FR_EINVAL;
-  auto r = fastrestart::attach(key, make_options(options));
+  auto k = fastrestart::identify(key);
+  if (!k.ok()) return set_err(err, errlen, k.error().message), code_of(k.error());
+  *out = new fr_key{*k, k->fingerprint()};
+  return FR_OK;
+} catch (const std::exception& e) {
+  return set_err(err, errlen, e.what()), FR_EFAIL;
+}
+
+const char* fr_key_fingerprint(const fr_key_t* key) { return key ? key->fingerprint.c_str() : ""; }
+
+void fr_key_release(fr_key_t* key) { delete key; }
+
+int fr_attach_key(const fr_key_t* key, const fr_options_t* options, fr_weights_t** out, char* err, size_t errlen) try {
+  if (!out) return set_err(err, errlen, "out is NULL"), FR_EINVAL;
+  *out = nullptr;
+  if (!key) return set_err(err, errlen, "key is NULL"), FR_EINVAL;
+  auto r = fastrestart::attach(key->key, make_options(options));
   if (!r.ok()) return set_err(err, errlen, r.error().message), code_of(r.error());
   if (!r->hit) return set_err(err, errlen, r->reason), FR_MISS;
   *out = new fr_weights{r->weights, r->weights->digest()};
   return FR_OK;
 } catch (const std::exception& e) {
   return set_err(err, errlen, e.what()), FR_EFAIL;
+}
+
+int fr_attach(const char* const* files, size_t nfiles, const char* const* config, size_t nconfig,
+              const fr_options_t* options, fr_weights_t** out, char* err, size_t errlen) {
+  if (!out) return set_err(err, errlen, "out is NULL"), FR_EINVAL;
+  *out = nullptr;
+  fr_key_t* key = nullptr;
+  int rc = fr_key_identify(files, nfiles, config, nconfig, &key, err, errlen);
+  if (rc != FR_OK) return rc;
+  rc = fr_attach_key(key, options, out, err, errlen);
+  fr_key_release(key);
+  return rc;
 }
 
 size_t fr_weights_count(const fr_weights_t* w) { return w ? w->w->tensors().size() : 0; }
@@ -136,10 +169,9 @@ int fr_snapshot_agent_start(fr_weights_t* const* weights, size_t n, fr_snapshot_
 
 void fr_snapshot_agent_stop(fr_snapshot_agent_t* a) { delete a; }
 
-int fr_publish(const char* const* files, size_t nfiles, const char* const* config, size_t nconfig,
-               const fr_tensor_t* tensors, size_t ntensors, const fr_options_t* options, char* err, size_t errlen) try {
-  fastrestart::Key key;
-  if (!make_key(files, nfiles, config, nconfig, &key, err, errlen)) return FR_EINVAL;
+int fr_publish_key(const fr_key_t* key, const fr_tensor_t* tensors, size_t ntensors, const fr_options_t* options,
+                   char* err, size_t errlen) try {
+  if (!key) return set_err(err, errlen, "key is NULL"), FR_EINVAL;
   if (!tensors && ntensors) return set_err(err, errlen, "tensors is NULL"), FR_EINVAL;
   std::vector<fastrestart::PublishTensor> ts;
   for (size_t i = 0; i < ntensors; ++i) {
@@ -147,7 +179,7 @@ int fr_publish(const char* const* files, size_t nfiles, const char* const* confi
     if (!t.name || !t.dtype || t.ndim < 0 || (t.ndim > 0 && !t.shape)) return set_err(err, errlen, "tensor " + std::to_string(i) + " is incomplete"), FR_EINVAL;
     ts.push_back({t.name, t.dtype, std::vector<int64_t>(t.shape, t.shape + t.ndim), t.data});
   }
-  auto r = fastrestart::publish(key, ts, make_options(options));
+  auto r = fastrestart::publish(key->key, ts, make_options(options));
   if (!r.ok()) return set_err(err, errlen, r.error().message), code_of(r.error());
   return FR_OK;
 } catch (const std::exception& e) {

@@ -2,6 +2,8 @@
 // Used by engine_loader, fastrestart-weightctl and (later) fastrestartd. Not thread-safe: one per thread.
 #pragma once
 
+#include <atomic>
+#include <cstdint>
 #include <string>
 
 #include "common/unix_socket.h"
@@ -11,8 +13,12 @@ namespace fr::loader {
 
 class DaemonClient {
  public:
-  // Connects (retrying while the socket is absent until the deadline) and exchanges hellos.
+  // Connects and exchanges hellos. No socket, or one that refuses, is Errc::kNotFound at once ("no daemon:
+  // ...") unless the daemon is starting (its lock, beside the socket, is held): then the connect is retried
+  // until `timeout_s`.
   static Result<DaemonClient> connect(const std::string& socket_path, double timeout_s, const std::string& client_name);
+  // Connect attempts repeated because a daemon was starting, in this process (for tests and diagnostics).
+  static uint64_t connect_retries();
 
   // Sends `req` and returns the ok reply (an error reply becomes an Error with its code). `fd` receives
   // the reply's descriptor, if any; a reply claiming one that did not arrive is a protocol error.

@@ -91,7 +91,10 @@ class HostDevice final : public DeviceApi {
 }  // namespace
 
 std::string daemon_socket(const DeviceApi& dev, const std::string& socket_dir) {
-  return (socket_dir.empty() ? default_socket_dir() : socket_dir) + "/weightd-" + dev.gpu_uuid() + ".sock";
+  // fastrestartd exports weights.socket_dir to its engine as FASTRESTART_SOCKET_DIR (docs/engine_loader.md).
+  std::string dir = socket_dir;
+  if (const char* env = std::getenv("FASTRESTART_SOCKET_DIR"); dir.empty() && env && *env) dir = env;
+  return (dir.empty() ? default_socket_dir() : dir) + "/weightd-" + dev.gpu_uuid() + ".sock";
 }
 
 std::unique_ptr<DeviceApi> make_host_device() { return std::make_unique<HostDevice>(); }

@@ -8,5 +8,9 @@ namespace fr::loader {
 
 // stat()s every file (never reads one) and sorts them by path, as docs/protocol.md requires.
 Result<proto::Key> identify(const fastrestart::Key& key);
+// The public and the protocol's views of an identified key (the same fields). to_proto checks the config
+// limits and the order of the files, since an IdentifiedKey may come from the caller.
+Result<proto::Key> to_proto(const fastrestart::IdentifiedKey& key);
+fastrestart::IdentifiedKey from_proto(const proto::Key& key);
 
 }  // namespace fr::loader

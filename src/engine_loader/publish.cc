@@ -7,10 +7,13 @@
 
 namespace fastrestart {
 
-Result<PublishResult> publish(const Key& key, std::span<const PublishTensor> tensors, const Options& o) {
+Result<PublishResult> publish(const IdentifiedKey& key, std::span<const PublishTensor> tensors, const Options& o) {
   const auto t0 = std::chrono::steady_clock::now();
   if (tensors.empty()) return Error{Errc::kInvalidArgument, "publish: no tensors"};
-  FR_ASSIGN(fr::proto::Key pkey, fr::loader::identify(key));
+  // The identities were taken before the engine read the files; the daemon re-checks them (never here:
+  // identifying now would vouch for files the engine may not have read).
+  auto pkey = fr::loader::to_proto(key);
+  if (!pkey.ok()) return pkey.error().context("publish");
   FR_ASSIGN(std::shared_ptr<fr::loader::DeviceApi> dev, fr::loader::open_device(o.device));
   fr::proto::json specs = fr::proto::json::array();
   for (const auto& t : tensors) {
@@ -24,7 +27,7 @@ Result<PublishResult> publish(const Key& key, std::span<const PublishTensor> ten
   if (c.gpu_uuid() != dev->gpu_uuid())
     return Error{Errc::kInvalidArgument, "the daemon at " + path + " serves " + c.gpu_uuid() + ", this engine runs on " + dev->gpu_uuid()};
   fr::UniqueFd fd;
-  FR_ASSIGN(auto begun, c.call({{"op", "publish_begin"}, {"key", fr::proto::to_json(pkey)}, {"tensors", specs}}, 60, &fd));
+  FR_ASSIGN(auto begun, c.call({{"op", "publish_begin"}, {"key", fr::proto::to_json(*pkey)}, {"tensors", specs}}, 60, &fd));
   FR_ASSIGN(auto m, fr::proto::manifest_from_json(begun.value("manifest", fr::proto::json()), "manifest"));
   if (m.tensors.size() != tensors.size()) return Error{Errc::kProtocol, "publish: the daemon laid out a different tensor count"};
   {

@@ -1,21 +1,25 @@
 #include "health/health_server.h"
 
-#include <netdb.h>
+#include <microhttpd.h>
 #include <sys/socket.h>
+
 #include <unistd.h>
 
-#include <atomic>
-#include <cerrno>
 #include <chrono>
+#include <cstdarg>
+#include <cstdio>
+#include <condition_variable>
 #include <cstring>
 #include <exception>
+#include <mutex>
 #include <stdexcept>
 #include <thread>
 #include <utility>
+#include <vector>
 
-#include <httplib.h>
 #include <spdlog/spdlog.h>
 
+#include "health/listen_socket.h"
 #include "health/probes.h"
 
 #ifndef FASTRESTART_VERSION
@@ -26,167 +30,229 @@ namespace fr::health {
 namespace {
 
 using nlohmann::json;
-
-struct Address {
-  std::string host;
-  int port = 0;
-};
-
-// "host:port" or "[v6]:port"; the port is 0..65535 in decimal.
-fr::Result<Address> parse_listen(const std::string& listen) {
-  auto bad = [&](const std::string& why) {
-    return make_error(Errc::kInvalidArgument, "health listen address '" + listen + "': " + why);
-  };
-  const auto colon = listen.rfind(':');
-  if (colon == std::string::npos) return bad("expected host:port (or none)");
-  Address a;
-  a.host = listen.substr(0, colon);
-  const std::string port = listen.substr(colon + 1);
-  if (a.host.size() >= 2 && a.host.front() == '[' && a.host.back() == ']') a.host = a.host.substr(1, a.host.size() - 2);
-  else if (a.host.find(':') != std::string::npos) return bad("an IPv6 address must be in brackets: [addr]:port");
-  if (a.host.empty()) return bad("missing host");
-  if (port.empty() || port.size() > 5 || port.find_first_not_of("0123456789") != std::string::npos)
-    return bad("port '" + port + "' is not a number from 0 to 65535");
-  a.port = std::stoi(port);
-  if (a.port > 65535) return bad("port " + port + " is out of range (0 to 65535)");
-  return a;
-}
-
-// httplib reports only that binding failed; redo the steps to name why (resolution, or the errno of bind).
-std::string why_bind_failed(const Address& a) {
-  addrinfo hints{};
-  hints.ai_family = AF_UNSPEC;
-  hints.ai_socktype = SOCK_STREAM;
-  hints.ai_flags = AI_PASSIVE;
-  addrinfo* res = nullptr;
-  const std::string port = std::to_string(a.port);
-  if (int rc = getaddrinfo(a.host.c_str(), port.c_str(), &hints, &res); rc != 0)
-    return std::string("cannot resolve the host: ") + gai_strerror(rc);
-  std::string why = "cannot bind";
-  for (auto* ai = res; ai; ai = ai->ai_next) {
-    int fd = ::socket(ai->ai_family, ai->ai_socktype | SOCK_CLOEXEC, ai->ai_protocol);
-    if (fd < 0) {
-      why = std::string("socket: ") + std::strerror(errno);
-      continue;
-    }
-    int yes = 1;
-    ::setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof yes);
-    if (::bind(fd, ai->ai_addr, ai->ai_addrlen) != 0) why = std::string("bind: ") + std::strerror(errno);
-    else if (::listen(fd, 1) != 0) why = std::string("listen: ") + std::strerror(errno);
-    ::close(fd);
-  }
-  freeaddrinfo(res);
-  return why;
-}
+using Clock = std::chrono::steady_clock;
 
 // Status strings can carry raw bytes from a child's output; replace invalid UTF-8 instead of throwing.
 std::string dump(const json& j, int indent = -1) {
   return j.dump(indent, ' ', false, json::error_handler_t::replace) + "\n";
 }
 
-void reply_json(httplib::Response& res, int code, const json& body) {
-  res.status = code;
-  res.set_content(dump(body), "application/json");
+// One status fetch: the JSON, or null and why.
+struct Snapshot {
+  json status;
+  std::string error;
+  Clock::time_point taken;
+};
+
+// Per request (MHD's con_cls): whether it has asked for a status yet, and which fetch answers it.
+struct Request {
+  bool asked = false;
+  uint64_t generation = 0;
+  Clock::time_point since;
+};
+
+enum MHD_Result reply(MHD_Connection* c, unsigned code, const std::string& body, const char* type) {
+  MHD_Response* r = MHD_create_response_from_buffer(body.size(), const_cast<char*>(body.data()), MHD_RESPMEM_MUST_COPY);
+  if (!r) return MHD_NO;
+  MHD_add_response_header(r, MHD_HTTP_HEADER_CONTENT_TYPE, type);
+  if (code == MHD_HTTP_METHOD_NOT_ALLOWED) MHD_add_response_header(r, MHD_HTTP_HEADER_ALLOW, "GET, HEAD");
+  const enum MHD_Result ok = MHD_queue_response(c, code, r);
+  MHD_destroy_response(r);
+  return ok;
+}
+
+enum MHD_Result reply_json(MHD_Connection* c, unsigned code, const json& body) {
+  return reply(c, code, dump(body), "application/json");
+}
+
+void on_log(void*, const char* fmt, va_list ap);
+
+bool is_endpoint(const std::string& url) {
+  return url == "/health" || url == "/ready" || url == "/status" || url == "/metrics";
 }
 
 }  // namespace
 
 struct HealthServer::Impl {
   Source source;
-  httplib::Server server;
-  std::thread thread;
-  std::atomic<bool> exited{false};  // set by the listener thread when listen_after_bind returns
+  Options options;
+  MHD_Daemon* daemon = nullptr;
   uint16_t port = 0;
 
-  // The status, or null when the supervisor does not answer (the callback threw or returned null).
-  json status(std::string* error) {
-    try {
-      if (!source.status) throw std::runtime_error("no status source");
-      json j = source.status();
-      if (j.is_null()) *error = "the supervisor returned no status";
-      return j;
-    } catch (const std::exception& e) {
-      *error = e.what();
-    } catch (...) {
-      *error = "unknown error";
-    }
-    return nullptr;
+  std::mutex mutex;
+  std::condition_variable wake;                        // the fetcher: a request asks; the sweeper: one waits
+  std::shared_ptr<const Snapshot> last;                // the newest fetch (null before the first)
+  uint64_t asked = 0;                                  // generation of the newest request
+  uint64_t fetched = 0;                                // generation the newest fetch answers
+  std::vector<std::pair<MHD_Connection*, Request*>> parked;  // suspended until `fetched` reaches theirs
+  bool stopping = false;
+  std::thread fetcher;
+  std::thread sweeper;
+
+  ~Impl() { stop(); }
+
+  // Called with `mutex` held: resumes the parked requests `done` says are answerable.
+  template <class Done>
+  void resume_locked(Done done) {
+    std::erase_if(parked, [&](const auto& p) {
+      if (!done(*p.second)) return false;
+      MHD_resume_connection(p.first);
+      return true;
+    });
   }
 
-  void routes() {
-    server.Get("/health", [this](const httplib::Request&, httplib::Response& res) {
-      std::string err;
-      json j = status(&err);
-      auto a = health_probe(j);
-      if (!err.empty()) a.body["error"] = err;
-      reply_json(res, a.code, a.body);
-    });
-    server.Get("/ready", [this](const httplib::Request&, httplib::Response& res) {
-      std::string err;
-      json j = status(&err);
-      auto a = ready_probe(j);
-      if (!err.empty()) a.body["error"] = err;
-      reply_json(res, a.code, a.body);
-    });
-    server.Get("/status", [this](const httplib::Request&, httplib::Response& res) {
-      std::string err;
-      json j = status(&err);
-      if (j.is_null()) return reply_json(res, 503, {{"error", err}});
-      res.status = 200;
-      res.set_content(dump(j, 2), "application/json");
-    });
-    server.Get("/metrics", [this](const httplib::Request&, httplib::Response& res) {
-      std::string err;
-      json j = status(&err);
-      if (j.is_null()) spdlog::debug("health: /metrics without a status: {}", err);
-      res.status = 200;
-      res.set_content(render_metrics(j, FASTRESTART_VERSION), "text/plain; version=0.0.4; charset=utf-8");
-    });
-    // Unknown paths and methods: a JSON 404 (405 bodies too). Called for every status >= 400, so only
-    // fill in a body nobody set.
-    server.set_error_handler(httplib::Server::HandlerWithResponse(
-        [](const httplib::Request& req, httplib::Response& res) {
-          if (!res.body.empty()) return httplib::Server::HandlerResponse::Unhandled;
-          reply_json(res, res.status,
-                     {{"error", res.status == 404 ? "not found" : "error"}, {"path", req.path.substr(0, 256)}});
-          return httplib::Server::HandlerResponse::Handled;
-        }));
-    server.set_exception_handler([](const httplib::Request&, httplib::Response& res, std::exception_ptr) {
-      reply_json(res, 500, {{"error", "internal error"}});
-    });
+  void fetch_loop() {
+    std::unique_lock lock(mutex);
+    for (;;) {
+      wake.wait(lock, [&] { return stopping || asked > fetched; });
+      if (stopping) return;
+      const uint64_t generation = asked;
+      lock.unlock();
+      auto snap = std::make_shared<Snapshot>();
+      try {
+        if (!source.status) throw std::runtime_error("no status source");
+        snap->status = source.status();
+        if (snap->status.is_null()) snap->error = "the supervisor returned no status";
+      } catch (const std::exception& e) {
+        snap->status = nullptr;
+        snap->error = e.what();
+      } catch (...) {
+        snap->status = nullptr;
+        snap->error = "unknown error";
+      }
+      snap->taken = Clock::now();
+      lock.lock();
+      last = std::move(snap);
+      fetched = generation;
+      resume_locked([&](const Request& r) { return r.generation <= fetched; });
+      wake.notify_all();
+    }
+  }
+
+  // Answers requests the fetcher has not served within the deadline (it is stuck in Source::status).
+  void sweep_loop() {
+    const auto deadline = std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(options.answer_deadline_s));
+    std::unique_lock lock(mutex);
+    while (!stopping) {
+      if (parked.empty()) {
+        wake.wait(lock);
+        continue;
+      }
+      const auto now = Clock::now();
+      resume_locked([&](const Request& r) { return now - r.since >= deadline; });
+      wake.wait_for(lock, std::chrono::milliseconds(50));
+    }
+  }
+
+  // The status that answers `r`: the fetch it asked for, or after the deadline the last one if young enough.
+  Snapshot answer_for(const Request& r) {
+    std::lock_guard lock(mutex);
+    if (last && (fetched >= r.generation ||
+                 Clock::now() - last->taken <= std::chrono::duration<double>(options.max_age_s)))
+      return *last;
+    Snapshot none;
+    none.status = nullptr;
+    none.error = "no status from the supervisor within " + fmt::format("{:g}", options.answer_deadline_s) + " s";
+    return none;
+  }
+
+  enum MHD_Result handle(MHD_Connection* c, const std::string& url, const std::string& method,
+                         size_t* upload_size, void** con_cls) {
+    if (!*con_cls) {  // the headers are in; the next call has the body (if any) or is the last
+      *con_cls = new Request;
+      return MHD_YES;
+    }
+    auto* r = static_cast<Request*>(*con_cls);
+    if (*upload_size != 0) {  // nothing here takes a body: drop it
+      *upload_size = 0;
+      return MHD_YES;
+    }
+    const std::string path = url.substr(0, 256);
+    if (!is_endpoint(url)) return reply_json(c, MHD_HTTP_NOT_FOUND, {{"error", "not found"}, {"path", path}});
+    if (method != MHD_HTTP_METHOD_GET && method != MHD_HTTP_METHOD_HEAD)
+      return reply_json(c, MHD_HTTP_METHOD_NOT_ALLOWED, {{"error", "method not allowed"}, {"path", path}});
+    if (!r->asked) {
+      std::lock_guard lock(mutex);
+      if (stopping) return reply_json(c, MHD_HTTP_SERVICE_UNAVAILABLE, {{"error", "shutting down"}});
+      r->asked = true;
+      r->generation = ++asked;
+      r->since = Clock::now();
+      parked.emplace_back(c, r);
+      MHD_suspend_connection(c);  // under the lock: no resume can come before it
+      wake.notify_all();
+      return MHD_YES;
+    }
+    const Snapshot snap = answer_for(*r);
+    const json& j = snap.status;
+    if (url == "/health" || url == "/ready") {
+      auto a = url == "/health" ? health_probe(j) : ready_probe(j);
+      if (!snap.error.empty()) a.body["error"] = snap.error;
+      return reply_json(c, static_cast<unsigned>(a.code), a.body);
+    }
+    if (url == "/status") {
+      if (j.is_null()) return reply_json(c, MHD_HTTP_SERVICE_UNAVAILABLE, {{"error", snap.error}});
+      return reply(c, MHD_HTTP_OK, dump(j, 2), "application/json");
+    }
+    if (j.is_null()) spdlog::debug("health: /metrics without a status: {}", snap.error);
+    return reply(c, MHD_HTTP_OK, render_metrics(j, FASTRESTART_VERSION), "text/plain; version=0.0.4; charset=utf-8");
+  }
+
+  static enum MHD_Result on_request(void* cls, MHD_Connection* c, const char* url, const char* method, const char*,
+                             const char*, size_t* upload_size, void** con_cls) {
+    try {
+      return static_cast<Impl*>(cls)->handle(c, url ? url : "", method ? method : "", upload_size, con_cls);
+    } catch (const std::exception& e) {
+      spdlog::warn("health: {}", e.what());
+      return reply_json(c, MHD_HTTP_INTERNAL_SERVER_ERROR, {{"error", "internal error"}});
+    }
+  }
+
+  static void on_completed(void*, MHD_Connection*, void** con_cls, enum MHD_RequestTerminationCode) {
+    delete static_cast<Request*>(*con_cls);
+    *con_cls = nullptr;
+  }
+
+  void stop() {
+    {
+      std::lock_guard lock(mutex);
+      if (stopping) return;
+      stopping = true;
+      resume_locked([](const Request&) { return true; });  // MHD must not stop with suspended connections
+      wake.notify_all();
+    }
+    if (daemon) MHD_stop_daemon(daemon);
+    daemon = nullptr;
+    if (sweeper.joinable()) sweeper.join();
+    if (fetcher.joinable()) fetcher.join();
   }
 };
 
-fr::Result<std::unique_ptr<HealthServer>> HealthServer::start(const std::string& listen, Source source) {
-  FR_ASSIGN(Address a, parse_listen(listen));
+fr::Result<std::unique_ptr<HealthServer>> HealthServer::start(const std::string& listen, Source source, Options options) {
+  FR_ASSIGN(BoundSocket sock, bind_listen(listen, 128));
   auto impl = std::make_unique<Impl>();
   impl->source = std::move(source);
-  // A probe endpoint needs few workers; short timeouts bound how long the destructor waits on idle
-  // keep-alive connections.
-  impl->server.new_task_queue = [] { return new httplib::ThreadPool(2); };
-  impl->server.set_keep_alive_timeout(1);
-  impl->server.set_read_timeout(2, 0);
-  impl->server.set_write_timeout(2, 0);
-  // httplib's default socket options add SO_REUSEPORT, which would let a second fastrestartd share the port
-  // silently; keep only SO_REUSEADDR so a taken port is a bind error.
-  impl->server.set_socket_options([](socket_t sock) {
-    int yes = 1;
-    ::setsockopt(sock, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof yes);
-  });
-  impl->routes();
-  const int port = a.port == 0 ? impl->server.bind_to_any_port(a.host)
-                               : (impl->server.bind_to_port(a.host, a.port) ? a.port : -1);
-  if (port <= 0)
-    return make_error(Errc::kIo, "health listen address '" + listen + "': " + why_bind_failed(a));
-  impl->port = static_cast<uint16_t>(port);
-  Impl* raw = impl.get();
-  impl->thread = std::thread([raw] {
-    if (!raw->server.listen_after_bind()) spdlog::error("health: the listener stopped with an error");
-    raw->exited = true;
-  });
-  // httplib's stop() is a no-op until the accept loop runs; wait for it so the destructor can always stop.
-  while (!impl->server.is_running() && !impl->exited) std::this_thread::sleep_for(std::chrono::milliseconds(1));
-  spdlog::info("health: listening on {}:{}", a.host, impl->port);
+  impl->options = options;
+  impl->port = sock.port;
+  unsigned flags = MHD_USE_EPOLL_INTERNAL_THREAD | MHD_ALLOW_SUSPEND_RESUME | MHD_USE_ERROR_LOG;
+  if (sock.family == AF_INET6) flags |= MHD_USE_IPv6;
+  const int fd = sock.fd.release();  // MHD owns it from here (MHD_stop_daemon closes it)
+  impl->daemon = MHD_start_daemon(
+      flags, 0, nullptr, nullptr, &Impl::on_request, impl.get(),
+      MHD_OPTION_LISTEN_SOCKET, static_cast<MHD_socket>(fd),
+      MHD_OPTION_CONNECTION_TIMEOUT, options.connection_timeout_s,
+      MHD_OPTION_CONNECTION_LIMIT, options.connection_limit,
+      MHD_OPTION_PER_IP_CONNECTION_LIMIT, options.per_ip_limit,
+      MHD_OPTION_NOTIFY_COMPLETED, &Impl::on_completed, nullptr,
+      MHD_OPTION_EXTERNAL_LOGGER, &on_log, nullptr,
+      MHD_OPTION_END);
+  if (!impl->daemon) {
+    ::close(fd);
+    return make_error(Errc::kIo, "health listen address '" + listen + "': libmicrohttpd did not start");
+  }
+  impl->fetcher = std::thread([raw = impl.get()] { raw->fetch_loop(); });
+  impl->sweeper = std::thread([raw = impl.get()] { raw->sweep_loop(); });
+  const auto colon = listen.rfind(':');
+  spdlog::info("health: listening on {}:{}", listen.substr(0, colon), impl->port);
   return std::unique_ptr<HealthServer>(new HealthServer(std::move(impl)));
 }
 
@@ -194,9 +260,18 @@ HealthServer::HealthServer(std::unique_ptr<Impl> impl) : m_impl(std::move(impl))
 
 uint16_t HealthServer::port() const { return m_impl->port; }
 
-HealthServer::~HealthServer() {
-  m_impl->server.stop();
-  if (m_impl->thread.joinable()) m_impl->thread.join();
+HealthServer::~HealthServer() { m_impl->stop(); }
+
+namespace {
+
+void on_log(void*, const char* fmt, va_list ap) {
+  char buf[512];
+  std::vsnprintf(buf, sizeof buf, fmt, ap);
+  std::string line(buf);
+  while (!line.empty() && line.back() == '\n') line.pop_back();
+  spdlog::debug("health: {}", line);
 }
+
+}  // namespace
 
 }  // namespace fr::health

@@ -9,10 +9,14 @@
 //   /status   the status JSON, exactly what `fastrestartctl status --json` prints.
 //   /metrics  Prometheus text exposition format 0.0.4 (render_metrics).
 //
-// Threading: the server runs its own accept thread and a small worker pool; Source::status is called from
-// those workers, concurrently, and must be thread-safe. A status callback that throws or returns null makes
-// /health and /ready answer 503 (the supervisor loop is not answering), so a Source that posts to the
-// supervisor's loop should give up after a short timeout rather than block.
+// Serving: libmicrohttpd on one internal epoll thread, so a slow or idle client costs a connection slot,
+// never a worker: connections idle longer than Options::connection_timeout_s are closed, and
+// Options::connection_limit / per_ip_limit cap how many one host (and everyone) may hold. Handlers never
+// block: a request is parked (suspended) until a status taken after it arrived is there, fetched by the
+// server's own status thread. Source::status is only ever called from that thread, one call at a time; it
+// may block (the supervisor's loop being busy), and a request that waits longer than
+// Options::answer_deadline_s is answered from the last status if it is younger than Options::max_age_s,
+// else /health and /ready say 503 "supervisor: not answering".
 #pragma once
 
 #include <cstdint>
@@ -26,9 +30,18 @@
 
 namespace fr::health {
 
+struct Options {
+  unsigned connection_timeout_s = 5;  // idle time (no byte received or sent) before a connection is closed
+  unsigned connection_limit = 512;    // connections held at once, all clients together
+  unsigned per_ip_limit = 64;         // connections held at once from one IP address
+  double answer_deadline_s = 1;       // longest a request waits for a fresh status
+  double max_age_s = 10;              // a status older than this is not served after the deadline
+};
+
 struct Source {
-  // Returns the same JSON as `fastrestartctl status --json` (Supervisor::status_json()). Thread-safe.
-  // May throw or return null when the supervisor cannot answer; the server turns that into a 503.
+  // Returns the same JSON as `fastrestartctl status --json` (Supervisor::status_json()). Called from the
+  // server's status thread only. May throw or return null when the supervisor cannot answer; the server
+  // turns that into a 503.
   std::function<nlohmann::json()> status;
 };
 
@@ -38,12 +51,14 @@ class HealthServer {
   // before returning. "none" (listener off) is the caller's business and is an error here.
   // Errors: kInvalidArgument for an address that does not parse (the message quotes it); kIo when it cannot
   // be resolved or bound (the message names the address and why).
-  static fr::Result<std::unique_ptr<HealthServer>> start(const std::string& listen, Source source);
+  static fr::Result<std::unique_ptr<HealthServer>> start(const std::string& listen, Source source,
+                                                         Options options = {});
 
   // The bound port (the ephemeral one when started with port 0).
   uint16_t port() const;
 
-  // Stops accepting, finishes in-flight requests and joins every thread it started.
+  // Stops accepting, answers parked requests (503), closes every connection and joins every thread it
+  // started; waits for a Source::status call in progress to return.
   ~HealthServer();
 
   HealthServer(const HealthServer&) = delete;

@@ -1,6 +1,8 @@
 #include "protocol/frame.h"
 
-#include <array>
+#include <algorithm>
+
+#include "protocol/frame_reader.h"
 
 namespace fr::proto {
 
@@ -45,19 +47,31 @@ Result<json> decode_payload(std::string_view payload) {
   return j;
 }
 
-Result<Frame> read_frame(int sock, Deadline deadline) {
-  std::array<unsigned char, 4> hdr{};
+Result<Frame> read_frame(int sock, Deadline deadline, double frame_timeout_s) {
+  FrameReader reader;
   std::vector<UniqueFd> fds;
-  FR_TRY(recv_exact(sock, hdr.data(), hdr.size(), &fds, deadline));
-  uint32_t n = (uint32_t{hdr[0]} << 24) | (uint32_t{hdr[1]} << 16) | (uint32_t{hdr[2]} << 8) | hdr[3];
-  if (n == 0 || n > kMaxFrameBytes)
-    return make_error(Errc::kProtocol, "frame length " + std::to_string(n) + " outside 1.." + std::to_string(kMaxFrameBytes));
-  std::string payload(n, '\0');
-  if (auto s = recv_exact(sock, payload.data(), n, &fds, deadline); !s.ok())
-    return s.error().code == Errc::kCancelled ? make_error(Errc::kProtocol, "connection closed inside a frame")
-                                              : s.error();
+  Deadline rest = deadline;
+  for (bool done = false; !done;) {
+    std::span<char> buf = reader.next();
+    // The first byte alone: from it on the frame timeout runs, also for the rest of the length field.
+    if (!reader.started()) buf = buf.subspan(0, 1);
+    auto got = recv_some(sock, buf.data(), buf.size(), &fds, reader.started() ? rest : deadline);
+    if (!got.ok()) {
+      const Error& e = got.error();
+      if (!reader.started()) return e;
+      if (e.code == Errc::kCancelled) return make_error(Errc::kProtocol, "connection closed inside a frame");
+      if (e.code == Errc::kTimeout)
+        return make_error(Errc::kTimeout, "frame incomplete: " + std::to_string(reader.received()) + " of " +
+                                              (reader.length() ? std::to_string(reader.length() + 4) : std::string("?")) +
+                                              " bytes arrived within " + std::to_string(static_cast<int>(frame_timeout_s)) + " s");
+      return e;
+    }
+    const bool first = !reader.started();
+    FR_ASSIGN(done, reader.commit(*got));
+    if (first) rest = std::min(deadline, deadline_in(frame_timeout_s));
+  }
   if (fds.size() > 1) return make_error(Errc::kProtocol, "frame carried " + std::to_string(fds.size()) + " descriptors; at most 1 is allowed");
-  FR_ASSIGN(json body, decode_payload(payload));
+  FR_ASSIGN(json body, decode_payload(reader.take()));
   Frame f{std::move(body), {}};
   if (!fds.empty()) f.fd = std::move(fds[0]);
   return f;

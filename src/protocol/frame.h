@@ -15,6 +15,8 @@ using nlohmann::json;
 
 inline constexpr uint32_t kVersion = 1;
 inline constexpr uint32_t kMaxFrameBytes = 16u << 20;
+// Once a frame's first byte arrived, the rest must arrive within this (docs/protocol.md, "Frame limits").
+inline constexpr double kFrameTimeoutS = 10;
 
 struct Frame {
   json body;
@@ -27,9 +29,12 @@ Result<std::string> encode_frame(const json& body);
 Status write_payload(int sock, const std::string& payload, int fd, Deadline deadline);
 // Writes one frame; `fd` (>= 0) travels with it.
 Status write_frame(int sock, const json& body, int fd, Deadline deadline);
-// Reads one frame. Errc::kProtocol for a bad length, a non-object payload or more than one descriptor;
-// Errc::kCancelled when the peer closed cleanly between frames.
-Result<Frame> read_frame(int sock, Deadline deadline);
+// Reads one frame incrementally (FrameReader: memory follows the bytes that arrived, not the length).
+// `deadline` bounds the wait for the first byte; the rest must follow within `frame_timeout_s` of it (and
+// by `deadline`), else Errc::kTimeout naming how much arrived. Errc::kProtocol for a bad length, a
+// non-object payload, a close inside a frame or more than one descriptor; Errc::kCancelled when the peer
+// closed cleanly between frames.
+Result<Frame> read_frame(int sock, Deadline deadline, double frame_timeout_s = kFrameTimeoutS);
 // Parses a payload (exposed for the fuzzer and the tests).
 Result<json> decode_payload(std::string_view payload);
 

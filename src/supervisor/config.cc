@@ -511,6 +511,7 @@ class Lines {
  public:
   void set(std::string key, int64_t line) { m_lines[std::move(key)] = line; }
   bool has(const std::string& key) const { return m_lines.count(key) != 0; }
+  const std::map<std::string, int64_t>& all() const { return m_lines; }
   // The line of the first of `keys` present in the file; 1 when none is.
   int64_t first(std::initializer_list<const char*> keys) const {
     for (const char* k : keys) {
@@ -545,6 +546,19 @@ Status check_cross_fields(const Config& c, const Lines& lines) {
                    std::string("at least one GPU is needed with weights.backend = \"cuda\" and weights.mode = \"") +
                        weights_mode_name(w.mode) +
                        "\": list GPU indexes or UUIDs, or set weights.backend = \"host\" or weights.mode = \"off\"");
+  }
+  if (w.backend == "host") {
+    for (const auto& g : c.gpus) {
+      if (!is_gpu_uuid(g)) continue;
+      return fail_at(c.path, lines.first({"gpus"}), "gpus",
+                     "GPU " + in_quotes(g) + " with weights.backend = \"host\": the host backend keeps the weights "
+                     "in host memory and never resolves GPU UUIDs; use weights.backend = \"cuda\", or a GPU index");
+    }
+  }
+  if (!c.readiness.request_path.empty() && c.readiness.prompt.empty()) {
+    return fail_at(c.path, lines.first({"readiness.prompt", "readiness"}), "readiness.prompt",
+                   "must not be empty: engines refuse a completion without a prompt (HTTP 400), so readiness would "
+                   "never pass; set a prompt, or readiness.request_path = \"\" for a health-only check");
   }
   const auto& start = c.restart.start;
   if (std::find(start.begin(), start.end(), StartPath::kSnapshot) != start.end()) {
@@ -621,6 +635,24 @@ std::vector<std::pair<const toml::key*, const toml::node*>> in_file_order(const 
   return out;
 }
 
+// toml++ reports a string left open at the end of its line as "unescaped control characters" (the newline
+// it then reads); say what the user did instead.
+std::string syntax_error(std::string_view text, const toml::parse_error& e) {
+  std::string what(e.description());
+  if (what.find("control characters") == std::string::npos) return what;
+  const auto& at = e.source().begin;
+  size_t pos = 0;
+  for (uint32_t line = 1; line < at.line && pos != std::string_view::npos; ++line) {
+    pos = text.find('\n', pos);
+    if (pos != std::string_view::npos) ++pos;
+  }
+  if (pos == std::string_view::npos) return what;
+  pos += at.column - 1;
+  if (pos < text.size() && text[pos] != '\n' && text[pos] != '\r') return what;
+  return "unterminated string: a quoted value on this line has no closing quote before the end of the line "
+         "(close it; a value spanning lines needs \"\"\" ... \"\"\")";
+}
+
 Status parse_section(const SectionSpec& spec, const Value& v, Config& c, Lines& lines) {
   auto table = v.node().as_table();
   if (!table) return v.fail(std::string("must be a table ([") + spec.name + "]), got " + describe(v.node()));
@@ -649,7 +681,7 @@ Result<Config> parse_config(std::string_view toml_text, const std::string& path)
     root = toml::parse(toml_text, path);
   } catch (const toml::parse_error& e) {
     return make_error(Errc::kInvalidArgument, path + ":" + std::to_string(line_of(e.source())) +
-                                                  ": TOML syntax: " + std::string(e.description()));
+                                                  ": TOML syntax: " + syntax_error(toml_text, e));
   }
 
   Config c;
@@ -680,6 +712,7 @@ Result<Config> parse_config(std::string_view toml_text, const std::string& path)
   FR_TRY(check_cross_fields(c, lines));
   if (c.engine.kind == EngineKind::kVllm) FR_TRY(check_vllm_flags(c, lines));
   resolve_checkpoints(c);
+  c.key_lines = lines.all();
   return c;
 }
 

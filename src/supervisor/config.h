@@ -119,11 +119,21 @@ struct Config {
   HttpConfig http;
   LoggingConfig logging;
   SnapshotConfig snapshot;
+  std::map<std::string, int64_t> key_lines;    // "section.key" (and "section", "gpus") -> line, for errors
+                                               // found after parsing (check_host)
 };
 
 // Parses and validates. Errors: Errc::kInvalidArgument, message "<path>:<line>: <key>: <what>".
 Result<Config> parse_config(std::string_view toml_text, const std::string& path);
 Result<Config> load_config(const std::string& path);
+
+// What a start would hit on this host, beyond the file itself (fastrestartd runs it for --check and before a
+// start; parse_config and load_config do not, so a config can be read on another machine): the control
+// socket's directory is private or can be made so, every weights.checkpoint exists (a directory holds
+// *.safetensors), engine.command's program is executable (a bare name: on $PATH; fastrestart's own
+// programs, e.g. fastrestart-tinyengine, also beside fastrestartd, and command[0] is then set to the path
+// found). Errors: Errc::kInvalidArgument, "<path>:<line>: <key>: <what>", the first problem found.
+Status check_host(Config& c);
 
 const char* engine_kind_name(EngineKind k);
 const char* weights_mode_name(WeightsMode m);

@@ -11,6 +11,7 @@
 #include "protocol/frame.h"
 #include "supervisor/config.h"
 #include "supervisor/control.h"
+#include "supervisor/control_discovery.h"
 #include "supervisor/engines/vllm/vllm_check.h"
 #include "supervisor/engines/vllm/vllm_rules.h"
 #include "supervisor/status.h"
@@ -266,7 +267,21 @@ int main(int argc, char** argv) {
       std::exit(kUsage);
     }
     if (!name.empty()) return fr::supervisor::default_control_socket(name);
-    std::fprintf(stderr, "fastrestartctl: give --socket, --config or --name\n");
+    // No target: the one instance on this machine, if there is exactly one.
+    const auto dirs = fr::supervisor::control_socket_dirs();
+    const auto live = fr::supervisor::live_control_sockets(dirs);
+    if (live.size() == 1) return live[0];
+    auto list = [](const std::vector<std::string>& v) {
+      std::string out;
+      for (const auto& s : v) out += (out.empty() ? "" : ", ") + s;
+      return out;
+    };
+    if (live.empty())
+      std::fprintf(stderr, "fastrestartctl: no fastrestartd found (no live control socket in %s); give --socket, --config or --name\n",
+                   list(dirs).c_str());
+    else
+      std::fprintf(stderr, "fastrestartctl: %zu fastrestartd instances (%s); choose one with --name NAME, --config or --socket\n",
+                   live.size(), list(live).c_str());
     std::exit(kUsage);
   };
   struct Sub {

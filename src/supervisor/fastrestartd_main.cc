@@ -16,9 +16,11 @@ using namespace fr::supervisor;
 int main(int argc, char** argv) {
   CLI::App app{"fastrestartd: restart supervisor for one served model (docs/supervisor.md)"};
   std::string config_path, log_level;
-  bool check = false;
+  bool check = false, syntax_only = false;
   app.add_option("--config,-c", config_path, "the model's TOML config (/etc/fastrestart/<name>.toml)")->required();
   app.add_flag("--check", check, "validate the config and exit (0 valid, 2 invalid)");
+  app.add_flag("--syntax-only", syntax_only,
+               "with --check: the file alone, not what a start on this host needs (files, programs, socket directory)");
   app.add_option("--log-level", log_level, "override [logging] level");
   app.set_version_flag("--version", std::string("fastrestartd ") + FASTRESTART_VERSION, "print the version and exit");
   try {
@@ -35,6 +37,12 @@ int main(int argc, char** argv) {
     spdlog::error("{}", cfg.error().message);
     return kExitConfig;
   }
+  // What the start would hit (socket directory, checkpoint files, the engine's program): before anything starts.
+  if (!(check && syntax_only))
+    if (auto host = check_host(*cfg); !host.ok()) {
+      spdlog::error("{}", host.error().message);
+      return kExitConfig;
+    }
   if (check) {
     // Warnings of the vLLM check (it starts, but behaves differently: docs/vllm.md); errors failed above.
     if (cfg->engine.kind == EngineKind::kVllm)

@@ -19,6 +19,7 @@
 #include "engine_loader/client.h"
 #include "supervisor/child.h"
 #include "supervisor/engine_group_record.h"
+#include "supervisor/engine_progress.h"
 #include "supervisor/flags.h"
 #include "supervisor/readiness.h"
 #include "supervisor/supervised_child.h"
@@ -675,6 +676,11 @@ Status Supervisor::spawn_engine(StartPath expected) {
     raw->tail.push_back(l);
     if (raw->tail.size() > kTailLines) raw->tail.pop_front();
     if (m_cfg.engine.kind == EngineKind::kVllm) observe_engine_line(*raw, l);
+    // The engine's own load progress (engine_progress.h) into status and STATUS= while it starts.
+    auto progress = parse_engine_progress(l);
+    if (!progress && m_cfg.engine.kind == EngineKind::kVllm) progress = parse_progress_pattern(m_rules.progress, l);  // data/vllm.toml
+    if (progress && m_state == State::kStarting)
+      set_status(std::string("Starting the engine (") + (raw->warm_expected ? "warm" : "cold") + "): " + progress->text());
   }, e);
   if (!s.ok()) {
     spdlog::error("engine: {}", s.error().message);

@@ -3,13 +3,18 @@
 #include <fcntl.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
+#include <thread>
 
 #include "common/fd.h"
 #include "common/io.h"
+
+#include <spdlog/spdlog.h>
 
 namespace fr::te {
 namespace {
@@ -199,9 +204,34 @@ std::byte* DiskLoad::mutable_data(const std::string& name) const {
   return it == set.tensors.end() ? nullptr : static_cast<std::byte*>(const_cast<void*>(it->second.data));
 }
 
+namespace {
+// Tests only (docs/tinyengine.md): FASTRESTART_TEST_READ_DELAY_MS=N pauses N ms after each shard but the
+// last, announcing it on stderr, so a test can change the checkpoint while the engine reads the next shard.
+void test_pause_after(const std::string& path, bool more) {
+  const char* e = std::getenv("FASTRESTART_TEST_READ_DELAY_MS");
+  const int ms = e ? std::atoi(e) : 0;
+  if (ms <= 0 || !more) return;
+  std::fprintf(stderr, "test: read %s; pausing %d ms before the next shard\n", path.c_str(), ms);
+  std::fflush(stderr);
+  std::this_thread::sleep_for(std::chrono::milliseconds(ms));
+}
+}  // namespace
+
 Result<DiskLoad> load_from_disk(const CheckpointInfo& info) {
   auto bufs = std::make_shared<Buffers>();
   DiskLoad out;
+  // Progress for fastrestartd's status (docs/supervisor.md, "Engine progress"): a line at most every 0.5 s
+  // and one at the end.
+  uint64_t total = 0;
+  for (const auto& h : info.headers) total += h.file_size - h.data_start;
+  auto last = std::chrono::steady_clock::now();
+  auto progress = [&](uint64_t done) {
+    const auto now = std::chrono::steady_clock::now();
+    if (done != total && now - last < std::chrono::milliseconds(500)) return;
+    last = now;
+    spdlog::info("fastrestart-progress: phase=disk_read done={} total={} unit=bytes", done, total);
+  };
+  constexpr uint64_t kChunk = 64ull << 20;
   for (const auto& h : info.headers) {
     const uint64_t n = h.file_size - h.data_start;
     auto* p = static_cast<std::byte*>(std::aligned_alloc(64, std::max<uint64_t>(64, (n + 63) / 64 * 64)));
@@ -209,10 +239,15 @@ Result<DiskLoad> load_from_disk(const CheckpointInfo& info) {
     bufs->bufs.emplace_back(p);
     UniqueFd fd(::open(h.path.c_str(), O_RDONLY | O_CLOEXEC));
     if (!fd) return sys_error("open " + h.path);
-    FR_TRY(pread_full(fd.get(), p, n, h.data_start, h.path));
+    for (uint64_t at = 0; at < n; at += kChunk) {
+      const uint64_t len = std::min(kChunk, n - at);
+      FR_TRY(pread_full(fd.get(), p + at, len, h.data_start + at, h.path));
+      progress(out.bytes_read + at + len);
+    }
     out.bytes_read += n;
     for (const auto& t : h.tensors)
       out.set.tensors[t.name] = TensorView{t.dtype, t.shape, p + (t.begin - h.data_start), t.nbytes()};
+    test_pause_after(h.path, &h != &info.headers.back());
   }
   out.set.owner = bufs;
   return out;

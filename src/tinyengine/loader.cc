@@ -77,12 +77,14 @@ Result<LoadedModel> load_model(const std::string& path, const LoadOptions& optio
   r.format = options.format == LoadFormat::kDisk ? "disk" : "fastrestart";
 
   bool have = false;
+  std::shared_ptr<const PublishKey> key;
   if (options.format == LoadFormat::kFastrestart) {
     auto a = fastrestart_attach(out.info, options);
     r.phases.emplace_back("attach", sw.lap());
     if (!a) return a.error().context("fastrestart attach (fallback off)");
     if (a->hit && a->on_cuda != (cuda_ordinal(options.device) >= 0))
       return make_error(Errc::kInternal, "attached weights are not on the device asked for");
+    key = a->key;
     if (a->hit) {
       r.path = "attach";
       r.mode = a->mode;
@@ -123,7 +125,7 @@ Result<LoadedModel> load_model(const std::string& path, const LoadOptions& optio
   r.phases.emplace_back("bind", sw.lap());
 
   if (r.path == "fallback" && options.publish) {
-    auto p = fastrestart_publish(out.info, out.set, options);
+    auto p = fastrestart_publish(key.get(), out.info, out.set, options);
     r.phases.emplace_back("publish", sw.lap());
     if (p) {
       r.published = true;

@@ -65,6 +65,9 @@ struct LoadedModel {
 Result<LoadedModel> load_model(const std::string& path, const LoadOptions& options);
 
 // The fastrestart side (loader_fastrestart.cc; loader_fastrestart_none.cc when engine_loader is absent).
+// The key's file identities, taken by the attach before the files are read; a publish goes under it, so
+// the daemon can refuse one whose files changed in between (docs/protocol.md, "publish").
+struct PublishKey;
 struct AttachOutcome {
   bool hit = false;
   std::string reason;
@@ -73,13 +76,14 @@ struct AttachOutcome {
   std::string mode, fingerprint, digest;
   bool on_cuda = false;
   nlohmann::json timings;
+  std::shared_ptr<const PublishKey> key;  // null when the files could not be identified
 };
 Result<AttachOutcome> fastrestart_attach(const CheckpointInfo& info, const LoadOptions& options);
 struct PublishOutcome {
   std::string fingerprint, digest;
   uint64_t bytes = 0;
 };
-Result<PublishOutcome> fastrestart_publish(const CheckpointInfo& info, const TensorSet& set,
+Result<PublishOutcome> fastrestart_publish(const PublishKey* key, const CheckpointInfo& info, const TensorSet& set,
                                            const LoadOptions& options);
 // The snapshot exchange (docs/snapshot.md, "The prepare/resume exchange"): serves prepare/resume on
 // $FASTRESTART_SNAPSHOT_SOCKET, releasing and re-attaching `m`'s weights when they were attached in

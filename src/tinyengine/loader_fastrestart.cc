@@ -5,6 +5,11 @@
 #include "tinyengine/loader.h"
 
 namespace fr::te {
+
+struct PublishKey {
+  fastrestart::IdentifiedKey key;
+};
+
 namespace {
 
 fastrestart::Options to_options(const LoadOptions& o) {
@@ -24,8 +29,11 @@ fastrestart::Key to_key(const CheckpointInfo& info) { return {info.files, key_co
 }  // namespace
 
 Result<AttachOutcome> fastrestart_attach(const CheckpointInfo& info, const LoadOptions& options) {
-  FR_ASSIGN(auto r, fastrestart::attach(to_key(info), to_options(options)));
+  // Identified here, before load_from_disk reads a byte: the key a publish after a miss goes under.
+  FR_ASSIGN(auto key, fastrestart::identify(to_key(info)));
+  FR_ASSIGN(auto r, fastrestart::attach(key, to_options(options)));
   AttachOutcome out;
+  out.key = std::make_shared<const PublishKey>(PublishKey{std::move(key)});
   out.hit = r.hit;
   out.reason = r.reason;
   out.differs = r.differs;
@@ -47,8 +55,9 @@ Result<AttachOutcome> fastrestart_attach(const CheckpointInfo& info, const LoadO
   return out;
 }
 
-Result<PublishOutcome> fastrestart_publish(const CheckpointInfo& info, const TensorSet& set,
+Result<PublishOutcome> fastrestart_publish(const PublishKey* key, const CheckpointInfo& info, const TensorSet& set,
                                            const LoadOptions& options) {
+  if (!key) return make_error(Errc::kInvalidArgument, "publish: no key was identified before the load");
   std::vector<fastrestart::PublishTensor> tensors;
   // Publish in the checkpoint's own order, so a pool's layout follows the files.
   for (const auto& h : info.headers)
@@ -56,7 +65,7 @@ Result<PublishOutcome> fastrestart_publish(const CheckpointInfo& info, const Ten
       const auto& v = set.tensors.at(t.name);
       tensors.push_back({t.name, dtype_name(v.dtype), v.shape, v.data});
     }
-  FR_ASSIGN(auto r, fastrestart::publish(to_key(info), tensors, to_options(options)));
+  FR_ASSIGN(auto r, fastrestart::publish(key->key, tensors, to_options(options)));
   return PublishOutcome{r.fingerprint, r.digest, r.bytes};
 }
 

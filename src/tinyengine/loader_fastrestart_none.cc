@@ -10,7 +10,7 @@ Result<AttachOutcome> fastrestart_attach(const CheckpointInfo&, const LoadOption
   return out;
 }
 
-Result<PublishOutcome> fastrestart_publish(const CheckpointInfo&, const TensorSet&, const LoadOptions&) {
+Result<PublishOutcome> fastrestart_publish(const PublishKey*, const CheckpointInfo&, const TensorSet&, const LoadOptions&) {
   return make_error(Errc::kUnsupported, "built without engine_loader");
 }
 

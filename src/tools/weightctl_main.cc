@@ -2,6 +2,7 @@
 // test checkpoints. Usage and exit codes: docs/weightd.md.
 #include <CLI/CLI.hpp>
 #include <cstdio>
+#include <filesystem>
 #include <iostream>
 #include <random>
 
@@ -150,6 +151,9 @@ int cmd_make_checkpoint(const std::string& dir, int shards, int tensors, uint64_
   const size_t item = fr::dtype_size(*dt);
   const int64_t cols = 256;
   const int64_t rows = std::max<int64_t>(1, static_cast<int64_t>(tensor_bytes / item / cols));
+  std::error_code ec;  // DIR and its parents are created as needed (mkdir -p)
+  if (std::filesystem::create_directories(dir, ec); ec)
+    return fail({fr::Errc::kIo, "create " + dir + ": " + ec.message()});
   std::mt19937_64 rng(seed);
   for (int s = 0; s < shards; ++s) {
     std::vector<std::vector<std::byte>> bufs;

@@ -87,7 +87,7 @@ TEST(Weightd, PublishThenAttach) {
     for (auto& x : b) x = std::byte(static_cast<unsigned char>(x) ^ 0x5a);
     ts.push_back({name, "F32", {static_cast<int64_t>(b.size() / 4)}, b.data()});
   }
-  auto pub = fastrestart::publish(key_of(ck), ts, opts(d / "run"));
+  auto pub = fastrestart::publish(miss->key, ts, opts(d / "run"));  // the key of the miss, taken before the read
   ASSERT_TRUE(pub.ok()) << pub.error().message;
   auto r = fastrestart::attach(key_of(ck), [&] { auto o = opts(d / "run"); o.verify = true; return o; }());
   ASSERT_TRUE(r.ok()) << r.error().message;
@@ -96,7 +96,7 @@ TEST(Weightd, PublishThenAttach) {
   for (const auto& t : r->weights->tensors())
     EXPECT_EQ(std::memcmp(t.data, processed.at(t.name).data(), t.nbytes), 0) << t.name;
   // Publishing the same key again is refused until evicted.
-  auto again = fastrestart::publish(key_of(ck), ts, opts(d / "run"));
+  auto again = fastrestart::publish(miss->key, ts, opts(d / "run"));
   ASSERT_FALSE(again.ok());
   EXPECT_EQ(again.error().code, Errc::kBusy);
 }
@@ -315,6 +315,16 @@ TEST(Weightd, EvictAndShutdownThroughTheCli) {
   auto sd = test::run({test::weightctl(), "--socket-dir", d / "run", "shutdown"});
   EXPECT_EQ(sd.exit_code, 0);
   EXPECT_EQ(daemon.stop(0), 0);  // already exiting; signal 0 only waits
+}
+
+// make-checkpoint DIR creates DIR and its parents (mkdir -p), as `gen --out` of the tiny engine does.
+TEST(Weightctl, MakeCheckpointCreatesAMissingDirectory) {
+  test::TempDir d;
+  const std::string dir = d / "a/b/model";
+  auto r = test::run({test::weightctl(), "make-checkpoint", dir, "--shards", "1", "--tensors", "2", "--tensor-bytes", "4096"});
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  struct stat st {};
+  EXPECT_EQ(::stat((dir + "/model-00001-of-00001.safetensors").c_str(), &st), 0) << r.output;
 }
 
 }  // namespace

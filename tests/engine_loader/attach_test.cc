@@ -15,7 +15,7 @@ TEST(Attach, NoDaemonIsAMissWithAReasonUnderFallback) {
   auto r = attach({ck.files, {}}, o);
   ASSERT_TRUE(r.ok()) << r.error().message;
   EXPECT_FALSE(r->hit);
-  EXPECT_NE(r->reason.find("no daemon is listening"), std::string::npos) << r->reason;
+  EXPECT_NE(r->reason.find("does not exist and no daemon is starting"), std::string::npos) << r->reason;
 }
 
 TEST(Attach, NoDaemonIsAnErrorWithoutFallback) {

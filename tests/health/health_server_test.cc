@@ -1,13 +1,23 @@
 // HealthServer through a real httplib::Client: every endpoint in every lifecycle state.
 #include <gtest/gtest.h>
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <sys/time.h>
+#include <unistd.h>
+
 #include <httplib.h>
 
+#include <condition_variable>
 #include <mutex>
+#include <thread>
+#include <vector>
 #include <stdexcept>
 #include <string>
 
 #include "exposition_check.h"
+#include "common/fd.h"
 #include "health/health_server.h"
 
 namespace fr::health {
@@ -214,6 +224,129 @@ TEST(HealthServerStart, Ipv6LoopbackInBrackets) {
   auto r = c.Get("/health");
   ASSERT_TRUE(r);
   EXPECT_EQ(r->status, 200);
+}
+
+// A TCP connection to 127.0.0.1:port from the loopback address `from` (127.0.0.2, ...: another client host).
+UniqueFd connect_from(const std::string& from, uint16_t port) {
+  UniqueFd fd(::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
+  sockaddr_in src{};
+  src.sin_family = AF_INET;
+  inet_pton(AF_INET, from.c_str(), &src.sin_addr);
+  if (::bind(fd.get(), reinterpret_cast<sockaddr*>(&src), sizeof src) != 0) return {};
+  sockaddr_in dst{};
+  dst.sin_family = AF_INET;
+  dst.sin_port = htons(port);
+  inet_pton(AF_INET, "127.0.0.1", &dst.sin_addr);
+  if (::connect(fd.get(), reinterpret_cast<sockaddr*>(&dst), sizeof dst) != 0) return {};
+  return fd;
+}
+
+// True when the server closed the connection (EOF or reset); waits for it, with a guard against hanging.
+bool closed_by_server(int fd) {
+  timeval guard{30, 0};
+  ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &guard, sizeof guard);
+  char c;
+  const ssize_t n = ::recv(fd, &c, 1, 0);
+  return n == 0 || (n < 0 && errno == ECONNRESET);
+}
+
+// Still open: nothing to read and no EOF.
+bool still_open(int fd) {
+  char c;
+  const ssize_t n = ::recv(fd, &c, 1, MSG_DONTWAIT);
+  return n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK);
+}
+
+// A probe as a kubelet sends it: a fresh connection and a 2 s timeout.
+int probe(uint16_t port, const char* path) {
+  httplib::Client c("127.0.0.1", port);
+  c.set_connection_timeout(2, 0);
+  c.set_read_timeout(2, 0);
+  auto r = c.Get(path);
+  return r ? r->status : -1;
+}
+
+// The slowloris attack: 200 connections from four other hosts, each sending its request line one byte a
+// second, never finishing it. The probes keep answering within their 2 s timeout all along, and the slow
+// connections are held, not refused.
+TEST(HealthServerSlowClients, ProbesAnswerWhile200ConnectionsTrickleARequestLine) {
+  CannedStatus canned{status_in("ready")};
+  auto s = HealthServer::start("127.0.0.1:0", canned.source());
+  ASSERT_TRUE(s.ok()) << s.error().to_string();
+  const uint16_t port = (*s)->port();
+  std::vector<UniqueFd> slow;
+  for (int i = 0; i < 200; ++i) {
+    slow.push_back(connect_from("127.0.0." + std::to_string(2 + i % 4), port));
+    ASSERT_TRUE(slow.back()) << "connection " << i << ": " << std::strerror(errno);
+  }
+  const std::string line = "GET /health HTTP/1.1\r\n";
+  for (size_t sent = 0; sent < 8; ++sent) {
+    for (auto& fd : slow) ASSERT_EQ(::send(fd.get(), &line[sent], 1, MSG_NOSIGNAL), 1);
+    EXPECT_EQ(probe(port, "/health"), 200) << "after " << sent + 1 << " bytes";
+    EXPECT_EQ(probe(port, "/ready"), 200) << "after " << sent + 1 << " bytes";
+    std::this_thread::sleep_for(std::chrono::seconds(1));  // the attack's pace: one byte a second
+  }
+  int open = 0;
+  for (auto& fd : slow) open += still_open(fd.get());
+  EXPECT_EQ(open, 200);
+}
+
+TEST(HealthServerSlowClients, OneHostGetsPerIpLimitConnectionsAndTheProbesStillAnswer) {
+  CannedStatus canned{status_in("ready")};
+  Options o;
+  o.per_ip_limit = 4;
+  auto s = HealthServer::start("127.0.0.1:0", canned.source(), o);
+  ASSERT_TRUE(s.ok()) << s.error().to_string();
+  std::vector<UniqueFd> held;
+  for (int i = 0; i < 4; ++i) held.push_back(connect_from("127.0.0.6", (*s)->port()));
+  UniqueFd fifth = connect_from("127.0.0.6", (*s)->port());
+  ASSERT_TRUE(fifth);
+  EXPECT_TRUE(closed_by_server(fifth.get()));
+  EXPECT_EQ(probe((*s)->port(), "/health"), 200);
+  for (auto& fd : held) EXPECT_TRUE(still_open(fd.get()));
+}
+
+TEST(HealthServerSlowClients, AnIdleConnectionIsClosedAfterTheTimeout) {
+  CannedStatus canned{status_in("ready")};
+  Options o;
+  o.connection_timeout_s = 1;
+  auto s = HealthServer::start("127.0.0.1:0", canned.source(), o);
+  ASSERT_TRUE(s.ok()) << s.error().to_string();
+  UniqueFd idle = connect_from("127.0.0.7", (*s)->port());
+  ASSERT_TRUE(idle);
+  ASSERT_EQ(::send(idle.get(), "GET /he", 7, MSG_NOSIGNAL), 7);
+  EXPECT_TRUE(closed_by_server(idle.get()));
+}
+
+// The supervisor's loop stuck in a status call: probes still get an answer (503, not answering) instead of
+// hanging, and recover as soon as the loop answers again.
+TEST(HealthServerSlowClients, AStuckStatusSourceIsAnsweredAsDownNotHung) {
+  std::mutex m;
+  std::condition_variable cv;
+  bool stuck = true;
+  Source src{[&]() -> json {
+    std::unique_lock lock(m);
+    cv.wait(lock, [&] { return !stuck; });
+    return status_in("ready");
+  }};
+  Options o;
+  o.answer_deadline_s = 0.2;
+  auto s = HealthServer::start("127.0.0.1:0", src, o);
+  ASSERT_TRUE(s.ok()) << s.error().to_string();
+  httplib::Client c("127.0.0.1", (*s)->port());
+  c.set_read_timeout(5, 0);
+  auto r = c.Get("/health");
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 503);
+  auto body = json::parse(r->body);
+  EXPECT_EQ(body["down"], json::array({"supervisor: not answering"}));
+  EXPECT_NE(body.value("error", "").find("no status from the supervisor"), std::string::npos) << body;
+  {
+    std::lock_guard lock(m);
+    stuck = false;
+  }
+  cv.notify_all();
+  EXPECT_EQ(probe((*s)->port(), "/ready"), 200);
 }
 
 }  // namespace

@@ -1,4 +1,5 @@
 #include "protocol/frame.h"
+#include "protocol/frame_reader.h"
 
 #include <gtest/gtest.h>
 #include <sys/socket.h>
@@ -97,6 +98,75 @@ TEST(Frame, ErrorRepliesRoundTrip) {
   EXPECT_EQ(s.error().message, "lock held");
   EXPECT_TRUE(check_reply({{"ok", true}}).ok());
   EXPECT_FALSE(check_reply({{"x", 1}}).ok());
+}
+
+// The reader holds what arrived (doubling from one chunk), never what a length claims.
+TEST(FrameReader, MemoryFollowsTheBytesThatArrivedNotTheClaimedLength) {
+  FrameReader r;
+  const std::string hdr = {'\x01', '\x00', '\x00', '\x00'};  // 16 MiB claimed
+  auto h = r.next();
+  ASSERT_EQ(h.size(), 4u);
+  std::copy(hdr.begin(), hdr.end(), h.begin());
+  ASSERT_TRUE(r.commit(4).ok());
+  EXPECT_EQ(r.length(), 16u << 20);
+  EXPECT_EQ(r.held_bytes(), 0u);
+  auto b = r.next();
+  EXPECT_EQ(b.size(), kReadChunkBytes);
+  EXPECT_LE(r.held_bytes(), kReadChunkBytes);
+  b[0] = '{';
+  auto done = r.commit(1);
+  ASSERT_TRUE(done.ok());
+  EXPECT_FALSE(*done);
+  EXPECT_LE(r.held_bytes(), kReadChunkBytes);
+  // Feed 1 MiB: the buffer stays within twice what arrived plus one chunk.
+  size_t got = 1;
+  while (got < (1u << 20)) {
+    auto n = r.next();
+    std::fill(n.begin(), n.end(), ' ');
+    got += n.size();
+    ASSERT_TRUE(r.commit(n.size()).ok());
+    EXPECT_LE(r.held_bytes(), 2 * got + kReadChunkBytes);
+  }
+}
+
+TEST(FrameReader, AssemblesFramesFedOneByteAtATimeAndRejectsBadLengths) {
+  auto frame = encode_frame({{"op", "status"}, {"pad", std::string(200000, 'x')}});
+  ASSERT_TRUE(frame.ok());
+  FrameReader r;
+  size_t i = 0;
+  for (bool done = false; !done; ++i) {
+    auto n = r.next();
+    ASSERT_FALSE(n.empty());
+    n[0] = (*frame)[i];
+    auto c = r.commit(1);
+    ASSERT_TRUE(c.ok());
+    done = *c;
+  }
+  EXPECT_EQ(i, frame->size());
+  auto body = decode_payload(r.take());
+  ASSERT_TRUE(body.ok());
+  EXPECT_EQ((*body)["op"], "status");
+  EXPECT_FALSE(r.started());
+
+  for (uint32_t bad : {0u, kMaxFrameBytes + 1, 0xffffffffu}) {
+    FrameReader z;
+    auto n = z.next();
+    for (int k = 0; k < 4; ++k) n[static_cast<size_t>(k)] = static_cast<char>(bad >> (24 - 8 * k));
+    auto c = z.commit(4);
+    ASSERT_FALSE(c.ok());
+    EXPECT_EQ(c.error().code, Errc::kProtocol);
+    EXPECT_TRUE(z.next().empty());
+  }
+}
+
+TEST(Frame, AFrameThatStopsArrivingTimesOutNamingWhatArrived) {
+  Pair p;
+  const char part[] = {0, 0, 0, 50, '{', '"'};
+  ASSERT_EQ(::write(p.a.get(), part, sizeof part), static_cast<ssize_t>(sizeof part));
+  auto f = read_frame(p.b.get(), deadline_in(60), /*frame_timeout_s=*/0.2);
+  ASSERT_FALSE(f.ok());
+  EXPECT_EQ(f.error().code, Errc::kTimeout);
+  EXPECT_NE(f.error().message.find("6 of 54 bytes"), std::string::npos) << f.error().message;
 }
 
 }  // namespace

@@ -129,6 +129,7 @@ const std::vector<Soak::Kind>& Soak::kinds() {
       {"control_disconnect", 1, &Soak::control_disconnect},
       {"garbage_to_every_socket", 1, &Soak::garbage_to_every_socket},
       {"malformed_control_requests", 0.5, &Soak::malformed_control_requests},
+      {"replace_checkpoint_during_cold_start", 1, &Soak::replace_checkpoint_during_cold_start},
   };
   return k;
 }

@@ -81,6 +81,7 @@ class Soak {
   Expect control_disconnect();
   Expect garbage_to_every_socket();
   Expect malformed_control_requests();
+  Expect replace_checkpoint_during_cold_start();
 
   // Helpers.
   void queue_faults(const std::string& flags);  // for the next engine start only

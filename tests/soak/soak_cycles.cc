@@ -10,6 +10,7 @@
 
 #include <array>
 #include <chrono>
+#include <filesystem>
 #include <thread>
 
 #include "common/unix_socket.h"
@@ -253,6 +254,39 @@ Expect Soak::malformed_control_requests() {
   }
   Expect e;
   e.new_engine = false;
+  return e;
+}
+
+// The checkpoint's files are replaced (a copy renamed over each: new identities, the same bytes) while a
+// cold start reads them. A publish may only store what is on disk under the identities taken before the
+// read (docs/protocol.md, "publish"): it is refused, or it went in before the change and its key is then
+// simply stale. Either way the engine and every later one answer as a disk load does.
+Expect Soak::replace_checkpoint_during_cold_start() {
+  auto ev = test::run({test::weightctl(), "--socket-dir", m_run, "evict", "--all"});  // nothing to attach
+  EXPECT_EQ(ev.exit_code, 0) << ev.output;
+  const pid_t old = engine_pid();
+  Expect e = request_restart();
+  sleep_ms(uniform(0, 80));  // somewhere in the stop, the attach, the disk read or the publish
+  for (const auto& f : std::filesystem::directory_iterator(m_checkpoint))
+    if (f.path().extension() == ".safetensors") test::replace_by_rename(f.path().string());
+  settle(old, true, "replace_checkpoint_during_cold_start: the cold start");
+  check_oracle("replace_checkpoint_during_cold_start: the cold start");
+  // The next start attaches what was published (or misses and loads): the disk's answer again.
+  const pid_t cold = engine_pid();
+  e = request_restart(e);
+  settle(cold, true, "replace_checkpoint_during_cold_start: the start after it");
+  check_oracle("replace_checkpoint_during_cold_start: the start after it");
+  // Keep only the entry the engine runs on (an early publish left one under the old identities), so the
+  // daemon holds what it held before the cycle.
+  auto stats = json::parse(http_get(m_engine_port, "/stats").body, nullptr, false);
+  const std::string keep = stats.is_discarded() ? "" : stats["load"].value("fingerprint", "");
+  auto st = test::run({test::weightctl(), "--socket-dir", m_run, "status", "--json"});
+  EXPECT_EQ(st.exit_code, 0) << st.output;
+  auto j = json::parse(st.output, nullptr, false);
+  if (!j.is_discarded() && !keep.empty())
+    for (const auto& entry : j.value("entries", json::array()))
+      if (entry.value("fingerprint", "") != keep)
+        (void)test::run({test::weightctl(), "--socket-dir", m_run, "evict", entry.value("fingerprint", "")});
   return e;
 }
 

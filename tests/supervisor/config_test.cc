@@ -316,6 +316,27 @@ TEST(ConfigError, SyntaxNamesTheLine) {
   EXPECT_NE(r.error().message.find("TOML syntax"), std::string::npos) << r.error().message;
 }
 
+// toml++ calls it "unescaped control characters" (the newline it reads inside the string).
+TEST(ConfigError, AnUnterminatedStringSaysSo) {
+  auto r = parse(kMinimal + "[readiness]\nprompt = \"The capital of France\nmax_tokens = 1\n");
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.error().message.rfind(kPath + ":8: TOML syntax: unterminated string", 0), 0u) << r.error().message;
+  EXPECT_EQ(r.error().message.find("control characters"), std::string::npos) << r.error().message;
+  auto literal = parse(kMinimal + "[readiness]\nprompt = 'The capital\n");
+  ASSERT_FALSE(literal.ok());
+  EXPECT_NE(literal.error().message.find(":8: TOML syntax: unterminated string"), std::string::npos) << literal.error().message;
+}
+
+TEST(ConfigError, AnEmptyPromptIsAnErrorUnlessReadinessIsHealthOnly) {
+  expect_error(kMinimal + "[readiness]\nprompt = \"\"\n", 8, "readiness.prompt", {"must not be empty", "400"});
+  EXPECT_TRUE(parse(kMinimal + "[readiness]\nprompt = \"\"\nrequest_path = \"\"\n").ok());
+}
+
+TEST(ConfigError, AGpuUuidWithTheHostBackendIsAnError) {
+  expect_error("gpus = [\"GPU-5c2f0a1b-1234-5678-9abc-def012345678\"]\n" + kMinimal, 1, "gpus",
+               {"GPU-5c2f0a1b-1234-5678-9abc-def012345678", "weights.backend = \"host\""});
+}
+
 TEST(ConfigError, UnknownSection) {
   expect_error(kMinimal + "[engines]\nport = 1\n", 7, "engines", {"unknown section", "[engine]"});
 }

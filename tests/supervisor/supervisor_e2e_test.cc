@@ -344,13 +344,18 @@ TEST(Fastrestartd, CrashLoopGivesUpWithAClearStatusAndExitCode3) {
   EXPECT_NE(d.log().find("exit code 7"), std::string::npos);
 }
 
-TEST(Fastrestartd, AnEngineThatCannotRunIsACrashNamedInTheLog) {
+// Found before anything starts (check_host, docs/config.md "Checks of the host"): exit 2 naming file:line and
+// the key, not a crash loop.
+TEST(Fastrestartd, AnEngineThatCannotRunIsAConfigErrorBeforeAnythingStarts) {
   Options o;
   o.engine_binary = "/nonexistent/engine";
   o.crash_loop_limit = 2;
   Fastrestartd d(o);
-  EXPECT_EQ(d.wait_exit(), 3) << d.log();
-  EXPECT_NE(d.log().find("cannot run /nonexistent/engine: No such file or directory"), std::string::npos) << d.log();
+  EXPECT_EQ(d.wait_exit(), 2) << d.log();
+  EXPECT_NE(d.log().find(":6: engine.command: \"/nonexistent/engine\" cannot be executed: No such file or directory"),
+            std::string::npos)
+      << d.log();
+  EXPECT_EQ(d.log().find("weightd"), std::string::npos) << "a daemon was started:\n" << d.log();
 }
 
 // Stop order (ARCHITECTURE.md): on SIGTERM the engine's whole group goes first, the daemons after.
@@ -483,7 +488,8 @@ TEST(Fastrestartd, ADaemonThatCannotStartDoesNotStopTheEngine) {
 TEST(Fastrestartd, LoadProgressIsShownWhileTheDaemonsPreload) {
   Options o;
   o.gpus_and_weights = "[weights]\nbackend = \"host\"\ncheckpoint = \"" + checkpoint_dir() +
-                       "\"\nkey = {arch = \"tinyengine\"}\n";
+                       "\"\nkey = {arch = \"tinyengine\", dtype = \"F32\", engine = \"fastrestart-tinyengine " FR_PROJECT_VERSION
+                       "\", tp_rank = \"0\", tp_size = \"1\"}\n";  // the tiny engine's whole key (checked at start)
   o.daemon_read_delay_ms = 1500;
   o.engine_flags = ", \"--fastrestart-connect-timeout\", \"0.1\"";
   Fastrestartd d(o);

@@ -378,6 +378,17 @@ TEST(VllmReport, TheModelRunnerFallbackIsShown) {
   EXPECT_NE(v["model_runner"]["line"].get<std::string>().find("custom logits processors"), std::string::npos);
 }
 
+// vLLM's own shard-loading bar (data/vllm.toml [[progress]]) becomes the status text while it starts.
+TEST(VllmReport, TheShardLoadingBarReachesTheStatusText) {
+  Options o;
+  o.daemon = "none";
+  o.extra_flags = R"(, "--standin-loader-line", "(EngineCore_DP0 pid=1) Loading safetensors checkpoint shards: 100% Completed | 4/4 [00:02<00:00,  1.90it/s]")";
+  Vllmd d(o);
+  ASSERT_TRUE(d.wait_ready()) << d.log();
+  EXPECT_NE(d.log().find("status: Starting the engine ("), std::string::npos) << d.log();
+  EXPECT_NE(d.log().find("): load_shards 4/4 shards"), std::string::npos) << d.log();
+}
+
 // The loader plugin's result line (python/fastrestart_vllm) reaches status, the table and the metrics.
 TEST(VllmReport, TheLoaderResultLineIsShown) {
   Options o;
@@ -397,7 +408,7 @@ TEST(VllmReport, TheLoaderResultLineIsShown) {
 
 TEST(VllmConfig, TheExampleConfigsPassTheCheck) {
   for (const char* name : {"vllm-native-tp4.toml", "vllm-preload.toml", "example.toml"}) {
-    auto r = test::run({FR_FASTRESTARTD_BIN, "--check", "--config", std::string(FR_SOURCE_DIR) + "/config/" + name});
+    auto r = test::run({FR_FASTRESTARTD_BIN, "--check", "--syntax-only", "--config", std::string(FR_SOURCE_DIR) + "/config/" + name});
     EXPECT_EQ(r.exit_code, 0) << name << ": " << r.output;
   }
 }
@@ -412,7 +423,7 @@ TEST(VllmConfig, ARemovedFlagInTheConfigIsAnErrorNamingFileLineAndFlag) {
   EXPECT_NE(r.output.find(cfg + ":5: engine.flags: --collect-detailed-traces model,worker: vLLM 0.31.0"), std::string::npos) << r.output;
   std::ofstream(cfg) << "gpus = [0]\n[engine]\nkind = \"vllm\"\ncommand = [\"vllm\", \"serve\"]\n"
                         "flags = [\"m\", \"--quantization\", \"fp8\"]\n[weights]\nmode = \"off\"\n";
-  auto warn = test::run({FR_FASTRESTARTD_BIN, "--check", "--config", cfg});
+  auto warn = test::run({FR_FASTRESTARTD_BIN, "--check", "--syntax-only", "--config", cfg});  // no vllm here
   EXPECT_EQ(warn.exit_code, 0) << warn.output;
   EXPECT_NE(warn.output.find(cfg + ": warning: --quantization fp8: since vLLM 0.31.0"), std::string::npos) << warn.output;
   std::ofstream(cfg) << "gpus = [0]\n[engine]\nkind = \"vllm\"\ncommand = [\"vllm\", \"serve\"]\n"

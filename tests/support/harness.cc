@@ -72,6 +72,30 @@ Checkpoint make_checkpoint(const std::string& dir, int shards, int per_shard, si
   return ck;
 }
 
+void replace_by_rename(const std::string& path) {
+  const std::string tmp = path + ".next";
+  std::filesystem::copy_file(path, tmp, std::filesystem::copy_options::overwrite_existing);
+  std::filesystem::rename(tmp, path);
+}
+
+void rewrite_in_place_keeping_mtime(const std::string& path) {
+  struct stat st {};
+  if (::stat(path.c_str(), &st) != 0) throw std::runtime_error("stat " + path);
+  std::string bytes;
+  {
+    std::ifstream in(path, std::ios::binary);
+    bytes.assign(std::istreambuf_iterator<char>(in), {});
+  }
+  if (bytes.empty()) throw std::runtime_error("empty " + path);
+  bytes.back() = static_cast<char>(bytes.back() ^ 0x5a);  // the last data byte: the header stays valid
+  {
+    std::ofstream out(path, std::ios::binary | std::ios::in | std::ios::out);
+    out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+  }
+  const timespec times[2] = {st.st_atim, st.st_mtim};
+  if (::utimensat(AT_FDCWD, path.c_str(), times, 0) != 0) throw std::runtime_error("utimensat " + path);
+}
+
 namespace {
 
 struct SpawnOptions {

@@ -32,6 +32,11 @@ struct Checkpoint {
 // `shards` files with `per_shard` F32 tensors of about `bytes` each, deterministic in `seed`.
 Checkpoint make_checkpoint(const std::string& dir, int shards, int per_shard, size_t bytes, uint64_t seed);
 
+// Checkpoint mutations a training job or an operator makes: a copy renamed over `path` (new inode, same
+// bytes), and an in-place rewrite of the same size whose mtime is put back (only the ctime tells).
+void replace_by_rename(const std::string& path);
+void rewrite_in_place_keeping_mtime(const std::string& path);
+
 struct RunResult {
   int exit_code = -1;  // or 128 + signal
   std::string output;  // stdout + stderr

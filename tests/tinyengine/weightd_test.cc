@@ -5,6 +5,10 @@
 
 #include <gtest/gtest.h>
 
+#include <chrono>
+#include <filesystem>
+#include <thread>
+
 #include "engine_process.h"
 #include "tinyengine/checkpoint.h"
 #include "support/harness.h"
@@ -109,6 +113,72 @@ TEST(TinyEngineWeightd, NoDaemonWithFallbackOffFailsToStart) {
            fastrestart_args(sockets, {"--fastrestart-fallback", "off", "--fastrestart-connect-timeout", "0.5"}));
   EXPECT_EQ(e.wait_exit(10), 1) << e.log();
   EXPECT_NE(e.log().find("fastrestart attach"), std::string::npos) << e.log();
+}
+
+// The publish rule end to end: a shard replaced (or rewritten in place, mtime restored) while the engine
+// reads the next one is not published; the engine serves what it read, and the next start loads and
+// publishes the files as they are now, matching a disk load.
+void shard_changed_during_the_cold_start(void (*change)(const std::string& shard, const std::string& other),
+                                         const std::string& field) {
+  if (!have_weightd()) GTEST_SKIP() << "fastrestart-weightd is not built";
+  fr::test::TempDir tmp, ckpt, next;
+  const std::string sockets = private_dir(tmp);
+  fr::test::Daemon d(sockets);
+  GenOptions o;
+  o.shard_bytes = 256 << 10;  // a few shards: the engine pauses after each but the last
+  auto files = generate_checkpoint(o, ckpt.path());
+  ASSERT_TRUE(files.ok());
+  ASSERT_GE(files->size(), 2u);
+  o.seed = 99;  // the same layout, other weights: "the next training step"
+  auto other = generate_checkpoint(o, next.path());
+  ASSERT_TRUE(other.ok());
+  const Answer before = run_once(ckpt.path(), {}).second;
+
+  ::setenv("FASTRESTART_TEST_READ_DELAY_MS", "3000", 1);
+  Engine e(ckpt.path(), fastrestart_args(sockets));
+  ::unsetenv("FASTRESTART_TEST_READ_DELAY_MS");
+  const std::string first = (*files)[0];
+  const std::string sign = "test: read " + first + ";";
+  for (int i = 0; i < 6000 && e.log().find(sign) == std::string::npos; ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  ASSERT_NE(e.log().find(sign), std::string::npos) << e.log();
+  change(first, (*other)[0]);  // the engine has read this shard and is reading the next
+
+  ASSERT_TRUE(e.wait_ready(60)) << e.log();
+  auto stats = e.get("/stats").second;
+  EXPECT_EQ(stats["load"]["path"], "fallback") << stats.dump();
+  EXPECT_EQ(stats["load"]["published"], false) << stats.dump();
+  const std::string why = stats["load"]["publish_error"].get<std::string>();
+  EXPECT_NE(why.find(first), std::string::npos) << why;
+  EXPECT_NE(why.find(field + " differs"), std::string::npos) << why;
+  auto [st, c] = e.post("/v1/completions", completion_request("The weights must match", 12));
+  ASSERT_EQ(st, 200);
+  EXPECT_EQ(answer_of(c), before);  // it serves what it read
+  e.signal(SIGTERM);
+  EXPECT_EQ(e.wait_exit(10), 0);
+  auto status = fr::test::run({fr::test::weightctl(), "--socket-dir", sockets, "status", "--json"});
+  ASSERT_EQ(status.exit_code, 0) << status.output;
+  EXPECT_TRUE(json::parse(status.output)["entries"].empty()) << status.output;
+
+  auto [cold, cold_answer] = run_once(ckpt.path(), fastrestart_args(sockets));
+  EXPECT_EQ(cold["load"]["path"], "fallback") << cold.dump();
+  EXPECT_EQ(cold["load"]["published"], true) << cold.dump();
+  auto [warm, warm_answer] = run_once(ckpt.path(), fastrestart_args(sockets));
+  EXPECT_EQ(warm["load"]["path"], "attach") << warm.dump();
+  const Answer disk = run_once(ckpt.path(), {}).second;
+  EXPECT_NE(disk, before);
+  EXPECT_EQ(cold_answer, disk);
+  EXPECT_EQ(warm_answer, disk);
+}
+
+TEST(TinyEngineWeightd, AShardRenamedOverDuringTheColdStartIsNotPublished) {
+  shard_changed_during_the_cold_start(
+      [](const std::string& shard, const std::string& other) { std::filesystem::rename(other, shard); }, "ino");
+}
+
+TEST(TinyEngineWeightd, AShardRewrittenInPlaceWithItsMtimeRestoredIsNotPublished) {
+  shard_changed_during_the_cold_start(
+      [](const std::string& shard, const std::string&) { fr::test::rewrite_in_place_keeping_mtime(shard); }, "ctime_ns");
 }
 
 }  // namespace

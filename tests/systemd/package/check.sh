@@ -45,9 +45,9 @@ expect "/run/fastrestart (tmpfiles.d)" "$(stat -c '%a %U:%G' /run/fastrestart 2>
 for src in /var/tmp/config-src/*.toml; do
   f=/usr/share/doc/fastrestart/examples/$(basename "$src")
   if [[ ! -f $f ]]; then bad "example $(basename "$src") not installed in /usr/share/doc/fastrestart/examples"; continue; fi
-  out=$(/usr/bin/fastrestartd --check --config "$f" 2>&1) && ok "fastrestartd --check $f" || bad "fastrestartd --check $f: $out"
+  out=$(/usr/bin/fastrestartd --check --syntax-only --config "$f" 2>&1) && ok "fastrestartd --check --syntax-only $f" || bad "fastrestartd --check $f: $out"
 done
-out=$(/usr/bin/fastrestartd --check --config /etc/fastrestart/example.toml 2>&1) \
+out=$(/usr/bin/fastrestartd --check --syntax-only --config /etc/fastrestart/example.toml 2>&1) \
   && ok "fastrestartd --check /etc/fastrestart/example.toml" || bad "fastrestartd --check /etc/fastrestart/example.toml: $out"
 
 # ---- the Python module, where Debian's python3 finds it without PYTHONPATH

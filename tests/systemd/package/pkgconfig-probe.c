@@ -20,7 +20,14 @@ int main(int argc, char** argv) {
   o.fallback = 0;
   o.socket_dir = "/run/fastrestart";
   char err[512] = "";
-  int rc = fr_publish(files, 1, config, 2, &t, 1, &o, err, sizeof err);
+  fr_key_t* key = NULL;
+  int rc = fr_key_identify(files, 1, config, 2, &key, err, sizeof err);
+  if (rc != FR_OK) {
+    fprintf(stderr, "identify: rc %d: %s\n", rc, err);
+    return 1;
+  }
+  rc = fr_publish_key(key, &t, 1, &o, err, sizeof err);
+  fr_key_release(key);
   if (rc != FR_OK) {
     fprintf(stderr, "publish: rc %d: %s\n", rc, err);
     return 1;

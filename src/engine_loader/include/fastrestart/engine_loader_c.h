@@ -4,8 +4,11 @@
  * - Every function returns 0 on success, a positive value for an expected outcome (1 = miss), and a
  *   negative value on error (-1 invalid argument, -2 any other failure).
  * - `err`/`errlen`: when given, receive a NUL-terminated message (a miss's reason, or the error).
- * - Ownership: fr_weights_t objects are released with fr_weights_release(); tensor views and their
- *   strings stay valid until then. Strings passed in are copied.
+ * - Ownership: fr_weights_t objects are released with fr_weights_release(), fr_key_t objects with
+ *   fr_key_release(); tensor views and their strings stay valid until then. Strings passed in are copied.
+ * - Publishing: identify the key (fr_key_identify) BEFORE reading the checkpoint, attach with it, and on a
+ *   miss publish under that same key after the load. The daemon refuses (FR_EFAIL, err names the file) a
+ *   publish whose files changed since they were identified; keep serving what was read.
  * - Threading: as the C++ API. The ABI is stable within a major version; fr_options_t has a size field
  *   that callers set with fr_options_init(), so fields can be appended.
  */
@@ -20,6 +23,7 @@ extern "C" {
 #endif
 
 typedef struct fr_weights fr_weights_t;
+typedef struct fr_key fr_key_t;
 
 enum { FR_MODE_ZERO_COPY = 0, FR_MODE_COPY = 1 };
 enum { FR_OK = 0, FR_MISS = 1, FR_EINVAL = -1, FR_EFAIL = -2 };
@@ -31,7 +35,7 @@ typedef struct {
   double connect_timeout_s;
   double state_timeout_s;
   int verify;
-  const char* socket_dir; /* NULL: default */
+  const char* socket_dir; /* NULL: $FASTRESTART_SOCKET_DIR, else the default */
   const char* device;     /* "host" | "cuda:<ordinal>"; NULL: "host" */
 } fr_options_t;
 
@@ -40,14 +44,23 @@ typedef struct {
   const char* dtype;      /* "BF16", "F32", ... */
   int ndim;
   const int64_t* shape;
-  const int64_t* strides; /* elements; NULL on input to fr_publish (contiguous) */
+  const int64_t* strides; /* elements; NULL on input to fr_publish_key (contiguous) */
   void* data;
   uint64_t nbytes;
 } fr_tensor_t;
 
 void fr_options_init(fr_options_t* o);
 
-/* config: `nconfig` strings "key=value". On FR_OK *out holds the weights; on FR_MISS err holds the reason. */
+/* Identifies (stat(2), never reads) the checkpoint files now, with `nconfig` config strings "key=value".
+ * On FR_OK *out holds the key. */
+int fr_key_identify(const char* const* files, size_t nfiles, const char* const* config, size_t nconfig,
+                    fr_key_t** out, char* err, size_t errlen);
+const char* fr_key_fingerprint(const fr_key_t* key);
+void fr_key_release(fr_key_t* key);
+
+/* Attaches with the identities in `key`. On FR_OK *out holds the weights; on FR_MISS err holds the reason. */
+int fr_attach_key(const fr_key_t* key, const fr_options_t* options, fr_weights_t** out, char* err, size_t errlen);
+/* fr_key_identify() then fr_attach_key(), for an engine that never publishes. */
 int fr_attach(const char* const* files, size_t nfiles, const char* const* config, size_t nconfig,
               const fr_options_t* options, fr_weights_t** out, char* err, size_t errlen);
 size_t fr_weights_count(const fr_weights_t* w);
@@ -71,8 +84,9 @@ int fr_snapshot_agent_start(fr_weights_t* const* weights, size_t nweights, fr_sn
                             fr_snapshot_agent_t** out, char* err, size_t errlen);
 void fr_snapshot_agent_stop(fr_snapshot_agent_t* agent);
 
-int fr_publish(const char* const* files, size_t nfiles, const char* const* config, size_t nconfig,
-               const fr_tensor_t* tensors, size_t ntensors, const fr_options_t* options, char* err, size_t errlen);
+/* Publishes under `key`, identified before the tensors' bytes were read from its files. */
+int fr_publish_key(const fr_key_t* key, const fr_tensor_t* tensors, size_t ntensors, const fr_options_t* options,
+                   char* err, size_t errlen);
 
 #ifdef __cplusplus
 }

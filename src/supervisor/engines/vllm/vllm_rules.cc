@@ -292,6 +292,18 @@ Status check_report(const Reader& r, const toml::table& t, const std::string& p,
   return {};
 }
 
+const std::vector<Field<ProgressPattern>>& progress_fields() {
+  using P = ProgressPattern;
+  static const std::vector<Field<P>> f = {
+      field("contains", &P::contains, &Reader::string, Need::kRequired, "what marks the line"),
+      field("after", &P::after, &Reader::string, Need::kRequired, "the text before the \"done/total\" word"),
+      field("phase", &P::phase, &Reader::string, Need::kRequired, "the phase shown in status"),
+      field("unit", &P::unit, &Reader::string),
+      note<P>("ref"),
+  };
+  return f;
+}
+
 const std::vector<Field<ReportDefault>>& report_default_fields() {
   using D = ReportDefault;
   static const std::vector<Field<D>> f = {
@@ -327,7 +339,7 @@ Result<VllmRules> parse_vllm_rules(std::string_view text, const std::string& pat
   }
   Reader r(path);
   VllmRules out;
-  FR_TRY(r.each(root, "", {"newest", "daemon", "preload", "removed", "gated", "added", "failure", "report", "report_default"},
+  FR_TRY(r.each(root, "", {"newest", "daemon", "preload", "removed", "gated", "added", "failure", "report", "report_default", "progress"},
                 [&](const std::string& k, const toml::node& n, const std::string& key) -> Status {
                   if (k == "newest") {
                     FR_ASSIGN(out.newest, r.version(n, key));
@@ -381,6 +393,8 @@ Result<VllmRules> parse_vllm_rules(std::string_view text, const std::string& pat
                     return read_section(r, n, key, failure_fields(), out.failures);
                   } else if (k == "report") {
                     return read_section(r, n, key, report_fields(), out.reports, check_report);
+                  } else if (k == "progress") {
+                    return read_section(r, n, key, progress_fields(), out.progress);
                   } else {
                     return read_section(r, n, key, report_default_fields(), out.report_defaults);
                   }
@@ -427,6 +441,7 @@ Result<VllmRules> load_vllm_rules(const std::string& extra_path) {
   extra.reports.insert(extra.reports.end(), out.reports.begin(), out.reports.end());
   out.reports = std::move(extra.reports);
   append(out.report_defaults, extra.report_defaults);
+  append(out.progress, extra.progress);
   return out;
 }
 

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "fastrestart/result.h"
+#include "supervisor/engine_progress.h"
 
 namespace fr::supervisor {
 
@@ -100,6 +101,7 @@ struct VllmRules {
   std::vector<FailureRule> failures;
   std::vector<ReportRule> reports;
   std::vector<ReportDefault> report_defaults;
+  std::vector<ProgressPattern> progress;  // the engine's load progress lines ([[progress]])
 };
 
 // Parses a rules file. Errors name "<path>:<line>: <key>: <what>" (Errc::kInvalidArgument). A file of

@@ -3,6 +3,7 @@
 import glob
 import json
 import os
+import shutil
 import struct
 
 import numpy as np
@@ -22,6 +23,11 @@ def safetensors_iterator(path):
         (n,) = struct.unpack("<Q", f.read(8))
         header = json.loads(f.read(n))
         data = f.read()
+    # Tests only: the checkpoint changes under the load (a copy renamed over the file just read), as when
+    # a training job writes the next step while an engine starts.
+    if os.environ.get("FAKE_VLLM_REPLACE_AFTER_READ") == os.path.basename(path):
+        shutil.copyfile(path, path + ".next")
+        os.rename(path + ".next", path)
     for name, h in header.items():
         if name == "__metadata__":
             continue

@@ -1,0 +1,83 @@
+#include "supervisor/engine_progress.h"
+
+#include <cctype>
+#include <charconv>
+#include <cstdio>
+#include <sstream>
+
+namespace fr::supervisor {
+namespace {
+
+constexpr const char* kMarker = "fastrestart-progress:";
+
+bool is_word(const std::string& s) {
+  if (s.empty() || s.size() > 64) return false;
+  for (char c : s)
+    if (!(std::isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '-' || c == '.')) return false;
+  return true;
+}
+
+std::optional<uint64_t> number(const std::string& s) {
+  uint64_t v = 0;
+  auto [p, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
+  if (ec != std::errc() || p != s.data() + s.size() || s.empty()) return std::nullopt;
+  return v;
+}
+
+std::string mib(uint64_t b) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, b >= (10ull << 30) ? "%.0f GiB" : b >= (1ull << 30) ? "%.1f GiB" : "%.0f MiB",
+                b >= (1ull << 30) ? static_cast<double>(b) / (1ull << 30) : static_cast<double>(b) / (1ull << 20));
+  return buf;
+}
+
+}  // namespace
+
+std::string EngineProgress::text() const {
+  if (unit == "bytes") {
+    const unsigned pct = total ? static_cast<unsigned>(done * 100 / total) : 100;
+    return phase + " " + std::to_string(pct) + "% (" + mib(done) + " of " + mib(total) + ")";
+  }
+  return phase + " " + std::to_string(done) + "/" + std::to_string(total) + (unit.empty() ? "" : " " + unit);
+}
+
+std::optional<EngineProgress> parse_engine_progress(const std::string& line) {
+  const auto at = line.find(kMarker);
+  if (at == std::string::npos) return std::nullopt;
+  std::istringstream in(line.substr(at + std::char_traits<char>::length(kMarker)));
+  EngineProgress p;
+  std::optional<uint64_t> done, total;
+  std::string word;
+  while (in >> word) {
+    const auto eq = word.find('=');
+    if (eq == std::string::npos) return std::nullopt;
+    const std::string k = word.substr(0, eq), v = word.substr(eq + 1);
+    if (k == "phase" && is_word(v)) p.phase = v;
+    else if (k == "done") done = number(v);
+    else if (k == "total") total = number(v);
+    else if (k == "unit" && is_word(v)) p.unit = v;
+    // other keys: ignored, so engines may add their own
+  }
+  if (p.phase.empty() || !done || !total || *done > *total) return std::nullopt;
+  p.done = *done;
+  p.total = *total;
+  return p;
+}
+
+std::optional<EngineProgress> parse_progress_pattern(const std::vector<ProgressPattern>& patterns, const std::string& line) {
+  for (const auto& pat : patterns) {
+    if (line.find(pat.contains) == std::string::npos) continue;
+    const auto at = line.find(pat.after);
+    if (at == std::string::npos) continue;
+    std::string word = line.substr(at + pat.after.size());
+    word = word.substr(0, word.find_first_of(" \t\r["));
+    const auto slash = word.find('/');
+    if (slash == std::string::npos) continue;
+    auto done = number(word.substr(0, slash)), total = number(word.substr(slash + 1));
+    if (!done || !total || *done > *total) continue;
+    return EngineProgress{pat.phase, *done, *total, pat.unit};
+  }
+  return std::nullopt;
+}
+
+}  // namespace fr::supervisor

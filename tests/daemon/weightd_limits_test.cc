@@ -1,0 +1,207 @@
+// What idle, slow, malformed and racing clients can do to a fastrestart-weightd (docs/protocol.md:
+// "Framing", "Frame limits and timeouts", "Connection slots", and the publish rule), against the real binary.
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <gtest/gtest.h>
+
+#include <fstream>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "common/unix_socket.h"
+#include "engine_loader/client.h"
+#include "fastrestart/engine_loader.h"
+#include "protocol/frame.h"
+#include "support/harness.h"
+
+namespace fr {
+namespace {
+
+using proto::json;
+
+std::string be32(uint32_t n) {
+  return {static_cast<char>(n >> 24), static_cast<char>(n >> 16), static_cast<char>(n >> 8), static_cast<char>(n)};
+}
+
+// One raw connection: the daemon's greeting is read; ours is sent only when asked.
+class Conn {
+ public:
+  Conn(const std::string& sock, bool hello) {
+    auto fd = connect_unix(sock, deadline_in(5));
+    EXPECT_TRUE(fd.ok()) << (fd.ok() ? "" : fd.error().message);
+    if (!fd.ok()) return;
+    m_fd = std::move(*fd);
+    auto h = proto::read_frame(m_fd.get(), deadline_in(5));
+    EXPECT_TRUE(h.ok() && h->body.value("op", "") == "hello") << (h.ok() ? h->body.dump() : h.error().message);
+    if (hello) {
+      EXPECT_TRUE(proto::write_frame(m_fd.get(), {{"op", "hello"}, {"protocol", 1}}, -1, deadline_in(5)).ok());
+    }
+  }
+  json request(const json& j) {
+    EXPECT_TRUE(proto::write_frame(m_fd.get(), j, -1, deadline_in(5)).ok());
+    return reply();
+  }
+  void send_raw(const std::string& b) { ASSERT_EQ(::send(m_fd.get(), b.data(), b.size(), MSG_NOSIGNAL), static_cast<ssize_t>(b.size())); }
+  json reply(double timeout_s = 5) {
+    auto f = proto::read_frame(m_fd.get(), deadline_in(timeout_s));
+    EXPECT_TRUE(f.ok()) << f.error().message;
+    return f.ok() ? f->body : json();
+  }
+  bool closed(double timeout_s = 5) {
+    auto f = proto::read_frame(m_fd.get(), deadline_in(timeout_s));
+    return !f.ok() && f.error().code == Errc::kCancelled;
+  }
+
+ private:
+  UniqueFd m_fd;
+};
+
+long rss_kib(pid_t pid) {
+  std::ifstream f("/proc/" + std::to_string(pid) + "/status");
+  std::string line;
+  while (std::getline(f, line))
+    if (line.rfind("VmRSS:", 0) == 0) return std::stol(line.substr(6));
+  return -1;
+}
+
+json status(const std::string& sock) {
+  auto c = loader::DaemonClient::connect(sock, 5, "test");
+  EXPECT_TRUE(c.ok());
+  if (!c.ok()) return json();
+  auto r = c->call({{"op", "status"}}, 5);
+  EXPECT_TRUE(r.ok());
+  return r.ok() ? *r : json();
+}
+
+fastrestart::Options strict(const std::string& dir) {
+  fastrestart::Options o;
+  o.socket_dir = dir;
+  o.fallback = false;
+  o.connect_timeout_s = 5;
+  return o;
+}
+
+TEST(WeightdFraming, FramingErrorsInTheFirstFrameGetTheProtocolReplyAndAClose) {
+  test::TempDir d;
+  test::Daemon daemon(d / "run");
+  {
+    Conn c(daemon.socket(), /*hello=*/false);
+    c.send_raw(be32(0xffffffffu));  // a 4 GiB length instead of a hello
+    auto r = c.reply();
+    EXPECT_EQ(r["error"]["code"], "protocol") << r.dump();
+    EXPECT_NE(r["error"]["message"].get<std::string>().find("frame length 4294967295"), std::string::npos) << r.dump();
+    EXPECT_TRUE(c.closed());
+  }
+  {
+    Conn c(daemon.socket(), false);
+    c.send_raw(be32(5) + "{{{{{");
+    auto r = c.reply();
+    EXPECT_EQ(r["error"]["code"], "protocol") << r.dump();
+    EXPECT_TRUE(c.closed());
+  }
+  EXPECT_EQ(status(daemon.socket())["ok"], true);
+}
+
+TEST(WeightdFraming, AFrameThatStopsArrivingTimesOut) {
+  test::TempDir d;
+  test::Daemon daemon(d / "run");
+  Conn c(daemon.socket(), true);
+  c.send_raw(be32(100) + "{\"op\":");  // 6 of 100 bytes, then nothing
+  auto r = c.reply(60);
+  EXPECT_EQ(r["error"]["code"], "timeout") << r.dump();
+  EXPECT_NE(r["error"]["message"].get<std::string>().find("10 of 104 bytes"), std::string::npos) << r.dump();
+  EXPECT_TRUE(c.closed());
+}
+
+// 64 peers announce 16 MiB frames and send one byte: the daemon holds what arrived, not what was claimed.
+TEST(WeightdFraming, ClaimedLengthsDoNotPinMemory) {
+  test::TempDir d;
+  test::Daemon daemon(d / "run");
+  const long before = rss_kib(daemon.pid());
+  ASSERT_GT(before, 0);
+  std::vector<std::unique_ptr<Conn>> conns;
+  for (int i = 0; i < 64; ++i) {
+    conns.push_back(std::make_unique<Conn>(daemon.socket(), true));
+    conns.back()->send_raw(be32(16u << 20) + "{");
+  }
+  EXPECT_GE(status(daemon.socket())["clients"].get<int>(), 65);
+  const long after = rss_kib(daemon.pid());
+  // Allocating every claim would be 1 GiB; reading incrementally holds 64 KiB each at most.
+  EXPECT_LT(after - before, 128 * 1024) << "VmRSS " << before << " -> " << after << " KiB";
+}
+
+// All 256 slots held by idle peers: an engine still attaches, and the longest-idle peer is told why it goes.
+TEST(WeightdFraming, IdleConnectionsCannotKeepAnEngineOut) {
+  test::TempDir d;
+  auto ck = test::make_checkpoint(d.path(), 1, 1, 4096, 3);
+  test::Daemon daemon(d / "run", {"--preload", ck.files[0], "--config", "arch=test"});
+  std::vector<std::unique_ptr<Conn>> idle;
+  for (int i = 0; i < 256; ++i) {
+    idle.push_back(std::make_unique<Conn>(daemon.socket(), true));
+    ASSERT_EQ(idle.back()->request({{"op", "status"}})["ok"], true);  // orders their idle ages
+  }
+  auto r = fastrestart::attach(fastrestart::Key{ck.files, {{"arch", "test"}}}, strict(d / "run"));
+  ASSERT_TRUE(r.ok()) << r.error().message;
+  EXPECT_TRUE(r->hit) << r->reason;
+  auto bye = idle.front()->reply();
+  EXPECT_EQ(bye["error"]["code"], "busy") << bye.dump();
+  EXPECT_NE(bye["error"]["message"].get<std::string>().find("to make room"), std::string::npos) << bye.dump();
+  EXPECT_TRUE(idle.front()->closed());
+}
+
+// The publish rule: the key is taken before the read; a file that changed since is refused, naming it.
+void expect_publish_refused(void (*change)(const std::string&), const std::string& field) {
+  test::TempDir d;
+  auto ck = test::make_checkpoint(d.path(), 2, 1, 4096, 4);
+  test::Daemon daemon(d / "run");
+  auto o = strict(d / "run");
+  o.fallback = true;
+  auto miss = fastrestart::attach(fastrestart::Key{ck.files, {{"arch", "test"}}}, o);
+  ASSERT_TRUE(miss.ok());
+  ASSERT_FALSE(miss->hit);
+  ASSERT_EQ(miss->key.files.size(), 2u);
+  // The engine "reads" both shards, then shard 1 changes before the publish arrives.
+  std::vector<float> data(1024, 1.0f);
+  std::vector<fastrestart::PublishTensor> ts{{"w", "F32", {1024}, data.data()}};
+  change(ck.files[1]);
+  auto pub = fastrestart::publish(miss->key, ts, o);
+  ASSERT_FALSE(pub.ok());
+  EXPECT_EQ(pub.error().code, Errc::kCorrupt);
+  EXPECT_NE(pub.error().message.find(ck.files[1]), std::string::npos) << pub.error().message;
+  EXPECT_NE(pub.error().message.find(field + " differs"), std::string::npos) << pub.error().message;
+  // Nothing was stored, under the old identities or the new ones.
+  auto old_key = fastrestart::attach(miss->key, o);
+  ASSERT_TRUE(old_key.ok());
+  EXPECT_EQ(old_key->reason, "no entries");
+  auto now = fastrestart::attach(fastrestart::Key{ck.files, {{"arch", "test"}}}, o);
+  ASSERT_TRUE(now.ok());
+  EXPECT_EQ(now->reason, "no entries");
+  EXPECT_NE(daemon.log().find("changed after the engine identified it"), std::string::npos) << daemon.log();
+}
+
+TEST(WeightdPublish, RefusesAFileRenamedOverAfterTheKeyWasTaken) { expect_publish_refused(test::replace_by_rename, "ino"); }
+
+TEST(WeightdPublish, RefusesAnInPlaceRewriteWithTheMtimeRestored) {
+  expect_publish_refused(test::rewrite_in_place_keeping_mtime, "ctime_ns");
+}
+
+TEST(WeightdPublish, AnUnchangedKeyTakenBeforeTheReadIsPublished) {
+  test::TempDir d;
+  auto ck = test::make_checkpoint(d.path(), 1, 1, 4096, 5);
+  test::Daemon daemon(d / "run");
+  auto key = fastrestart::identify(fastrestart::Key{ck.files, {{"arch", "test"}}});
+  ASSERT_TRUE(key.ok());
+  std::vector<float> data(1024, 2.0f);
+  std::vector<fastrestart::PublishTensor> ts{{"w", "F32", {1024}, data.data()}};
+  auto pub = fastrestart::publish(*key, ts, strict(d / "run"));
+  ASSERT_TRUE(pub.ok()) << pub.error().message;
+  EXPECT_EQ(pub->fingerprint, key->fingerprint());
+  auto r = fastrestart::attach(*key, strict(d / "run"));
+  ASSERT_TRUE(r.ok()) << r.error().message;
+  EXPECT_TRUE(r->hit);
+}
+
+}  // namespace
+}  // namespace fr
