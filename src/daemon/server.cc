@@ -12,6 +12,7 @@
 
 #include "common/digest.h"
 #include "daemon/preload.h"
+#include "protocol/daemon_status.h"
 
 namespace fr::daemon {
 
@@ -86,27 +87,24 @@ Result<std::vector<std::string>> string_list(const json& req, const char* field,
   return out;
 }
 
-json entry_json(const Entry& e) {
-  json j{{"fingerprint", e.fingerprint},
-         {"state", entry_state_name(e.state)},
-         {"source", e.source},
-         {"pool_bytes", e.pool ? e.pool->size() : 0},
-         {"data_bytes", e.manifest.data_bytes},
-         {"tensors", e.manifest.tensors.size()},
-         {"files", e.files},
-         {"config", e.key.config}};
-  j["digest"] = e.manifest.digest ? json(digest_hex(*e.manifest.digest)) : json(nullptr);
-  j["error"] = e.error.empty() ? json(nullptr) : json(e.error);
+proto::DaemonEntryStatus entry_status(const Entry& e) {
+  proto::DaemonEntryStatus s;
+  s.fingerprint = e.fingerprint;
+  s.state = entry_state_name(e.state);
+  s.source = e.source;
+  s.pool_bytes = e.pool ? e.pool->size() : 0;
+  s.data_bytes = e.manifest.data_bytes;
+  s.tensors = e.manifest.tensors.size();
+  s.files = e.files;
+  s.config = e.key.config;
+  if (e.manifest.digest) s.digest = digest_hex(*e.manifest.digest);
+  if (!e.error.empty()) s.error = e.error;
   auto end = e.state == EntryState::kLoading ? std::chrono::steady_clock::now() : e.progress.finished;
-  double elapsed = std::chrono::duration<double>(end - e.progress.started).count();
-  uint64_t done = e.progress.done_bytes.load();
-  j["progress"] = {{"done_bytes", done}, {"total_bytes", e.progress.total_bytes}, {"elapsed_s", elapsed},
-                   {"rate_bytes_per_s", elapsed > 0 ? static_cast<double>(done) / elapsed : 0.0}};
-  json at = json::array();
-  for (const auto& a : e.attaches)
-    at.push_back({{"pid", a.pid}, {"uid", a.uid}, {"mode", a.mode}, {"unix_time", a.unix_time}});
-  j["attaches"] = std::move(at);
-  return j;
+  const double elapsed = std::chrono::duration<double>(end - e.progress.started).count();
+  const uint64_t done = e.progress.done_bytes.load();
+  s.progress = {done, e.progress.total_bytes, elapsed, elapsed > 0 ? static_cast<double>(done) / elapsed : 0.0};
+  for (const auto& a : e.attaches) s.attaches.push_back({a.pid, a.uid, a.mode, a.unix_time});
+  return s;
 }
 
 }  // namespace
@@ -371,18 +369,19 @@ json Server::dispatch(Conn& c, const json& req, UniqueFd* fd_out) {
 
 json Server::do_status() {
   std::lock_guard lk(m_store.mutex());
-  json entries = json::array();
-  for (const auto& e : m_store.all()) entries.push_back(entry_json(*e));
-  size_t clients;
+  proto::DaemonStatus s;
+  for (const auto& e : m_store.all()) s.entries.push_back(entry_status(*e));
   {
     std::lock_guard ck(m_conn_mu);
-    clients = m_conns.size();
+    s.clients = m_conns.size();
   }
-  json misses = json::array();
-  for (const auto& m : m_misses) misses.push_back({{"pid", m.pid}, {"uid", m.uid}, {"reason", m.mode}, {"unix_time", m.unix_time}});
-  return ok({{"backend", m_backend.name()}, {"gpu_uuid", m_backend.gpu_uuid()}, {"gpu_name", m_backend.gpu_name()},
-             {"pid", ::getpid()}, {"held_bytes", m_store.held_bytes()}, {"clients", clients},
-             {"entries", std::move(entries)}, {"misses", std::move(misses)}});
+  for (const auto& m : m_misses) s.misses.push_back({m.pid, m.uid, m.mode, m.unix_time});
+  s.backend = m_backend.name();
+  s.gpu_uuid = m_backend.gpu_uuid();
+  s.gpu_name = m_backend.gpu_name();
+  s.pid = ::getpid();
+  s.held_bytes = m_store.held_bytes();
+  return ok(proto::to_json(s));
 }
 
 Result<json> Server::do_attach(Conn& c, const json& req, UniqueFd* fd_out) {

@@ -9,6 +9,7 @@
 
 #include "common/unix_socket.h"
 #include "engine_loader/client.h"
+#include "protocol/daemon_status.h"
 
 namespace fr::snapshot {
 
@@ -102,15 +103,16 @@ Status daemon_holds(const json& entry, double timeout_s) {
   if (!c.ok()) return make_error(Errc::kNotFound, what + ": " + c.error().message);
   const auto deadline = deadline_in(timeout_s);
   for (;;) {
-    auto st = c->call({{"op", "status"}}, timeout_s);
+    auto reply = c->call({{"op", "status"}}, timeout_s);
+    if (!reply.ok()) return make_error(Errc::kNotFound, what + ": status: " + reply.error().message);
+    auto st = proto::daemon_status_from_json(*reply);
     if (!st.ok()) return make_error(Errc::kNotFound, what + ": status: " + st.error().message);
     std::string seen;
     bool loading = false;
-    for (const auto& e : st->value("entries", json::array())) {
-      if (!e.is_object()) continue;
-      const std::string efp = e.value("fingerprint", std::string()), state = e.value("state", std::string("?"));
-      const json d = e.value("digest", json());
-      const std::string edg = d.is_string() ? d.get<std::string>() : "";
+    for (const auto& e : st->entries) {
+      const std::string& efp = e.fingerprint;
+      const std::string state = e.state.empty() ? "?" : e.state;
+      const std::string edg = e.digest.value_or("");
       if (efp == fp && state == "ready" && edg == dg) return {};
       loading = loading || (efp == fp && state == "loading");
       seen += (seen.empty() ? "" : ", ") + efp + " (" + state + (edg.empty() ? "" : ", digest " + edg) + ")";

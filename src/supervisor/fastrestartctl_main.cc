@@ -14,6 +14,7 @@
 #include "supervisor/control_discovery.h"
 #include "supervisor/engines/vllm/vllm_check.h"
 #include "supervisor/engines/vllm/vllm_rules.h"
+#include "supervisor/status.h"
 
 namespace {
 
@@ -45,84 +46,93 @@ std::string bar(double done, double total, int width = 30) {
   return "[" + std::string(static_cast<size_t>(n), '#') + std::string(static_cast<size_t>(width - n), '.') + "]";
 }
 
-void print_status(const json& s) {
-  std::printf("%-18s %s\n", "model", s.value("name", "").c_str());
-  std::printf("%-18s %s  (%s)\n", "state", s.value("state", "").c_str(), s.value("status_text", "").c_str());
-  if (s["engine"].is_object()) {
-    const auto& e = s["engine"];
-    std::printf("%-18s pid %d, up %.1f s, path %s\n", "engine", e.value("pid", 0), e.value("uptime_s", 0.0),
-                e.value("path", std::string("-")).c_str());
+// Prints the decoded status; a status that does not decode is reported with the field at fault.
+bool print_status(const json& j) {
+  using namespace fr::supervisor;
+  auto decoded = supervisor_status_from_json(j);
+  if (!decoded.ok()) {
+    std::fprintf(stderr, "fastrestartctl: unreadable status: %s\n", decoded.error().message.c_str());
+    return false;
   }
-  if (s["engine"].is_object() && s["engine"].contains("vllm")) {
-    const auto& v = s["engine"]["vllm"];
-    auto field = [&](const char* k) { return v.contains(k) ? v[k].value("value", std::string("-")) : std::string("-"); };
-    std::printf("%-18s version %s, model runner %s, weight cache %s\n", "vllm", field("version").c_str(),
-                field("model_runner").c_str(), field("weight_cache").c_str());
-    for (const auto& l : v.value("loader", json::array()))
-      std::printf("%-18s %s %s attach_ms %s%s%s\n", "loader", l.value("result", "").c_str(), l.value("device", "-").c_str(),
-                  l.value("attach_ms", "-").c_str(), l.value("reason", "").empty() ? "" : ": ",
-                  l.value("reason", "").c_str());
+  const SupervisorStatus& s = *decoded;
+  std::printf("%-18s %s\n", "model", s.name.c_str());
+  std::printf("%-18s %s  (%s)\n", "state", s.state.c_str(), s.status_text.c_str());
+  if (s.engine) {
+    const EngineStatus& e = *s.engine;
+    std::printf("%-18s pid %lld, up %.1f s, path %s\n", "engine", static_cast<long long>(e.pid), e.uptime_s,
+                e.path.c_str());
+    if (e.vllm.is_object()) {
+      const json& v = e.vllm;
+      auto field = [&](const char* k) {
+        return v.contains(k) && v[k].is_object() ? v[k].value("value", std::string("-")) : std::string("-");
+      };
+      std::printf("%-18s version %s, model runner %s, weight cache %s\n", "vllm", field("version").c_str(),
+                  field("model_runner").c_str(), field("weight_cache").c_str());
+      for (const auto& l : v.value("loader", json::array()))
+        std::printf("%-18s %s %s attach_ms %s%s%s\n", "loader", l.value("result", "").c_str(), l.value("device", "-").c_str(),
+                    l.value("attach_ms", "-").c_str(), l.value("reason", "").empty() ? "" : ": ",
+                    l.value("reason", "").c_str());
+    }
   }
   std::string flags;
-  for (const auto& f : s.value("flags", json::array())) flags += (flags.empty() ? "" : " ") + f.get<std::string>();
+  for (const auto& f : s.flags) flags += (flags.empty() ? "" : " ") + f;
   std::printf("%-18s %s\n", "flags", flags.c_str());
   std::string r;
-  const json restarts = s.value("restarts", json::object());
-  for (const auto& [k, v] : restarts.items()) r += (r.empty() ? "" : ", ") + k + " " + v.dump();
+  for (const auto& [k, v] : s.restarts) r += (r.empty() ? "" : ", ") + k + " " + std::to_string(v);
   std::printf("%-18s %s\n", "restarts", r.empty() ? "none" : r.c_str());
-  if (s["last_exit"].is_object())
-    std::printf("%-18s %s: %s\n", "last exit", s["last_exit"].value("cause", "").c_str(), s["last_exit"].value("detail", "").c_str());
-  if (s["last_start"].is_object()) {
-    std::printf("%-18s %s in %.2f s\n", "last start", s["last_start"].value("path", "").c_str(),
-                s["last_start"].value("time_to_ready_s", 0.0));
-    if (s["last_start"].contains("warm_miss"))
-      std::printf("%-18s %s\n", "warm miss", s["last_start"].value("warm_miss", "").c_str());
+  if (s.last_exit.is_object())
+    std::printf("%-18s %s: %s\n", "last exit", s.last_exit.value("cause", "").c_str(), s.last_exit.value("detail", "").c_str());
+  if (s.last_start.is_object()) {
+    std::printf("%-18s %s in %.2f s\n", "last start", s.last_start.value("path", "").c_str(),
+                s.last_start.value("time_to_ready_s", 0.0));
+    if (s.last_start.contains("warm_miss"))
+      std::printf("%-18s %s\n", "warm miss", s.last_start.value("warm_miss", "").c_str());
   }
   // Each start path of restart.start that was skipped or failed at the current (or last) start, with why.
-  for (const auto& a : s.value("start_paths", json::array()))
-    if (a.value("outcome", "") == "skipped" || a.value("outcome", "") == "failed")
-      std::printf("%-18s %s %s: %s\n", "start path", a.value("path", "").c_str(), a.value("outcome", "").c_str(),
-                  a.value("detail", "").c_str());
-  if (s.contains("rollbacks") && s["rollbacks"].is_object() && s["rollbacks"].value("count", 0) > 0) {
-    const json& rb = s["rollbacks"];
-    const json last = rb.value("recent", json::array()).empty() ? json::object() : rb["recent"].back();
-    std::printf("%-18s %d (not counted as restarts); last: %s: %s\n", "rollbacks", rb.value("count", 0),
-                last.value("cause", "").c_str(), last.value("detail", "").c_str());
+  for (const auto& a : s.start_paths)
+    if (a.outcome == "skipped" || a.outcome == "failed")
+      std::printf("%-18s %s %s: %s\n", "start path", a.path.c_str(), a.outcome.c_str(), a.detail.c_str());
+  if (s.rollbacks.count > 0) {
+    const json last = s.rollbacks.recent.empty() ? json::object() : s.rollbacks.recent.back();
+    std::printf("%-18s %llu (not counted as restarts); last: %s: %s\n", "rollbacks",
+                static_cast<unsigned long long>(s.rollbacks.count), last.value("cause", "").c_str(),
+                last.value("detail", "").c_str());
   }
-  for (const auto& d : s.value("daemons", json::array())) {
-    const auto& p = d["progress"];
-    double done = p.value("done_bytes", 0.0), total = p.value("total_bytes", 0.0), rate = p.value("rate_bytes_per_s", 0.0);
-    std::printf("%-18s pid %d %-8s held %s", ("daemon " + d.value("gpu", "")).c_str(), d.value("pid", 0),
-                d.value("state", "").c_str(), gb(d.value("held_bytes", 0.0)).c_str());
-    if (d.value("state", "") == "loading" && total > 0)
+  for (const auto& d : s.daemons) {
+    const auto& p = d.progress;
+    const double done = double(p.done_bytes), total = double(p.total_bytes), rate = p.rate_bytes_per_s;
+    std::printf("%-18s pid %lld %-8s held %s", ("daemon " + d.gpu).c_str(), static_cast<long long>(d.pid), d.state.c_str(),
+                gb(double(d.held_bytes)).c_str());
+    if (d.state == "loading" && total > 0)
       std::printf("  %s %s / %s, %.2f GB/s, ETA %.0f s", bar(done, total).c_str(), gb(done).c_str(), gb(total).c_str(),
                   rate / 1e9, rate > 0 ? (total - done) / rate : 0.0);
-    if (!d.value("error", "").empty()) std::printf("  error: %s", d.value("error", "").c_str());
+    if (!d.error.empty()) std::printf("  error: %s", d.error.c_str());
     std::printf("\n");
   }
-  for (const auto& m : s.value("memory", json::array())) {
-    if (m.contains("error")) {
-      std::printf("%-18s %s\n", ("gpu " + m.value("gpu", "")).c_str(), m.value("error", "").c_str());
+  for (const auto& m : s.memory) {
+    if (m.error) {
+      std::printf("%-18s %s\n", ("gpu " + m.gpu).c_str(), m.error->c_str());
       continue;
     }
-    std::printf("%-18s used %s of %s, budget %s, daemons hold %s\n", ("gpu " + m.value("gpu", "")).c_str(),
-                gb(m.value("used_bytes", 0.0)).c_str(), gb(m.value("total_bytes", 0.0)).c_str(),
-                gb(m.value("budget_bytes", 0.0)).c_str(), gb(m.value("daemon_held_bytes", 0.0)).c_str());
+    std::printf("%-18s used %s of %s, budget %s, daemons hold %s\n", ("gpu " + m.gpu).c_str(),
+                gb(double(m.used_bytes)).c_str(), gb(double(m.total_bytes)).c_str(), gb(double(m.budget_bytes)).c_str(),
+                gb(double(m.daemon_held_bytes)).c_str());
   }
-  if (s.contains("snapshot") && s["snapshot"].is_object()) {
-    const json& sn = s["snapshot"];
+  if (s.snapshot.is_object()) {
+    const json& sn = s.snapshot;
     if (sn.value("enabled", false)) {
       std::printf("%-18s %zu artifact(s), created %d, restored %d, fallbacks %d%s\n", "snapshots",
                   sn.value("artifacts", json::array()).size(), sn.value("created", 0), sn.value("restored", 0),
-                  sn.value("fallbacks", 0), sn["job"].is_string() ? (", " + sn["job"].get<std::string>() + " running").c_str() : "");
-      if (sn["last_failure"].is_object())
+                  sn.value("fallbacks", 0), sn.contains("job") && sn["job"].is_string() ? (", " + sn["job"].get<std::string>() + " running").c_str() : "");
+      if (sn.contains("last_failure") && sn["last_failure"].is_object())
         std::printf("%-18s %s: %s\n", "snapshot failure", sn["last_failure"].value("id", "").c_str(),
                     sn["last_failure"].value("reason", "").c_str());
     } else if (sn.value("problem", "").find("does not list") == std::string::npos) {
       std::printf("%-18s unavailable: %s\n", "snapshots", sn.value("problem", "").c_str());
     }
   }
-  if (!s.value("failure", "").empty()) std::printf("%-18s %s\n", "failure", s.value("failure", "").c_str());
+  if (!s.failure.empty()) std::printf("%-18s %s\n", "failure", s.failure.c_str());
+  return true;
 }
 
 // `check` without a running fastrestartd: the config file's flags (and the push) against the rules.
@@ -288,8 +298,7 @@ int main(int argc, char** argv) {
        [&] {
          auto r = call(socket_path(), {{"op", "status"}}, 10);
          if (r.ok() && r->value("ok", false) && !as_json) {
-           print_status((*r)["status"]);
-           return kOk;
+           return print_status((*r)["status"]) ? kOk : kFail;
          }
          if (r.ok() && as_json && r->value("ok", false)) {
            std::cout << (*r)["status"].dump(2) << "\n";
@@ -303,7 +312,7 @@ int main(int argc, char** argv) {
            auto r = call(socket_path(), {{"op", "status"}}, 10);
            std::printf("\033[H\033[2J");
            if (!r.ok() || !r->value("ok", false)) return report(r, false);
-           print_status((*r)["status"]);
+           if (!print_status((*r)["status"])) return kFail;
            std::fflush(stdout);
            std::this_thread::sleep_for(std::chrono::duration<double>(interval));
          }

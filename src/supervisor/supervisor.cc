@@ -308,7 +308,7 @@ void Supervisor::spawn_daemon(Daemon& d) {
     for (const auto& [k, v] : m_cfg.weights.key) spec.argv.insert(spec.argv.end(), {"--config", k + "=" + v});
   }
   d.exited = d.stopping = d.ready = false;
-  d.status = json::object();
+  d.status = {};
   const std::string prefix = d.gpu.empty() ? "weightd" : "weightd[" + d.gpu + "]";
   if (auto s = spawn_supervised(m_loop, spec, prefix, nullptr, d); !s.ok()) {
     d.failed = d.exited = true;
@@ -362,17 +362,22 @@ void Supervisor::poll_daemons() {
               all_ready = false;  // not listening yet
               continue;
             }
-            dm.status = *rep.status;
+            auto st = proto::daemon_status_from_json(*rep.status);
+            if (!st.ok()) {
+              spdlog::warn("weight daemon {}: unreadable status: {}", dm.gpu.empty() ? "host" : dm.gpu, st.error().message);
+              all_ready = false;
+              continue;
+            }
+            dm.status = std::move(*st);
             bool ready = true;
-            for (const auto& e : dm.status.value("entries", json::array())) {
-              const auto& p = e["progress"];
-              done += p.value("done_bytes", uint64_t{0});
-              total += p.value("total_bytes", uint64_t{0});
-              rate += p.value("rate_bytes_per_s", 0.0);
-              if (e.value("state", "") == "loading") ready = false;
-              if (e.value("state", "") == "failed") {
+            for (const auto& e : dm.status.entries) {
+              done += e.progress.done_bytes;
+              total += e.progress.total_bytes;
+              rate += e.progress.rate_bytes_per_s;
+              if (e.state == "loading") ready = false;
+              if (e.state == "failed") {
                 any_failed = true;
-                dm.error = e.value("error", json("")).is_string() ? e["error"].get<std::string>() : "load failed";
+                dm.error = e.error.value_or("load failed");
               }
             }
             dm.ready = ready;
@@ -471,7 +476,7 @@ void Supervisor::stop_daemons() {
 
 uint64_t Supervisor::held_bytes(const std::string& gpu) const {
   for (const auto& d : m_daemons)
-    if (d->gpu == gpu && !d->exited) return d->status.value("held_bytes", uint64_t{0});
+    if (d->gpu == gpu && !d->exited) return d->status.held_bytes;
   return 0;
 }
 
@@ -587,11 +592,14 @@ std::string Supervisor::start_attempts_text() const {
   return s;
 }
 
-json Supervisor::start_attempts_json() const {
-  json out = json::array();
+std::vector<StartAttemptStatus> Supervisor::start_attempts() const {
+  std::vector<StartAttemptStatus> out;
   for (const auto& a : m_start_attempts) {
-    json row{{"path", start_path_name(a.path)}, {"outcome", a.outcome}};
-    if (!a.why.code.empty()) row.update({{"reason", a.why.code}, {"detail", a.why.detail}});
+    StartAttemptStatus row{start_path_name(a.path), a.outcome, std::nullopt, {}};
+    if (!a.why.code.empty()) {
+      row.reason = a.why.code;
+      row.detail = a.why.detail;
+    }
     out.push_back(std::move(row));
   }
   return out;
@@ -617,7 +625,7 @@ std::optional<StartRefusal> Supervisor::daemons_refusal() const {
       return StartRefusal{"daemons_not_ready", "the weight daemon for " + name + " is " + (d->exited ? "not running" : "failed") +
                                                    (d->error.empty() ? "" : " (" + d->error + ")")};
     if (!d->ready) return StartRefusal{"daemons_not_ready", "the weight daemon for " + name + " is still loading"};
-    if (!d->status.value("entries", json::array()).empty()) holds = true;
+    if (!d->status.entries.empty()) holds = true;
   }
   if (!holds) return StartRefusal{"nothing_held", "the weight daemons hold no weights yet (the engine loads them from disk and publishes them)"};
   return std::nullopt;
@@ -766,7 +774,8 @@ void Supervisor::decide_path_after_ready() {
     m_last_ready_flags = m_engine->flags;
     m_ready_hist[path].add(since_spawn);
     m_last_start = {{"path", path}, {"time_to_ready_s", since_spawn}, {"since_previous_exit_s", since_death},
-                    {"unix_time", std::time(nullptr)}, {"pid", m_engine->pid}, {"start_paths", start_attempts_json()}};
+                    {"unix_time", std::time(nullptr)}, {"pid", m_engine->pid}, {"start_paths", json::array()}};
+    for (const auto& a : start_attempts()) m_last_start["start_paths"].push_back(to_json(a));
     if (!m_engine->snapshot_id.empty()) m_last_start["snapshot_id"] = m_engine->snapshot_id;
     // A start on the warm path that did not attach: say why (the daemons' miss record, the engine's own
     // result line, or that the engine never asked the daemons).
@@ -813,20 +822,25 @@ void Supervisor::decide_path_after_ready() {
       m_loop,
       [socks, pgid, since]() {
         Seen seen;
-        auto ours = [&](const json& rec) {
-          pid_t p = rec.value("pid", 0);
-          return rec.value("unix_time", 0.0) >= since && (p == pgid || (p > 0 && ::getpgid(p) == pgid));
+        auto ours = [&](const proto::DaemonClientRecord& rec) {
+          const auto p = static_cast<pid_t>(rec.pid);
+          return rec.unix_time >= since && (p == pgid || (p > 0 && ::getpgid(p) == pgid));
         };
         for (const auto& s : socks) {
           auto c = loader::DaemonClient::connect(s, 1.0, "fastrestartd");
           if (!c.ok()) continue;
-          auto st = c->call({{"op", "status"}}, 5);
-          if (!st.ok()) continue;
-          for (const auto& en : st->value("entries", json::array()))
-            for (const auto& a : en.value("attaches", json::array()))
+          auto reply = c->call({{"op", "status"}}, 5);
+          if (!reply.ok()) continue;
+          auto st = proto::daemon_status_from_json(*reply);
+          if (!st.ok()) {
+            spdlog::warn("{}: unreadable status: {}", s, st.error().message);
+            continue;
+          }
+          for (const auto& en : st->entries)
+            for (const auto& a : en.attaches)
               if (ours(a)) seen.hit = true;
-          for (const auto& m : st->value("misses", json::array()))
-            if (ours(m)) seen.miss = m.value("reason", std::string("miss"));
+          for (const auto& m : st->misses)
+            if (ours(m)) seen.miss = m.mode.empty() ? "miss" : m.mode;
         }
         return seen;
       },
@@ -854,6 +868,18 @@ void Supervisor::Histogram::add(double v) {
   if (i < counts.size()) counts[i]++;
   count++;
   sum += v;
+}
+
+HistogramStatus Supervisor::Histogram::status() const {
+  HistogramStatus h;
+  uint64_t cum = 0;
+  for (size_t i = 0; i < bounds.size(); ++i) {
+    cum += counts[i];
+    h.buckets.emplace_back(bounds[i], cum);
+  }
+  h.count = count;
+  h.sum = sum;
+  return h;
 }
 
 json Supervisor::Histogram::to_json() const {

@@ -27,6 +27,7 @@
 #include "supervisor/policy.h"
 #include "supervisor/readiness.h"
 #include "supervisor/start/start_path.h"
+#include "supervisor/status.h"
 #include "supervisor/engines/vllm/vllm_rules.h"
 
 namespace fr::supervisor {
@@ -107,7 +108,7 @@ class Supervisor : private StartHost {
   bool engine_serving() const;                // an engine passed readiness and nobody is stopping it
   void record_start_attempt(StartPath p, const std::string& outcome, const StartRefusal& why);
   std::string start_attempts_text() const;  // "skipped warm: ..." for STATUS=
-  nlohmann::json start_attempts_json() const;
+  std::vector<StartAttemptStatus> start_attempts() const;
   // StartHost
   std::optional<StartRefusal> daemons_refusal() const override;
   bool daemons_hold_old_weights() const override;
@@ -151,7 +152,7 @@ class Supervisor : private StartHost {
   void observe_engine_line(Engine& e, const std::string& line);
   std::string path_from_engine_report(Engine& e);  // "warm" | "cold" | "" (no word from the engine)
   std::string readiness_model() const;
-  nlohmann::json preload_status_json() const;
+  DaemonRowStatus preload_status() const;
   nlohmann::json handle_check(const nlohmann::json& req);
   std::string refuse_push(const std::vector<std::string>& next);  // "" when vLLM would start
   Status persist_flags();
@@ -200,6 +201,7 @@ class Supervisor : private StartHost {
     double sum = 0;
     void add(double v);
     nlohmann::json to_json() const;  // cumulative buckets
+    HistogramStatus status() const;  // the same, typed
   };
   std::map<std::string, Histogram> m_ready_hist;  // by path
   std::map<std::string, uint64_t> m_attach_counts;  // hit | fallback | none

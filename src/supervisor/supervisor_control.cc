@@ -17,6 +17,7 @@
 #include "supervisor/control_request.h"
 #include "supervisor/flags.h"
 #include "supervisor/supervisor.h"
+#include "supervisor/status.h"
 #include "supervisor/supervisor_internal.h"
 #include "supervisor/engines/vllm/vllm_check.h"
 
@@ -211,95 +212,94 @@ void Supervisor::load_persisted_flags() {
 }
 
 json Supervisor::status_json() {
-  json daemons = json::array();
+  SupervisorStatus st;
   for (const auto& d : m_daemons) {
-    json entries = d->status.value("entries", json::array());
-    uint64_t done = 0, total = 0;
-    double rate = 0;
-    for (const auto& e : entries) {
-      done += e["progress"].value("done_bytes", uint64_t{0});
-      total += e["progress"].value("total_bytes", uint64_t{0});
-      rate += e["progress"].value("rate_bytes_per_s", 0.0);
+    DaemonRowStatus row;
+    for (const auto& e : d->status.entries) {
+      row.progress.done_bytes += e.progress.done_bytes;
+      row.progress.total_bytes += e.progress.total_bytes;
+      row.progress.rate_bytes_per_s += e.progress.rate_bytes_per_s;
     }
-    daemons.push_back({{"gpu", d->gpu.empty() ? "host" : d->gpu},
-                       {"pid", d->pid},
-                       {"socket", d->socket},
-                       {"state", d->exited ? (d->stopping ? "stopped" : "dead") : d->failed ? "failed" : d->ready ? "ready" : "loading"},
-                       {"error", d->error},
-                       {"held_bytes", d->status.value("held_bytes", uint64_t{0})},
-                       {"entries", entries.size()},
-                       {"progress", {{"done_bytes", done}, {"total_bytes", total}, {"rate_bytes_per_s", rate}}}});
+    row.gpu = d->gpu.empty() ? "host" : d->gpu;
+    row.pid = d->pid;
+    row.socket = d->socket;
+    row.state = d->exited ? (d->stopping ? "stopped" : "dead") : d->failed ? "failed" : d->ready ? "ready" : "loading";
+    row.error = d->error;
+    row.held_bytes = d->status.held_bytes;
+    row.entries = d->status.entries.size();
+    st.daemons.push_back(std::move(row));
   }
-  json memory = json::array();
   if (m_cfg.weights.backend != "host") {
     for (const auto& gpu : m_cfg.gpus) {
+      MemoryRowStatus row;
+      row.gpu = gpu;
       auto m = m_gpus->memory(gpu);
       if (!m.ok()) {
-        memory.push_back({{"gpu", gpu}, {"error", m.error().message}});
-        continue;
+        row.error = m.error().message;
+      } else {
+        row.uuid = m->uuid;
+        row.name = m->name;
+        row.total_bytes = m->total;
+        row.used_bytes = m->used;
+        row.free_bytes = m->free;
+        row.budget_bytes = static_cast<uint64_t>(m_cfg.memory.utilization * static_cast<double>(m->total));
+        row.daemon_held_bytes = held_bytes(gpu);
       }
-      memory.push_back({{"gpu", gpu}, {"uuid", m->uuid}, {"name", m->name}, {"total_bytes", m->total},
-                        {"used_bytes", m->used}, {"free_bytes", m->free},
-                        {"budget_bytes", static_cast<uint64_t>(m_cfg.memory.utilization * static_cast<double>(m->total))},
-                        {"daemon_held_bytes", held_bytes(gpu)}});
+      st.memory.push_back(std::move(row));
     }
   }
-  if (m_preload) daemons.push_back(preload_status_json());
-  json engine = nullptr;
+  if (m_preload) st.daemons.push_back(preload_status());
   if (m_engine) {
-    engine = {{"pid", m_engine->pid},
-              {"uptime_s", m_loop.now_s() - m_engine->spawned_at},
-              {"path", m_engine->path},
-              {"snapshot_id", m_engine->snapshot_id},
-              {"flags", redact_flags(m_engine->flags)},
-              {"running", !m_engine->exited}};
-    if (m_cfg.engine.kind == EngineKind::kVllm) engine["vllm"] = m_engine->vllm.to_json();
+    EngineStatus e;
+    e.pid = m_engine->pid;
+    e.uptime_s = m_loop.now_s() - m_engine->spawned_at;
+    e.path = m_engine->path;
+    e.snapshot_id = m_engine->snapshot_id;
+    e.flags = redact_flags(m_engine->flags);
+    e.running = !m_engine->exited;
+    if (m_cfg.engine.kind == EngineKind::kVllm) e.vllm = m_engine->vllm.to_json();
+    st.engine = std::move(e);
   }
-  json restarts = json::object();
-  for (const auto& [k, v] : m_restarts) restarts[k] = v;
-  json hist = json::object();
-  for (const auto& [path, h] : m_ready_hist) hist[path] = h.to_json();
-  json attaches{{"hit", 0}, {"fallback", 0}, {"none", 0}, {"miss", json::object()}};
-  for (const auto& [k, v] : m_attach_counts) attaches[k] = v;
-  for (const auto& [k, v] : m_miss_reasons) attaches["miss"][k] = v;
-  json reloads{{"warm", 0}, {"cold", 0}, {"rolled_back", 0}};
-  for (const auto& [k, v] : m_reload_counts) reloads[k] = v;
-  json rollbacks{{"count", 0}, {"by_cause", json::object()}, {"recent", json::array()}};
+  for (const auto& [k, v] : m_restarts) st.restarts[k] = v;
+  MetricsStatus& mt = st.metrics;
+  for (const auto& [path, h] : m_ready_hist) mt.time_to_ready[path] = h.status();
+  for (const auto& [k, v] : m_attach_counts) {
+    if (k == "hit") mt.attaches_hit = v;
+    else if (k == "fallback") mt.attaches_fallback = v;
+    else if (k == "none") mt.attaches_none = v;
+  }
+  for (const auto& [k, v] : m_miss_reasons) mt.attach_misses[k] = v;
+  for (const auto& [k, v] : m_reload_counts) {
+    if (k == "warm") mt.reloads_warm = v;
+    else if (k == "cold") mt.reloads_cold = v;
+    else if (k == "rolled_back") mt.reloads_rolled_back = v;
+  }
   for (const auto& [k, v] : m_rollback_causes) {
-    rollbacks["by_cause"][k] = v;
-    rollbacks["count"] = rollbacks["count"].get<uint64_t>() + v;
+    st.rollbacks.by_cause[k] = v;
+    st.rollbacks.count += v;
   }
-  for (const auto& r : m_recent_rollbacks) rollbacks["recent"].push_back(r);
-  json snapshot = snapshot_status();
-  json start_counts = json::array();
+  mt.rollbacks = st.rollbacks.by_cause;
+  for (const auto& r : m_recent_rollbacks) st.rollbacks.recent.push_back(r);
   for (const auto& [key, n] : m_start_counts) {
     const size_t a = key.find('/'), b = key.find('/', a + 1);
-    start_counts.push_back({{"path", key.substr(0, a)}, {"outcome", key.substr(a + 1, b - a - 1)}, {"reason", key.substr(b + 1)}, {"count", n}});
+    mt.start_paths.push_back({key.substr(0, a), key.substr(a + 1, b - a - 1), key.substr(b + 1), n});
   }
-  json metrics{{"time_to_ready", hist}, {"attaches", attaches}, {"reloads", reloads}, {"start_paths", start_counts},
-               {"rollbacks", rollbacks["by_cause"]},
-               {"snapshots", {{"created", m_snap->created}, {"create_failures", m_snap->create_failures},
-                              {"restored", m_snap->restored}, {"fallbacks", m_snap->fallbacks}}}};
-  return {{"name", m_cfg.name},
-          {"config", m_cfg.path},
-          {"state", reported_state_name(m_state)},
-          {"status_text", m_status_text},
-          {"uptime_s", m_loop.now_s() - m_started_at},
-          {"engine", engine},
-          {"flags", redact_flags(m_flags)},
-          {"restarts", restarts},
-          {"rollbacks", rollbacks},
-          {"last_exit", m_last_exit.is_null() ? json(nullptr) : m_last_exit},
-          {"last_start", m_last_start.is_null() ? json(nullptr) : m_last_start},
-          {"start_paths", start_attempts_json()},
-          {"daemons", daemons},
-          {"memory", memory},
-          {"memory_utilization", m_cfg.memory.utilization},
-          {"backoff_s", m_policy.backoff_s()},
-          {"failure", m_failure},
-          {"reload_in_progress", m_reload != nullptr},
-          {"snapshot", snapshot},
-          {"metrics", metrics}};
+  mt.snapshots = SnapshotCounts{m_snap->created, m_snap->create_failures, m_snap->restored, m_snap->fallbacks};
+  st.name = m_cfg.name;
+  st.config = m_cfg.path;
+  st.state = reported_state_name(m_state);
+  st.status_text = m_status_text;
+  st.uptime_s = m_loop.now_s() - m_started_at;
+  st.flags = redact_flags(m_flags);
+  st.last_exit = m_last_exit;
+  st.last_start = m_last_start;
+  st.start_paths = start_attempts();
+  st.memory_utilization = m_cfg.memory.utilization;
+  st.backoff_s = m_policy.backoff_s();
+  st.failure = m_failure;
+  st.reload_in_progress = m_reload != nullptr;
+  st.snapshot = snapshot_status();
+  return to_json(st);
 }
 
 }  // namespace fr::supervisor

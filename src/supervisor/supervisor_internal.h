@@ -12,6 +12,7 @@
 
 #include "common/fd.h"
 #include "common/file_identity.h"
+#include "protocol/daemon_status.h"
 #include "supervisor/loop.h"
 #include "supervisor/supervised_child.h"
 #include "supervisor/supervisor.h"
@@ -81,7 +82,7 @@ struct Supervisor::Daemon : SupervisedChild {
   bool ready = false;
   bool failed = false;
   std::string error;
-  nlohmann::json status = nlohmann::json::object();  // last status reply
+  proto::DaemonStatus status;  // last status reply
   int respawns = 0;                  // after unexpected deaths (backoff); reset after a stable run
   double spawned_at = 0;             // loop time of the last spawn
   std::unique_ptr<Timer> respawn;

@@ -9,6 +9,7 @@
 #include "common/safetensors.h"
 #include "engine_loader/client.h"
 #include "fastrestart/engine_loader.h"
+#include "protocol/daemon_status.h"
 
 namespace {
 
@@ -49,18 +50,18 @@ int cmd_status(const Common& c, bool as_json) {
     std::cout << r->dump(2) << "\n";
     return kExitOk;
   }
-  std::printf("daemon pid %lld, backend %s, gpu %s, held %s, %lld client(s)\n", r->value("pid", 0LL),
-              r->value("backend", "").c_str(), r->value("gpu_uuid", "").c_str(),
-              human_bytes(r->value("held_bytes", 0.0)).c_str(), r->value("clients", 0LL));
-  for (const auto& e : r->value("entries", json::array())) {
-    const auto& p = e["progress"];
-    double done = p.value("done_bytes", 0.0), total = p.value("total_bytes", 0.0);
-    std::printf("  %s  %-7s %-7s %s / %s (%.0f%%, %.2f GB/s)  %lld tensors, digest %s, %zu attach(es)\n",
-                e.value("fingerprint", "").c_str(), e.value("state", "").c_str(), e.value("source", "").c_str(),
-                human_bytes(done).c_str(), human_bytes(total).c_str(), total > 0 ? 100 * done / total : 100.0,
-                p.value("rate_bytes_per_s", 0.0) / 1e9, e.value("tensors", 0LL),
-                e["digest"].is_string() ? e["digest"].get<std::string>().c_str() : "-", e["attaches"].size());
-    if (e["error"].is_string()) std::printf("    error: %s\n", e["error"].get<std::string>().c_str());
+  auto st = fr::proto::daemon_status_from_json(*r);
+  if (!st.ok()) return fail(fr::make_error(fr::Errc::kProtocol, "unreadable status: " + st.error().message));
+  std::printf("daemon pid %lld, backend %s, gpu %s, held %s, %llu client(s)\n", static_cast<long long>(st->pid),
+              st->backend.c_str(), st->gpu_uuid.c_str(), human_bytes(double(st->held_bytes)).c_str(),
+              static_cast<unsigned long long>(st->clients));
+  for (const auto& e : st->entries) {
+    const double done = double(e.progress.done_bytes), total = double(e.progress.total_bytes);
+    std::printf("  %s  %-7s %-7s %s / %s (%.0f%%, %.2f GB/s)  %llu tensors, digest %s, %zu attach(es)\n",
+                e.fingerprint.c_str(), e.state.c_str(), e.source.c_str(), human_bytes(done).c_str(),
+                human_bytes(total).c_str(), total > 0 ? 100 * done / total : 100.0, e.progress.rate_bytes_per_s / 1e9,
+                static_cast<unsigned long long>(e.tensors), e.digest ? e.digest->c_str() : "-", e.attaches.size());
+    if (e.error) std::printf("    error: %s\n", e.error->c_str());
   }
   return kExitOk;
 }

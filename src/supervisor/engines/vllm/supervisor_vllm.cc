@@ -361,22 +361,17 @@ void Supervisor::adjust_vllm_flags(std::vector<std::string>& words) const {
   words = to_words(flags);
 }
 
-json Supervisor::preload_status_json() const {
+DaemonRowStatus Supervisor::preload_status() const {
   const Preload& p = *m_preload;
-  std::string state = p.exited && p.stopping ? "stopped" : p.failed ? "failed" : p.exited ? "dead" : p.ready ? "ready" : "loading";
-  json files = json::array();
-  for (const auto& id : p.checkpoint) files.push_back(id.path);
-  return {{"gpu", "vllm-preload"},
-          {"kind", "vllm-preload"},
-          {"pid", p.pid},
-          {"state", state},
-          {"error", p.error},
-          {"health", "http://127.0.0.1:" + std::to_string(p.health_port) + "/health"},
-          {"argv", p.argv},
-          {"watched_files", files},
-          {"held_bytes", 0},
-          {"entries", 0},
-          {"progress", {{"done_bytes", 0}, {"total_bytes", 0}, {"rate_bytes_per_s", 0.0}}}};
+  DaemonRowStatus row;
+  row.gpu = row.kind = "vllm-preload";
+  row.pid = p.pid;
+  row.state = p.exited && p.stopping ? "stopped" : p.failed ? "failed" : p.exited ? "dead" : p.ready ? "ready" : "loading";
+  row.error = p.error;
+  PreloadDetails details{"http://127.0.0.1:" + std::to_string(p.health_port) + "/health", p.argv, {}};
+  for (const auto& id : p.checkpoint) details.watched_files.push_back(id.path);
+  row.preload = std::move(details);
+  return row;
 }
 
 // ---------------------------------------------------------------------------------------------------

@@ -1,0 +1,100 @@
+// Reading optional fields of a JSON status object into typed members, for the status codecs
+// (supervisor/status.h, protocol/daemon_status.h). An absent or null field keeps the member's default (an
+// older or newer peer may leave fields out); a present field of the wrong type is an error that names it by
+// its full path ("status.engine.pid: not an integer"). Nothing here throws.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "common/result.h"
+
+namespace fr::json_fields {
+
+using nlohmann::json;
+
+inline Error bad(const std::string& where, const std::string& what) {
+  return make_error(Errc::kInvalidArgument, where + ": " + what);
+}
+
+inline Status read(const json& v, const std::string& where, std::string& out) {
+  if (!v.is_string()) return bad(where, "not a string");
+  out = v.get<std::string>();
+  return {};
+}
+inline Status read(const json& v, const std::string& where, bool& out) {
+  if (!v.is_boolean()) return bad(where, "not a boolean");
+  out = v.get<bool>();
+  return {};
+}
+inline Status read(const json& v, const std::string& where, double& out) {
+  if (!v.is_number()) return bad(where, "not a number");
+  out = v.get<double>();
+  return {};
+}
+inline Status read(const json& v, const std::string& where, int64_t& out) {
+  if (!v.is_number_integer() || (v.is_number_unsigned() && v.get<uint64_t>() > uint64_t(INT64_MAX)))
+    return bad(where, "not an integer");
+  out = v.get<int64_t>();
+  return {};
+}
+inline Status read(const json& v, const std::string& where, uint64_t& out) {
+  if (!v.is_number_unsigned() && !(v.is_number_integer() && v.get<int64_t>() >= 0))
+    return bad(where, "not an unsigned integer");
+  out = v.get<uint64_t>();
+  return {};
+}
+// Any JSON: the parts whose shape belongs to another component (an engine kind's report, the snapshot block).
+inline Status read(const json& v, const std::string&, json& out) {
+  out = v;
+  return {};
+}
+template <class T>
+Status read(const json& v, const std::string& where, std::optional<T>& out) {
+  T t{};
+  FR_TRY(read(v, where, t));
+  out = std::move(t);
+  return {};
+}
+template <class T>
+Status read(const json& v, const std::string& where, std::vector<T>& out) {
+  if (!v.is_array()) return bad(where, "not an array");
+  out.clear();
+  for (size_t i = 0; i < v.size(); ++i) {
+    T t{};
+    FR_TRY(read(v[i], where + "[" + std::to_string(i) + "]", t));
+    out.push_back(std::move(t));
+  }
+  return {};
+}
+template <class T>
+Status read(const json& v, const std::string& where, std::map<std::string, T>& out) {
+  if (!v.is_object()) return bad(where, "not an object");
+  out.clear();
+  for (const auto& [k, x] : v.items()) {
+    T t{};
+    FR_TRY(read(x, where + "." + k, t));
+    out.emplace(k, std::move(t));
+  }
+  return {};
+}
+
+// j[key] into out when present and not null; `where` names j.
+template <class T>
+Status field(const json& j, const char* key, const std::string& where, T& out) {
+  auto it = j.find(key);
+  if (it == j.end() || it->is_null()) return {};
+  return read(*it, where + "." + key, out);
+}
+
+inline Status object(const json& j, const std::string& where) {
+  if (!j.is_object()) return bad(where, "not an object");
+  return {};
+}
+
+}  // namespace fr::json_fields

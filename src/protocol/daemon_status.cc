@@ -1,0 +1,101 @@
+#include "protocol/daemon_status.h"
+
+#include "common/json_fields.h"
+
+namespace fr::proto {
+
+using nlohmann::json;
+using json_fields::field;
+
+namespace {
+
+json record_json(const DaemonClientRecord& r, const char* mode_key) {
+  return {{"pid", r.pid}, {"uid", r.uid}, {mode_key, r.mode}, {"unix_time", r.unix_time}};
+}
+
+}  // namespace
+
+// Found by argument-dependent lookup from json_fields' vector reader.
+static Status read_record(const json& j, const std::string& w, DaemonClientRecord& r, const char* mode_key) {
+  FR_TRY(json_fields::object(j, w));
+  FR_TRY(field(j, "pid", w, r.pid));
+  FR_TRY(field(j, "uid", w, r.uid));
+  FR_TRY(field(j, mode_key, w, r.mode));
+  FR_TRY(field(j, "unix_time", w, r.unix_time));
+  return {};
+}
+
+static Status read(const json& j, const std::string& w, DaemonClientRecord& r) { return read_record(j, w, r, "mode"); }
+
+static Status read(const json& j, const std::string& w, DaemonEntryStatus& e) {
+  FR_TRY(json_fields::object(j, w));
+  FR_TRY(field(j, "fingerprint", w, e.fingerprint));
+  FR_TRY(field(j, "state", w, e.state));
+  FR_TRY(field(j, "source", w, e.source));
+  FR_TRY(field(j, "pool_bytes", w, e.pool_bytes));
+  FR_TRY(field(j, "data_bytes", w, e.data_bytes));
+  FR_TRY(field(j, "tensors", w, e.tensors));
+  FR_TRY(field(j, "files", w, e.files));
+  FR_TRY(field(j, "config", w, e.config));
+  FR_TRY(field(j, "digest", w, e.digest));
+  FR_TRY(field(j, "error", w, e.error));
+  if (auto it = j.find("progress"); it != j.end() && !it->is_null()) {
+    const std::string pw = w + ".progress";
+    FR_TRY(json_fields::object(*it, pw));
+    FR_TRY(field(*it, "done_bytes", pw, e.progress.done_bytes));
+    FR_TRY(field(*it, "total_bytes", pw, e.progress.total_bytes));
+    FR_TRY(field(*it, "elapsed_s", pw, e.progress.elapsed_s));
+    FR_TRY(field(*it, "rate_bytes_per_s", pw, e.progress.rate_bytes_per_s));
+  }
+  FR_TRY(field(j, "attaches", w, e.attaches));
+  return {};
+}
+
+json to_json(const DaemonStatus& s) {
+  json entries = json::array();
+  for (const auto& e : s.entries) {
+    json at = json::array();
+    for (const auto& a : e.attaches) at.push_back(record_json(a, "mode"));
+    entries.push_back({{"fingerprint", e.fingerprint},
+                       {"state", e.state},
+                       {"source", e.source},
+                       {"pool_bytes", e.pool_bytes},
+                       {"data_bytes", e.data_bytes},
+                       {"tensors", e.tensors},
+                       {"files", e.files},
+                       {"config", e.config},
+                       {"digest", e.digest ? json(*e.digest) : json(nullptr)},
+                       {"error", e.error ? json(*e.error) : json(nullptr)},
+                       {"progress", {{"done_bytes", e.progress.done_bytes}, {"total_bytes", e.progress.total_bytes},
+                                     {"elapsed_s", e.progress.elapsed_s}, {"rate_bytes_per_s", e.progress.rate_bytes_per_s}}},
+                       {"attaches", std::move(at)}});
+  }
+  json misses = json::array();
+  for (const auto& m : s.misses) misses.push_back(record_json(m, "reason"));
+  return {{"backend", s.backend}, {"gpu_uuid", s.gpu_uuid}, {"gpu_name", s.gpu_name}, {"pid", s.pid},
+          {"held_bytes", s.held_bytes}, {"clients", s.clients}, {"entries", std::move(entries)},
+          {"misses", std::move(misses)}};
+}
+
+Result<DaemonStatus> daemon_status_from_json(const json& j, const std::string& w) {
+  DaemonStatus s;
+  FR_TRY(json_fields::object(j, w));
+  FR_TRY(field(j, "backend", w, s.backend));
+  FR_TRY(field(j, "gpu_uuid", w, s.gpu_uuid));
+  FR_TRY(field(j, "gpu_name", w, s.gpu_name));
+  FR_TRY(field(j, "pid", w, s.pid));
+  FR_TRY(field(j, "held_bytes", w, s.held_bytes));
+  FR_TRY(field(j, "clients", w, s.clients));
+  FR_TRY(field(j, "entries", w, s.entries));
+  if (auto it = j.find("misses"); it != j.end() && !it->is_null()) {
+    if (!it->is_array()) return json_fields::bad(w + ".misses", "not an array");
+    for (size_t i = 0; i < it->size(); ++i) {
+      DaemonClientRecord r;
+      FR_TRY(read_record((*it)[i], w + ".misses[" + std::to_string(i) + "]", r, "reason"));
+      s.misses.push_back(std::move(r));
+    }
+  }
+  return s;
+}
+
+}  // namespace fr::proto

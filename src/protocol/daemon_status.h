@@ -1,0 +1,66 @@
+// The weight daemon's status reply (docs/protocol.md, "status") as one typed struct and its codec. The
+// daemon encodes it (src/daemon/server.cc); the supervisor, the snapshot exchange and fastrestart-weightctl
+// decode it. Decoding is tolerant of absent fields (they keep their defaults) and strict about types: a
+// mistyped field is an error naming it ("daemon_status.entries[0].progress.done_bytes: not an unsigned
+// integer").
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "common/result.h"
+
+namespace fr::proto {
+
+struct DaemonProgress {
+  uint64_t done_bytes = 0;
+  uint64_t total_bytes = 0;
+  double elapsed_s = 0;
+  double rate_bytes_per_s = 0;
+};
+
+// One attach of an entry, or one attach miss of the daemon (`mode` holds the miss's reason).
+struct DaemonClientRecord {
+  int64_t pid = 0;
+  uint64_t uid = 0;
+  std::string mode;
+  double unix_time = 0;
+};
+
+struct DaemonEntryStatus {
+  std::string fingerprint;
+  std::string state;  // loading | ready | failed
+  std::string source;  // preload | publish
+  uint64_t pool_bytes = 0;
+  uint64_t data_bytes = 0;
+  uint64_t tensors = 0;
+  std::vector<std::string> files;
+  std::map<std::string, std::string> config;
+  std::optional<std::string> digest;  // hex; null on the wire when absent
+  std::optional<std::string> error;   // null on the wire when absent
+  DaemonProgress progress;
+  std::vector<DaemonClientRecord> attaches;
+};
+
+struct DaemonStatus {
+  std::string backend;
+  std::string gpu_uuid;
+  std::string gpu_name;
+  int64_t pid = 0;
+  uint64_t held_bytes = 0;
+  uint64_t clients = 0;
+  std::vector<DaemonEntryStatus> entries;
+  std::vector<DaemonClientRecord> misses;  // `mode` is the reason
+};
+
+// The reply without "ok" (the server adds it).
+nlohmann::json to_json(const DaemonStatus& s);
+// Accepts a whole reply ("ok" is ignored). `where` names the object in errors.
+Result<DaemonStatus> daemon_status_from_json(const nlohmann::json& j, const std::string& where = "daemon_status");
+
+}  // namespace fr::proto

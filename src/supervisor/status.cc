@@ -1,0 +1,272 @@
+#include "supervisor/status.h"
+
+#include "common/json_fields.h"
+
+namespace fr::supervisor {
+
+using nlohmann::json;
+using json_fields::field;
+using json_fields::object;
+
+// The readers below are found by argument-dependent lookup from json_fields' vector and map readers.
+
+static Status read(const json& j, const std::string& w, DaemonRowStatus& d) {
+  FR_TRY(object(j, w));
+  FR_TRY(field(j, "gpu", w, d.gpu));
+  FR_TRY(field(j, "kind", w, d.kind));
+  FR_TRY(field(j, "pid", w, d.pid));
+  FR_TRY(field(j, "socket", w, d.socket));
+  FR_TRY(field(j, "state", w, d.state));
+  FR_TRY(field(j, "error", w, d.error));
+  FR_TRY(field(j, "held_bytes", w, d.held_bytes));
+  FR_TRY(field(j, "entries", w, d.entries));
+  if (auto it = j.find("progress"); it != j.end() && !it->is_null()) {
+    const std::string pw = w + ".progress";
+    FR_TRY(object(*it, pw));
+    FR_TRY(field(*it, "done_bytes", pw, d.progress.done_bytes));
+    FR_TRY(field(*it, "total_bytes", pw, d.progress.total_bytes));
+    FR_TRY(field(*it, "rate_bytes_per_s", pw, d.progress.rate_bytes_per_s));
+  }
+  if (j.contains("health") || j.contains("argv") || j.contains("watched_files")) {
+    PreloadDetails p;
+    FR_TRY(field(j, "health", w, p.health));
+    FR_TRY(field(j, "argv", w, p.argv));
+    FR_TRY(field(j, "watched_files", w, p.watched_files));
+    d.preload = std::move(p);
+  }
+  return {};
+}
+
+static Status read(const json& j, const std::string& w, MemoryRowStatus& m) {
+  FR_TRY(object(j, w));
+  FR_TRY(field(j, "gpu", w, m.gpu));
+  FR_TRY(field(j, "error", w, m.error));
+  if (m.error) return {};
+  FR_TRY(field(j, "uuid", w, m.uuid));
+  FR_TRY(field(j, "name", w, m.name));
+  FR_TRY(field(j, "total_bytes", w, m.total_bytes));
+  FR_TRY(field(j, "used_bytes", w, m.used_bytes));
+  FR_TRY(field(j, "free_bytes", w, m.free_bytes));
+  FR_TRY(field(j, "budget_bytes", w, m.budget_bytes));
+  FR_TRY(field(j, "daemon_held_bytes", w, m.daemon_held_bytes));
+  return {};
+}
+
+static Status read(const json& j, const std::string& w, StartAttemptStatus& a) {
+  FR_TRY(object(j, w));
+  FR_TRY(field(j, "path", w, a.path));
+  FR_TRY(field(j, "outcome", w, a.outcome));
+  FR_TRY(field(j, "reason", w, a.reason));
+  FR_TRY(field(j, "detail", w, a.detail));
+  return {};
+}
+
+static Status read(const json& j, const std::string& w, StartPathCount& c) {
+  FR_TRY(object(j, w));
+  FR_TRY(field(j, "path", w, c.path));
+  FR_TRY(field(j, "outcome", w, c.outcome));
+  FR_TRY(field(j, "reason", w, c.reason));
+  FR_TRY(field(j, "count", w, c.count));
+  return {};
+}
+
+static Status read(const json& j, const std::string& w, HistogramStatus& h) {
+  FR_TRY(object(j, w));
+  if (auto it = j.find("buckets"); it != j.end() && !it->is_null()) {
+    if (!it->is_array()) return json_fields::bad(w + ".buckets", "not an array");
+    for (size_t i = 0; i < it->size(); ++i) {
+      const json& b = (*it)[i];
+      const std::string bw = w + ".buckets[" + std::to_string(i) + "]";
+      if (!b.is_array() || b.size() != 2) return json_fields::bad(bw, "not a pair [le, count]");
+      std::pair<double, uint64_t> p;
+      FR_TRY(json_fields::read(b[0], bw + "[0]", p.first));
+      FR_TRY(json_fields::read(b[1], bw + "[1]", p.second));
+      h.buckets.push_back(p);
+    }
+  }
+  FR_TRY(field(j, "count", w, h.count));
+  FR_TRY(field(j, "sum", w, h.sum));
+  return {};
+}
+
+static Status read_metrics(const json& j, const std::string& w, MetricsStatus& m) {
+  FR_TRY(object(j, w));
+  FR_TRY(field(j, "time_to_ready", w, m.time_to_ready));
+  if (auto it = j.find("attaches"); it != j.end() && !it->is_null()) {
+    const std::string aw = w + ".attaches";
+    FR_TRY(object(*it, aw));
+    FR_TRY(field(*it, "hit", aw, m.attaches_hit));
+    FR_TRY(field(*it, "fallback", aw, m.attaches_fallback));
+    FR_TRY(field(*it, "none", aw, m.attaches_none));
+    FR_TRY(field(*it, "miss", aw, m.attach_misses));
+  }
+  if (auto it = j.find("reloads"); it != j.end() && !it->is_null()) {
+    const std::string rw = w + ".reloads";
+    FR_TRY(object(*it, rw));
+    FR_TRY(field(*it, "warm", rw, m.reloads_warm));
+    FR_TRY(field(*it, "cold", rw, m.reloads_cold));
+    FR_TRY(field(*it, "rolled_back", rw, m.reloads_rolled_back));
+  }
+  FR_TRY(field(j, "start_paths", w, m.start_paths));
+  FR_TRY(field(j, "rollbacks", w, m.rollbacks));
+  if (auto it = j.find("snapshots"); it != j.end() && !it->is_null()) {
+    const std::string sw = w + ".snapshots";
+    SnapshotCounts c;
+    FR_TRY(object(*it, sw));
+    FR_TRY(field(*it, "created", sw, c.created));
+    FR_TRY(field(*it, "create_failures", sw, c.create_failures));
+    FR_TRY(field(*it, "restored", sw, c.restored));
+    FR_TRY(field(*it, "fallbacks", sw, c.fallbacks));
+    m.snapshots = c;
+  }
+  return {};
+}
+
+json to_json(const DaemonRowStatus& d) {
+  json j{{"gpu", d.gpu},
+         {"pid", d.pid},
+         {"state", d.state},
+         {"error", d.error},
+         {"held_bytes", d.held_bytes},
+         {"entries", d.entries},
+         {"progress", {{"done_bytes", d.progress.done_bytes}, {"total_bytes", d.progress.total_bytes},
+                       {"rate_bytes_per_s", d.progress.rate_bytes_per_s}}}};
+  if (!d.kind.empty()) j["kind"] = d.kind;
+  if (d.socket) j["socket"] = *d.socket;
+  if (d.preload) {
+    j["health"] = d.preload->health;
+    j["argv"] = d.preload->argv;
+    j["watched_files"] = d.preload->watched_files;
+  }
+  return j;
+}
+
+json to_json(const StartAttemptStatus& a) {
+  json row{{"path", a.path}, {"outcome", a.outcome}};
+  if (a.reason) row.update({{"reason", *a.reason}, {"detail", a.detail}});
+  return row;
+}
+
+namespace {
+
+json to_json(const MemoryRowStatus& m) {
+  if (m.error) return {{"gpu", m.gpu}, {"error", *m.error}};
+  return {{"gpu", m.gpu}, {"uuid", m.uuid}, {"name", m.name}, {"total_bytes", m.total_bytes},
+          {"used_bytes", m.used_bytes}, {"free_bytes", m.free_bytes}, {"budget_bytes", m.budget_bytes},
+          {"daemon_held_bytes", m.daemon_held_bytes}};
+}
+
+json to_json(const MetricsStatus& m) {
+  json hist = json::object();
+  for (const auto& [path, h] : m.time_to_ready) {
+    json b = json::array();
+    for (const auto& [le, n] : h.buckets) b.push_back({le, n});
+    hist[path] = {{"buckets", b}, {"count", h.count}, {"sum", h.sum}};
+  }
+  json attaches{{"hit", m.attaches_hit}, {"fallback", m.attaches_fallback}, {"none", m.attaches_none},
+                {"miss", json(m.attach_misses)}};
+  json start_paths = json::array();
+  for (const auto& c : m.start_paths)
+    start_paths.push_back({{"path", c.path}, {"outcome", c.outcome}, {"reason", c.reason}, {"count", c.count}});
+  json j{{"time_to_ready", hist},
+         {"attaches", attaches},
+         {"reloads", {{"warm", m.reloads_warm}, {"cold", m.reloads_cold}, {"rolled_back", m.reloads_rolled_back}}},
+         {"start_paths", start_paths},
+         {"rollbacks", json(m.rollbacks)}};
+  if (m.snapshots)
+    j["snapshots"] = {{"created", m.snapshots->created}, {"create_failures", m.snapshots->create_failures},
+                      {"restored", m.snapshots->restored}, {"fallbacks", m.snapshots->fallbacks}};
+  return j;
+}
+
+}  // namespace
+
+json to_json(const SupervisorStatus& s) {
+  json engine = nullptr;
+  if (s.engine) {
+    const EngineStatus& e = *s.engine;
+    engine = {{"pid", e.pid}, {"uptime_s", e.uptime_s}, {"path", e.path}, {"snapshot_id", e.snapshot_id},
+              {"flags", e.flags}, {"running", e.running}};
+    if (!e.vllm.is_null()) engine["vllm"] = e.vllm;
+  }
+  json daemons = json::array();
+  for (const auto& d : s.daemons) daemons.push_back(to_json(d));
+  json memory = json::array();
+  for (const auto& m : s.memory) memory.push_back(to_json(m));
+  json attempts = json::array();
+  for (const auto& a : s.start_paths) attempts.push_back(to_json(a));
+  json recent = json::array();
+  for (const auto& r : s.rollbacks.recent) recent.push_back(r);
+  return {{"name", s.name},
+          {"config", s.config},
+          {"state", s.state},
+          {"status_text", s.status_text},
+          {"uptime_s", s.uptime_s},
+          {"engine", engine},
+          {"flags", s.flags},
+          {"restarts", json(s.restarts)},
+          {"rollbacks", {{"count", s.rollbacks.count}, {"by_cause", json(s.rollbacks.by_cause)}, {"recent", recent}}},
+          {"last_exit", s.last_exit},
+          {"last_start", s.last_start},
+          {"start_paths", attempts},
+          {"daemons", daemons},
+          {"memory", memory},
+          {"memory_utilization", s.memory_utilization},
+          {"backoff_s", s.backoff_s},
+          {"failure", s.failure},
+          {"reload_in_progress", s.reload_in_progress},
+          {"snapshot", s.snapshot},
+          {"metrics", to_json(s.metrics)}};
+}
+
+Result<SupervisorStatus> supervisor_status_from_json(const json& j, const std::string& w) {
+  SupervisorStatus s;
+  FR_TRY(object(j, w));
+  FR_TRY(field(j, "name", w, s.name));
+  FR_TRY(field(j, "config", w, s.config));
+  FR_TRY(field(j, "state", w, s.state));
+  FR_TRY(field(j, "status_text", w, s.status_text));
+  FR_TRY(field(j, "uptime_s", w, s.uptime_s));
+  if (auto it = j.find("engine"); it != j.end() && !it->is_null()) {
+    const std::string ew = w + ".engine";
+    EngineStatus e;
+    FR_TRY(object(*it, ew));
+    FR_TRY(field(*it, "pid", ew, e.pid));
+    FR_TRY(field(*it, "uptime_s", ew, e.uptime_s));
+    FR_TRY(field(*it, "path", ew, e.path));
+    FR_TRY(field(*it, "snapshot_id", ew, e.snapshot_id));
+    FR_TRY(field(*it, "flags", ew, e.flags));
+    FR_TRY(field(*it, "running", ew, e.running));
+    if (auto v = it->find("vllm"); v != it->end()) {
+      if (!v->is_object() && !v->is_null()) return json_fields::bad(ew + ".vllm", "not an object");
+      e.vllm = *v;
+    }
+    s.engine = std::move(e);
+  }
+  FR_TRY(field(j, "flags", w, s.flags));
+  FR_TRY(field(j, "restarts", w, s.restarts));
+  if (auto it = j.find("rollbacks"); it != j.end() && !it->is_null()) {
+    const std::string rw = w + ".rollbacks";
+    FR_TRY(object(*it, rw));
+    FR_TRY(field(*it, "count", rw, s.rollbacks.count));
+    FR_TRY(field(*it, "by_cause", rw, s.rollbacks.by_cause));
+    FR_TRY(field(*it, "recent", rw, s.rollbacks.recent));
+  }
+  for (const char* k : {"last_exit", "last_start"})
+    if (auto it = j.find(k); it != j.end() && !it->is_null() && !it->is_object())
+      return json_fields::bad(w + "." + k, "not an object");
+  s.last_exit = j.value("last_exit", json(nullptr));
+  s.last_start = j.value("last_start", json(nullptr));
+  FR_TRY(field(j, "start_paths", w, s.start_paths));
+  FR_TRY(field(j, "daemons", w, s.daemons));
+  FR_TRY(field(j, "memory", w, s.memory));
+  FR_TRY(field(j, "memory_utilization", w, s.memory_utilization));
+  FR_TRY(field(j, "backoff_s", w, s.backoff_s));
+  FR_TRY(field(j, "failure", w, s.failure));
+  FR_TRY(field(j, "reload_in_progress", w, s.reload_in_progress));
+  s.snapshot = j.value("snapshot", json(nullptr));
+  if (auto it = j.find("metrics"); it != j.end() && !it->is_null()) FR_TRY(read_metrics(*it, w + ".metrics", s.metrics));
+  return s;
+}
+
+}  // namespace fr::supervisor

@@ -1,0 +1,140 @@
+// The supervisor's status (docs/supervisor.md, "Control protocol"; docs/health.md) as one typed struct and its
+// codec. Supervisor::status_json() fills it and encodes it; fastrestartctl and /metrics decode it. The wire
+// form is the JSON documented there, unchanged. Decoding keeps defaults for absent fields (an older or newer
+// peer) and fails on a mistyped one, naming it ("status.engine.pid: not an integer").
+//
+// A few parts keep their JSON form because another component owns their shape: the engine kind's report
+// (`engine.vllm`, the vLLM adapter's VllmReport), `last_exit` and `last_start` (what the lifecycle records),
+// `rollbacks.recent` and `snapshot` (docs/snapshot.md).
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "common/result.h"
+
+namespace fr::supervisor {
+
+struct EngineStatus {
+  int64_t pid = 0;
+  double uptime_s = 0;
+  std::string path;
+  std::string snapshot_id;
+  std::vector<std::string> flags;  // redacted
+  bool running = false;
+  nlohmann::json vllm;  // engine.kind = vllm: what the engine reported; null (omitted) for other kinds
+};
+
+struct DaemonProgressStatus {
+  uint64_t done_bytes = 0;
+  uint64_t total_bytes = 0;
+  double rate_bytes_per_s = 0;
+};
+
+// `vllm preload`'s row adds these (docs/vllm.md).
+struct PreloadDetails {
+  std::string health;
+  std::vector<std::string> argv;
+  std::vector<std::string> watched_files;
+};
+
+struct DaemonRowStatus {
+  std::string gpu;  // "host", a GPU index, or "vllm-preload"
+  std::string kind;  // empty (omitted) for native daemons
+  int64_t pid = 0;
+  std::optional<std::string> socket;  // native daemons
+  std::string state;  // loading | ready | failed | dead | stopped
+  std::string error;
+  uint64_t held_bytes = 0;
+  uint64_t entries = 0;
+  DaemonProgressStatus progress;
+  std::optional<PreloadDetails> preload;
+};
+
+struct MemoryRowStatus {
+  std::string gpu;
+  std::optional<std::string> error;  // NVML could not read the GPU: nothing else is set
+  std::string uuid;
+  std::string name;
+  uint64_t total_bytes = 0;
+  uint64_t used_bytes = 0;
+  uint64_t free_bytes = 0;
+  uint64_t budget_bytes = 0;
+  uint64_t daemon_held_bytes = 0;
+};
+
+// One start path asked at the current (or last) engine start.
+struct StartAttemptStatus {
+  std::string path;
+  std::string outcome;  // started | skipped | failed | waiting
+  std::optional<std::string> reason;  // a code; with detail
+  std::string detail;
+};
+
+struct HistogramStatus {
+  std::vector<std::pair<double, uint64_t>> buckets;  // [le, cumulative count]
+  uint64_t count = 0;
+  double sum = 0;
+};
+
+struct StartPathCount {
+  std::string path, outcome, reason;
+  uint64_t count = 0;
+};
+
+struct SnapshotCounts {
+  uint64_t created = 0, create_failures = 0, restored = 0, fallbacks = 0;
+};
+
+struct MetricsStatus {
+  std::map<std::string, HistogramStatus> time_to_ready;  // by path
+  uint64_t attaches_hit = 0, attaches_fallback = 0, attaches_none = 0;
+  std::map<std::string, uint64_t> attach_misses;  // by reason
+  uint64_t reloads_warm = 0, reloads_cold = 0, reloads_rolled_back = 0;
+  std::vector<StartPathCount> start_paths;
+  std::map<std::string, uint64_t> rollbacks;  // by cause
+  std::optional<SnapshotCounts> snapshots;
+};
+
+struct RollbacksStatus {
+  uint64_t count = 0;
+  std::map<std::string, uint64_t> by_cause;
+  std::vector<nlohmann::json> recent;  // {unix_time, cause, detail, rejected_flags}
+};
+
+struct SupervisorStatus {
+  std::string name;
+  std::string config;
+  std::string state;
+  std::string status_text;
+  double uptime_s = 0;
+  std::optional<EngineStatus> engine;  // null while no engine runs
+  std::vector<std::string> flags;      // redacted
+  std::map<std::string, uint64_t> restarts;  // by cause
+  RollbacksStatus rollbacks;
+  nlohmann::json last_exit;   // null or {cause, detail, ...}
+  nlohmann::json last_start;  // null or {path, time_to_ready_s, ...}
+  std::vector<StartAttemptStatus> start_paths;
+  std::vector<DaemonRowStatus> daemons;
+  std::vector<MemoryRowStatus> memory;
+  double memory_utilization = 0;
+  double backoff_s = 0;
+  std::string failure;
+  bool reload_in_progress = false;
+  nlohmann::json snapshot;
+  MetricsStatus metrics;
+};
+
+nlohmann::json to_json(const SupervisorStatus& s);
+nlohmann::json to_json(const DaemonRowStatus& d);
+nlohmann::json to_json(const StartAttemptStatus& a);
+// `where` names the object in errors ("status").
+Result<SupervisorStatus> supervisor_status_from_json(const nlohmann::json& j, const std::string& where = "status");
+
+}  // namespace fr::supervisor

@@ -1,0 +1,83 @@
+// The weight daemon's status codec (protocol/daemon_status.h): a round trip, the documented wire form, and
+// errors that name the mistyped field.
+#include "protocol/daemon_status.h"
+
+#include <gtest/gtest.h>
+
+namespace fr::proto {
+namespace {
+
+using nlohmann::json;
+
+DaemonStatus sample() {
+  DaemonStatus s;
+  s.backend = "host";
+  s.gpu_uuid = "host";
+  s.gpu_name = "host memory";
+  s.pid = 1234;
+  s.held_bytes = 2147483648ull;
+  s.clients = 3;
+  DaemonEntryStatus e;
+  e.fingerprint = "9f1c2b3a4d5e6f70";
+  e.state = "loading";
+  e.source = "preload";
+  e.pool_bytes = 4096;
+  e.data_bytes = 4000;
+  e.tensors = 291;
+  e.files = {"/models/a.safetensors"};
+  e.config = {{"dtype", "bf16"}};
+  e.progress = {1073741824ull, 2147483648ull, 0.51, 2.1e9};
+  e.attaches = {{4321, 0, "zero_copy", 1764480000.5}};
+  s.entries.push_back(e);
+  DaemonEntryStatus f = e;
+  f.state = "failed";
+  f.error = "read /models/a.safetensors: EIO";
+  f.digest = "0123456789abcdef";
+  s.entries.push_back(f);
+  s.misses = {{4321, 0, "no entries", 1764480000.4}};
+  return s;
+}
+
+TEST(DaemonStatusCodec, RoundTrips) {
+  const json wire = to_json(sample());
+  auto back = daemon_status_from_json(wire);
+  ASSERT_TRUE(back.ok()) << back.error().message;
+  EXPECT_EQ(to_json(*back), wire);
+  EXPECT_EQ(back->entries[1].error.value_or(""), "read /models/a.safetensors: EIO");
+  EXPECT_EQ(back->misses[0].mode, "no entries");
+}
+
+// docs/protocol.md, "status": digest and error are null when absent; a miss names its reason.
+TEST(DaemonStatusCodec, WireFormIsTheDocumentedOne) {
+  json j = to_json(sample());
+  EXPECT_TRUE(j["entries"][0]["digest"].is_null());
+  EXPECT_TRUE(j["entries"][0]["error"].is_null());
+  EXPECT_EQ(j["entries"][1]["digest"], "0123456789abcdef");
+  EXPECT_EQ(j["entries"][0]["progress"]["elapsed_s"], 0.51);
+  EXPECT_EQ(j["entries"][0]["attaches"][0]["mode"], "zero_copy");
+  EXPECT_EQ(j["misses"][0]["reason"], "no entries");
+  EXPECT_FALSE(j["misses"][0].contains("mode"));
+  j["ok"] = true;  // a whole reply decodes
+  EXPECT_TRUE(daemon_status_from_json(j).ok());
+}
+
+TEST(DaemonStatusCodec, MalformedStatusNamesTheField) {
+  json j = to_json(sample());
+  j["entries"][0]["progress"]["done_bytes"] = "many";
+  auto s = daemon_status_from_json(j);
+  ASSERT_FALSE(s.ok());
+  EXPECT_EQ(s.error().message, "daemon_status.entries[0].progress.done_bytes: not an unsigned integer");
+  j = to_json(sample());
+  j["misses"][0]["pid"] = 1.5;
+  s = daemon_status_from_json(j);
+  ASSERT_FALSE(s.ok());
+  EXPECT_EQ(s.error().message, "daemon_status.misses[0].pid: not an integer");
+  j = to_json(sample());
+  j["entries"][1]["config"]["dtype"] = 16;
+  s = daemon_status_from_json(j);
+  ASSERT_FALSE(s.ok());
+  EXPECT_EQ(s.error().message, "daemon_status.entries[1].config.dtype: not a string");
+}
+
+}  // namespace
+}  // namespace fr::proto

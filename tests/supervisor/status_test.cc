@@ -1,0 +1,147 @@
+// The supervisor's status codec (supervisor/status.h): what status_json() encodes decodes to the same struct
+// and re-encodes to the same JSON, and a mistyped field is named in the error.
+#include "supervisor/status.h"
+
+#include <gtest/gtest.h>
+
+namespace fr::supervisor {
+namespace {
+
+using nlohmann::json;
+
+SupervisorStatus sample() {
+  SupervisorStatus s;
+  s.name = "m";
+  s.config = "/etc/fastrestart/m.toml";
+  s.state = "ready";
+  s.status_text = "Serving";
+  s.uptime_s = 12.5;
+  EngineStatus e;
+  e.pid = 42;
+  e.uptime_s = 3.25;
+  e.path = "warm";
+  e.flags = {"--port", "8000", "--api-key", "<redacted>"};
+  e.running = true;
+  e.vllm = {{"version", {{"value", "0.31.0"}, {"line", "..."}}}, {"loader", json::array()}};
+  s.engine = e;
+  s.flags = e.flags;
+  s.restarts = {{"crash", 3}, {"hung", 0}};
+  s.rollbacks.count = 1;
+  s.rollbacks.by_cause = {{"crash", 1}};
+  s.rollbacks.recent = {json{{"unix_time", 1764480000}, {"cause", "crash"}, {"detail", "exit 1"}, {"rejected_flags", {"--x"}}}};
+  s.last_exit = {{"cause", "crash"}, {"detail", "exit status 1"}, {"pid", 41}};
+  s.last_start = {{"path", "warm"}, {"time_to_ready_s", 1.5}};
+  s.start_paths = {{"snapshot", "skipped", "no_snapshot", "no snapshot yet"}, {"warm", "started", std::nullopt, ""}};
+  DaemonRowStatus d;
+  d.gpu = "0";
+  d.pid = 7;
+  d.socket = "/run/fastrestart/weightd-0.sock";
+  d.state = "ready";
+  d.held_bytes = 18446744073709551615ull;  // every digit survives
+  d.entries = 1;
+  d.progress = {50, 100, 1.5e9};
+  s.daemons.push_back(d);
+  DaemonRowStatus p;
+  p.gpu = p.kind = "vllm-preload";
+  p.pid = 8;
+  p.state = "loading";
+  p.preload = PreloadDetails{"http://127.0.0.1:9000/health", {"vllm", "preload"}, {"/models/a.safetensors"}};
+  s.daemons.push_back(p);
+  MemoryRowStatus m;
+  m.gpu = "0";
+  m.uuid = "GPU-1";
+  m.name = "H200";
+  m.total_bytes = 100;
+  m.used_bytes = 60;
+  m.free_bytes = 40;
+  m.budget_bytes = 90;
+  m.daemon_held_bytes = 30;
+  s.memory.push_back(m);
+  MemoryRowStatus lost;
+  lost.gpu = "1";
+  lost.error = "nvml: GPU lost";
+  s.memory.push_back(lost);
+  s.memory_utilization = 0.9;
+  s.backoff_s = 2;
+  s.reload_in_progress = true;
+  s.snapshot = {{"enabled", false}, {"problem", "snapshot.enabled is false"}};
+  s.metrics.time_to_ready["warm"] = HistogramStatus{{{0.5, 1}, {1.0, 3}}, 3, 2.5};
+  s.metrics.attaches_hit = 7;
+  s.metrics.attaches_fallback = 2;
+  s.metrics.attach_misses = {{"no entries", 2}};
+  s.metrics.reloads_warm = 4;
+  s.metrics.reloads_rolled_back = 1;
+  s.metrics.start_paths = {{"warm", "started", "", 5}};
+  s.metrics.rollbacks = {{"crash", 1}};
+  s.metrics.snapshots = SnapshotCounts{1, 0, 2, 1};
+  return s;
+}
+
+TEST(SupervisorStatusCodec, RoundTrips) {
+  const json wire = to_json(sample());
+  auto back = supervisor_status_from_json(wire);
+  ASSERT_TRUE(back.ok()) << back.error().message;
+  EXPECT_EQ(to_json(*back), wire);
+  EXPECT_EQ(back->daemons[0].held_bytes, 18446744073709551615ull);
+  ASSERT_TRUE(back->daemons[1].preload.has_value());
+  EXPECT_EQ(back->daemons[1].preload->watched_files.front(), "/models/a.safetensors");
+  EXPECT_FALSE(back->daemons[1].socket.has_value());
+  EXPECT_EQ(back->memory[1].error.value_or(""), "nvml: GPU lost");
+  EXPECT_FALSE(back->start_paths[1].reason.has_value());
+}
+
+// The documented wire form (docs/supervisor.md, docs/health.md): the field names stay as they are.
+TEST(SupervisorStatusCodec, WireFormKeepsTheDocumentedFields) {
+  const json j = to_json(sample());
+  for (const char* k : {"name", "config", "state", "status_text", "uptime_s", "engine", "flags", "restarts", "rollbacks",
+                        "last_exit", "last_start", "start_paths", "daemons", "memory", "memory_utilization", "backoff_s",
+                        "failure", "reload_in_progress", "snapshot", "metrics"})
+    EXPECT_TRUE(j.contains(k)) << k;
+  EXPECT_EQ(j["engine"]["vllm"]["version"]["value"], "0.31.0");
+  EXPECT_EQ(j["daemons"][0]["progress"]["done_bytes"], 50);
+  EXPECT_EQ(j["daemons"][1]["kind"], "vllm-preload");
+  EXPECT_FALSE(j["daemons"][0].contains("kind"));
+  EXPECT_EQ(j["memory"][1], (json{{"gpu", "1"}, {"error", "nvml: GPU lost"}}));
+  EXPECT_EQ(j["metrics"]["time_to_ready"]["warm"]["buckets"], (json{{0.5, 1}, {1.0, 3}}));
+  EXPECT_EQ(j["metrics"]["attaches"]["miss"]["no entries"], 2);
+  EXPECT_EQ(j["start_paths"][1], (json{{"path", "warm"}, {"outcome", "started"}}));
+  EXPECT_EQ(j["rollbacks"]["count"], 1);
+  SupervisorStatus idle = sample();
+  idle.engine.reset();
+  EXPECT_TRUE(to_json(idle)["engine"].is_null());
+}
+
+TEST(SupervisorStatusCodec, AbsentFieldsKeepTheirDefaults) {
+  auto s = supervisor_status_from_json(json::object());
+  ASSERT_TRUE(s.ok()) << s.error().message;
+  EXPECT_FALSE(s->engine.has_value());
+  EXPECT_EQ(s->metrics.attaches_hit, 0u);
+}
+
+TEST(SupervisorStatusCodec, MalformedStatusNamesTheField) {
+  auto expect_error = [](json j, const std::string& want) {
+    auto s = supervisor_status_from_json(j);
+    ASSERT_FALSE(s.ok()) << j.dump();
+    EXPECT_EQ(s.error().message, want);
+  };
+  json j = to_json(sample());
+  j["engine"]["pid"] = "42";
+  expect_error(j, "status.engine.pid: not an integer");
+  j = to_json(sample());
+  j["daemons"][1]["progress"]["done_bytes"] = -1;
+  expect_error(j, "status.daemons[1].progress.done_bytes: not an unsigned integer");
+  j = to_json(sample());
+  j["metrics"]["time_to_ready"]["warm"]["buckets"][0] = "x";
+  expect_error(j, "status.metrics.time_to_ready.warm.buckets[0]: not a pair [le, count]");
+  j = to_json(sample());
+  j["restarts"]["crash"] = true;
+  expect_error(j, "status.restarts.crash: not an unsigned integer");
+  j = to_json(sample());
+  j["memory"][0]["used_bytes"] = 1.5;
+  expect_error(j, "status.memory[0].used_bytes: not an unsigned integer");
+  expect_error(json::array(), "status: not an object");
+  expect_error(json{{"state", 1}}, "status.state: not a string");
+}
+
+}  // namespace
+}  // namespace fr::supervisor
