@@ -12,6 +12,8 @@
 #          SNAP_RESTORES default 3), then the vLLM plugin's tests and the binding's torch tests on cuda:0
 #          (python/tests/gpu_vllm_plugin.sh, test_torch); every log and CRIU's own logs (images left out)
 #          go into logs.tar.gz, so the files stay under the 8 that come back
+#   tests: every GPU test without the weight-store benchmark: the CUDA tests, the Python tests with torch
+#          (binding, torch, reference engine), the vLLM plugin on cuda:0, and bench/gpu_supervisor.sh
 #   snapshot-refengine: the same snapshot benchmark on the PyTorch reference engine, SNAP_SHAPES
 #          (default "tiny 8b": a 75 MB Llama, then the 16 GB Llama-3.1-8B shape), SNAP_RESTORES each (2)
 #   snapshot-weightless: snapshots without the weights (weights.mode zero_copy): the 8 GiB tiny engine
@@ -119,6 +121,19 @@ case "$mode" in
     done
     exit $rc
     ;;
+  tests)
+    say "== Python tests with torch (binding, torch, reference engine)"
+    (cd python/tests && FR_WEIGHTD_BIN=$bundle/bin/fastrestart-weightd timeout 200 \
+      python3 -m unittest -v test_binding test_torch test_refengine) >"$OUT/python-tests.log" 2>&1
+    prc=$?
+    say "python tests: exit $prc; $(tail -3 "$OUT/python-tests.log" | tr '\n' ' ')"
+    grep -E '(FAIL|ERROR|skipped)' "$OUT/python-tests.log" | head -20 | tee -a "$summary"
+    say "== vLLM plugin (torch, cuda:0)"
+    timeout 150 python/tests/gpu_vllm_plugin.sh >"$OUT/plugin.out" 2>&1
+    vrc=$?
+    cat "$OUT/summary_vllm_plugin.txt" >>"$summary" 2>/dev/null
+    say "gpu_vllm_plugin: exit $vrc"
+    ;;
   e2e|e2e-smoke)
     say "== Python tests with torch (binding, torch, reference engine)"
     (cd python/tests && FR_WEIGHTD_BIN=$bundle/bin/fastrestart-weightd \
@@ -142,7 +157,7 @@ say "== CUDA tests"
 : >"$OUT/tests.log"
 failed=0
 for t in no_driver_test gpu_digest_test vmm_share_test; do
-  "$bundle/bin/$t" >"$OUT/$t.tmp" 2>&1
+  timeout 150 "$bundle/bin/$t" >"$OUT/$t.tmp" 2>&1
   rc=$?
   line=$(grep -E '^\[  (PASSED|FAILED|SKIPPED) +\] [0-9]+ tests?' "$OUT/$t.tmp" | tr '\n' ' ')
   cat "$OUT/$t.tmp" >>"$OUT/tests.log"
@@ -150,7 +165,7 @@ for t in no_driver_test gpu_digest_test vmm_share_test; do
   say "$t: exit $rc; $line"
   [ $rc -eq 0 ] || failed=1
 done
-"$bundle/bin/tinyengine_test" --gtest_filter='TinyEngineCuda.*' >"$OUT/te.tmp" 2>&1
+timeout 150 "$bundle/bin/tinyengine_test" --gtest_filter='TinyEngineCuda.*' >"$OUT/te.tmp" 2>&1
 rc=$?
 cat "$OUT/te.tmp" >>"$OUT/tests.log"
 say "tinyengine_test (CUDA): exit $rc; $(grep -E '^\[  (PASSED|FAILED|SKIPPED) +\] [0-9]+ tests?' "$OUT/te.tmp" | tr '\n' ' ')"
@@ -159,6 +174,14 @@ rm -f "$OUT/te.tmp"
 grep -E 'GPU digest of 2 GiB|16 GiB VMM pool|cuMemExportToShareableHandle|cuMemHostAlloc' "$OUT/tests.log" | tee -a "$summary"
 grep -E '^\[  FAILED  \]' "$OUT/tests.log" | tee -a "$summary"
 
+if [ "$mode" = tests ]; then
+  say "== supervisor on the GPU (fastrestartd + tinyengine CUDA + weightd cuda)"
+  timeout 120 bench/gpu_supervisor.sh "$OUT" "${SUP_SIZE:-2G}" 3 2>&1 | tee -a "$summary"
+  src=${PIPESTATUS[0]}
+  say "gpu_supervisor: exit $src"
+  [ $failed -eq 0 ] && [ "$prc" -eq 0 ] && [ "$vrc" -eq 0 ] && [ "$src" -eq 0 ]
+  exit
+fi
 say "== benchmark ($mode)"
 case "$mode" in
   smoke) args=(--scale 0.01 --ckpt /var/tmp/fr-llama8b-small) ;;
