@@ -64,9 +64,11 @@ std::string daemon_binary(const Config& c) {
 
 }  // namespace
 
-std::vector<std::string> checkpoint_files(const Config& c) {
+std::vector<std::string> checkpoint_files(const Config& c) { return expand_checkpoint_paths(c.weights.checkpoint); }
+
+std::vector<std::string> expand_checkpoint_paths(const std::vector<std::string>& paths) {
   std::vector<std::string> out;
-  for (const auto& p : c.weights.checkpoint) {
+  for (const auto& p : paths) {
     std::error_code ec;
     if (std::filesystem::is_directory(p, ec)) {
       std::vector<std::string> v;

@@ -24,6 +24,8 @@ namespace fr::supervisor {
 std::string state_dir(const Config& c);
 // weights.checkpoint with directories expanded to their *.safetensors, sorted.
 std::vector<std::string> checkpoint_files(const Config& c);
+// Files as given; a directory becomes its *.safetensors files, sorted (what the engines load).
+std::vector<std::string> expand_checkpoint_paths(const std::vector<std::string>& paths);
 // A file in the state directory (control.state_dir, else $STATE_DIRECTORY/<name>, /var/lib/fastrestart/<name>
 // for root, ~/.local/state/fastrestart/<name>).
 std::string state_path(const Config& c, const std::string& name);

@@ -79,20 +79,7 @@ std::vector<std::string> watched_files(const Config& c, const std::vector<Flag>&
     std::error_code ec;
     if (!m.empty() && std::filesystem::exists(m, ec)) roots.push_back(m);
   }
-  std::vector<std::string> out;
-  for (const auto& p : roots) {
-    std::error_code ec;
-    if (std::filesystem::is_directory(p, ec)) {
-      std::vector<std::string> v;
-      for (const auto& e : std::filesystem::directory_iterator(p, ec))
-        if (e.path().extension() == ".safetensors") v.push_back(e.path().string());
-      std::sort(v.begin(), v.end());
-      out.insert(out.end(), v.begin(), v.end());
-    } else {
-      out.push_back(p);
-    }
-  }
-  return out;
+  return expand_checkpoint_paths(roots);
 }
 
 std::vector<FileIdentity> identities(const std::vector<std::string>& files) {
