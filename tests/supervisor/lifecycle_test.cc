@@ -177,8 +177,8 @@ TEST_P(TableRow, IsAsSpecified) {
   EXPECT_EQ(t->actions, r.actions) << state_name(r.s) << " x " << event_name(r.e);
 }
 
-INSTANTIATE_TEST_SUITE_P(Lifecycle, TableRow, ::testing::ValuesIn(rows()), [](const auto& info) {
-  return std::string(state_name(info.param.s)) + "_" + event_name(info.param.e);
+INSTANTIATE_TEST_SUITE_P(Lifecycle, TableRow, ::testing::ValuesIn(rows()), [](const auto& row) {
+  return std::string(state_name(row.param.s)) + "_" + event_name(row.param.e);
 });
 
 TEST(Lifecycle, EveryRowIsListed) {
