@@ -302,6 +302,33 @@ void vllm_families(Writer& w, const SupervisorStatus& status) {
   }
 }
 
+// Only for supervisors with a standby path (status "standby"; docs/standby.md).
+void standby_families(Writer& w, const SupervisorStatus& status) {
+  if (!status.standby) return;
+  const auto& s = *status.standby;
+  w.family("standby_parked", "gauge", "1 while a standby engine is parked at its gate, else 0.");
+  w.sample({{"level", s.level}}, s.state == "parked" ? 1.0 : 0.0);
+  w.family("standby_spawns_total", "counter", "Standby engines started.");
+  w.sample({}, static_cast<double>(s.spawns));
+  w.family("standby_releases_total", "counter", "Standby engines released to become the engine.");
+  w.sample({}, static_cast<double>(s.releases));
+  w.family("standby_failures_total", "counter",
+           "Standby engines that failed, by reason: never_parked, died, listening, protocol, release, spawn.");
+  for (const auto& [reason, n] : s.failures) w.sample({{"reason", sanitize_utf8(reason, kMaxReasonChars)}}, static_cast<double>(n));
+  w.family("standby_gpu_bytes", "gauge", "GPU memory the parked standby holds (used after its park minus before it started).");
+  w.sample({}, static_cast<double>(s.gpu_bytes));
+  w.family("standby_reserve_bytes", "gauge", "GPU memory the engine's budget leaves for a warmed standby.");
+  w.sample({}, static_cast<double>(s.reserve_bytes));
+  w.family("standby_age_seconds", "gauge", "Seconds since the current standby was started (0: none runs).");
+  w.sample({}, s.age_s);
+  w.family("standby_disabled", "gauge", "1 while the standby path is off after failures (until the flags change).");
+  w.sample({}, s.disabled.empty() ? 0.0 : 1.0);
+  if (s.release_to_ready_s) {
+    w.family("standby_release_to_ready_seconds", "gauge", "Seconds from the last release to a passed readiness request.");
+    w.sample({}, *s.release_to_ready_s);
+  }
+}
+
 }  // namespace
 
 std::string render_metrics(const json& status_json, const std::string& version) {
@@ -319,6 +346,7 @@ std::string render_metrics(const json& status_json, const std::string& version) 
   attaches_and_reloads(w, status.metrics);
   start_path_families(w, status.metrics);
   snapshot_families(w, status.metrics);
+  standby_families(w, status);
   daemon_families(w, status);
   memory_families(w, status);
   vllm_families(w, status);

@@ -12,6 +12,7 @@
 
 #include <dirent.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
@@ -38,7 +39,7 @@ struct ChildFailure {
   int step;
   int err;
 };
-enum : int { kStepExec, kStepChdir, kStepSlave, kStepProc };
+enum : int { kStepExec, kStepChdir, kStepSlave, kStepProc, kStepPassFd };
 
 }  // namespace
 
@@ -152,10 +153,17 @@ Result<Spawned> spawn_child(const SpawnSpec& spec) {
       // A snapshottable engine holds nothing from outside its tree: descriptors our own parent leaked to us
       // (a test runner's log, a socket) would make CRIU's restore depend on files that have since changed.
       // The exec-error pipe (CLOEXEC) stays open until exec.
-      const unsigned keep = static_cast<unsigned>(err_w.get());
-      if (keep > 3) ::close_range(3, keep - 1, 0);
-      ::close_range(keep + 1, ~0U, 0);
+      // So does the descriptor passed on purpose (spec.pass_fd).
+      unsigned keep[2] = {static_cast<unsigned>(err_w.get()), static_cast<unsigned>(spec.pass_fd >= 0 ? spec.pass_fd : err_w.get())};
+      if (keep[0] > keep[1]) std::swap(keep[0], keep[1]);
+      unsigned from = 3;
+      for (unsigned k : keep) {
+        if (k > from) ::close_range(from, k - 1, 0);
+        from = std::max(from, k + 1);
+      }
+      ::close_range(from, ~0U, 0);
     }
+    if (spec.pass_fd >= 0 && ::fcntl(spec.pass_fd, F_SETFD, 0) != 0) fail(kStepPassFd);
     if (!spec.working_dir.empty() && ::chdir(spec.working_dir.c_str()) != 0) fail(kStepChdir);
     ::execve(prog.c_str(), argv.data(), envp.data());
     fail(kStepExec);
@@ -173,6 +181,7 @@ Result<Spawned> spawn_child(const SpawnSpec& spec) {
     if (failure.step == kStepChdir) why = "cannot enter " + spec.working_dir + ": " + why;
     if (failure.step == kStepSlave) why = "making the mounts of its mount namespace slaves: " + why;
     if (failure.step == kStepProc) why = "mounting /proc for its PID namespace: " + why;
+    if (failure.step == kStepPassFd) why = "passing it descriptor " + std::to_string(spec.pass_fd) + ": " + why;
     return make_error(Errc::kInvalidArgument, "cannot run " + spec.argv[0] + ": " + why);
   }
   Spawned s;

@@ -23,6 +23,9 @@ struct SpawnSpec {
   // PID namespace (every other mount is a slave of the host's). Still our direct child; its pid here is
   // the host's. Needs CAP_SYS_ADMIN.
   bool new_pid_namespace = false;
+  // An open descriptor the child inherits under the same number (a standby's gate socket, docs/standby.md).
+  // The caller opens it close-on-exec so that no other child inherits it; -1: none.
+  int pass_fd = -1;
 };
 
 struct Spawned {

@@ -296,7 +296,8 @@ constexpr const char* kKinds[] = {"generic", "vllm"};
 constexpr const char* kModes[] = {"zero_copy", "copy", "off"};
 constexpr const char* kDaemons[] = {"native", "none", "vllm-preload"};
 constexpr const char* kBackends[] = {"cuda", "host"};
-constexpr const char* kStartPaths[] = {"snapshot", "warm", "cold"};
+constexpr const char* kStartPaths[] = {"snapshot", "warm", "cold", "standby"};
+constexpr const char* kStandbyLevels[] = {"pre_gpu", "warmed"};
 constexpr const char* kLevels[] = {"trace", "debug", "info", "warn", "error"};
 
 Status set_gpus(const Value& v, Config& c) {
@@ -364,8 +365,8 @@ Status set_checkpoint(const Value& v, Config& c) {
 
 Status set_start(const Value& v, Config& c) {
   auto arr = v.node().as_array();
-  if (!arr) return v.type_error("an array of \"snapshot\", \"warm\", \"cold\"");
-  if (arr->empty()) return v.fail("must name at least one start path (\"snapshot\", \"warm\", \"cold\")");
+  if (!arr) return v.type_error("an array of \"standby\", \"snapshot\", \"warm\", \"cold\"");
+  if (arr->empty()) return v.fail("must name at least one start path (\"standby\", \"snapshot\", \"warm\", \"cold\")");
   std::vector<StartPath> out;
   for (size_t i = 0; i < arr->size(); ++i) {
     Value e = v.element(i, *arr->get(i));
@@ -476,6 +477,13 @@ const KeySpec kSnapshotKeys[] = {
     FR_KEY("timeout_s", FR_ASSIGN(c.snapshot.timeout_s, v.positive())),
 };
 
+const KeySpec kStandbyKeys[] = {
+    FR_KEY("level", FR_ASSIGN(size_t k, v.choice(kStandbyLevels)); c.standby.level = static_cast<StandbyLevel>(k)),
+    FR_KEY("reserve_mib", FR_ASSIGN(int mib, v.int_at_least(0)); c.standby.reserve_mib = static_cast<uint64_t>(mib)),
+    FR_KEY("park_timeout_s", FR_ASSIGN(c.standby.park_timeout_s, v.positive())),
+    FR_KEY("max_failures", FR_ASSIGN(c.standby.max_failures, v.int_at_least(1))),
+};
+
 const KeySpec kHttpKeys[] = {
     FR_KEY("listen", FR_ASSIGN(c.http.listen, v.listen_address())),
 };
@@ -491,7 +499,7 @@ const SectionSpec kSections[] = {
     {"model", kModelKeys},     {"engine", kEngineKeys},       {"weights", kWeightsKeys},
     {"memory", kMemoryKeys},   {"readiness", kReadinessKeys}, {"restart", kRestartKeys},
     {"control", kControlKeys}, {"http", kHttpKeys},           {"logging", kLoggingKeys},
-    {"snapshot", kSnapshotKeys},
+    {"snapshot", kSnapshotKeys}, {"standby", kStandbyKeys},
 };
 
 std::string key_names(std::span<const KeySpec> keys) {
@@ -567,6 +575,10 @@ Status check_cross_fields(const Config& c, const Lines& lines) {
                      "\"snapshot\" needs at most one GPU (snapshots are tensor-parallel 1 only), gpus lists " +
                          std::to_string(c.gpus.size()));
     }
+  }
+  if (c.standby.reserve_mib > 0 && c.standby.level == StandbyLevel::kPreGpu) {
+    return fail_at(c.path, lines.first({"standby.reserve_mib"}), "standby.reserve_mib",
+                   "applies to level = \"warmed\" only: a \"pre_gpu\" standby holds no GPU memory while parked");
   }
   if (w.daemon == DaemonKind::kVllmPreload) {
     const int64_t line = lines.first({"weights.daemon"});
@@ -753,8 +765,11 @@ const char* start_path_name(StartPath p) {
     case StartPath::kSnapshot: return "snapshot";
     case StartPath::kWarm: return "warm";
     case StartPath::kCold: return "cold";
+    case StartPath::kStandby: return "standby";
   }
   return "cold";
 }
+
+const char* standby_level_name(StandbyLevel l) { return kStandbyLevels[static_cast<int>(l)]; }
 
 }  // namespace fr::supervisor

@@ -17,7 +17,8 @@ namespace fr::supervisor {
 enum class EngineKind { kGeneric, kVllm };
 enum class WeightsMode { kZeroCopy, kCopy, kOff };
 enum class DaemonKind { kNative, kNone, kVllmPreload };
-enum class StartPath { kSnapshot, kWarm, kCold };
+enum class StartPath { kSnapshot, kWarm, kCold, kStandby };
+enum class StandbyLevel { kPreGpu, kWarmed };
 
 struct EngineConfig {
   std::vector<std::string> command;            // argv: program and its base arguments (required)
@@ -102,6 +103,14 @@ struct SnapshotConfig {
   double timeout_s = 600;                      // a create or restore helper running longer is killed
 };
 
+// A standby engine parked at a gate (docs/standby.md); used when restart.start lists "standby".
+struct StandbyConfig {
+  StandbyLevel level = StandbyLevel::kPreGpu;
+  uint64_t reserve_mib = 0;                    // warmed: GPU memory set aside for it; 0: measured at its first park
+  double park_timeout_s = 900;                 // spawn -> "parked"; beyond: it does not speak the gate protocol
+  int max_failures = 3;                        // standbys in a row that never parked before the path is disabled
+};
+
 struct LoggingConfig {
   std::string level = "info";
 };
@@ -119,6 +128,7 @@ struct Config {
   HttpConfig http;
   LoggingConfig logging;
   SnapshotConfig snapshot;
+  StandbyConfig standby;
   std::map<std::string, int64_t> key_lines;    // "section.key" (and "section", "gpus") -> line, for errors
                                                // found after parsing (check_host)
 };
@@ -139,5 +149,6 @@ const char* engine_kind_name(EngineKind k);
 const char* weights_mode_name(WeightsMode m);
 const char* daemon_kind_name(DaemonKind d);
 const char* start_path_name(StartPath p);
+const char* standby_level_name(StandbyLevel l);
 
 }  // namespace fr::supervisor

@@ -89,6 +89,41 @@ static Status read(const json& j, const std::string& w, HistogramStatus& h) {
   return {};
 }
 
+static Status read_standby(const json& j, const std::string& w, StandbyStatus& s) {
+  FR_TRY(object(j, w));
+  FR_TRY(field(j, "state", w, s.state));
+  FR_TRY(field(j, "level", w, s.level));
+  FR_TRY(field(j, "pid", w, s.pid));
+  FR_TRY(field(j, "age_s", w, s.age_s));
+  FR_TRY(field(j, "gpu_bytes", w, s.gpu_bytes));
+  FR_TRY(field(j, "reserve_bytes", w, s.reserve_bytes));
+  FR_TRY(field(j, "spawns", w, s.spawns));
+  FR_TRY(field(j, "releases", w, s.releases));
+  FR_TRY(field(j, "failures", w, s.failures));
+  FR_TRY(field(j, "disabled", w, s.disabled));
+  FR_TRY(field(j, "last_failure", w, s.last_failure));
+  if (auto it = j.find("last_release"); it != j.end() && !it->is_null()) {
+    const std::string lw = w + ".last_release";
+    FR_TRY(object(*it, lw));
+    FR_TRY(field(*it, "release_to_ready_s", lw, s.release_to_ready_s));
+    FR_TRY(field(*it, "death_to_ready_s", lw, s.death_to_ready_s));
+  }
+  return {};
+}
+
+json to_json(const StandbyStatus& s) {
+  json last = nullptr;
+  if (s.release_to_ready_s || s.death_to_ready_s) {
+    last = json::object();
+    if (s.release_to_ready_s) last["release_to_ready_s"] = *s.release_to_ready_s;
+    if (s.death_to_ready_s) last["death_to_ready_s"] = *s.death_to_ready_s;
+  }
+  return {{"state", s.state},         {"level", s.level},       {"pid", s.pid},
+          {"age_s", s.age_s},         {"gpu_bytes", s.gpu_bytes}, {"reserve_bytes", s.reserve_bytes},
+          {"spawns", s.spawns},       {"releases", s.releases}, {"failures", json(s.failures)},
+          {"disabled", s.disabled},   {"last_failure", s.last_failure}, {"last_release", last}};
+}
+
 static Status read_metrics(const json& j, const std::string& w, MetricsStatus& m) {
   FR_TRY(object(j, w));
   FR_TRY(field(j, "time_to_ready", w, m.time_to_ready));
@@ -216,6 +251,7 @@ json to_json(const SupervisorStatus& s) {
           {"failure", s.failure},
           {"reload_in_progress", s.reload_in_progress},
           {"snapshot", s.snapshot},
+          {"standby", s.standby ? to_json(*s.standby) : json(nullptr)},
           {"metrics", to_json(s.metrics)}};
 }
 
@@ -265,6 +301,11 @@ Result<SupervisorStatus> supervisor_status_from_json(const json& j, const std::s
   FR_TRY(field(j, "failure", w, s.failure));
   FR_TRY(field(j, "reload_in_progress", w, s.reload_in_progress));
   s.snapshot = j.value("snapshot", json(nullptr));
+  if (auto it = j.find("standby"); it != j.end() && !it->is_null()) {
+    StandbyStatus st;
+    FR_TRY(read_standby(*it, w + ".standby", st));
+    s.standby = std::move(st);
+  }
   if (auto it = j.find("metrics"); it != j.end() && !it->is_null()) FR_TRY(read_metrics(*it, w + ".metrics", s.metrics));
   return s;
 }

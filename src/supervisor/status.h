@@ -102,6 +102,23 @@ struct MetricsStatus {
   std::optional<SnapshotCounts> snapshots;
 };
 
+// The standby engine (docs/standby.md, "Status and metrics"); absent unless restart.start lists "standby".
+struct StandbyStatus {
+  std::string state;   // off | starting | parked | stopping | backoff | disabled
+  std::string level;   // pre_gpu | warmed
+  int64_t pid = 0;     // 0 while none runs
+  double age_s = 0;    // since its spawn
+  uint64_t gpu_bytes = 0;      // used on its GPUs after it parked, minus before it started
+  uint64_t reserve_bytes = 0;  // what the engine's budget leaves for it (warmed)
+  uint64_t spawns = 0;
+  uint64_t releases = 0;
+  std::map<std::string, uint64_t> failures;  // by reason: never_parked, died, listening, protocol
+  std::string disabled;  // why the path is off until the flags change; empty while it is on
+  std::string last_failure;
+  std::optional<double> release_to_ready_s;  // the last release
+  std::optional<double> death_to_ready_s;
+};
+
 struct RollbacksStatus {
   uint64_t count = 0;
   std::map<std::string, uint64_t> by_cause;
@@ -128,12 +145,14 @@ struct SupervisorStatus {
   std::string failure;
   bool reload_in_progress = false;
   nlohmann::json snapshot;
+  std::optional<StandbyStatus> standby;
   MetricsStatus metrics;
 };
 
 nlohmann::json to_json(const SupervisorStatus& s);
 nlohmann::json to_json(const DaemonRowStatus& d);
 nlohmann::json to_json(const StartAttemptStatus& a);
+nlohmann::json to_json(const StandbyStatus& s);
 // `where` names the object in errors ("status").
 Result<SupervisorStatus> supervisor_status_from_json(const nlohmann::json& j, const std::string& where = "status");
 

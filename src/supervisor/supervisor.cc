@@ -142,9 +142,14 @@ void Supervisor::perform(Action a) {
     case Action::kClassifyExit: break;  // done in on_engine_exit, which has the facts
     case Action::kWaitDrain: wait_drain(); break;
     case Action::kCancelBackoff: m_backoff_timer.stop(); break;
-    case Action::kNotifyHeld: set_status("Engine stopped by the operator (fastrestartctl start-engine to start it)"); break;
+    case Action::kNotifyHeld:
+      discard_standby("the engine is held");
+      set_status("Engine stopped by the operator (fastrestartctl start-engine to start it)");
+      break;
     case Action::kScheduleBackoff: {
-      double b = m_policy.backoff_s();
+      // The backoff spaces out failing starts; a parked standby's start was paid for while the engine
+      // served, and none is started again before an engine is ready, so it goes at once (docs/standby.md).
+      double b = standby_refusal() ? m_policy.backoff_s() : 0.0;
       if (b > 0) set_status("Restarting in " + fmt_s(b) + " (after " + m_last_exit.value("cause", std::string("exit")) + ")");
       m_backoff_timer.start(b, [this] { raise(Event::kBackoffElapsed); });
       break;
@@ -153,6 +158,7 @@ void Supervisor::perform(Action a) {
     case Action::kNotifyStopping:
       m_notify->notify("STOPPING=1\nSTATUS=Stopping: engine first, then the weight daemons");
       spdlog::info("stopping: engine first, then the weight daemons");
+      discard_standby("fastrestartd is stopping");
       break;
     case Action::kNotifyFailed:
       m_exit_code = kExitCrashLoop;
@@ -201,8 +207,9 @@ int Supervisor::run() {
   }
   spdlog::info("fastrestartd {} serving '{}' from {}", FASTRESTART_VERSION, m_cfg.name, m_cfg.path);
   snapshot_init();
-  if (pid_t g = kill_recorded_group(state_path(m_cfg, "engine.pgid")))
-    spdlog::warn("killed process group {}, left running by a previous fastrestartd that did not stop cleanly", g);
+  for (const char* record : {"engine.pgid", "standby.pgid"})
+    if (pid_t g = kill_recorded_group(state_path(m_cfg, record)))
+      spdlog::warn("killed process group {} ({}), left running by a previous fastrestartd that did not stop cleanly", g, record);
   start_daemons();  // m_state starts as kLoading
   m_running = true;
   m_loop.run();
@@ -212,6 +219,7 @@ int Supervisor::run() {
   m_reload.reset();
   // Close every handle we own before the loop goes away.
   m_signals.clear();
+  m_standby.reset();
   m_engine.reset();
   m_daemons.clear();
   m_preload.reset();
@@ -236,6 +244,10 @@ void Supervisor::reap() {
     }
     if (m_preload && pid == m_preload->pid && !m_preload->exited) {
       on_preload_exit(status);
+      continue;
+    }
+    if (standby_alive() && pid == m_standby->proc->pid) {
+      on_standby_exit(status);
       continue;
     }
     bool daemon = false;
@@ -265,6 +277,7 @@ bool Supervisor::daemons_active() const {
 
 void Supervisor::start_daemons() {
   m_daemons.clear();
+  ++m_daemon_generation;
   if (preload_mode()) {
     start_preload();
     return;
@@ -455,6 +468,13 @@ void Supervisor::on_daemon_exit(Daemon& d, int status) {
 }
 
 void Supervisor::stop_daemons() {
+  // The standby's group goes before the daemons, like the engine's (a warmed one maps their weights).
+  if (standby_alive()) {
+    discard_standby("the weight daemons are stopping");
+    m_stop_daemons_after_standby = true;  // on_standby_exit comes back here
+    return;
+  }
+  discard_standby("the weight daemons are stopping");  // a pending respawn
   if (preload_mode()) {
     stop_preload();
     return;
@@ -492,13 +512,16 @@ std::vector<std::string> Supervisor::engine_argv() const {
   if (!m_cfg.gpus.empty() && m_cfg.weights.backend != "host") {
     // In zero_copy the daemon's pool is already used memory, so the engine's fraction
     // is the budget minus what the daemon holds.
+    // A warmed standby's memory is set aside too (docs/standby.md, "Memory").
     double frac = m_cfg.memory.utilization;
+    const double reserve = static_cast<double>(standby_reserve_bytes());
     for (const auto& gpu : m_cfg.gpus) {
       auto m = m_gpus->memory(gpu);
       if (!m.ok() || m->total == 0) continue;
       double held = static_cast<double>(held_bytes(gpu));
-      double f = m_cfg.weights.mode == WeightsMode::kZeroCopy ? m_cfg.memory.utilization - held / static_cast<double>(m->total)
-                                                             : m_cfg.memory.utilization;
+      double f = (m_cfg.weights.mode == WeightsMode::kZeroCopy ? m_cfg.memory.utilization - held / static_cast<double>(m->total)
+                                                              : m_cfg.memory.utilization) -
+                 reserve / static_cast<double>(m->total);
       frac = std::min(frac, f);
       double need = f * static_cast<double>(m->total);
       if (m_cfg.memory.check_free && need > static_cast<double>(m->free))
@@ -665,6 +688,7 @@ Status Supervisor::spawn_engine(StartPath expected) {
   e.in_pid_ns = spec.new_pid_namespace;
   e.oom_before = m_oom.read();
   e.spawned_at = m_loop.now_s();
+  e.attach_since_unix = static_cast<double>(std::time(nullptr));
   if (m_cfg.weights.backend != "host")
     for (const auto& gpu : m_cfg.gpus)
       if (auto m = m_gpus->memory(gpu); m.ok())
@@ -673,17 +697,7 @@ Status Supervisor::spawn_engine(StartPath expected) {
   set_status(std::string("Starting the engine (") + (e.warm_expected ? "warm" : "cold") + ")" +
              (skipped.empty() ? "" : "; " + skipped));
   spdlog::info("engine: {}", words_for_log(spec.argv));
-  Engine* raw = &e;
-  auto s = spawn_supervised(m_loop, spec, "engine", [this, raw](const std::string& l) {
-    raw->tail.push_back(l);
-    if (raw->tail.size() > kTailLines) raw->tail.pop_front();
-    if (m_cfg.engine.kind == EngineKind::kVllm) observe_engine_line(*raw, l);
-    // The engine's own load progress (engine_progress.h) into status and STATUS= while it starts.
-    auto progress = parse_engine_progress(l);
-    if (!progress && m_cfg.engine.kind == EngineKind::kVllm) progress = parse_progress_pattern(m_rules.progress, l);  // data/vllm.toml
-    if (progress && m_state == State::kStarting)
-      set_status(std::string("Starting the engine (") + (raw->warm_expected ? "warm" : "cold") + "): " + progress->text());
-  }, e);
+  auto s = spawn_supervised(m_loop, spec, "engine", engine_line_handler(&e), e);
   if (!s.ok()) {
     spdlog::error("engine: {}", s.error().message);
     e.exited = true;
@@ -702,6 +716,27 @@ Status Supervisor::spawn_engine(StartPath expected) {
   return {};
 }
 
+LineHandler Supervisor::engine_line_handler(Engine* raw) {
+  return [this, raw](const std::string& l) {
+    raw->tail.push_back(l);
+    if (raw->tail.size() > kTailLines) raw->tail.pop_front();
+    if (m_cfg.engine.kind == EngineKind::kVllm) observe_engine_line(*raw, l);
+    // The engine's own load progress (engine_progress.h) into status and STATUS= while it starts.
+    auto progress = parse_engine_progress(l);
+    if (!progress && m_cfg.engine.kind == EngineKind::kVllm) progress = parse_progress_pattern(m_rules.progress, l);  // data/vllm.toml
+    if (progress && m_state == State::kStarting)
+      set_status(std::string("Starting the engine (") + (raw->warm_expected ? "warm" : "cold") + "): " + progress->text());
+  };
+}
+
+// How often readiness is polled: restart.poll_interval_s, but every 20 ms in the first 2 s after a
+// standby's release, whose engine is up in a fraction of a second (docs/standby.md).
+double Supervisor::readiness_poll_interval() const {
+  const double every = m_cfg.readiness.poll_interval_s;
+  if (m_engine && !m_engine->standby_level.empty() && m_loop.now_s() - m_engine->spawned_at < 2) return std::min(every, 0.02);
+  return every;
+}
+
 // The start deadline, and (poll_now) the readiness polls of m_engine.
 void Supervisor::arm_readiness(bool poll_now) {
   m_consecutive_health_failures = 0;
@@ -712,7 +747,7 @@ void Supervisor::arm_readiness(bool poll_now) {
       raise(Event::kStartTimeout);
     }
   });
-  if (poll_now) m_poll_timer.start(m_cfg.readiness.poll_interval_s, [this] { poll_readiness(); });
+  if (poll_now) m_poll_timer.start(readiness_poll_interval(), [this] { poll_readiness(); });
 }
 
 // Runs a readiness (full) or health probe of the current engine on the thread pool; `on_result` runs on
@@ -757,7 +792,7 @@ void Supervisor::poll_readiness() {
       m_last_extend = m_loop.now_s();
       m_notify->notify("EXTEND_TIMEOUT_USEC=" + std::to_string(static_cast<uint64_t>(kExtendEveryS * 3e6)));
     }
-    m_poll_timer.start(m_cfg.readiness.poll_interval_s, [this] { poll_readiness(); });
+    m_poll_timer.start(readiness_poll_interval(), [this] { poll_readiness(); });
   });
 }
 
@@ -801,8 +836,12 @@ void Supervisor::decide_path_after_ready() {
     if (m_reload) finish_reload(!m_reload->rolled_back, m_reload->rollback_reason);
     snapshot_after_ready(path);
     m_health_timer.start(m_cfg.readiness.check_interval_s, [this] { check_health(); }, m_cfg.readiness.check_interval_s);
+    standby_after_ready(since_spawn);
+    if (!m_engine->standby_level.empty()) m_last_start["standby_level"] = m_engine->standby_level;
+    maybe_spawn_standby();  // one standby behind the engine, never before it is ready
   };
   if (!e.snapshot_id.empty()) return finish("snapshot");
+  if (!e.standby_level.empty()) return finish("standby");
   if (m_cfg.engine.kind == EngineKind::kVllm) e.vllm.finish(m_rules);  // what vLLM says nothing about
   if (preload_mode() || (m_cfg.engine.kind == EngineKind::kVllm && !daemons_active())) {
     // vLLM's own words decide: "Mapped N tensors from the weight cache daemon" / the loader's result line.
@@ -819,7 +858,7 @@ void Supervisor::decide_path_after_ready() {
   for (const auto& d : m_daemons)
     if (!d->exited) socks.push_back(d->socket);
   const pid_t pgid = e.pid;
-  const double since = static_cast<double>(std::time(nullptr)) - (ready_at - e.spawned_at) - 1;
+  const double since = e.attach_since_unix - 1;
   run_in_pool<Seen>(
       m_loop,
       [socks, pgid, since]() {
@@ -1001,14 +1040,18 @@ void Supervisor::wait_drain() {
       again(0.02);
       return;
     }
-    // Leak check (ARCHITECTURE.md, "Memory accounting"): GPU memory used must fall back to what the daemons hold.
-    if (!m_cfg.gpus.empty() && m_cfg.weights.backend != "host") {
+    // Leak check (ARCHITECTURE.md, "Memory accounting"): GPU memory used must fall back to what the daemons
+    // hold (and a standby, when one runs). Not before a standby's release, which waits for no memory
+    // (docs/standby.md, "Memory").
+    const bool release_next = !is_terminal(m_state) && !standby_refusal();
+    if (!release_next && !m_cfg.gpus.empty() && m_cfg.weights.backend != "host") {
       for (const auto& gpu : m_cfg.gpus) {
         auto m = m_gpus->memory(gpu);
         if (!m.ok()) continue;
         // What the engine left behind: used beyond what was used before it started, pools aside.
         auto base = m_baseline_used.find(gpu);
-        double expected = (base != m_baseline_used.end() ? base->second : 0.0) + static_cast<double>(held_bytes(gpu));
+        double expected = (base != m_baseline_used.end() ? base->second : 0.0) + static_cast<double>(held_bytes(gpu)) +
+                          (standby_alive() ? static_cast<double>(std::max(m_standby->gpu_bytes, standby_reserve_bytes())) : 0.0);
         double extra = static_cast<double>(m->used) - expected;
         if (extra > m_cfg.memory.leak_tolerance_mib * 1048576.0) {
           if (waited < m_cfg.memory.settle_timeout_s) {

@@ -27,6 +27,7 @@
 #include "supervisor/policy.h"
 #include "supervisor/readiness.h"
 #include "supervisor/start/start_path.h"
+#include "supervisor/supervised_child.h"
 #include "supervisor/status.h"
 #include "supervisor/engines/vllm/vllm_rules.h"
 
@@ -75,6 +76,7 @@ class Supervisor : private StartHost {
   struct PendingReload;
   struct Preload;
   struct Snapshots;
+  struct Standby;
 
   void raise(Event e);
   void perform(Action a);
@@ -101,6 +103,7 @@ class Supervisor : private StartHost {
   std::vector<std::string> engine_argv() const;  // changes nothing: spawn_engine records what a start uses
   std::map<std::string, std::string> engine_env();
   void arm_readiness(bool poll_now);
+  double readiness_poll_interval() const;
 
   // start paths (start/start_path.h): walk restart.start from index `from`, recording each skip or failure
   void walk_start_paths(size_t from);
@@ -116,6 +119,23 @@ class Supervisor : private StartHost {
   Status spawn_engine(StartPath expected) override;
   std::optional<StartRefusal> snapshot_refusal() const override;
   Status restore_snapshot() override;
+  std::optional<StartRefusal> standby_refusal() const override;
+  Status release_standby() override;
+
+  // the standby engine (supervisor_standby.cc, docs/standby.md)
+  bool standby_wanted() const;             // restart.start lists "standby"
+  void maybe_spawn_standby();              // after the engine is ready: one standby, on its flags
+  void spawn_standby();
+  void on_standby_exit(int status);
+  void on_gate_line(const std::string& line);
+  void on_standby_parked();
+  void standby_failed(const std::string& reason, const std::string& detail);
+  void discard_standby(const std::string& why);  // stops its group; none is spawned until the next ready
+  bool standby_alive() const;
+  uint64_t standby_reserve_bytes() const;  // what the engine's budget leaves for a warmed standby
+  void standby_after_ready(double since_spawn);
+  std::optional<StandbyStatus> standby_status() const;
+  LineHandler engine_line_handler(Engine* e);  // what the engine's output lines feed (progress, vLLM report)
 
   // snapshots (supervisor_snapshot.cc, docs/snapshot.md)
   void snapshot_init();
@@ -178,6 +198,9 @@ class Supervisor : private StartHost {
   std::unique_ptr<PendingReload> m_reload;
   std::unique_ptr<Snapshots> m_snap;
   bool m_next_start_cold = true;                 // the daemons were (re)started: no engine used them yet
+  uint64_t m_daemon_generation = 0;              // counts the daemons' (re)starts: a warmed standby maps one's weights
+  std::unique_ptr<Standby> m_standby;
+  bool m_stop_daemons_after_standby = false;     // stop_daemons waits for the standby's group to be gone
 
   // The current (or last) start: each listed path asked, in order, and what it answered.
   struct StartAttempt {

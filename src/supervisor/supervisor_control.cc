@@ -299,6 +299,7 @@ json Supervisor::status_json() {
   st.failure = m_failure;
   st.reload_in_progress = m_reload != nullptr;
   st.snapshot = snapshot_status();
+  st.standby = standby_status();
   return to_json(st);
 }
 

@@ -51,6 +51,37 @@ struct Supervisor::Engine : SupervisedChild {
   bool strict = false;  // vllm-preload: started with ipc_cache fallback false
   bool in_pid_ns = false;      // PID 1 of its own PID namespace (spawned so, or restored): snapshottable
   std::string snapshot_id;     // restored from this snapshot (pid -1 while the helper restores it)
+  double attach_since_unix = 0;  // attach records by its pid from this time on are its own (a standby attached early)
+  std::string standby_level;     // released from a standby parked at this level
+};
+
+enum class StandbyPhase { kOff, kStarting, kParked, kStopping, kBackoff, kDisabled };
+
+// The standby engine (supervisor_standby.cc, docs/standby.md): at most one, parked at its gate.
+struct Supervisor::Standby {
+  using Phase = StandbyPhase;
+  explicit Standby(Loop& loop) : park_timer(loop), backoff_timer(loop), port_timer(loop) {}
+  Phase phase = Phase::kOff;
+  std::unique_ptr<Engine> proc;          // its process; becomes m_engine at the release
+  UniqueFd gate;                         // our end of the gate socket
+  std::unique_ptr<LineReader> gate_reader;  // declared after `gate`: destroyed before it
+  std::vector<std::string> flags;        // m_flags when it was started
+  uint64_t daemon_generation = 0;        // m_daemon_generation when it was started
+  double parked_at = 0;
+  std::string stop_reason;               // why it is being stopped (kStopping)
+  std::map<std::string, double> used_before;  // per GPU, at its spawn: gpu_bytes is used after its park minus this
+  uint64_t gpu_bytes = 0;
+  uint64_t measured_reserve = 0;         // warmed, reserve_mib = 0: gpu_bytes of the first park
+  uint64_t spawns = 0, releases = 0;
+  int failures_in_row = 0;               // that never parked; max_failures of them disable the path
+  int backoff_step = 0;
+  std::map<std::string, uint64_t> failures;  // by reason
+  std::string last_failure;
+  std::string disabled;                  // why the path is off (until the flags change)
+  std::vector<std::string> disabled_flags;
+  double released_at = 0, released_after_death_s = -1;  // the last release, for its timeline
+  std::optional<double> release_to_ready_s, death_to_ready_s;
+  Timer park_timer, backoff_timer, port_timer;
 };
 
 // Snapshot jobs (supervisor_snapshot.cc): at most one helper (fastrestart-snapshot) at a time.

@@ -13,6 +13,7 @@ std::set<pid_t> Supervisor::known_children() const {
   if (m_snap->helper_pid > 0) known.insert(m_snap->helper_pid);
   // The engine, spawned or restored from a snapshot and adopted: its group is handled as the engine's.
   if (m_engine && !m_engine->exited && m_engine->pid > 0) known.insert(m_engine->pid);
+  if (standby_alive()) known.insert(m_standby->proc->pid);
   return known;
 }
 

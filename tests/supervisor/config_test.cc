@@ -239,6 +239,35 @@ TEST(ConfigError, SnapshotKeysAreChecked) {
   expect_error(kMinimal + "[snapshot]\ncriu_path = \"/x\"\n", 8, "snapshot.criu_path", {"unknown"});
 }
 
+TEST(Config, StandbyKeysAndDefaults) {
+  auto d = parse(kMinimal);
+  ASSERT_TRUE(d.ok()) << d.error().message;
+  EXPECT_EQ(d->standby.level, StandbyLevel::kPreGpu);
+  EXPECT_EQ(d->standby.reserve_mib, 0u);
+  EXPECT_EQ(d->standby.park_timeout_s, 900);
+  EXPECT_EQ(d->standby.max_failures, 3);
+  auto r = parse(kMinimal + "[restart]\nstart = [\"standby\", \"warm\", \"cold\"]\n[standby]\nlevel = \"warmed\"\n"
+                            "reserve_mib = 742\npark_timeout_s = 60\nmax_failures = 5\n");
+  ASSERT_TRUE(r.ok()) << r.error().message;
+  EXPECT_EQ(r->restart.start.front(), StartPath::kStandby);
+  EXPECT_EQ(r->standby.level, StandbyLevel::kWarmed);
+  EXPECT_EQ(r->standby.reserve_mib, 742u);
+  EXPECT_EQ(r->standby.park_timeout_s, 60);
+  EXPECT_EQ(r->standby.max_failures, 5);
+  EXPECT_STREQ(start_path_name(StartPath::kStandby), "standby");
+  EXPECT_STREQ(standby_level_name(StandbyLevel::kWarmed), "warmed");
+}
+
+TEST(ConfigError, StandbyKeysAreChecked) {
+  expect_error(kMinimal + "[standby]\nlevel = \"hot\"\n", 8, "standby.level", {"pre_gpu", "warmed"});
+  expect_error(kMinimal + "[standby]\nmax_failures = 0\n", 8, "standby.max_failures");
+  expect_error(kMinimal + "[standby]\npark_timeout_s = 0\n", 8, "standby.park_timeout_s");
+  expect_error(kMinimal + "[standby]\nreserve_mib = -1\n", 8, "standby.reserve_mib");
+  expect_error(kMinimal + "[standby]\nreserve_mib = 512\n", 8, "standby.reserve_mib", {"warmed", "pre_gpu"});
+  expect_error(kMinimal + "[standby]\nlevels = \"warmed\"\n", 8, "standby.levels", {"unknown"});
+  expect_error(kMinimal + "[restart]\nstart = [\"standby\", \"standby\"]\n", 8, "restart.start[1]", {"listed twice"});
+}
+
 TEST(Config, SnapshotWithoutGpuIsValidForCpuEngines) {
   auto r = parse(kMinimal + "mode = \"copy\"\n[restart]\nstart = [\"snapshot\", \"warm\"]\n");
   ASSERT_TRUE(r.ok()) << r.error().message;

@@ -74,6 +74,20 @@ SupervisorStatus sample() {
   s.metrics.start_paths = {{"warm", "started", "", 5}};
   s.metrics.rollbacks = {{"crash", 1}};
   s.metrics.snapshots = SnapshotCounts{1, 0, 2, 1};
+  StandbyStatus sb;
+  sb.state = "parked";
+  sb.level = "warmed";
+  sb.pid = 77;
+  sb.age_s = 4.5;
+  sb.gpu_bytes = 778043392;
+  sb.reserve_bytes = 778043392;
+  sb.spawns = 3;
+  sb.releases = 2;
+  sb.failures = {{"died", 1}};
+  sb.last_failure = "died while parked: crash (killed by signal 9)";
+  sb.release_to_ready_s = 0.08;
+  sb.death_to_ready_s = 0.12;
+  s.standby = sb;
   return s;
 }
 
@@ -88,6 +102,9 @@ TEST(SupervisorStatusCodec, RoundTrips) {
   EXPECT_FALSE(back->daemons[1].socket.has_value());
   EXPECT_EQ(back->memory[1].error.value_or(""), "nvml: GPU lost");
   EXPECT_FALSE(back->start_paths[1].reason.has_value());
+  ASSERT_TRUE(back->standby.has_value());
+  EXPECT_EQ(back->standby->gpu_bytes, 778043392u);
+  EXPECT_EQ(back->standby->death_to_ready_s.value_or(0), 0.12);
 }
 
 // The documented wire form (docs/supervisor.md, docs/health.md): the field names stay as they are.
@@ -106,9 +123,15 @@ TEST(SupervisorStatusCodec, WireFormKeepsTheDocumentedFields) {
   EXPECT_EQ(j["metrics"]["attaches"]["miss"]["no entries"], 2);
   EXPECT_EQ(j["start_paths"][1], (json{{"path", "warm"}, {"outcome", "started"}}));
   EXPECT_EQ(j["rollbacks"]["count"], 1);
+  for (const char* k : {"state", "level", "pid", "age_s", "gpu_bytes", "reserve_bytes", "spawns", "releases", "failures",
+                        "disabled", "last_failure", "last_release"})
+    EXPECT_TRUE(j["standby"].contains(k)) << k;
+  EXPECT_EQ(j["standby"]["last_release"]["release_to_ready_s"], 0.08);
   SupervisorStatus idle = sample();
   idle.engine.reset();
+  idle.standby.reset();
   EXPECT_TRUE(to_json(idle)["engine"].is_null());
+  EXPECT_TRUE(to_json(idle)["standby"].is_null());
 }
 
 TEST(SupervisorStatusCodec, AbsentFieldsKeepTheirDefaults) {
@@ -139,6 +162,12 @@ TEST(SupervisorStatusCodec, MalformedStatusNamesTheField) {
   j = to_json(sample());
   j["memory"][0]["used_bytes"] = 1.5;
   expect_error(j, "status.memory[0].used_bytes: not an unsigned integer");
+  j = to_json(sample());
+  j["standby"]["gpu_bytes"] = "1";
+  expect_error(j, "status.standby.gpu_bytes: not an unsigned integer");
+  j = to_json(sample());
+  j["standby"]["last_release"]["release_to_ready_s"] = "fast";
+  expect_error(j, "status.standby.last_release.release_to_ready_s: not a number");
   expect_error(json::array(), "status: not an object");
   expect_error(json{{"state", 1}}, "status.state: not a string");
 }

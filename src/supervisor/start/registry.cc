@@ -10,6 +10,7 @@ const StartPathImpl& start_path(StartPath id) {
     case StartPath::kSnapshot: return snapshot_start_path();
     case StartPath::kWarm: return warm_start_path();
     case StartPath::kCold: return cold_start_path();
+    case StartPath::kStandby: return standby_start_path();
   }
   std::abort();  // every StartPath is listed above (-Wswitch)
 }

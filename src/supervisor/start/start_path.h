@@ -3,7 +3,7 @@
 // whether it can serve now and starts the first that can, recording why each earlier one was skipped or
 // failed (status "start_paths", /metrics fastrestart_start_path_total, STATUS=).
 //
-// A path is one file in this folder (snapshot.cc, warm.cc, cold.cc) and one line in registry.cc. It
+// A path is one file in this folder (standby.cc, snapshot.cc, warm.cc, cold.cc) and one line in registry.cc. It
 // decides from facts the StartHost gives it and acts only through the StartHost, so it owns no process.
 #pragma once
 
@@ -17,7 +17,7 @@ namespace fr::supervisor {
 
 // Why a path cannot serve the next start: a short code (a /metrics label, a bounded set) and the words.
 struct StartRefusal {
-  std::string code;    // no_daemon | daemons_not_ready | nothing_held | unavailable | busy | no_artifact | failed
+  std::string code;    // no_daemon | daemons_not_ready | nothing_held | unavailable | busy | no_artifact | not_parked | failed
   std::string detail;  // for the operator: status, the log and STATUS=
 };
 
@@ -38,6 +38,10 @@ class StartHost {
   virtual std::optional<StartRefusal> snapshot_refusal() const = 0;
   // Starts restoring an artifact. A restore that fails later makes the supervisor try the next path.
   virtual Status restore_snapshot() = 0;
+  // nullopt when a standby is parked at its gate on the current flags and daemons; else why not.
+  virtual std::optional<StartRefusal> standby_refusal() const = 0;
+  // Opens the standby's gate: it becomes the engine, and readiness runs as for any start.
+  virtual Status release_standby() = 0;
 };
 
 enum class StartOutcome {
@@ -62,5 +66,6 @@ const StartPathImpl& start_path(StartPath id);
 const StartPathImpl& snapshot_start_path();
 const StartPathImpl& warm_start_path();
 const StartPathImpl& cold_start_path();
+const StartPathImpl& standby_start_path();
 
 }  // namespace fr::supervisor

@@ -1,0 +1,20 @@
+// Whether a process group listens on a TCP port: the check that a standby has not bound the engine's port
+// before its release (docs/standby.md, "The gate protocol"). Reads /proc/net/tcp and /proc/net/tcp6 (this
+// network namespace) for listening sockets on the port, then the group's members' /proc/<pid>/fd for them.
+#pragma once
+
+#include <sys/types.h>
+
+#include <cstdint>
+#include <set>
+#include <string>
+
+namespace fr::supervisor {
+
+// The socket inodes listening on `port` (any address, IPv4 or IPv6), from the text of /proc/net/tcp{,6}.
+std::set<uint64_t> listening_inodes(const std::string& proc_net_tcp_text, uint16_t port);
+
+// The pid of a member of group `pgid` that holds a socket listening on `port`, or 0 when none does.
+pid_t group_listener(pid_t pgid, uint16_t port);
+
+}  // namespace fr::supervisor

@@ -1,0 +1,414 @@
+// The standby engine (docs/standby.md): one copy of the engine, started after the live one is ready, that
+// does its slow GPU-free work (and at level warmed its attach and warm-up) and parks at a gate. The start
+// path "standby" (start/standby.cc) releases it; everything it needs from the supervisor is here.
+#include "supervisor/supervisor.h"
+#include "supervisor/supervisor_internal.h"
+
+#include <fcntl.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cmath>
+#include <spdlog/spdlog.h>
+
+#include "common/control_chars.h"
+#include "supervisor/engine_group_record.h"
+#include "supervisor/standby/gate_message.h"
+#include "supervisor/standby/port_owner.h"
+
+namespace fr::supervisor {
+
+using Phase = StandbyPhase;
+
+namespace {
+
+constexpr double kStandbyStopGraceS = 5;   // a parked standby has nothing in flight
+constexpr double kPortCheckEveryS = 1;     // while parked: has it bound the engine's port?
+constexpr double kBackoffMaxS = 60;
+constexpr uint64_t kMiB = 1048576;
+
+const char* phase_name(Phase p) {
+  switch (p) {
+    case Phase::kOff: return "off";
+    case Phase::kStarting: return "starting";
+    case Phase::kParked: return "parked";
+    case Phase::kStopping: return "stopping";
+    case Phase::kBackoff: return "backoff";
+    case Phase::kDisabled: return "disabled";
+  }
+  return "off";
+}
+
+}  // namespace
+
+bool Supervisor::standby_wanted() const {
+  const auto& s = m_cfg.restart.start;
+  return std::find(s.begin(), s.end(), StartPath::kStandby) != s.end();
+}
+
+bool Supervisor::standby_alive() const { return m_standby && m_standby->proc && !m_standby->proc->exited; }
+
+uint64_t Supervisor::standby_reserve_bytes() const {
+  if (!standby_wanted() || m_cfg.standby.level != StandbyLevel::kWarmed) return 0;
+  if (m_cfg.standby.reserve_mib > 0) return m_cfg.standby.reserve_mib * kMiB;
+  return m_standby ? m_standby->measured_reserve : 0;
+}
+
+void Supervisor::maybe_spawn_standby() {
+  if (!standby_wanted() || is_terminal(m_state) || !engine_serving()) return;
+  if (!m_standby) m_standby = std::make_unique<Standby>(m_loop);
+  Standby& s = *m_standby;
+  switch (s.phase) {
+    case Phase::kDisabled:
+      if (s.disabled_flags == m_flags) return;
+      spdlog::info("standby: the flags changed since it was disabled; trying again");
+      s.disabled.clear();
+      s.failures_in_row = 0;
+      s.backoff_step = 0;
+      break;
+    case Phase::kStopping:
+    case Phase::kBackoff:
+      return;  // its exit, or the backoff, comes back here
+    case Phase::kStarting:
+    case Phase::kParked:
+      if (s.flags == m_flags && s.daemon_generation == m_daemon_generation) return;
+      discard_standby(s.flags != m_flags ? "the engine's flags changed" : "the weight daemons were reloaded");
+      return;  // its exit starts the next one
+    case Phase::kOff: break;
+  }
+  spawn_standby();
+}
+
+void Supervisor::spawn_standby() {
+  Standby& s = *m_standby;
+  s.phase = Phase::kOff;
+  int sv[2];
+  if (::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) != 0) {
+    standby_failed("spawn", std::string("socketpair: ") + std::strerror(errno));
+    return;
+  }
+  UniqueFd ours(sv[0]), theirs(sv[1]);
+  ::fcntl(ours.get(), F_SETFL, O_NONBLOCK);
+  auto e = std::make_unique<Engine>();
+  e->flags = m_flags;
+  SpawnSpec spec;
+  spec.argv = engine_argv();
+  spec.env = engine_env();
+  spec.env["FASTRESTART_STANDBY_FD"] = std::to_string(theirs.get());
+  spec.env["FASTRESTART_STANDBY_LEVEL"] = standby_level_name(m_cfg.standby.level);
+  spec.pass_fd = theirs.get();
+  spec.working_dir = m_cfg.engine.working_dir;
+  spec.new_pid_namespace = m_snap->wanted;
+  if (!m_cfg.engine.cgroup.empty()) spec.cgroup_procs = m_cfg.engine.cgroup + "/cgroup.procs";
+  e->in_pid_ns = spec.new_pid_namespace;
+  e->spawned_at = m_loop.now_s();
+  e->attach_since_unix = static_cast<double>(std::time(nullptr));
+  s.used_before.clear();
+  if (m_cfg.weights.backend != "host")
+    for (const auto& gpu : m_cfg.gpus)
+      if (auto m = m_gpus->memory(gpu); m.ok()) s.used_before[gpu] = static_cast<double>(m->used);
+  Engine* raw = e.get();
+  auto st = spawn_supervised(m_loop, spec, "standby", [this, raw](const std::string& l) {
+    raw->tail.push_back(l);
+    if (raw->tail.size() > 200) raw->tail.pop_front();
+    if (m_cfg.engine.kind == EngineKind::kVllm) observe_engine_line(*raw, l);
+  }, *e);
+  theirs.reset();  // the child holds it now (or nobody does)
+  if (!st.ok()) {
+    standby_failed("spawn", st.error().message);
+    return;
+  }
+  s.proc = std::move(e);
+  s.gate = std::move(ours);
+  s.gate_reader = std::make_unique<LineReader>(
+      m_loop, s.gate.get(), [this](const std::string& l) { on_gate_line(l); },
+      [this] {
+        // A standby that closes its gate without parking is not waiting; one that dies closes it too,
+        // so give its exit a moment to be reaped before calling it a protocol failure.
+        if (!m_standby || m_standby->phase != Phase::kStarting) return;
+        const pid_t pid = m_standby->proc ? m_standby->proc->pid : -1;
+        m_standby->port_timer.start(0.5, [this, pid] {
+          if (m_standby && m_standby->phase == Phase::kStarting && m_standby->proc && m_standby->proc->pid == pid)
+            standby_failed("protocol", "closed its end of the gate socket without parking");
+        });
+      });
+  s.phase = Phase::kStarting;
+  s.flags = m_flags;
+  s.daemon_generation = m_daemon_generation;
+  s.gpu_bytes = 0;
+  s.spawns++;
+  const double timeout = m_cfg.standby.park_timeout_s;
+  s.park_timer.start(timeout, [this, timeout] {
+    standby_failed("never_parked", "did not park within " + std::to_string(static_cast<int>(timeout)) +
+                                       " s (standby.park_timeout_s): does the engine speak the gate protocol (docs/standby.md)?");
+  });
+  if (auto w = write_private_file(state_path(m_cfg, "standby.pgid"), engine_group_record(s.proc->pid)); !w.ok())
+    spdlog::warn("could not record the standby's process group: {}", w.error().message);
+  spdlog::info("standby: started pid {} to park at {}", s.proc->pid, standby_level_name(m_cfg.standby.level));
+}
+
+void Supervisor::on_gate_line(const std::string& line) {
+  if (!m_standby || !m_standby->proc) return;
+  Standby& s = *m_standby;
+  if (s.phase != Phase::kStarting) {
+    if (s.phase == Phase::kParked) standby_failed("protocol", "wrote to its gate after parking: '" + escape_control_chars(line.substr(0, 200)) + "'");
+    return;
+  }
+  auto m = parse_gate_message(line);
+  if (!m.ok()) {
+    standby_failed("protocol", m.error().message);
+    return;
+  }
+  const std::string want = standby_level_name(m_cfg.standby.level);
+  if (m->level != want) {
+    standby_failed("protocol", "parked at " + m->level + ", but standby.level is " + want);
+    return;
+  }
+  // The pid it reports must be of its own group (in its own PID namespace it sees other numbers).
+  if (!s.proc->in_pid_ns && m->pid != s.proc->pid && ::getpgid(m->pid) != s.proc->pid) {
+    standby_failed("protocol", "reported pid " + std::to_string(m->pid) + ", which is not in its process group " +
+                                   std::to_string(s.proc->pid));
+    return;
+  }
+  on_standby_parked();
+}
+
+void Supervisor::on_standby_parked() {
+  Standby& s = *m_standby;
+  s.park_timer.stop();
+  s.phase = Phase::kParked;
+  s.parked_at = m_loop.now_s();
+  s.failures_in_row = 0;
+  s.backoff_step = 0;
+  uint64_t bytes = 0;
+  for (const auto& [gpu, before] : s.used_before)
+    if (auto m = m_gpus->memory(gpu); m.ok()) bytes += static_cast<uint64_t>(std::max(0.0, static_cast<double>(m->used) - before));
+  s.gpu_bytes = bytes;
+  if (m_cfg.standby.level == StandbyLevel::kWarmed && m_cfg.standby.reserve_mib == 0 && s.measured_reserve == 0 && bytes > 0) {
+    s.measured_reserve = bytes;
+    spdlog::info("standby: reserving {} MiB for it from the next engine start on (measured at its first park)", bytes / kMiB);
+  }
+  spdlog::info("standby: pid {} parked at {} after {:.2f} s, {} MiB of GPU memory", s.proc->pid,
+               standby_level_name(m_cfg.standby.level), s.parked_at - s.proc->spawned_at, bytes / kMiB);
+  auto check_port = [this] {
+    if (!m_standby || m_standby->phase != Phase::kParked || !m_standby->proc) return;
+    if (pid_t p = group_listener(m_standby->proc->pid, m_cfg.engine.port))
+      standby_failed("listening", "pid " + std::to_string(p) + " listens on the engine's port " +
+                                      std::to_string(m_cfg.engine.port) + " before its release");
+  };
+  check_port();
+  if (m_standby && m_standby->phase == Phase::kParked) s.port_timer.start(kPortCheckEveryS, check_port, kPortCheckEveryS);
+}
+
+void Supervisor::standby_failed(const std::string& reason, const std::string& detail) {
+  Standby& s = *m_standby;
+  s.failures[reason]++;
+  s.last_failure = detail;
+  const bool never_parked = s.phase != Phase::kParked;
+  if (never_parked || reason == "listening" || reason == "protocol") s.failures_in_row++;
+  spdlog::error("standby{}: {}", s.proc ? " pid " + std::to_string(s.proc->pid) : std::string(), detail);
+  if (s.failures_in_row >= m_cfg.standby.max_failures && s.disabled.empty()) {
+    s.disabled = std::to_string(s.failures_in_row) + " standbys in a row failed (standby.max_failures); last: " + detail +
+                 "; off until the flags change";
+    s.disabled_flags = m_flags;
+    spdlog::error("standby: disabled: {}", s.disabled);
+  }
+  s.park_timer.stop();
+  s.port_timer.stop();
+  if (standby_alive()) {
+    s.phase = Phase::kStopping;
+    s.stop_reason = "failed: " + reason;
+    signal_group(s.proc->pid, s.proc->pidfd.get(), SIGKILL);  // it misbehaved: no grace
+    return;
+  }
+  s.proc.reset();
+  s.gate_reader.reset();
+  s.gate.reset();
+  if (!s.disabled.empty()) {
+    s.phase = Phase::kDisabled;
+    return;
+  }
+  const double delay = std::min(kBackoffMaxS, std::pow(2.0, s.backoff_step++));
+  s.phase = Phase::kBackoff;
+  s.backoff_timer.start(delay, [this] {
+    if (!m_standby || m_standby->phase != Phase::kBackoff) return;
+    m_standby->phase = Phase::kOff;
+    maybe_spawn_standby();
+  });
+}
+
+void Supervisor::discard_standby(const std::string& why) {
+  if (!m_standby) return;
+  Standby& s = *m_standby;
+  if (s.phase == Phase::kBackoff) {
+    s.backoff_timer.stop();
+    s.phase = Phase::kOff;
+  }
+  if (!standby_alive() || s.phase == Phase::kStopping) return;
+  spdlog::info("standby: stopping pid {}: {}", s.proc->pid, why);
+  if (s.gate) (void)!::send(s.gate.get(), gate_exit_line().data(), gate_exit_line().size(), MSG_NOSIGNAL | MSG_DONTWAIT);
+  s.phase = Phase::kStopping;
+  s.stop_reason = why;
+  s.port_timer.stop();
+  signal_group(s.proc->pid, s.proc->pidfd.get(), SIGTERM);
+  const pid_t pgid = s.proc->pid;
+  s.park_timer.start(kStandbyStopGraceS, [pgid] {
+    if (group_alive(pgid)) signal_group(pgid, -1, SIGKILL);
+  });
+}
+
+void Supervisor::on_standby_exit(int status) {
+  Standby& s = *m_standby;
+  Engine& e = *s.proc;
+  e.exited = true;
+  s.park_timer.stop();
+  s.port_timer.stop();
+  s.gate_reader.reset();
+  s.gate.reset();
+  ExitFacts f;
+  f.wait_status = status;
+  f.requested = s.phase == Phase::kStopping;
+  f.last_lines = &e.tail;
+  f.rules = m_output_rules.empty() ? nullptr : &m_output_rules;
+  const Classification c = classify_exit(f);
+  const bool was_parked = s.phase == Phase::kParked;
+  const bool stopped = s.phase == Phase::kStopping;
+  const bool failed_kill = stopped && s.stop_reason.starts_with("failed:");
+  const pid_t pgid = e.pid;
+  ::unlink(state_path(m_cfg, "standby.pgid").c_str());
+  // Its workers go with it: a standby's group never outlives it.
+  if (group_alive(pgid)) signal_group(pgid, -1, SIGKILL);
+  s.proc.reset();
+  if (stopped) {
+    spdlog::info("standby pid {} stopped ({}: {})", pgid, s.stop_reason, c.detail);
+  } else {
+    s.failures["died"]++;
+    s.last_failure = std::string(was_parked ? "died while parked: " : "died before parking: ") + exit_cause_name(c.cause) +
+                     " (" + c.detail + ")";
+    if (!was_parked) s.failures_in_row++;
+    spdlog::error("standby pid {} {}", pgid, s.last_failure);
+    if (s.failures_in_row >= m_cfg.standby.max_failures && s.disabled.empty()) {
+      s.disabled = std::to_string(s.failures_in_row) + " standbys in a row died before parking (standby.max_failures); last: " +
+                   s.last_failure + "; off until the flags change";
+      s.disabled_flags = m_flags;
+      spdlog::error("standby: disabled: {}", s.disabled);
+    }
+  }
+  if (m_stop_daemons_after_standby) {
+    m_stop_daemons_after_standby = false;
+    s.phase = s.disabled.empty() ? Phase::kOff : Phase::kDisabled;
+    stop_daemons();
+    return;
+  }
+  if (!s.disabled.empty()) {
+    s.phase = Phase::kDisabled;
+    return;
+  }
+  if (stopped && !failed_kill) {
+    s.phase = Phase::kOff;
+    maybe_spawn_standby();  // discarded for new flags or daemons: its successor, if an engine serves
+    return;
+  }
+  const double delay = std::min(kBackoffMaxS, std::pow(2.0, s.backoff_step++));
+  spdlog::info("standby: starting another in {:.0f} s", delay);
+  s.phase = Phase::kBackoff;
+  s.backoff_timer.start(delay, [this] {
+    if (!m_standby || m_standby->phase != Phase::kBackoff) return;
+    m_standby->phase = Phase::kOff;
+    maybe_spawn_standby();
+  });
+}
+
+std::optional<StartRefusal> Supervisor::standby_refusal() const {
+  if (!m_standby) return StartRefusal{"not_parked", "no standby was started yet (one starts once an engine is ready)"};
+  const Standby& s = *m_standby;
+  switch (s.phase) {
+    case Phase::kOff: return StartRefusal{"not_parked", "no standby is running"};
+    case Phase::kStarting:
+      return StartRefusal{"not_parked", "the standby (pid " + std::to_string(s.proc ? s.proc->pid : 0) + ") has not parked yet"};
+    case Phase::kStopping: return StartRefusal{"not_parked", "the standby is being stopped (" + s.stop_reason + ")"};
+    case Phase::kBackoff: return StartRefusal{"not_parked", "the standby is being started again after: " + s.last_failure};
+    case Phase::kDisabled: return StartRefusal{"unavailable", s.disabled};
+    case Phase::kParked: break;
+  }
+  if (!standby_alive()) return StartRefusal{"not_parked", "the standby is gone"};
+  if (s.flags != m_flags) return StartRefusal{"unavailable", "the standby was started on other flags"};
+  if (m_cfg.standby.level == StandbyLevel::kWarmed && s.daemon_generation != m_daemon_generation)
+    return StartRefusal{"unavailable", "the weight daemons were reloaded since the standby attached to them"};
+  return std::nullopt;
+}
+
+Status Supervisor::release_standby() {
+  Standby& s = *m_standby;
+  const std::string line = gate_release_line();
+  if (::send(s.gate.get(), line.data(), line.size(), MSG_NOSIGNAL | MSG_DONTWAIT) != static_cast<ssize_t>(line.size())) {
+    const std::string why = std::string("the standby's gate did not take the release: ") + std::strerror(errno);
+    standby_failed("release", why);
+    return make_error(Errc::kIo, why);
+  }
+  const double now = m_loop.now_s();
+  s.port_timer.stop();
+  s.gate_reader.reset();
+  s.gate.reset();
+  s.releases++;
+  s.released_at = now;
+  s.released_after_death_s = m_last_exit.contains("died_at_s") ? now - m_last_exit["died_at_s"].get<double>() : -1;
+  s.phase = Phase::kOff;
+  s.release_to_ready_s.reset();
+  s.death_to_ready_s.reset();
+  m_engine = std::move(s.proc);
+  Engine& e = *m_engine;
+  e.spawned_at = now;  // time to ready counts from the release
+  e.standby_level = standby_level_name(m_cfg.standby.level);
+  e.oom_before = m_oom.read();
+  // Its output is the engine's from now on.
+  read_child_output(m_loop, std::move(e.output), "engine", engine_line_handler(&e), e);
+  ::unlink(state_path(m_cfg, "standby.pgid").c_str());
+  if (auto st = write_private_file(state_path(m_cfg, "engine.pgid"), engine_group_record(e.pid)); !st.ok())
+    spdlog::warn("could not record the engine's process group: {}", st.error().message);
+  if (m_cfg.weights.backend != "host")
+    for (const auto& gpu : m_cfg.gpus)
+      if (auto m = m_gpus->memory(gpu); m.ok())
+        m_baseline_used[gpu] = static_cast<double>(m->used) - static_cast<double>(held_bytes(gpu));
+  spdlog::info("standby: released pid {} at {}{}", e.pid, e.standby_level,
+               s.released_after_death_s >= 0 ? fmt::format(", {:.3f} s after the engine's death", s.released_after_death_s) : std::string());
+  set_status("Starting the engine (standby released at " + e.standby_level + ")");
+  arm_readiness(true);
+  return {};
+}
+
+void Supervisor::standby_after_ready(double since_release) {
+  if (!m_standby || !m_engine || m_engine->standby_level.empty()) return;
+  Standby& s = *m_standby;
+  s.release_to_ready_s = since_release;
+  if (s.released_after_death_s >= 0) s.death_to_ready_s = s.released_after_death_s + since_release;
+}
+
+std::optional<StandbyStatus> Supervisor::standby_status() const {
+  if (!standby_wanted()) return std::nullopt;
+  StandbyStatus st;
+  st.level = standby_level_name(m_cfg.standby.level);
+  st.reserve_bytes = standby_reserve_bytes();
+  if (!m_standby) {
+    st.state = "off";
+    return st;
+  }
+  const Standby& s = *m_standby;
+  st.state = phase_name(s.phase);
+  if (s.proc && !s.proc->exited) {
+    st.pid = s.proc->pid;
+    st.age_s = m_loop.now_s() - s.proc->spawned_at;
+  }
+  st.gpu_bytes = s.phase == Phase::kParked ? s.gpu_bytes : 0;
+  st.spawns = s.spawns;
+  st.releases = s.releases;
+  st.failures = s.failures;
+  st.disabled = s.disabled;
+  st.last_failure = s.last_failure;
+  st.release_to_ready_s = s.release_to_ready_s;
+  st.death_to_ready_s = s.death_to_ready_s;
+  return st;
+}
+
+}  // namespace fr::supervisor
