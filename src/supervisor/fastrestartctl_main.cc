@@ -131,6 +131,19 @@ bool print_status(const json& j) {
       std::printf("%-18s unavailable: %s\n", "snapshots", sn.value("problem", "").c_str());
     }
   }
+  if (s.standby) {
+    const StandbyStatus& sb = *s.standby;
+    std::printf("%-18s %s at %s", "standby", sb.state.c_str(), sb.level.c_str());
+    if (sb.pid > 0) std::printf(", pid %lld, age %.1f s", static_cast<long long>(sb.pid), sb.age_s);
+    if (sb.state == "parked") std::printf(", holds %s of GPU memory", gb(double(sb.gpu_bytes)).c_str());
+    std::printf(", %llu spawn(s), %llu release(s)", static_cast<unsigned long long>(sb.spawns),
+                static_cast<unsigned long long>(sb.releases));
+    if (sb.release_to_ready_s)
+      std::printf("; last release ready in %.3f s (%.3f s after the death)", *sb.release_to_ready_s, sb.death_to_ready_s.value_or(-1));
+    std::printf("\n");
+    if (!sb.disabled.empty()) std::printf("%-18s %s\n", "standby disabled", sb.disabled.c_str());
+    else if (!sb.last_failure.empty()) std::printf("%-18s %s\n", "standby failure", sb.last_failure.c_str());
+  }
   if (!s.failure.empty()) std::printf("%-18s %s\n", "failure", s.failure.c_str());
   return true;
 }

@@ -5,6 +5,8 @@
 
 #include <string>
 
+#include <string>
+
 #include "fastrestart/result.h"
 #include "tinyengine/options.h"
 
@@ -20,6 +22,8 @@ void print_vllm_free_memory(double utilization);
 // Forks a worker that sleeps until signalled and is not tied to the parent's life (no PDEATHSIG, same
 // process group), as vLLM's EngineCore. REQUIRES: no other threads yet. Returns its pid, or -1.
 pid_t spawn_worker();
+// A TCP socket listening on host:port (SO_REUSEADDR), left open until the process exits; -1 on failure.
+int listen_socket(const std::string& host, int port);
 // Starts a detached thread that allocates and touches host memory at `mib_per_s` until the process dies.
 void start_memory_growth(double mib_per_s);
 

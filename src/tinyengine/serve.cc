@@ -190,8 +190,14 @@ int run_serve(const ServeOptions& o) {
       return kExitFailure;
     }
   } else if (f.standby == StandbyFault::kBindEarly) {
-    if (auto s = listen("fault: a standby bound before its release"); !s)
-      spdlog::warn("fault: bind-early: {}; waiting at the gate without the port", s.error().message);
+    if (auto s = listen("fault: a standby bound before its release"); !s) {
+      // The live engine holds host:port. Another loopback address on the same port is still free, and a
+      // socket listening there is what fastrestartd's port check must find (docs/standby.md).
+      if (listen_socket("127.0.0.2", o.port) >= 0)
+        spdlog::warn("fault: bind-early: {}; listening on 127.0.0.2:{} instead, waiting at the gate", s.error().message, o.port);
+      else
+        spdlog::warn("fault: bind-early: {}; waiting at the gate without the port", s.error().message);
+    }
   }
 
   if (f.startup_delay_s > 0) {

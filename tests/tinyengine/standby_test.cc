@@ -10,6 +10,8 @@
 
 #include <gtest/gtest.h>
 
+#include <cstring>
+
 #include "common/fd.h"
 #include "engine_process.h"
 #include "support/harness.h"
@@ -188,7 +190,7 @@ TEST(TinyEngineStandby, FaultBindEarlyListensBeforeParking) {
   expect_serves_the_normal_answer(e);
 }
 
-TEST(TinyEngineStandby, FaultBindEarlyOnATakenPortStillParksAndBindsAfterItsRelease) {
+TEST(TinyEngineStandby, FaultBindEarlyOnATakenPortListensOnAnotherLoopbackAddressAndBindsAfterItsRelease) {
   const int port = fr::test::free_port();
   // The live engine's listener, as EngineServer opens it (SO_REUSEADDR, no SO_REUSEPORT).
   fr::UniqueFd live(::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
@@ -206,8 +208,13 @@ TEST(TinyEngineStandby, FaultBindEarlyOnATakenPortStillParksAndBindsAfterItsRele
   g.started();
   expect_parked(g, e, "pre_gpu");
   EXPECT_TRUE(has(e.log(), "fault: bind-early: cannot listen on 127.0.0.1:" + std::to_string(port) +
-                               "; waiting at the gate without the port"))
+                               "; listening on 127.0.0.2:" + std::to_string(port) + " instead, waiting at the gate"))
       << e.log();
+  // What fastrestartd's port check finds: a listener on the engine's port, on another loopback address.
+  fr::UniqueFd probe(::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
+  sockaddr_in other = a;
+  ::inet_pton(AF_INET, "127.0.0.2", &other.sin_addr);
+  EXPECT_EQ(::connect(probe.get(), reinterpret_cast<sockaddr*>(&other), sizeof other), 0) << std::strerror(errno);
   live.reset();  // the live engine is gone
   g.send("release");
   expect_serves_the_normal_answer(e);

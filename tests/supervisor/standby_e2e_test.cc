@@ -1,0 +1,338 @@
+// The standby start path end to end (docs/standby.md): the real fastrestartd, the tiny engine on the host
+// backend as both the engine and its standby, and a real weight daemon. A standby parks at its gate, is
+// released when the engine dies or is restarted, and is replaced, discarded or given up on as documented.
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <fstream>
+#include <thread>
+
+#include "support/harness.h"
+#include "support/supervised.h"
+
+namespace fr {
+namespace {
+
+using nlohmann::json;
+
+struct Options {
+  std::string level = "pre_gpu";
+  std::string engine_flags;     // appended to the engine's flags (faults)
+  std::string standby_extra;    // more [standby] keys
+  std::string cgroup;           // engine.cgroup
+};
+
+class StandbyTest : public ::testing::Test {
+ protected:
+  void launch(const Options& o = {}) {
+    ASSERT_EQ(test::run({FR_TINYENGINE_BIN, "gen", "--out", m_dir / "model", "--size", "4M"}).exit_code, 0);
+    m_port = test::free_port();
+    m_http = test::free_port();
+    const std::string run = m_dir / "run";
+    m_cfg = m_dir / "t.toml";
+    std::ofstream(m_cfg) << "[model]\nname = \"t\"\n[engine]\ncommand = [\"" << FR_TINYENGINE_BIN << "\", \"serve\", \""
+                         << (m_dir / "model") << "\"]\nflags = [\"--port\", \"" << m_port << "\", \"--served-model-name\", \"t\", "
+                         << "\"--load-format\", \"fastrestart\", \"--fastrestart-socket-dir\", \"" << run
+                         << "\", \"--shutdown-grace\", \"2\"" << o.engine_flags << "]\n"
+                         << "port = " << m_port << "\nstop_grace_s = 3\n"
+                         << (o.cgroup.empty() ? "" : "cgroup = \"" + o.cgroup + "\"\n")
+                         << "[weights]\nbackend = \"host\"\ncheckpoint = \"" << (m_dir / "model") << "\"\nsocket_dir = \"" << run << "\"\n"
+                         << "[readiness]\nmodel = \"t\"\nexpect_text = \"" << oracle() << "\"\npoll_interval_s = 0.05\ncheck_interval_s = 0.3\n"
+                         << "[restart]\nbackoff_initial_s = 0.05\nbackoff_max_s = 0.2\ncrash_loop_limit = 50\n"
+                         << "warm_failures_before_cold = 0\nstart = [\"standby\", \"warm\", \"cold\"]\n"
+                         << "[standby]\nlevel = \"" << o.level << "\"\n" << o.standby_extra
+                         << "[control]\nsocket = \"" << (m_dir / "ctl/t.ctl") << "\"\nstate_dir = \"" << (m_dir / "state") << "\"\n"
+                         << "[http]\nlisten = \"127.0.0.1:" << m_http << "\"\n";
+    m_sup = std::make_unique<test::Supervised>(FR_FASTRESTARTD_BIN, m_cfg, m_dir / "ctl/t.ctl", m_dir / "d.log");
+    m_sup->start();
+  }
+  // The completion of the readiness prompt by a normal engine on the same model (the oracle).
+  std::string oracle() {
+    if (!m_oracle.empty()) return m_oracle;
+    const uint16_t port = test::free_port();
+    const pid_t c = test::spawn_logged({FR_TINYENGINE_BIN, "serve", m_dir / "model", "--port", std::to_string(port),
+                                        "--served-model-name", "t"}, m_dir / "oracle.log");
+    json r;
+    for (int i = 0; i < 400; ++i) {
+      auto a = test::http_post(port, "/v1/completions", {{"model", "t"}, {"prompt", "The capital of France is"}, {"max_tokens", 1}});
+      if (a.status == 200) {
+        r = json::parse(a.body, nullptr, false);
+        break;
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(25));
+    }
+    ::kill(c, SIGKILL);
+    ::waitpid(c, nullptr, 0);
+    m_oracle = r.is_object() ? r["choices"][0].value("text", "") : "";
+    EXPECT_FALSE(m_oracle.empty()) << "the oracle engine did not answer";
+    return m_oracle;
+  }
+  // Waits for READY of an engine other than `not_pid`; returns the status then.
+  json ready(pid_t not_pid = 0) {
+    json s;
+    EXPECT_TRUE(m_sup->wait_for([&](const json& j) {
+      return j.value("state", "") == "ready" && j["engine"].is_object() && j["engine"].value("pid", 0) != not_pid &&
+             j["last_start"].is_object() && j["last_start"].value("pid", 0) == j["engine"].value("pid", 0);
+    }, 90, &s)) << m_sup->log();
+    return s;
+  }
+  // Waits for a parked standby other than `not_pid`; returns the status then.
+  json parked(pid_t not_pid = 0) {
+    json s;
+    EXPECT_TRUE(m_sup->wait_for([&](const json& j) {
+      return j["standby"].is_object() && j["standby"].value("state", "") == "parked" && j["standby"].value("pid", 0) != not_pid;
+    }, 90, &s)) << m_sup->log();
+    return s;
+  }
+  test::RunResult ctl(std::vector<std::string> args) {
+    std::vector<std::string> argv{FR_FASTRESTARTCTL_BIN, "--socket", m_dir / "ctl/t.ctl"};
+    argv.insert(argv.end(), args.begin(), args.end());
+    return test::run(argv);
+  }
+  static json find_path(const json& attempts, const std::string& path) {
+    for (const auto& a : attempts)
+      if (a.value("path", "") == path) return a;
+    return json::object();
+  }
+  bool port_answers() { return test::http_get(m_port, "/health", 1).status != 0; }
+  std::string completion() {
+    auto a = test::http_post(m_port, "/v1/completions", {{"model", "t"}, {"prompt", "The capital of France is"}, {"max_tokens", 1}});
+    auto j = json::parse(a.body, nullptr, false);
+    return j.is_object() && j.contains("choices") ? j["choices"][0].value("text", "") : "";
+  }
+
+  test::TempDir m_dir;
+  uint16_t m_port = 0, m_http = 0;
+  std::string m_cfg, m_oracle;
+  std::unique_ptr<test::Supervised> m_sup;
+};
+
+class StandbyLevels : public StandbyTest, public ::testing::WithParamInterface<const char*> {};
+
+// kill -9 of the engine: the parked standby becomes the engine (its pid, path "standby"), answers as the
+// oracle, and a new standby parks behind it. The standby never listened on the port while parked.
+TEST_P(StandbyLevels, AKilledEngineIsReplacedByTheParkedStandby) {
+  Options o;
+  o.level = GetParam();
+  launch(o);
+  json st = ready();
+  EXPECT_EQ(st["last_start"]["path"], "cold");
+  EXPECT_EQ(find_path(st["start_paths"], "standby").value("reason", ""), "not_parked") << st["start_paths"].dump();
+  for (int round = 0; round < 3; ++round) {
+    st = parked();
+    const pid_t engine = st["engine"]["pid"], standby = st["standby"]["pid"];
+    EXPECT_EQ(st["standby"]["level"], GetParam());
+    EXPECT_NE(engine, standby);
+    ASSERT_EQ(::kill(engine, SIGKILL), 0);
+    st = ready(engine);
+    EXPECT_EQ(st["engine"]["pid"], standby) << "the standby was not the one released: " << st.dump();
+    EXPECT_EQ(st["last_start"]["path"], "standby") << st.dump();
+    EXPECT_EQ(st["last_start"]["standby_level"], GetParam());
+    EXPECT_EQ(find_path(st["start_paths"], "standby").value("outcome", ""), "started") << st["start_paths"].dump();
+    EXPECT_EQ(completion(), oracle());
+    EXPECT_TRUE(st["standby"]["last_release"].is_object()) << st["standby"].dump();
+  }
+  st = parked();
+  EXPECT_EQ(st["standby"]["releases"], 3);
+  EXPECT_GE(st["standby"]["spawns"].get<int>(), 4);
+  EXPECT_EQ(st["restarts"].value("crash", 0), 3);
+  const std::string metrics = test::http_get(m_http, "/metrics").body;
+  EXPECT_NE(metrics.find("fastrestart_standby_parked{level=\"" + std::string(GetParam()) + "\"} 1"), std::string::npos) << metrics;
+  EXPECT_NE(metrics.find("fastrestart_standby_releases_total 3"), std::string::npos) << metrics;
+  EXPECT_NE(metrics.find("fastrestart_start_path_total{path=\"standby\",outcome=\"started\",reason=\"\"} 3"), std::string::npos) << metrics;
+  EXPECT_NE(metrics.find("fastrestart_time_to_ready_seconds_count{path=\"standby\"} 3"), std::string::npos) << metrics;
+  const std::string human = ctl({"status"}).output;
+  EXPECT_NE(human.find("standby            parked at " + std::string(GetParam())), std::string::npos) << human;
+  EXPECT_EQ(m_sup->stop(SIGTERM), 0) << m_sup->log();
+}
+
+INSTANTIATE_TEST_SUITE_P(Levels, StandbyLevels, ::testing::Values("pre_gpu", "warmed"));
+
+// `fastrestartctl restart` with unchanged flags releases the standby; the old engine is gone first.
+TEST_F(StandbyTest, ARestartRequestReleasesTheStandby) {
+  launch();
+  json st = ready();
+  st = parked();
+  const pid_t engine = st["engine"]["pid"], standby = st["standby"]["pid"];
+  ASSERT_EQ(ctl({"restart"}).exit_code, 0);
+  st = ready(engine);
+  EXPECT_EQ(st["engine"]["pid"], standby) << st.dump();
+  EXPECT_EQ(st["last_start"]["path"], "standby");
+  EXPECT_EQ(st["last_exit"]["cause"], "requested");
+  EXPECT_NE(::kill(engine, 0), 0) << "the old engine still runs beside the released standby";
+  EXPECT_EQ(m_sup->stop(SIGTERM), 0) << m_sup->log();
+}
+
+// An engine that exits 0 on its own (a SIGTERM from someone else) is replaced by the standby too.
+TEST_F(StandbyTest, AnEngineThatExitsZeroIsReplacedByTheStandby) {
+  launch();
+  json st = ready();
+  st = parked();
+  const pid_t engine = st["engine"]["pid"], standby = st["standby"]["pid"];
+  ASSERT_EQ(::kill(engine, SIGTERM), 0);
+  st = ready(engine);
+  EXPECT_EQ(st["engine"]["pid"], standby) << st.dump();
+  EXPECT_EQ(st["last_start"]["path"], "standby");
+  EXPECT_NE(st["last_exit"].value("cause", ""), "requested") << st["last_exit"].dump();
+  EXPECT_EQ(m_sup->stop(SIGTERM), 0) << m_sup->log();
+}
+
+// A push that changes the flags discards the standby: the engine starts on the next path, and a standby
+// on the new flags parks once it is ready.
+TEST_F(StandbyTest, AFlagPushReplacesTheStandby) {
+  launch();
+  json st = ready();
+  st = parked();
+  const pid_t engine = st["engine"]["pid"], old_standby = st["standby"]["pid"];
+  std::vector<std::string> flags = st["flags"];
+  flags.push_back("--max-model-len");
+  flags.push_back("64");
+  std::vector<std::string> args{"reload", "--flags"};
+  std::string joined;
+  for (const auto& f : flags) joined += (joined.empty() ? "" : " ") + f;
+  args.push_back(joined);
+  auto r = ctl(args);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  st = ready(engine);
+  EXPECT_NE(st["engine"]["pid"], old_standby) << "the standby on the old flags was released";
+  EXPECT_EQ(st["last_start"]["path"], "warm") << st.dump();
+  EXPECT_EQ(find_path(st["start_paths"], "standby").value("reason", ""), "not_parked") << st["start_paths"].dump();
+  st = parked(old_standby);
+  const pid_t standby = st["standby"]["pid"];
+  EXPECT_NE(::kill(old_standby, 0), 0) << "the standby on the old flags still runs";
+  std::ifstream cmd("/proc/" + std::to_string(standby) + "/cmdline");
+  std::string argv((std::istreambuf_iterator<char>(cmd)), {});
+  EXPECT_NE(argv.find(std::string("--max-model-len") + '\0' + "64"), std::string::npos) << "the new standby runs on the old flags";
+  // And it is the one released next.
+  ASSERT_EQ(::kill(st["engine"]["pid"].get<pid_t>(), SIGKILL), 0);
+  st = ready(st["engine"]["pid"]);
+  EXPECT_EQ(st["engine"]["pid"], standby);
+  EXPECT_EQ(m_sup->stop(SIGTERM), 0) << m_sup->log();
+}
+
+// A standby that dies while parked is classified, logged and started again.
+TEST_F(StandbyTest, AStandbyThatDiesWhileParkedIsStartedAgain) {
+  launch();
+  ready();
+  json st = parked();
+  const pid_t standby = st["standby"]["pid"];
+  ASSERT_EQ(::kill(standby, SIGKILL), 0);
+  st = parked(standby);
+  EXPECT_EQ(st["standby"]["failures"].value("died", 0), 1) << st["standby"].dump();
+  EXPECT_NE(st["standby"].value("last_failure", "").find("died while parked"), std::string::npos) << st["standby"].dump();
+  EXPECT_EQ(st["restarts"].value("crash", 0), 0) << "the standby's death is not the engine's";
+  EXPECT_TRUE(st["standby"]["disabled"].get<std::string>().empty());
+  EXPECT_EQ(m_sup->stop(SIGTERM), 0) << m_sup->log();
+}
+
+// An engine that does not speak the gate protocol never parks: after standby.max_failures of them the path
+// is off and says why; the engine is restarted by the next path meanwhile.
+TEST_F(StandbyTest, AnEngineThatNeverParksDisablesThePathWithTheReason) {
+  Options o;
+  o.engine_flags = ", \"--fault-standby\", \"never-park\"";
+  o.standby_extra = "park_timeout_s = 3\nmax_failures = 2\n";
+  launch(o);
+  json st = ready();
+  ASSERT_TRUE(m_sup->wait_for([](const json& j) { return j["standby"].value("state", "") == "disabled"; }, 90, &st)) << m_sup->log();
+  EXPECT_NE(st["standby"].value("disabled", "").find("standby.max_failures"), std::string::npos) << st["standby"].dump();
+  const pid_t engine = st["engine"]["pid"];
+  ASSERT_EQ(::kill(engine, SIGKILL), 0);
+  st = ready(engine);
+  EXPECT_EQ(st["last_start"]["path"], "warm") << st.dump();
+  const json sb = find_path(st["start_paths"], "standby");
+  EXPECT_EQ(sb.value("reason", ""), "unavailable") << st["start_paths"].dump();
+  EXPECT_NE(sb.value("detail", "").find("standbys in a row"), std::string::npos) << sb.dump();
+  EXPECT_EQ(m_sup->stop(SIGTERM), 0) << m_sup->log();
+}
+
+// A standby found listening on the engine's port before its release is stopped and counted.
+TEST_F(StandbyTest, AStandbyListeningOnThePortBeforeItsReleaseIsStopped) {
+  Options o;
+  o.engine_flags = ", \"--fault-standby\", \"bind-early\"";
+  o.standby_extra = "max_failures = 2\n";
+  launch(o);
+  json st = ready();
+  ASSERT_TRUE(m_sup->wait_for([](const json& j) { return j["standby"]["failures"].value("listening", 0) >= 1; }, 90, &st))
+      << m_sup->log();
+  EXPECT_NE(st["standby"].value("last_failure", "").find("before its release"), std::string::npos) << st["standby"].dump();
+  EXPECT_EQ(st["engine"]["pid"], ready()["engine"]["pid"]) << "the engine was disturbed";
+  EXPECT_EQ(m_sup->stop(SIGTERM), 0) << m_sup->log();
+}
+
+// A standby that dies right after its release is the engine: it is restarted by the next path.
+TEST_F(StandbyTest, AStandbyThatDiesAfterItsReleaseRestartsAsTheEngine) {
+  Options o;
+  o.engine_flags = ", \"--fault-standby\", \"exit-after-release\"";
+  launch(o);
+  json st = ready();
+  st = parked();
+  const pid_t engine = st["engine"]["pid"], standby = st["standby"]["pid"];
+  ASSERT_EQ(::kill(engine, SIGKILL), 0);
+  ASSERT_TRUE(m_sup->wait_for([&](const json& j) {
+    return j.value("state", "") == "ready" && j["engine"].value("pid", 0) != engine && j["engine"].value("pid", 0) != standby &&
+           j["last_start"].value("pid", 0) == j["engine"].value("pid", 0);
+  }, 90, &st)) << m_sup->log();
+  EXPECT_EQ(st["last_start"]["path"], "warm") << st.dump();
+  EXPECT_EQ(st["restarts"].value("crash", 0), 2) << st["restarts"].dump();
+  EXPECT_EQ(st["standby"]["releases"], 1);
+  EXPECT_EQ(m_sup->stop(SIGTERM), 0) << m_sup->log();
+}
+
+// SIGTERM with a standby parked: the engine's and the standby's groups are gone before the daemon stops.
+TEST_F(StandbyTest, TeardownStopsTheStandbyBeforeTheDaemons) {
+  launch();
+  ready();
+  json st = parked();
+  const pid_t standby = st["standby"]["pid"], daemon = st["daemons"][0]["pid"];
+  EXPECT_EQ(m_sup->stop(SIGTERM), 0) << m_sup->log();
+  const std::string log = m_sup->log();
+  const auto standby_gone = log.find("standby pid " + std::to_string(standby) + " stopped");
+  const auto daemon_gone = log.find("weight daemon pid " + std::to_string(daemon) + " stopped");
+  ASSERT_NE(standby_gone, std::string::npos) << log;
+  ASSERT_NE(daemon_gone, std::string::npos) << log;
+  EXPECT_LT(standby_gone, daemon_gone) << log;
+  EXPECT_NE(::kill(standby, 0), 0);
+}
+
+// A standby in a memory cgroup with the engine: a kernel OOM kill of the engine releases it.
+TEST_F(StandbyTest, AnOomKilledEngineIsReplacedByTheStandby) {
+  std::string dir, limit;
+  const std::string name = "fastrestart-standby-test-" + std::to_string(::getpid());
+  if (::access("/sys/fs/cgroup/memory/cgroup.procs", W_OK) == 0) {
+    dir = "/sys/fs/cgroup/memory/" + name;
+    limit = "memory.limit_in_bytes";
+  } else if (::access("/sys/fs/cgroup/cgroup.subtree_control", W_OK) == 0) {
+    dir = "/sys/fs/cgroup/" + name;
+    limit = "memory.max";
+  } else {
+    GTEST_SKIP() << "no writable memory cgroup on this machine";
+  }
+  if (::mkdir(dir.c_str(), 0755) != 0) GTEST_SKIP() << "cannot create a memory cgroup at " << dir;
+  std::ofstream(dir + "/" + limit) << (384 << 20);
+  {
+    Options o;
+    // Slow enough for the standby to park first (it starts once the engine is ready).
+    o.engine_flags = ", \"--fault-grow-memory\", \"--fault-grow-memory-rate\", \"64\"";
+    o.cgroup = dir;
+    launch(o);
+    json st;
+    ASSERT_TRUE(m_sup->wait_for([](const json& j) {
+      return j["restarts"].value("kernel_oom", 0) >= 1 && j["standby"].value("releases", 0) >= 1;
+    }, 120, &st)) << m_sup->log();
+    const std::string log = m_sup->log();
+    const auto oom = log.find("kernel_oom");
+    const auto released = log.find("standby: released pid");
+    ASSERT_NE(oom, std::string::npos) << log;
+    ASSERT_NE(released, std::string::npos) << log;
+    EXPECT_LT(oom, released) << "the first release must follow the OOM kill";
+    EXPECT_EQ(m_sup->stop(SIGTERM), 0) << m_sup->log();
+  }
+  for (int i = 0; i < 100 && ::rmdir(dir.c_str()) != 0; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(50));
+}
+
+}  // namespace
+}  // namespace fr
