@@ -9,14 +9,17 @@
 
 Tensors export themselves through DLPack (``__dlpack__``/``__dlpack_device__``); host tensors also give a
 numpy view with ``.numpy()``. In zero_copy mode the memory is a read-only mapping of the daemon's pool.
+A standby engine waits at ``fastrestart.standby.gate(level)`` (docs/standby.md).
 """
 
 import os as _os
 
 from ._fastrestart import AttachResult, Key, SnapshotAgent, Tensor
 from . import _fastrestart
+from . import standby
 
-__all__ = ["identify", "attach", "publish", "snapshot_agent", "AttachResult", "Key", "SnapshotAgent", "Tensor"]
+__all__ = ["identify", "attach", "publish", "snapshot_agent", "standby", "AttachResult", "Key", "SnapshotAgent",
+           "Tensor"]
 
 
 def _files(files):

@@ -16,6 +16,7 @@
 
 #include "dlpack.h"
 #include "fastrestart/engine_loader.h"
+#include "fastrestart/standby.h"
 
 namespace py = pybind11;
 
@@ -497,6 +498,18 @@ py::dict publish(const PyKey& key, const py::dict& tensors, const std::string& s
   return out;
 }
 
+// The standby gate (fastrestart/standby.h): True released, False passed. It blocks without the GIL; told to
+// exit (or with fastrestartd gone) the process exits 0 from inside, without unwinding Python.
+bool standby_gate(const std::string& level) {
+  fastrestart::Result<fastrestart::GateResult> r = fastrestart::GateResult::kPassed;
+  {
+    py::gil_scoped_release nogil;
+    r = fastrestart::standby_gate(level);
+  }
+  if (!r.ok()) raise_error(r.error());
+  return *r == fastrestart::GateResult::kReleased;
+}
+
 }  // namespace
 
 PYBIND11_MODULE(_fastrestart, m) {
@@ -571,4 +584,6 @@ PYBIND11_MODULE(_fastrestart, m) {
         py::arg("device"));
   m.def("publish", &publish, py::arg("key"), py::arg("tensors"), py::arg("socket_dir"),
         py::arg("device"), py::arg("connect_timeout_s"));
+  m.def("standby_gate", &standby_gate, py::arg("level"));
+  m.def("is_standby", &fastrestart::is_standby);
 }

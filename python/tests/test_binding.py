@@ -9,12 +9,16 @@ import json
 import os
 import shutil
 import signal
+import socket
+import subprocess
+import sys
 import tempfile
 import unittest
 
 import numpy as np
 
 import fastrestart
+import fastrestart.standby
 from weightd_support import Weightd, write_safetensors
 
 WEIGHTD = os.environ.get("FR_WEIGHTD_BIN", "")
@@ -330,6 +334,104 @@ class BindingTest(unittest.TestCase):
         with self.assertRaisesRegex(ValueError, "tensors"):
             fastrestart.publish(fastrestart.identify(self.ckpt, self.config), {"w": np.ones(2, np.complex64)},
                                 socket_dir=self.run_dir)
+
+
+# A standby's gate in a child process; this test plays fastrestartd on the other end of a socket pair. The
+# child prints what gate() returned and what it left behind, or the exception it raised.
+GATE_CHILD = r"""
+import json, os, subprocess, sys
+import fastrestart
+fd = int(os.environ["FASTRESTART_STANDBY_FD"])
+try:
+    released = fastrestart.standby.gate(sys.argv[1])
+except Exception as e:
+    print(json.dumps({"error": type(e).__name__, "message": str(e)}))
+    sys.exit(0)
+try:
+    os.fstat(fd)
+    fd_open = True
+except OSError:
+    fd_open = False
+inherited = subprocess.run([sys.executable, "-c", "import os; print(os.environ.get('FASTRESTART_STANDBY_FD'))"],
+                           capture_output=True, text=True).stdout.strip()
+print(json.dumps({"released": released, "fd_open": fd_open, "is_standby": fastrestart.standby.is_standby(),
+                  "env": os.environ.get("FASTRESTART_STANDBY_FD"), "child_env": inherited}))
+"""
+
+
+class StandbyTest(unittest.TestCase):
+    def start(self, env_level, gate_level):
+        ours, theirs = socket.socketpair()
+        self.addCleanup(ours.close)
+        env = dict(os.environ, FASTRESTART_STANDBY_FD=str(theirs.fileno()), FASTRESTART_STANDBY_LEVEL=env_level)
+        child = subprocess.Popen([sys.executable, "-c", GATE_CHILD, gate_level], env=env, pass_fds=[theirs.fileno()],
+                                 stdout=subprocess.PIPE, text=True)
+        theirs.close()
+        self.addCleanup(child.kill)
+        ours.settimeout(60)  # a guard against a hang, not a timed assertion
+        return ours, child
+
+    def parked(self, ours, child, level):
+        line = ours.makefile("r").readline()
+        msg = json.loads(line)
+        self.assertEqual(msg, {"op": "parked", "v": 1, "level": level, "pid": child.pid})
+
+    def finish(self, child):
+        out, _ = child.communicate(timeout=60)
+        return child.returncode, json.loads(out) if out.strip() else None
+
+    def test_release_returns_true_and_leaves_no_standby_behind(self):
+        ours, child = self.start("pre_gpu", "pre_gpu")
+        self.parked(ours, child, "pre_gpu")
+        ours.sendall(b'{"op":"release"}\n')
+        code, out = self.finish(child)
+        self.assertEqual(code, 0)
+        self.assertEqual(out, {"released": True, "fd_open": False, "is_standby": False, "env": None,
+                               "child_env": "None"})
+
+    def test_exit_and_end_of_file_exit_zero_without_returning(self):
+        for how in ("exit", "eof"):
+            ours, child = self.start("warmed", "warmed")
+            self.parked(ours, child, "warmed")
+            if how == "exit":
+                ours.sendall(b'{"op":"exit"}\n')
+            else:
+                ours.close()
+            self.assertEqual(self.finish(child), (0, None), how)
+
+    def test_another_level_passes_without_a_message(self):
+        ours, child = self.start("warmed", "pre_gpu")
+        code, out = self.finish(child)
+        self.assertEqual(out["released"], False)
+        self.assertTrue(out["is_standby"])
+        self.assertEqual(ours.recv(1), b"")  # the child is gone and never wrote
+
+    def test_a_malformed_reply_raises_runtime_error_naming_it(self):
+        ours, child = self.start("pre_gpu", "pre_gpu")
+        self.parked(ours, child, "pre_gpu")
+        ours.sendall(b'{"op":"dance"}\n')
+        code, out = self.finish(child)
+        self.assertEqual(out["error"], "RuntimeError")
+        self.assertIn('unknown op: {"op":"dance"}', out["message"])
+
+    def test_no_variable_passes_and_bad_values_raise_value_error(self):
+        saved = {k: os.environ.pop(k, None) for k in ("FASTRESTART_STANDBY_FD", "FASTRESTART_STANDBY_LEVEL")}
+        try:
+            self.assertFalse(fastrestart.standby.is_standby())
+            self.assertFalse(fastrestart.standby.gate("pre_gpu"))
+            self.assertFalse(fastrestart.standby.gate("warmed"))
+            with self.assertRaisesRegex(ValueError, '"hot"'):
+                fastrestart.standby.gate("hot")
+            os.environ["FASTRESTART_STANDBY_FD"] = "x1"
+            os.environ["FASTRESTART_STANDBY_LEVEL"] = "warmed"
+            self.assertTrue(fastrestart.standby.is_standby())
+            with self.assertRaisesRegex(ValueError, "FASTRESTART_STANDBY_FD=x1: not a file descriptor number"):
+                fastrestart.standby.gate("warmed")
+        finally:
+            for k, v in saved.items():
+                os.environ.pop(k, None)
+                if v is not None:
+                    os.environ[k] = v
 
 
 if __name__ == "__main__":

@@ -3,6 +3,7 @@
 
 #include "fastrestart/engine_loader.h"
 #include "fastrestart/engine_loader_c.h"
+#include "fastrestart/standby.h"
 
 struct fr_weights {
   std::shared_ptr<fastrestart::Weights> w;
@@ -185,5 +186,17 @@ int fr_publish_key(const fr_key_t* key, const fr_tensor_t* tensors, size_t ntens
 } catch (const std::exception& e) {
   return set_err(err, errlen, e.what()), FR_EFAIL;
 }
+
+int fr_standby_gate(const char* level, char* err, size_t errlen) try {
+  if (!level) return set_err(err, errlen, "level is NULL"), FR_EINVAL;
+  auto r = fastrestart::standby_gate(level);
+  if (!r.ok()) return set_err(err, errlen, r.error().message), code_of(r.error());
+  set_err(err, errlen, "");
+  return *r == fastrestart::GateResult::kReleased ? FR_STANDBY_RELEASED : FR_STANDBY_PASSED;
+} catch (const std::exception& e) {
+  return set_err(err, errlen, e.what()), FR_EFAIL;
+}
+
+int fr_is_standby(void) { return fastrestart::is_standby() ? 1 : 0; }
 
 }  // extern "C"

@@ -3,6 +3,7 @@
 #include <spdlog/sinks/stdout_color_sinks.h>
 #include <spdlog/spdlog.h>
 
+#include "tinyengine/faults.h"
 #include "tinyengine/serve.h"
 
 namespace fr::te {
@@ -63,6 +64,13 @@ void add_serve_flags(CLI::App& app, ServeOptions& o, std::string& format, std::s
   app.add_option("--fault-ignore-sigterm", f.ignore_sigterm_s, "keep serving S seconds after the first SIGTERM")->group(g);
   app.add_option("--fault-token-delay", f.token_delay_s, "extra seconds per generated token")->group(g);
   app.add_flag("--fault-spawn-worker", f.spawn_worker, "fork a worker that survives the parent's SIGKILL")->group(g);
+  app.add_option_function<std::string>(
+         "--fault-standby",
+         [&f](const std::string& value) {
+           if (auto s = parse_standby_fault(value, &f); !s) throw CLI::ValidationError(s.error().message);
+         },
+         "as a standby only: never-park | bind-early | exit-after-release | die-parked-after=S")
+      ->group(g);
 }
 
 struct Subcommand {

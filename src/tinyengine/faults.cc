@@ -9,10 +9,34 @@
 #include <cstdlib>
 #include <cstring>
 #include <thread>
+#include <utility>
 #include <vector>
 
 namespace fr::te {
 
+Status parse_standby_fault(const std::string& mode, FaultOptions* f) {
+  static constexpr std::pair<const char*, StandbyFault> kModes[] = {
+      {"never-park", StandbyFault::kNeverPark}, {"bind-early", StandbyFault::kBindEarly},
+      {"exit-after-release", StandbyFault::kExitAfterRelease}};
+  for (const auto& [name, v] : kModes)
+    if (mode == name) {
+      f->standby = v;
+      return {};
+    }
+  const std::string die = "die-parked-after=";
+  if (mode.rfind(die, 0) == 0) {
+    char* end = nullptr;
+    const std::string s = mode.substr(die.size());
+    const double v = std::strtod(s.c_str(), &end);
+    if (!s.empty() && end && *end == '\0' && v >= 0) {
+      f->standby = StandbyFault::kDieParkedAfter;
+      f->standby_die_after_s = v;
+      return {};
+    }
+  }
+  return make_error(Errc::kInvalidArgument, "--fault-standby " + mode +
+                                                ": expected never-park, bind-early, exit-after-release or die-parked-after=S");
+}
 
 void print_cuda_oom() {
   std::fputs(

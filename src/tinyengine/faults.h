@@ -3,7 +3,15 @@
 
 #include <sys/types.h>
 
+#include <string>
+
+#include "fastrestart/result.h"
+#include "tinyengine/options.h"
+
 namespace fr::te {
+
+// --fault-standby MODE: never-park | bind-early | exit-after-release | die-parked-after=S.
+Status parse_standby_fault(const std::string& mode, FaultOptions* f);
 
 // PyTorch's CUDA out-of-memory error as torch prints it on an uncaught exception (to stderr).
 void print_cuda_oom();

@@ -91,6 +91,11 @@ Result<PublishOutcome> fastrestart_publish(const PublishKey* key, const Checkpoi
 // variable is unset. The hooks run on the exchange's thread (fastrestart::SnapshotHooks).
 Result<std::shared_ptr<void>> start_snapshot_agent(const LoadedModel& m, std::function<Status()> quiesce,
                                                    std::function<Status()> resume);
+// The standby gate (docs/standby.md, "The gate protocol") through engine_loader: true when released, false
+// when it passed (not a standby, another level; also in a build without engine_loader, which cannot park).
+// Exits the process when told to exit or when fastrestartd is gone.
+Result<bool> standby_gate(const std::string& level);
+bool is_standby();
 // The config half of the key: arch, dtype, engine version, tp size/rank.
 std::map<std::string, std::string> key_config(const CheckpointInfo& info);
 

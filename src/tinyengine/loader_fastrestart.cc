@@ -2,6 +2,7 @@
 #include <memory>
 
 #include "fastrestart/engine_loader.h"
+#include "fastrestart/standby.h"
 #include "tinyengine/loader.h"
 
 namespace fr::te {
@@ -68,6 +69,13 @@ Result<PublishOutcome> fastrestart_publish(const PublishKey* key, const Checkpoi
   FR_ASSIGN(auto r, fastrestart::publish(key->key, tensors, to_options(options)));
   return PublishOutcome{r.fingerprint, r.digest, r.bytes};
 }
+
+Result<bool> standby_gate(const std::string& level) {
+  FR_ASSIGN(const auto r, fastrestart::standby_gate(level));
+  return r == fastrestart::GateResult::kReleased;
+}
+
+bool is_standby() { return fastrestart::is_standby(); }
 
 Result<std::shared_ptr<void>> start_snapshot_agent(const LoadedModel& m, std::function<Status()> quiesce,
                                                    std::function<Status()> resume) {

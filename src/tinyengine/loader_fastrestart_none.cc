@@ -14,6 +14,9 @@ Result<PublishOutcome> fastrestart_publish(const PublishKey*, const CheckpointIn
   return make_error(Errc::kUnsupported, "built without engine_loader");
 }
 
+Result<bool> standby_gate(const std::string&) { return false; }
+bool is_standby() { return false; }
+
 Result<std::shared_ptr<void>> start_snapshot_agent(const LoadedModel&, std::function<Status()>, std::function<Status()>) {
   return std::shared_ptr<void>();
 }

@@ -7,6 +7,9 @@
 
 namespace fr::te {
 
+// How a standby misbehaves (--fault-standby; acts only in a process started as a standby, docs/tinyengine.md).
+enum class StandbyFault { kNone, kNeverPark, kBindEarly, kExitAfterRelease, kDieParkedAfter };
+
 // Test-only fault injection, all off by default (docs/tinyengine.md, "Faults").
 struct FaultOptions {
   double startup_delay_s = 0;       // sleep before loading (/health answers 503 meanwhile)
@@ -22,6 +25,8 @@ struct FaultOptions {
   double ignore_sigterm_s = 0;      // after the first SIGTERM, keep serving this long before shutting down
   bool spawn_worker = false;        // fork a worker that outlives a SIGKILLed parent
   double token_delay_s = 0;         // extra time per generated token (makes requests slow, for drain tests)
+  StandbyFault standby = StandbyFault::kNone;
+  double standby_die_after_s = 0;   // kDieParkedAfter: seconds after reaching the gate
   bool any() const;
 };
 

@@ -4,9 +4,13 @@
 #include <signal.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <chrono>
+#include <cstdlib>
 #include <cstdio>
 #include <fstream>
+#include <optional>
+#include <string_view>
 #include <thread>
 
 #include <spdlog/spdlog.h>
@@ -19,6 +23,11 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 double since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
+
+// True while the main thread waits at a standby gate (the signal thread and die-parked-after read it).
+std::atomic<bool> g_parked{false};
+// When this process, started as a standby, was released (its readiness is timed from there).
+std::optional<Clock::time_point> g_released_at;
 
 // Written atomically so a reader never sees a partial number.
 void write_port_file(const std::string& path, int port) {
@@ -64,8 +73,9 @@ class SignalWaiter {
         if (sigtimedwait(&m_set, nullptr, &ts) > 0) spdlog::warn("fault: signal ignored");
       }
     }
+    // A parked standby is still loading (it has not been released): nothing is in flight either.
     if (m_server->state() == EngineServer::State::kLoading) {
-      spdlog::info("{} while loading: exiting", strsignal(sig));
+      spdlog::info("{} while {}: exiting", strsignal(sig), g_parked ? "parked at the standby gate" : "loading");
       std::fflush(nullptr);
       std::_Exit(kExitOk);
     }
@@ -99,12 +109,48 @@ Status check_flags(const ServeOptions& o, const CheckpointInfo* info) {
   return {};
 }
 
+// The standby gate at `level` (docs/standby.md), with the standby faults. False: the gate failed (logged).
+bool pass_gate(const char* level, const FaultOptions& f) {
+  const char* configured = std::getenv("FASTRESTART_STANDBY_LEVEL");
+  const bool parks = is_standby() && configured && std::string_view(configured) == level;
+  if (parks) {
+    spdlog::info("standby: parked at {}", level);
+    g_parked = true;
+    if (f.standby == StandbyFault::kDieParkedAfter) {
+      const double s = f.standby_die_after_s;
+      std::thread([s] {
+        std::this_thread::sleep_for(std::chrono::duration<double>(s));
+        if (!g_parked) return;
+        spdlog::warn("fault: standby dying {} s after parking", s);
+        std::fflush(nullptr);
+        std::_Exit(kExitFailure);
+      }).detach();
+    }
+  }
+  auto r = standby_gate(level);
+  g_parked = false;
+  if (!r) {
+    spdlog::error("standby gate: {}", r.error().message);
+    return false;
+  }
+  if (*r) {
+    g_released_at = Clock::now();
+    spdlog::info("standby: released at {}", level);
+    if (f.standby == StandbyFault::kExitAfterRelease) {
+      spdlog::warn("fault: standby exiting with code 1 after its release");
+      std::fflush(nullptr);
+      std::_Exit(kExitFailure);
+    }
+  }
+  return true;
+}
+
 }  // namespace
 
 bool FaultOptions::any() const {
   return startup_delay_s > 0 || exit_after_startup || exit_after_requests > 0 || abort_after_requests > 0 ||
          cuda_oom || vllm_free_memory || hang_after_requests >= 0 || grow_memory || ignore_sigterm_s > 0 ||
-         spawn_worker || token_delay_s > 0;
+         spawn_worker || token_delay_s > 0 || standby != StandbyFault::kNone;
 }
 
 int run_serve(const ServeOptions& o) {
@@ -124,19 +170,39 @@ int run_serve(const ServeOptions& o) {
   SignalWaiter& signals = *new SignalWaiter(f.ignore_sigterm_s);
   EngineServer server(o);
   server.set_worker_pid(worker);
-  if (auto s = server.bind(); !s) {
-    spdlog::error("{}", s.error().message);
-    return kExitFailure;
-  }
-  server.start();
   signals.start(&server);
-  if (!o.port_file.empty()) write_port_file(o.port_file, server.port());
-  spdlog::info("listening on {}:{} (loading)", o.host, server.port());
+  // A standby (docs/standby.md) binds its port only after its release, so it never answers for the live
+  // engine; a normal engine binds first and answers /health 503 while it loads. never-park ignores the gates.
+  const bool standby = is_standby() && f.standby != StandbyFault::kNeverPark;
+  if (is_standby() && f.standby == StandbyFault::kNeverPark) spdlog::warn("fault: standby that never parks");
+  bool listening = false;
+  const auto listen = [&](const char* what) {
+    if (auto s = server.bind(); !s) return s;
+    server.start();
+    listening = true;
+    if (!o.port_file.empty()) write_port_file(o.port_file, server.port());
+    spdlog::info("listening on {}:{} ({})", o.host, server.port(), what);
+    return Status{};
+  };
+  if (!standby) {
+    if (auto s = listen("loading"); !s) {
+      spdlog::error("{}", s.error().message);
+      return kExitFailure;
+    }
+  } else if (f.standby == StandbyFault::kBindEarly) {
+    if (auto s = listen("fault: a standby bound before its release"); !s)
+      spdlog::warn("fault: bind-early: {}; waiting at the gate without the port", s.error().message);
+  }
 
   if (f.startup_delay_s > 0) {
     spdlog::info("fault: startup delay {} s", f.startup_delay_s);
     std::this_thread::sleep_for(std::chrono::duration<double>(f.startup_delay_s));
     server.set_startup_delay(f.startup_delay_s);
+  }
+  // pre_gpu: the GPU-free startup work (the startup delay stands for it) is done; CUDA and the weights are next.
+  if (standby && !pass_gate("pre_gpu", f)) {
+    std::fflush(nullptr);
+    std::_Exit(kExitFailure);
   }
   if (f.vllm_free_memory) {
     print_vllm_free_memory(o.gpu_memory_utilization);
@@ -168,7 +234,7 @@ int run_serve(const ServeOptions& o) {
   spdlog::info("load path={}{} weight_bytes={} disk_bytes_read={}{}{} warmup={}s", r.path,
                r.mode.empty() ? "" : " mode=" + r.mode, r.weight_bytes, r.disk_bytes_read,
                r.reason.empty() ? "" : " reason=\"" + r.reason + "\"", phases, warmup_s);
-  const double ready_s = since(t0);
+  double ready_s = since(t0);
   const std::string path = r.path;
   auto model = std::make_unique<LoadedModel>(std::move(*loaded));
   std::string graph_sum;  // the graph check's checksum before any snapshot
@@ -185,6 +251,18 @@ int run_serve(const ServeOptions& o) {
     }
     graph_sum = *sum;
     spdlog::info("cuda graph check: captured a graph over the weights, checksum {}", graph_sum);
+  }
+  // warmed: loaded, warm-up forward done; the port, the snapshot exchange and readiness come after the release.
+  if (standby && !pass_gate("warmed", f)) {
+    std::fflush(nullptr);
+    std::_Exit(kExitFailure);
+  }
+  if (!listening) {
+    if (auto s = listen("released standby"); !s) {
+      spdlog::error("{}", s.error().message);
+      std::fflush(nullptr);
+      std::_Exit(kExitFailure);
+    }
   }
   std::shared_ptr<void> agent;
   if (o.snapshot_agent) {
@@ -207,8 +285,9 @@ int run_serve(const ServeOptions& o) {
     else agent = std::move(*a);
     if (agent) spdlog::info("snapshot exchange on {}", std::getenv("FASTRESTART_SNAPSHOT_SOCKET"));
   }
+  if (g_released_at) ready_s = since(*g_released_at);
   server.set_ready(std::move(model), warmup_s, ready_s);
-  spdlog::info("ready in {:.3f} s (path={})", ready_s, path);
+  spdlog::info("ready in {:.3f} s{} (path={})", ready_s, g_released_at ? " after the standby's release" : "", path);
 
   if (f.exit_after_startup) {
     spdlog::warn("fault: exiting with code {} after startup", f.exit_code);

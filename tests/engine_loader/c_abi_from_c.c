@@ -1,5 +1,6 @@
 /* The C ABI compiled as C and linked against the shared library: with no daemon, attach is a miss with a
- * reason under fallback and an error without it. Exit 0 on success. */
+ * reason under fallback and an error without it; outside a standby the standby gate passes. Exit 0 on
+ * success. */
 #include <stdio.h>
 #include <string.h>
 
@@ -24,6 +25,11 @@ int main(int argc, char** argv) {
   rc = fr_attach(files, 1, config, 1, &o, &w, err, sizeof err);
   if (rc >= 0) {
     fprintf(stderr, "strict attach should fail: rc %d\n", rc);
+    return 1;
+  }
+  char gate_err[256] = "";
+  if (fr_is_standby() != 0 || fr_standby_gate("pre_gpu", gate_err, sizeof gate_err) != FR_STANDBY_PASSED) {
+    fprintf(stderr, "standby gate outside a standby should pass: %s\n", gate_err);
     return 1;
   }
   printf("ok: %s\n", err);

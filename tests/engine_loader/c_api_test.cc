@@ -6,6 +6,9 @@
 #include <cstdlib>
 #include <cstring>
 
+#include <sys/socket.h>
+#include <sys/wait.h>
+
 #include "common/unix_socket.h"
 
 #include "support/harness.h"
@@ -161,6 +164,49 @@ TEST(CApi, PublishRefusesAFileChangedAfterItsKeyWasTaken) {
   fr_weights_t* w = nullptr;
   EXPECT_EQ(fr_attach(files, 1, config, 1, &o, &w, err, sizeof err), FR_MISS);
   EXPECT_STREQ(err, "no entries");
+}
+
+// The standby gate through the C ABI: passes without the variable, FR_EINVAL naming a bad level or
+// variable, and FR_STANDBY_RELEASED in a child released over a real socket pair.
+TEST(CApi, StandbyGate) {
+  char err[256] = {};
+  ::unsetenv("FASTRESTART_STANDBY_FD");
+  EXPECT_EQ(fr_is_standby(), 0);
+  EXPECT_EQ(fr_standby_gate("pre_gpu", err, sizeof err), FR_STANDBY_PASSED) << err;
+  EXPECT_EQ(fr_standby_gate("later", err, sizeof err), FR_EINVAL);
+  EXPECT_NE(std::strstr(err, "\"later\""), nullptr) << err;
+  EXPECT_EQ(fr_standby_gate(nullptr, err, sizeof err), FR_EINVAL);
+
+  ::setenv("FASTRESTART_STANDBY_FD", "nine", 1);
+  ::setenv("FASTRESTART_STANDBY_LEVEL", "warmed", 1);
+  EXPECT_EQ(fr_is_standby(), 1);
+  EXPECT_EQ(fr_standby_gate("warmed", err, sizeof err), FR_EINVAL);
+  EXPECT_STREQ(err, "FASTRESTART_STANDBY_FD=nine: not a file descriptor number");
+
+  int sv[2];
+  ASSERT_EQ(::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv), 0);
+  ::setenv("FASTRESTART_STANDBY_FD", std::to_string(sv[1]).c_str(), 1);
+  const pid_t pid = ::fork();
+  if (pid == 0) {
+    ::close(sv[0]);
+    char e[256];
+    const int rc = fr_standby_gate("warmed", e, sizeof e);
+    ::_exit(rc == FR_STANDBY_RELEASED && fr_is_standby() == 0 && !std::getenv("FASTRESTART_STANDBY_LEVEL") ? 0 : 10 + rc);
+  }
+  ::close(sv[1]);
+  ::unsetenv("FASTRESTART_STANDBY_FD");
+  ::unsetenv("FASTRESTART_STANDBY_LEVEL");
+  fr::UniqueFd sup(sv[0]);
+  std::string parked;
+  char c;
+  while (fr::recv_exact(sup.get(), &c, 1, nullptr, fr::deadline_in(30)).ok() && c != '\n') parked += c;
+  EXPECT_NE(parked.find("\"op\":\"parked\""), std::string::npos) << parked;
+  const std::string release = "{\"op\":\"release\"}\n";
+  ASSERT_TRUE(fr::send_all(sup.get(), release.data(), release.size(), {}, fr::deadline_in(5)).ok());
+  int st = 0;
+  ASSERT_EQ(::waitpid(pid, &st, 0), pid);
+  EXPECT_TRUE(WIFEXITED(st));
+  EXPECT_EQ(WEXITSTATUS(st), 0);
 }
 
 }  // namespace

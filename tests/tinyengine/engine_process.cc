@@ -31,10 +31,12 @@ std::string make_temp_dir() {
 
 std::string tinyengine_bin() { return fr::test::binary(FR_TINYENGINE_BIN, "fastrestart-tinyengine"); }
 
-Engine::Engine(const std::string& model, const std::vector<std::string>& args) : m_dir(make_temp_dir()) {
+Engine::Engine(const std::string& model, const std::vector<std::string>& args, const EngineStart& start)
+    : m_dir(make_temp_dir()) {
   m_log = m_dir + "/engine.log";
   m_port_file = m_dir + "/port";
-  std::vector<std::string> argv = {tinyengine_bin(), "serve", model, "--port", "0", "--port-file", m_port_file};
+  std::vector<std::string> argv = {tinyengine_bin(), "serve", model, "--port", std::to_string(start.port),
+                                   "--port-file", m_port_file};
   argv.insert(argv.end(), args.begin(), args.end());
   m_pid = ::fork();
   if (m_pid == 0) {
@@ -42,6 +44,7 @@ Engine::Engine(const std::string& model, const std::vector<std::string>& args) :
     int fd = ::open(m_log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
     ::dup2(fd, 1);
     ::dup2(fd, 2);
+    for (const auto& [k, v] : start.env) ::setenv(k.c_str(), v.c_str(), 1);
     std::vector<char*> cargv;
     for (auto& a : argv) cargv.push_back(a.data());
     cargv.push_back(nullptr);

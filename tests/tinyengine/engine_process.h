@@ -4,6 +4,7 @@
 
 #include <sys/types.h>
 
+#include <map>
 #include <optional>
 #include <string>
 #include <vector>
@@ -17,9 +18,16 @@ std::string tinyengine_bin();
 
 // Runs `fastrestart-tinyengine serve <model> --port 0 --port-file ... <args...>` in its own process group,
 // output to a log file. The destructor SIGKILLs the group (workers included) and reaps.
+// How to start it beyond the flags: variables set on top of the test's environment, and a fixed port (0:
+// `--port 0`). File descriptors the test leaves open without FD_CLOEXEC are inherited.
+struct EngineStart {
+  std::map<std::string, std::string> env;
+  int port = 0;
+};
+
 class Engine {
  public:
-  Engine(const std::string& model, const std::vector<std::string>& args);
+  Engine(const std::string& model, const std::vector<std::string>& args, const EngineStart& start = {});
   ~Engine();
   Engine(const Engine&) = delete;
   Engine& operator=(const Engine&) = delete;

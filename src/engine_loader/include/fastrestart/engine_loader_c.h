@@ -88,6 +88,16 @@ void fr_snapshot_agent_stop(fr_snapshot_agent_t* agent);
 int fr_publish_key(const fr_key_t* key, const fr_tensor_t* tensors, size_t ntensors, const fr_options_t* options,
                    char* err, size_t errlen);
 
+/* The standby gate (fastrestart/standby.h, docs/standby.md "The gate protocol") at `level` ("pre_gpu" |
+ * "warmed"): FR_STANDBY_PASSED (0) at once when this process is not a standby or waits at another level;
+ * FR_STANDBY_RELEASED (1) once fastrestartd released it (its fd closed, FASTRESTART_STANDBY_FD and
+ * FASTRESTART_STANDBY_LEVEL unset); FR_EINVAL (a bad level, or a bad variable: err names it) or FR_EFAIL
+ * (a malformed reply: err names it; an I/O failure). Told to exit, or fastrestartd gone: _exit(0), never
+ * returns. fr_is_standby(): 1 when FASTRESTART_STANDBY_FD is set (and not empty), else 0. */
+enum { FR_STANDBY_PASSED = 0, FR_STANDBY_RELEASED = 1 };
+int fr_standby_gate(const char* level, char* err, size_t errlen);
+int fr_is_standby(void);
+
 #ifdef __cplusplus
 }
 #endif
