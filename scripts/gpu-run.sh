@@ -2,7 +2,7 @@
 # Runs on the GPU machine, from the repository root, with .bundle/ (scripts/gpu-bundle.sh) carried:
 # the CUDA tests, then the weight-store benchmark (bench/h200_weights.py), results under $OUT.
 #
-# usage: scripts/gpu-run.sh [smoke|full|e2e-smoke|e2e|snapshot-plugin|snapshot-refengine|snapshot-weightless]
+# usage: scripts/gpu-run.sh [smoke|full|e2e-smoke|e2e|snapshot-plugin|snapshot-refengine|snapshot-weightless|standby]
 #   smoke: machine facts, the CUDA tests, and the benchmark on a 1% checkpoint (about 160 MB)
 #   full:  the CUDA tests and the benchmark on the full Llama-3.1-8B-shaped checkpoint (16 GB)
 #   e2e-smoke: the Python tests with torch (binding, reference engine), then bench/e2e_restart.py on small
@@ -22,6 +22,11 @@
 #          and cold, the oracle (checked by every restore), the graph check; first the VMM release/re-map
 #          test and the reference engine's exchange test under torch; at most 580 s (60 + 90 + 170 + 260),
 #          every step under a timeout
+#   standby: standby engines (bench/gpu_standby.sh; docs/standby.md): the 16 GB reference engine and the 16 GB
+#          tiny engine under fastrestartd, kill -9 per start path (standby warmed, warmed + --cuda-graph,
+#          pre_gpu, warm, cold): death to READY median and max, the parked standby's GPU memory, GPU memory
+#          over the cycles, the oracle on every path; counts and runs through the variables the script
+#          names; at most about 540 s (STANDBY_BUDGET_S 520 plus the summary), every step under a timeout
 # Files in $OUT (at most 8 come back): summary.txt, tests.log, bench.log, results.json, weightd*.log.
 set -uo pipefail
 mode=${1:-full}
@@ -120,6 +125,16 @@ case "$mode" in
         -C / "${d#/}" var/tmp/frsnap 2>/dev/null
     done
     exit $rc
+    ;;
+  standby)
+    say "== standby engines (bench/gpu_standby.sh)"
+    timeout 570 bench/gpu_standby.sh >"$OUT/standby.out" 2>&1
+    src=$?
+    cat "$OUT/standby-summary.txt" >>"$summary" 2>/dev/null
+    say "gpu_standby: exit $src"
+    tail -c 20000 "$OUT/standby.out" | gzip >"$OUT/standby-out.gz"
+    rm -f "$OUT/standby.out" "$OUT/standby-summary.txt"
+    exit $src
     ;;
   tests)
     say "== Python tests with torch (binding, torch, reference engine)"

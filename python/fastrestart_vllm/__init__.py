@@ -5,6 +5,7 @@
         --model-loader-extra-config '{"fallback": true, "mode": "zero_copy"}'
 
 vLLM calls register() in every process it starts (plugins are loaded per process), before any model loads.
+Under fastrestartd's standby path the first of them parks in register() (standby.py, docs/vllm.md).
 """
 
 __all__ = ["register", "LOAD_FORMAT", "__version__"]
@@ -25,3 +26,6 @@ def register():
     from .loader import FastrestartModelLoader
     register_model_loader(LOAD_FORMAT)(FastrestartModelLoader)
     _registered = True
+    # Last: everything above is imported before a standby parks, not after its release.
+    from . import standby
+    standby.gate()

@@ -5,9 +5,13 @@ A transformers LlamaForCausalLM served over the same OpenAI-compatible subset as
 (/health, /v1/models, /v1/completions, /stats). Startup is the part of a vLLM start that fastrestart
 changes, and nothing else:
 
-    import torch + transformers -> CUDA context -> build the model on the meta device
-    -> weights: read from safetensors (disk) | attach from fastrestart-weightd (fastrestart) | torch.empty (dummy)
-    -> bind them with load_state_dict(assign=True) -> first forward (the oracle) -> /health 200
+    import torch + transformers -> config -> build the model on the meta device -> [gate pre_gpu]
+    -> CUDA context -> weights: read from safetensors (disk) | attach from fastrestart-weightd (fastrestart)
+    | torch.empty (dummy) -> bind them with load_state_dict(assign=True) -> first forward (the oracle)
+    -> [--cuda-graph: capture the decode step] -> [gate warmed] -> /health 200
+
+The gates are the standby protocol's (docs/standby.md): they pass at once unless fastrestartd started this
+process as a standby, which then parks at its level and binds its port only after the release.
 
 It leaves out what vLLM adds on top (CUDA graph capture, torch.compile, KV-cache profiling, the tokenizer
 and the scheduler): those cost the same on every path, so they would only shift all figures alike.
@@ -71,6 +75,12 @@ class Engine:
         self.ready_s = None
         self.oracle = None
         self.requests = {"completions": 0, "errors": 0}
+        self.graph = None  # the captured decode step (--cuda-graph)
+        self.graph_info = {"enabled": bool(args.cuda_graph)}
+        # fastrestart.standby when fastrestartd started this process as a standby (docs/standby.md)
+        self.standby = standby_module()
+        self.standby_info = {}
+        self.on_release = None  # called after a release: opens the port
 
     def phase(self, name, fn):
         t = time.monotonic()
@@ -84,25 +94,63 @@ class Engine:
         self.phases["interpreter_s"] = since_exec_s()
         torch = self.phase("import_s", self._imports)
         self.device = torch.device(a.device)
-        self.phase("cuda_init_s", lambda: (torch.cuda.set_device(self.device),
-                                           torch.empty(1, device=self.device), torch.cuda.synchronize()))
         self.files = sorted(glob.glob(os.path.join(a.model, "*.safetensors")))
         if not self.files:
             raise SystemExit(f"refengine: {a.model}: no *.safetensors files")
         self.hf_config = self.phase("config_s", self._config)
         self.model = self.phase("build_meta_s", self._build_meta)
+        # Everything above is GPU-free: a pre_gpu standby waits here with no CUDA context.
+        self.gate("pre_gpu")
+        self.phase("cuda_init_s", lambda: (torch.cuda.set_device(self.device),
+                                           torch.empty(1, device=self.device), torch.cuda.synchronize()))
         state = self.phase("load_s", self._load_weights)
         self.phase("bind_s", lambda: self._bind(state))
         del state
         self.oracle = self.phase("first_token_s", self._oracle)
+        if a.cuda_graph:
+            # Before the warmed gate: the graph reads the weights and its own static KV cache, both
+            # allocated by now; nothing it depends on is allocated after the gate (docs/refengine.md).
+            self.phase("graph_capture_s", self._capture_graph)
+        self.gate("warmed")
         self._start_snapshot_agent()
         self.ready_s = round(time.monotonic() - T0, 6)
+        if self.standby_info.get("released_at") is not None:
+            self.standby_info["release_to_ready_s"] = round(time.monotonic() - self.standby_info["released_at"], 6)
         self.state = "ready"
         p = self.phases
         log(f"load path={self.load['path']} weight_bytes={self.load['weight_bytes']} "
             + " ".join(f"{k}={v:.4f}s" for k, v in p.items() if v is not None)
             + (f" reason=\"{self.load['reason']}\"" if self.load.get("reason") else ""))
-        log(f"ready in {self.ready_s:.3f} s (path={self.load['path']}) logits_sha256={self.oracle['logits_sha256'][:16]}")
+        log(f"ready in {self.ready_s:.3f} s (path={self.load['path']}) logits_sha256={self.oracle['logits_sha256'][:16]}"
+            + (f" release_to_ready={self.standby_info['release_to_ready_s']:.3f}s"
+               if "release_to_ready_s" in self.standby_info else ""))
+
+    # --- the standby gates (docs/standby.md, "The gate protocol") --------------------------------------
+    def gate(self, level):
+        """Parks here when this process is a standby for `level`; returns once released (then opens the
+        port, which a standby must not bind before). fastrestart.standby.gate exits the process on "exit"
+        or when fastrestartd goes away."""
+        if self.standby is None:
+            return False
+        parks = os.environ.get("FASTRESTART_STANDBY_LEVEL") == level
+        if parks:
+            self.standby_info.update(level=level, parked_after_s=round(time.monotonic() - T0, 6))
+            log(f"standby: parked at {level} after {self.standby_info['parked_after_s']:.3f} s (pid {os.getpid()})")
+        # While parked, SIGTERM must end the process wherever the gate blocks (our handler would wait for
+        # a server that is not running yet).
+        old = signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        t = time.monotonic()
+        try:
+            released = self.standby.gate(level)
+        finally:
+            signal.signal(signal.SIGTERM, old)
+        if released:
+            now = time.monotonic()
+            self.standby_info.update(level=level, parked_s=round(now - t, 6), released_at=now)
+            log(f"standby: released at {level} after {now - t:.3f} s parked")
+            if self.on_release is not None:
+                self.on_release()
+        return released
 
     def _imports(self):
         import torch
@@ -251,6 +299,8 @@ class Engine:
             return last
 
     def generate(self, ids, max_tokens, want_logprobs):
+        if self.graph is not None and len(ids) + max_tokens <= self.args.cuda_graph_max_len:
+            return self._generate_graph(ids, max_tokens, want_logprobs)
         torch = self.torch
         toks, lps = [], []
         with self.lock, torch.inference_mode():
@@ -265,12 +315,123 @@ class Engine:
                 x = torch.tensor([[tok]], device=self.device)
         return toks, lps
 
+    # --- the decode step as a CUDA graph (--cuda-graph) ----------------------------------------------
+    # One token against a static KV cache of --cuda-graph-max-len positions: every input (the token, its
+    # position, the attention mask over the cache) is a fixed tensor written in place before a replay, so
+    # the graph replays the same kernels on the same addresses as the eager step (_decode_eager), and its
+    # logits are bitwise those of the eager step (checked at startup: graph_check).
+    def _capture_graph(self):
+        torch, n = self.torch, self.args.cuda_graph_max_len
+        from transformers import StaticCache
+        try:
+            cache = StaticCache(config=self.hf_config, max_cache_len=n)
+        except TypeError:  # transformers before 4.56 sizes and places it up front
+            cache = StaticCache(config=self.hf_config, max_batch_size=1, max_cache_len=n, device=self.device,
+                                dtype=self.dtype)
+        g = {"cache": cache, "ids": torch.zeros((1, 1), dtype=torch.long, device=self.device),
+             "pos": torch.zeros((1,), dtype=torch.long, device=self.device),
+             # a 4-D boolean mask (True: attend) is used as given: no mask is built inside the graph
+             "mask": torch.zeros((1, 1, 1, n), dtype=torch.bool, device=self.device)}
+        self.g = g
+        with self.lock, torch.inference_mode():
+            # Warm-up on a side stream (torch's rule before a capture); it also allocates a lazy cache.
+            s = torch.cuda.Stream(self.device)
+            s.wait_stream(torch.cuda.current_stream(self.device))
+            with torch.cuda.stream(s):
+                self._reset_static(0)
+                for _ in range(2):
+                    self._step_eager()
+            torch.cuda.current_stream(self.device).wait_stream(s)
+            graph = torch.cuda.CUDAGraph()
+            self._reset_static(0)
+            with torch.cuda.graph(graph):
+                g["logits"] = self._step_eager()
+            torch.cuda.synchronize(self.device)
+            # The check: the oracle prompt fed token by token through the eager step, then through replays.
+            prompt = list(ORACLE_PROMPT.encode())
+            eager = self._feed(prompt, None).clone()
+            replayed = self._feed(prompt, graph).clone()
+        self.graph = graph
+        equal = bool(torch.equal(eager, replayed))
+        sha = hashlib.sha256(replayed.float().cpu().numpy().tobytes()).hexdigest()
+        self.graph_info.update(max_len=n, graph_check="bitwise_equal" if equal else "DIFFERS",
+                               decode_logits_sha256=sha, cache_bytes=sum(
+                                   t.numel() * t.element_size() for t in self._cache_tensors(cache)))
+        log(f"cuda graph: decode step captured (static KV cache of {n} positions, "
+            f"{self.graph_info['cache_bytes'] / 2**20:.1f} MiB); replay vs eager on the oracle prompt: "
+            f"{self.graph_info['graph_check']}")
+        if not equal:
+            raise SystemExit("refengine: --cuda-graph: the replayed decode step's logits differ from the eager step's")
+
+    @staticmethod
+    def _cache_tensors(cache):
+        layers = getattr(cache, "layers", None)
+        if layers is not None:
+            return [t for layer in layers for t in (getattr(layer, "keys", None), getattr(layer, "values", None))
+                    if t is not None]
+        return list(getattr(cache, "key_cache", [])) + list(getattr(cache, "value_cache", []))
+
+    def _reset_static(self, pos):
+        """Position `pos` next; pos 0 also empties the cache (in place: the graph keeps its addresses)."""
+        g = self.g
+        if pos == 0:
+            g["cache"].reset()
+            g["mask"].zero_()
+        g["pos"].fill_(pos)
+        g["mask"][0, 0, 0, pos] = True
+
+    def _step_eager(self):
+        g = self.g
+        out = self.model(input_ids=g["ids"], position_ids=g["pos"].view(1, 1), cache_position=g["pos"],
+                         attention_mask=g["mask"], past_key_values=g["cache"], use_cache=True)
+        return out.logits[0, -1]
+
+    def _feed(self, toks, graph, start=0):
+        """Feeds toks from position `start`, one decode step each (eager or replayed); the last logits."""
+        g, logits = self.g, None
+        for i, t in enumerate(toks):
+            self._reset_static(start + i)
+            g["ids"].fill_(t)
+            if graph is None:
+                logits = self._step_eager()
+            else:
+                graph.replay()
+                logits = g["logits"]
+        return logits
+
+    def _generate_graph(self, ids, max_tokens, want_logprobs):
+        torch = self.torch
+        toks, lps = [], []
+        with self.lock, torch.inference_mode():
+            logits = self._feed(ids, self.graph)
+            for i in range(max_tokens):
+                logp = torch.log_softmax(logits.float(), dim=-1)
+                tok = int(logp.argmax())
+                toks.append(tok)
+                lps.append(float(logp[tok]) if want_logprobs else None)
+                if i + 1 < max_tokens:
+                    logits = self._feed([tok], self.graph, start=len(ids) + i)
+        return toks, lps
+
     def stats(self):
         return {"engine": "fastrestart-refengine", "version": VERSION, "pid": os.getpid(), "state": self.state,
                 "device": self.args.device, "model": {"name": self.args.served_model_name, "path": self.args.model},
                 "gpu_memory_utilization": self.args.gpu_memory_utilization, "requests": self.requests,
                 "load": self.load, "startup": {"phases": self.phases, "ready_s": self.ready_s},
-                "oracle": self.oracle}
+                "oracle": self.oracle, "cuda_graph": self.graph_info,
+                "standby": {k: v for k, v in self.standby_info.items() if k != "released_at"}}
+
+
+def standby_module():
+    """fastrestart.standby when this process is a standby (FASTRESTART_STANDBY_FD set), else None: the
+    binding is needed only then (the disk path runs without it)."""
+    if not os.environ.get("FASTRESTART_STANDBY_FD"):
+        return None
+    try:
+        import fastrestart.standby as standby
+    except ImportError as e:
+        raise SystemExit(f"refengine: FASTRESTART_STANDBY_FD is set but the fastrestart binding is missing: {e}")
+    return standby if standby.is_standby() else None
 
 
 def token_text(t):
@@ -375,7 +536,13 @@ def parse_args(argv):
     s.add_argument("--fastrestart-verify", action="store_true")
     s.add_argument("--fastrestart-connect-timeout", type=float, default=5.0)
     s.add_argument("--fastrestart-state-timeout", type=float, default=300.0)
+    s.add_argument("--cuda-graph", action="store_true",
+                   help="capture the decode step as a CUDA graph (static KV cache of --cuda-graph-max-len)")
+    s.add_argument("--cuda-graph-max-len", type=int, default=512,
+                   help="positions of the graph's static KV cache; longer requests run eagerly")
     a = ap.parse_args(argv)
+    if a.cuda_graph_max_len < len(ORACLE_PROMPT.encode()) + 1:
+        ap.error(f"--cuda-graph-max-len must be at least {len(ORACLE_PROMPT.encode()) + 1}")
     if not 0 < a.gpu_memory_utilization <= 1:
         ap.error("--gpu-memory-utilization must be in (0, 1]")
     if not a.device.startswith("cuda:"):
@@ -386,26 +553,49 @@ def parse_args(argv):
 
 def main(argv=None):
     args = parse_args(sys.argv[1:] if argv is None else argv)
-    engine = Engine(args)
-    # The port opens before loading, as vLLM's does: /health answers 503 meanwhile.
-    server = ThreadingHTTPServer((args.host, args.port), make_handler(engine))
-    server.daemon_threads = True
+    try:
+        engine = Engine(args)
+    except SystemExit as e:
+        log(str(e))
+        return 1
+    server = None
+    serving = threading.Event()
+
+    def open_port():
+        nonlocal server
+        server = ThreadingHTTPServer((args.host, args.port), make_handler(engine))
+        server.daemon_threads = True
+        log(f"listening on {args.host}:{server.server_address[1]}, loading {args.model} ({args.load_format})")
+        threading.Thread(target=server.serve_forever, daemon=True).start()
+        serving.set()
 
     def stop(signum, _frame):
         log(f"signal {signum}: stopping")
         engine.state = "stopping"
-        threading.Thread(target=server.shutdown, daemon=True).start()
-        if engine.model is None:  # still loading: nothing to drain
+        if server is None or engine.model is None:  # not serving or still loading: nothing to drain
             os._exit(0)
+        threading.Thread(target=server.shutdown, daemon=True).start()
 
     signal.signal(signal.SIGTERM, stop)
     signal.signal(signal.SIGINT, stop)
-    log(f"listening on {args.host}:{server.server_address[1]}, loading {args.model} ({args.load_format})")
-    threading.Thread(target=server.serve_forever, daemon=True).start()
+    if engine.standby is None:
+        # The port opens before loading, as vLLM's does: /health answers 503 meanwhile.
+        open_port()
+    else:
+        # A standby binds nothing before its release (docs/standby.md): the gate opens the port.
+        engine.on_release = open_port
     try:
         engine.start()
     except Exception as e:  # a failed load is an exit 1 with its reason, never a half-ready server
         log(f"load failed: {type(e).__name__}: {e}")
+        os._exit(1)
+    except SystemExit as e:
+        if e.code in (0, None):  # told to exit while parked
+            os._exit(0)
+        log(f"load failed: {e}")
+        os._exit(1)
+    if server is None:  # a standby of a level this engine has no gate for: it was never released
+        log("standby: no gate of this engine matched FASTRESTART_STANDBY_LEVEL; exiting")
         os._exit(1)
     while engine.state == "ready":
         time.sleep(0.2)

@@ -21,6 +21,13 @@ import urllib.request
 
 from test_torch import HAVE_CUDA, IMPORT_ERROR, WEIGHTD, TorchBase, torch
 
+try:
+    import fastrestart.standby  # noqa: F401
+except ImportError:
+    HAVE_STANDBY = False
+else:
+    HAVE_STANDBY = True
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 ENGINE = os.path.join(HERE, "..", "refengine", "fastrestart_refengine.py")
 GEN = os.path.join(HERE, "..", "..", "bench", "gen_llama_checkpoint.py")
@@ -170,6 +177,63 @@ class RefEngineTest(TorchBase):
             self.assertEqual(code, 200, after)
             self.assertEqual(before["choices"][0]["token_ids"], after["choices"][0]["token_ids"])
             self.assertEqual(before["choices"][0]["logprobs"], after["choices"][0]["logprobs"])
+        finally:
+            self.stop(p)
+
+    def test_cuda_graph_decode_step_is_bitwise_the_eager_step(self):
+        """--cuda-graph: the engine checks at startup that the replayed decode step's logits are bitwise
+        those of the same step run eagerly; the oracle (a prefill, never graphed) and the greedy answer are
+        those of the engine without the graph."""
+        eager, eager_ans = self.run_path("--load-format", "disk")
+        graph, graph_ans = self.run_path("--load-format", "disk", "--cuda-graph")
+        self.assertEqual(graph["cuda_graph"]["graph_check"], "bitwise_equal", graph["cuda_graph"])
+        self.assertIn("graph_capture_s", graph["startup"]["phases"])
+        self.assertEqual(graph["oracle"]["logits_sha256"], eager["oracle"]["logits_sha256"])
+        self.assertEqual(graph_ans["choices"][0]["token_ids"], eager_ans["choices"][0]["token_ids"])
+        self.assertFalse(eager["cuda_graph"]["enabled"])
+
+    @unittest.skipUnless(HAVE_STANDBY, "the fastrestart binding has no standby module")
+    def test_warmed_standby_parks_after_the_warm_up_and_binds_its_port_on_release(self):
+        """docs/standby.md: a warmed standby has its context, weights and warm-up forward (and the graph)
+        before it parks; its port opens only after the release; the oracle is that of a plain start."""
+        plain, _ = self.run_path("--load-format", "disk", "--cuda-graph")
+        port = free_port()
+        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+        env = dict(os.environ, FASTRESTART_STANDBY_FD=str(theirs.fileno()), FASTRESTART_STANDBY_LEVEL="warmed")
+        log = os.path.join(self.tmp, "standby.log")
+        with open(log, "wb") as out:
+            p = subprocess.Popen([sys.executable, ENGINE, "serve", self.model, "--port", str(port),
+                                  "--served-model-name", "tiny", "--load-format", "disk", "--cuda-graph"],
+                                 stdout=out, stderr=subprocess.STDOUT, env=env, pass_fds=(theirs.fileno(),))
+        theirs.close()
+        try:
+            with ours:
+                ours.settimeout(180)
+                data = b""
+                while not data.endswith(b"\n"):
+                    chunk = ours.recv(4096)
+                    self.assertTrue(chunk, open(log).read())
+                    data += chunk
+                self.assertEqual(json.loads(data), {"op": "parked", "v": 1, "level": "warmed", "pid": p.pid})
+                text = open(log).read()
+                self.assertIn("cuda graph: decode step captured", text)  # captured before the gate
+                self.assertNotIn("listening on", text)
+                with socket.socket() as s:
+                    s.bind(("127.0.0.1", port))  # nobody holds the engine's port
+                ours.sendall(b'{"op":"release"}\n')
+                deadline = time.monotonic() + 60
+                while time.monotonic() < deadline:
+                    try:
+                        stats = get(port, "/stats")
+                        if stats["state"] == "ready":
+                            break
+                    except (OSError, urllib.error.URLError):
+                        pass
+                    time.sleep(0.02)
+            self.assertEqual(stats["standby"]["level"], "warmed", stats["standby"])
+            self.assertIn("release_to_ready_s", stats["standby"])
+            self.assertEqual(stats["oracle"]["logits_sha256"], plain["oracle"]["logits_sha256"])
+            self.assertIn("standby: released at warmed", open(log).read())
         finally:
             self.stop(p)
 

@@ -313,6 +313,105 @@ class PluginTest(unittest.TestCase):
                             "fallback")
 
 
+try:
+    import fastrestart.standby  # noqa: F401
+except ImportError as e:
+    NO_GATE = "the fastrestart binding has no standby module (%s)" % e
+else:
+    NO_GATE = ""
+
+
+@unittest.skipIf(bool(NO_GATE), NO_GATE)
+class StandbyTest(unittest.TestCase):
+    """docs/vllm.md "Standby engines": with vLLM's process structure (serve.py --processes: API server,
+    engine core, worker, each loading the plugins), the first process parks in register(), before the
+    engine core (and so any CUDA) exists; the processes started after the release pass their gate."""
+
+    # the plugin installed through its entry point, as PluginTest does it
+    setUpClass = classmethod(PluginTest.setUpClass.__func__)
+    tearDownClass = classmethod(PluginTest.tearDownClass.__func__)
+    install_by_hand = staticmethod(PluginTest.install_by_hand)
+
+    def setUp(self):
+        self.tmp = tempfile.mkdtemp(prefix="fr-vllm-sb-")
+        self.model = os.path.join(self.tmp, "model")
+        make_model(self.model)
+
+    def tearDown(self):
+        if getattr(self, "proc", None) is not None and self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.communicate()
+        shutil.rmtree(self.tmp, ignore_errors=True)
+
+    def start_standby(self, level="pre_gpu"):
+        import socket
+        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+        env = dict(os.environ, FASTRESTART_STANDBY_FD=str(theirs.fileno()), FASTRESTART_STANDBY_LEVEL=level)
+        env["PYTHONPATH"] = os.pathsep.join([os.path.join(self.site, "lib"), env.get("PYTHONPATH", "")])
+        self.err = os.path.join(self.tmp, "stderr.log")
+        with open(self.err, "wb") as err:
+            p = subprocess.Popen([sys.executable, os.path.join(FAKE, "serve.py"), self.model, "--device", DEVICE,
+                                  "--load-format", "auto", "--processes"], stdout=subprocess.PIPE, stderr=err,
+                                 env=env, pass_fds=(theirs.fileno(),))
+        theirs.close()
+        ours.settimeout(120)
+        self.proc = p
+        return p, ours
+
+    def stderr(self):
+        with open(self.err) as f:
+            return f.read()
+
+    def parked(self, sock):
+        data = b""
+        while not data.endswith(b"\n"):
+            chunk = sock.recv(4096)
+            self.assertTrue(chunk, "no parked message:\n" + self.stderr())
+            data += chunk
+        return json.loads(data)
+
+    def test_the_first_process_parks_before_the_engine_core_starts(self):
+        p, sock = self.start_standby()
+        with sock:
+            self.assertEqual(self.parked(sock), {"op": "parked", "v": 1, "level": "pre_gpu", "pid": p.pid})
+            err = self.stderr()
+            self.assertIn("fastrestart-standby: parked at pre_gpu (pid %d)" % p.pid, err)
+            self.assertNotIn("role=", err)               # still loading its plugins: no engine core yet,
+            self.assertNotIn("init_device", err)         # so no process that could touch CUDA
+            sock.sendall(b'{"op":"release"}\n')
+            out, _ = p.communicate(timeout=120)
+        self.assertEqual(p.returncode, 0, self.stderr())
+        err = self.stderr()
+        self.assertEqual(err.count("fastrestart-standby: parked at pre_gpu"), 1, err)
+        self.assertEqual(err.count("fastrestart-standby: released at pre_gpu"), 1, err)
+        # the release removed the variables; the processes started after it passed their gate at once
+        self.assertIn("role=api_server pid=%d standby_fd=-" % p.pid, err)
+        self.assertRegex(err, r"role=engine_core pid=\d+ standby_fd=-")
+        self.assertRegex(err, r"role=worker pid=\d+ standby_fd=-")
+        self.assertLess(err.index("released at pre_gpu"), err.index("init_device"))
+        self.assertTrue(json.loads(out)["logits"])      # the worker loaded the model and ran it
+
+    def test_exit_while_parked_ends_the_engine_with_status_0_before_anything_starts(self):
+        p, sock = self.start_standby()
+        with sock:
+            self.parked(sock)
+            sock.sendall(b'{"op":"exit"}\n')
+            p.communicate(timeout=60)
+        self.assertEqual(p.returncode, 0)
+        self.assertNotIn("role=engine_core", self.stderr())
+
+    def test_a_warmed_standby_is_refused_instead_of_serving(self):
+        p, sock = self.start_standby("warmed")
+        with sock:
+            p.communicate(timeout=60)
+            sock.settimeout(5)
+            self.assertEqual(sock.recv(4096), b"")       # it never parked
+        self.assertNotEqual(p.returncode, 0)
+        err = self.stderr()
+        self.assertIn("pre_gpu gate only", err)
+        self.assertNotIn("role=engine_core", err)
+
+
 class _Attached:
     """What fastrestart.attach hands out per tensor, for the state round trip without a daemon: a
     read-only view of the published array (the daemon's pool is sealed)."""

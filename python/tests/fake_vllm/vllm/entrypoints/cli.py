@@ -7,10 +7,22 @@ loading, get_model, then one forward pass instead of a server. Prints a JSON sum
     python -m vllm.entrypoints.cli serve MODEL [--dtype float32] [--quantization toy]
         [--load-format fastrestart] [--model-loader-extra-config JSON] [--device cpu|cuda]
         [--tensor-parallel-size N --tp-rank R] [--data-parallel-size N --data-parallel-rank R]
+        [--processes]
+
+--processes: vLLM's process structure, each a real process that loads the plugins itself, in vLLM's order:
+the API server (`vllm serve`: EngineArgs.__post_init__, vllm/engine/arg_utils.py), then the engine core it
+starts (EngineCore.__init__, vllm/v1/engine/core.py), then a worker (WorkerWrapperBase.init_worker,
+vllm/v1/worker/worker_base.py, called by WorkerProc in vllm/v1/executor/multiproc_executor.py), which then
+initializes its device (Worker.init_device: CUDA) and loads the model. Children get the environment and
+no inherited descriptors (multiprocessing's spawn). Each process writes
+`fake-vllm: role=R pid=P standby_fd=F` to stderr once its plugins are loaded, and the worker
+`fake-vllm: init_device` before the model.
 """
 
 import argparse
 import json
+import os
+import subprocess
 import sys
 
 import backend
@@ -38,9 +50,29 @@ def main(argv=None):
     s.add_argument("--data-parallel-rank", type=int, default=0)
     s.add_argument("--reload-weights", action="store_true",
                    help="then update the weights in place as vLLM's reload_weights does (a new loader)")
+    s.add_argument("--processes", action="store_true", help="API server -> engine core -> worker processes")
+    s.add_argument("--role", choices=["api_server", "engine_core", "worker"], default=None,
+                   help=argparse.SUPPRESS)
     a = p.parse_args(argv)
 
     load_general_plugins()
+    if a.processes:
+        role = a.role or "api_server"
+        print("fake-vllm: role=%s pid=%d standby_fd=%s" % (role, os.getpid(),
+              os.environ.get("FASTRESTART_STANDBY_FD", "-")), file=sys.stderr, flush=True)
+        if role != "worker":
+            child = {"api_server": "engine_core", "engine_core": "worker"}[role]
+            args, rest = list(argv if argv is not None else sys.argv[1:])[1:], []  # without "serve"
+            while args:
+                x = args.pop(0)
+                if x == "--role":
+                    args.pop(0)
+                else:
+                    rest.append(x)
+            serve_py = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))),
+                                    "serve.py")
+            return subprocess.run([sys.executable, serve_py] + rest + ["--role", child]).returncode
+        print("fake-vllm: init_device", file=sys.stderr, flush=True)
     set_parallel_state(tp_size=a.tensor_parallel_size, tp_rank=a.tp_rank)
     hf = HfConfig.from_model(a.model)
     vllm_config = VllmConfig(
