@@ -563,6 +563,8 @@ void Supervisor::start_engine() {
   // A walk that waited for fresh daemons goes on with what it recorded before the reload.
   if (!walk_waiting("reloading_daemons") && !walk_waiting("snapshot_create")) m_start_attempts.clear();
   walk_start_paths(0);
+  // A standby on flags the engine no longer runs is of no use: its successor starts once this engine is ready.
+  if (standby_alive() && m_standby->flags != m_flags) discard_standby("the engine's flags changed");
 }
 
 bool Supervisor::walk_waiting(const char* code) const {

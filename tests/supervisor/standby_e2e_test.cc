@@ -200,7 +200,8 @@ TEST_F(StandbyTest, AFlagPushReplacesTheStandby) {
   st = ready(engine);
   EXPECT_NE(st["engine"]["pid"], old_standby) << "the standby on the old flags was released";
   EXPECT_EQ(st["last_start"]["path"], "warm") << st.dump();
-  EXPECT_EQ(find_path(st["start_paths"], "standby").value("reason", ""), "not_parked") << st["start_paths"].dump();
+  EXPECT_EQ(find_path(st["start_paths"], "standby").value("reason", ""), "unavailable") << st["start_paths"].dump();
+  EXPECT_EQ(find_path(st["start_paths"], "standby").value("detail", ""), "the standby was started on other flags");
   st = parked(old_standby);
   const pid_t standby = st["standby"]["pid"];
   EXPECT_NE(::kill(old_standby, 0), 0) << "the standby on the old flags still runs";
