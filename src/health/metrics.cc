@@ -158,7 +158,7 @@ void supervisor_families(Writer& w, const SupervisorStatus& status, const std::s
 // count and the last bucket, and _count equals it.
 void time_to_ready(Writer& w, const supervisor::MetricsStatus& metrics) {
   w.family("time_to_ready_seconds", "histogram",
-           "Seconds from engine spawn to a passed readiness request, by path (cold, warm, snapshot).");
+           "Seconds from engine spawn (a standby: its release) to a passed readiness request, by path (cold, warm, snapshot, standby).");
   for (const auto& [path, h] : metrics.time_to_ready) {
     std::vector<std::pair<double, double>> buckets;
     for (const auto& [le, n] : h.buckets)

@@ -138,8 +138,12 @@ bool print_status(const json& j) {
     if (sb.state == "parked") std::printf(", holds %s of GPU memory", gb(double(sb.gpu_bytes)).c_str());
     std::printf(", %llu spawn(s), %llu release(s)", static_cast<unsigned long long>(sb.spawns),
                 static_cast<unsigned long long>(sb.releases));
-    if (sb.release_to_ready_s)
-      std::printf("; last release ready in %.3f s (%.3f s after the death)", *sb.release_to_ready_s, sb.death_to_ready_s.value_or(-1));
+    if (sb.release_to_ready_s) {
+      std::printf("; last release: ");
+      if (sb.death_to_release_s) std::printf("death +%.3f s released, ", *sb.death_to_release_s);
+      std::printf("+%.3f s ready", *sb.release_to_ready_s);
+      if (sb.death_to_ready_s) std::printf(" (%.3f s from the death)", *sb.death_to_ready_s);
+    }
     std::printf("\n");
     if (!sb.disabled.empty()) std::printf("%-18s %s\n", "standby disabled", sb.disabled.c_str());
     else if (!sb.last_failure.empty()) std::printf("%-18s %s\n", "standby failure", sb.last_failure.c_str());

@@ -105,6 +105,7 @@ static Status read_standby(const json& j, const std::string& w, StandbyStatus& s
   if (auto it = j.find("last_release"); it != j.end() && !it->is_null()) {
     const std::string lw = w + ".last_release";
     FR_TRY(object(*it, lw));
+    FR_TRY(field(*it, "death_to_release_s", lw, s.death_to_release_s));
     FR_TRY(field(*it, "release_to_ready_s", lw, s.release_to_ready_s));
     FR_TRY(field(*it, "death_to_ready_s", lw, s.death_to_ready_s));
   }
@@ -113,8 +114,9 @@ static Status read_standby(const json& j, const std::string& w, StandbyStatus& s
 
 json to_json(const StandbyStatus& s) {
   json last = nullptr;
-  if (s.release_to_ready_s || s.death_to_ready_s) {
+  if (s.death_to_release_s || s.release_to_ready_s || s.death_to_ready_s) {
     last = json::object();
+    if (s.death_to_release_s) last["death_to_release_s"] = *s.death_to_release_s;
     if (s.release_to_ready_s) last["release_to_ready_s"] = *s.release_to_ready_s;
     if (s.death_to_ready_s) last["death_to_ready_s"] = *s.death_to_ready_s;
   }

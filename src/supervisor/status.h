@@ -115,7 +115,9 @@ struct StandbyStatus {
   std::map<std::string, uint64_t> failures;  // by reason: never_parked, died, listening, protocol
   std::string disabled;  // why the path is off until the flags change; empty while it is on
   std::string last_failure;
-  std::optional<double> release_to_ready_s;  // the last release
+  // The last release's timeline: the engine's death (as reaped), the release, readiness passed.
+  std::optional<double> death_to_release_s;
+  std::optional<double> release_to_ready_s;
   std::optional<double> death_to_ready_s;
 };
 

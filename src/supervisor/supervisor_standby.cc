@@ -406,6 +406,7 @@ std::optional<StandbyStatus> Supervisor::standby_status() const {
   st.failures = s.failures;
   st.disabled = s.disabled;
   st.last_failure = s.last_failure;
+  if (s.releases > 0 && s.released_after_death_s >= 0) st.death_to_release_s = s.released_after_death_s;
   st.release_to_ready_s = s.release_to_ready_s;
   st.death_to_ready_s = s.death_to_ready_s;
   return st;
