@@ -3,26 +3,24 @@
 #include <string>
 #include <vector>
 
+#include "supervisor/status.h"
+
 namespace fr::health {
 namespace {
 
 using nlohmann::json;
+using supervisor::SupervisorStatus;
 
-// A string field, or "" when absent or not a string.
-std::string str(const json& j, const char* key) {
-  if (!j.is_object()) return {};
-  auto it = j.find(key);
-  return it != j.end() && it->is_string() ? it->get<std::string>() : std::string();
-}
+// The status as its codec reads it (supervisor/status.h), or the error naming the field at fault.
+Result<SupervisorStatus> decode(const json& status) { return supervisor::supervisor_status_from_json(status); }
 
-// The daemon's name as /health and the metrics show it: its gpu ("0", "host"), else its index.
-std::string daemon_name(const json& d, size_t index) {
-  if (d.is_object()) {
-    auto it = d.find("gpu");
-    if (it != d.end() && it->is_string()) return it->get<std::string>();
-    if (it != d.end() && it->is_number()) return it->dump();
-  }
-  return std::to_string(index);
+std::string readiness_state(const SupervisorStatus& s) {
+  const std::string& state = s.state;
+  if (state.empty()) return "unknown";
+  if (state == "ready" || state == "stopping" || state == "stopped" || state == "failed") return state;
+  if (s.reload_in_progress) return "reloading";
+  if (state == "draining") return "restarting";
+  return state;
 }
 
 }  // namespace
@@ -30,44 +28,35 @@ std::string daemon_name(const json& d, size_t index) {
 ProbeAnswer health_probe(const json& status) {
   if (!status.is_object())
     return {503, {{"status", "down"}, {"down", {"supervisor: not answering"}}}};
+  auto s = decode(status);
+  if (!s.ok()) return {503, {{"status", "down"}, {"down", {"supervisor: unreadable status: " + s.error().message}}}};
   std::vector<std::string> down;
-  const std::string state = str(status, "state");
   // failed: gave up after a crash loop and is on its way out; stopped: the loop has ended.
-  if (state == "failed" || state == "stopped") down.push_back("supervisor: " + state);
-  auto daemons = status.find("daemons");
-  if (daemons != status.end() && daemons->is_array()) {
-    size_t i = 0;
-    for (const auto& d : *daemons) {
-      const std::string s = str(d, "state");
-      if (s != "ready" && s != "loading") {
-        std::string what = "daemon " + daemon_name(d, i) + ": " + (s.empty() ? "unknown" : s);
-        const std::string err = str(d, "error");
-        if (!err.empty()) what += " (" + err.substr(0, 200) + ")";
-        down.push_back(std::move(what));
-      }
-      ++i;
-    }
+  if (s->state == "failed" || s->state == "stopped") down.push_back("supervisor: " + s->state);
+  for (size_t i = 0; i < s->daemons.size(); ++i) {
+    const auto& d = s->daemons[i];
+    if (d.state == "ready" || d.state == "loading") continue;
+    // The daemon's name as /health and the metrics show it: its gpu ("0", "host"), else its index.
+    std::string what = "daemon " + (d.gpu.empty() ? std::to_string(i) : d.gpu) + ": " + (d.state.empty() ? "unknown" : d.state);
+    if (!d.error.empty()) what += " (" + d.error.substr(0, 200) + ")";
+    down.push_back(std::move(what));
   }
   if (down.empty()) return {200, {{"status", "ok"}}};
   return {503, {{"status", "down"}, {"down", down}}};
 }
 
 std::string readiness_state(const json& status) {
-  std::string state = str(status, "state");
-  if (state.empty()) return "unknown";
-  if (state == "ready" || state == "stopping" || state == "stopped" || state == "failed") return state;
-  auto reload = status.find("reload_in_progress");
-  if (reload != status.end() && reload->is_boolean() && reload->get<bool>()) return "reloading";
-  if (state == "draining") return "restarting";
-  return state;
+  auto s = decode(status);
+  return s.ok() ? readiness_state(*s) : "unknown";
 }
 
 ProbeAnswer ready_probe(const json& status) {
   if (!status.is_object()) return {503, {{"state", "unknown"}, {"error", "the supervisor is not answering"}}};
-  const std::string state = readiness_state(status);
+  auto s = decode(status);
+  if (!s.ok()) return {503, {{"state", "unknown"}, {"error", "unreadable status: " + s.error().message}}};
+  const std::string state = readiness_state(*s);
   ProbeAnswer a{state == "ready" ? 200 : 503, {{"state", state}}};
-  const std::string text = str(status, "status_text");
-  if (!text.empty()) a.body["status_text"] = text;
+  if (!s->status_text.empty()) a.body["status_text"] = s->status_text;
   return a;
 }
 
