@@ -202,7 +202,7 @@ for run in $runs; do
   say "  GPU used after stop: $(nvidia-smi --query-gpu=memory.used --format=csv,noheader | head -1)"
 done
 
-say "== summary (death to READY = status last_start.since_previous_exit_s; at $(elapsed) s)"
+say "== summary (death to READY = status last_start.since_previous_exit_s, from fastrestartd's reap; kill = from the kill(2) call to this script seeing READY; at $(elapsed) s)"
 python3 - "$res" <<'PY' | tee -a "$summary"
 import glob, json, os, sys
 rows, allres = [], {}
@@ -211,14 +211,15 @@ for f in sorted(glob.glob(os.path.join(sys.argv[1], "*.json"))):
     r = json.load(open(f)); allres[name] = r
     s = r.get("summary") or {}
     rows.append((name, s))
-print(f"{'run':22} {'n':>3} {'median s':>9} {'max s':>8} {'paths':18} {'parked MiB':>12} {'GPU used first/last MiB':>24} {'oracle':>8}")
+print(f"{'run':22} {'n':>3} {'median s':>9} {'max s':>8} {'kill med/max s':>15} {'paths':18} {'parked MiB':>12} {'GPU used first/last MiB':>24} {'oracle':>8}")
 for name, s in rows:
     med = f"{s['median_s']:.3f}" if "median_s" in s else "-"
     mx = f"{s['max_s']:.3f}" if "max_s" in s else "-"
+    km = f"{s['kill_to_ready_seen_median_s']:.3f}/{s['kill_to_ready_seen_max_s']:.3f}" if "kill_to_ready_seen_median_s" in s else "-"
     pk = ",".join(str(x) for x in s.get("parked_mib", [])) or "-"
     gu = "/".join(str(x) for x in s.get("gpu_used_parked_first_last_mib", [])) or "-"
     orc = "-" if not s.get("n") else "ok" if s.get("oracle_mismatches") == 0 else f"{s['oracle_mismatches']} bad"
-    print(f"{name:22} {s.get('n', 0):>3} {med:>9} {mx:>8} {','.join(s.get('paths', [])):18} {pk:>12} {gu:>24} {orc:>8}")
+    print(f"{name:22} {s.get('n', 0):>3} {med:>9} {mx:>8} {km:>15} {','.join(s.get('paths', [])):18} {pk:>12} {gu:>24} {orc:>8}")
 for name, r in allres.items():
     for e in r.get("errors", []):
         print(f"{name}: ERROR {e}")

@@ -199,6 +199,11 @@ class Run:
         s = {"n": len(ks), "paths": sorted({str(k.get("path")) for k in ks})}
         if d:
             s.update(median_s=round(statistics.median(d), 4), max_s=round(max(d), 4), min_s=round(min(d), 4))
+        # From the kill(2) call to this script seeing READY (its 10 ms polls of the log included): an upper
+        # bound that also covers the kernel's teardown of the dead process before fastrestartd reaps it.
+        kr = [k["kill_to_ready_seen_s"] for k in ks if k.get("kill_to_ready_seen_s") is not None]
+        if kr:
+            s.update(kill_to_ready_seen_median_s=round(statistics.median(kr), 4), kill_to_ready_seen_max_s=round(max(kr), 4))
         parked = [k["parked"] for k in ks if k.get("parked")]
         if parked:
             s["parked_mib"] = sorted({p.get("nvidia_smi_mib") for p in parked if p.get("nvidia_smi_mib") is not None})
