@@ -563,8 +563,10 @@ void Supervisor::start_engine() {
   // A walk that waited for fresh daemons goes on with what it recorded before the reload.
   if (!walk_waiting("reloading_daemons") && !walk_waiting("snapshot_create")) m_start_attempts.clear();
   walk_start_paths(0);
-  // A standby on flags the engine no longer runs is of no use: its successor starts once this engine is ready.
-  if (standby_alive() && m_standby->flags != m_flags) discard_standby("the engine's flags changed");
+  // A standby on flags the engine no longer runs (or a checkpoint that changed) is of no use: its successor
+  // starts once this engine is ready.
+  if (standby_alive())
+    if (auto stale = standby_stale(); !stale.empty()) discard_standby(stale);
 }
 
 bool Supervisor::walk_waiting(const char* code) const {

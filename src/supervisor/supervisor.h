@@ -132,6 +132,7 @@ class Supervisor : private StartHost {
   void standby_failed(const std::string& reason, const std::string& detail);
   void discard_standby(const std::string& why);  // stops its group; none is spawned until the next ready
   bool standby_alive() const;
+  std::string standby_stale() const;       // why the standby no longer matches a start now ("" when it does)
   uint64_t standby_reserve_bytes() const;  // what the engine's budget leaves for a warmed standby
   void standby_after_ready(double since_spawn);
   std::optional<StandbyStatus> standby_status() const;

@@ -40,7 +40,39 @@ const char* phase_name(Phase p) {
   return "off";
 }
 
+// weights.checkpoint's files as they are now; a file that cannot be stat()ed matches no real one.
+std::vector<FileIdentity> checkpoint_identities(const Config& c) {
+  std::vector<FileIdentity> out;
+  for (const auto& f : checkpoint_files(c)) {
+    auto id = identify_file(f);
+    out.push_back(id.ok() ? *id : FileIdentity{f});
+  }
+  return out;
+}
+
+// How the checkpoint's files differ from `was`, in words; "" when they are the same files.
+std::string checkpoint_change(const std::vector<FileIdentity>& was, const std::vector<FileIdentity>& now) {
+  if (was.size() != now.size())
+    return "it has " + std::to_string(now.size()) + " file(s), " + std::to_string(was.size()) + " when the standby started";
+  for (size_t i = 0; i < was.size(); ++i) {
+    if (now[i] == was[i]) continue;
+    if (now[i].ino == 0) return was[i].path + " is gone";
+    return was[i].path + ": " + identity_change(was[i], now[i]);
+  }
+  return {};
+}
+
 }  // namespace
+
+std::string Supervisor::standby_stale() const {
+  if (!m_standby) return {};
+  const Standby& s = *m_standby;
+  if (s.flags != m_flags) return "the standby was started on other flags";
+  // It read the checkpoint's config (and, warmed, mapped its weights): a changed file is a new model.
+  if (auto c = checkpoint_change(s.checkpoint, checkpoint_identities(m_cfg)); !c.empty())
+    return "the checkpoint changed since the standby started (" + c + ")";
+  return {};
+}
 
 bool Supervisor::standby_wanted() const {
   const auto& s = m_cfg.restart.start;
@@ -71,10 +103,12 @@ void Supervisor::maybe_spawn_standby() {
     case Phase::kBackoff:
       return;  // its exit, or the backoff, comes back here
     case Phase::kStarting:
-    case Phase::kParked:
-      if (s.flags == m_flags && s.daemon_generation == m_daemon_generation) return;
-      discard_standby(s.flags != m_flags ? "the engine's flags changed" : "the weight daemons were reloaded");
+    case Phase::kParked: {
+      const std::string stale = standby_stale();
+      if (stale.empty() && s.daemon_generation == m_daemon_generation) return;
+      discard_standby(!stale.empty() ? stale : "the weight daemons were reloaded");
       return;  // its exit starts the next one
+    }
     case Phase::kOff: break;
   }
   spawn_standby();
@@ -136,6 +170,7 @@ void Supervisor::spawn_standby() {
   s.phase = Phase::kStarting;
   s.flags = m_flags;
   s.daemon_generation = m_daemon_generation;
+  s.checkpoint = checkpoint_identities(m_cfg);
   s.gpu_bytes = 0;
   s.spawns++;
   const double timeout = m_cfg.standby.park_timeout_s;
@@ -333,7 +368,7 @@ std::optional<StartRefusal> Supervisor::standby_refusal() const {
     case Phase::kParked: break;
   }
   if (!standby_alive()) return StartRefusal{"not_parked", "the standby is gone"};
-  if (s.flags != m_flags) return StartRefusal{"unavailable", "the standby was started on other flags"};
+  if (auto stale = standby_stale(); !stale.empty()) return StartRefusal{"unavailable", stale};
   if (m_cfg.standby.level == StandbyLevel::kWarmed && s.daemon_generation != m_daemon_generation)
     return StartRefusal{"unavailable", "the weight daemons were reloaded since the standby attached to them"};
   return std::nullopt;

@@ -8,6 +8,7 @@
 #include <gtest/gtest.h>
 
 #include <chrono>
+#include <filesystem>
 #include <fstream>
 #include <thread>
 
@@ -164,6 +165,33 @@ TEST_F(StandbyTest, ARestartRequestReleasesTheStandby) {
   EXPECT_EQ(st["last_start"]["path"], "standby");
   EXPECT_EQ(st["last_exit"]["cause"], "requested");
   EXPECT_NE(::kill(engine, 0), 0) << "the old engine still runs beside the released standby";
+  EXPECT_EQ(m_sup->stop(SIGTERM), 0) << m_sup->log();
+}
+
+// The checkpoint changed under the same path while a standby was parked: the standby read the old files
+// (and, warmed, maps their weights), so it is not released; the next path starts the engine on the new
+// files, and a standby on them follows.
+TEST_F(StandbyTest, AChangedCheckpointDiscardsTheStandby) {
+  launch();
+  ready();
+  json st = parked();
+  const pid_t engine = st["engine"]["pid"], old_standby = st["standby"]["pid"];
+  int touched = 0;
+  for (const auto& f : std::filesystem::directory_iterator(m_dir / "model"))
+    if (f.path().extension() == ".safetensors") {
+      std::filesystem::last_write_time(f.path(), std::filesystem::file_time_type::clock::now() + std::chrono::hours(1));
+      ++touched;
+    }
+  ASSERT_GT(touched, 0);
+  ASSERT_EQ(::kill(engine, SIGKILL), 0);
+  st = ready(engine);
+  EXPECT_NE(st["engine"]["pid"], old_standby) << "the standby on the old checkpoint was released";
+  EXPECT_NE(st["last_start"]["path"], "standby") << st.dump();
+  const json sb = find_path(st["start_paths"], "standby");
+  EXPECT_EQ(sb.value("reason", ""), "unavailable") << st["start_paths"].dump();
+  EXPECT_NE(sb.value("detail", "").find("the checkpoint changed since the standby started"), std::string::npos) << sb.dump();
+  st = parked(old_standby);
+  EXPECT_NE(::kill(old_standby, 0), 0) << "the standby on the old checkpoint still runs";
   EXPECT_EQ(m_sup->stop(SIGTERM), 0) << m_sup->log();
 }
 
