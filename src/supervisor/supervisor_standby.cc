@@ -62,12 +62,25 @@ std::string checkpoint_change(const std::vector<FileIdentity>& was, const std::v
   return {};
 }
 
+// What shapes a start besides the flags, by config key. A re-read config (reload without flags, SIGHUP)
+// changes these under the running engine, which keeps them until its next start: a standby must start as
+// that next engine would.
+std::map<std::string, std::string> launch_config(const Config& c) {
+  using nlohmann::json;
+  return {{"engine.command", json(c.engine.command).dump()}, {"engine.env", json(c.engine.env).dump()},
+          {"engine.working_dir", c.engine.working_dir},      {"engine.cgroup", c.engine.cgroup},
+          {"memory.utilization", json(c.memory.utilization).dump()}};
+}
+
 }  // namespace
 
 std::string Supervisor::standby_stale() const {
   if (!m_standby) return {};
   const Standby& s = *m_standby;
   if (s.flags != m_flags) return "the standby was started on other flags";
+  const auto now = launch_config(m_cfg);
+  for (const auto& [key, value] : s.launch)
+    if (now.at(key) != value) return key + " changed since the standby started (the config was re-read)";
   // It read the checkpoint's config (and, warmed, mapped its weights): a changed file is a new model.
   if (auto c = checkpoint_change(s.checkpoint, checkpoint_identities(m_cfg)); !c.empty())
     return "the checkpoint changed since the standby started (" + c + ")";
@@ -171,6 +184,7 @@ void Supervisor::spawn_standby() {
   s.flags = m_flags;
   s.daemon_generation = m_daemon_generation;
   s.checkpoint = checkpoint_identities(m_cfg);
+  s.launch = launch_config(m_cfg);
   s.gpu_bytes = 0;
   s.spawns++;
   const double timeout = m_cfg.standby.park_timeout_s;

@@ -25,6 +25,7 @@ struct Options {
   std::string engine_flags;     // appended to the engine's flags (faults)
   std::string standby_extra;    // more [standby] keys
   std::string cgroup;           // engine.cgroup
+  std::string engine_extra;     // more [engine] keys
 };
 
 class StandbyTest : public ::testing::Test {
@@ -40,6 +41,7 @@ class StandbyTest : public ::testing::Test {
                          << "\"--load-format\", \"fastrestart\", \"--fastrestart-socket-dir\", \"" << run
                          << "\", \"--shutdown-grace\", \"2\"" << o.engine_flags << "]\n"
                          << "port = " << m_port << "\nstop_grace_s = 3\n"
+                         << o.engine_extra
                          << (o.cgroup.empty() ? "" : "cgroup = \"" + o.cgroup + "\"\n")
                          << "[weights]\nbackend = \"host\"\ncheckpoint = \"" << (m_dir / "model") << "\"\nsocket_dir = \"" << run << "\"\n"
                          << "[readiness]\nmodel = \"t\"\nexpect_text = \"" << oracle() << "\"\npoll_interval_s = 0.05\ncheck_interval_s = 0.3\n"
@@ -192,6 +194,37 @@ TEST_F(StandbyTest, AChangedCheckpointDiscardsTheStandby) {
   EXPECT_NE(sb.value("detail", "").find("the checkpoint changed since the standby started"), std::string::npos) << sb.dump();
   st = parked(old_standby);
   EXPECT_NE(::kill(old_standby, 0), 0) << "the standby on the old checkpoint still runs";
+  EXPECT_EQ(m_sup->stop(SIGTERM), 0) << m_sup->log();
+}
+
+// A re-read config (reload without flags, SIGHUP) that changes what the engine starts with besides its
+// flags (here engine.env) replaces the standby at once: the next engine runs on the new config.
+TEST_F(StandbyTest, AReReadConfigReplacesTheStandby) {
+  Options o;
+  o.engine_extra = "env = { FR_STANDBY_MARK = \"before\" }\n";
+  launch(o);
+  ready();
+  json st = parked();
+  const pid_t old_standby = st["standby"]["pid"];
+  {
+    std::ifstream in(m_cfg);
+    std::string text((std::istreambuf_iterator<char>(in)), {});
+    const auto at = text.find("\"before\"");
+    ASSERT_NE(at, std::string::npos);
+    text.replace(at, 8, "\"after\"");
+    std::ofstream(m_cfg) << text;
+  }
+  auto r = ctl({"reload"});
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  st = parked(old_standby);
+  EXPECT_NE(::kill(old_standby, 0), 0) << "the standby started from the old config still runs";
+  const pid_t standby = st["standby"]["pid"];
+  ASSERT_EQ(::kill(st["engine"]["pid"].get<pid_t>(), SIGKILL), 0);
+  st = ready(st["engine"]["pid"]);
+  EXPECT_EQ(st["engine"]["pid"], standby) << st.dump();
+  std::ifstream env("/proc/" + std::to_string(st["engine"]["pid"].get<pid_t>()) + "/environ");
+  const std::string environ((std::istreambuf_iterator<char>(env)), {});
+  EXPECT_NE(environ.find(std::string("FR_STANDBY_MARK=after") + '\0'), std::string::npos) << "the engine runs on the old config";
   EXPECT_EQ(m_sup->stop(SIGTERM), 0) << m_sup->log();
 }
 
