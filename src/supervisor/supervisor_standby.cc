@@ -416,10 +416,9 @@ Status Supervisor::release_standby() {
   ::unlink(state_path(m_cfg, "standby.pgid").c_str());
   if (auto st = write_private_file(state_path(m_cfg, "engine.pgid"), engine_group_record(e.pid)); !st.ok())
     spdlog::warn("could not record the engine's process group: {}", st.error().message);
-  if (m_cfg.weights.backend != "host")
-    for (const auto& gpu : m_cfg.gpus)
-      if (auto m = m_gpus->memory(gpu); m.ok())
-        m_baseline_used[gpu] = static_cast<double>(m->used) - static_cast<double>(held_bytes(gpu));
+  // m_baseline_used (the leak check's "used before the engine") stays what it was before the engine that
+  // died: used memory now includes that engine's, still being freed (a release does not wait for it), and
+  // this one's own context (warmed).
   spdlog::info("standby: released pid {} at {}{}", e.pid, e.standby_level,
                s.released_after_death_s >= 0 ? fmt::format(", {:.3f} s after the engine's death", s.released_after_death_s) : std::string());
   set_status("Starting the engine (standby released at " + e.standby_level + ")");
