@@ -1046,8 +1046,9 @@ void Supervisor::wait_drain() {
     }
     // Leak check (ARCHITECTURE.md, "Memory accounting"): GPU memory used must fall back to what the daemons
     // hold (and a standby, when one runs). Not before a standby's release, which waits for no memory
-    // (docs/standby.md, "Memory").
-    const bool release_next = !is_terminal(m_state) && !standby_refusal();
+    // (docs/standby.md, "Memory"): only a drain that restarts releases one (holding discards it, reloading
+    // the daemons does too).
+    const bool release_next = m_state == State::kDraining && !standby_refusal();
     if (!release_next && !m_cfg.gpus.empty() && m_cfg.weights.backend != "host") {
       for (const auto& gpu : m_cfg.gpus) {
         auto m = m_gpus->memory(gpu);

@@ -58,6 +58,20 @@ class StandbyTest : public ::testing::Test {
     m_sup->start();
     ::unsetenv("FASTRESTART_FAKE_NVML");
   }
+  // One fake 80 GB GPU (FASTRESTART_FAKE_NVML) whose used memory the test sets (used_gb), no weight
+  // daemons: for the memory budget and the leak check.
+  void launch_on_fake_gpu() {
+    used_gb(1);
+    Options o;
+    o.top = "gpus = [\"0\"]\n";
+    o.weights = "[weights]\nmode = \"off\"\n[memory]\nleak_tolerance_mib = 256\nsettle_timeout_s = 1\n";
+    o.engine_flags = ", \"--fastrestart-connect-timeout\", \"0.1\"";  // no daemons here
+    o.fake_nvml = m_dir / "nvml.json";
+    launch(o);
+  }
+  void used_gb(double gb) {
+    std::ofstream(m_dir / "nvml.json") << "{\"0\": {\"total\": 80000000000, \"used\": " << static_cast<uint64_t>(gb * 1e9) << "}}";
+  }
   // The completion of the readiness prompt by a normal engine on the same model (the oracle).
   std::string oracle() {
     if (!m_oracle.empty()) return m_oracle;
@@ -237,21 +251,11 @@ TEST_F(StandbyTest, AReReadConfigReplacesTheStandby) {
 // was used at the release (the dead engine's memory not freed yet, the released standby's own context):
 // a leak left behind by the engine after a release is still reported.
 TEST_F(StandbyTest, TheLeakCheckAfterAReleaseKeepsTheBaselineBeforeTheEngine) {
-  const std::string nvml = m_dir / "nvml.json";
-  auto used = [&](double gb) {
-    std::ofstream(nvml) << "{\"0\": {\"total\": 80000000000, \"used\": " << static_cast<uint64_t>(gb * 1e9) << "}}";
-  };
-  used(1);
-  Options o;
-  o.top = "gpus = [\"0\"]\n";
-  o.weights = "[weights]\nmode = \"off\"\n[memory]\nleak_tolerance_mib = 256\nsettle_timeout_s = 1\n";
-  o.engine_flags = ", \"--fastrestart-connect-timeout\", \"0.1\"";  // no daemons here
-  o.fake_nvml = nvml;
-  launch(o);
+  launch_on_fake_gpu();
   ready();
   json st = parked();
   const pid_t engine = st["engine"]["pid"];
-  used(30);  // the engine's KV cache; it is still being freed when the standby is released
+  used_gb(30);  // the engine's KV cache; it is still being freed when the standby is released
   ASSERT_EQ(::kill(engine, SIGKILL), 0);
   st = ready(engine);
   ASSERT_EQ(st["last_start"]["path"], "standby") << st.dump();
@@ -264,6 +268,21 @@ TEST_F(StandbyTest, TheLeakCheckAfterAReleaseKeepsTheBaselineBeforeTheEngine) {
   st = ready(released);
   EXPECT_NE(m_sup->log().find("still used after the engine exited"), std::string::npos)
       << "the leak after the release went unreported: " << m_sup->log();
+  EXPECT_EQ(m_sup->stop(SIGTERM), 0) << m_sup->log();
+}
+
+// stop-engine with a standby parked: no release follows (the standby is discarded once the engine is
+// gone), so the leak check runs as for any exit.
+TEST_F(StandbyTest, TheLeakCheckRunsWhenTheEngineIsHeldWithAStandbyParked) {
+  launch_on_fake_gpu();
+  ready();
+  parked();
+  used_gb(30);  // what the engine leaves behind: 29 GB beyond what was used before it started
+  ASSERT_EQ(ctl({"stop-engine"}).exit_code, 0);
+  json st;
+  ASSERT_TRUE(m_sup->wait_for([](const json& j) { return j.value("state", "") == "held"; }, 90, &st)) << m_sup->log();
+  EXPECT_NE(m_sup->log().find("still used after the engine exited"), std::string::npos)
+      << "the leak went unreported: " << m_sup->log();
   EXPECT_EQ(m_sup->stop(SIGTERM), 0) << m_sup->log();
 }
 
