@@ -505,7 +505,7 @@ uint64_t Supervisor::held_bytes(const std::string& gpu) const {
 // ---------------------------------------------------------------------------------------------------
 // Engine
 
-std::vector<std::string> Supervisor::engine_argv() const {
+std::vector<std::string> Supervisor::engine_argv(bool for_standby) const {
   std::vector<std::string> argv = m_cfg.engine.command;
   std::vector<std::string> flags = m_flags;
   if (preload_mode()) adjust_vllm_flags(flags);  // --load-format ipc_cache, the loader's extra config
@@ -523,8 +523,13 @@ std::vector<std::string> Supervisor::engine_argv() const {
                                                               : m_cfg.memory.utilization) -
                  reserve / static_cast<double>(m->total);
       frac = std::min(frac, f);
-      double need = f * static_cast<double>(m->total);
-      if (m_cfg.memory.check_free && need > static_cast<double>(m->free))
+      const double need = f * static_cast<double>(m->total);
+      if (!m_cfg.memory.check_free) continue;
+      if (for_standby) {
+        if (reserve > static_cast<double>(m->free))
+          spdlog::warn("GPU {}: the warmed standby's reserve {} does not fit in the free {} (used {})", gpu,
+                       fmt_bytes(reserve), fmt_bytes(double(m->free)), fmt_bytes(double(m->used)));
+      } else if (need > static_cast<double>(m->free))
         spdlog::warn("GPU {}: the engine's share {} does not fit in the free {} (used {}, of which the weight daemon holds {})",
                      gpu, fmt_bytes(need), fmt_bytes(double(m->free)), fmt_bytes(double(m->used)), fmt_bytes(held));
     }

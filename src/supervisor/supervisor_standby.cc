@@ -140,7 +140,7 @@ void Supervisor::spawn_standby() {
   auto e = std::make_unique<Engine>();
   e->flags = m_flags;
   SpawnSpec spec;
-  spec.argv = engine_argv();
+  spec.argv = engine_argv(/*for_standby=*/true);
   spec.env = engine_env();
   spec.env["FASTRESTART_STANDBY_FD"] = std::to_string(theirs.get());
   spec.env["FASTRESTART_STANDBY_LEVEL"] = standby_level_name(m_cfg.standby.level);

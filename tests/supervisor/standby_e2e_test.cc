@@ -286,6 +286,20 @@ TEST_F(StandbyTest, TheLeakCheckRunsWhenTheEngineIsHeldWithAStandbyParked) {
   EXPECT_EQ(m_sup->stop(SIGTERM), 0) << m_sup->log();
 }
 
+// A standby starts while the engine holds its share of the GPU: its own share is allocated only after its
+// release, once the engine is gone, so its start warns of no missing free memory.
+TEST_F(StandbyTest, AStandbyStartDoesNotWarnThatTheEnginesShareDoesNotFit) {
+  launch_on_fake_gpu();
+  ready();
+  json st = parked();
+  used_gb(30);  // the engine's share, allocated: 50 GB free, less than a whole share
+  const pid_t standby = st["standby"]["pid"];
+  ASSERT_EQ(::kill(standby, SIGKILL), 0);
+  st = parked(standby);
+  EXPECT_EQ(m_sup->log().find("does not fit in the free"), std::string::npos) << m_sup->log();
+  EXPECT_EQ(m_sup->stop(SIGTERM), 0) << m_sup->log();
+}
+
 // An engine that exits 0 on its own (a SIGTERM from someone else) is replaced by the standby too.
 TEST_F(StandbyTest, AnEngineThatExitsZeroIsReplacedByTheStandby) {
   launch();
