@@ -171,13 +171,18 @@ void Supervisor::spawn_standby() {
   s.gate_reader = std::make_unique<LineReader>(
       m_loop, s.gate.get(), [this](const std::string& l) { on_gate_line(l); },
       [this] {
-        // A standby that closes its gate without parking is not waiting; one that dies closes it too,
-        // so give its exit a moment to be reaped before calling it a protocol failure.
-        if (!m_standby || m_standby->phase != Phase::kStarting) return;
+        // A standby that closes its gate without parking is not waiting, and one that closes it while
+        // parked can no longer be released; one that dies closes it too, so give its exit a moment to be
+        // reaped before calling it a protocol failure. (While parked the port check runs on port_timer.)
+        if (!m_standby || (m_standby->phase != Phase::kStarting && m_standby->phase != Phase::kParked)) return;
+        const Phase phase = m_standby->phase;
         const pid_t pid = m_standby->proc ? m_standby->proc->pid : -1;
-        m_standby->port_timer.start(0.5, [this, pid] {
-          if (m_standby && m_standby->phase == Phase::kStarting && m_standby->proc && m_standby->proc->pid == pid)
-            standby_failed("protocol", "closed its end of the gate socket without parking");
+        Timer& grace = phase == Phase::kParked ? m_standby->park_timer : m_standby->port_timer;
+        grace.start(0.5, [this, pid, phase] {
+          if (m_standby && m_standby->phase == phase && m_standby->proc && m_standby->proc->pid == pid)
+            standby_failed("protocol", phase == Phase::kParked
+                                           ? "closed its end of the gate socket while parked: it can no longer be released"
+                                           : "closed its end of the gate socket without parking");
         });
       });
   s.phase = Phase::kStarting;

@@ -2,6 +2,7 @@
 // backend as both the engine and its standby, and a real weight daemon. A standby parks at its gate, is
 // released when the engine dies or is restarted, and is replaced, discarded or given up on as documented.
 #include <signal.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -29,6 +30,7 @@ struct Options {
   std::string top;              // top-level keys (before the first section)
   std::string weights;          // replaces the [weights] section when set
   std::string fake_nvml;        // FASTRESTART_FAKE_NVML for fastrestartd
+  std::string wrapper;          // a program that engine.command runs the tiny engine through
 };
 
 class StandbyTest : public ::testing::Test {
@@ -39,7 +41,7 @@ class StandbyTest : public ::testing::Test {
     m_http = test::free_port();
     const std::string run = m_dir / "run";
     m_cfg = m_dir / "t.toml";
-    std::ofstream(m_cfg) << o.top << "[model]\nname = \"t\"\n[engine]\ncommand = [\"" << FR_TINYENGINE_BIN << "\", \"serve\", \""
+    std::ofstream(m_cfg) << o.top << "[model]\nname = \"t\"\n[engine]\ncommand = [\"" << (o.wrapper.empty() ? "" : o.wrapper + "\", \"") << FR_TINYENGINE_BIN << "\", \"serve\", \""
                          << (m_dir / "model") << "\"]\nflags = [\"--port\", \"" << m_port << "\", \"--served-model-name\", \"t\", "
                          << "\"--load-format\", \"fastrestart\", \"--fastrestart-socket-dir\", \"" << run
                          << "\", \"--shutdown-grace\", \"2\"" << o.engine_flags << "]\n"
@@ -297,6 +299,30 @@ TEST_F(StandbyTest, AStandbyStartDoesNotWarnThatTheEnginesShareDoesNotFit) {
   ASSERT_EQ(::kill(standby, SIGKILL), 0);
   st = parked(standby);
   EXPECT_EQ(m_sup->log().find("does not fit in the free"), std::string::npos) << m_sup->log();
+  EXPECT_EQ(m_sup->stop(SIGTERM), 0) << m_sup->log();
+}
+
+// A standby that closes its end of the gate socket after parking can no longer be released: it is a
+// protocol failure at once (stopped, counted, started again), not a parked standby in status until the
+// engine dies and its release fails.
+TEST_F(StandbyTest, AStandbyThatClosesItsGateWhileParkedIsAFailure) {
+  const std::string wrapper = m_dir / "close-gate.sh";
+  std::ofstream(wrapper) << "#!/bin/bash\n"
+                            "if [ -n \"$FASTRESTART_STANDBY_FD\" ]; then\n"
+                            "  printf '{\"op\":\"parked\",\"v\":1,\"level\":\"pre_gpu\",\"pid\":%d}\\n' $$ >&\"$FASTRESTART_STANDBY_FD\"\n"
+                            "  eval \"exec $FASTRESTART_STANDBY_FD>&-\"\n"
+                            "  exec sleep 1000\n"
+                            "fi\n"
+                            "exec \"$@\"\n";
+  ASSERT_EQ(::chmod(wrapper.c_str(), 0755), 0);
+  Options o;
+  o.wrapper = wrapper;
+  launch(o);
+  json st = ready();
+  ASSERT_TRUE(m_sup->wait_for([](const json& j) { return j["standby"]["failures"].value("protocol", 0) >= 1; }, 90, &st))
+      << m_sup->log();
+  EXPECT_NE(st["standby"].value("last_failure", "").find("closed its end of the gate socket while parked"), std::string::npos)
+      << st["standby"].dump();
   EXPECT_EQ(m_sup->stop(SIGTERM), 0) << m_sup->log();
 }
 
