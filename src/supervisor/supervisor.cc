@@ -505,7 +505,7 @@ uint64_t Supervisor::held_bytes(const std::string& gpu) const {
 // ---------------------------------------------------------------------------------------------------
 // Engine
 
-std::vector<std::string> Supervisor::engine_argv() const {
+std::vector<std::string> Supervisor::engine_argv(bool for_standby) const {
   std::vector<std::string> argv = m_cfg.engine.command;
   std::vector<std::string> flags = m_flags;
   if (preload_mode()) adjust_vllm_flags(flags);  // --load-format ipc_cache, the loader's extra config
@@ -523,8 +523,13 @@ std::vector<std::string> Supervisor::engine_argv() const {
                                                               : m_cfg.memory.utilization) -
                  reserve / static_cast<double>(m->total);
       frac = std::min(frac, f);
-      double need = f * static_cast<double>(m->total);
-      if (m_cfg.memory.check_free && need > static_cast<double>(m->free))
+      const double need = f * static_cast<double>(m->total);
+      if (!m_cfg.memory.check_free) continue;
+      if (for_standby) {
+        if (reserve > static_cast<double>(m->free))
+          spdlog::warn("GPU {}: the warmed standby's reserve {} does not fit in the free {} (used {})", gpu,
+                       fmt_bytes(reserve), fmt_bytes(double(m->free)), fmt_bytes(double(m->used)));
+      } else if (need > static_cast<double>(m->free))
         spdlog::warn("GPU {}: the engine's share {} does not fit in the free {} (used {}, of which the weight daemon holds {})",
                      gpu, fmt_bytes(need), fmt_bytes(double(m->free)), fmt_bytes(double(m->used)), fmt_bytes(held));
     }
@@ -563,8 +568,10 @@ void Supervisor::start_engine() {
   // A walk that waited for fresh daemons goes on with what it recorded before the reload.
   if (!walk_waiting("reloading_daemons") && !walk_waiting("snapshot_create")) m_start_attempts.clear();
   walk_start_paths(0);
-  // A standby on flags the engine no longer runs is of no use: its successor starts once this engine is ready.
-  if (standby_alive() && m_standby->flags != m_flags) discard_standby("the engine's flags changed");
+  // A standby on flags the engine no longer runs (or a checkpoint that changed) is of no use: its successor
+  // starts once this engine is ready.
+  if (standby_alive())
+    if (auto stale = standby_stale(); !stale.empty()) discard_standby(stale);
 }
 
 bool Supervisor::walk_waiting(const char* code) const {
@@ -1044,8 +1051,9 @@ void Supervisor::wait_drain() {
     }
     // Leak check (ARCHITECTURE.md, "Memory accounting"): GPU memory used must fall back to what the daemons
     // hold (and a standby, when one runs). Not before a standby's release, which waits for no memory
-    // (docs/standby.md, "Memory").
-    const bool release_next = !is_terminal(m_state) && !standby_refusal();
+    // (docs/standby.md, "Memory"): only a drain that restarts releases one (holding discards it, reloading
+    // the daemons does too).
+    const bool release_next = m_state == State::kDraining && !standby_refusal();
     if (!release_next && !m_cfg.gpus.empty() && m_cfg.weights.backend != "host") {
       for (const auto& gpu : m_cfg.gpus) {
         auto m = m_gpus->memory(gpu);

@@ -100,7 +100,9 @@ class Supervisor : private StartHost {
   void check_health();
   void wait_drain();
   void after_drain();
-  std::vector<std::string> engine_argv() const;  // changes nothing: spawn_engine records what a start uses
+  // Changes nothing: spawn_engine records what a start uses. for_standby: the share is allocated after the
+  // release, once the engine is gone, so only a warmed standby's reserve is checked against free memory.
+  std::vector<std::string> engine_argv(bool for_standby = false) const;
   std::map<std::string, std::string> engine_env();
   void arm_readiness(bool poll_now);
   double readiness_poll_interval() const;
@@ -132,6 +134,7 @@ class Supervisor : private StartHost {
   void standby_failed(const std::string& reason, const std::string& detail);
   void discard_standby(const std::string& why);  // stops its group; none is spawned until the next ready
   bool standby_alive() const;
+  std::string standby_stale() const;       // why the standby no longer matches a start now ("" when it does)
   uint64_t standby_reserve_bytes() const;  // what the engine's budget leaves for a warmed standby
   void standby_after_ready(double since_spawn);
   std::optional<StandbyStatus> standby_status() const;

@@ -105,6 +105,7 @@ json Supervisor::handle(const json& req, std::shared_ptr<std::promise<json>> rep
       m_cfg.engine = c->engine;
       m_cfg.readiness = c->readiness;
       m_cfg.memory = c->memory;
+      maybe_spawn_standby();  // a standby started from the old config is replaced now (docs/standby.md)
       if (!flags_changed)
         return {{"ok", true}, {"path", "unchanged"}, {"flags", redact_flags(m_flags)}, {"message", "re-read " + m_cfg.path + ": the engine's flags are unchanged"}};
       json push = req;

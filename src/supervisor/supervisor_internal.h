@@ -67,6 +67,8 @@ struct Supervisor::Standby {
   std::unique_ptr<LineReader> gate_reader;  // declared after `gate`: destroyed before it
   std::vector<std::string> flags;        // m_flags when it was started
   uint64_t daemon_generation = 0;        // m_daemon_generation when it was started
+  std::vector<FileIdentity> checkpoint;  // weights.checkpoint's files when it was started (it read their config)
+  std::map<std::string, std::string> launch;  // the config it was started from besides its flags, by key
   double parked_at = 0;
   std::string stop_reason;               // why it is being stopped (kStopping)
   std::map<std::string, double> used_before;  // per GPU, at its spawn: gpu_bytes is used after its park minus this

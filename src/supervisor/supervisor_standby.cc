@@ -40,7 +40,52 @@ const char* phase_name(Phase p) {
   return "off";
 }
 
+// weights.checkpoint's files as they are now; a file that cannot be stat()ed matches no real one.
+std::vector<FileIdentity> checkpoint_identities(const Config& c) {
+  std::vector<FileIdentity> out;
+  for (const auto& f : checkpoint_files(c)) {
+    auto id = identify_file(f);
+    out.push_back(id.ok() ? *id : FileIdentity{f});
+  }
+  return out;
+}
+
+// How the checkpoint's files differ from `was`, in words; "" when they are the same files.
+std::string checkpoint_change(const std::vector<FileIdentity>& was, const std::vector<FileIdentity>& now) {
+  if (was.size() != now.size())
+    return "it has " + std::to_string(now.size()) + " file(s), " + std::to_string(was.size()) + " when the standby started";
+  for (size_t i = 0; i < was.size(); ++i) {
+    if (now[i] == was[i]) continue;
+    if (now[i].ino == 0) return was[i].path + " is gone";
+    return was[i].path + ": " + identity_change(was[i], now[i]);
+  }
+  return {};
+}
+
+// What shapes a start besides the flags, by config key. A re-read config (reload without flags, SIGHUP)
+// changes these under the running engine, which keeps them until its next start: a standby must start as
+// that next engine would.
+std::map<std::string, std::string> launch_config(const Config& c) {
+  using nlohmann::json;
+  return {{"engine.command", json(c.engine.command).dump()}, {"engine.env", json(c.engine.env).dump()},
+          {"engine.working_dir", c.engine.working_dir},      {"engine.cgroup", c.engine.cgroup},
+          {"memory.utilization", json(c.memory.utilization).dump()}};
+}
+
 }  // namespace
+
+std::string Supervisor::standby_stale() const {
+  if (!m_standby) return {};
+  const Standby& s = *m_standby;
+  if (s.flags != m_flags) return "the standby was started on other flags";
+  const auto now = launch_config(m_cfg);
+  for (const auto& [key, value] : s.launch)
+    if (now.at(key) != value) return key + " changed since the standby started (the config was re-read)";
+  // It read the checkpoint's config (and, warmed, mapped its weights): a changed file is a new model.
+  if (auto c = checkpoint_change(s.checkpoint, checkpoint_identities(m_cfg)); !c.empty())
+    return "the checkpoint changed since the standby started (" + c + ")";
+  return {};
+}
 
 bool Supervisor::standby_wanted() const {
   const auto& s = m_cfg.restart.start;
@@ -71,10 +116,12 @@ void Supervisor::maybe_spawn_standby() {
     case Phase::kBackoff:
       return;  // its exit, or the backoff, comes back here
     case Phase::kStarting:
-    case Phase::kParked:
-      if (s.flags == m_flags && s.daemon_generation == m_daemon_generation) return;
-      discard_standby(s.flags != m_flags ? "the engine's flags changed" : "the weight daemons were reloaded");
+    case Phase::kParked: {
+      const std::string stale = standby_stale();
+      if (stale.empty() && s.daemon_generation == m_daemon_generation) return;
+      discard_standby(!stale.empty() ? stale : "the weight daemons were reloaded");
       return;  // its exit starts the next one
+    }
     case Phase::kOff: break;
   }
   spawn_standby();
@@ -93,7 +140,7 @@ void Supervisor::spawn_standby() {
   auto e = std::make_unique<Engine>();
   e->flags = m_flags;
   SpawnSpec spec;
-  spec.argv = engine_argv();
+  spec.argv = engine_argv(/*for_standby=*/true);
   spec.env = engine_env();
   spec.env["FASTRESTART_STANDBY_FD"] = std::to_string(theirs.get());
   spec.env["FASTRESTART_STANDBY_LEVEL"] = standby_level_name(m_cfg.standby.level);
@@ -124,18 +171,25 @@ void Supervisor::spawn_standby() {
   s.gate_reader = std::make_unique<LineReader>(
       m_loop, s.gate.get(), [this](const std::string& l) { on_gate_line(l); },
       [this] {
-        // A standby that closes its gate without parking is not waiting; one that dies closes it too,
-        // so give its exit a moment to be reaped before calling it a protocol failure.
-        if (!m_standby || m_standby->phase != Phase::kStarting) return;
+        // A standby that closes its gate without parking is not waiting, and one that closes it while
+        // parked can no longer be released; one that dies closes it too, so give its exit a moment to be
+        // reaped before calling it a protocol failure. (While parked the port check runs on port_timer.)
+        if (!m_standby || (m_standby->phase != Phase::kStarting && m_standby->phase != Phase::kParked)) return;
+        const Phase phase = m_standby->phase;
         const pid_t pid = m_standby->proc ? m_standby->proc->pid : -1;
-        m_standby->port_timer.start(0.5, [this, pid] {
-          if (m_standby && m_standby->phase == Phase::kStarting && m_standby->proc && m_standby->proc->pid == pid)
-            standby_failed("protocol", "closed its end of the gate socket without parking");
+        Timer& grace = phase == Phase::kParked ? m_standby->park_timer : m_standby->port_timer;
+        grace.start(0.5, [this, pid, phase] {
+          if (m_standby && m_standby->phase == phase && m_standby->proc && m_standby->proc->pid == pid)
+            standby_failed("protocol", phase == Phase::kParked
+                                           ? "closed its end of the gate socket while parked: it can no longer be released"
+                                           : "closed its end of the gate socket without parking");
         });
       });
   s.phase = Phase::kStarting;
   s.flags = m_flags;
   s.daemon_generation = m_daemon_generation;
+  s.checkpoint = checkpoint_identities(m_cfg);
+  s.launch = launch_config(m_cfg);
   s.gpu_bytes = 0;
   s.spawns++;
   const double timeout = m_cfg.standby.park_timeout_s;
@@ -333,7 +387,7 @@ std::optional<StartRefusal> Supervisor::standby_refusal() const {
     case Phase::kParked: break;
   }
   if (!standby_alive()) return StartRefusal{"not_parked", "the standby is gone"};
-  if (s.flags != m_flags) return StartRefusal{"unavailable", "the standby was started on other flags"};
+  if (auto stale = standby_stale(); !stale.empty()) return StartRefusal{"unavailable", stale};
   if (m_cfg.standby.level == StandbyLevel::kWarmed && s.daemon_generation != m_daemon_generation)
     return StartRefusal{"unavailable", "the weight daemons were reloaded since the standby attached to them"};
   return std::nullopt;
@@ -367,10 +421,9 @@ Status Supervisor::release_standby() {
   ::unlink(state_path(m_cfg, "standby.pgid").c_str());
   if (auto st = write_private_file(state_path(m_cfg, "engine.pgid"), engine_group_record(e.pid)); !st.ok())
     spdlog::warn("could not record the engine's process group: {}", st.error().message);
-  if (m_cfg.weights.backend != "host")
-    for (const auto& gpu : m_cfg.gpus)
-      if (auto m = m_gpus->memory(gpu); m.ok())
-        m_baseline_used[gpu] = static_cast<double>(m->used) - static_cast<double>(held_bytes(gpu));
+  // m_baseline_used (the leak check's "used before the engine") stays what it was before the engine that
+  // died: used memory now includes that engine's, still being freed (a release does not wait for it), and
+  // this one's own context (warmed).
   spdlog::info("standby: released pid {} at {}{}", e.pid, e.standby_level,
                s.released_after_death_s >= 0 ? fmt::format(", {:.3f} s after the engine's death", s.released_after_death_s) : std::string());
   set_status("Starting the engine (standby released at " + e.standby_level + ")");

@@ -2,12 +2,14 @@
 // backend as both the engine and its standby, and a real weight daemon. A standby parks at its gate, is
 // released when the engine dies or is restarted, and is replaced, discarded or given up on as documented.
 #include <signal.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <gtest/gtest.h>
 
 #include <chrono>
+#include <filesystem>
 #include <fstream>
 #include <thread>
 
@@ -24,6 +26,11 @@ struct Options {
   std::string engine_flags;     // appended to the engine's flags (faults)
   std::string standby_extra;    // more [standby] keys
   std::string cgroup;           // engine.cgroup
+  std::string engine_extra;     // more [engine] keys
+  std::string top;              // top-level keys (before the first section)
+  std::string weights;          // replaces the [weights] section when set
+  std::string fake_nvml;        // FASTRESTART_FAKE_NVML for fastrestartd
+  std::string wrapper;          // a program that engine.command runs the tiny engine through
 };
 
 class StandbyTest : public ::testing::Test {
@@ -34,13 +41,14 @@ class StandbyTest : public ::testing::Test {
     m_http = test::free_port();
     const std::string run = m_dir / "run";
     m_cfg = m_dir / "t.toml";
-    std::ofstream(m_cfg) << "[model]\nname = \"t\"\n[engine]\ncommand = [\"" << FR_TINYENGINE_BIN << "\", \"serve\", \""
+    std::ofstream(m_cfg) << o.top << "[model]\nname = \"t\"\n[engine]\ncommand = [\"" << (o.wrapper.empty() ? "" : o.wrapper + "\", \"") << FR_TINYENGINE_BIN << "\", \"serve\", \""
                          << (m_dir / "model") << "\"]\nflags = [\"--port\", \"" << m_port << "\", \"--served-model-name\", \"t\", "
                          << "\"--load-format\", \"fastrestart\", \"--fastrestart-socket-dir\", \"" << run
                          << "\", \"--shutdown-grace\", \"2\"" << o.engine_flags << "]\n"
                          << "port = " << m_port << "\nstop_grace_s = 3\n"
+                         << o.engine_extra
                          << (o.cgroup.empty() ? "" : "cgroup = \"" + o.cgroup + "\"\n")
-                         << "[weights]\nbackend = \"host\"\ncheckpoint = \"" << (m_dir / "model") << "\"\nsocket_dir = \"" << run << "\"\n"
+                         << (o.weights.empty() ? "[weights]\nbackend = \"host\"\ncheckpoint = \"" + (m_dir / "model") + "\"\nsocket_dir = \"" + run + "\"\n" : o.weights)
                          << "[readiness]\nmodel = \"t\"\nexpect_text = \"" << oracle() << "\"\npoll_interval_s = 0.05\ncheck_interval_s = 0.3\n"
                          << "[restart]\nbackoff_initial_s = 0.05\nbackoff_max_s = 0.2\ncrash_loop_limit = 50\n"
                          << "warm_failures_before_cold = 0\nstart = [\"standby\", \"warm\", \"cold\"]\n"
@@ -48,7 +56,23 @@ class StandbyTest : public ::testing::Test {
                          << "[control]\nsocket = \"" << (m_dir / "ctl/t.ctl") << "\"\nstate_dir = \"" << (m_dir / "state") << "\"\n"
                          << "[http]\nlisten = \"127.0.0.1:" << m_http << "\"\n";
     m_sup = std::make_unique<test::Supervised>(FR_FASTRESTARTD_BIN, m_cfg, m_dir / "ctl/t.ctl", m_dir / "d.log");
+    if (!o.fake_nvml.empty()) ::setenv("FASTRESTART_FAKE_NVML", o.fake_nvml.c_str(), 1);
     m_sup->start();
+    ::unsetenv("FASTRESTART_FAKE_NVML");
+  }
+  // One fake 80 GB GPU (FASTRESTART_FAKE_NVML) whose used memory the test sets (used_gb), no weight
+  // daemons: for the memory budget and the leak check.
+  void launch_on_fake_gpu() {
+    used_gb(1);
+    Options o;
+    o.top = "gpus = [\"0\"]\n";
+    o.weights = "[weights]\nmode = \"off\"\n[memory]\nleak_tolerance_mib = 256\nsettle_timeout_s = 1\n";
+    o.engine_flags = ", \"--fastrestart-connect-timeout\", \"0.1\"";  // no daemons here
+    o.fake_nvml = m_dir / "nvml.json";
+    launch(o);
+  }
+  void used_gb(double gb) {
+    std::ofstream(m_dir / "nvml.json") << "{\"0\": {\"total\": 80000000000, \"used\": " << static_cast<uint64_t>(gb * 1e9) << "}}";
   }
   // The completion of the readiness prompt by a normal engine on the same model (the oracle).
   std::string oracle() {
@@ -164,6 +188,141 @@ TEST_F(StandbyTest, ARestartRequestReleasesTheStandby) {
   EXPECT_EQ(st["last_start"]["path"], "standby");
   EXPECT_EQ(st["last_exit"]["cause"], "requested");
   EXPECT_NE(::kill(engine, 0), 0) << "the old engine still runs beside the released standby";
+  EXPECT_EQ(m_sup->stop(SIGTERM), 0) << m_sup->log();
+}
+
+// The checkpoint changed under the same path while a standby was parked: the standby read the old files
+// (and, warmed, maps their weights), so it is not released; the next path starts the engine on the new
+// files, and a standby on them follows.
+TEST_F(StandbyTest, AChangedCheckpointDiscardsTheStandby) {
+  launch();
+  ready();
+  json st = parked();
+  const pid_t engine = st["engine"]["pid"], old_standby = st["standby"]["pid"];
+  int touched = 0;
+  for (const auto& f : std::filesystem::directory_iterator(m_dir / "model"))
+    if (f.path().extension() == ".safetensors") {
+      std::filesystem::last_write_time(f.path(), std::filesystem::file_time_type::clock::now() + std::chrono::hours(1));
+      ++touched;
+    }
+  ASSERT_GT(touched, 0);
+  ASSERT_EQ(::kill(engine, SIGKILL), 0);
+  st = ready(engine);
+  EXPECT_NE(st["engine"]["pid"], old_standby) << "the standby on the old checkpoint was released";
+  EXPECT_NE(st["last_start"]["path"], "standby") << st.dump();
+  const json sb = find_path(st["start_paths"], "standby");
+  EXPECT_EQ(sb.value("reason", ""), "unavailable") << st["start_paths"].dump();
+  EXPECT_NE(sb.value("detail", "").find("the checkpoint changed since the standby started"), std::string::npos) << sb.dump();
+  st = parked(old_standby);
+  EXPECT_NE(::kill(old_standby, 0), 0) << "the standby on the old checkpoint still runs";
+  EXPECT_EQ(m_sup->stop(SIGTERM), 0) << m_sup->log();
+}
+
+// A re-read config (reload without flags, SIGHUP) that changes what the engine starts with besides its
+// flags (here engine.env) replaces the standby at once: the next engine runs on the new config.
+TEST_F(StandbyTest, AReReadConfigReplacesTheStandby) {
+  Options o;
+  o.engine_extra = "env = { FR_STANDBY_MARK = \"before\" }\n";
+  launch(o);
+  ready();
+  json st = parked();
+  const pid_t old_standby = st["standby"]["pid"];
+  {
+    std::ifstream in(m_cfg);
+    std::string text((std::istreambuf_iterator<char>(in)), {});
+    const auto at = text.find("\"before\"");
+    ASSERT_NE(at, std::string::npos);
+    text.replace(at, 8, "\"after\"");
+    std::ofstream(m_cfg) << text;
+  }
+  auto r = ctl({"reload"});
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  st = parked(old_standby);
+  EXPECT_NE(::kill(old_standby, 0), 0) << "the standby started from the old config still runs";
+  const pid_t standby = st["standby"]["pid"];
+  ASSERT_EQ(::kill(st["engine"]["pid"].get<pid_t>(), SIGKILL), 0);
+  st = ready(st["engine"]["pid"]);
+  EXPECT_EQ(st["engine"]["pid"], standby) << st.dump();
+  std::ifstream env("/proc/" + std::to_string(st["engine"]["pid"].get<pid_t>()) + "/environ");
+  const std::string environ((std::istreambuf_iterator<char>(env)), {});
+  EXPECT_NE(environ.find(std::string("FR_STANDBY_MARK=after") + '\0'), std::string::npos) << "the engine runs on the old config";
+  EXPECT_EQ(m_sup->stop(SIGTERM), 0) << m_sup->log();
+}
+
+// The leak check after a standby's release compares with what was used before the engine, not with what
+// was used at the release (the dead engine's memory not freed yet, the released standby's own context):
+// a leak left behind by the engine after a release is still reported.
+TEST_F(StandbyTest, TheLeakCheckAfterAReleaseKeepsTheBaselineBeforeTheEngine) {
+  launch_on_fake_gpu();
+  ready();
+  json st = parked();
+  const pid_t engine = st["engine"]["pid"];
+  used_gb(30);  // the engine's KV cache; it is still being freed when the standby is released
+  ASSERT_EQ(::kill(engine, SIGKILL), 0);
+  st = ready(engine);
+  ASSERT_EQ(st["last_start"]["path"], "standby") << st.dump();
+  // The engine now exits for a flag push (the standby on the old flags is not released, so the leak
+  // check runs) and leaves 29 GB behind: what was used before it started is 1 GB.
+  const pid_t released = st["engine"]["pid"];
+  st = parked(released);
+  auto r = ctl({"reload", "--add-flags", "--max-model-len 64"});
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  st = ready(released);
+  EXPECT_NE(m_sup->log().find("still used after the engine exited"), std::string::npos)
+      << "the leak after the release went unreported: " << m_sup->log();
+  EXPECT_EQ(m_sup->stop(SIGTERM), 0) << m_sup->log();
+}
+
+// stop-engine with a standby parked: no release follows (the standby is discarded once the engine is
+// gone), so the leak check runs as for any exit.
+TEST_F(StandbyTest, TheLeakCheckRunsWhenTheEngineIsHeldWithAStandbyParked) {
+  launch_on_fake_gpu();
+  ready();
+  parked();
+  used_gb(30);  // what the engine leaves behind: 29 GB beyond what was used before it started
+  ASSERT_EQ(ctl({"stop-engine"}).exit_code, 0);
+  json st;
+  ASSERT_TRUE(m_sup->wait_for([](const json& j) { return j.value("state", "") == "held"; }, 90, &st)) << m_sup->log();
+  EXPECT_NE(m_sup->log().find("still used after the engine exited"), std::string::npos)
+      << "the leak went unreported: " << m_sup->log();
+  EXPECT_EQ(m_sup->stop(SIGTERM), 0) << m_sup->log();
+}
+
+// A standby starts while the engine holds its share of the GPU: its own share is allocated only after its
+// release, once the engine is gone, so its start warns of no missing free memory.
+TEST_F(StandbyTest, AStandbyStartDoesNotWarnThatTheEnginesShareDoesNotFit) {
+  launch_on_fake_gpu();
+  ready();
+  json st = parked();
+  used_gb(30);  // the engine's share, allocated: 50 GB free, less than a whole share
+  const pid_t standby = st["standby"]["pid"];
+  ASSERT_EQ(::kill(standby, SIGKILL), 0);
+  st = parked(standby);
+  EXPECT_EQ(m_sup->log().find("does not fit in the free"), std::string::npos) << m_sup->log();
+  EXPECT_EQ(m_sup->stop(SIGTERM), 0) << m_sup->log();
+}
+
+// A standby that closes its end of the gate socket after parking can no longer be released: it is a
+// protocol failure at once (stopped, counted, started again), not a parked standby in status until the
+// engine dies and its release fails.
+TEST_F(StandbyTest, AStandbyThatClosesItsGateWhileParkedIsAFailure) {
+  const std::string wrapper = m_dir / "close-gate.sh";
+  std::ofstream(wrapper) << "#!/bin/bash\n"
+                            "if [ -n \"$FASTRESTART_STANDBY_FD\" ]; then\n"
+                            "  printf '{\"op\":\"parked\",\"v\":1,\"level\":\"pre_gpu\",\"pid\":%d}\\n' $$ >&\"$FASTRESTART_STANDBY_FD\"\n"
+                            "  eval \"exec $FASTRESTART_STANDBY_FD>&-\"\n"
+                            "  exec sleep 1000\n"
+                            "fi\n"
+                            "exec \"$@\"\n";
+  ASSERT_EQ(::chmod(wrapper.c_str(), 0755), 0);
+  Options o;
+  o.wrapper = wrapper;
+  launch(o);
+  json st = ready();
+  ASSERT_TRUE(m_sup->wait_for([](const json& j) { return j["standby"]["failures"].value("protocol", 0) >= 1; }, 90, &st))
+      << m_sup->log();
+  EXPECT_NE(st["standby"].value("last_failure", "").find("closed its end of the gate socket while parked"), std::string::npos)
+      << st["standby"].dump();
   EXPECT_EQ(m_sup->stop(SIGTERM), 0) << m_sup->log();
 }
 
