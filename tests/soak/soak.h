@@ -6,7 +6,7 @@
 //   FR_SOAK_CYCLES (default 200)  FR_SOAK_SIZE (checkpoint, default 16M)  FR_SOAK_SEED (default: random;
 //   always printed, and the same seed replays the same sequence of cycles and choices).
 // With a standby (Params::standby, docs/reliability.md "Soak with a standby"): restart.start = standby,
-// warm, cold, its own cycles (soak_standby.cc), and standby checks after each; FR_SOAK_CYCLES (default 40)
+// warm, cold, its own cycles (soak_standby.cc), and standby checks after each; FR_SOAK_CYCLES (default 80)
 // and FR_SOAK_STANDBY_LEVEL (pre_gpu or warmed; default: from the seed, printed with it).
 #pragma once
 
@@ -106,8 +106,9 @@ class Soak {
   pid_t parked_standby();  // the parked standby's pid, or 0
   // SIGKILLs the parked standby and waits for the next one to park; returns its pid (0 on failure).
   pid_t replace_standby(const std::string& what);
-  // Pushes `--threads N` with an N the engine does not run with; returns N.
-  int push_new_threads();
+  // Pushes `--threads N` with an N the engine does not run with; returns N. `exit_code`, when given,
+  // gets fastrestartctl's (3: rolled back); otherwise it must be 0.
+  int push_new_threads(int* exit_code = nullptr);
   // After each cycle with a standby: one engine and at most one standby process, which is not the
   // engine, leads its own process group and holds no port; one listener on the engine's port.
   void check_standby(const nlohmann::json& status, const std::string& what);
@@ -140,6 +141,9 @@ class Soak {
   std::unique_ptr<Supervised> m_sup;
   std::set<pid_t> m_seen;        // every engine, worker, daemon and supervisor the soak met
   std::map<std::string, int> m_cycles_by_kind, m_exits_by_cause;
+  std::map<std::string, double> m_seconds_by_kind;
+  int m_rollbacks = 0;           // pushes rolled back (their engine's exit is not in the restart counters)
+  nlohmann::json m_standby_end;  // the standby's status before the final stop
   uint64_t m_held_bytes = 0;
   int m_restarts = 0, m_faults_injected = 0, m_last_supervisor_kill = -1;
   std::string m_standby_faults;  // with a standby: FR_SOAK_STANDBY_FAULTS

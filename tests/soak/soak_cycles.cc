@@ -9,6 +9,7 @@
 #include <gtest/gtest.h>
 
 #include <array>
+#include <cstdio>
 #include <chrono>
 #include <filesystem>
 #include <thread>
@@ -48,7 +49,8 @@ void send_tcp(uint16_t port, const std::string& bytes) {
 Expect Soak::kill9_engine() {
   const pid_t standby = parked_standby();
   ::kill(engine_pid(), SIGKILL);
-  Expect e{{{"crash", 1}}, {}};
+  Expect e;
+  e.required["crash"] = 1;
   e.released = standby;
   return e;
 }
@@ -57,7 +59,8 @@ Expect Soak::kill9_engine() {
 Expect Soak::sigterm_engine() {
   const pid_t standby = parked_standby();
   ::kill(engine_pid(), SIGTERM);
-  Expect e{{{"unexpected_exit_0", 1}}, {}};
+  Expect e;
+  e.required["unexpected_exit_0"] = 1;
   e.released = standby;
   return e;
 }
@@ -200,6 +203,7 @@ Expect Soak::kill9_supervisor() {
       if (worker == 0) sleep_ms(10);
     }
     EXPECT_GT(worker, 0) << "the standby " << standby << " has no worker";
+    std::printf("soak:   standby %d has worker %d\n", standby, worker);
     m_seen.insert(worker);
   } else if (m_p.standby) {
     standby = parked_standby();
@@ -212,7 +216,9 @@ Expect Soak::kill9_supervisor() {
   }
   EXPECT_FALSE(running(engine)) << "the engine outlived its supervisor";
   EXPECT_FALSE(running(daemon)) << "the weight daemon outlived its supervisor";
-  if (standby > 0) EXPECT_FALSE(running(standby)) << "the standby outlived its supervisor";
+  if (standby > 0) {
+    EXPECT_FALSE(running(standby)) << "the standby outlived its supervisor";
+  }
   reap_children(-1);
   m_sup->start();
   m_seen.insert(m_sup->pid());

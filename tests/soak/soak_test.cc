@@ -1,4 +1,4 @@
-// The soak as a test: FR_SOAK_CYCLES (200; 40 with a standby), FR_SOAK_SIZE (16M), FR_SOAK_SEED (random,
+// The soak as a test: FR_SOAK_CYCLES (200; 80 with a standby), FR_SOAK_SIZE (16M), FR_SOAK_SEED (random,
 // printed), FR_SOAK_STANDBY_LEVEL (with a standby: pre_gpu or warmed, from the seed by default).
 // scripts/soak.sh runs it at the documented large size.
 #include <gtest/gtest.h>
