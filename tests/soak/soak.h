@@ -52,7 +52,7 @@ struct Expect {
   bool new_engine = true;     // the engine's pid must change
   bool new_supervisor = false;  // fastrestartd was restarted: its counters start again
   pid_t released = 0;         // this parked standby must be the new engine (last_start.path "standby")
-  std::string path;           // the new engine's start path must be this one
+  bool not_released = false;  // no standby may be released: a later path (warm, or cold on a miss) starts it
 };
 
 class Soak {

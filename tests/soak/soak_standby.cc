@@ -24,6 +24,13 @@ namespace {
 
 void sleep_ms(int ms) { std::this_thread::sleep_for(std::chrono::milliseconds(ms)); }
 
+// The standby path's entry in last_start.start_paths.
+json standby_attempt(const json& s) {
+  for (const auto& a : s["last_start"].value("start_paths", json::array()))
+    if (a.value("path", "") == "standby") return a;
+  return json::object();
+}
+
 int failures_of(const json& s, const char* reason) {
   return s["standby"].is_object() && s["standby"]["failures"].is_object() ? s["standby"]["failures"].value(reason, 0) : 0;
 }
@@ -147,10 +154,15 @@ Expect Soak::engine_dies_while_standby_starts() {
   }, 30, &s)) << "no standby starting after " << parked << " was killed: " << s["standby"].dump();
   m_seen.insert(s["standby"].value("pid", 0));
   const bool sigkill = uniform(0, 1) == 0;
-  ::kill(engine_pid(), sigkill ? SIGKILL : SIGTERM);
+  const pid_t old = engine_pid();
+  ::kill(old, sigkill ? SIGKILL : SIGTERM);
   Expect e;
   e.required[sigkill ? "crash" : "unexpected_exit_0"]++;
-  e.path = "warm";
+  e.not_released = true;
+  s = settle(old, true, "engine_dies_while_standby_starts: the next engine");
+  if (!s.empty()) {
+    EXPECT_EQ(standby_attempt(s).value("reason", ""), "not_parked") << s["last_start"].dump();
+  }
   return e;
 }
 
@@ -161,10 +173,11 @@ Expect Soak::flag_push() {
   const int threads = push_new_threads();
   Expect e;
   e.required["requested"]++;
-  e.path = "warm";
+  e.not_released = true;
   json s = settle(old, true, "flag_push: the engine on the new flags");
   if (s.empty()) return e;
   const pid_t standby = s["standby"]["pid"];
+  EXPECT_EQ(standby_attempt(s).value("detail", ""), "the standby was started on other flags") << s["last_start"].dump();
   EXPECT_NE(standby, old_standby);
   EXPECT_FALSE(running(old_standby)) << "flag_push: the standby on the old flags " << old_standby << " still runs";
   const std::string argv = cmdline(standby);
