@@ -7,6 +7,8 @@
 #include <cerrno>
 #include <cstdlib>
 #include <fstream>
+#include <iterator>
+#include <set>
 #include <sstream>
 
 namespace fr::soak {
@@ -70,5 +72,78 @@ int reap_children(pid_t keep) {
     if (c.state == 'Z' && c.pid != keep && ::waitpid(c.pid, nullptr, WNOHANG) == c.pid) ++n;
   return n;
 }
+
+namespace {
+
+std::string read_all(const std::string& path) {
+  std::ifstream f(path, std::ios::binary);
+  return std::string((std::istreambuf_iterator<char>(f)), {});
+}
+
+// The inodes of the sockets listening on `port`, as /proc/<pid>/fd links name them ("socket:[N]").
+std::set<std::string> listening_inodes(uint16_t port) {
+  // "sl local_address rem_address st ... inode": local "HEX_ADDR:HEX_PORT", st 0A is LISTEN.
+  std::set<std::string> inodes;
+  for (const char* table : {"/proc/net/tcp", "/proc/net/tcp6"}) {
+    std::istringstream in(read_all(table));
+    std::string line;
+    std::getline(in, line);  // the header
+    while (std::getline(in, line)) {
+      std::istringstream w(line);
+      std::string sl, local, remote, st, queues, timer, retr, uid, timeout, inode;
+      if (!(w >> sl >> local >> remote >> st >> queues >> timer >> retr >> uid >> timeout >> inode)) continue;
+      const auto colon = local.rfind(':');
+      if (st != "0A" || colon == std::string::npos) continue;
+      if (std::strtoul(local.c_str() + colon + 1, nullptr, 16) == port) inodes.insert("socket:[" + inode + "]");
+    }
+  }
+  return inodes;
+}
+
+}  // namespace
+
+int listening_sockets(uint16_t port) { return static_cast<int>(listening_inodes(port).size()); }
+
+std::vector<pid_t> listening_pids(uint16_t port, int* sockets) {
+  const std::set<std::string> inodes = listening_inodes(port);
+  if (sockets) *sockets = static_cast<int>(inodes.size());
+  std::vector<pid_t> out;
+  if (inodes.empty()) return out;
+  DIR* d = ::opendir("/proc");
+  if (!d) return out;
+  while (dirent* e = ::readdir(d)) {
+    char* end = nullptr;
+    const long pid = std::strtol(e->d_name, &end, 10);
+    if (*end != '\0' || pid <= 0) continue;
+    const std::string dir = "/proc/" + std::string(e->d_name) + "/fd";
+    DIR* fds = ::opendir(dir.c_str());
+    if (!fds) continue;
+    bool holds = false;
+    while (dirent* f = ::readdir(fds)) {
+      if (f->d_name[0] == '.') continue;
+      char target[64];
+      const ssize_t n = ::readlink((dir + "/" + f->d_name).c_str(), target, sizeof target - 1);
+      if (n > 0 && inodes.count(std::string(target, static_cast<size_t>(n)))) holds = true;
+    }
+    ::closedir(fds);
+    if (holds) out.push_back(static_cast<pid_t>(pid));
+  }
+  ::closedir(d);
+  return out;
+}
+
+bool started_with_env(pid_t pid, const std::string& name) {
+  const std::string env = read_all("/proc/" + std::to_string(pid) + "/environ");
+  const std::string want = name + "=";
+  for (size_t at = 0; at < env.size();) {
+    const size_t end = env.find('\0', at);
+    if (env.compare(at, want.size(), want) == 0) return true;
+    if (end == std::string::npos) break;
+    at = end + 1;
+  }
+  return false;
+}
+
+std::string cmdline(pid_t pid) { return read_all("/proc/" + std::to_string(pid) + "/cmdline"); }
 
 }  // namespace fr::soak

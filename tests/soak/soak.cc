@@ -19,12 +19,18 @@ namespace fr::soak {
 
 using nlohmann::json;
 
-Params Params::from_env() {
+Params Params::from_env(bool standby) {
   Params p;
+  p.standby = standby;
+  if (standby) p.cycles = 80;  // under a minute on a loaded 2-core machine
   if (const char* c = std::getenv("FR_SOAK_CYCLES"); c && *c) p.cycles = std::atoi(c);
   if (const char* s = std::getenv("FR_SOAK_SIZE"); s && *s) p.size = s;
   if (const char* s = std::getenv("FR_SOAK_SEED"); s && *s) p.seed = std::strtoull(s, nullptr, 10);
   else p.seed = std::random_device{}() ^ (static_cast<uint64_t>(::getpid()) << 32);
+  if (standby) {
+    p.level = p.seed % 2 ? "warmed" : "pre_gpu";  // both levels over the runs; the seed replays the level
+    if (const char* l = std::getenv("FR_SOAK_STANDBY_LEVEL"); l && *l) p.level = l;
+  }
   return p;
 }
 
@@ -34,6 +40,7 @@ Soak::Soak(const Params& p) : m_p(p), m_rng(p.seed) {
   m_checkpoint = m_dir / "model";
   m_config = m_dir / "soak.toml";
   m_faults = m_dir / "faults";
+  m_standby_faults = m_dir / "standby-faults";
   m_run = m_dir / "run";
   m_ctl = m_dir / "ctl/soak.ctl";
   auto gen = test::run({FR_TINYENGINE_BIN, "gen", "--out", m_checkpoint, "--size", m_p.size, "--seed", "7"});
@@ -51,6 +58,8 @@ Soak::Soak(const Params& p) : m_p(p), m_rng(p.seed) {
 }
 
 Soak::~Soak() {
+  m_stop_watch = true;
+  if (m_port_watch.joinable()) m_port_watch.join();
   if (::testing::Test::HasFailure() && m_sup) {
     std::string log = m_sup->log();
     std::fprintf(stderr, "soak: fastrestartd log (last 6000 bytes):\n%s\n",
@@ -100,18 +109,40 @@ void Soak::write_config() {
     << "flags = [\"--host\", \"127.0.0.1\", \"--port\", \"" << m_engine_port << "\", \"--served-model-name\", \"soak\", "
     << "\"--load-format\", \"fastrestart\", \"--fastrestart-socket-dir\", " << q(m_run) << ", \"--shutdown-grace\", \"1\", "
     << "\"--fastrestart-connect-timeout\", \"1\"]\n"
-    << "port = " << m_engine_port << "\nstop_grace_s = 1\nenv = {FR_SOAK_FAULTS = " << q(m_faults) << "}\n"
+    << "port = " << m_engine_port << "\nstop_grace_s = 1\nenv = {FR_SOAK_FAULTS = " << q(m_faults)
+    << ", FR_SOAK_STANDBY_FAULTS = " << q(m_standby_faults) << "}\n"
     << "[weights]\nmode = \"zero_copy\"\nbackend = \"host\"\ncheckpoint = " << q(m_checkpoint) << "\nsocket_dir = " << q(m_run) << "\n"
     << "[readiness]\nmodel = \"soak\"\nexpect_text = " << q(m_oracle_text) << "\nstartup_timeout_s = " << m_start_timeout_s << "\n"
     // Health checks: generous timeouts, so a loaded CI machine is not taken for a hung engine.
     << "poll_interval_s = 0.05\ncheck_interval_s = 0.2\ncheck_timeout_s = " << m_check_timeout_s << "\nhang_after_failures = 2\n"
     << "[restart]\nbackoff_initial_s = 0.05\nbackoff_max_s = 0.2\ncrash_loop_limit = 100000\ncrash_loop_window_s = 1\nreset_after_s = 5\n"
     << "warm_failures_before_cold = 0\n"
+    << (m_p.standby ? "start = [\"standby\", \"warm\", \"cold\"]\n[standby]\nlevel = " + q(m_p.level) + "\n" : "")
     << "[control]\nsocket = " << q(m_ctl) << "\nstate_dir = " << q(m_dir / "state") << "\n"
     << "[http]\nlisten = \"127.0.0.1:" << m_http_port << "\"\n";
 }
 
-const std::vector<Soak::Kind>& Soak::kinds() {
+const std::vector<Soak::Kind>& Soak::kinds() const {
+  // With a standby: the cycles whose next start is the standby's release or that act on the standby;
+  // engine faults only where a start on another path is sure to take them (after a flag push).
+  static const std::vector<Kind> standby = {
+      {"kill9_engine", 3, &Soak::kill9_engine},
+      {"sigterm_engine", 1, &Soak::sigterm_engine},
+      {"restart", 1.5, &Soak::restart},
+      {"kill9_standby", 1.5, &Soak::kill9_standby},
+      {"kill9_standby_starting", 0.7, &Soak::kill9_standby_starting},
+      {"engine_dies_while_standby_starts", 1, &Soak::engine_dies_while_standby_starts},
+      {"flag_push", 1, &Soak::flag_push},
+      {"startup_fault_after_push", 1, &Soak::startup_fault_after_push},
+      {"faulty_standby", 1, &Soak::faulty_standby},
+      {"kill9_supervisor", 0.4, &Soak::kill9_supervisor},
+      {"kill9_daemon_during_attach", 0.7, &Soak::kill9_daemon_during_attach},
+      {"reload_during_restart", 0.7, &Soak::reload_during_restart},
+      {"control_disconnect", 0.7, &Soak::control_disconnect},
+      {"garbage_to_every_socket", 0.5, &Soak::garbage_to_every_socket},
+      {"malformed_control_requests", 0.3, &Soak::malformed_control_requests},
+  };
+  if (m_p.standby) return standby;
   static const std::vector<Kind> k = {
       {"kill9_engine", 3, &Soak::kill9_engine},
       {"sigterm_engine", 1, &Soak::sigterm_engine},
@@ -153,9 +184,9 @@ std::string Soak::where(int cycle, const char* kind) const {
 }
 
 void Soak::run() {
-  std::printf("soak: seed %llu (FR_SOAK_SEED=%llu reproduces this run), %d cycles, checkpoint %s\n",
+  std::printf("soak: seed %llu (FR_SOAK_SEED=%llu reproduces this run), %d cycles, checkpoint %s%s%s\n",
               static_cast<unsigned long long>(m_p.seed), static_cast<unsigned long long>(m_p.seed), m_p.cycles,
-              m_p.size.c_str());
+              m_p.size.c_str(), m_p.standby ? ", standby level " : "", m_p.level.c_str());
   std::fflush(stdout);
   const auto t0 = std::chrono::steady_clock::now();
   m_sup->start();
@@ -166,6 +197,10 @@ void Soak::run() {
   // The daemon's cache once the engine has published (or attached): the figure every cycle must keep.
   ASSERT_TRUE(m_sup->wait_for([](const json& j) { return j["daemons"][0].value("held_bytes", uint64_t{0}) > 0; }, 30, &s));
   m_held_bytes = s["daemons"][0]["held_bytes"].get<uint64_t>();
+  if (m_p.standby) {
+    check_standby(s, "first start");
+    m_port_watch = std::thread([this] { watch_port(); });
+  }
 
   // Every kind once, in a random order; then by weight.
   const auto& k = kinds();
@@ -181,7 +216,8 @@ void Soak::run() {
     if (std::string(k[i].name) == "kill9_supervisor" && c >= m_p.cycles / 2) i = 0;
     const Kind& kind = k[i];
     const std::string what = where(c, kind.name);
-    std::printf("soak: %s\n", what.c_str());
+    const auto c0 = std::chrono::steady_clock::now();
+    std::printf("soak: [%.1f s] %s\n", std::chrono::duration<double>(c0 - t0).count(), what.c_str());
     std::fflush(stdout);
     std::map<std::string, int> before = restarts_of(m_sup->status());
     const pid_t old = engine_pid();
@@ -198,25 +234,45 @@ void Soak::run() {
     json after = settle(e.new_engine ? old : -1, e.new_engine, what);
     ASSERT_FALSE(after.empty()) << what << ": fastrestartd did not settle\n" << m_sup->log();
     check_classified(before, after, e, what);
+    if (after["engine"].value("pid", -1) != old) m_paths[after["last_start"].value("path", "")]++;  // the cycle's last start
+    if (e.released > 0) {
+      EXPECT_EQ(after["last_start"].value("path", ""), "standby") << what << ": a standby was parked; " << after["last_start"].dump();
+      EXPECT_EQ(after["engine"].value("pid", -1), e.released) << what << ": the engine is not the former standby";
+    }
+    if (e.not_released) {
+      EXPECT_NE(after["last_start"].value("path", ""), "standby") << what << ": " << after["last_start"].dump();
+    }
+    if (m_p.standby) check_standby(after, what);
     check_oracle(what);
     check_no_zombies(what);
     reap_children(m_sup->pid());
     if (::testing::Test::HasFatalFailure()) return;
+    m_seconds_by_kind[kind.name] += std::chrono::duration<double>(std::chrono::steady_clock::now() - c0).count();
     sample(c);
   }
   final_checks();
   const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   json report{{"seed", m_p.seed}, {"cycles", m_p.cycles}, {"checkpoint", m_p.size}, {"seconds", secs},
               {"engine_exits", m_restarts}, {"faults_injected", m_faults_injected}, {"cycles_by_kind", m_cycles_by_kind},
+              {"seconds_by_kind", m_seconds_by_kind}, {"rollbacks", m_rollbacks},
               {"exits_by_cause", m_exits_by_cause}, {"supervisor_rss_kib", {{"baseline", m_rss_base}, {"end", m_rss_end}}},
               {"supervisor_fds", {{"baseline", m_fds_base}, {"end", m_fds_end}}}, {"baseline_cycle", m_base_cycle},
-              {"daemon_held_bytes", m_held_bytes}};
+              {"daemon_held_bytes", m_held_bytes}, {"start_paths", m_paths}};
+  if (m_p.standby) {
+    report["standby_level"] = m_p.level;
+    report["standby"] = m_standby_end;
+  }
   std::printf("soak: report %s\n", report.dump().c_str());
   if (const char* out = std::getenv("FR_SOAK_REPORT"); out && *out) std::ofstream(out) << report.dump(2) << "\n";
 }
 
 void Soak::queue_faults(const std::string& flags) {
   std::ofstream(m_faults) << flags << "\n";
+  ++m_faults_injected;
+}
+
+void Soak::queue_standby_faults(const std::string& flags) {
+  std::ofstream(m_standby_faults) << flags << "\n";
   ++m_faults_injected;
 }
 
@@ -246,6 +302,10 @@ json Soak::settle(pid_t old, bool new_engine, const std::string& what) {
         if (new_engine && j["engine"].value("pid", -1) == old) return false;
         for (const auto& d : j["daemons"])
           if (d.value("state", "") != "ready") return false;
+        // With a standby: settled once the next one has parked behind the engine.
+        if (m_p.standby && (!j["standby"].is_object() || j["standby"].value("state", "") != "parked" ||
+                            j["standby"].value("pid", -1) == j["engine"].value("pid", -1)))
+          return false;
         return true;
       },
       60, &s);
@@ -255,6 +315,7 @@ json Soak::settle(pid_t old, bool new_engine, const std::string& what) {
   }
   m_seen.insert(s["engine"]["pid"].get<pid_t>());
   for (const auto& d : s["daemons"]) m_seen.insert(d["pid"].get<pid_t>());
+  if (m_p.standby) m_seen.insert(s["standby"]["pid"].get<pid_t>());
   return s;
 }
 
@@ -347,7 +408,16 @@ void Soak::final_checks() {
     lines += ex != std::string::npos &&
              (line.compare(ex, 9, " exited: ") == 0 || line.compare(ex, 21, " exited as requested ") == 0);
   }
-  EXPECT_EQ(lines, m_restarts + 1) << "every exit is logged with its class and counted once";
+  // A rolled-back push's engine exit is logged but counted apart (docs/supervisor.md, status rollbacks).
+  EXPECT_EQ(lines, m_restarts + m_rollbacks + 1) << "every exit is logged with its class and counted once";
+  if (m_p.standby) m_standby_end = m_sup->status()["standby"];
+
+  if (m_p.standby) {
+    m_stop_watch = true;
+    if (m_port_watch.joinable()) m_port_watch.join();
+    std::lock_guard<std::mutex> l(m_watch_mu);
+    EXPECT_EQ(m_port_violations.load(), 0) << "two sockets listened on the engine's port at once, first: " << m_port_violation;
+  }
 
   // Stop: exit 0, nothing left running, no socket file left behind.
   const pid_t sup = m_sup->pid();

@@ -5,18 +5,24 @@
 // Sizes come from the environment so CI runs it small and a person large:
 //   FR_SOAK_CYCLES (default 200)  FR_SOAK_SIZE (checkpoint, default 16M)  FR_SOAK_SEED (default: random;
 //   always printed, and the same seed replays the same sequence of cycles and choices).
+// With a standby (Params::standby, docs/reliability.md "Soak with a standby"): restart.start = standby,
+// warm, cold, its own cycles (soak_standby.cc), and standby checks after each; FR_SOAK_CYCLES (default 80)
+// and FR_SOAK_STANDBY_LEVEL (pre_gpu or warmed; default: from the seed, printed with it).
 #pragma once
 
 #include <sys/types.h>
 
+#include <atomic>
 #include <cstdint>
 #include <functional>
 #include <map>
 #include <memory>
+#include <mutex>
 #include <nlohmann/json.hpp>
 #include <random>
 #include <set>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "support/supervised.h"
@@ -33,7 +39,9 @@ struct Params {
   int cycles = 200;
   uint64_t seed = 0;
   std::string size = "16M";
-  static Params from_env();
+  bool standby = false;  // restart.start = ["standby", "warm", "cold"]; the standby cycles
+  std::string level;     // [standby] level, with standby
+  static Params from_env(bool standby = false);
 };
 
 // What a cycle expects of the exits it causes: each cause in `required` at least that many times, and
@@ -43,6 +51,8 @@ struct Expect {
   std::set<std::string> allowed;
   bool new_engine = true;     // the engine's pid must change
   bool new_supervisor = false;  // fastrestartd was restarted: its counters start again
+  pid_t released = 0;         // this parked standby must be the new engine (last_start.path "standby")
+  bool not_released = false;  // no standby may be released: a later path (warm, or cold on a miss) starts it
 };
 
 class Soak {
@@ -58,7 +68,7 @@ class Soak {
     double weight;
     Expect (Soak::*fn)();
   };
-  static const std::vector<Kind>& kinds();
+  const std::vector<Kind>& kinds() const;
 
   // Setup.
   void make_oracle();
@@ -82,9 +92,27 @@ class Soak {
   Expect garbage_to_every_socket();
   Expect malformed_control_requests();
   Expect replace_checkpoint_during_cold_start();
+  // With a standby (soak_standby.cc).
+  Expect kill9_standby();
+  Expect kill9_standby_starting();
+  Expect engine_dies_while_standby_starts();
+  Expect flag_push();
+  Expect startup_fault_after_push();
+  Expect faulty_standby();
 
   // Helpers.
-  void queue_faults(const std::string& flags);  // for the next engine start only
+  void queue_faults(const std::string& flags);  // for the next engine start only (never a standby's)
+  void queue_standby_faults(const std::string& flags);  // for the next standby only
+  pid_t parked_standby();  // the parked standby's pid, or 0
+  // SIGKILLs the parked standby and waits for the next one to park; returns its pid (0 on failure).
+  pid_t replace_standby(const std::string& what);
+  // Pushes `--threads N` with an N the engine does not run with; returns N. `exit_code`, when given,
+  // gets fastrestartctl's (3: rolled back); otherwise it must be 0.
+  int push_new_threads(int* exit_code = nullptr);
+  // After each cycle with a standby: one engine and at most one standby process, which is not the
+  // engine, leads its own process group and holds no port; one listener on the engine's port.
+  void check_standby(const nlohmann::json& status, const std::string& what);
+  void watch_port();  // the port monitor's thread: never two sockets listening on the engine's port
   Expect request_restart(Expect e = {});
   pid_t engine_pid();
   pid_t daemon_pid();
@@ -113,8 +141,18 @@ class Soak {
   std::unique_ptr<Supervised> m_sup;
   std::set<pid_t> m_seen;        // every engine, worker, daemon and supervisor the soak met
   std::map<std::string, int> m_cycles_by_kind, m_exits_by_cause;
+  std::map<std::string, double> m_seconds_by_kind;
+  int m_rollbacks = 0;           // pushes rolled back (their engine's exit is not in the restart counters)
+  nlohmann::json m_standby_end;  // the standby's status before the final stop
   uint64_t m_held_bytes = 0;
   int m_restarts = 0, m_faults_injected = 0, m_last_supervisor_kill = -1;
+  std::string m_standby_faults;  // with a standby: FR_SOAK_STANDBY_FAULTS
+  std::thread m_port_watch;
+  std::atomic<bool> m_stop_watch{false};
+  std::atomic<int> m_port_violations{0};
+  std::mutex m_watch_mu;
+  std::string m_port_violation;  // the first one (under m_watch_mu)
+  std::map<std::string, int> m_paths;  // start paths of the new engines, over the run
   int m_disconnect_threads = 0;  // the --threads the last control_disconnect pushed (each push must differ)
   long m_rss_base = -1, m_rss_end = -1;
   int m_fds_base = -1, m_fds_end = -1, m_base_cycle = -1;

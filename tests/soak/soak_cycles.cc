@@ -9,6 +9,7 @@
 #include <gtest/gtest.h>
 
 #include <array>
+#include <cstdio>
 #include <chrono>
 #include <filesystem>
 #include <thread>
@@ -44,15 +45,24 @@ void send_tcp(uint16_t port, const std::string& bytes) {
 
 }  // namespace
 
+// With a standby parked, each of these releases it: the new engine is that process (Expect::released).
 Expect Soak::kill9_engine() {
+  const pid_t standby = parked_standby();
   ::kill(engine_pid(), SIGKILL);
-  return {{{"crash", 1}}, {}};
+  Expect e;
+  e.required["crash"] = 1;
+  e.released = standby;
+  return e;
 }
 
 // An engine that exits 0 when nobody asked (vLLM's API server after its engine core died) is a failure.
 Expect Soak::sigterm_engine() {
+  const pid_t standby = parked_standby();
   ::kill(engine_pid(), SIGTERM);
-  return {{{"unexpected_exit_0", 1}}, {}};
+  Expect e;
+  e.required["unexpected_exit_0"] = 1;
+  e.released = standby;
+  return e;
 }
 
 // The next engine exits (with a random code) after K completions: the readiness probe is the first.
@@ -142,7 +152,11 @@ Expect Soak::ignore_sigterm() {
   return request_restart(e);
 }
 
-Expect Soak::restart() { return request_restart(); }
+Expect Soak::restart() {
+  Expect e;
+  e.released = parked_standby();
+  return request_restart(e);
+}
 
 // A reload pushed while a restart is under way: accepted (then applied) or refused as busy, never lost.
 Expect Soak::reload_during_restart() {
@@ -175,19 +189,50 @@ Expect Soak::kill9_daemon_during_attach() {
 
 // fastrestartd itself is SIGKILLed and started again: its engine and daemons must not outlive it (or
 // block the new ones), and the new one must serve the right weights.
+// With a standby, it must die with its supervisor too (parent-death signal, end of file on its gate);
+// half the time it has a worker in its group, which only the next fastrestartd's sweep of the recorded
+// group (standby.pgid) can reach.
 Expect Soak::kill9_supervisor() {
-  json s = m_sup->status();
+  pid_t standby = 0, worker = 0;
+  if (m_p.standby && uniform(0, 1) == 0) {
+    queue_standby_faults("--fault-spawn-worker");
+    standby = replace_standby("kill9_supervisor: a standby with a worker");
+    for (int i = 0; i < 200 && standby > 0 && worker == 0; ++i) {
+      for (const auto& c : children_of(standby))
+        if (c.state != 'Z') worker = c.pid;
+      if (worker == 0) sleep_ms(10);
+    }
+    EXPECT_GT(worker, 0) << "the standby " << standby << " has no worker";
+    std::printf("soak:   standby %d has worker %d\n", standby, worker);
+    m_seen.insert(worker);
+  } else if (m_p.standby) {
+    standby = parked_standby();
+  }
   const pid_t engine = engine_pid(), daemon = daemon_pid();
   EXPECT_EQ(m_sup->stop(SIGKILL), 128 + SIGKILL);
-  for (int i = 0; i < 500 && (running(engine) || running(daemon)); ++i) {
+  for (int i = 0; i < 500 && (running(engine) || running(daemon) || (standby > 0 && running(standby))); ++i) {
     reap_children(-1);
     sleep_ms(10);
   }
   EXPECT_FALSE(running(engine)) << "the engine outlived its supervisor";
   EXPECT_FALSE(running(daemon)) << "the weight daemon outlived its supervisor";
+  if (standby > 0) {
+    EXPECT_FALSE(running(standby)) << "the standby outlived its supervisor";
+  }
   reap_children(-1);
   m_sup->start();
   m_seen.insert(m_sup->pid());
+  if (worker > 0) {
+    // The sweep comes before the new fastrestartd starts anything.
+    EXPECT_TRUE(m_sup->wait_for([](const json& j) { return j.value("state", "") == "ready"; }, 60));
+    for (int i = 0; i < 100 && running(worker); ++i) {
+      reap_children(m_sup->pid());
+      sleep_ms(10);
+    }
+    EXPECT_FALSE(running(worker)) << "the standby's worker " << worker << " survived the next fastrestartd's start";
+    EXPECT_NE(m_sup->log().find("killed process group " + std::to_string(standby) + " (standby.pgid)"), std::string::npos)
+        << "no sweep of the standby's group " << standby << " in the log";
+  }
   Expect e;
   e.new_supervisor = true;
   return e;
