@@ -40,7 +40,7 @@ mkdir -p "$bundle/bin" "$bundle/lib"
 for t in "${targets[@]}"; do
   if [ "$t" = fr_python ]; then
     mkdir -p "$bundle/python/fastrestart"
-    cp "$build"/python/fastrestart/__init__.py "$bundle/python/fastrestart/"
+    cp "$build"/python/fastrestart/*.py "$bundle/python/fastrestart/"  # the package's modules (standby.py, ...)
     for so in "$build"/python/fastrestart/_fastrestart*.so; do
       objcopy --strip-debug "$so" "$bundle/python/fastrestart/$(basename "$so")"
     done

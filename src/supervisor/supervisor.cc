@@ -271,6 +271,12 @@ void Supervisor::reap() {
 // ---------------------------------------------------------------------------------------------------
 // Weight daemons
 
+bool Supervisor::daemons_stopping() const {
+  for (const auto& d : m_daemons)
+    if (d->stopping && !d->exited) return true;
+  return false;
+}
+
 bool Supervisor::daemons_active() const {
   return m_cfg.weights.mode != WeightsMode::kOff && m_cfg.weights.daemon == DaemonKind::kNative;
 }
@@ -342,6 +348,10 @@ void Supervisor::poll_daemons() {
     size_t index;
     Result<json> status;
   };
+  // While daemons are being stopped their exits decide what follows (kDaemonsStopped); a status they
+  // answer now, or answered before the stop, says nothing about the daemons that come next.
+  if (daemons_stopping()) return;
+  const uint64_t generation = m_daemon_generation;
   auto pending = std::make_shared<std::vector<Reply>>();
   auto remaining = std::make_shared<size_t>(0);
   for (size_t i = 0; i < m_daemons.size(); ++i) {
@@ -363,9 +373,13 @@ void Supervisor::poll_daemons() {
           if (!c.ok()) return {i, c.error()};
           return {i, c->call({{"op", "status"}}, 5)};
         },
-        [this, pending, remaining](Reply r) {
+        [this, pending, remaining, generation](Reply r) {
           pending->push_back(std::move(r));
           if (--*remaining > 0) return;
+          // Replies from before a stop or a reload of the daemons: they must not start an engine on daemons
+          // that are going away (seen on the H200: a reply to the drain's poll arrived just after the cold
+          // reload stopped the daemons, the engine started at once and the daemons were never restarted).
+          if (generation != m_daemon_generation || daemons_stopping()) return;
           // All answers in: decide.
           bool all_ready = true, any_failed = false;
           uint64_t done = 0, total = 0;

@@ -89,6 +89,7 @@ class Supervisor : private StartHost {
   void poll_daemons();
   void on_daemon_exit(Daemon& d, int status);
   bool daemons_active() const;
+  bool daemons_stopping() const;  // a stop of the native daemons is under way
   uint64_t held_bytes(const std::string& gpu) const;
 
   // engine

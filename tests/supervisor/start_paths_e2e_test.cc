@@ -2,6 +2,7 @@
 // real weight daemon on the host backend. restart.start decides how each restart comes up, and every path
 // that was skipped shows why; rolled-back pushes are not engine crashes; a warm start that misses says why.
 #include <signal.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -21,6 +22,8 @@ struct Options {
   std::string start = "[\"warm\", \"cold\"]";
   int crash_loop_limit = 5;
   std::string engine_socket_dir;  // the engine's --fastrestart-socket-dir; empty: the daemons' own
+  int warm_failures_before_cold = 0;
+  std::string wrapper;            // a program run as `wrapper tinyengine serve ...`; empty: none
 };
 
 class StartPathsTest : public ::testing::Test {
@@ -31,7 +34,8 @@ class StartPathsTest : public ::testing::Test {
     m_http = test::free_port();
     const std::string run = m_dir / "run";
     m_cfg = m_dir / "t.toml";
-    std::ofstream(m_cfg) << "[model]\nname = \"t\"\n[engine]\ncommand = [\"" << FR_TINYENGINE_BIN << "\", \"serve\", \""
+    std::ofstream(m_cfg) << "[model]\nname = \"t\"\n[engine]\ncommand = [" << (s.wrapper.empty() ? "" : "\"" + s.wrapper + "\", ")
+                         << "\"" << FR_TINYENGINE_BIN << "\", \"serve\", \""
                          << (m_dir / "model") << "\"]\nflags = [\"--port\", \"" << m_port << "\", \"--served-model-name\", \"t\", "
                          << "\"--load-format\", \"fastrestart\", \"--fastrestart-socket-dir\", \""
                          << (s.engine_socket_dir.empty() ? run : s.engine_socket_dir) << "\", \"--shutdown-grace\", \"2\"]\n"
@@ -39,7 +43,7 @@ class StartPathsTest : public ::testing::Test {
                          << "[weights]\nbackend = \"host\"\ncheckpoint = \"" << (m_dir / "model") << "\"\nsocket_dir = \"" << run << "\"\n"
                          << "[readiness]\nmodel = \"t\"\npoll_interval_s = 0.05\ncheck_interval_s = 0.3\n"
                          << "[restart]\nbackoff_initial_s = 0.05\nbackoff_max_s = 0.2\ncrash_loop_limit = " << s.crash_loop_limit
-                         << "\nwarm_failures_before_cold = 0\nstart = " << s.start << "\n"
+                         << "\nwarm_failures_before_cold = " << s.warm_failures_before_cold << "\nstart = " << s.start << "\n"
                          << "[control]\nsocket = \"" << (m_dir / "ctl/t.ctl") << "\"\nstate_dir = \"" << (m_dir / "state") << "\"\n"
                          << "[http]\nlisten = \"127.0.0.1:" << m_http << "\"\n";
     m_sup = std::make_unique<test::Supervised>(FR_FASTRESTARTD_BIN, m_cfg, m_dir / "ctl/t.ctl", m_dir / "d.log");
@@ -163,6 +167,36 @@ TEST_F(StartPathsTest, AWarmStartThatMissesSaysWhy) {
   EXPECT_NE(st["last_start"].value("warm_miss", "").find("did not ask the weight daemons"), std::string::npos) << st.dump();
   EXPECT_NE(st.value("status_text", "").find("expected warm: "), std::string::npos) << st.value("status_text", "");
   EXPECT_NE(ctl({"status"}).output.find("warm miss"), std::string::npos);
+  EXPECT_EQ(m_sup->stop(SIGTERM), 0) << m_sup->log();
+}
+
+// Failed warm starts escalate to a cold reload of the daemons (restart.warm_failures_before_cold): the
+// next engine waits for the fresh daemons, and they run and serve the start after. A status reply from
+// before the reload once started the engine at once on daemons that were going away, and nothing
+// restarted them (seen on the H200).
+TEST_F(StartPathsTest, FailedWarmStartsReloadTheDaemonsAndTheNextEngineWaitsForThem) {
+  // The second and third starts (the first warm ones) exit 1 before they are ready.
+  const std::string wrapper = m_dir / "fail-2-and-3.sh";
+  std::ofstream(wrapper) << "#!/bin/sh\nf=\"" << (m_dir / "starts") << "\"\nn=$(cat \"$f\" 2>/dev/null || echo 0)\n"
+                         << "n=$((n + 1))\necho $n > \"$f\"\n"
+                         << "if [ $n -eq 2 ] || [ $n -eq 3 ]; then echo 'failing start' $n; exit 1; fi\nexec \"$@\"\n";
+  ASSERT_EQ(::chmod(wrapper.c_str(), 0755), 0);
+  Options o;
+  o.wrapper = wrapper;
+  o.warm_failures_before_cold = 2;
+  launch(o);
+  json st = ready();
+  const pid_t engine = st["engine"]["pid"], daemon = st["daemons"][0]["pid"];
+  ASSERT_EQ(::kill(engine, SIGKILL), 0);
+  st = ready(engine);
+  EXPECT_NE(st["daemons"][0]["pid"], daemon) << "the daemons were not reloaded: " << st.dump();
+  EXPECT_EQ(st["daemons"][0]["state"], "ready") << st.dump();
+  EXPECT_NE(m_sup->log().find("warm starts keep failing: reloading the weight daemons cold"), std::string::npos) << m_sup->log();
+  // The fresh daemons serve the next restart.
+  const pid_t next = st["engine"]["pid"];
+  ASSERT_EQ(::kill(next, SIGKILL), 0);
+  st = ready(next);
+  EXPECT_EQ(st["last_start"]["path"], "warm") << st.dump();
   EXPECT_EQ(m_sup->stop(SIGTERM), 0) << m_sup->log();
 }
 
