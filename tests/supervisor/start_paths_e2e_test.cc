@@ -24,6 +24,7 @@ struct Options {
   std::string engine_socket_dir;  // the engine's --fastrestart-socket-dir; empty: the daemons' own
   int warm_failures_before_cold = 0;
   std::string wrapper;            // a program run as `wrapper tinyengine serve ...`; empty: none
+  std::string daemon_path;        // weights.daemon_path; empty: fastrestart-weightd found as usual
 };
 
 class StartPathsTest : public ::testing::Test {
@@ -41,6 +42,7 @@ class StartPathsTest : public ::testing::Test {
                          << (s.engine_socket_dir.empty() ? run : s.engine_socket_dir) << "\", \"--shutdown-grace\", \"2\"]\n"
                          << "port = " << m_port << "\nstop_grace_s = 3\n"
                          << "[weights]\nbackend = \"host\"\ncheckpoint = \"" << (m_dir / "model") << "\"\nsocket_dir = \"" << run << "\"\n"
+                         << (s.daemon_path.empty() ? "" : "daemon_path = \"" + s.daemon_path + "\"\n")
                          << "[readiness]\nmodel = \"t\"\npoll_interval_s = 0.05\ncheck_interval_s = 0.3\n"
                          << "[restart]\nbackoff_initial_s = 0.05\nbackoff_max_s = 0.2\ncrash_loop_limit = " << s.crash_loop_limit
                          << "\nwarm_failures_before_cold = " << s.warm_failures_before_cold << "\nstart = " << s.start << "\n"
@@ -171,10 +173,15 @@ TEST_F(StartPathsTest, AWarmStartThatMissesSaysWhy) {
 }
 
 // Failed warm starts escalate to a cold reload of the daemons (restart.warm_failures_before_cold): the
-// next engine waits for the fresh daemons, and they run and serve the start after. A status reply from
-// before the reload once started the engine at once on daemons that were going away, and nothing
-// restarted them (seen on the H200).
+// next engine waits for the fresh daemons, and they run and serve the start after. A status poll while
+// the daemons were stopping (or a reply from before the stop) once started the engine at once on daemons
+// that were going away, and nothing restarted them (seen on the H200). The daemon here takes 3 s to stop,
+// so the supervisor's 2 s status poll falls inside its stop.
 TEST_F(StartPathsTest, FailedWarmStartsReloadTheDaemonsAndTheNextEngineWaitsForThem) {
+  const std::string slow_daemon = m_dir / "slow-stopping-weightd.sh";
+  std::ofstream(slow_daemon) << "#!/bin/bash\n\"" << test::weightd() << "\" \"$@\" &\nchild=$!\n"
+                             << "trap 'sleep 3; kill -TERM $child; wait $child; exit 0' TERM\nwait $child\nwait $child\n";
+  ASSERT_EQ(::chmod(slow_daemon.c_str(), 0755), 0);
   // The second and third starts (the first warm ones) exit 1 before they are ready.
   const std::string wrapper = m_dir / "fail-2-and-3.sh";
   std::ofstream(wrapper) << "#!/bin/sh\nf=\"" << (m_dir / "starts") << "\"\nn=$(cat \"$f\" 2>/dev/null || echo 0)\n"
@@ -183,6 +190,7 @@ TEST_F(StartPathsTest, FailedWarmStartsReloadTheDaemonsAndTheNextEngineWaitsForT
   ASSERT_EQ(::chmod(wrapper.c_str(), 0755), 0);
   Options o;
   o.wrapper = wrapper;
+  o.daemon_path = slow_daemon;
   o.warm_failures_before_cold = 2;
   launch(o);
   json st = ready();
