@@ -7,7 +7,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 out="${1:?usage: fuzz/make-seeds.sh DIR}"
 rm -rf "$out"
-mkdir -p "$out"/{fuzz_frame,fuzz_safetensors,fuzz_config,fuzz_control,fuzz_readiness}
+mkdir -p "$out"/{fuzz_frame,fuzz_safetensors,fuzz_config,fuzz_control,fuzz_readiness,fuzz_gate}
 seed() {  # seed TARGET < content: named by its hash (pipelines run in subshells: no counters)
   local tmp
   tmp=$(mktemp "$out/.seed-XXXXXX")
@@ -50,6 +50,12 @@ st '{"x":{"dtype":"I64","shape":[0],"data_offsets":[0,0]}}' 0 | seed fuzz_safete
 # Readiness answers: first byte selects the HTTP status (0: 200, 4: 503, 0x80: with an oracle), then the
 # body as tinyengine and vLLM write it.
 for f in fuzz/seeds/readiness/*; do seed fuzz_readiness <"$f"; done
+
+# Standby gate lines (docs/standby.md, "The gate protocol"): the parked message and near misses.
+printf '%s' '{"op":"parked","v":1,"level":"pre_gpu","pid":4242}' | seed fuzz_gate
+printf '%s' '{"op":"parked","v":1,"level":"warmed","pid":1,"extra":[1,2]}' | seed fuzz_gate
+printf '%s' '{"op":"parked","v":2,"level":"warmed","pid":7}' | seed fuzz_gate
+printf '%s' '{"op":"release"}' | seed fuzz_gate
 for t in "$out"/*; do echo "fuzz/make-seeds.sh: $(ls "$t" | wc -l) seeds for $(basename "$t")"; done
 # A dictionary for the config target: every section and key the loader knows (src/supervisor/config.cc).
 {

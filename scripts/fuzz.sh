@@ -10,7 +10,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 secs="${1:-20}"
-targets="${FUZZ_TARGETS:-fuzz_frame fuzz_safetensors fuzz_config fuzz_control fuzz_readiness}"
+targets="${FUZZ_TARGETS:-fuzz_frame fuzz_safetensors fuzz_config fuzz_control fuzz_readiness fuzz_gate}"
 san="-fsanitize=fuzzer-no-link,address,undefined -fno-sanitize-recover=undefined"
 CC=clang CXX=clang++ cmake -S . -B build-fuzz -G Ninja -DFASTRESTART_FUZZ=ON -DFASTRESTART_TESTS=OFF \
   -DFASTRESTART_CUDA=OFF -DFASTRESTART_TINYENGINE=OFF -DFASTRESTART_PYTHON=OFF -DCMAKE_BUILD_TYPE=RelWithDebInfo \

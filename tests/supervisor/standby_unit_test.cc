@@ -58,6 +58,14 @@ TEST(GateMessage, ControlCharactersInAMessageAreEscapedInTheError) {
   EXPECT_EQ(m.error().message.find('\x1b'), std::string::npos) << m.error().message;
 }
 
+// Found by fuzz_gate: the unknown op went raw into the error (and the log).
+TEST(GateMessage, AControlCharacterInAnUnknownOpIsEscapedInTheError) {
+  auto m = parse_gate_message("{\"op\":\"pre\x7fu\",\"pid\":4270}");
+  ASSERT_FALSE(m.ok());
+  EXPECT_EQ(m.error().message.find('\x7f'), std::string::npos) << m.error().message;
+  EXPECT_NE(m.error().message.find("unknown op"), std::string::npos) << m.error().message;
+}
+
 TEST(GateMessage, AnswersAreOneLineEach) {
   EXPECT_EQ(gate_release_line(), "{\"op\":\"release\"}\n");
   EXPECT_EQ(gate_exit_line(), "{\"op\":\"exit\"}\n");

@@ -23,7 +23,8 @@ Result<ParkedMessage> parse_gate_message(std::string_view line) {
   if (!j.is_object()) return bad(line, "not a JSON object");
   auto op = j.find("op");
   if (op == j.end() || !op->is_string()) return bad(line, "no \"op\" string");
-  if (*op != "parked") return bad(line, "unknown op \"" + op->get<std::string>() + "\" (an engine sends only \"parked\")");
+  if (*op != "parked")
+    return bad(line, "unknown op \"" + escape_control_chars(op->get<std::string>()) + "\" (an engine sends only \"parked\")");
   auto v = j.find("v");
   if (v == j.end() || !v->is_number_integer()) return bad(line, "no protocol version \"v\" (an integer)");
   if (v->get<int64_t>() != kGateVersion)
