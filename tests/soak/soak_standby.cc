@@ -26,6 +26,7 @@ void sleep_ms(int ms) { std::this_thread::sleep_for(std::chrono::milliseconds(ms
 
 // The standby path's entry in last_start.start_paths.
 json standby_attempt(const json& s) {
+  if (!s.contains("last_start") || !s["last_start"].is_object()) return json::object();
   for (const auto& a : s["last_start"].value("start_paths", json::array()))
     if (a.value("path", "") == "standby") return a;
   return json::object();
@@ -232,7 +233,8 @@ Expect Soak::faulty_standby() {
   if (!at_once && standby > 0) {
     json s;
     const bool ok = m_sup->wait_for([&](const json& j) {
-      return j.value("state", "") == "ready" && j["engine"].value("pid", 0) == standby && j["last_start"].value("pid", 0) == standby;
+      return j.value("state", "") == "ready" && j["engine"].is_object() && j["engine"].value("pid", 0) == standby &&
+             j["last_start"].is_object() && j["last_start"].value("pid", 0) == standby;
     }, 60, &s);
     EXPECT_TRUE(ok) << "faulty_standby: the released standby " << standby << " never became ready: " << s.dump();
     if (ok) {

@@ -53,5 +53,18 @@ TEST(Classify, OurKillsAreNamedForWhyWeKilled) {
   EXPECT_NE(classify_exit(f).detail.find("signal 9"), std::string::npos);
 }
 
+// An engine that stopped answering because it was shutting down, and exited by itself before the hang's
+// SIGKILL landed, is classified by its own exit.
+TEST(Classify, AnEngineThatExitedBeforeTheHangKillIsClassifiedByItsOwnExit) {
+  ExitFacts f;
+  f.killed_for_hang = true;  // (the supervisor does not count its hang kill as requested)
+  f.wait_status = 0;         // exit code 0
+  EXPECT_EQ(classify_exit(f).cause, ExitCause::kUnexpectedExit0);
+  f.wait_status = 3 << 8;
+  EXPECT_EQ(classify_exit(f).cause, ExitCause::kCrash);
+  f.wait_status = signaled(SIGKILL);
+  EXPECT_EQ(classify_exit(f).cause, ExitCause::kHung);
+}
+
 }  // namespace
 }  // namespace fr::supervisor
