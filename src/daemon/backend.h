@@ -64,7 +64,9 @@ class Backend {
   virtual Result<std::unique_ptr<Pool>> allocate(uint64_t bytes) = 0;
 };
 
-std::unique_ptr<Backend> make_host_backend();
+// `device` empty: the one host daemon ("host"); else the host device of that name ("host-<device>",
+// common/host_device.h), one of several standing for GPUs in tests.
+Result<std::unique_ptr<Backend>> make_host_backend(const std::string& device = "");
 // Opens the CUDA driver (dlopen), selects the device by index or "GPU-<uuid>" and creates a context.
 // Errc::kCuda with "no CUDA driver" / "no GPU" / "unknown GPU" messages; Errc::kUnsupported when built
 // without CUDA.

@@ -7,6 +7,7 @@
 #include <cstring>
 
 #include "common/digest.h"
+#include "common/host_device.h"
 #include "common/mapping.h"
 #include "daemon/backend.h"
 
@@ -71,9 +72,10 @@ class HostPool final : public Pool {
 
 class HostBackend final : public Backend {
  public:
+  explicit HostBackend(std::string uuid) : m_uuid(std::move(uuid)) {}
   std::string name() const override { return "host"; }
-  std::string gpu_uuid() const override { return "host"; }
-  std::string gpu_name() const override { return "host"; }
+  std::string gpu_uuid() const override { return m_uuid; }
+  std::string gpu_name() const override { return m_uuid; }
 
   Result<std::unique_ptr<Pool>> allocate(uint64_t bytes) override {
     uint64_t n = std::max<uint64_t>(kPage, (bytes + kPage - 1) / kPage * kPage);
@@ -83,10 +85,16 @@ class HostBackend final : public Backend {
     FR_ASSIGN(Mapping m, Mapping::map_fd(fd.get(), n, PROT_READ | PROT_WRITE, "memfd pool"));
     return std::unique_ptr<Pool>(new HostPool(std::move(fd), std::move(m)));
   }
+
+ private:
+  const std::string m_uuid;
 };
 
 }  // namespace
 
-std::unique_ptr<Backend> make_host_backend() { return std::make_unique<HostBackend>(); }
+Result<std::unique_ptr<Backend>> make_host_backend(const std::string& device) {
+  FR_ASSIGN(std::string uuid, fr::host_device_uuid(device));
+  return std::unique_ptr<Backend>(std::make_unique<HostBackend>(std::move(uuid)));
+}
 
 }  // namespace fr::daemon

@@ -20,7 +20,7 @@ int run(int argc, char** argv) {
   if (const char* e = std::getenv("FASTRESTART_TEST_READ_DELAY_MS"); e && *e) test_delay_ms = std::atoi(e);
   bool version = false;
   app.add_option("--backend", backend_name, "cuda (GPU memory, CUDA VMM) or host (memfd)")->check(CLI::IsMember({"cuda", "host"}));
-  app.add_option("--gpu", gpu, "GPU index or UUID (GPU-...), cuda backend only");
+  auto* gpu_opt = app.add_option("--gpu", gpu, "GPU index or UUID (GPU-...); host backend: a device name (daemon host-NAME)");
   app.add_option("--socket-dir", socket_dir, "directory for the socket and lock (default /run/fastrestart as root)");
   app.add_option("--group", group, "also allow members of this group (directory 0750, socket 0660)");
   app.add_option("--preload", preload_files, "safetensors file to load at start (repeat for shards)");
@@ -74,7 +74,12 @@ int run(int argc, char** argv) {
 
   std::unique_ptr<Backend> backend;
   if (backend_name == "host") {
-    backend = make_host_backend();
+    auto b = make_host_backend(gpu_opt->count() ? gpu : "");
+    if (!b.ok()) {
+      spdlog::error("--gpu: {}", b.error().message);
+      return kExitUsage;
+    }
+    backend = std::move(*b);
   } else {
     auto b = make_cuda_backend(gpu);
     if (!b.ok()) {

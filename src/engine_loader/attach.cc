@@ -2,6 +2,7 @@
 #include <chrono>
 
 #include "common/digest.h"
+#include "common/host_device.h"
 #include "common/private_dir.h"
 #include "engine_loader/client.h"
 #include "engine_loader/device.h"
@@ -135,7 +136,9 @@ Result<AttachResult> attach(const IdentifiedKey& key, const Options& o) {
   if (!pkey.ok()) return pkey.error().context("attach");
   const bool cuda = o.device.rfind("cuda:", 0) == 0 && o.device.size() > 5 &&
                     o.device.find_first_not_of("0123456789", 5) == std::string::npos;
-  if (o.device != "host" && !cuda) return Error{Errc::kInvalidArgument, "attach: device '" + o.device + "': expected host or cuda:<ordinal>"};
+  const bool host_n = o.device.rfind("host:", 0) == 0 && o.device.size() > 5 && fr::host_device_uuid(o.device.substr(5)).ok();
+  if (o.device != "host" && !host_n && !cuda)
+    return Error{Errc::kInvalidArgument, "attach: device '" + o.device + "': expected host, host:<name> or cuda:<ordinal>"};
   auto r = attach_strict(*pkey, o, t0);
   if (r.ok()) {
     if (!r->hit && !o.fallback) return Error{Errc::kNotFound, "attach missed and fallback is off: " + r->reason};

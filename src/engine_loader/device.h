@@ -48,7 +48,7 @@ class DeviceApi {
   virtual Status sync() = 0;
 };
 
-// "host" or "cuda:<ordinal>". Errc::kInvalidArgument for a malformed string; Errc::kCuda when the CUDA
+// "host", "host:<name>" (common/host_device.h) or "cuda:<ordinal>". Errc::kInvalidArgument for a malformed string; Errc::kCuda when the CUDA
 // driver or the device is absent; Errc::kUnsupported when built without CUDA.
 Result<std::unique_ptr<DeviceApi>> open_device(const std::string& device);
 

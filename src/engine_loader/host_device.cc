@@ -6,6 +6,7 @@
 #include <cstring>
 
 #include "common/digest.h"
+#include "common/host_device.h"
 #include "common/mapping.h"
 #include "common/private_dir.h"
 #include "engine_loader/device.h"
@@ -62,8 +63,9 @@ class HeapPool final : public MappedPool {
 
 class HostDevice final : public DeviceApi {
  public:
+  explicit HostDevice(std::string uuid) : m_uuid(std::move(uuid)) {}
   bool is_cuda() const override { return false; }
-  std::string gpu_uuid() const override { return "host"; }
+  std::string gpu_uuid() const override { return m_uuid; }
 
   Result<std::unique_ptr<MappedPool>> map_read_only(UniqueFd fd, uint64_t n) override {
     FR_ASSIGN(Mapping m, Mapping::map_fd(fd.get(), n, PROT_READ, "weight pool"));
@@ -86,6 +88,9 @@ class HostDevice final : public DeviceApi {
     return {};
   }
   Status sync() override { return {}; }
+
+ private:
+  const std::string m_uuid;
 };
 
 }  // namespace
@@ -97,17 +102,24 @@ std::string daemon_socket(const DeviceApi& dev, const std::string& socket_dir) {
   return (dir.empty() ? default_socket_dir() : dir) + "/weightd-" + dev.gpu_uuid() + ".sock";
 }
 
-std::unique_ptr<DeviceApi> make_host_device() { return std::make_unique<HostDevice>(); }
+std::unique_ptr<DeviceApi> make_host_device() { return std::make_unique<HostDevice>("host"); }
 
 Result<std::unique_ptr<DeviceApi>> open_device(const std::string& device) {
   if (device == "host") return make_host_device();
+  if (device.rfind("host:", 0) == 0) {
+    // One of several host daemons standing for GPUs (common/host_device.h).
+    auto uuid = fr::host_device_uuid(device.substr(5));
+    if (!uuid.ok() || device.size() == 5)
+      return make_error(Errc::kInvalidArgument, "device '" + device + "': expected host:<name> (1-32 of A-Z a-z 0-9 _ . -)");
+    return std::unique_ptr<DeviceApi>(std::make_unique<HostDevice>(*uuid));
+  }
   if (device.rfind("cuda:", 0) == 0) {
     const std::string n = device.substr(5);
     if (n.empty() || n.size() > 4 || n.find_first_not_of("0123456789") != std::string::npos)
       return make_error(Errc::kInvalidArgument, "device '" + device + "': expected cuda:<ordinal>");
     return make_cuda_device(std::stoi(n));
   }
-  return make_error(Errc::kInvalidArgument, "device '" + device + "': expected host or cuda:<ordinal>");
+  return make_error(Errc::kInvalidArgument, "device '" + device + "': expected host, host:<name> or cuda:<ordinal>");
 }
 
 }  // namespace fr::loader

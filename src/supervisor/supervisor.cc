@@ -294,12 +294,13 @@ void Supervisor::start_daemons() {
   }
   set_status("Starting the weight daemons");
   const bool host = m_cfg.weights.backend == "host";
-  std::vector<std::string> gpus = host ? std::vector<std::string>{""} : m_cfg.gpus;
+  // The host backend runs one daemon, or one per listed GPU that it stands for (tensor-parallel tests).
+  std::vector<std::string> gpus = host && m_cfg.gpus.empty() ? std::vector<std::string>{""} : m_cfg.gpus;
   const std::string dir = m_cfg.weights.socket_dir.empty() ? default_socket_dir() : m_cfg.weights.socket_dir;
   for (const auto& gpu : gpus) {
     auto d = std::make_unique<Daemon>();
     d->gpu = gpu;
-    std::string uuid = "host";
+    std::string uuid = gpu.empty() ? "host" : "host-" + gpu;
     if (!host) {
       uuid = gpu;
       if (gpu.rfind("GPU-", 0) != 0) {
@@ -321,7 +322,7 @@ void Supervisor::spawn_daemon(Daemon& d) {
   SpawnSpec spec;
   spec.argv = {daemon_binary(m_cfg), "--backend", host ? "host" : "cuda", "--reader-threads",
                std::to_string(m_cfg.weights.reader_threads), "--log-level", m_cfg.logging.level};
-  if (!host) spec.argv.insert(spec.argv.end(), {"--gpu", d.gpu});
+  if (!host || !d.gpu.empty()) spec.argv.insert(spec.argv.end(), {"--gpu", d.gpu});
   if (!m_cfg.weights.socket_dir.empty()) spec.argv.insert(spec.argv.end(), {"--socket-dir", m_cfg.weights.socket_dir});
   if (!m_cfg.control.group.empty()) spec.argv.insert(spec.argv.end(), {"--group", m_cfg.control.group});
   if (preload) {
@@ -519,35 +520,46 @@ uint64_t Supervisor::held_bytes(const std::string& gpu) const {
 // ---------------------------------------------------------------------------------------------------
 // Engine
 
+std::vector<double> Supervisor::gpu_fractions(bool for_standby, bool warn) const {
+  std::vector<double> out;
+  if (m_cfg.gpus.empty() || m_cfg.weights.backend == "host") return out;
+  // In zero_copy the daemon's pool is already used memory, so the engine's fraction of a GPU is the
+  // budget minus what that GPU's daemon holds; a warmed standby's memory is set aside too (docs/standby.md,
+  // "Memory"). Each GPU's own: the ranks of a tensor-parallel engine each get theirs.
+  const double reserve = static_cast<double>(standby_reserve_bytes());
+  for (const auto& gpu : m_cfg.gpus) {
+    auto m = m_gpus->memory(gpu);
+    if (!m.ok() || m->total == 0) {
+      out.push_back(m_cfg.memory.utilization);
+      continue;
+    }
+    const double held = static_cast<double>(held_bytes(gpu));
+    const double total = static_cast<double>(m->total);
+    const double f = (m_cfg.weights.mode == WeightsMode::kZeroCopy ? m_cfg.memory.utilization - held / total
+                                                                  : m_cfg.memory.utilization) -
+                     reserve / total;
+    out.push_back(std::floor(std::min(f, m_cfg.memory.utilization) * 10000) / 10000);
+    if (!warn || !m_cfg.memory.check_free) continue;
+    const double need = f * total;
+    if (for_standby) {
+      if (reserve > static_cast<double>(m->free))
+        spdlog::warn("GPU {}: the warmed standby's reserve {} does not fit in the free {} (used {})", gpu,
+                     fmt_bytes(reserve), fmt_bytes(double(m->free)), fmt_bytes(double(m->used)));
+    } else if (need > static_cast<double>(m->free)) {
+      spdlog::warn("GPU {}: the engine's share {} does not fit in the free {} (used {}, of which the weight daemon holds {})",
+                   gpu, fmt_bytes(need), fmt_bytes(double(m->free)), fmt_bytes(double(m->used)), fmt_bytes(held));
+    }
+  }
+  return out;
+}
+
 std::vector<std::string> Supervisor::engine_argv(bool for_standby) const {
   std::vector<std::string> argv = m_cfg.engine.command;
   std::vector<std::string> flags = m_flags;
   if (preload_mode()) adjust_vllm_flags(flags);  // --load-format ipc_cache, the loader's extra config
-  if (!m_cfg.gpus.empty() && m_cfg.weights.backend != "host") {
-    // In zero_copy the daemon's pool is already used memory, so the engine's fraction
-    // is the budget minus what the daemon holds.
-    // A warmed standby's memory is set aside too (docs/standby.md, "Memory").
-    double frac = m_cfg.memory.utilization;
-    const double reserve = static_cast<double>(standby_reserve_bytes());
-    for (const auto& gpu : m_cfg.gpus) {
-      auto m = m_gpus->memory(gpu);
-      if (!m.ok() || m->total == 0) continue;
-      double held = static_cast<double>(held_bytes(gpu));
-      double f = (m_cfg.weights.mode == WeightsMode::kZeroCopy ? m_cfg.memory.utilization - held / static_cast<double>(m->total)
-                                                              : m_cfg.memory.utilization) -
-                 reserve / static_cast<double>(m->total);
-      frac = std::min(frac, f);
-      const double need = f * static_cast<double>(m->total);
-      if (!m_cfg.memory.check_free) continue;
-      if (for_standby) {
-        if (reserve > static_cast<double>(m->free))
-          spdlog::warn("GPU {}: the warmed standby's reserve {} does not fit in the free {} (used {})", gpu,
-                       fmt_bytes(reserve), fmt_bytes(double(m->free)), fmt_bytes(double(m->used)));
-      } else if (need > static_cast<double>(m->free))
-        spdlog::warn("GPU {}: the engine's share {} does not fit in the free {} (used {}, of which the weight daemon holds {})",
-                     gpu, fmt_bytes(need), fmt_bytes(double(m->free)), fmt_bytes(double(m->used)), fmt_bytes(held));
-    }
-    frac = std::floor(frac * 10000) / 10000;
+  if (const auto fr = gpu_fractions(for_standby, /*warn=*/true); !fr.empty()) {
+    // One flag for every rank: the smallest share (each rank's own is in $FASTRESTART_GPU_MEMORY_UTILIZATION).
+    const double frac = *std::min_element(fr.begin(), fr.end());
     auto fl = parse_flag_list(flags);
     std::erase_if(fl, [](const Flag& f) { return f.name == "--gpu-memory-utilization"; });
     fl.push_back({"--gpu-memory-utilization", {std::to_string(frac)}, false});
@@ -557,9 +569,23 @@ std::vector<std::string> Supervisor::engine_argv(bool for_standby) const {
   return argv;
 }
 
-std::map<std::string, std::string> Supervisor::engine_env() {
+std::map<std::string, std::string> Supervisor::engine_env(bool for_standby) {
   std::map<std::string, std::string> env = m_cfg.engine.env;
   if (!m_cfg.gpus.empty() && m_cfg.weights.backend != "host") env["CUDA_VISIBLE_DEVICES"] = join(m_cfg.gpus, ",");
+  // The engine_loader device of each GPU, in gpus order: rank r of a tensor-parallel engine attaches
+  // through entry r (docs/engine_loader.md, "Devices"). CUDA numbers the visible GPUs from 0; the host
+  // backend's daemons stand for the listed GPUs by name.
+  const bool host = m_cfg.weights.backend == "host";
+  if (!m_cfg.gpus.empty() && (!host || daemons_active())) {
+    std::vector<std::string> devices;
+    for (size_t i = 0; i < m_cfg.gpus.size(); ++i) devices.push_back(host ? "host:" + m_cfg.gpus[i] : "cuda:" + std::to_string(i));
+    env["FASTRESTART_DEVICES"] = join(devices, ",");
+  }
+  if (const auto fr = gpu_fractions(for_standby, /*warn=*/false); !fr.empty()) {
+    std::vector<std::string> v;
+    for (double f : fr) v.push_back(std::to_string(f));
+    env["FASTRESTART_GPU_MEMORY_UTILIZATION"] = join(v, ",");
+  }
   if (!m_cfg.weights.socket_dir.empty()) env["FASTRESTART_SOCKET_DIR"] = m_cfg.weights.socket_dir;
   env["FASTRESTART_WEIGHTS_MODE"] = weights_mode_name(m_cfg.weights.mode);
   // A snapshottable engine must not use io_uring, which CRIU cannot dump (libuv/uvloop turn it on).

@@ -104,7 +104,9 @@ class Supervisor : private StartHost {
   // Changes nothing: spawn_engine records what a start uses. for_standby: the share is allocated after the
   // release, once the engine is gone, so only a warmed standby's reserve is checked against free memory.
   std::vector<std::string> engine_argv(bool for_standby = false) const;
-  std::map<std::string, std::string> engine_env();
+  std::map<std::string, std::string> engine_env(bool for_standby = false);
+  // The engine's memory fraction of each GPU of gpus, in order; empty without GPUs (or the host backend).
+  std::vector<double> gpu_fractions(bool for_standby, bool warn) const;
   void arm_readiness(bool poll_now);
   double readiness_poll_interval() const;
 

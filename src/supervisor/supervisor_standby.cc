@@ -141,7 +141,7 @@ void Supervisor::spawn_standby() {
   e->flags = m_flags;
   SpawnSpec spec;
   spec.argv = engine_argv(/*for_standby=*/true);
-  spec.env = engine_env();
+  spec.env = engine_env(/*for_standby=*/true);
   spec.env["FASTRESTART_STANDBY_FD"] = std::to_string(theirs.get());
   spec.env["FASTRESTART_STANDBY_LEVEL"] = standby_level_name(m_cfg.standby.level);
   spec.pass_fd = theirs.get();

@@ -9,6 +9,8 @@
 namespace fr::te {
 namespace {
 
+std::vector<std::string> g_argv;  // the command line, for the tensor-parallel ranks rank 0 starts
+
 void add_serve_flags(CLI::App& app, ServeOptions& o, std::string& format, std::string& mode, std::string& fallback,
                      std::string& publish) {
   app.add_option("model", o.model, "checkpoint: a .safetensors file or a directory of them")->required();
@@ -21,7 +23,11 @@ void add_serve_flags(CLI::App& app, ServeOptions& o, std::string& format, std::s
   app.add_option("--gpu-memory-utilization", o.gpu_memory_utilization, "accepted and reported (0, 1]")
       ->capture_default_str();
   app.add_option("--max-model-len", o.max_model_len, "context limit (default: the checkpoint's)");
-  app.add_option("--tensor-parallel-size", o.tensor_parallel_size, "accepted; must be 1");
+  app.add_option("--tensor-parallel-size", o.tensor_parallel_size, "ranks, one process each (1..8; --device cpu)")
+      ->capture_default_str();
+  app.add_option("--tp-timeout", o.tp_timeout_s, "seconds a rank may take to answer before the engine is broken")
+      ->capture_default_str();
+  app.add_option("--tp-rank", o.tp_rank, "set by rank 0 for the ranks it starts")->group("");
   app.add_option("--dtype", o.dtype, "auto|float32|bfloat16; must match the checkpoint")
       ->check(CLI::IsMember({"auto", "float32", "bfloat16"}));
   app.add_option("--shutdown-grace", o.shutdown_grace_s, "seconds in-flight requests get after SIGTERM")
@@ -64,6 +70,9 @@ void add_serve_flags(CLI::App& app, ServeOptions& o, std::string& format, std::s
   app.add_option("--fault-ignore-sigterm", f.ignore_sigterm_s, "keep serving S seconds after the first SIGTERM")->group(g);
   app.add_option("--fault-token-delay", f.token_delay_s, "extra seconds per generated token")->group(g);
   app.add_flag("--fault-spawn-worker", f.spawn_worker, "fork a worker that survives the parent's SIGKILL")->group(g);
+  app.add_option("--fault-tp-hang-rank", f.tp_hang_rank, "tensor parallel: rank R stops answering at its second /health ping")->group(g);
+  app.add_option("--fault-tp-linger", f.tp_linger_s, "tensor parallel: the other ranks outlive rank 0 by S seconds")
+      ->group(g);
   app.add_option_function<std::string>(
          "--fault-standby",
          [&f](const std::string& value) {
@@ -90,6 +99,7 @@ void define_serve(CLI::App& sub, std::function<int()>& run) {
     o->load.fallback = *fallback == "on";
     o->load.publish = *publish == "on";
     o->load.device = o->device == "cpu" ? "host" : o->device;  // engine_loader's name for the same place
+    o->argv = g_argv;
     return run_serve(*o);
   };
 }
@@ -145,6 +155,7 @@ constexpr Subcommand kSubcommands[] = {
 }  // namespace
 
 int cli_main(int argc, char** argv) {
+  g_argv.assign(argv, argv + argc);
   spdlog::set_default_logger(spdlog::stderr_color_mt("tinyengine"));
   spdlog::set_pattern("%Y-%m-%dT%H:%M:%S.%e %^%l%$ tinyengine[%P]: %v");
   CLI::App app{"fastrestart-tinyengine: a small real inference engine (docs/tinyengine.md)"};

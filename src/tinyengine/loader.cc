@@ -1,6 +1,8 @@
 #include "tinyengine/loader.h"
 
 #include <chrono>
+#include <cstring>
+#include <new>
 
 #include <spdlog/spdlog.h>
 
@@ -22,12 +24,50 @@ class Stopwatch {
 
 }  // namespace
 
-std::map<std::string, std::string> key_config(const CheckpointInfo& info) {
+std::map<std::string, std::string> key_config(const CheckpointInfo& info, const TpPlan& tp) {
   return {{"arch", "tinyengine"},
           {"dtype", dtype_name(info.config.dtype)},
           {"engine", std::string("fastrestart-tinyengine ") + FR_TE_VERSION},
-          {"tp_size", "1"},
-          {"tp_rank", "0"}};
+          {"tp_size", std::to_string(tp.size)},
+          {"tp_rank", std::to_string(tp.rank)}};
+}
+
+Result<TensorSet> shard_tensors(const ModelConfig& config, const TensorSet& full, const TpPlan& tp) {
+  FR_TRY(check_tp(config, tp));
+  const auto specs = tensor_specs(config, tp);
+  const uint64_t es = dtype_size(config.dtype);
+  const auto [lo, hi] = extra_slice(config.extra_width, tp);
+  auto align = [](uint64_t n) { return (n + 63) / 64 * 64; };
+  uint64_t total = 0;
+  for (const auto& s : specs) total += align(static_cast<uint64_t>(s.numel()) * es);
+  auto buf = std::shared_ptr<std::byte[]>(new (std::align_val_t{64}) std::byte[std::max<uint64_t>(total, 1)],
+                                          [](std::byte* p) { ::operator delete[](p, std::align_val_t{64}); });
+  TensorSet out;
+  uint64_t off = 0;
+  for (const auto& s : specs) {
+    auto it = full.tensors.find(s.name);
+    if (it == full.tensors.end()) return make_error(Errc::kCorrupt, "tensor '" + s.name + "' is missing");
+    const auto& src = it->second;
+    const auto* from = static_cast<const std::byte*>(src.data);
+    std::byte* to = buf.get() + off;
+    const uint64_t n = static_cast<uint64_t>(s.numel()) * es;
+    if (s.name.rfind("extra.", 0) == 0 && s.name.ends_with(".down")) {
+      // [d_model, width] -> columns [lo, hi) of every row
+      const auto w = static_cast<uint64_t>(config.extra_width), cols = static_cast<uint64_t>(hi - lo);
+      for (uint64_t row = 0; row < static_cast<uint64_t>(config.d_model); ++row)
+        std::memcpy(to + row * cols * es, from + (row * w + static_cast<uint64_t>(lo)) * es, cols * es);
+    } else if (s.name.rfind("extra.", 0) == 0 && s.name.ends_with(".up")) {
+      // [width, d_model] -> rows [lo, hi)
+      std::memcpy(to, from + static_cast<uint64_t>(lo) * static_cast<uint64_t>(config.d_model) * es, n);
+    } else {
+      if (src.nbytes != n) return make_error(Errc::kCorrupt, "tensor '" + s.name + "' has the wrong size");
+      std::memcpy(to, from, n);
+    }
+    out.tensors[s.name] = TensorView{config.dtype, s.shape, to, n};
+    off += align(n);
+  }
+  out.owner = std::shared_ptr<void>(buf, buf.get());
+  return out;
 }
 
 int cuda_ordinal(const std::string& device) {
@@ -66,14 +106,19 @@ nlohmann::json LoadReport::to_json() const {
   return j;
 }
 
-Result<LoadedModel> load_model(const std::string& path, const LoadOptions& options) {
+Result<LoadedModel> load_model(const std::string& path, const LoadOptions& options, const TpAgree& agree,
+                               TpReduce reduce) {
+  const TpPlan& tp = options.tp;
+  if (tp.size > 1 && cuda_ordinal(options.device) >= 0)
+    return make_error(Errc::kInvalidArgument, "tensor parallel runs on the CPU forward only (--device cpu)");
   LoadedModel out;
   LoadReport& r = out.report;
   Stopwatch sw;
   FR_ASSIGN(out.info, inspect_checkpoint(path));
   r.phases.emplace_back("read_headers", sw.lap());
   r.disk_bytes_read = out.info.header_bytes;
-  r.weight_bytes = total_weight_bytes(out.info.config);
+  FR_TRY(check_tp(out.info.config, tp));
+  r.weight_bytes = rank_weight_bytes(out.info.config, tp);
   r.format = options.format == LoadFormat::kDisk ? "disk" : "fastrestart";
 
   bool have = false;
@@ -99,6 +144,18 @@ Result<LoadedModel> load_model(const std::string& path, const LoadOptions& optio
       r.differs = a->differs;
       spdlog::info("fastrestart: miss ({}); loading from disk", a->reason);
     }
+    if (tp.size > 1 && agree) {
+      FR_ASSIGN(const TpAgreement all, agree(a->hit, a->reason));
+      if (!all.all_hit && have) {
+        // Another rank missed: this rank's attached shard is dropped, every rank loads from disk.
+        spdlog::info("fastrestart: {}; this rank's attached shard is not used, loading from disk", all.reason);
+        out.set = {};
+        have = false;
+        r.path = "fallback";
+        r.reason = all.reason;
+        r.mode.clear();
+      }
+    }
   } else {
     r.path = "disk";
   }
@@ -108,6 +165,10 @@ Result<LoadedModel> load_model(const std::string& path, const LoadOptions& optio
     r.phases.emplace_back("disk_read", sw.lap());
     r.disk_bytes_read += d.bytes_read;
     out.set = std::move(d.set);
+    if (tp.size > 1) {
+      FR_ASSIGN(out.set, shard_tensors(out.info.config, out.set, tp));  // the whole checkpoint is freed here
+      r.phases.emplace_back("shard", sw.lap());
+    }
     if (ordinal >= 0) {
       FR_ASSIGN(out.set, upload_to_cuda(out.set, ordinal));  // the host copy is freed here
       r.phases.emplace_back("upload", sw.lap());
@@ -118,7 +179,7 @@ Result<LoadedModel> load_model(const std::string& path, const LoadOptions& optio
     if (!m) return m.error().context(path);
     out.cuda = std::move(*m);
   } else {
-    auto m = Model::bind(out.info.config, out.set.lookup());
+    auto m = Model::bind(out.info.config, out.set.lookup(), tp, std::move(reduce));
     if (!m) return m.error().context(path);
     out.model = std::move(*m);
   }

@@ -31,7 +31,17 @@ struct LoadOptions {
   std::string device = "host";  // engine_loader's device: "host" (CPU forward) or "cuda:N" (CUDA forward)
   double connect_timeout_s = 5.0;
   double state_timeout_s = 300.0;
+  TpPlan tp;  // the rank this process is (docs/tinyengine.md, "Tensor parallel")
 };
+
+// Tensor parallel: what all ranks decided after each tried to attach its shard. One rank's miss makes
+// every rank load from disk, so the engine never runs some ranks on attached and others on disk weights.
+struct TpAgreement {
+  bool all_hit = true;
+  std::string reason;  // the first missing rank's: "rank 1 missed: ..."
+};
+// Called by load_model between the attach and the disk load, with this rank's outcome.
+using TpAgree = std::function<Result<TpAgreement>(bool hit, const std::string& reason)>;
 
 struct LoadReport {
   std::string format;  // "disk" | "fastrestart"
@@ -62,7 +72,11 @@ struct LoadedModel {
   std::string device() const { return cuda ? cuda->device_name() : "cpu"; }
 };
 
-Result<LoadedModel> load_model(const std::string& path, const LoadOptions& options);
+// `agree` (tensor parallel, size > 1): see TpAgree; `reduce`: rank 0's Model::bind argument.
+Result<LoadedModel> load_model(const std::string& path, const LoadOptions& options, const TpAgree& agree = {},
+                               TpReduce reduce = {});
+// Rank tp.rank's shard of a whole checkpoint's tensors (tensor_specs(config, tp)), in memory it owns.
+Result<TensorSet> shard_tensors(const ModelConfig& config, const TensorSet& full, const TpPlan& tp);
 
 // The fastrestart side (loader_fastrestart.cc; loader_fastrestart_none.cc when engine_loader is absent).
 // The key's file identities, taken by the attach before the files are read; a publish goes under it, so
@@ -96,7 +110,9 @@ Result<std::shared_ptr<void>> start_snapshot_agent(const LoadedModel& m, std::fu
 // Exits the process when told to exit or when fastrestartd is gone.
 Result<bool> standby_gate(const std::string& level);
 bool is_standby();
+// The socket of the weight daemon `options.device` attaches through.
+Result<std::string> daemon_socket_of(const LoadOptions& options);
 // The config half of the key: arch, dtype, engine version, tp size/rank.
-std::map<std::string, std::string> key_config(const CheckpointInfo& info);
+std::map<std::string, std::string> key_config(const CheckpointInfo& info, const TpPlan& tp = {});
 
 }  // namespace fr::te

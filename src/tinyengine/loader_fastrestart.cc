@@ -25,13 +25,13 @@ fastrestart::Options to_options(const LoadOptions& o) {
   return f;
 }
 
-fastrestart::Key to_key(const CheckpointInfo& info) { return {info.files, key_config(info)}; }
+fastrestart::Key to_key(const CheckpointInfo& info, const TpPlan& tp) { return {info.files, key_config(info, tp)}; }
 
 }  // namespace
 
 Result<AttachOutcome> fastrestart_attach(const CheckpointInfo& info, const LoadOptions& options) {
   // Identified here, before load_from_disk reads a byte: the key a publish after a miss goes under.
-  FR_ASSIGN(auto key, fastrestart::identify(to_key(info)));
+  FR_ASSIGN(auto key, fastrestart::identify(to_key(info, options.tp)));
   FR_ASSIGN(auto r, fastrestart::attach(key, to_options(options)));
   AttachOutcome out;
   out.key = std::make_shared<const PublishKey>(PublishKey{std::move(key)});
@@ -61,13 +61,20 @@ Result<PublishOutcome> fastrestart_publish(const PublishKey* key, const Checkpoi
   if (!key) return make_error(Errc::kInvalidArgument, "publish: no key was identified before the load");
   std::vector<fastrestart::PublishTensor> tensors;
   // Publish in the checkpoint's own order, so a pool's layout follows the files.
+  // A tensor-parallel rank's set holds its shard only: the tensors it lacks are skipped.
   for (const auto& h : info.headers)
     for (const auto& t : h.tensors) {
-      const auto& v = set.tensors.at(t.name);
+      auto it = set.tensors.find(t.name);
+      if (it == set.tensors.end()) continue;
+      const auto& v = it->second;
       tensors.push_back({t.name, dtype_name(v.dtype), v.shape, v.data});
     }
   FR_ASSIGN(auto r, fastrestart::publish(key->key, tensors, to_options(options)));
   return PublishOutcome{r.fingerprint, r.digest, r.bytes};
+}
+
+Result<std::string> daemon_socket_of(const LoadOptions& options) {
+  return fastrestart::daemon_socket_path(options.device, options.socket_dir);
 }
 
 Result<bool> standby_gate(const std::string& level) {

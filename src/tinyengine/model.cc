@@ -125,14 +125,31 @@ class ForwardState {
     if (!want_logits) return;
     // The extra blocks and the head only matter where logits are read: the last layer's output at other
     // positions feeds nothing (the KV cache holds what later positions need).
-    for (const auto& e : m_m.m_extras) mlp(nullptr, e.up, e.down, m_c.extra_width);
+    if (m_m.m_tp.size == 1) {
+      for (const auto& e : m_m.m_extras) mlp(nullptr, e.up, e.down, m_c.extra_width);
+    } else {
+      for (size_t e = 0; e < m_m.m_extras.size() && m_error.empty(); ++e) tp_extra(static_cast<int>(e));
+    }
     rmsnorm(m_h.data(), m_m.m_final_norm, m_bf16, m_a.data(), d);
     matvec(m_m.m_lm_head, m_bf16, m_a.data(), m_logits.data(), kVocab, d);
   }
 
   const std::vector<float>& logits() const { return m_logits; }
+  const std::string& error() const { return m_error; }
 
  private:
+  // The tensor-parallel extra block: this rank's partial plus the others' (Model::m_reduce), then the residual.
+  void tp_extra(int e) {
+    const int d = m_c.d_model;
+    rmsnorm(m_h.data(), nullptr, m_bf16, m_a.data(), d);
+    m_m.extra_partial(e, m_a.data(), m_tmp.data());
+    if (auto s = m_m.m_reduce(e, m_a.data(), m_tmp.data(), d); !s) {
+      m_error = s.error().message;
+      return;
+    }
+    for (int i = 0; i < d; ++i) m_h[i] += m_tmp[i];
+  }
+
   // h += down(silu(up(rmsnorm(h) * gain)))
   void mlp(const void* gain, const void* up, const void* down, int64_t width) {
     const int d = m_c.d_model;
@@ -148,6 +165,7 @@ class ForwardState {
   bool m_bf16;
   std::vector<std::vector<float>> m_k, m_v;
   std::vector<float> m_h, m_a, m_q, m_att, m_tmp, m_ff, m_scores, m_logits;
+  std::string m_error;  // a tensor-parallel reduce failed: the logits are not valid
 };
 
 std::string ModelConfig::to_json() const {
@@ -227,16 +245,57 @@ std::vector<TensorSpec> tensor_specs(const ModelConfig& c) {
   return v;
 }
 
+std::pair<int64_t, int64_t> extra_slice(int64_t width, const TpPlan& tp) {
+  const int64_t n = std::max(1, tp.size);
+  return {width * tp.rank / n, width * (tp.rank + 1) / n};
+}
+
+std::vector<TensorSpec> tensor_specs(const ModelConfig& c, const TpPlan& tp) {
+  if (tp.size <= 1) return tensor_specs(c);
+  const auto [lo, hi] = extra_slice(c.extra_width, tp);
+  std::vector<TensorSpec> v;
+  for (auto s : tensor_specs(c)) {
+    const bool extra = s.name.rfind("extra.", 0) == 0;
+    if (!extra && tp.rank != 0) continue;
+    if (extra && s.name.ends_with(".up")) s.shape[0] = hi - lo;
+    if (extra && s.name.ends_with(".down")) s.shape[1] = hi - lo;
+    v.push_back(std::move(s));
+  }
+  return v;
+}
+
+uint64_t rank_weight_bytes(const ModelConfig& c, const TpPlan& tp) {
+  uint64_t n = 0;
+  for (const auto& s : tensor_specs(c, tp)) n += static_cast<uint64_t>(s.numel());
+  return n * dtype_size(c.dtype);
+}
+
+Status check_tp(const ModelConfig& c, const TpPlan& tp) {
+  auto bad = [](const std::string& m) { return make_error(Errc::kInvalidArgument, m); };
+  if (tp.size < 1 || tp.size > 8) return bad("--tensor-parallel-size must be 1..8, got " + std::to_string(tp.size));
+  if (tp.rank < 0 || tp.rank >= tp.size) return bad("tensor-parallel rank " + std::to_string(tp.rank) + " is not below the size");
+  if (tp.size == 1) return {};
+  if (c.extra_blocks < 1)
+    return bad("--tensor-parallel-size " + std::to_string(tp.size) +
+               ": this checkpoint has no extra blocks, the only tensors the ranks split (generate it with --size)");
+  if (c.extra_width < tp.size)
+    return bad("--tensor-parallel-size " + std::to_string(tp.size) + " exceeds the extra blocks' width " +
+               std::to_string(c.extra_width));
+  return {};
+}
+
 uint64_t total_weight_bytes(const ModelConfig& c) {
   uint64_t n = 0;
   for (const auto& s : tensor_specs(c)) n += static_cast<uint64_t>(s.numel());
   return n * dtype_size(c.dtype);
 }
 
-Result<std::map<std::string, const void*>> check_tensors(const ModelConfig& config, const TensorLookup& lookup) {
+Result<std::map<std::string, const void*>> check_tensors(const ModelConfig& config, const TensorLookup& lookup,
+                                                         const TpPlan& tp) {
   FR_TRY(config.validate());
+  FR_TRY(check_tp(config, tp));
   std::map<std::string, const void*> ptr;
-  for (const auto& spec : tensor_specs(config)) {
+  for (const auto& spec : tensor_specs(config, tp)) {
     const TensorView* t = lookup(spec.name);
     if (!t) return make_error(Errc::kCorrupt, "tensor '" + spec.name + "' is missing");
     if (t->dtype != config.dtype)
@@ -253,9 +312,22 @@ Result<std::map<std::string, const void*>> check_tensors(const ModelConfig& conf
 }
 
 Result<Model> Model::bind(const ModelConfig& config, const TensorLookup& lookup) {
-  FR_ASSIGN(auto ptr, check_tensors(config, lookup));
+  return bind(config, lookup, TpPlan{}, nullptr);
+}
+
+Result<Model> Model::bind(const ModelConfig& config, const TensorLookup& lookup, const TpPlan& tp, TpReduce reduce) {
+  FR_ASSIGN(auto ptr, check_tensors(config, lookup, tp));
+  if (tp.size > 1 && tp.rank == 0 && !reduce)
+    return make_error(Errc::kInvalidArgument, "tensor-parallel rank 0 needs the other ranks (no reduce)");
   Model m;
   m.m_config = config;
+  m.m_tp = tp;
+  m.m_reduce = std::move(reduce);
+  for (int e = 0; e < config.extra_blocks; ++e) {
+    const std::string p = "extra." + std::to_string(e) + ".";
+    m.m_extras.push_back({ptr[p + "up"], ptr[p + "down"]});
+  }
+  if (tp.rank != 0) return m;  // the other ranks hold only their slices of the extra blocks
   m.m_tok_emb = ptr["tok_emb"];
   m.m_pos_emb = ptr["pos_emb"];
   for (int l = 0; l < config.n_layers; ++l) {
@@ -263,13 +335,21 @@ Result<Model> Model::bind(const ModelConfig& config, const TensorLookup& lookup)
     m.m_layers.push_back({ptr[p + "attn_norm"], ptr[p + "wq"], ptr[p + "wk"], ptr[p + "wv"], ptr[p + "wo"],
                           ptr[p + "mlp_norm"], ptr[p + "w_up"], ptr[p + "w_down"]});
   }
-  for (int e = 0; e < config.extra_blocks; ++e) {
-    const std::string p = "extra." + std::to_string(e) + ".";
-    m.m_extras.push_back({ptr[p + "up"], ptr[p + "down"]});
-  }
   m.m_final_norm = ptr["final_norm"];
   m.m_lm_head = ptr["lm_head"];
   return m;
+}
+
+void Model::extra_partial(int block, const float* a, float* out) const {
+  const int d = m_config.d_model;
+  const bool bf16 = m_config.dtype == DType::kBF16;
+  const auto [lo, hi] = extra_slice(m_config.extra_width, m_tp);
+  const int64_t w = hi - lo;
+  std::vector<float> ff(static_cast<size_t>(w));
+  const auto& e = m_extras.at(static_cast<size_t>(block));
+  matvec(e.up, bf16, a, ff.data(), w, d);
+  for (auto& v : ff) v = silu(v);
+  matvec(e.down, bf16, ff.data(), out, d, w);
 }
 
 Generation Model::generate(const std::vector<int>& prompt, int max_tokens, int top_k) const {
@@ -279,6 +359,10 @@ Generation Model::generate(const std::vector<int>& prompt, int max_tokens, int t
   const int n = static_cast<int>(prompt.size());
   for (int t = 0; t < n; ++t) st.step(prompt[t], t, t == n - 1 && max_tokens > 0);
   for (int i = 0; i < max_tokens; ++i) {
+    if (!st.error().empty()) {
+      g.error = st.error();
+      break;
+    }
     Step s = greedy_step(st.logits().data(), top_k);
     const int best = s.token;
     g.steps.push_back(std::move(s));
@@ -290,6 +374,7 @@ Generation Model::generate(const std::vector<int>& prompt, int max_tokens, int t
     if (i + 1 < max_tokens && t < m_config.max_seq) st.step(best, t, true);
     else break;
   }
+  if (g.error.empty() && !st.error().empty()) g.error = st.error();
   return g;
 }
 

@@ -17,6 +17,7 @@
 #include <functional>
 #include <map>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "common/dtype.h"
@@ -53,6 +54,25 @@ struct TensorSpec {
 std::vector<TensorSpec> tensor_specs(const ModelConfig& c);
 uint64_t total_weight_bytes(const ModelConfig& c);
 
+// Tensor parallelism (docs/tinyengine.md, "Tensor parallel"): the extra blocks, where a large checkpoint's
+// bytes are, are split over the ranks Megatron-style: each rank holds rows [lo, hi) of every `up` and the
+// same columns of every `down`, so its partial outputs sum to the whole block's. Rank 0 also holds every
+// other tensor and runs the rest of the forward; the other ranks hold only their slices.
+struct TpPlan {
+  int size = 1;
+  int rank = 0;
+};
+// The rank's slice [lo, hi) of a width split into `size` near-equal parts.
+std::pair<int64_t, int64_t> extra_slice(int64_t width, const TpPlan& tp);
+// The tensors rank `tp.rank` holds, with their shard shapes (tensor_specs(c) for size 1).
+std::vector<TensorSpec> tensor_specs(const ModelConfig& c, const TpPlan& tp);
+uint64_t rank_weight_bytes(const ModelConfig& c, const TpPlan& tp);
+// Why `tp` cannot split `c` (size 1..8, at least one extra block, extra_width >= size), or OK.
+Status check_tp(const ModelConfig& c, const TpPlan& tp);
+// Adds the other ranks' partial outputs of extra block `block` for its normalised input `a` (d_model
+// floats) to `out` (d_model floats holding this rank's partial), in rank order (deterministic).
+using TpReduce = std::function<Status(int block, const float* a, float* out, int d_model)>;
+
 // A tensor as the loader found it, handed to Model::bind.
 struct TensorView {
   DType dtype = DType::kF32;
@@ -76,7 +96,8 @@ struct Generation {
 
 // Checks every tensor of `config` through `lookup` (presence, dtype, shape, size, alignment) and returns
 // their pointers by name. The pointers are not dereferenced (they may be device pointers).
-Result<std::map<std::string, const void*>> check_tensors(const ModelConfig& config, const TensorLookup& lookup);
+Result<std::map<std::string, const void*>> check_tensors(const ModelConfig& config, const TensorLookup& lookup,
+                                                         const TpPlan& tp = {});
 
 // Greedy choice over `logits` (kVocab values): the first maximum, its log-probability (log-softmax in
 // double), and the `top_k` best alternatives. Shared by the CPU and CUDA forwards.
@@ -86,8 +107,15 @@ class Model {
  public:
   // Binds every tensor of `config` through `lookup`; checks presence, dtype, shape, size and alignment.
   static Result<Model> bind(const ModelConfig& config, const TensorLookup& lookup);
+  // The tensors of rank `tp.rank` (tensor_specs(config, tp)). Rank 0 generates, calling `reduce` at every
+  // extra block; the other ranks only answer extra_partial().
+  static Result<Model> bind(const ModelConfig& config, const TensorLookup& lookup, const TpPlan& tp, TpReduce reduce);
 
   const ModelConfig& config() const { return m_config; }
+  const TpPlan& tp() const { return m_tp; }
+
+  // out[d_model] = this rank's partial output of extra block `block` for input a[d_model].
+  void extra_partial(int block, const float* a, float* out) const;
 
   // Greedy decoding of up to `max_tokens` tokens after `prompt` (1..max_seq tokens, each 0..kEos; the
   // caller checks prompt.size() + max_tokens <= max_seq). Stops early on kEos. `top_k` alternatives are
@@ -108,6 +136,8 @@ class Model {
   std::vector<Extra> m_extras;
   const void* m_final_norm = nullptr;
   const void* m_lm_head = nullptr;
+  TpPlan m_tp;
+  TpReduce m_reduce;
 
   friend class ForwardState;
 };

@@ -2,6 +2,7 @@
 #pragma once
 
 #include <string>
+#include <vector>
 
 #include "tinyengine/loader.h"
 
@@ -27,6 +28,8 @@ struct FaultOptions {
   double token_delay_s = 0;         // extra time per generated token (makes requests slow, for drain tests)
   StandbyFault standby = StandbyFault::kNone;
   double standby_die_after_s = 0;   // kDieParkedAfter: seconds after reaching the gate
+  int tp_hang_rank = -1;            // tensor parallel: this rank (>= 1) stops answering at its second ping
+  double tp_linger_s = 0;           // tensor parallel: ranks >= 1 outlive rank 0 by this long
   bool any() const;
 };
 
@@ -39,7 +42,10 @@ struct ServeOptions {
   std::string device = "cpu";     // cpu | cuda:N (the CUDA forward; weights in device memory)
   double gpu_memory_utilization = 0.9;  // accepted and reported (the CPU forward uses no GPU)
   int max_model_len = 0;          // 0: the checkpoint's max_seq
-  int tensor_parallel_size = 1;   // accepted; must be 1
+  int tensor_parallel_size = 1;   // ranks, one process each (docs/tinyengine.md, "Tensor parallel")
+  int tp_rank = 0;                // set by rank 0 for the processes it starts (ranks 1..N-1)
+  double tp_timeout_s = 10;       // a rank that does not answer within this long breaks the engine
+  std::vector<std::string> argv;  // this process's command line (rank 0 starts the other ranks with it)
   std::string dtype = "auto";     // auto | float32 | bfloat16: must match the checkpoint
   double shutdown_grace_s = 30;   // SIGTERM: how long in-flight requests may take
   int threads = 8;                // HTTP worker threads

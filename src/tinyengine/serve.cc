@@ -17,6 +17,7 @@
 
 #include "tinyengine/faults.h"
 #include "tinyengine/server.h"
+#include "tinyengine/tp.h"
 
 namespace fr::te {
 namespace {
@@ -95,7 +96,12 @@ class SignalWaiter {
 
 Status check_flags(const ServeOptions& o, const CheckpointInfo* info) {
   auto bad = [](const std::string& m) { return make_error(Errc::kInvalidArgument, m); };
-  if (o.tensor_parallel_size != 1) return bad("--tensor-parallel-size must be 1 for this engine");
+  if (o.tensor_parallel_size < 1 || o.tensor_parallel_size > 8) return bad("--tensor-parallel-size must be 1..8");
+  if (o.tensor_parallel_size > 1 && o.device != "cpu")
+    return bad("--tensor-parallel-size " + std::to_string(o.tensor_parallel_size) +
+               " runs on the CPU forward only: use --device cpu (the host backend's daemons, one per rank)");
+  if (o.tp_rank < 0 || o.tp_rank >= o.tensor_parallel_size) return bad("--tp-rank must be below --tensor-parallel-size");
+  if (!(o.tp_timeout_s > 0)) return bad("--tp-timeout must be > 0");
   if (o.gpu_memory_utilization <= 0 || o.gpu_memory_utilization > 1)
     return bad("--gpu-memory-utilization must be in (0, 1]");
   if (o.device != "cpu" && cuda_ordinal(o.device) < 0) return bad("--device must be 'cpu' or 'cuda:N'");
@@ -150,7 +156,7 @@ bool pass_gate(const char* level, const FaultOptions& f) {
 bool FaultOptions::any() const {
   return startup_delay_s > 0 || exit_after_startup || exit_after_requests > 0 || abort_after_requests > 0 ||
          cuda_oom || vllm_free_memory || hang_after_requests >= 0 || grow_memory || ignore_sigterm_s > 0 ||
-         spawn_worker || token_delay_s > 0 || standby != StandbyFault::kNone;
+         spawn_worker || token_delay_s > 0 || standby != StandbyFault::kNone || tp_hang_rank >= 0 || tp_linger_s > 0;
 }
 
 int run_serve(const ServeOptions& o) {
@@ -159,6 +165,7 @@ int run_serve(const ServeOptions& o) {
     spdlog::error("{}", s.error().message);
     return kExitUsage;
   }
+  if (o.tp_rank > 0) return run_tp_worker(o);  // a rank rank 0 started: no HTTP, no gates
   const auto& f = o.faults;
   if (f.any()) spdlog::warn("fault injection is on (test option)");
   int worker = 0;
@@ -214,7 +221,35 @@ int run_serve(const ServeOptions& o) {
     print_vllm_free_memory(o.gpu_memory_utilization);
     std::_Exit(kExitFailure);
   }
-  auto loaded = load_model(o.model, o.load);
+  // Tensor parallel: the other ranks start now (after a pre_gpu standby's release: a parked standby is
+  // one process) and load their shards alongside this one.
+  const int tp_size = o.tensor_parallel_size;
+  std::unique_ptr<TpGroup> group;
+  LoadOptions load = o.load;
+  TpAgree agree;
+  TpReduce reduce;
+  if (tp_size > 1) {
+    auto dev = rank_device(0, tp_size, load.device);
+    if (!dev) {
+      spdlog::error("{}", dev.error().message);
+      std::_Exit(kExitUsage);
+    }
+    load.device = *dev;
+    load.tp = {tp_size, 0};
+    auto g = TpGroup::start(o.argv, tp_size, o.tp_timeout_s, f.tp_linger_s <= 0);
+    if (!g) {
+      spdlog::error("tensor parallel: {}", g.error().message);
+      std::_Exit(kExitFailure);
+    }
+    group = std::move(*g);
+    const double load_timeout = o.load.connect_timeout_s + o.load.state_timeout_s + 600;
+    agree = [&group, load_timeout](bool hit, const std::string& reason) { return group->agree(hit, reason, load_timeout); };
+    reduce = [g = group.get()](int block, const float* a, float* out, int d) { return g->reduce(block, a, out, d); };
+  }
+  auto loaded = load_model(o.model, load, agree, reduce);
+  if (loaded && group) {
+    if (auto s = group->collect_ready(o.load.connect_timeout_s + o.load.state_timeout_s + 600); !s) loaded = s.error();
+  }
   if (!loaded) {
     spdlog::error("load {}: {}", o.model, loaded.error().to_string());
     std::fflush(nullptr);
@@ -229,6 +264,12 @@ int run_serve(const ServeOptions& o) {
     std::_Exit(kExitFailure);
   }
   const auto& r = loaded->report;
+  if (group) {
+    group->set_rank0({{"rank", 0}, {"pid", ::getpid()}, {"device", load.device}, {"path", r.path}, {"reason", r.reason},
+                      {"weight_bytes", r.weight_bytes}, {"published", r.published},
+                      {"memory_utilization", rank_memory_utilization(0, o.gpu_memory_utilization)}});
+    server.set_tp(group.get(), tp_size);
+  }
   auto tw = Clock::now();
   if (auto g = loaded->generate(tokenize("warmup"), 1, 0); !g.error.empty()) {
     spdlog::error("warm-up forward failed: {}", g.error);
@@ -271,7 +312,9 @@ int run_serve(const ServeOptions& o) {
     }
   }
   std::shared_ptr<void> agent;
-  if (o.snapshot_agent) {
+  if (o.snapshot_agent && group && std::getenv("FASTRESTART_SNAPSHOT_SOCKET"))
+    spdlog::warn("snapshot exchange unavailable: snapshots are tensor-parallel 1 only");
+  if (o.snapshot_agent && !group) {
     auto a = start_snapshot_agent(
         *model, [&server]() -> Status { server.pause_for_snapshot(); return {}; },
         [&server, cuda, graph_sum]() -> Status {
@@ -307,6 +350,7 @@ int run_serve(const ServeOptions& o) {
   }
 
   signals.wait_for_stop();
+  if (group) group->shutting_down();  // the ranks end when this process closes their sockets
   if (!server.stop(o.shutdown_grace_s)) {
     spdlog::warn("grace period of {} s ran out with requests in flight; exiting", o.shutdown_grace_s);
     std::fflush(nullptr);

@@ -12,6 +12,8 @@
 #include <httplib.h>
 #include <spdlog/spdlog.h>
 
+#include "tinyengine/tp.h"
+
 namespace fr::te {
 namespace {
 
@@ -176,6 +178,8 @@ json EngineServer::stats() const {
             {"requests",
              {{"completions", m_completions.load()}, {"errors", m_errors.load()}, {"in_flight", m_in_flight.load()}}}};
   if (m_worker_pid > 0) j["worker_pid"] = m_worker_pid;
+  j["tensor_parallel"] = {{"size", m_tp_size}};
+  if (m_tp) j["tensor_parallel"]["ranks"] = m_tp->ranks_json();
   j["model"] = {{"name", model_name()}, {"path", m_options.model}};
   j["startup"] = {{"startup_delay_s", m_startup_delay_s}};
   if (st != State::kLoading) {
@@ -302,6 +306,9 @@ void EngineServer::routes() {
   s.Get("/health", [this](const httplib::Request&, httplib::Response& res) {
     block_if_hung();
     const State st = m_state;
+    if (st == State::kReady && m_tp) {
+      if (auto why = m_tp->check(); !why.empty()) return send(res, 503, {{"status", "broken"}, {"reason", why}});
+    }
     if (st == State::kReady) send(res, 200, {{"status", "ok"}});
     else send(res, 503, {{"status", state_name(st)}});
   });

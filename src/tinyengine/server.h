@@ -25,6 +25,8 @@ class Server;
 
 namespace fr::te {
 
+class TpGroup;
+
 class EngineServer {
  public:
   enum class State { kLoading, kReady, kStopping };
@@ -44,6 +46,11 @@ class EngineServer {
   bool stop(double grace_s);
 
   void set_worker_pid(int pid) { m_worker_pid = pid; }
+  // Tensor parallel: /health asks every rank (TpGroup::check), /stats lists them. Set before set_ready.
+  void set_tp(TpGroup* group, int size) {
+    m_tp = group;
+    m_tp_size = size;
+  }
   void set_startup_delay(double s) { m_startup_delay_s = s; }
   // Makes every handler block forever from now on (the hang fault).
   void hang() { m_hung = true; }
@@ -72,6 +79,8 @@ class EngineServer {
   bool m_listen_done = false;
   int m_port = 0;
   std::atomic<State> m_state{State::kLoading};
+  TpGroup* m_tp = nullptr;
+  int m_tp_size = 1;
   std::atomic<bool> m_hung{false};
   std::unique_ptr<LoadedModel> m_model;  // set once, before m_state becomes kReady
   double m_warmup_s = 0, m_ready_s = 0, m_startup_delay_s = 0;

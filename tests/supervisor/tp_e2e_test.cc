@@ -1,0 +1,219 @@
+// A tensor-parallel engine under fastrestartd, end to end (docs/supervisor.md, "Tensor parallel"): the
+// real fastrestartd with gpus = ["0", "1"] on the host backend (one weight daemon per listed GPU, each a
+// real fastrestart-weightd), the tiny engine at --tensor-parallel-size 2 (two processes, each rank's
+// shard in its own daemon). A crash of either rank restarts the engine as a whole, every rank attaches its
+// shard, a rank that misses makes every rank load from disk, and no daemon stops before the last rank.
+#include <signal.h>
+#include <unistd.h>
+
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <thread>
+
+#include "support/harness.h"
+#include "support/supervised.h"
+
+namespace fr {
+namespace {
+
+using nlohmann::json;
+
+class TpTest : public ::testing::Test {
+ protected:
+  void launch(const std::string& engine_flags = "", const std::string& extra = "") {
+    ASSERT_EQ(test::run({FR_TINYENGINE_BIN, "gen", "--out", m_dir / "model", "--size", "4M"}).exit_code, 0);
+    m_port = test::free_port();
+    m_http = test::free_port();
+    const std::string run = m_dir / "run";
+    m_cfg = m_dir / "t.toml";
+    std::ofstream(m_cfg) << "gpus = [\"0\", \"1\"]\n[model]\nname = \"t\"\n[engine]\ncommand = [\"" << FR_TINYENGINE_BIN
+                         << "\", \"serve\", \"" << (m_dir / "model") << "\"]\nflags = [\"--port\", \"" << m_port
+                         << "\", \"--served-model-name\", \"t\", \"--tensor-parallel-size\", \"2\", \"--tp-timeout\", \"1\", "
+                         << "\"--load-format\", \"fastrestart\", \"--shutdown-grace\", \"2\"" << engine_flags << "]\n"
+                         << "port = " << m_port << "\nstop_grace_s = 5\n"
+                         << "[weights]\nbackend = \"host\"\ncheckpoint = \"" << (m_dir / "model") << "\"\nsocket_dir = \"" << run << "\"\n"
+                         << "[readiness]\nmodel = \"t\"\npoll_interval_s = 0.05\ncheck_interval_s = 0.3\n"
+                         << "[restart]\nbackoff_initial_s = 0.05\nbackoff_max_s = 0.2\ncrash_loop_limit = 50\n"
+                         << "warm_failures_before_cold = 0\n" << extra
+                         << "[control]\nsocket = \"" << (m_dir / "ctl/t.ctl") << "\"\nstate_dir = \"" << (m_dir / "state") << "\"\n"
+                         << "[http]\nlisten = \"127.0.0.1:" << m_http << "\"\n";
+    m_sup = std::make_unique<test::Supervised>(FR_FASTRESTARTD_BIN, m_cfg, m_dir / "ctl/t.ctl", m_dir / "d.log");
+    m_sup->start();
+  }
+  // READY with an engine other than `not_pid`; returns the status then.
+  json ready(pid_t not_pid = 0) {
+    json s;
+    EXPECT_TRUE(m_sup->wait_for([&](const json& j) {
+      return j.value("state", "") == "ready" && j["engine"].is_object() && j["engine"].value("pid", 0) != not_pid &&
+             j["last_start"].is_object() && j["last_start"].value("pid", 0) == j["engine"].value("pid", 0);
+    }, 90, &s)) << m_sup->log();
+    return s;
+  }
+  json engine_stats() { return json::parse(test::http_get(m_port, "/stats").body, nullptr, false); }
+  // The engine's ranks as its /stats lists them (rank 0 first).
+  json ranks() {
+    json j = engine_stats();
+    return j.is_object() && j["tensor_parallel"].contains("ranks") ? j["tensor_parallel"]["ranks"] : json::array();
+  }
+  json completion() {
+    auto a = test::http_post(m_port, "/v1/completions",
+                             {{"model", "t"}, {"prompt", "The capital of France is"}, {"max_tokens", 6}, {"logprobs", 1}});
+    auto j = json::parse(a.body, nullptr, false);
+    return j.is_object() && j.contains("choices") ? j["choices"][0] : json();
+  }
+  static bool alive(pid_t pid) { return pid > 0 && ::kill(pid, 0) == 0; }
+  // Processes whose command line is a rank >= 1 of this test's model (rank 0 starts them with --tp-rank).
+  int rank_processes() {
+    int n = 0;
+    for (const auto& e : std::filesystem::directory_iterator("/proc")) {
+      std::ifstream f(e.path() / "cmdline");
+      std::string cmd((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+      n += cmd.find(std::string(m_dir / "model")) != std::string::npos && cmd.find(std::string("--tp-rank\0", 10)) != std::string::npos;
+    }
+    return n;
+  }
+  // A daemon's pool holds the shard, rounded up to its pages and tensor alignment.
+  static bool holds(const json& daemon, const json& rank) {
+    const uint64_t held = daemon.value("held_bytes", 0ull), shard = rank.value("weight_bytes", 0ull);
+    return shard > 0 && held >= shard && held <= shard + shard / 10 + (1u << 20);
+  }
+  static json daemon_of(const json& st, const std::string& gpu) {
+    for (const auto& d : st["daemons"])
+      if (d.value("gpu", "") == gpu) return d;
+    return json::object();
+  }
+
+  test::TempDir m_dir;
+  uint16_t m_port = 0, m_http = 0;
+  std::string m_cfg;
+  std::unique_ptr<test::Supervised> m_sup;
+};
+
+// One daemon per listed GPU, each holding its rank's shard after the first (cold) start; a kill -9 of
+// either rank restarts the engine as a whole, and every restart attaches both shards and answers with the
+// same tokens and log-probabilities as the first start.
+TEST_F(TpTest, EitherRankKilledRestartsTheEngineAndEveryRankAttachesItsShard) {
+  launch();
+  json st = ready();
+  json first = completion();
+  ASSERT_TRUE(first.is_object()) << m_sup->log();
+  json r = ranks();
+  ASSERT_EQ(r.size(), 2u) << engine_stats().dump();
+  EXPECT_EQ(r[0]["path"], "fallback");
+  EXPECT_EQ(r[1]["path"], "fallback");
+  EXPECT_EQ(r[0]["device"], "host:0");
+  EXPECT_EQ(r[1]["device"], "host:1");
+  // Each daemon holds exactly its rank's shard.
+  ASSERT_TRUE(m_sup->wait_for([&](const json& j) {
+    return holds(daemon_of(j, "0"), r[0]) && holds(daemon_of(j, "1"), r[1]);
+  }, 30, &st)) << st.dump() << "\n" << r.dump();
+  EXPECT_NE(daemon_of(st, "0").value("socket", ""), daemon_of(st, "1").value("socket", ""));
+  EXPECT_LT(r[1].value("weight_bytes", 0), r[0].value("weight_bytes", 0));
+
+  for (int round = 0; round < 4; ++round) {
+    const pid_t engine = st["engine"]["pid"];
+    const pid_t rank1 = r[1]["pid"];
+    const pid_t victim = round % 2 == 0 ? rank1 : engine;  // rank 1 alone, then rank 0 alone
+    ASSERT_EQ(::kill(victim, SIGKILL), 0);
+    st = ready(engine);
+    EXPECT_FALSE(alive(rank1)) << "the old engine's rank 1 outlived the restart";
+    EXPECT_FALSE(alive(engine));
+    r = ranks();
+    ASSERT_EQ(r.size(), 2u);
+    EXPECT_EQ(r[0]["path"], "attach") << r.dump();
+    EXPECT_EQ(r[1]["path"], "attach") << r.dump();
+    EXPECT_EQ(completion(), first) << "round " << round;
+    EXPECT_EQ(st["last_start"]["path"], "warm") << st.dump();
+  }
+  EXPECT_EQ(st["restarts"].value("crash", 0), 4) << st.dump();
+  const std::string log = m_sup->log();
+  EXPECT_NE(log.find("tensor-parallel rank 1 (pid"), std::string::npos) << log;
+  EXPECT_EQ(m_sup->stop(SIGTERM), 0) << m_sup->log();
+}
+
+// The daemon of GPU 1 dies: fastrestartd starts it again, empty. At the next restart rank 0 still finds
+// its shard but rank 1 misses, so both ranks load from disk (never one attached and one from disk), rank 1
+// publishes again, and the restart after that attaches both.
+TEST_F(TpTest, ARankThatMissesMakesEveryRankLoadFromDisk) {
+  launch();
+  json st = ready();
+  json first = completion();
+  json r = ranks();
+  ASSERT_TRUE(m_sup->wait_for([&](const json& j) { return daemon_of(j, "1").value("held_bytes", 0) > 0; }, 30, &st));
+  const pid_t daemon1 = daemon_of(st, "1")["pid"];
+  ASSERT_EQ(::kill(daemon1, SIGKILL), 0);
+  ASSERT_TRUE(m_sup->wait_for([&](const json& j) {
+    const json d = daemon_of(j, "1");
+    return d.value("pid", 0) != daemon1 && d.value("state", "") == "ready";
+  }, 60, &st)) << m_sup->log();
+  EXPECT_EQ(daemon_of(st, "1").value("held_bytes", 1), 0);
+  EXPECT_GT(daemon_of(st, "0").value("held_bytes", 0), 0);
+
+  pid_t engine = st["engine"]["pid"];
+  ASSERT_EQ(::kill(engine, SIGKILL), 0);
+  st = ready(engine);
+  r = ranks();
+  ASSERT_EQ(r.size(), 2u);
+  EXPECT_EQ(r[0]["path"], "fallback") << r.dump();
+  EXPECT_EQ(r[1]["path"], "fallback") << r.dump();
+  EXPECT_NE(r[0].value("reason", "").find("rank 1 missed"), std::string::npos) << r.dump();
+  EXPECT_EQ(completion(), first);
+  ASSERT_TRUE(m_sup->wait_for([&](const json& j) { return holds(daemon_of(j, "1"), r[1]); }, 30, &st)) << st.dump();
+
+  engine = st["engine"]["pid"];
+  ASSERT_EQ(::kill(engine, SIGKILL), 0);
+  st = ready(engine);
+  r = ranks();
+  EXPECT_EQ(r[0]["path"], "attach") << r.dump();
+  EXPECT_EQ(r[1]["path"], "attach") << r.dump();
+  EXPECT_EQ(completion(), first);
+  EXPECT_EQ(m_sup->stop(SIGTERM), 0) << m_sup->log();
+}
+
+// A rank that stops answering: rank 0's /health fails after --tp-timeout, fastrestartd classifies the
+// engine hung and kills its whole group, the hung rank included.
+TEST_F(TpTest, ARankThatHangsMakesTheEngineHungAndItsWholeGroupIsKilled) {
+  launch(", \"--fault-tp-hang-rank\", \"1\"", "");
+  // The rank hangs at its second ping: the first /health after ready passes, a later one does not.
+  json st;
+  ASSERT_TRUE(m_sup->wait_for([&](const json& j) {
+    return j["last_exit"].is_object() && j["last_exit"].value("cause", "") == "hung";
+  }, 90, &st)) << m_sup->log();
+  const std::string log = m_sup->log();
+  EXPECT_NE(log.find("rank 1 did not answer"), std::string::npos) << log;
+  EXPECT_NE(log.find("stops answering"), std::string::npos) << log;
+  EXPECT_EQ(m_sup->stop(SIGTERM), 0) << m_sup->log();
+  // No rank of any engine is left once fastrestartd is gone.
+  EXPECT_EQ(rank_processes(), 0) << "a rank of this test's engines outlived fastrestartd";
+}
+
+// SIGTERM: rank 0 drains and exits, rank 1 outlives it by a second; the daemons are stopped only after the
+// engine's last process is gone (a rank may still map their memory).
+TEST_F(TpTest, TheDaemonsOutliveTheLastRankAtStop) {
+  launch(", \"--fault-tp-linger\", \"1.5\"");
+  ready();
+  EXPECT_EQ(m_sup->stop(SIGTERM), 0) << m_sup->log();
+  const std::string log = m_sup->log();
+  EXPECT_NE(log.find("at its exit its weight daemon is still running"), std::string::npos) << log;
+  EXPECT_EQ(log.find("at its exit its weight daemon is gone"), std::string::npos) << log;
+}
+
+// The supervisor gives each rank its device and memory share (one per listed GPU, in order).
+TEST_F(TpTest, EachRankGetsTheDeviceOfItsGpu) {
+  launch();
+  ready();
+  const json r = ranks();
+  ASSERT_EQ(r.size(), 2u);
+  EXPECT_EQ(r[0]["device"], "host:0");
+  EXPECT_EQ(r[1]["device"], "host:1");
+  const std::string metrics = test::http_get(m_http, "/metrics").body;
+  EXPECT_NE(metrics.find("fastrestart_daemon_up{gpu=\"0\"} 1"), std::string::npos) << metrics;
+  EXPECT_NE(metrics.find("fastrestart_daemon_up{gpu=\"1\"} 1"), std::string::npos) << metrics;
+  EXPECT_EQ(m_sup->stop(SIGTERM), 0) << m_sup->log();
+}
+
+}  // namespace
+}  // namespace fr
