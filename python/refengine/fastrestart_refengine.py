@@ -190,6 +190,7 @@ class Engine:
         if self.rank == 0:
             self.workers.go()
             return
+        log("waiting for rank 0's go before touching the GPU")
         msg = tp.read_message()
         if msg is None:  # rank 0 ended before it let us go
             os._exit(0)
