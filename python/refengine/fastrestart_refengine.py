@@ -227,8 +227,9 @@ class Engine:
         mine = {"rank": self.rank, "pid": os.getpid(), "device": str(self.device),
                 "path": self.load.get("path"), "memory_utilization": self.ranks[self.rank]["memory_utilization"],
                 "weight_bytes": self.load.get("weight_bytes"), "logits_sha256": self.oracle["logits_sha256"]}
-        if self.load.get("reason"):
-            mine["reason"] = self.load["reason"]
+        for k in ("reason", "fingerprint"):
+            if self.load.get(k):
+                mine[k] = self.load[k]
         self.tp_info = self._all_gather(mine) if self.tp > 1 else [mine]
         if self.rank == 0 and self.tp > 1:
             shas = {r["logits_sha256"] for r in self.tp_info}

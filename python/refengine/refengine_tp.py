@@ -221,14 +221,23 @@ class Workers:
     def pids(self):
         return {r: p.pid for r, p in self.procs.items()}
 
-    def stop(self):
-        """Rank 0 is stopping: its workers end with it (their stdin closes; PR_SET_PDEATHSIG does the rest)."""
+    def stop(self, timeout_s=10.0):
+        """Rank 0 is stopping: its workers end first (their stdin closes, they exit; SIGKILL after
+        timeout_s), so that rank 0's exit means the whole engine is gone."""
         self.stopping = True
         for p in self.procs.values():
             try:
                 p.stdin.close()
             except OSError:
                 pass
+        deadline = time.monotonic() + timeout_s
+        for r, p in self.procs.items():
+            try:
+                p.wait(max(0.0, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                self.log(f"tensor parallel: rank {r} (pid {p.pid}) did not stop in {timeout_s:.0f} s: SIGKILL")
+                p.kill()
+                p.wait()
 
     def kill(self):
         self.stopping = True
