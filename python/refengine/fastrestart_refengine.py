@@ -268,7 +268,22 @@ class Engine:
         self.dtype = dtype if isinstance(dtype, torch.dtype) else getattr(torch, str(dtype or "bfloat16"))
         with torch.device("meta"):  # no memory, no initialisation: shapes only
             model = self.transformers.AutoModelForCausalLM.from_config(self.model_config)
+        if self.tp > 1:
+            self._check_rank_shapes(model)
         return model.to(self.dtype).eval()
+
+    def _check_rank_shapes(self, model):
+        """The rank's attention must be 1/N of the heads at the full model's head width: a transformers
+        whose LlamaAttention derives head_dim from hidden_size / heads (before 4.48) would build other shapes."""
+        c = self.model_config
+        want = {"q_proj": (c.num_attention_heads * c.head_dim, c.hidden_size),
+                "o_proj": (c.hidden_size, c.num_attention_heads * c.head_dim)}
+        for name, mod in model.named_modules():
+            leaf = name.rpartition(".")[2]
+            if leaf in want and tuple(mod.weight.shape) != want[leaf]:
+                raise SystemExit(f"refengine: --tensor-parallel-size {self.tp}: {name} of transformers "
+                                 f"{self.transformers.__version__} has shape {tuple(mod.weight.shape)}, a rank "
+                                 f"needs {want[leaf]} (this transformers does not take head_dim from the config)")
 
     def key_config(self):
         """The cache key's config fields; fastrestartd's [weights] key must name the same (docs/refengine.md)."""
