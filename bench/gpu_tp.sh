@@ -9,12 +9,15 @@
 #         start, a killed rank 1 named in the log by rank 0, GPU memory flat over the cycles
 #   tp1   --tensor-parallel-size 1 through the same code (sliced loader, /stats tensor_parallel): cold, then
 #         TP1_KILLS (default 5) kill -9 of the engine, each a warm attach
+#   tp2nccl  (two GPUs; not in the default runs) gpus = ["0", "1"], --tensor-parallel-size 2 over NCCL, one
+#         daemon per GPU: TP2NCCL_KILLS (default rank 0 and rank 1 alternately, 10 kills); TP_RUNS=tp2nccl
 # bench/tp_cycles.py drives each run; per-entry held bytes come from fastrestart-weightctl status (one entry
 # per tp_rank in GPU 0's daemon).
 #
 # usage (repository root, .bundle/ from scripts/gpu-bundle.sh carried; scripts/gpu-run.sh tp): bench/gpu_tp.sh
 # TP_RUNS ("tp2 tp1"), TP_BUDGET_S (370: a run whose limit would end past it is cut to what is left, or skipped
-# under 60 s), TP_SHAPE (8b; tiny for a dry run). Every step is under a timeout.
+# under 60 s), TP_SHAPE (8b; tiny for a dry run), TP_WORK (/var/tmp/frtp: checkpoint, configs, logs). Every step
+# is under a timeout.
 # Results: $OUT/tp-summary.txt, $OUT/tp-results.json (every run's raw measurements), $OUT/tp-logs.tar.gz
 # (fastrestartd's logs with the engine's output, the configs, the status at the end).
 set -uo pipefail
@@ -36,7 +39,7 @@ runs=${TP_RUNS:-"tp2 tp1"}
 TP2_KILLS=${TP2_KILLS:-0,0,1,1}
 TP1_KILLS=${TP1_KILLS:-5}
 
-w=/var/tmp/frtp
+w=${TP_WORK:-/var/tmp/frtp}
 rm -rf "$w/sup"
 mkdir -p "$w/sup" "$OUT/tp"
 res=$OUT/tp
@@ -59,13 +62,14 @@ fi
 
 # config RUN PORT: a fastrestartd config on stdout
 config() {
-  local run=$1 port=$2 d=$w/sup/$1 tpflags
+  local run=$1 port=$2 d=$w/sup/$1 tpflags gpus='["0"]'
   case "$run" in
     tp2) tpflags='"--tensor-parallel-size", "2", "--share-device", "--dist-backend", "gloo"' ;;
     tp1) tpflags='"--tensor-parallel-size", "1"' ;;
+    tp2nccl) tpflags='"--tensor-parallel-size", "2", "--dist-backend", "nccl"'; gpus='["0", "1"]' ;;
   esac
   cat <<TOML
-gpus = ["0"]
+gpus = $gpus
 [model]
 name = "$run"
 [engine]
@@ -102,9 +106,11 @@ TOML
 port=8500
 for run in $runs; do
   case "$run" in
-    tp2) tpn=2; kills=$TP2_KILLS; lim=$((90 + 35 * $(tr ',' '\n' <<<"$kills" | grep -c .))) ;;
-    tp1) tpn=1; kills=$(seq -s, 1 "$TP1_KILLS" | sed 's/[0-9]\+/0/g'); lim=$((70 + 25 * TP1_KILLS)) ;;
-    *) say "unknown run $run (tp2, tp1)"; continue ;;
+    tp2) tpn=2; devices=cuda:0; kills=$TP2_KILLS; lim=$((90 + 35 * $(tr ',' '\n' <<<"$kills" | grep -c .))) ;;
+    tp1) tpn=1; devices=cuda:0; kills=$(seq -s, 1 "$TP1_KILLS" | sed 's/[0-9]\+/0/g'); lim=$((70 + 25 * TP1_KILLS)) ;;
+    tp2nccl) tpn=2; devices=cuda:0,cuda:1; kills=${TP2NCCL_KILLS:-0,1,0,1,0,1,0,1,0,1}
+      lim=$((90 + 30 * $(tr ',' '\n' <<<"$kills" | grep -c .))) ;;
+    *) say "unknown run $run (tp2, tp1, tp2nccl)"; continue ;;
   esac
   left=$((budget - $(elapsed)))
   if [ "$left" -lt 60 ]; then
@@ -121,7 +127,7 @@ for run in $runs; do
   fastrestartd --config "$d/fastrestart.toml" >"$log" 2>&1 &
   sup=$!
   timeout "$lim" python3 "$root/bench/tp_cycles.py" --socket "$d/ctl/s.ctl" --log "$log" --port "$port" \
-    --model "$run" --tp "$tpn" --kills "$kills" --socket-dir "$d/run" --devices cuda:0 --out "$res/$run.json" \
+    --model "$run" --tp "$tpn" --kills "$kills" --socket-dir "$d/run" --devices "$devices" --out "$res/$run.json" \
     --pid "$sup" >"$d/cycles.out" 2>&1
   rc=$?
   sed 's/^/  /' "$d/cycles.out" | tail -n 12 | tee -a "$summary"
@@ -137,7 +143,7 @@ print([(x.get("gpu"), x.get("state"), x.get("held_bytes"), x.get("entries")) for
   timeout 60 tail --pid="$sup" -f /dev/null || { say "  fastrestartd did not stop in 60 s: SIGKILL"; kill -KILL "$sup"; }
   wait "$sup" 2>/dev/null
   say "  fastrestartd exit $? ($(grep -c 'READY: path' "$log") READY lines; $(grep -c 'tensor parallel: rank [0-9]* (pid' "$log") worker deaths named)"
-  say "  GPU used after stop: $(nvidia-smi --query-gpu=memory.used --format=csv,noheader | head -1)"
+  say "  GPU used after stop: $(nvidia-smi --query-gpu=memory.used --format=csv,noheader | tr '\n' ' ')"
 done
 
 say "== summary (death to READY = status last_start.since_previous_exit_s; at $(elapsed) s)"

@@ -190,9 +190,11 @@ class Run:
         first = self.res.get("first") or {}
         s["cold_paths"] = [r.get("path") for r in ((first.get("oracle") or {}).get("tensor_parallel") or {}).get("ranks", [])]
         s["logits_sha256"] = (first.get("oracle") or {}).get("logits_sha256")
-        used = [k["gpu_used_mib"][0] for k in ks if k.get("gpu_used_mib")]
-        if used:
-            s["gpu_used_mib_first_last_max_min"] = [used[0], used[-1], max(used), min(used)]
+        used = [k["gpu_used_mib"] for k in ks if k.get("gpu_used_mib")]
+        if used:  # per GPU: after the first and the last restart, and the extremes (flat: nothing leaks)
+            s["gpu_used_mib_first_last_max_min"] = [
+                [u[0][g], u[-1][g], max(x[g] for x in u), min(x[g] for x in u)]
+                for u in [used] for g in range(min(len(x) for x in used))]
         if ks and ks[-1].get("held"):
             s["held_last"] = ks[-1]["held"]
         ranks = ((ks[-1]["oracle"].get("tensor_parallel") or {}).get("ranks") if ks else None) or []
