@@ -50,7 +50,7 @@ say "$(timeout 60 python3 -c 'import torch, transformers; print("torch", torch._
 say "bundle $(head -1 "$bundle/MANIFEST" 2>/dev/null); runs: $runs; budget ${budget} s"
 
 say "== checkpoint"
-ck=$w/llama
+ck=$w/llama-${TP_SHAPE:-8b}
 if [ -f /var/tmp/frstandby/llama/config.json ] && [ "${TP_SHAPE:-8b}" = 8b ]; then
   ck=/var/tmp/frstandby/llama  # bench/gpu_standby.sh's, when this machine ran it
 elif [ ! -f "$ck/config.json" ]; then
