@@ -51,7 +51,7 @@ say "bundle $(head -1 "$bundle/MANIFEST" 2>/dev/null); runs: $runs; budget ${bud
 
 say "== checkpoint"
 ck=$w/llama-${TP_SHAPE:-8b}
-if [ -f /var/tmp/frstandby/llama/config.json ] && [ "${TP_SHAPE:-8b}" = 8b ]; then
+if [ "${TP_SHAPE:-8b}" = 8b ] && grep -qs '"num_hidden_layers": 32' /var/tmp/frstandby/llama/config.json; then
   ck=/var/tmp/frstandby/llama  # bench/gpu_standby.sh's, when this machine ran it
 elif [ ! -f "$ck/config.json" ]; then
   t0=$(date +%s)
