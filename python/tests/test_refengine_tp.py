@@ -246,25 +246,28 @@ class EngineProcessTest(unittest.TestCase):
         p, _ = self.start("--tensor-parallel-size", "2", env={"FASTRESTART_SNAPSHOT_SOCKET": "/nonexistent"})
         self.exits(p, 1, "snapshots are for --tensor-parallel-size 1 only")
 
+    @unittest.skipIf(bool(NO_GATE), NO_GATE)
     def test_rank_0_starts_its_workers_with_the_rank_environment(self):
-        p, _ = self.start("--tensor-parallel-size", "2", env={tp.DEVICES_ENV: "cuda:0,cuda:1"})
-        out = self.wait_for("tensor parallel: started rank 1 (pid", p)
-        pid = self.worker_pid(out)
-        # The worker's environment, read while it runs (or its log line when it was quicker than us).
-        try:
+        p, sock = self.start("--tensor-parallel-size", "2", env={tp.DEVICES_ENV: "cuda:0,cuda:1"}, level="pre_gpu")
+        with sock:
+            out = self.wait_for("waiting for rank 0's go", p)  # parked with rank 0: alive until the release
+            pid = self.worker_pid(out)
             with open(f"/proc/{pid}/environ", "rb") as f:
                 env = dict(kv.split(b"=", 1) for kv in f.read().split(b"\0") if b"=" in kv)
-        except OSError:
-            env = None
-        if env is not None:
             self.assertEqual(env[b"RANK"], b"1")
             self.assertEqual(env[b"LOCAL_RANK"], b"1")
             self.assertEqual(env[b"WORLD_SIZE"], b"2")
             self.assertEqual(env[b"MASTER_ADDR"], b"127.0.0.1")
             self.assertEqual(env[tp.PARENT_ENV.encode()], str(p.pid).encode())
+            self.assertEqual(env[tp.DEVICES_ENV.encode()], b"cuda:0,cuda:1")
+            for k in (b"FASTRESTART_STANDBY_FD", b"FASTRESTART_STANDBY_LEVEL"):
+                self.assertNotIn(k, env)  # the gates are rank 0's
             self.assertEqual(os.getpgid(pid), os.getpgid(p.pid))  # fastrestartd signals the group
-        # Not a standby: the go comes at once, every rank reaches CUDA (which the fake refuses), rank 0 exits 1.
-        self.assertEqual(p.wait(120), 1, self.output())
+            with open(f"/proc/{pid}/stat") as f:
+                self.assertEqual(int(f.read().rsplit(")", 1)[1].split()[1]), p.pid)
+            sock.sendall(b'{"op":"release"}\n')
+            # Released: the go comes, every rank reaches CUDA (which the fake refuses), rank 0 exits 1.
+            self.assertEqual(p.wait(120), 1, self.output())
 
     @unittest.skipIf(bool(NO_GATE), NO_GATE)
     def test_parked_standby_keeps_its_workers_off_the_gpu_and_they_die_with_it(self):
