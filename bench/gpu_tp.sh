@@ -15,7 +15,7 @@
 # per tp_rank in GPU 0's daemon).
 #
 # usage (repository root, .bundle/ from scripts/gpu-bundle.sh carried; scripts/gpu-run.sh tp): bench/gpu_tp.sh
-# TP_RUNS ("tp2 tp1"), TP_BUDGET_S (370: a run whose limit would end past it is cut to what is left, or skipped
+# TP_RUNS ("tp2 tp1"), TP_BUDGET_S (330: a run whose limit would end past it is cut to what is left, or skipped
 # under 60 s), TP_SHAPE (8b; tiny for a dry run), TP_WORK (/var/tmp/frtp: checkpoint, configs, logs). Every step
 # is under a timeout.
 # Results: $OUT/tp-summary.txt, $OUT/tp-results.json (every run's raw measurements), $OUT/tp-logs.tar.gz
@@ -34,7 +34,7 @@ summary=$OUT/tp-summary.txt
 say() { echo "$*" | tee -a "$summary"; }
 t_start=$(date +%s)
 elapsed() { echo $(($(date +%s) - t_start)); }
-budget=${TP_BUDGET_S:-370}
+budget=${TP_BUDGET_S:-330}
 runs=${TP_RUNS:-"tp2 tp1"}
 TP2_KILLS=${TP2_KILLS:-0,0,1,1}
 TP1_KILLS=${TP1_KILLS:-5}
@@ -140,7 +140,11 @@ j = json.load(open(sys.argv[1]))
 rows = j if isinstance(j, list) else j.get("daemons", [])
 print([(x.get("gpu"), x.get("state"), x.get("held_bytes"), x.get("entries")) for x in rows])' "$d/daemons.json" 2>&1 | tail -1)"
   kill -TERM "$sup" 2>/dev/null
-  timeout 60 tail --pid="$sup" -f /dev/null || { say "  fastrestartd did not stop in 60 s: SIGKILL"; kill -KILL "$sup"; }
+  if ! timeout 30 tail --pid="$sup" -f /dev/null; then
+    say "  fastrestartd did not stop in 30 s: SIGKILL, and to what it started (their command lines name $d)"
+    kill -KILL "$sup"
+    pkill -KILL -f -- "$d/" 2>/dev/null
+  fi
   wait "$sup" 2>/dev/null
   say "  fastrestartd exit $? ($(grep -c 'READY: path' "$log") READY lines; $(grep -c 'tensor parallel: rank [0-9]* (pid' "$log") worker deaths named)"
   say "  GPU used after stop: $(nvidia-smi --query-gpu=memory.used --format=csv,noheader | tr '\n' ' ')"

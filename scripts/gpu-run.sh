@@ -154,7 +154,7 @@ case "$mode" in
       export TP_SHAPE=tiny TP2_KILLS=${TP2_KILLS:-0,1} TP1_KILLS=${TP1_KILLS:-2} TP_BUDGET_S=${TP_BUDGET_S:-150}
     fi
     say "== tensor parallel reference engine on one GPU (bench/gpu_tp.sh)"
-    timeout 400 bench/gpu_tp.sh >"$OUT/tp.out" 2>&1
+    timeout 405 bench/gpu_tp.sh >"$OUT/tp.out" 2>&1
     grc=$?
     cat "$OUT/tp-summary.txt" >>"$summary" 2>/dev/null
     say "gpu_tp: exit $grc"
