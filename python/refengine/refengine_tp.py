@@ -103,11 +103,6 @@ def plan(args, environ=None):
             for i in index]
 
 
-def head_dim(config):
-    """The per-head width of a Llama config dict: head_dim when it names one, else hidden/heads."""
-    return config.get("head_dim") or config["hidden_size"] // config["num_attention_heads"]
-
-
 def check_shardable(model_dir, n):
     """Refuses (SystemExit naming config.json and the field) a model whose head counts or MLP width do not
     divide by n, or whose sharded projections have biases (a row-parallel bias would be added n times).
