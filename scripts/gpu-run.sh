@@ -29,9 +29,10 @@
 #          names; at most about 540 s (STANDBY_BUDGET_S 520 plus the summary), every step under a timeout
 #   tp:    the tensor-parallel reference engine on this one GPU under fastrestartd (bench/gpu_tp.sh; docs/refengine.md
 #          "Tensor parallel"): the 16 GB Llama-3.1-8B shape at TP=2 (--share-device, gloo; kill -9 of rank 0 twice
-#          and of rank 1 twice, each restart attaching both shards) then TP=1 (5 warm kills); at most 400 s
+#          and of rank 1 twice, each restart attaching both shards) then TP=1 (5 warm kills); at most 405 s
 #   tp-smoke: the quick check: test_refengine's TP test under torch (tiny Llama: disk, cold, warm, a rank's shard
-#          evicted), then bench/gpu_tp.sh on the tiny shape (TP=2: one kill of each rank; TP=1: 2 kills); at most 330 s
+#          evicted), then bench/gpu_tp.sh on the tiny shape (TP=2: one kill of each rank; TP=1: 2 kills); at most
+#          about 420 s
 # Files in $OUT (at most 8 come back): summary.txt, tests.log, bench.log, results.json, weightd*.log.
 set -uo pipefail
 mode=${1:-full}
@@ -151,7 +152,7 @@ case "$mode" in
       trc=$?
       say "test_refengine (tensor parallel): exit $trc; $(tail -3 "$OUT/python-tests.log" | tr '\n' ' ')"
       [ $trc -eq 0 ] || rc=1
-      export TP_SHAPE=tiny TP2_KILLS=${TP2_KILLS:-0,1} TP1_KILLS=${TP1_KILLS:-2} TP_BUDGET_S=${TP_BUDGET_S:-150}
+      export TP_SHAPE=tiny TP2_KILLS=${TP2_KILLS:-0,1} TP1_KILLS=${TP1_KILLS:-2} TP_BUDGET_S=${TP_BUDGET_S:-220}
     fi
     say "== tensor parallel reference engine on one GPU (bench/gpu_tp.sh)"
     timeout 405 bench/gpu_tp.sh >"$OUT/tp.out" 2>&1
