@@ -64,10 +64,17 @@ class Run:
             raise RuntimeError(f"fastrestartd (pid {self.a.pid}) exited; its log ends: {self.text()[-800:]!r}") from None
 
     def wait_ready(self, n, timeout):
+        """Until READY #n; an engine that failed to load twice meanwhile ends the run at once (fastrestartd
+        would go on restarting it until the run's limit), naming the failure."""
         deadline = time.monotonic() + timeout
+        failed0 = self.text().count("load failed:")
         while time.monotonic() < deadline:
-            if self.readies() >= n:
+            text = self.text()
+            if text.count("READY: path") >= n:
                 return self.status()
+            if text.count("load failed:") >= failed0 + 2:
+                last = [line for line in text.splitlines() if "load failed:" in line][-1]
+                raise RuntimeError(f"the engine failed to load twice before READY #{n}; the last: {last.strip()}")
             self.alive()
             time.sleep(0.01)
         raise RuntimeError(f"no READY #{n} within {timeout} s")
