@@ -2,7 +2,7 @@
 # Runs on the GPU machine, from the repository root, with .bundle/ (scripts/gpu-bundle.sh) carried:
 # the CUDA tests, then the weight-store benchmark (bench/h200_weights.py), results under $OUT.
 #
-# usage: scripts/gpu-run.sh [smoke|full|e2e-smoke|e2e|snapshot-plugin|snapshot-refengine|snapshot-weightless|standby]
+# usage: scripts/gpu-run.sh [smoke|full|e2e-smoke|e2e|snapshot-plugin|snapshot-refengine|snapshot-weightless|standby|tp|tp-smoke]
 #   smoke: machine facts, the CUDA tests, and the benchmark on a 1% checkpoint (about 160 MB)
 #   full:  the CUDA tests and the benchmark on the full Llama-3.1-8B-shaped checkpoint (16 GB)
 #   e2e-smoke: the Python tests with torch (binding, reference engine), then bench/e2e_restart.py on small
@@ -27,6 +27,12 @@
 #          pre_gpu, warm, cold): death to READY median and max, the parked standby's GPU memory, GPU memory
 #          over the cycles, the oracle on every path; counts and runs through the variables the script
 #          names; at most about 540 s (STANDBY_BUDGET_S 520 plus the summary), every step under a timeout
+#   tp:    the tensor-parallel reference engine on this one GPU under fastrestartd (bench/gpu_tp.sh; docs/refengine.md
+#          "Tensor parallel"): the 16 GB Llama-3.1-8B shape at TP=2 (--share-device, gloo; kill -9 of rank 0 twice
+#          and of rank 1 twice, each restart attaching both shards) then TP=1 (5 warm kills); at most 405 s
+#   tp-smoke: the quick check: test_refengine's TP test under torch (tiny Llama: disk, cold, warm, a rank's shard
+#          evicted), then bench/gpu_tp.sh on the tiny shape (TP=2: one kill of each rank; TP=1: 2 kills); at most
+#          about 420 s
 # Files in $OUT (at most 8 come back): summary.txt, tests.log, bench.log, results.json, weightd*.log.
 set -uo pipefail
 mode=${1:-full}
@@ -135,6 +141,28 @@ case "$mode" in
     tail -c 20000 "$OUT/standby.out" | gzip >"$OUT/standby-out.gz"
     rm -f "$OUT/standby.out" "$OUT/standby-summary.txt"
     exit $src
+    ;;
+  tp|tp-smoke)
+    rc=0
+    if [ "$mode" = tp-smoke ]; then
+      say "== the reference engine's tensor parallel test under torch (test_refengine, TP=2 on cuda:0)"
+      (cd python/tests && FR_WEIGHTD_BIN=$bundle/bin/fastrestart-weightd timeout 150 python3 -m unittest -v \
+        test_refengine.RefEngineTest.test_tensor_parallel_2_on_one_gpu_attaches_both_shards_or_neither) \
+        >"$OUT/python-tests.log" 2>&1
+      trc=$?
+      say "test_refengine (tensor parallel): exit $trc; $(tail -3 "$OUT/python-tests.log" | tr '\n' ' ')"
+      [ $trc -eq 0 ] || rc=1
+      export TP_SHAPE=tiny TP2_KILLS=${TP2_KILLS:-0,1} TP1_KILLS=${TP1_KILLS:-2} TP_BUDGET_S=${TP_BUDGET_S:-220}
+    fi
+    say "== tensor parallel reference engine on one GPU (bench/gpu_tp.sh)"
+    timeout 405 bench/gpu_tp.sh >"$OUT/tp.out" 2>&1
+    grc=$?
+    cat "$OUT/tp-summary.txt" >>"$summary" 2>/dev/null
+    say "gpu_tp: exit $grc"
+    [ $grc -eq 0 ] || rc=1
+    tail -c 20000 "$OUT/tp.out" | gzip >"$OUT/tp-out.gz"
+    rm -f "$OUT/tp.out" "$OUT/tp-summary.txt"
+    exit $rc
     ;;
   tests)
     say "== Python tests with torch (binding, torch, reference engine)"

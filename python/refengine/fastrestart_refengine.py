@@ -19,6 +19,10 @@ and the scheduler): those cost the same on every path, so they would only shift 
 Tokens: the synthetic checkpoints ship no tokenizer, so a prompt string is its UTF-8 bytes as token ids
 (valid ids of any Llama vocabulary), and an id's text is the byte for printable ASCII, else "<id>".
 Decoding is greedy. Usage: fastrestart_refengine.py serve MODEL_DIR [--port P] [--load-format ...] (--help).
+
+--tensor-parallel-size N: this process is rank 0 (it serves HTTP) and starts ranks 1..N-1 as child processes
+of this script (refengine_tp.py); every rank loads or attaches its own shard (docs/refengine.md, "Tensor
+parallel").
 """
 import time
 
@@ -31,6 +35,7 @@ import os  # noqa: E402
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 import argparse  # noqa: E402
+import copy  # noqa: E402
 import glob  # noqa: E402
 import hashlib  # noqa: E402
 import json  # noqa: E402
@@ -39,13 +44,19 @@ import sys  # noqa: E402
 import threading  # noqa: E402
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer  # noqa: E402
 
+import refengine_tp as tp  # noqa: E402 -- next to this script: sys.path[0]
+
 VERSION = "0.1.0"
 ENGINE = f"fastrestart-refengine {VERSION}"
 ORACLE_PROMPT = "The capital of France is"
 
 
+RANK = tp.this_rank()
+
+
 def log(msg):
-    print(f"refengine[{os.getpid()}]: {msg}", flush=True)
+    who = f"refengine[{os.getpid()}]" + (f" rank {RANK}" if RANK else "")
+    print(f"{who}: {msg}", flush=True)
 
 
 def since_exec_s():
@@ -65,6 +76,18 @@ class Engine:
 
     def __init__(self, args):
         self.args = args
+        # Tensor parallel: this process's rank, and every rank's device and memory budget (refengine_tp.plan)
+        self.rank, self.tp = RANK, args.tensor_parallel_size
+        self.ranks = tp.plan(args)
+        self.device_name = self.ranks[self.rank]["device"]
+        if self.tp > 1:
+            tp.check_shardable(args.model, self.tp)
+            if os.environ.get("FASTRESTART_SNAPSHOT_SOCKET"):
+                raise SystemExit("refengine: FASTRESTART_SNAPSHOT_SOCKET is set: snapshots are for "
+                                 f"--tensor-parallel-size 1 only (this engine has {self.tp} ranks)")
+        self.workers = None  # rank 0 of N > 1: tp.Workers
+        self.dist = None  # torch.distributed once the process group is up (N > 1)
+        self.tp_info = None  # every rank's load, gathered on rank 0 (N > 1)
         self.state = "loading"
         self.phases = {}  # name -> seconds, in order
         self.load = {"format": args.load_format}
@@ -77,8 +100,9 @@ class Engine:
         self.requests = {"completions": 0, "errors": 0}
         self.graph = None  # the captured decode step (--cuda-graph)
         self.graph_info = {"enabled": bool(args.cuda_graph)}
-        # fastrestart.standby when fastrestartd started this process as a standby (docs/standby.md)
-        self.standby = standby_module()
+        # fastrestart.standby when fastrestartd started this process as a standby (docs/standby.md); the
+        # gates are rank 0's: the workers inherit no standby socket.
+        self.standby = standby_module() if self.rank == 0 else None
         self.standby_info = {}
         self.on_release = None  # called after a release: opens the port
 
@@ -92,8 +116,12 @@ class Engine:
     def start(self):
         a = self.args
         self.phases["interpreter_s"] = since_exec_s()
+        if self.tp > 1 and self.rank == 0:
+            # First, so that the workers import torch while this process does; they wait for the "go"
+            # below before they touch the GPU, so a pre_gpu standby parks GPU-free with all its ranks.
+            self.workers = self.phase("spawn_s", lambda: tp.Workers(os.path.abspath(__file__), a.argv, self.tp, log))
         torch = self.phase("import_s", self._imports)
-        self.device = torch.device(a.device)
+        self.device = torch.device(self.device_name)
         self.files = sorted(glob.glob(os.path.join(a.model, "*.safetensors")))
         if not self.files:
             raise SystemExit(f"refengine: {a.model}: no *.safetensors files")
@@ -101,12 +129,16 @@ class Engine:
         self.model = self.phase("build_meta_s", self._build_meta)
         # Everything above is GPU-free: a pre_gpu standby waits here with no CUDA context.
         self.gate("pre_gpu")
-        self.phase("cuda_init_s", lambda: (torch.cuda.set_device(self.device),
-                                           torch.empty(1, device=self.device), torch.cuda.synchronize()))
+        if self.tp > 1:
+            self.phase("go_s", self._go)
+        self.phase("cuda_init_s", self._cuda_init)
+        if self.tp > 1:
+            self.phase("dist_init_s", self._init_dist)
         state = self.phase("load_s", self._load_weights)
         self.phase("bind_s", lambda: self._bind(state))
         del state
         self.oracle = self.phase("first_token_s", self._oracle)
+        self._gather_ranks()
         if a.cuda_graph:
             # Before the warmed gate: the graph reads the weights and its own static KV cache, both
             # allocated by now; nothing it depends on is allocated after the gate (docs/refengine.md).
@@ -152,6 +184,59 @@ class Engine:
                 self.on_release()
         return released
 
+    # --- tensor parallel: the workers, the process group (docs/refengine.md, "Tensor parallel") ----------
+    def _go(self):
+        """Rank 0 lets its workers on to the GPU (after its own pre_gpu gate); a worker waits for that."""
+        if self.rank == 0:
+            self.workers.go()
+            return
+        log("waiting for rank 0's go before touching the GPU")
+        msg = tp.read_message()
+        if msg is None:  # rank 0 ended before it let us go
+            os._exit(0)
+        if msg.get("op") != "go":
+            raise SystemExit(f"refengine: rank {self.rank}: expected go from rank 0, got {msg!r}")
+        os.environ["MASTER_PORT"] = str(msg["master_port"])
+
+    def _cuda_init(self):
+        torch = self.torch
+        count = torch.cuda.device_count()
+        if self.device.index is not None and self.device.index >= count:
+            raise SystemExit(f"refengine: rank {self.rank}: {self.device} does not exist: torch sees {count} "
+                             "CUDA devices")
+        torch.cuda.set_device(self.device)
+        torch.empty(1, device=self.device)
+        torch.cuda.synchronize()
+
+    def _init_dist(self):
+        import torch.distributed as dist
+        backend = self.args.dist_backend
+        extra = {"device_id": self.device} if backend == "nccl" else {}
+        dist.init_process_group(backend=backend, init_method="env://", rank=self.rank, world_size=self.tp, **extra)
+        self.dist = dist
+
+    def _all_gather(self, obj):
+        """Every rank's obj, in rank order (a collective: every rank calls it at the same point)."""
+        out = [None] * self.tp
+        self.dist.all_gather_object(out, obj)
+        return out
+
+    def _gather_ranks(self):
+        """/stats tensor_parallel.ranks: each rank's device, load path and bytes (and its oracle, which must
+        be that of rank 0: the logits are replicated)."""
+        mine = {"rank": self.rank, "pid": os.getpid(), "device": str(self.device),
+                "path": self.load.get("path"), "memory_utilization": self.ranks[self.rank]["memory_utilization"],
+                "weight_bytes": self.load.get("weight_bytes"), "logits_sha256": self.oracle["logits_sha256"]}
+        for k in ("reason", "fingerprint"):
+            if self.load.get(k):
+                mine[k] = self.load[k]
+        self.tp_info = self._all_gather(mine) if self.tp > 1 else [mine]
+        if self.rank == 0 and self.tp > 1:
+            shas = {r["logits_sha256"] for r in self.tp_info}
+            log(f"tensor parallel: {self.tp} ranks: " + "; ".join(
+                f"rank {r['rank']} pid {r['pid']} {r['device']} {r['path']} {r['weight_bytes']} bytes"
+                for r in self.tp_info) + ("" if len(shas) == 1 else " (the ranks' oracle logits DIFFER)"))
+
     def _imports(self):
         import torch
         import transformers
@@ -161,34 +246,74 @@ class Engine:
 
     def _config(self):
         try:
-            return self.transformers.AutoConfig.from_pretrained(self.args.model)
+            config = self.transformers.AutoConfig.from_pretrained(self.args.model)
         except (OSError, ValueError) as e:
             raise SystemExit(f"refengine: {os.path.join(self.args.model, 'config.json')}: {e}")
+        self.model_config = config
+        if self.tp > 1:
+            # The rank's model: 1/N of the heads and of the MLP width, the head width of the full model
+            # (LlamaAttention reshapes to (-1, head_dim), so q/k/v/o shrink with the head counts only).
+            self.model_config = copy.deepcopy(config)
+            self.model_config.head_dim = getattr(config, "head_dim", None) or (
+                config.hidden_size // config.num_attention_heads)
+            self.model_config.num_attention_heads = config.num_attention_heads // self.tp
+            self.model_config.num_key_value_heads = (
+                getattr(config, "num_key_value_heads", None) or config.num_attention_heads) // self.tp
+            self.model_config.intermediate_size = config.intermediate_size // self.tp
+        return config
 
     def _build_meta(self):
         torch = self.torch
         dtype = getattr(self.hf_config, "torch_dtype", None) or getattr(self.hf_config, "dtype", None)
         self.dtype = dtype if isinstance(dtype, torch.dtype) else getattr(torch, str(dtype or "bfloat16"))
         with torch.device("meta"):  # no memory, no initialisation: shapes only
-            model = self.transformers.AutoModelForCausalLM.from_config(self.hf_config)
+            model = self.transformers.AutoModelForCausalLM.from_config(self.model_config)
+        if self.tp > 1:
+            self._check_rank_shapes(model)
         return model.to(self.dtype).eval()
+
+    def _check_rank_shapes(self, model):
+        """The rank's attention must be 1/N of the heads at the full model's head width: a transformers
+        whose LlamaAttention derives head_dim from hidden_size / heads (before 4.48) would build other shapes."""
+        c = self.model_config
+        want = {"q_proj": (c.num_attention_heads * c.head_dim, c.hidden_size),
+                "o_proj": (c.hidden_size, c.num_attention_heads * c.head_dim)}
+        for name, mod in model.named_modules():
+            leaf = name.rpartition(".")[2]
+            if leaf in want and tuple(mod.weight.shape) != want[leaf]:
+                raise SystemExit(f"refengine: --tensor-parallel-size {self.tp}: {name} of transformers "
+                                 f"{self.transformers.__version__} has shape {tuple(mod.weight.shape)}, a rank "
+                                 f"needs {want[leaf]} (this transformers does not take head_dim from the config)")
 
     def key_config(self):
         """The cache key's config fields; fastrestartd's [weights] key must name the same (docs/refengine.md)."""
         st = {self.torch.bfloat16: "BF16", self.torch.float16: "F16", self.torch.float32: "F32"}
         return {"arch": type(self.model).__name__, "dtype": st.get(self.dtype, str(self.dtype)),
-                "engine": ENGINE, "tp_size": "1", "tp_rank": "0"}
+                "engine": ENGINE, "tp_size": str(self.tp), "tp_rank": str(self.rank)}
 
     def _from_disk(self):
-        from safetensors.torch import load_file
+        """The rank's tensors from the checkpoint, on its device: whole for one rank; for N ranks the
+        column-parallel projections' rows and the row-parallel ones' columns of this rank only (read as
+        slices: the other ranks' parts are not read), everything else whole (docs/refengine.md)."""
+        from safetensors import safe_open
         state = {}
         total = sum(os.path.getsize(f) for f in self.files)
         done = 0
         for f in self.files:
-            state.update(load_file(f, device=str(self.device)))
+            with safe_open(f, framework="pt", device=str(self.device)) as sf:
+                for name in sf.keys():
+                    dim = tp.shard_dim(name) if self.tp > 1 else None
+                    if dim is None:
+                        state[name] = sf.get_tensor(name)
+                        continue
+                    part = sf.get_slice(name)
+                    lo, hi = tp.shard_range(name, part.get_shape()[dim], dim, self.rank, self.tp)
+                    t = part[lo:hi] if dim == 0 else part[:, lo:hi]
+                    state[name] = t.to(self.device).contiguous()  # a contiguous copy: publish needs one
             done += os.path.getsize(f)
-            # fastrestartd shows this in status and STATUS= (docs/supervisor.md, "Engine progress")
-            print(f"fastrestart-progress: phase=disk_read done={done} total={total} unit=bytes", flush=True)
+            if self.rank == 0:
+                # fastrestartd shows this in status and STATUS= (docs/supervisor.md, "Engine progress")
+                print(f"fastrestart-progress: phase=disk_read done={done} total={total} unit=bytes", flush=True)
         return state
 
     def _load_weights(self):
@@ -214,6 +339,15 @@ class Engine:
                     verify=a.fastrestart_verify, socket_dir=a.fastrestart_socket_dir, device=str(self.device))
         r = fastrestart.attach(self.files, self.key_config(), **opts)
         self.load["attach_timings"] = r.timings
+        missed = self._agree(r)
+        if r.hit and missed is not None:
+            # Another rank missed: every rank loads from disk, so that no engine runs on attached and
+            # disk-loaded shards at once. Ours stays held by the daemon: nothing to publish.
+            reason = f"rank {missed[0]} missed: {missed[1]}"
+            log(f"tensor parallel: {reason}: dropping this rank's attached shard, loading it from disk")
+            r = None  # the last reference to the mapping: the engine no longer maps the daemon's pool
+            self.load.update(path="fallback", reason=reason, dropped_attach=True)
+            return self._from_disk()
         if r.hit:
             # No copy: each torch tensor is a view of the daemon's pool (read-only in zero_copy: this engine
             # never writes a weight).
@@ -221,7 +355,11 @@ class Engine:
             self.load.update(path="attach", mode=r.mode, digest=r.digest, fingerprint=r.fingerprint)
             self.attached = r  # the snapshot exchange releases and re-maps its pool
             return state
-        self.load.update(path="fallback", reason=r.reason, differs=list(r.differs))
+        # One rank: the miss's own reason, as always. N ranks: the first rank that missed, on every rank.
+        reason = r.reason if self.tp == 1 else f"rank {missed[0]} missed: {missed[1]}"
+        self.load.update(path="fallback", reason=reason, differs=list(r.differs))
+        if self.tp > 1:
+            self.load["attach_reason"] = r.reason  # this rank's own miss
         state = self._from_disk()
         if a.fastrestart_publish == "on":
             t = time.monotonic()
@@ -236,6 +374,19 @@ class Engine:
                 log(f"publish failed: {e}")
             self.phases["publish_s"] = round(time.monotonic() - t, 6)
         return state
+
+    def _agree(self, r):
+        """The consistency rule: after every rank tried its attach, all ranks learn who missed. Returns
+        (rank, reason) of the first rank that missed, or None when all hit. One rank: its own result."""
+        if self.tp == 1:
+            return None if r.hit else (0, r.reason)
+        everyone = self._all_gather({"rank": self.rank, "hit": bool(r.hit), "reason": r.reason})
+        missed = [(x["rank"], x["reason"]) for x in everyone if not x["hit"]]
+        if self.rank == 0:
+            log("tensor parallel: every rank attached its shard" if not missed else
+                "tensor parallel: " + "; ".join(f"rank {m} missed: {why}" for m, why in missed)
+                + ": every rank loads its shard from disk")
+        return missed[0] if missed else None
 
     def _start_snapshot_agent(self):
         """The snapshot exchange (docs/snapshot.md): when fastrestartd gave us $FASTRESTART_SNAPSHOT_SOCKET, a
@@ -275,11 +426,36 @@ class Engine:
                     raise SystemExit(f"refengine: buffer of {name} ({type(mod).__name__}) left on meta")
                 parent, _, attr = name.rpartition(".")
                 setattr(model.get_submodule(parent) if parent else model, attr,
-                        type(mod)(config=self.hf_config).to(self.device))
+                        type(mod)(config=self.model_config).to(self.device))
         left = [n for n, t in list(model.named_parameters()) + list(model.named_buffers()) if t.is_meta]
         if left:
             raise SystemExit(f"refengine: still on meta after binding: {left[:3]}")
         model.requires_grad_(False)  # inference only: no autograd graph, in any thread
+        if self.tp > 1:
+            self._all_reduce_row_parallel()
+
+    def _all_reduce_row_parallel(self):
+        """A row-parallel projection (o_proj, down_proj) gives each rank a partial sum of the full output:
+        a forward hook all-reduces it, so every rank continues with the same hidden state (and the same
+        replicated logits). gloo: summed in float32 on the CPU (not every gloo build reduces bf16)."""
+        dist, gloo = self.dist, self.args.dist_backend == "gloo"
+
+        def all_reduce(_module, _inputs, out):
+            if gloo:
+                total = out.float().cpu()
+                dist.all_reduce(total)
+                return total.to(device=out.device, dtype=out.dtype)
+            dist.all_reduce(out)
+            return out
+
+        hooked = 0
+        for name, mod in self.model.named_modules():
+            if name.rpartition(".")[2] in tp.ROW_PARALLEL:
+                mod.register_forward_hook(all_reduce)
+                hooked += 1
+        if not hooked:
+            raise SystemExit(f"refengine: {type(self.model).__name__} has no {'/'.join(tp.ROW_PARALLEL)} "
+                             "modules: the reference engine cannot shard it")
 
     def _oracle(self):
         ids = list(ORACLE_PROMPT.encode())
@@ -299,11 +475,19 @@ class Engine:
             return last
 
     def generate(self, ids, max_tokens, want_logprobs):
-        if self.graph is not None and len(ids) + max_tokens <= self.args.cuda_graph_max_len:
-            return self._generate_graph(ids, max_tokens, want_logprobs)
+        with self.lock:
+            if self.workers is not None:
+                # Every rank runs the same forwards, in the order of this lock (docs/refengine.md).
+                self.workers.send({"op": "generate", "ids": ids, "max_tokens": max_tokens,
+                                   "logprobs": bool(want_logprobs)})
+            if self.graph is not None and len(ids) + max_tokens <= self.args.cuda_graph_max_len:
+                return self._generate_graph(ids, max_tokens, want_logprobs)
+            return self._generate_eager(ids, max_tokens, want_logprobs)
+
+    def _generate_eager(self, ids, max_tokens, want_logprobs):
         torch = self.torch
         toks, lps = [], []
-        with self.lock, torch.inference_mode():
+        with torch.inference_mode():
             past, x = None, torch.tensor([ids], device=self.device)
             for _ in range(max_tokens):
                 out = self.model(input_ids=x, past_key_values=past, use_cache=True)
@@ -402,7 +586,7 @@ class Engine:
     def _generate_graph(self, ids, max_tokens, want_logprobs):
         torch = self.torch
         toks, lps = [], []
-        with self.lock, torch.inference_mode():
+        with torch.inference_mode():
             logits = self._feed(ids, self.graph)
             for i in range(max_tokens):
                 logp = torch.log_softmax(logits.float(), dim=-1)
@@ -415,10 +599,11 @@ class Engine:
 
     def stats(self):
         return {"engine": "fastrestart-refengine", "version": VERSION, "pid": os.getpid(), "state": self.state,
-                "device": self.args.device, "model": {"name": self.args.served_model_name, "path": self.args.model},
+                "device": self.device_name, "model": {"name": self.args.served_model_name, "path": self.args.model},
                 "gpu_memory_utilization": self.args.gpu_memory_utilization, "requests": self.requests,
                 "load": self.load, "startup": {"phases": self.phases, "ready_s": self.ready_s},
                 "oracle": self.oracle, "cuda_graph": self.graph_info,
+                "tensor_parallel": {"size": self.tp, "ranks": self.tp_info or []},
                 "standby": {k: v for k, v in self.standby_info.items() if k != "released_at"}}
 
 
@@ -540,7 +725,21 @@ def parse_args(argv):
                    help="capture the decode step as a CUDA graph (static KV cache of --cuda-graph-max-len)")
     s.add_argument("--cuda-graph-max-len", type=int, default=512,
                    help="positions of the graph's static KV cache; longer requests run eagerly")
+    s.add_argument("--tensor-parallel-size", type=int, default=1, metavar="N",
+                   help="ranks: this process is rank 0 and starts ranks 1..N-1 (one per GPU of FASTRESTART_DEVICES)")
+    s.add_argument("--dist-backend", choices=["nccl", "gloo"],
+                   help="torch.distributed backend of the ranks (default nccl)")
+    s.add_argument("--share-device", action="store_true",
+                   help="every rank on the first device (a one-GPU test of N ranks; needs --dist-backend gloo)")
     a = ap.parse_args(argv)
+    a.argv = list(argv)  # what rank 0 starts its workers with
+    if a.tensor_parallel_size < 1:
+        ap.error("--tensor-parallel-size must be at least 1")
+    if a.tensor_parallel_size > 1 and a.share_device and a.dist_backend != "gloo":
+        ap.error("--share-device needs --dist-backend gloo (NCCL refuses two ranks on one GPU)")
+    if a.tensor_parallel_size > 1 and a.cuda_graph:
+        ap.error("--cuda-graph is for --tensor-parallel-size 1 only")
+    a.dist_backend = a.dist_backend or "nccl"
     if a.cuda_graph_max_len < len(ORACLE_PROMPT.encode()) + 1:
         ap.error(f"--cuda-graph-max-len must be at least {len(ORACLE_PROMPT.encode()) + 1}")
     if not 0 < a.gpu_memory_utilization <= 1:
@@ -551,8 +750,34 @@ def parse_args(argv):
     return a
 
 
+def worker_main(args):
+    """Ranks 1..N-1 (started by rank 0, refengine_tp.Workers): rank 0's startup without the HTTP server and
+    the gates, then the forwards rank 0 sends, one per request, until rank 0 is gone."""
+    tp.die_with_parent(log)
+    try:
+        engine = Engine(args)
+        engine.start()
+    except Exception as e:
+        log(f"load failed: {type(e).__name__}: {e}")
+        os._exit(1)
+    except SystemExit as e:
+        log(f"load failed: {e}")
+        os._exit(1)
+    while True:
+        msg = tp.read_message()
+        if msg is None:  # rank 0 closed our stdin (it stopped) or died
+            os._exit(0)
+        if msg.get("op") == "generate":
+            engine.generate(msg["ids"], msg["max_tokens"], msg["logprobs"])
+        else:
+            log(f"unknown message from rank 0: {msg!r}")
+            os._exit(1)
+
+
 def main(argv=None):
     args = parse_args(sys.argv[1:] if argv is None else argv)
+    if os.environ.get(tp.PARENT_ENV):
+        return worker_main(args)
     try:
         engine = Engine(args)
     except SystemExit as e:
@@ -572,6 +797,8 @@ def main(argv=None):
     def stop(signum, _frame):
         log(f"signal {signum}: stopping")
         engine.state = "stopping"
+        if engine.workers is not None:
+            engine.workers.stopping = True  # they end with this process (refengine_tp.die_with_parent)
         if server is None or engine.model is None:  # not serving or still loading: nothing to drain
             os._exit(0)
         threading.Thread(target=server.shutdown, daemon=True).start()
@@ -600,6 +827,11 @@ def main(argv=None):
     while engine.state == "ready":
         time.sleep(0.2)
     server.server_close()
+    if engine.workers is not None:
+        # No interpreter teardown with a live process group (destroying it can wait on the peers): the
+        # workers end with this process.
+        engine.workers.stop()
+        os._exit(0)
     return 0
 
 

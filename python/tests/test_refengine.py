@@ -137,6 +137,53 @@ class RefEngineTest(TorchBase):
         dummy, _ = self.run_path("--load-format", "dummy")
         self.assertEqual(dummy["load"]["path"], "dummy")
 
+    def test_tensor_parallel_2_on_one_gpu_attaches_both_shards_or_neither(self):
+        """docs/refengine.md "Tensor parallel": two ranks on one GPU (gloo). The disk load, the cold start
+        (both ranks miss, load their shards and publish them) and the warm start (both attach) give bitwise
+        the same logits and answers; each rank holds less than the whole model. With rank 1's shard evicted
+        rank 0 still hits, but every rank loads from disk (no mix), and says why."""
+        weightctl = os.path.join(os.path.dirname(WEIGHTD), "fastrestart-weightctl")
+        if not os.access(weightctl, os.X_OK):
+            self.skipTest(f"no fastrestart-weightctl next to {WEIGHTD}")
+        self.start()
+        tp2 = ("--tensor-parallel-size", "2", "--share-device", "--dist-backend", "gloo")
+        whole, _ = self.run_path("--load-format", "disk")
+        disk, disk_ans = self.run_path("--load-format", "disk", *tp2)
+        cold, _ = self.run_path("--load-format", "fastrestart", *tp2)
+        warm, warm_ans = self.run_path("--load-format", "fastrestart", *tp2)
+
+        def paths(stats):
+            return [r["path"] for r in stats["tensor_parallel"]["ranks"]]
+
+        self.assertEqual(whole["tensor_parallel"]["size"], 1)
+        self.assertEqual(paths(disk), ["disk", "disk"])
+        self.assertEqual(paths(cold), ["fallback", "fallback"], cold["load"])
+        self.assertTrue(cold["load"]["published"], cold["load"])
+        self.assertTrue(cold["load"]["reason"].startswith("rank 0 missed: "), cold["load"])
+        self.assertEqual(paths(warm), ["attach", "attach"], warm["tensor_parallel"])
+        sha = {s["oracle"]["logits_sha256"] for s in (disk, cold, warm)}
+        self.assertEqual(len(sha), 1, sha)
+        for s in (disk, cold, warm):  # the logits are replicated: every rank computed the same
+            self.assertEqual({r["logits_sha256"] for r in s["tensor_parallel"]["ranks"]}, sha)
+        self.assertEqual(disk_ans["choices"][0]["token_ids"], warm_ans["choices"][0]["token_ids"])
+        self.assertEqual(disk_ans["choices"][0]["logprobs"], warm_ans["choices"][0]["logprobs"])
+        full = whole["load"]["weight_bytes"]
+        for r in warm["tensor_parallel"]["ranks"]:
+            self.assertLess(r["weight_bytes"], full, r)
+        self.assertEqual(len({r["pid"] for r in warm["tensor_parallel"]["ranks"]}), 2)
+
+        fp = warm["tensor_parallel"]["ranks"][1]["fingerprint"]
+        subprocess.run([weightctl, "--socket-dir", self.run_dir, "--device", "cuda:0", "evict", fp], check=True,
+                       stdout=subprocess.DEVNULL, timeout=60)
+        mixed, mixed_ans = self.run_path("--load-format", "fastrestart", *tp2)
+        self.assertEqual(paths(mixed), ["fallback", "fallback"], mixed["tensor_parallel"])
+        self.assertTrue(mixed["load"]["reason"].startswith("rank 1 missed: "), mixed["load"])
+        self.assertTrue(mixed["load"]["dropped_attach"], mixed["load"])  # rank 0 had hit
+        self.assertEqual(mixed["oracle"]["logits_sha256"], warm["oracle"]["logits_sha256"])
+        self.assertEqual(mixed_ans["choices"][0]["token_ids"], warm_ans["choices"][0]["token_ids"])
+        again, _ = self.run_path("--load-format", "fastrestart", *tp2)  # rank 1 published its shard again
+        self.assertEqual(paths(again), ["attach", "attach"], again["tensor_parallel"])
+
     def test_snapshot_exchange_releases_and_remaps_the_pool(self):
         """docs/snapshot.md: prepare releases the daemon's pool keeping the address range (torch's tensors keep
         their pointers), resume re-maps it there; the answers before and after are the same."""

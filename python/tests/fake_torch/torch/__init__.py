@@ -19,7 +19,8 @@ bfloat16, float16, float32 = dtype("bfloat16"), dtype("float16"), dtype("float32
 
 class device:
     def __init__(self, spec):
-        self.type = str(spec).split(":")[0]
+        self.type, _, index = str(spec).partition(":")
+        self.index = int(index) if index else None
         self.spec = str(spec)
 
     def __enter__(self):
