@@ -563,15 +563,12 @@ Status check_cross_fields(const Config& c, const Lines& lines) {
                      "in host memory and never resolves GPU UUIDs; use weights.backend = \"cuda\", or a GPU index");
     }
   }
-  if (w.mode != WeightsMode::kOff && w.daemon == DaemonKind::kNative && !w.key.empty()) {
-    // A native daemon preloads the whole checkpoint under one key, which only an engine of one rank asks
-    // for: a tensor-parallel engine's ranks each publish their own shard on the first start.
-    auto tp = w.key.find("tp_size");
-    const bool tp1 = tp == w.key.end() || tp->second == "1";
-    if (!tp1 || c.gpus.size() > 1)
+  if (w.mode != WeightsMode::kOff && w.daemon == DaemonKind::kNative) {
+    // A native daemon preloads the whole checkpoint under one key; a tensor-parallel rank asks for its own
+    // shard, which each rank publishes on the first start.
+    if (auto tp = w.key.find("tp_size"); tp != w.key.end() && tp->second != "1")
       return fail_at(c.path, lines.first({"weights.key", "weights"}), "weights.key",
-                     (tp1 ? "with " + std::to_string(c.gpus.size()) + " GPUs"
-                          : "tp_size = " + in_quotes(tp->second)) +
+                     "tp_size = " + in_quotes(tp->second) +
                          ": the daemons would each preload the whole checkpoint, which no rank of a tensor-parallel "
                          "engine attaches (each publishes its own shard on the first start); remove [weights] key");
   }

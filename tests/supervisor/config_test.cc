@@ -561,6 +561,15 @@ TEST(ConfigError, SnapshotNeedsAtMostOneGpu) {
       "restart.start", {"at most one GPU", "lists 2"});
 }
 
+// A preload key is the whole checkpoint under one key: no rank of a tensor-parallel engine asks for it.
+TEST(ConfigError, APreloadKeyOfATensorParallelRankIsRefused) {
+  expect_error(kMinimal + "key = {tp_size = \"2\", tp_rank = \"0\"}\n", 7, "weights.key", {"tp_size = \"2\"", "remove [weights] key"});
+  EXPECT_TRUE(parse(kMinimal + "key = {tp_size = \"1\"}\n").ok());
+  auto two = parse("gpus = [\"0\", \"1\"]\n[engine]\ncommand = [\"x\"]\n[weights]\nbackend = \"host\"\ncheckpoint = \"/m\"\n");
+  ASSERT_TRUE(two.ok()) << two.error().message;  // host daemons host-0 and host-1; the ranks publish their shards
+  EXPECT_EQ(two->gpus.size(), 2u);
+}
+
 // zero_copy engines are snapshottable: they release the daemon's pools before the dump (docs/snapshot.md).
 TEST(Config, SnapshotAcceptsZeroCopy) {
   auto c = parse("gpus = [0]\n[engine]\ncommand = [\"x\"]\n[weights]\ncheckpoint = \"/m\"\n[restart]\nstart = [\"snapshot\"]\n");

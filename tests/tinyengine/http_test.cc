@@ -118,7 +118,7 @@ TEST(TinyEngineHttp, SigtermWhileLoadingExits0) {
 TEST(TinyEngineHttp, BadUsageExits2AndBadCheckpointExits1) {
   auto usage = fr::test::run({tinyengine_bin(), "serve", tiny_checkpoint(), "--no-such-flag"});
   EXPECT_EQ(usage.exit_code, 2) << usage.output;
-  auto tp = fr::test::run({tinyengine_bin(), "serve", tiny_checkpoint(), "--tensor-parallel-size", "2"});
+  auto tp = fr::test::run({tinyengine_bin(), "serve", tiny_checkpoint(), "--tensor-parallel-size", "9"});
   EXPECT_EQ(tp.exit_code, 2) << tp.output;
   Engine e("/nonexistent/checkpoint", {});
   EXPECT_EQ(e.wait_exit(5), 1) << e.log();
