@@ -28,7 +28,9 @@ TEST(Preload, PlacesEveryTensorAndHashesEveryByte) {
   auto plan = plan_preload(ck.files, {}, std::nullopt);
   ASSERT_TRUE(plan.ok()) << plan.error().message;
   ASSERT_EQ(plan->slots.size(), 15u);
-  auto backend = std::move(*make_host_backend());
+  auto made = make_host_backend();
+  ASSERT_TRUE(made.ok());
+  auto& backend = *made;
   auto pool = backend->allocate(plan->data_bytes);
   ASSERT_TRUE(pool.ok());
   Progress progress;
@@ -73,7 +75,7 @@ TEST(Preload, CancelStopsTheLoad) {
   auto ck = test::make_checkpoint(d.path(), 1, 2, 1 << 20, 3);
   auto plan = plan_preload(ck.files, {}, std::nullopt);
   ASSERT_TRUE(plan.ok());
-  auto pool = (*make_host_backend())->allocate(plan->data_bytes);
+  auto pool = make_host_backend().value()->allocate(plan->data_bytes);
   Progress progress;
   std::atomic<bool> cancel{true};
   auto r = run_preload(*plan, **pool, progress, cancel, 2);
