@@ -292,7 +292,6 @@ class Value {
 };
 
 // The allowed strings of each choice, in enum order.
-constexpr const char* kKinds[] = {"generic", "vllm"};
 constexpr const char* kModes[] = {"zero_copy", "copy", "off"};
 constexpr const char* kDaemons[] = {"native", "none", "vllm-preload"};
 constexpr const char* kBackends[] = {"cuda", "host"};
@@ -405,7 +404,7 @@ const KeySpec kEngineKeys[] = {
     FR_KEY("flags", FR_ASSIGN(c.engine.flags, v.strings());
            if (auto st = check_flag_words(c.engine.flags, "engine.flags"); !st.ok())
              return make_error(Errc::kInvalidArgument, v.path() + ":" + std::to_string(v.line()) + ": " + st.error().message)),
-    FR_KEY("kind", FR_ASSIGN(size_t k, v.choice(kKinds)); c.engine.kind = static_cast<EngineKind>(k)),
+    FR_KEY("kind", FR_ASSIGN(size_t k, v.choice(engine_kind_names())); c.engine.kind = EngineKind(engine_kind_names()[k])),
     FR_KEY("host", FR_ASSIGN(c.engine.host, v.nonempty_string())),
     FR_KEY("port", FR_ASSIGN(int p, v.int_in(1, 65535)); c.engine.port = static_cast<uint16_t>(p)),
     {"env", set_env},
@@ -741,13 +740,7 @@ Result<Config> load_config(const std::string& path) {
   return parse_config(text, path);
 }
 
-const char* engine_kind_name(EngineKind k) {
-  switch (k) {
-    case EngineKind::kGeneric: return "generic";
-    case EngineKind::kVllm: return "vllm";
-  }
-  return "generic";
-}
+const char* engine_kind_name(EngineKind k) { return k.name(); }
 
 const char* weights_mode_name(WeightsMode m) {
   switch (m) {

@@ -19,7 +19,7 @@
 #include "supervisor/supervisor.h"
 #include "supervisor/status.h"
 #include "supervisor/supervisor_internal.h"
-#include "supervisor/engines/vllm/vllm_check.h"
+#include "supervisor/engines/check.h"
 
 namespace fr::supervisor {
 
@@ -123,7 +123,7 @@ json Supervisor::handle(const json& req, std::shared_ptr<std::promise<json>> rep
       spdlog::error("reload refused: {}", escape_control_chars(why));
       return error("refused", "refused, nothing restarted: " + why);
     }
-    auto affecting = daemon_affecting_changes(m_cfg.engine.kind, m_flags, next, m_rules.daemon_flags);
+    auto affecting = daemon_affecting_changes(m_kind->flag_rules(), m_flags, next);
     m_reload = std::make_unique<PendingReload>();
     m_reload->old_flags = m_last_ready_flags;
     m_reload->new_flags = next;
@@ -258,7 +258,7 @@ json Supervisor::status_json() {
     e.snapshot_id = m_engine->snapshot_id;
     e.flags = redact_flags(m_engine->flags);
     e.running = !m_engine->exited;
-    if (m_cfg.engine.kind == EngineKind::kVllm) e.vllm = m_engine->vllm.to_json();
+    e.vllm = m_engine->report->to_json();  // the kind's own report (null for generic)
     st.engine = std::move(e);
   }
   for (const auto& [k, v] : m_restarts) st.restarts[k] = v;
