@@ -15,7 +15,7 @@
 #include <span>
 
 #include "supervisor/flags.h"
-#include "supervisor/engines/vllm/vllm_lint.h"
+#include "supervisor/engines/vllm/vllm_rules.h"  // VllmVersion: engine.vllm_version's syntax
 
 namespace fr::supervisor {
 namespace {
@@ -599,24 +599,6 @@ Status check_cross_fields(const Config& c, const Lines& lines) {
   return {};
 }
 
-// kind = "vllm": flags vLLM would refuse (data/vllm.toml) are a config error, named like any other
-// (docs/vllm.md, "Checks before a flag push"). Warnings are left to `fastrestartctl check`.
-Status check_vllm_flags(const Config& c, const Lines& lines) {
-  auto rules = load_vllm_rules(c.engine.vllm_rules);
-  if (!rules.ok()) return fail_at(c.path, lines.first({"engine.vllm_rules", "engine"}), "engine.vllm_rules", rules.error().message);
-  LintTarget target = lint_target(*rules, "", c.engine.vllm_version);
-  for (const auto& f : lint_config(c, *rules)) {
-    if (f.severity != Severity::kError) continue;
-    const bool env = f.subject.find("(engine.env)") != std::string::npos;
-    const bool command = f.subject.starts_with("engine.command");
-    const bool daemon = f.subject.starts_with("weights.daemon");
-    const char* key = env ? "engine.env" : command ? "engine.command" : daemon ? "weights.daemon" : "engine.flags";
-    return fail_at(c.path, lines.first({key, "engine"}), key,
-                   f.message + " (checked against vLLM " + target.version.str() + ": " + target.source + ")");
-  }
-  return {};
-}
-
 // Relative checkpoint paths are relative to the config file's directory, not to wherever fastrestartd runs.
 void resolve_checkpoints(Config& c) {
   namespace fs = std::filesystem;
@@ -721,7 +703,6 @@ Result<Config> parse_config(std::string_view toml_text, const std::string& path)
                        ") is not a usable name: set [model] name (letters, digits, '.', '_', '-')");
   }
   FR_TRY(check_cross_fields(c, lines));
-  if (c.engine.kind == EngineKind::kVllm) FR_TRY(check_vllm_flags(c, lines));
   resolve_checkpoints(c);
   c.key_lines = lines.all();
   return c;

@@ -152,7 +152,9 @@ struct Config {
                                                // found after parsing (check_host)
 };
 
-// Parses and validates. Errors: Errc::kInvalidArgument, message "<path>:<line>: <key>: <what>".
+// Parses and validates the file itself. Errors: Errc::kInvalidArgument, message "<path>:<line>: <key>: <what>".
+// The engine kind's checks of the flags (vLLM's rules) are not run here but where fastrestartd checks a
+// config (check_engine_config, engines/engine_kind.h), so a config of any kind reads without its rules.
 Result<Config> parse_config(std::string_view toml_text, const std::string& path);
 Result<Config> load_config(const std::string& path);
 

@@ -37,6 +37,11 @@ int main(int argc, char** argv) {
     spdlog::error("{}", cfg.error().message);
     return kExitConfig;
   }
+  // The engine kind's checks of the flags (vLLM: flags it would refuse), part of the file's own check.
+  if (auto kind = check_engine_config(*cfg); !kind.ok()) {
+    spdlog::error("{}", kind.error().message);
+    return kExitConfig;
+  }
   // What the start would hit (socket directory, checkpoint files, the engine's program): before anything starts.
   if (!(check && syntax_only))
     if (auto host = check_host(*cfg); !host.ok()) {

@@ -101,6 +101,8 @@ json Supervisor::handle(const json& req, std::shared_ptr<std::promise<json>> rep
       // No flags pushed (systemctl reload, SIGHUP): re-read the config file and apply what changed.
       auto c = load_config(m_cfg.path);
       if (!c.ok()) return error("invalid_argument", "keeping the running config: " + c.error().message);
+      if (auto st = check_engine_config(*c); !st.ok())
+        return error("invalid_argument", "keeping the running config: " + st.error().message);
       const bool flags_changed = c->engine.flags != m_cfg.engine.flags;
       m_cfg.engine = c->engine;
       m_cfg.readiness = c->readiness;
