@@ -20,6 +20,7 @@
 #include "common/fd.h"
 #include "supervisor/classify.h"
 #include "supervisor/config.h"
+#include "supervisor/control_request.h"
 #include "supervisor/host_probe.h"
 #include "supervisor/lifecycle.h"
 #include "supervisor/loop.h"
@@ -176,7 +177,7 @@ class Supervisor : private StartHost {
   // What the engine kind says (supervisor_kind.cc; m_kind, engines/engine_kind.h).
   std::string path_from_engine_report(Engine& e);  // "warm" | "cold" | "" (no word from the engine)
   std::string readiness_model() const;
-  nlohmann::json handle_check(const nlohmann::json& req);
+  nlohmann::json handle_check(const ControlRequest& req);  // already read (control_request.h)
   std::string refuse_push(const std::vector<std::string>& next);  // "" when the engine would start
   Status persist_flags();
   void rollback_unpersisted(std::unique_ptr<PendingReload> r, const std::string& why);

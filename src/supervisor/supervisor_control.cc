@@ -79,7 +79,7 @@ json Supervisor::handle(const json& req, std::shared_ptr<std::promise<json>> rep
   const std::string op = parsed->op;
   if (op == "status") return {{"ok", true}, {"status", status_json()}};
   if (op == "daemons") return {{"ok", true}, {"daemons", status_json()["daemons"]}};
-  if (op == "check") return handle_check(req);
+  if (op == "check") return handle_check(*parsed);
   if (op == "snapshot") return handle_snapshot(req, reply);
   const bool terminal = is_terminal(m_state);
   if ((op == "restart" || op == "start-engine" || op == "stop-engine" || op == "reload") && m_snap->helper_pid > 0 &&
@@ -115,9 +115,7 @@ json Supervisor::handle(const json& req, std::shared_ptr<std::promise<json>> rep
       push["mode"] = "replace";
       return handle(push, reply);
     }
-    auto pushed = pushed_flags(req, m_flags, "reload");
-    if (!pushed.ok()) return error("invalid_argument", pushed.error().message);
-    const std::vector<std::string> next = std::move(*pushed);
+    const std::vector<std::string> next = pushed_flags(*parsed, m_flags);  // read once, above
     if (next == m_flags && engine_serving())
       return {{"ok", true}, {"path", "unchanged"}, {"flags", redact_flags(m_flags)}, {"message", "the flags are unchanged"}};
     // Checks before a flag push: nothing restarts when vLLM would not start with these flags.

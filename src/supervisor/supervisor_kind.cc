@@ -27,10 +27,8 @@ std::string Supervisor::refuse_push(const std::vector<std::string>& next) {
   return check.refusal;
 }
 
-json Supervisor::handle_check(const json& req) {
-  auto next = pushed_flags(req, m_flags, "check");
-  if (!next.ok()) return {{"ok", false}, {"error", {{"code", "invalid_argument"}, {"message", next.error().message}}}};
-  return check_reply({m_cfg, *m_kind, m_flags, /*own_environment=*/true}, *next, /*with_would=*/true);
+json Supervisor::handle_check(const ControlRequest& req) {
+  return check_reply({m_cfg, *m_kind, m_flags, /*own_environment=*/true}, pushed_flags(req, m_flags), /*with_would=*/true);
 }
 
 }  // namespace fr::supervisor

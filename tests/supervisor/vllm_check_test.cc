@@ -38,6 +38,14 @@ TEST(VllmCheck, AStringIsSplitAndMergedByMode) {
   EXPECT_EQ(*replace, (std::vector<std::string>{"/n", "--dtype", "float16"}));
 }
 
+TEST(VllmCheck, ARequestReadOnceIsMergedTheSameWay) {
+  auto req = parse_control_request(json{{"op", "reload"}, {"flags", "--max-num-seqs 4 --enforce-eager"}, {"mode", "add"}});
+  ASSERT_TRUE(req.ok()) << req.error().message;
+  EXPECT_EQ(pushed_flags(*req, kCurrent), *pushed_flags(to_json(*req), kCurrent, "reload"));
+  EXPECT_EQ(pushed_flags(*req, kCurrent), (std::vector<std::string>{"/m", "--dtype", "bfloat16", "--max-num-seqs", "4", "--enforce-eager"}));
+  EXPECT_EQ(pushed_flags(ControlRequest{"check", std::nullopt, PushKind::kReplace, true}, kCurrent), kCurrent);
+}
+
 TEST(VllmCheck, BadFlagsOrModeAreErrorsNamingTheField) {
   auto item = pushed_flags(json{{"flags", json::array({"--dtype", 16})}}, kCurrent, "reload");
   ASSERT_FALSE(item.ok());

@@ -14,8 +14,12 @@ Result<std::vector<std::string>> pushed_flags(const json& req, const std::vector
   r["op"] = op;
   auto parsed = parse_control_request(r);
   if (!parsed.ok()) return make_error(Errc::kInvalidArgument, op + "." + parsed.error().message);
-  if (!parsed->flags) return current;
-  return merge_flags(current, *parsed->flags, parsed->mode);
+  return pushed_flags(*parsed, current);
+}
+
+std::vector<std::string> pushed_flags(const ControlRequest& req, const std::vector<std::string>& current) {
+  if (!req.flags) return current;
+  return merge_flags(current, *req.flags, req.mode);
 }
 
 json check_reply(const CheckInput& in, const std::vector<std::string>& next, bool with_would) {

@@ -10,6 +10,7 @@
 
 #include "fastrestart/result.h"
 #include "supervisor/config.h"
+#include "supervisor/control_request.h"
 #include "supervisor/engines/engine_kind.h"
 
 namespace fr::supervisor {
@@ -19,6 +20,9 @@ namespace fr::supervisor {
 // "<op>.flags[i]" or "<op>.mode".
 Result<std::vector<std::string>> pushed_flags(const nlohmann::json& req, const std::vector<std::string>& current,
                                               const std::string& op);
+// The same for a request parse_control_request has read: fastrestartd reads each request once, and this
+// is where a push is merged (merge_flags).
+std::vector<std::string> pushed_flags(const ControlRequest& req, const std::vector<std::string>& current);
 
 struct CheckInput {
   const Config& config;              // engine.kind, command, env, vllm_version; weights
