@@ -699,7 +699,7 @@ Status Supervisor::spawn_engine(StartPath expected) {
   SpawnSpec spec;
   spec.argv = engine_argv();
   if (preload_mode() && preload_serving()) {
-    // What this start used of the preload (adjust_vllm_flags read the same facts for its flags).
+    // What this start used of the preload (preload_use() gave engine_argv the same facts for its flags).
     e.strict = m_preload->engine_starts++ == 0;
     if (m_cfg.weights.mode == WeightsMode::kCopy) m_preload->gave_weights = true;
   }
