@@ -104,7 +104,14 @@ json Supervisor::handle(const json& req, std::shared_ptr<std::promise<json>> rep
       if (auto st = check_engine_config(*c); !st.ok())
         return error("invalid_argument", "keeping the running config: " + st.error().message);
       const bool flags_changed = c->engine.flags != m_cfg.engine.flags;
+      // The adapter reads the running engines' output: the kind and its rules stay until fastrestartd restarts.
+      if (!(c->engine.kind == m_cfg.engine.kind) || c->engine.vllm_rules != m_cfg.engine.vllm_rules)
+        spdlog::warn("re-read {}: engine.kind and engine.vllm_rules take effect at fastrestartd's next start (still {})",
+                     m_cfg.path, engine_kind_name(m_kind->kind()));
+      const std::string running_rules = m_cfg.engine.vllm_rules;
       m_cfg.engine = c->engine;
+      m_cfg.engine.kind = m_kind->kind();
+      m_cfg.engine.vllm_rules = running_rules;
       m_cfg.readiness = c->readiness;
       m_cfg.memory = c->memory;
       maybe_spawn_standby();  // a standby started from the old config is replaced now (docs/standby.md)

@@ -434,6 +434,25 @@ TEST(Fastrestartd, ReloadWithoutFlagsAndSighupRereadTheConfig) {
   EXPECT_NE(bad.output.find("keeping the running config"), std::string::npos) << bad.output;
 }
 
+// The engine kind reads the running engine's output: a re-read keeps it, says so, and checks go on by it.
+TEST(Fastrestartd, ARereadKeepsTheRunningEngineKind) {
+  Fastrestartd d;
+  ASSERT_TRUE(d.notify().wait_for("READY=1")) << d.log();
+  std::ifstream in(d.config());
+  std::string text((std::istreambuf_iterator<char>(in)), {});
+  const std::string from = "kind = \"generic\"";
+  auto pos = text.find(from);
+  ASSERT_NE(pos, std::string::npos) << text;
+  text.replace(pos, from.size(), "kind = \"vllm\"");
+  std::ofstream(d.config()) << text;
+  auto r = d.ctl({"reload"});
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(d.log().find("engine.kind and engine.vllm_rules take effect at fastrestartd's next start (still generic)"),
+            std::string::npos) << d.log();
+  auto check = d.ctl({"check", "--json"});
+  EXPECT_EQ(json::parse(check.output)["kind"], "generic") << check.output;
+}
+
 TEST(Fastrestartd, ReloadOfAWeightFlagReloadsTheDaemonsCold) {
   Options o;
   o.kind = "vllm";  // the tiny engine takes --dtype like vLLM; kind vllm knows --dtype changes the weights
