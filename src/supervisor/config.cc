@@ -15,7 +15,7 @@
 #include <span>
 
 #include "supervisor/flags.h"
-#include "supervisor/engines/vllm/vllm_lint.h"
+#include "supervisor/engines/vllm/vllm_rules.h"  // VllmVersion: engine.vllm_version's syntax
 
 namespace fr::supervisor {
 namespace {
@@ -292,7 +292,6 @@ class Value {
 };
 
 // The allowed strings of each choice, in enum order.
-constexpr const char* kKinds[] = {"generic", "vllm"};
 constexpr const char* kModes[] = {"zero_copy", "copy", "off"};
 constexpr const char* kDaemons[] = {"native", "none", "vllm-preload"};
 constexpr const char* kBackends[] = {"cuda", "host"};
@@ -405,7 +404,7 @@ const KeySpec kEngineKeys[] = {
     FR_KEY("flags", FR_ASSIGN(c.engine.flags, v.strings());
            if (auto st = check_flag_words(c.engine.flags, "engine.flags"); !st.ok())
              return make_error(Errc::kInvalidArgument, v.path() + ":" + std::to_string(v.line()) + ": " + st.error().message)),
-    FR_KEY("kind", FR_ASSIGN(size_t k, v.choice(kKinds)); c.engine.kind = static_cast<EngineKind>(k)),
+    FR_KEY("kind", FR_ASSIGN(size_t k, v.choice(engine_kind_names())); c.engine.kind = EngineKind(engine_kind_names()[k])),
     FR_KEY("host", FR_ASSIGN(c.engine.host, v.nonempty_string())),
     FR_KEY("port", FR_ASSIGN(int p, v.int_in(1, 65535)); c.engine.port = static_cast<uint16_t>(p)),
     {"env", set_env},
@@ -609,24 +608,6 @@ Status check_cross_fields(const Config& c, const Lines& lines) {
   return {};
 }
 
-// kind = "vllm": flags vLLM would refuse (data/vllm.toml) are a config error, named like any other
-// (docs/vllm.md, "Checks before a flag push"). Warnings are left to `fastrestartctl check`.
-Status check_vllm_flags(const Config& c, const Lines& lines) {
-  auto rules = load_vllm_rules(c.engine.vllm_rules);
-  if (!rules.ok()) return fail_at(c.path, lines.first({"engine.vllm_rules", "engine"}), "engine.vllm_rules", rules.error().message);
-  LintTarget target = lint_target(*rules, "", c.engine.vllm_version);
-  for (const auto& f : lint_config(c, *rules)) {
-    if (f.severity != Severity::kError) continue;
-    const bool env = f.subject.find("(engine.env)") != std::string::npos;
-    const bool command = f.subject.starts_with("engine.command");
-    const bool daemon = f.subject.starts_with("weights.daemon");
-    const char* key = env ? "engine.env" : command ? "engine.command" : daemon ? "weights.daemon" : "engine.flags";
-    return fail_at(c.path, lines.first({key, "engine"}), key,
-                   f.message + " (checked against vLLM " + target.version.str() + ": " + target.source + ")");
-  }
-  return {};
-}
-
 // Relative checkpoint paths are relative to the config file's directory, not to wherever fastrestartd runs.
 void resolve_checkpoints(Config& c) {
   namespace fs = std::filesystem;
@@ -731,7 +712,6 @@ Result<Config> parse_config(std::string_view toml_text, const std::string& path)
                        ") is not a usable name: set [model] name (letters, digits, '.', '_', '-')");
   }
   FR_TRY(check_cross_fields(c, lines));
-  if (c.engine.kind == EngineKind::kVllm) FR_TRY(check_vllm_flags(c, lines));
   resolve_checkpoints(c);
   c.key_lines = lines.all();
   return c;
@@ -750,13 +730,7 @@ Result<Config> load_config(const std::string& path) {
   return parse_config(text, path);
 }
 
-const char* engine_kind_name(EngineKind k) {
-  switch (k) {
-    case EngineKind::kGeneric: return "generic";
-    case EngineKind::kVllm: return "vllm";
-  }
-  return "generic";
-}
+const char* engine_kind_name(EngineKind k) { return k.name(); }
 
 const char* weights_mode_name(WeightsMode m) {
   switch (m) {

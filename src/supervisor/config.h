@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <map>
 #include <optional>
+#include <span>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -14,7 +15,25 @@
 
 namespace fr::supervisor {
 
-enum class EngineKind { kGeneric, kVllm };
+// An engine kind (engine.kind), by its name. The kinds and what each does differently are listed in
+// engines/registry.cc (engines/engine_kind.h): a new kind is its folder and an entry there, not a value here.
+class EngineKind {
+ public:
+  constexpr EngineKind() = default;
+  constexpr explicit EngineKind(const char* name) : m_name(name) {}
+  static const EngineKind kGeneric;
+  static const EngineKind kVllm;
+  constexpr const char* name() const { return m_name; }
+  friend bool operator==(EngineKind a, EngineKind b) { return std::string_view(a.m_name) == b.m_name; }
+
+ private:
+  const char* m_name = "generic";  // static storage: a registry entry's name
+};
+inline constexpr EngineKind EngineKind::kGeneric{"generic"};
+inline constexpr EngineKind EngineKind::kVllm{"vllm"};
+// The names engine.kind accepts, in the registry's order (engines/registry.cc).
+std::span<const char* const> engine_kind_names();
+
 enum class WeightsMode { kZeroCopy, kCopy, kOff };
 enum class DaemonKind { kNative, kNone, kVllmPreload };
 enum class StartPath { kSnapshot, kWarm, kCold, kStandby };
@@ -133,7 +152,9 @@ struct Config {
                                                // found after parsing (check_host)
 };
 
-// Parses and validates. Errors: Errc::kInvalidArgument, message "<path>:<line>: <key>: <what>".
+// Parses and validates the file itself. Errors: Errc::kInvalidArgument, message "<path>:<line>: <key>: <what>".
+// The engine kind's checks of the flags (vLLM's rules) are not run here but where fastrestartd checks a
+// config (check_engine_config, engines/engine_kind.h), so a config of any kind reads without its rules.
 Result<Config> parse_config(std::string_view toml_text, const std::string& path);
 Result<Config> load_config(const std::string& path);
 

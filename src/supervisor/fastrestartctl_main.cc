@@ -12,8 +12,7 @@
 #include "supervisor/config.h"
 #include "supervisor/control.h"
 #include "supervisor/control_discovery.h"
-#include "supervisor/engines/vllm/vllm_check.h"
-#include "supervisor/engines/vllm/vllm_rules.h"
+#include "supervisor/engines/check.h"
 #include "supervisor/status.h"
 
 namespace {
@@ -157,11 +156,12 @@ fr::Result<json> check_offline(const std::string& config, const json& req) {
   using namespace fr::supervisor;
   if (config.empty()) return fr::make_error(fr::Errc::kInvalidArgument, "check --offline needs --config FILE");
   FR_ASSIGN(Config c, load_config(config));
+  FR_TRY(check_engine_config(c));
   FR_ASSIGN(std::vector<std::string> next, pushed_flags(req, c.engine.flags, "check"));
-  FR_ASSIGN(VllmRules rules, load_vllm_rules(c.engine.vllm_rules));
+  FR_ASSIGN(auto kind, make_engine_adapter(c));
   // No engine report, and fastrestartd's own environment is not this command's: only engine.env is checked.
   // No "would": what a push does depends on the running flags, which only fastrestartd knows.
-  return check_reply({c, rules, "", {}, c.engine.flags}, next, /*with_would=*/false);
+  return check_reply({c, *kind, c.engine.flags, /*own_environment=*/false}, next, /*with_would=*/false);
 }
 
 int print_check(const json& r, bool as_json) {

@@ -9,7 +9,7 @@
 #include "supervisor/control.h"
 #include "supervisor/instance_lock.h"
 #include "supervisor/supervisor.h"
-#include "supervisor/engines/vllm/vllm_lint.h"
+#include "supervisor/engines/engine_kind.h"
 
 using namespace fr::supervisor;
 
@@ -37,6 +37,11 @@ int main(int argc, char** argv) {
     spdlog::error("{}", cfg.error().message);
     return kExitConfig;
   }
+  // The engine kind's checks of the flags (vLLM: flags it would refuse), part of the file's own check.
+  if (auto kind = check_engine_config(*cfg); !kind.ok()) {
+    spdlog::error("{}", kind.error().message);
+    return kExitConfig;
+  }
   // What the start would hit (socket directory, checkpoint files, the engine's program): before anything starts.
   if (!(check && syntax_only))
     if (auto host = check_host(*cfg); !host.ok()) {
@@ -44,10 +49,9 @@ int main(int argc, char** argv) {
       return kExitConfig;
     }
   if (check) {
-    // Warnings of the vLLM check (it starts, but behaves differently: docs/vllm.md); errors failed above.
-    if (cfg->engine.kind == EngineKind::kVllm)
-      if (auto rules = load_vllm_rules(cfg->engine.vllm_rules); rules.ok())
-        for (const auto& f : lint_config(*cfg, *rules)) std::printf("%s: warning: %s\n", config_path.c_str(), f.message.c_str());
+    // Warnings of the kind's checks (vLLM: it starts, but behaves differently: docs/vllm.md); errors failed above.
+    if (auto kind = make_engine_adapter(*cfg); kind.ok())
+      for (const auto& w : (*kind)->config_warnings(*cfg)) std::printf("%s: warning: %s\n", config_path.c_str(), w.c_str());
     std::printf("%s: valid\n", config_path.c_str());
     return kExitOk;
   }

@@ -8,7 +8,7 @@
 #include <string_view>
 
 #include "common/control_chars.h"
-#include "supervisor/engines/vllm/vllm_rules.h"
+#include "supervisor/engines/engine_kind.h"
 
 namespace fr::supervisor {
 namespace {
@@ -37,13 +37,13 @@ std::string canonical_name(std::string_view name) {
 }
 
 // Effective values per canonical name; a repeated flag takes its last occurrence (argparse: last wins).
-std::map<std::string, std::vector<std::string>> effective(const std::vector<std::string>& words, EngineKind kind) {
+// A positional the kind reads as a flag (`vllm serve MODEL` sets args.model, over any --model) is that flag.
+std::map<std::string, std::vector<std::string>> effective(const std::vector<std::string>& words, const FlagRules& rules) {
   std::map<std::string, std::vector<std::string>> out;
   for (const auto& f : parse_flag_list(words)) out[canonical_name(f.name)] = f.values;
-  if (kind == EngineKind::kVllm) {
-    // `vllm serve MODEL` sets args.model from the positional, over any --model.
+  if (!rules.positional.empty()) {
     if (auto it = out.find(""); it != out.end()) {
-      out["--model"] = it->second;
+      out[rules.positional] = it->second;
       out.erase(it);
     }
   }
@@ -177,19 +177,31 @@ std::vector<std::string> merge_flags(const std::vector<std::string>& current, co
   return to_words(flags);
 }
 
+std::string last_flag_value(const std::vector<Flag>& flags, const std::string& canonical) {
+  std::string v;
+  for (const auto& f : flags)
+    if (canonical_name(f.name) == canonical && !f.values.empty()) v = f.values.back();
+  return v;
+}
+
 std::vector<std::string> daemon_affecting_changes(EngineKind kind, const std::vector<std::string>& a,
                                                   const std::vector<std::string>& b,
                                                   const std::vector<std::string>& extra_daemon_flags) {
-  std::vector<std::string> watched;
-  // vLLM's daemon-affecting flags are data ([daemon] flags in data/vllm.toml): which checkpoint, how it is
-  // converted and how it is sharded. "" (the positional of `vllm serve MODEL`) is folded into --model.
-  if (kind == EngineKind::kVllm) watched = builtin_vllm_rules().daemon_flags;
+  return daemon_affecting_changes(builtin_engine_adapter(kind).flag_rules(), a, b, extra_daemon_flags);
+}
+
+std::vector<std::string> daemon_affecting_changes(const FlagRules& rules, const std::vector<std::string>& a,
+                                                  const std::vector<std::string>& b,
+                                                  const std::vector<std::string>& extra_daemon_flags) {
+  // What a kind's daemon flags say: which checkpoint, how it is converted and how it is sharded. A positional
+  // ("") the kind reads as a flag is folded into it.
+  std::vector<std::string> watched = rules.daemon_flags;
   for (const auto& e : extra_daemon_flags) {
     std::string name = canonical_name(e);
-    if (kind == EngineKind::kVllm && name.empty()) name = "--model";
+    if (name.empty()) name = rules.positional;
     if (std::find(watched.begin(), watched.end(), name) == watched.end()) watched.push_back(std::move(name));
   }
-  auto ea = effective(a, kind), eb = effective(b, kind);
+  auto ea = effective(a, rules), eb = effective(b, rules);
   std::vector<std::string> changed;
   for (const auto& name : watched) {
     auto ia = ea.find(name), ib = eb.find(name);

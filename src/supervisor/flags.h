@@ -23,6 +23,8 @@ struct Flag {
 };
 std::vector<Flag> parse_flag_list(const std::vector<std::string>& words);
 std::vector<std::string> to_words(const std::vector<Flag>& flags);
+// The last value of the flag named `canonical` (its last occurrence: argparse's rule), or "".
+std::string last_flag_value(const std::vector<Flag>& flags, const std::string& canonical);
 
 // The same flag however it is spelled: vLLM's short aliases (-tp, -q, ...) expanded, '_' -> '-' in long
 // names ("--max_num_seqs" is "--max-num-seqs"). "" (a positional) stays "".
@@ -33,11 +35,20 @@ enum class PushKind { kReplace, kAdd, kRemove };
 // appended. kRemove: every flag whose name is in `flags` is dropped.
 std::vector<std::string> merge_flags(const std::vector<std::string>& current, const std::vector<std::string>& push, PushKind kind);
 
-// Names of flags whose value differs between a and b and that change what the daemons hold, for `kind`
-// (vllm: --model, model positional, --revision, --dtype, --quantization, --tensor-parallel-size/-tp,
-// --pipeline-parallel-size/-pp, --data-parallel-size/-dp, --tokenizer? no, --load-format, --max-model-len? no,
-// --hf-overrides, --quantization-param-path, --kv-cache-dtype? no ...; generic: none, unless listed in
-// `extra_daemon_flags`). Empty: only the engine needs a restart (warm).
+// How an engine kind reads its flags for the weight daemons (EngineAdapter::flag_rules).
+struct FlagRules {
+  std::vector<std::string> daemon_flags;  // canonical names whose change reloads the daemons cold
+  std::string positional;                 // the flag a leading positional word is ("--model": `vllm serve MODEL`); "": none
+};
+
+// Names of flags whose value differs between a and b and that change what the daemons hold: rules'
+// daemon_flags and `extra_daemon_flags` (canonical or not; "" is the positional). vllm's are data
+// ([daemon] flags in data/vllm.toml: the model and its positional, --revision, --dtype, --quantization, the
+// parallel sizes, --load-format, ...); generic has none. Empty: only the engine needs a restart (warm).
+std::vector<std::string> daemon_affecting_changes(const FlagRules& rules, const std::vector<std::string>& a,
+                                                  const std::vector<std::string>& b,
+                                                  const std::vector<std::string>& extra_daemon_flags = {});
+// The same with `kind`'s built-in rules (engines/engine_kind.h).
 std::vector<std::string> daemon_affecting_changes(EngineKind kind, const std::vector<std::string>& a,
                                                   const std::vector<std::string>& b,
                                                   const std::vector<std::string>& extra_daemon_flags = {});

@@ -101,12 +101,10 @@ Supervisor::Supervisor(Config config, std::unique_ptr<GpuProbe> gpus, std::uniqu
       m_daemon_timer(m_loop),
       m_watchdog_timer(m_loop) {
   m_flags = m_cfg.engine.flags;
-  if (m_cfg.engine.kind == EngineKind::kVllm) {
-    auto rules = load_vllm_rules(m_cfg.engine.vllm_rules);  // parse_config read it once already
-    m_rules = rules.ok() ? std::move(*rules) : builtin_vllm_rules();
-    for (const auto& f : m_rules.failures)
-      if (auto cause = exit_cause_from_name(f.cause)) m_output_rules.push_back({f.contains, *cause});
-  }
+  // The config's check read the kind's rules files already; one that broke since leaves the built-in rules.
+  auto kind = make_engine_adapter(m_cfg);
+  m_kind = kind.ok() ? std::move(*kind) : make_builtin_engine_adapter(m_cfg.engine.kind);
+  m_output_rules = m_kind->failure_rules();
   m_snap = std::make_unique<Snapshots>();
   load_persisted_flags();
   m_last_ready_flags = m_flags;
@@ -556,13 +554,13 @@ std::vector<double> Supervisor::gpu_fractions(bool for_standby, bool warn) const
 std::vector<std::string> Supervisor::engine_argv(bool for_standby) const {
   std::vector<std::string> argv = m_cfg.engine.command;
   std::vector<std::string> flags = m_flags;
-  if (preload_mode()) adjust_vllm_flags(flags);  // --load-format ipc_cache, the loader's extra config
+  if (preload_mode()) m_kind->flags_for_preload(flags, preload_use());  // vLLM: --load-format ipc_cache, ...
   if (const auto fr = gpu_fractions(for_standby, /*warn=*/true); !fr.empty()) {
     // One flag for every rank: the smallest share (each rank's own is in $FASTRESTART_GPU_MEMORY_UTILIZATION).
     const double frac = *std::min_element(fr.begin(), fr.end());
     auto fl = parse_flag_list(flags);
-    std::erase_if(fl, [](const Flag& f) { return f.name == "--gpu-memory-utilization"; });
-    fl.push_back({"--gpu-memory-utilization", {std::to_string(frac)}, false});
+    std::erase_if(fl, [this](const Flag& f) { return f.name == m_kind->memory_flag(); });
+    fl.push_back({m_kind->memory_flag(), {std::to_string(frac)}, false});
     flags = to_words(fl);
   }
   argv.insert(argv.end(), flags.begin(), flags.end());
@@ -722,11 +720,12 @@ Status Supervisor::spawn_engine(StartPath expected) {
   m_engine = std::make_unique<Engine>();
   Engine& e = *m_engine;
   e.flags = m_flags;
+  e.report = m_kind->new_report();
   e.warm_expected = expected == StartPath::kWarm;
   SpawnSpec spec;
   spec.argv = engine_argv();
   if (preload_mode() && preload_serving()) {
-    // What this start used of the preload (adjust_vllm_flags read the same facts for its flags).
+    // What this start used of the preload (preload_use() gave engine_argv the same facts for its flags).
     e.strict = m_preload->engine_starts++ == 0;
     if (m_cfg.weights.mode == WeightsMode::kCopy) m_preload->gave_weights = true;
   }
@@ -769,10 +768,10 @@ LineHandler Supervisor::engine_line_handler(Engine* raw) {
   return [this, raw](const std::string& l) {
     raw->tail.push_back(l);
     if (raw->tail.size() > kTailLines) raw->tail.pop_front();
-    if (m_cfg.engine.kind == EngineKind::kVllm) observe_engine_line(*raw, l);
+    raw->report->observe(l);
     // The engine's own load progress (engine_progress.h) into status and STATUS= while it starts.
     auto progress = parse_engine_progress(l);
-    if (!progress && m_cfg.engine.kind == EngineKind::kVllm) progress = parse_progress_pattern(m_rules.progress, l);  // data/vllm.toml
+    if (!progress) progress = m_kind->progress(l);  // the kind's own lines (vLLM: data/vllm.toml)
     if (progress && m_state == State::kStarting)
       set_status(std::string("Starting the engine (") + (raw->warm_expected ? "warm" : "cold") + "): " + progress->text());
   };
@@ -891,8 +890,8 @@ void Supervisor::decide_path_after_ready() {
   };
   if (!e.snapshot_id.empty()) return finish("snapshot");
   if (!e.standby_level.empty()) return finish("standby");
-  if (m_cfg.engine.kind == EngineKind::kVllm) e.vllm.finish(m_rules);  // what vLLM says nothing about
-  if (preload_mode() || (m_cfg.engine.kind == EngineKind::kVllm && !daemons_active())) {
+  e.report->finish();  // what the engine says nothing about
+  if (preload_mode() || (m_kind->reports_attach() && !daemons_active())) {
     // vLLM's own words decide: "Mapped N tensors from the weight cache daemon" / the loader's result line.
     return finish(path_from_engine_report(e) == "warm" ? "warm" : "cold");
   }
@@ -942,7 +941,7 @@ void Supervisor::decide_path_after_ready() {
           if (m_engine) m_engine->miss_reason = "the weight daemon answered: " + seen.miss;
           m_attach_counts["fallback"]++;
           spdlog::info("the engine missed the weight cache ({}) and loaded from disk", seen.miss);
-        } else if (m_engine && m_cfg.engine.kind == EngineKind::kVllm) {
+        } else if (m_engine && m_kind->reports_attach()) {
           // No daemon record by its pid: the vLLM plugin's result line is the engine's own word.
           seen.hit = path_from_engine_report(*m_engine) == "warm";
         } else {

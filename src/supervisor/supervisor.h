@@ -20,6 +20,7 @@
 #include "common/fd.h"
 #include "supervisor/classify.h"
 #include "supervisor/config.h"
+#include "supervisor/control_request.h"
 #include "supervisor/host_probe.h"
 #include "supervisor/lifecycle.h"
 #include "supervisor/loop.h"
@@ -29,7 +30,7 @@
 #include "supervisor/start/start_path.h"
 #include "supervisor/supervised_child.h"
 #include "supervisor/status.h"
-#include "supervisor/engines/vllm/vllm_rules.h"
+#include "supervisor/engines/engine_kind.h"
 
 namespace fr::supervisor {
 
@@ -165,22 +166,21 @@ class Supervisor : private StartHost {
   nlohmann::json handle(const nlohmann::json& req, std::shared_ptr<std::promise<nlohmann::json>> reply);
   void finish_reload(bool ok, const std::string& why);
 
-  // vLLM (engines/vllm/supervisor_vllm.cc, docs/vllm.md): `vllm preload` as the weight daemon, the serve flags it needs,
-  // the checkpoint watch, what the engine reports about itself, and the checks before a push.
+  // `vllm preload` as the weight daemon (engines/vllm/supervisor_vllm.cc, docs/vllm.md) and the checkpoint watch.
   bool preload_mode() const;
   void start_preload();
   void poll_preload();
   void stop_preload();
   void on_preload_exit(int status);
   void watch_checkpoint();
-  void adjust_vllm_flags(std::vector<std::string>& flags) const;
   bool preload_serving() const;  // vllm preload is up and ready
-  void observe_engine_line(Engine& e, const std::string& line);
+  PreloadUse preload_use() const;  // what the next engine start is told of it
+  DaemonRowStatus preload_status() const;
+  // What the engine kind says (supervisor_kind.cc; m_kind, engines/engine_kind.h).
   std::string path_from_engine_report(Engine& e);  // "warm" | "cold" | "" (no word from the engine)
   std::string readiness_model() const;
-  DaemonRowStatus preload_status() const;
-  nlohmann::json handle_check(const nlohmann::json& req);
-  std::string refuse_push(const std::vector<std::string>& next);  // "" when vLLM would start
+  nlohmann::json handle_check(const ControlRequest& req);  // already read (control_request.h)
+  std::string refuse_push(const std::vector<std::string>& next);  // "" when the engine would start
   Status persist_flags();
   void rollback_unpersisted(std::unique_ptr<PendingReload> r, const std::string& why);
   // A rolled-back push, counted apart from the engine's failures (status `rollbacks`, /metrics).
@@ -252,9 +252,8 @@ class Supervisor : private StartHost {
   std::map<std::string, double> m_baseline_used;
   std::atomic<bool> m_running{false};                    // stop-engine: do not restart until start-engine
 
-  VllmRules m_rules;                      // kind vllm: data/vllm.toml (+ engine.vllm_rules)
-  std::vector<OutputRule> m_output_rules;  // its [[failure]] rules, for classify_exit
-  std::string m_reported_version;         // what the last vLLM engine said it was
+  std::unique_ptr<EngineAdapter> m_kind;   // engine.kind: what differs per kind (engines/registry.cc)
+  std::vector<OutputRule> m_output_rules;  // its exit messages, for classify_exit
   std::unique_ptr<Preload> m_preload;     // weights.daemon = "vllm-preload"
   Timer m_watch_timer{m_loop};
   LeftoverSweeper m_leftovers;  // engine processes outside its group (orphans.h)

@@ -19,7 +19,7 @@
 #include "supervisor/supervisor.h"
 #include "supervisor/status.h"
 #include "supervisor/supervisor_internal.h"
-#include "supervisor/engines/vllm/vllm_check.h"
+#include "supervisor/engines/check.h"
 
 namespace fr::supervisor {
 
@@ -79,7 +79,7 @@ json Supervisor::handle(const json& req, std::shared_ptr<std::promise<json>> rep
   const std::string op = parsed->op;
   if (op == "status") return {{"ok", true}, {"status", status_json()}};
   if (op == "daemons") return {{"ok", true}, {"daemons", status_json()["daemons"]}};
-  if (op == "check") return handle_check(req);
+  if (op == "check") return handle_check(*parsed);
   if (op == "snapshot") return handle_snapshot(req, reply);
   const bool terminal = is_terminal(m_state);
   if ((op == "restart" || op == "start-engine" || op == "stop-engine" || op == "reload") && m_snap->helper_pid > 0 &&
@@ -101,8 +101,17 @@ json Supervisor::handle(const json& req, std::shared_ptr<std::promise<json>> rep
       // No flags pushed (systemctl reload, SIGHUP): re-read the config file and apply what changed.
       auto c = load_config(m_cfg.path);
       if (!c.ok()) return error("invalid_argument", "keeping the running config: " + c.error().message);
+      if (auto st = check_engine_config(*c); !st.ok())
+        return error("invalid_argument", "keeping the running config: " + st.error().message);
       const bool flags_changed = c->engine.flags != m_cfg.engine.flags;
+      // The adapter reads the running engines' output: the kind and its rules stay until fastrestartd restarts.
+      if (!(c->engine.kind == m_cfg.engine.kind) || c->engine.vllm_rules != m_cfg.engine.vllm_rules)
+        spdlog::warn("re-read {}: engine.kind and engine.vllm_rules take effect at fastrestartd's next start (still {})",
+                     m_cfg.path, engine_kind_name(m_kind->kind()));
+      const std::string running_rules = m_cfg.engine.vllm_rules;
       m_cfg.engine = c->engine;
+      m_cfg.engine.kind = m_kind->kind();
+      m_cfg.engine.vllm_rules = running_rules;
       m_cfg.readiness = c->readiness;
       m_cfg.memory = c->memory;
       maybe_spawn_standby();  // a standby started from the old config is replaced now (docs/standby.md)
@@ -113,9 +122,7 @@ json Supervisor::handle(const json& req, std::shared_ptr<std::promise<json>> rep
       push["mode"] = "replace";
       return handle(push, reply);
     }
-    auto pushed = pushed_flags(req, m_flags, "reload");
-    if (!pushed.ok()) return error("invalid_argument", pushed.error().message);
-    const std::vector<std::string> next = std::move(*pushed);
+    const std::vector<std::string> next = pushed_flags(*parsed, m_flags);  // read once, above
     if (next == m_flags && engine_serving())
       return {{"ok", true}, {"path", "unchanged"}, {"flags", redact_flags(m_flags)}, {"message", "the flags are unchanged"}};
     // Checks before a flag push: nothing restarts when vLLM would not start with these flags.
@@ -123,7 +130,7 @@ json Supervisor::handle(const json& req, std::shared_ptr<std::promise<json>> rep
       spdlog::error("reload refused: {}", escape_control_chars(why));
       return error("refused", "refused, nothing restarted: " + why);
     }
-    auto affecting = daemon_affecting_changes(m_cfg.engine.kind, m_flags, next, m_rules.daemon_flags);
+    auto affecting = daemon_affecting_changes(m_kind->flag_rules(), m_flags, next);
     m_reload = std::make_unique<PendingReload>();
     m_reload->old_flags = m_last_ready_flags;
     m_reload->new_flags = next;
@@ -258,7 +265,7 @@ json Supervisor::status_json() {
     e.snapshot_id = m_engine->snapshot_id;
     e.flags = redact_flags(m_engine->flags);
     e.running = !m_engine->exited;
-    if (m_cfg.engine.kind == EngineKind::kVllm) e.vllm = m_engine->vllm.to_json();
+    e.vllm = m_engine->report->to_json();  // the kind's own report (null for generic)
     st.engine = std::move(e);
   }
   for (const auto& [k, v] : m_restarts) st.restarts[k] = v;

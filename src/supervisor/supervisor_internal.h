@@ -16,7 +16,7 @@
 #include "supervisor/loop.h"
 #include "supervisor/supervised_child.h"
 #include "supervisor/supervisor.h"
-#include "supervisor/engines/vllm/vllm_report.h"
+#include "supervisor/engines/engine_kind.h"
 
 namespace fr::supervisor {
 
@@ -47,7 +47,7 @@ struct Supervisor::Engine : SupervisedChild {
   std::deque<std::string> tail;
   std::optional<uint64_t> oom_before;
   std::vector<std::string> flags;
-  VllmReport vllm;   // kind vllm: what it said about itself
+  std::unique_ptr<EngineReport> report = std::make_unique<EngineReport>();  // what it said (the kind's new_report())
   bool strict = false;  // vllm-preload: started with ipc_cache fallback false
   bool in_pid_ns = false;      // PID 1 of its own PID namespace (spawned so, or restored): snapshottable
   std::string snapshot_id;     // restored from this snapshot (pid -1 while the helper restores it)

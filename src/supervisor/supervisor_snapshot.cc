@@ -183,6 +183,7 @@ Status Supervisor::restore_snapshot() {
   m_engine = std::make_unique<Engine>();
   Engine& e = *m_engine;
   e.flags = m_flags;
+  e.report = m_kind->new_report();
   e.in_pid_ns = true;
   e.snapshot_id = id;
   e.spawned_at = m_loop.now_s();

@@ -139,6 +139,7 @@ void Supervisor::spawn_standby() {
   ::fcntl(ours.get(), F_SETFL, O_NONBLOCK);
   auto e = std::make_unique<Engine>();
   e->flags = m_flags;
+  e->report = m_kind->new_report();
   SpawnSpec spec;
   spec.argv = engine_argv(/*for_standby=*/true);
   spec.env = engine_env(/*for_standby=*/true);
@@ -159,7 +160,7 @@ void Supervisor::spawn_standby() {
   auto st = spawn_supervised(m_loop, spec, "standby", [this, raw](const std::string& l) {
     raw->tail.push_back(l);
     if (raw->tail.size() > 200) raw->tail.pop_front();
-    if (m_cfg.engine.kind == EngineKind::kVllm) observe_engine_line(*raw, l);
+    raw->report->observe(l);
   }, *e);
   theirs.reset();  // the child holds it now (or nobody does)
   if (!st.ok()) {

@@ -460,19 +460,9 @@ TEST_F(StandbyTest, TeardownStopsTheStandbyBeforeTheDaemons) {
 
 // A standby in a memory cgroup with the engine: a kernel OOM kill of the engine releases it.
 TEST_F(StandbyTest, AnOomKilledEngineIsReplacedByTheStandby) {
-  std::string dir, limit;
-  const std::string name = "fastrestart-standby-test-" + std::to_string(::getpid());
-  if (::access("/sys/fs/cgroup/memory/cgroup.procs", W_OK) == 0) {
-    dir = "/sys/fs/cgroup/memory/" + name;
-    limit = "memory.limit_in_bytes";
-  } else if (::access("/sys/fs/cgroup/cgroup.subtree_control", W_OK) == 0) {
-    dir = "/sys/fs/cgroup/" + name;
-    limit = "memory.max";
-  } else {
-    GTEST_SKIP() << "no writable memory cgroup on this machine";
-  }
-  if (::mkdir(dir.c_str(), 0755) != 0) GTEST_SKIP() << "cannot create a memory cgroup at " << dir;
-  std::ofstream(dir + "/" + limit) << (384 << 20);
+  test::MemoryCgroup cgroup("fastrestart-standby-test-" + std::to_string(::getpid()), 384 << 20);
+  if (cgroup.dir().empty()) GTEST_SKIP() << cgroup.skip_reason();
+  const std::string& dir = cgroup.dir();
   {
     Options o;
     // Slow enough for the standby to park first (it starts once the engine is ready).
@@ -491,7 +481,6 @@ TEST_F(StandbyTest, AnOomKilledEngineIsReplacedByTheStandby) {
     EXPECT_LT(oom, released) << "the first release must follow the OOM kill";
     EXPECT_EQ(m_sup->stop(SIGTERM), 0) << m_sup->log();
   }
-  for (int i = 0; i < 100 && ::rmdir(dir.c_str()) != 0; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(50));
 }
 
 }  // namespace

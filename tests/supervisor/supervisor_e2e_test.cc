@@ -308,19 +308,9 @@ INSTANTIATE_TEST_SUITE_P(
 
 // A kernel OOM kill inside a memory cgroup (v1 on these machines, v2 elsewhere) is told from other SIGKILLs.
 TEST(Fastrestartd, KernelOomKillIsRecognisedFromTheCgroup) {
-  std::string dir, limit;
-  const std::string name = "fastrestart-test-" + std::to_string(::getpid());
-  if (::access("/sys/fs/cgroup/memory/cgroup.procs", W_OK) == 0) {
-    dir = "/sys/fs/cgroup/memory/" + name;
-    limit = "memory.limit_in_bytes";
-  } else if (::access("/sys/fs/cgroup/cgroup.subtree_control", W_OK) == 0) {
-    dir = "/sys/fs/cgroup/" + name;
-    limit = "memory.max";
-  } else {
-    GTEST_SKIP() << "no writable memory cgroup on this machine";
-  }
-  if (::mkdir(dir.c_str(), 0755) != 0) GTEST_SKIP() << "cannot create a memory cgroup at " << dir;
-  std::ofstream(dir + "/" + limit) << (256 << 20);
+  test::MemoryCgroup cgroup("fastrestart-test-" + std::to_string(::getpid()), 256 << 20);
+  if (cgroup.dir().empty()) GTEST_SKIP() << cgroup.skip_reason();
+  const std::string& dir = cgroup.dir();
   {
     Options o;
     o.engine_flags = ", \"--fault-grow-memory\", \"--fault-grow-memory-rate\", \"2048\"";
@@ -331,7 +321,6 @@ TEST(Fastrestartd, KernelOomKillIsRecognisedFromTheCgroup) {
     EXPECT_EQ(d.status()["last_exit"]["cause"], "kernel_oom");
     d.stop();
   }
-  for (int i = 0; i < 100 && ::rmdir(dir.c_str()) != 0; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(50));
 }
 
 TEST(Fastrestartd, CrashLoopGivesUpWithAClearStatusAndExitCode3) {
@@ -443,6 +432,25 @@ TEST(Fastrestartd, ReloadWithoutFlagsAndSighupRereadTheConfig) {
   auto bad = d.ctl({"reload"});
   EXPECT_NE(bad.exit_code, 0);
   EXPECT_NE(bad.output.find("keeping the running config"), std::string::npos) << bad.output;
+}
+
+// The engine kind reads the running engine's output: a re-read keeps it, says so, and checks go on by it.
+TEST(Fastrestartd, ARereadKeepsTheRunningEngineKind) {
+  Fastrestartd d;
+  ASSERT_TRUE(d.notify().wait_for("READY=1")) << d.log();
+  std::ifstream in(d.config());
+  std::string text((std::istreambuf_iterator<char>(in)), {});
+  const std::string from = "kind = \"generic\"";
+  auto pos = text.find(from);
+  ASSERT_NE(pos, std::string::npos) << text;
+  text.replace(pos, from.size(), "kind = \"vllm\"");
+  std::ofstream(d.config()) << text;
+  auto r = d.ctl({"reload"});
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(d.log().find("engine.kind and engine.vllm_rules take effect at fastrestartd's next start (still generic)"),
+            std::string::npos) << d.log();
+  auto check = d.ctl({"check", "--json"});
+  EXPECT_EQ(json::parse(check.output)["kind"], "generic") << check.output;
 }
 
 TEST(Fastrestartd, ReloadOfAWeightFlagReloadsTheDaemonsCold) {

@@ -3,13 +3,17 @@
 #include <gtest/gtest.h>
 
 #include "supervisor/config.h"
+#include "supervisor/engines/engine_kind.h"
 
 namespace fr::supervisor {
 namespace {
 
+// The file and its kind's checks, as fastrestartd checks a config (parse_config leaves the latter out).
 std::string error_of(const std::string& text) {
   auto r = parse_config(text, "/etc/fastrestart/m.toml");
-  return r.ok() ? "<valid>" : r.error().message;
+  if (!r.ok()) return r.error().message;
+  auto kind = check_engine_config(*r);
+  return kind.ok() ? "<valid>" : kind.error().message;
 }
 
 constexpr const char* kPreload =
@@ -67,6 +71,22 @@ TEST(VllmConfig, AnOlderVllmVersionAllowsWhatItHad) {
   EXPECT_EQ(error_of("[engine]\nkind = \"vllm\"\ncommand = [\"vllm\", \"serve\"]\nflags = [\"m\", \"--tokenizer-mode\", \"slow\"]\n"
                      "vllm_version = \"0.30.0\"\n[weights]\nmode = \"off\"\n"),
             "<valid>");
+}
+
+// Reading a config runs no vLLM check (another machine, or fastrestartctl, may read it without the rules);
+// the check runs where fastrestartd checks the config, with the same message.
+TEST(VllmConfig, ParsingLeavesTheFlagChecksToTheConfigCheck) {
+  const std::string text = "[engine]\nkind = \"vllm\"\ncommand = [\"vllm\", \"serve\"]\nflags = [\"m\", \"--tokenizer-mode\", \"slow\"]\n"
+                           "[weights]\nmode = \"off\"\n";
+  auto c = parse_config(text, "/etc/fastrestart/m.toml");
+  ASSERT_TRUE(c.ok()) << c.error().message;
+  auto st = check_engine_config(*c);
+  ASSERT_FALSE(st.ok());
+  EXPECT_EQ(st.error().message.rfind("/etc/fastrestart/m.toml:4: engine.flags: --tokenizer-mode slow: vLLM 0.31.0", 0), 0u)
+      << st.error().message;
+  auto rules = parse_config("[engine]\nkind = \"vllm\"\ncommand = [\"vllm\", \"serve\"]\nvllm_rules = \"/nonexistent/rules.toml\"\n"
+                            "[weights]\nmode = \"off\"\n", "/etc/fastrestart/m.toml");
+  EXPECT_TRUE(rules.ok()) << "the rules file is read by the check, not by the parse";
 }
 
 }  // namespace

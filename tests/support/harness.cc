@@ -27,6 +27,31 @@
 
 namespace fr::test {
 
+MemoryCgroup::MemoryCgroup(const std::string& name, uint64_t limit_bytes) {
+  std::string dir, limit;
+  if (::access("/sys/fs/cgroup/memory/cgroup.procs", W_OK) == 0) {
+    dir = "/sys/fs/cgroup/memory/" + name;
+    limit = "memory.limit_in_bytes";
+  } else if (::access("/sys/fs/cgroup/cgroup.subtree_control", W_OK) == 0) {
+    dir = "/sys/fs/cgroup/" + name;
+    limit = "memory.max";
+  } else {
+    m_skip = "no writable memory cgroup on this machine";
+    return;
+  }
+  if (::mkdir(dir.c_str(), 0755) != 0) {
+    m_skip = "cannot create a memory cgroup at " + dir;
+    return;
+  }
+  m_dir = dir;
+  std::ofstream(m_dir + "/" + limit) << limit_bytes;
+}
+
+MemoryCgroup::~MemoryCgroup() {
+  if (m_dir.empty()) return;
+  for (int i = 0; i < 100 && ::rmdir(m_dir.c_str()) != 0; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(50));
+}
+
 std::string binary(const char* built, const char* name) {
   // FR_BIN_DIR: run the tests against installed or bundled binaries (the GPU machine's .bundle/bin).
   if (const char* dir = std::getenv("FR_BIN_DIR"); dir && *dir) return std::string(dir) + "/" + name;

@@ -73,6 +73,22 @@ class Daemon {
 // starts next. Another process may take it in between; tests live with that on a private machine.
 uint16_t free_port();
 
+// A memory cgroup of the test's own, limited to `limit_bytes`: under /sys/fs/cgroup/memory (v1) or
+// /sys/fs/cgroup (v2), whichever this machine lets us write. Without one, dir() is empty and skip_reason()
+// says why (the test skips). Removed on destruction, retried while its last processes leave.
+class MemoryCgroup {
+ public:
+  MemoryCgroup(const std::string& name, uint64_t limit_bytes);
+  ~MemoryCgroup();
+  MemoryCgroup(const MemoryCgroup&) = delete;
+  MemoryCgroup& operator=(const MemoryCgroup&) = delete;
+  const std::string& dir() const { return m_dir; }
+  const std::string& skip_reason() const { return m_skip; }
+
+ private:
+  std::string m_dir, m_skip;
+};
+
 // Paths of the binaries under test: the build tree's, or $FR_BIN_DIR/<name> when that is set.
 std::string binary(const char* built, const char* name);
 std::string weightctl();

@@ -1,8 +1,8 @@
-// The Supervisor's vLLM side (docs/vllm.md): weights.daemon = "vllm-preload" (start `vllm preload` with the
+// The Supervisor's side of weights.daemon = "vllm-preload" (docs/vllm.md): start `vllm preload` with the
 // model and parallelism flags and a loopback health port, wait for its /health, start `vllm serve ...
-// --load-format ipc_cache` strict the first time and with the configured fallback after, stop it after the
-// engine, restart it when the checkpoint files change under the same path), what a vLLM engine reports about
-// itself, and the checks before a flag push.
+// --load-format ipc_cache` strict the first time and with the configured fallback after (the flags are the
+// vLLM adapter's: vllm_adapter.cc), stop it after the engine, restart it when the checkpoint files change
+// under the same path.
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <signal.h>
@@ -21,8 +21,7 @@
 #include "supervisor/supervised_child.h"
 #include "supervisor/supervisor.h"
 #include "supervisor/supervisor_internal.h"
-#include "supervisor/engines/vllm/vllm_check.h"
-#include "supervisor/engines/vllm/vllm_lint.h"
+#include "supervisor/engines/vllm/vllm_adapter.h"
 
 namespace fr::supervisor {
 
@@ -37,21 +36,6 @@ std::string join(const std::vector<std::string>& v, const char* sep = " ") {
   std::string s;
   for (const auto& x : v) s += (s.empty() ? "" : sep) + x;
   return s;
-}
-
-// The value of a flag (its last occurrence, argparse's rule) or "".
-std::string flag_value(const std::vector<Flag>& flags, const std::string& canonical) {
-  std::string v;
-  for (const auto& f : flags)
-    if (canonical_flag_name(f.name) == canonical && !f.values.empty()) v = f.values.back();
-  return v;
-}
-
-// `vllm serve MODEL`: the positional wins over --model, as in vLLM.
-std::string model_of(const std::vector<Flag>& flags) {
-  for (const auto& f : flags)
-    if (f.name.empty() && !f.values.empty()) return f.values.front();
-  return flag_value(flags, "--model");
 }
 
 // A loopback port nobody listens on now (the preload binds it a moment later; a race we accept and report:
@@ -75,7 +59,7 @@ uint16_t free_loopback_port() {
 std::vector<std::string> watched_files(const Config& c, const std::vector<Flag>& flags) {
   std::vector<std::string> roots = c.weights.checkpoint;
   if (roots.empty()) {
-    std::string m = model_of(flags);
+    std::string m = vllm_model_of(flags);
     std::error_code ec;
     if (!m.empty() && std::filesystem::exists(m, ec)) roots.push_back(m);
   }
@@ -123,15 +107,13 @@ void Supervisor::start_preload() {
   // The same program as `vllm serve`, with `preload` in the place of `serve` (config.cc checked it is there).
   p.argv = m_cfg.engine.command;
   *std::find(p.argv.begin(), p.argv.end(), "serve") = "preload";
-  const std::string model = model_of(flags);
+  const std::string model = vllm_model_of(flags);
   if (!model.empty()) p.argv.insert(p.argv.end(), {"--model", model});
   for (const auto& f : flags) {
     if (f.name.empty()) continue;
     const std::string name = canonical_flag_name(f.name);
     if (name == "--model") continue;
-    const bool daemon = std::find(m_rules.daemon_flags.begin(), m_rules.daemon_flags.end(), name) != m_rules.daemon_flags.end();
-    const bool pass = std::find(m_rules.preload_pass.begin(), m_rules.preload_pass.end(), name) != m_rules.preload_pass.end();
-    if (!daemon && !pass) continue;
+    if (!m_kind->passes_to_preload(name)) continue;
     auto words = to_words({f});
     p.argv.insert(p.argv.end(), words.begin(), words.end());
   }
@@ -297,55 +279,12 @@ void Supervisor::watch_checkpoint() {
   raise(Event::kCheckpointChanged);
 }
 
-// `vllm serve` in vllm-preload mode. While the preload serves: --load-format ipc_cache, and the loader's extra
-// config with fallback false on the first start after the preload (re)started (a mismatch then fails loudly
-// instead of loading from disk next to the daemon), the configured value after. While it does not (it failed,
-// died or was never started): the engine flags as they are, so vLLM loads from disk with engine.flags'
-// --load-format (its default without one). Not ipc_cache with fallback: the ipc_cache loader raises its
-// unsupported-quantization and unsupported-platform errors even with fallback, so a preload that failed for
-// such a reason would fail every engine start too (a crash loop).
 bool Supervisor::preload_serving() const { return m_preload && m_preload->ready && !m_preload->exited; }
 
-void Supervisor::adjust_vllm_flags(std::vector<std::string>& words) const {
-  auto flags = parse_flag_list(words);
-  if (!preload_serving()) {
-    // engine.flags' extra config holds the ipc_cache loader's keys only (the flag checks refuse others),
-    // which vLLM's default loader refuses in turn ("Unexpected extra config keys").
-    std::erase_if(flags, [](const Flag& f) { return canonical_flag_name(f.name) == "--model-loader-extra-config"; });
-    words = to_words(flags);
-    std::string format = flag_value(flags, "--load-format");
-    spdlog::warn("vllm preload is not serving; the engine loads from disk with --load-format {}",
-                 format.empty() ? "(vLLM's default)" : format);
-    return;
-  }
-  json extra = json::object();
-  std::erase_if(flags, [&](const Flag& f) {
-    const std::string name = canonical_flag_name(f.name);
-    if (name == "--model-loader-extra-config" && !f.values.empty()) {
-      auto j = json::parse(f.values.back(), nullptr, false);
-      if (j.is_object()) extra = j;
-      else spdlog::warn("--model-loader-extra-config is not a JSON object; replacing it");
-    }
-    return name == "--load-format" || name == "--model-loader-extra-config";
-  });
-  // Only the keys the ipc_cache loader takes: any other fails the start ("Unexpected extra config keys").
-  // The flag checks refuse them before a push; this keeps a key out that a rules file no longer allows.
-  for (auto it = extra.begin(); it != extra.end();) {
-    const auto& keys = m_rules.preload_extra_config_keys;
-    if (std::find(keys.begin(), keys.end(), it.key()) != keys.end()) {
-      ++it;
-      continue;
-    }
-    spdlog::warn("--model-loader-extra-config: dropping '{}', which the ipc_cache loader does not take", it.key());
-    it = extra.erase(it);
-  }
-  const bool strict = m_preload->engine_starts == 0;
-  extra["fallback"] = strict ? false : m_cfg.weights.fallback;
-  extra["mode"] = weights_mode_name(m_cfg.weights.mode);
-  if (!m_cfg.weights.socket_dir.empty()) extra["socket_dir"] = m_cfg.weights.socket_dir;
-  flags.push_back({"--load-format", {"ipc_cache"}, false});
-  flags.push_back({"--model-loader-extra-config", {extra.dump()}, false});
-  words = to_words(flags);
+// What the next engine start is told of the preload (EngineAdapter::flags_for_preload); spawn_engine counts it.
+PreloadUse Supervisor::preload_use() const {
+  const bool serving = preload_serving();
+  return {serving, serving && m_preload->engine_starts == 0, m_cfg.weights.fallback, m_cfg.weights.mode, m_cfg.weights.socket_dir};
 }
 
 DaemonRowStatus Supervisor::preload_status() const {
@@ -359,81 +298,6 @@ DaemonRowStatus Supervisor::preload_status() const {
   for (const auto& id : p.checkpoint) details.watched_files.push_back(id.path);
   row.preload = std::move(details);
   return row;
-}
-
-// ---------------------------------------------------------------------------------------------------
-// What the engine says
-
-void Supervisor::observe_engine_line(Engine& e, const std::string& line) {
-  const std::string runner = e.vllm.get("model_runner");
-  if (!e.vllm.observe(m_rules, line)) return;
-  if (e.vllm.get("model_runner") != runner) spdlog::info("the engine reports model runner {}", escape_control_chars(e.vllm.get("model_runner")));
-  std::string v = e.vllm.get("version");
-  if (!v.empty() && v != m_reported_version) {
-    m_reported_version = v;
-    spdlog::info("the engine reports vLLM {}", escape_control_chars(v));
-  }
-}
-
-std::string Supervisor::path_from_engine_report(Engine& e) {
-  // The plugin's result lines (one per rank): warm only when every rank attached.
-  if (!e.vllm.loader.empty()) {
-    bool all_hit = true;
-    for (const auto& r : e.vllm.loader) {
-      if (r.result == "hit") continue;
-      all_hit = false;
-      m_miss_reasons[(r.result + ": " + r.reason).substr(0, 80)]++;
-      if (e.miss_reason.empty()) e.miss_reason = "the engine's loader reported " + r.result + ": " + r.reason;
-    }
-    m_attach_counts[all_hit ? "hit" : "fallback"]++;
-    return all_hit ? "warm" : "cold";
-  }
-  const std::string wc = e.vllm.get("weight_cache");
-  if (wc == "hit") {
-    m_attach_counts["hit"]++;
-    return "warm";
-  }
-  if (wc == "fallback") {
-    m_attach_counts["fallback"]++;
-    auto it = e.vllm.fields.find("weight_cache");
-    std::string why = it->second.line;
-    size_t open = why.find("Weight cache unusable (");
-    if (open != std::string::npos) why = why.substr(open + 23, why.find(')', open) - open - 23);
-    m_miss_reasons[why.substr(0, 80)]++;
-    e.miss_reason = "the engine reported: " + why;
-    spdlog::info("the engine did not use the weight cache ({}) and loaded from disk", escape_control_chars(why));
-    return "cold";
-  }
-  m_attach_counts["none"]++;
-  return "";
-}
-
-std::string Supervisor::readiness_model() const {
-  if (m_cfg.engine.kind != EngineKind::kVllm || !m_engine) return {};
-  auto flags = parse_flag_list(m_engine->flags);
-  for (const auto& f : flags)
-    if (canonical_flag_name(f.name) == "--served-model-name" && !f.values.empty()) return f.values.front();
-  return model_of(flags);
-}
-
-// ---------------------------------------------------------------------------------------------------
-// Checks before a push
-
-std::string Supervisor::refuse_push(const std::vector<std::string>& next) {
-  if (m_cfg.engine.kind != EngineKind::kVllm) return {};
-  LintTarget target = lint_target(m_rules, m_reported_version, m_cfg.engine.vllm_version);
-  LintInput in{m_cfg.engine.command, next, m_cfg.engine.env, vllm_environment(), m_cfg.weights.daemon, m_cfg.weights.mode, {}};
-  if (preload_mode()) in.checkpoint = read_checkpoint_facts(next);
-  auto findings = lint_vllm(m_rules, target, in);
-  for (const auto& f : findings)
-    if (f.severity == Severity::kWarning) spdlog::warn("check: {}", f.message);
-  return has_errors(findings) ? describe_findings(findings, target) : std::string();
-}
-
-json Supervisor::handle_check(const json& req) {
-  auto next = pushed_flags(req, m_flags, "check");
-  if (!next.ok()) return {{"ok", false}, {"error", {{"code", "invalid_argument"}, {"message", next.error().message}}}};
-  return check_reply({m_cfg, m_rules, m_reported_version, vllm_environment(), m_flags}, *next, /*with_would=*/true);
 }
 
 }  // namespace fr::supervisor

@@ -1,7 +1,9 @@
-// The check reply and the pushed flags of a check or reload request (vllm_check.h).
-#include "supervisor/engines/vllm/vllm_check.h"
+// The check reply and the pushed flags of a check or reload request (engines/check.h), with the vLLM kind's checks.
+#include "supervisor/engines/check.h"
 
 #include <gtest/gtest.h>
+
+#include "supervisor/engines/vllm/vllm_adapter.h"
 
 namespace fr::supervisor {
 namespace {
@@ -36,6 +38,14 @@ TEST(VllmCheck, AStringIsSplitAndMergedByMode) {
   EXPECT_EQ(*replace, (std::vector<std::string>{"/n", "--dtype", "float16"}));
 }
 
+TEST(VllmCheck, ARequestReadOnceIsMergedTheSameWay) {
+  auto req = parse_control_request(json{{"op", "reload"}, {"flags", "--max-num-seqs 4 --enforce-eager"}, {"mode", "add"}});
+  ASSERT_TRUE(req.ok()) << req.error().message;
+  EXPECT_EQ(pushed_flags(*req, kCurrent), *pushed_flags(to_json(*req), kCurrent, "reload"));
+  EXPECT_EQ(pushed_flags(*req, kCurrent), (std::vector<std::string>{"/m", "--dtype", "bfloat16", "--max-num-seqs", "4", "--enforce-eager"}));
+  EXPECT_EQ(pushed_flags(ControlRequest{"check", std::nullopt, PushKind::kReplace, true}, kCurrent), kCurrent);
+}
+
 TEST(VllmCheck, BadFlagsOrModeAreErrorsNamingTheField) {
   auto item = pushed_flags(json{{"flags", json::array({"--dtype", 16})}}, kCurrent, "reload");
   ASSERT_FALSE(item.ok());
@@ -54,7 +64,7 @@ TEST(VllmCheck, BadFlagsOrModeAreErrorsNamingTheField) {
 
 TEST(VllmCheck, AGenericEngineHasNoRulesAndNoFindings) {
   Config c = config(EngineKind::kGeneric);
-  json r = check_reply({c, builtin_vllm_rules(), "", {}, kCurrent}, kCurrent, true);
+  json r = check_reply({c, builtin_engine_adapter(c.engine.kind), kCurrent}, kCurrent, true);
   EXPECT_EQ(r["ok"], true);
   EXPECT_EQ(r["kind"], "generic");
   EXPECT_TRUE(r["checked_against"].is_null());
@@ -66,7 +76,9 @@ TEST(VllmCheck, ARemovedFlagIsAnErrorAndAPushWouldBeRefused) {
   Config c = config(EngineKind::kVllm);
   auto next = kCurrent;
   next.insert(next.end(), {"--tokenizer-mode", "slow"});
-  json r = check_reply({c, builtin_vllm_rules(), "0.31.0", {}, kCurrent}, next, true);
+  VllmAdapter kind(builtin_vllm_rules());
+  kind.note_reported_version("0.31.0");  // as an engine's startup line would
+  json r = check_reply({c, kind, kCurrent}, next, true);
   EXPECT_EQ(r["checked_against"]["version"], "0.31.0");
   EXPECT_EQ(r["checked_against"]["source"], "reported by the engine at its last start");
   ASSERT_EQ(r["findings"].size(), 1u) << r.dump();
@@ -78,7 +90,7 @@ TEST(VllmCheck, ARemovedFlagIsAnErrorAndAPushWouldBeRefused) {
 
 TEST(VllmCheck, WouldSaysWarmOrColdAndIsLeftOutWhenNotAsked) {
   Config c = config(EngineKind::kVllm);
-  CheckInput in{c, builtin_vllm_rules(), "", {}, kCurrent};
+  CheckInput in{c, builtin_engine_adapter(c.engine.kind), kCurrent};
   json warm = check_reply(in, {"/m", "--dtype", "bfloat16", "--max-num-seqs", "4"}, true);
   EXPECT_EQ(warm["would"], "restart the engine (warm)");
   EXPECT_TRUE(warm["daemon_affecting"].empty());

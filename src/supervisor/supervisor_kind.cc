@@ -1,0 +1,34 @@
+// The Supervisor's questions to its engine kind (m_kind, engines/engine_kind.h) that touch its own counters
+// and state: the engine's own word on its weights, the model readiness asks for, the checks before a push.
+#include <spdlog/spdlog.h>
+
+#include "supervisor/engines/check.h"
+#include "supervisor/supervisor.h"
+#include "supervisor/supervisor_internal.h"
+
+namespace fr::supervisor {
+
+using nlohmann::json;
+
+std::string Supervisor::path_from_engine_report(Engine& e) {
+  const AttachWord w = e.report->attach_word();
+  for (const auto& m : w.misses) m_miss_reasons[m]++;
+  m_attach_counts[w.counted]++;
+  if (e.miss_reason.empty()) e.miss_reason = w.miss_reason;
+  return w.path;
+}
+
+std::string Supervisor::readiness_model() const { return m_engine ? m_kind->readiness_model(m_engine->flags) : std::string(); }
+
+std::string Supervisor::refuse_push(const std::vector<std::string>& next) {
+  const FlagCheck check = m_kind->check_flags(m_cfg, next, /*own_environment=*/true);
+  for (const auto& f : check.findings)
+    if (!f.error) spdlog::warn("check: {}", f.message);
+  return check.refusal;
+}
+
+json Supervisor::handle_check(const ControlRequest& req) {
+  return check_reply({m_cfg, *m_kind, m_flags, /*own_environment=*/true}, pushed_flags(req, m_flags), /*with_would=*/true);
+}
+
+}  // namespace fr::supervisor
