@@ -274,6 +274,10 @@ void memory_families(Writer& w, const SupervisorStatus& status) {
     w.family(f.name, "gauge", f.help);
     for (const auto& [gpu, m] : ms) w.sample({{"gpu", gpu}}, count(m->*f.value));
   }
+  w.family("gpu_engine_memory_share_ratio", "gauge",
+           "The engine's share of the GPU's memory (what its rank there is given; the daemon's pool and a standby's reserve aside).");
+  for (const auto& [gpu, m] : ms)
+    if (m->engine_share) w.sample({{"gpu", gpu}}, *m->engine_share);
 }
 
 // engine.kind = "vllm": what the engine reported about itself, and the loader plugin's attach times

@@ -49,6 +49,7 @@ static Status read(const json& j, const std::string& w, MemoryRowStatus& m) {
   FR_TRY(field(j, "free_bytes", w, m.free_bytes));
   FR_TRY(field(j, "budget_bytes", w, m.budget_bytes));
   FR_TRY(field(j, "daemon_held_bytes", w, m.daemon_held_bytes));
+  FR_TRY(field(j, "engine_share", w, m.engine_share));
   return {};
 }
 
@@ -188,9 +189,11 @@ namespace {
 
 json to_json(const MemoryRowStatus& m) {
   if (m.error) return {{"gpu", m.gpu}, {"error", *m.error}};
-  return {{"gpu", m.gpu}, {"uuid", m.uuid}, {"name", m.name}, {"total_bytes", m.total_bytes},
-          {"used_bytes", m.used_bytes}, {"free_bytes", m.free_bytes}, {"budget_bytes", m.budget_bytes},
-          {"daemon_held_bytes", m.daemon_held_bytes}};
+  json j = {{"gpu", m.gpu}, {"uuid", m.uuid}, {"name", m.name}, {"total_bytes", m.total_bytes},
+            {"used_bytes", m.used_bytes}, {"free_bytes", m.free_bytes}, {"budget_bytes", m.budget_bytes},
+            {"daemon_held_bytes", m.daemon_held_bytes}};
+  if (m.engine_share) j["engine_share"] = *m.engine_share;
+  return j;
 }
 
 json to_json(const MetricsStatus& m) {

@@ -67,6 +67,9 @@ struct MemoryRowStatus {
   uint64_t free_bytes = 0;
   uint64_t budget_bytes = 0;
   uint64_t daemon_held_bytes = 0;
+  // The engine's share of this GPU (the rank on it is told it in FASTRESTART_GPU_MEMORY_UTILIZATION):
+  // memory.utilization minus what the daemon holds (zero_copy) and a warmed standby's reserve.
+  std::optional<double> engine_share;
 };
 
 // One start path asked at the current (or last) engine start.

@@ -238,6 +238,7 @@ json Supervisor::status_json() {
     st.daemons.push_back(std::move(row));
   }
   if (m_cfg.weights.backend != "host") {
+    const auto shares = gpu_fractions(/*for_standby=*/false, /*warn=*/false);
     for (const auto& gpu : m_cfg.gpus) {
       MemoryRowStatus row;
       row.gpu = gpu;
@@ -252,6 +253,7 @@ json Supervisor::status_json() {
         row.free_bytes = m->free;
         row.budget_bytes = static_cast<uint64_t>(m_cfg.memory.utilization * static_cast<double>(m->total));
         row.daemon_held_bytes = held_bytes(gpu);
+        if (st.memory.size() < shares.size()) row.engine_share = shares[st.memory.size()];
       }
       st.memory.push_back(std::move(row));
     }

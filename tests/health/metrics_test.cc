@@ -27,7 +27,7 @@ json sample_status() {
       {"gpu": "1", "state": "dead", "held_bytes": 0, "progress": {"done_bytes": 0, "total_bytes": 0, "rate_bytes_per_s": 0}}
     ],
     "memory": [
-      {"gpu": "0", "total_bytes": 100, "used_bytes": 60, "free_bytes": 40, "budget_bytes": 90},
+      {"gpu": "0", "total_bytes": 100, "used_bytes": 60, "free_bytes": 40, "budget_bytes": 90, "engine_share": 0.8125},
       {"gpu": "1", "error": "nvml: GPU lost"}
     ],
     "metrics": {
@@ -162,6 +162,7 @@ TEST(RenderMetrics, GpuMemorySkipsErrors) {
   EXPECT_EQ(value_of(text, "fastrestart_gpu_memory_free_bytes{gpu=\"0\"}"), "40");
   EXPECT_EQ(value_of(text, "fastrestart_gpu_memory_budget_bytes{gpu=\"0\"}"), "90");
   EXPECT_EQ(value_of(text, "fastrestart_gpu_memory_total_bytes{gpu=\"1\"}"), "<absent>");
+  EXPECT_EQ(value_of(text, "fastrestart_gpu_engine_memory_share_ratio{gpu=\"0\"}"), "0.8125");
 }
 
 TEST(RenderMetrics, BuildInfoAndUptime) {

@@ -56,6 +56,7 @@ SupervisorStatus sample() {
   m.free_bytes = 40;
   m.budget_bytes = 90;
   m.daemon_held_bytes = 30;
+  m.engine_share = 0.5625;
   s.memory.push_back(m);
   MemoryRowStatus lost;
   lost.gpu = "1";

@@ -9,6 +9,7 @@
 #include <gtest/gtest.h>
 
 #include <chrono>
+#include <cmath>
 #include <filesystem>
 #include <fstream>
 #include <thread>
@@ -213,6 +214,48 @@ TEST_F(TpTest, EachRankGetsTheDeviceOfItsGpu) {
   EXPECT_NE(metrics.find("fastrestart_daemon_up{gpu=\"0\"} 1"), std::string::npos) << metrics;
   EXPECT_NE(metrics.find("fastrestart_daemon_up{gpu=\"1\"} 1"), std::string::npos) << metrics;
   EXPECT_EQ(m_sup->stop(SIGTERM), 0) << m_sup->log();
+}
+
+// Each GPU's share is computed on that GPU: two fake GPUs of 80 and 40 GB (FASTRESTART_FAKE_NVML), a
+// warmed standby's 4096 MiB reserve set aside on each, so 0.9 - 4096 MiB / total differs per GPU. Each
+// rank is given its own GPU's share, status and /metrics show both, and --gpu-memory-utilization is the
+// smaller one (for engines that take one number for all their ranks).
+TEST(TpMemory, EachRankIsGivenTheShareOfItsOwnGpu) {
+  test::TempDir dir;
+  ASSERT_EQ(test::run({FR_TINYENGINE_BIN, "gen", "--out", dir / "model", "--size", "4M"}).exit_code, 0);
+  std::ofstream(dir / "nvml.json") << "{\"0\": {\"total\": 80000000000, \"used\": 1000000000},"
+                                      " \"1\": {\"total\": 40000000000, \"used\": 1000000000}}";
+  const uint16_t port = test::free_port(), http = test::free_port();
+  std::ofstream(dir / "t.toml") << "gpus = [\"0\", \"1\"]\n[model]\nname = \"t\"\n[engine]\ncommand = [\"" << FR_TINYENGINE_BIN
+                                << "\", \"serve\", \"" << (dir / "model") << "\"]\nflags = [\"--port\", \"" << port
+                                << "\", \"--served-model-name\", \"t\", \"--tensor-parallel-size\", \"2\"]\nport = " << port << "\n"
+                                << "[weights]\nmode = \"off\"\n[memory]\nutilization = 0.9\nleak_tolerance_mib = 100000\nsettle_timeout_s = 1\n"
+                                << "[standby]\nlevel = \"warmed\"\nreserve_mib = 4096\n"
+                                << "[readiness]\nmodel = \"t\"\npoll_interval_s = 0.05\n"
+                                << "[restart]\nstart = [\"standby\", \"cold\"]\n"
+                                << "[control]\nsocket = \"" << (dir / "ctl/t.ctl") << "\"\nstate_dir = \"" << (dir / "state") << "\"\n"
+                                << "[http]\nlisten = \"127.0.0.1:" << http << "\"\n";
+  ::setenv("FASTRESTART_FAKE_NVML", (dir / "nvml.json").c_str(), 1);
+  test::Supervised sup(FR_FASTRESTARTD_BIN, dir / "t.toml", dir / "ctl/t.ctl", dir / "d.log");
+  sup.start();
+  ::unsetenv("FASTRESTART_FAKE_NVML");
+  json st;
+  ASSERT_TRUE(sup.wait_for([](const json& j) { return j.value("state", "") == "ready"; }, 90, &st)) << sup.log();
+  const double reserve = 4096.0 * 1048576;
+  const double want0 = std::floor((0.9 - reserve / 80e9) * 10000) / 10000, want1 = std::floor((0.9 - reserve / 40e9) * 10000) / 10000;
+  ASSERT_EQ(st["memory"].size(), 2u) << st.dump();
+  EXPECT_NEAR(st["memory"][0].value("engine_share", 0.0), want0, 1e-9) << st["memory"].dump();
+  EXPECT_NEAR(st["memory"][1].value("engine_share", 0.0), want1, 1e-9) << st["memory"].dump();
+  const json stats = json::parse(test::http_get(port, "/stats").body, nullptr, false);
+  ASSERT_TRUE(stats.is_object());
+  const json ranks = stats["tensor_parallel"]["ranks"];
+  ASSERT_EQ(ranks.size(), 2u) << stats.dump();
+  EXPECT_NEAR(ranks[0].value("memory_utilization", 0.0), want0, 1e-6) << ranks.dump();
+  EXPECT_NEAR(ranks[1].value("memory_utilization", 0.0), want1, 1e-6) << ranks.dump();
+  EXPECT_NEAR(stats.value("gpu_memory_utilization", 0.0), want1, 1e-6) << "the one flag is the smaller share";
+  const std::string metrics = test::http_get(http, "/metrics").body;
+  EXPECT_NE(metrics.find("fastrestart_gpu_engine_memory_share_ratio{gpu=\"1\"}"), std::string::npos) << metrics;
+  EXPECT_EQ(sup.stop(SIGTERM), 0) << sup.log();
 }
 
 }  // namespace
