@@ -141,11 +141,11 @@ Result<std::unique_ptr<TpGroup>> TpGroup::start(const std::vector<std::string>& 
   }
   // A rank's exit ends the engine: its ranks run as one, and a supervisor restarts them together.
   for (const auto& r : g->m_ranks) {
-    std::thread([rank = r.rank, pid = r.pid, group = g.get()] {
+    std::thread([rank = r.rank, pid = r.pid, stopping = g->m_stopping] {
       int st = 0;
       while (::waitpid(pid, &st, 0) < 0 && errno == EINTR) {
       }
-      if (group->m_stopping) return;
+      if (*stopping) return;
       spdlog::error("tensor-parallel rank {} (pid {}) {}: exiting, the engine's ranks run as one", rank, pid,
                     describe_status(st));
       std::fflush(nullptr);
@@ -155,7 +155,7 @@ Result<std::unique_ptr<TpGroup>> TpGroup::start(const std::vector<std::string>& 
   return g;
 }
 
-TpGroup::~TpGroup() { m_stopping = true; }
+TpGroup::~TpGroup() { *m_stopping = true; }
 
 Error TpGroup::broken(std::string why) {
   if (m_broken.empty()) {

@@ -16,6 +16,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <memory>
 #include <mutex>
 #include <string>
 #include <vector>
@@ -79,7 +80,7 @@ class TpGroup {
   std::string check();
   nlohmann::json ranks_json() const;
   void set_rank0(nlohmann::json j) { m_rank0 = std::move(j); }
-  void shutting_down() { m_stopping = true; }
+  void shutting_down() { *m_stopping = true; }
 
  private:
   struct Rank {
@@ -95,7 +96,8 @@ class TpGroup {
   nlohmann::json m_rank0 = nlohmann::json::object();
   std::timed_mutex m_mutex;   // one exchange at a time on the channels
   std::string m_broken;       // set once: the channels are out of step after a rank failed to answer
-  std::atomic<bool> m_stopping{false};
+  // Shared with the threads that wait for the ranks, which may outlive this object at exit.
+  std::shared_ptr<std::atomic<bool>> m_stopping = std::make_shared<std::atomic<bool>>(false);
 };
 
 // The whole life of ranks 1..N-1 (`serve --tp-rank R`, started by rank 0): load the shard through the
