@@ -127,7 +127,7 @@ void Supervisor::perform(Action a) {
     case Action::kReloadDaemons:
       set_status("Reloading the weight daemons (cold)");
       m_daemons->expect_fresh();
-      stop_daemons();  // start_daemons() follows once they are gone (on_daemon_exit)
+      stop_daemons();  // start_daemons() follows once they are gone (kDaemonsStopped in loading)
       break;
     case Action::kStartEngine: start_engine(); break;
     case Action::kStopEngine: stop_engine(false); break;
