@@ -1,13 +1,18 @@
 // The native weight daemons (daemons/native.cc): one fastrestart-weightd per GPU, its socket and its
 // command line, and what the set answers before its daemons run.
 #include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
 
+#include <functional>
 #include <string>
 
 #include "common/private_dir.h"
 #include "supervisor/daemons/daemon_set.h"
 #include "supervisor/daemons/native.h"
 #include "fake_host.h"
+#include "support/harness.h"
 
 namespace fr::supervisor {
 namespace {
@@ -100,6 +105,89 @@ TEST(NativeDaemons, BeforeTheyRunNothingServesAndNothingIsHeld) {
   host.event_loop.run();
   ASSERT_EQ(host.events.size(), 1u);
   EXPECT_EQ(host.events[0], Event::kDaemonsStopped);
+  set->close();
+}
+
+// Runs the loop until `done` holds (checked every 20 ms, reaping the set's children as fastrestartd's
+// SIGCHLD handler does), at most 60 s: a hang fails the test instead of the run.
+bool run_until(Loop& loop, DaemonSet& set, const std::function<bool()>& done) {
+  Timer check(loop), limit(loop);
+  check.start(0.02, [&] {
+    int status = 0;
+    for (pid_t pid; (pid = ::waitpid(-1, &status, WNOHANG)) > 0;) set.on_exit(pid, status);
+    if (done()) loop.stop();
+  }, 0.02);
+  limit.start(60, [&] { loop.stop(); });
+  loop.run();
+  return done();
+}
+
+void reap(DaemonSet& set, pid_t pid) {
+  int status = 0;
+  ASSERT_EQ(::waitpid(pid, &status, 0), pid);
+  EXPECT_TRUE(set.on_exit(pid, status));
+}
+
+// The real fastrestart-weightd, two host daemons standing for GPUs 0 and 1 (as the tensor-parallel tests).
+TEST(NativeDaemons, RealDaemonsGetReadyRespawnAfterADeathAndStopAsOne) {
+  fr::test::TempDir tmp;
+  const std::string dir = tmp / "sockets";
+  ASSERT_EQ(::mkdir(dir.c_str(), 0700), 0);  // the daemons refuse a directory more open than 0700
+  FakeHost host;
+  host.cfg.weights.backend = "host";
+  host.cfg.weights.daemon_path = fr::test::weightd();
+  host.cfg.weights.socket_dir = dir;
+  host.cfg.gpus = {"0", "1"};
+  auto set = make_daemon_set(host);
+  set->start();
+  ASSERT_TRUE(run_until(host.event_loop, *set, [&] { return !host.events.empty(); }));
+  ASSERT_EQ(host.events.size(), 1u);
+  ASSERT_EQ(host.events[0], Event::kDaemonsReady);
+  auto rows = set->rows();
+  ASSERT_EQ(rows.size(), 2u);
+  EXPECT_EQ(rows[0].gpu, "0");
+  EXPECT_EQ(rows[0].socket, dir + "/weightd-host-0.sock");
+  EXPECT_EQ(rows[1].socket, dir + "/weightd-host-1.sock");
+  EXPECT_EQ(rows[0].state, "ready");
+  EXPECT_EQ(set->attach_sockets().size(), 2u);
+  std::set<pid_t> known;
+  set->add_known_pids(known);
+  EXPECT_EQ(known, (std::set<pid_t>{static_cast<pid_t>(rows[0].pid), static_cast<pid_t>(rows[1].pid)}));
+  auto r = set->refusal();
+  ASSERT_TRUE(r.has_value());
+  EXPECT_EQ(r->code, "nothing_held") << r->detail;
+  set->engine_ready();  // an engine loaded and published: now they hold what it used
+  EXPECT_EQ(set->refusal(), std::nullopt);
+  EXPECT_TRUE(set->holds_old_weights());
+  set->expect_fresh();
+  EXPECT_FALSE(set->holds_old_weights());
+  set->engine_ready();
+
+  // A death while an engine runs: respawned (the backoff's first step), and ready again.
+  host.awaiting = false;
+  const pid_t first = static_cast<pid_t>(rows[0].pid);
+  ASSERT_EQ(::kill(first, SIGKILL), 0);
+  reap(*set, first);
+  EXPECT_EQ(set->rows()[0].state, "dead");
+  EXPECT_EQ(set->refusal()->code, "daemons_not_ready");
+  ASSERT_TRUE(run_until(host.event_loop, *set, [&] {
+    auto now = set->rows();
+    return now[0].pid != first && now[0].state == "ready";
+  })) << set->rows()[0].state << " " << set->rows()[0].error;
+  EXPECT_EQ(host.events.size(), 1u) << "a respawn raises nothing";
+
+  // Stop: SIGTERM to both; kDaemonsStopped once the last is gone, not before.
+  rows = set->rows();
+  set->stop();
+  EXPECT_TRUE(set->stopping());
+  reap(*set, static_cast<pid_t>(rows[0].pid));
+  EXPECT_EQ(host.events.size(), 1u) << "one daemon is still alive";
+  reap(*set, static_cast<pid_t>(rows[1].pid));
+  ASSERT_EQ(host.events.size(), 2u);
+  EXPECT_EQ(host.events[1], Event::kDaemonsStopped);
+  EXPECT_FALSE(set->stopping());
+  EXPECT_EQ(set->rows()[0].state, "stopped");
+  EXPECT_FALSE(set->holds_old_weights()) << "no daemon is alive";
   set->close();
 }
 
