@@ -32,7 +32,6 @@ namespace {
 
 constexpr size_t kTailLines = 200;
 constexpr size_t kRecentRollbacks = 10;  // rollbacks kept with their reason for status
-constexpr double kDaemonStopGraceS = 30;
 constexpr double kExtendEveryS = 10;  // EXTEND_TIMEOUT_USEC cadence while the first engine starts
 
 class SdNotifier final : public Notifier {
@@ -56,10 +55,6 @@ std::string join(const std::vector<std::string>& v, const char* sep = " ") {
   std::string s;
   for (const auto& x : v) s += (s.empty() ? "" : sep) + x;
   return s;
-}
-
-std::string daemon_binary(const Config& c) {
-  return c.weights.daemon_path.empty() ? find_companion("fastrestart-weightd", "daemon") : c.weights.daemon_path;
 }
 
 }  // namespace
@@ -98,13 +93,13 @@ Supervisor::Supervisor(Config config, std::unique_ptr<GpuProbe> gpus, std::uniqu
       m_drain_timer(m_loop),
       m_backoff_timer(m_loop),
       m_kill_timer(m_loop),
-      m_daemon_timer(m_loop),
       m_watchdog_timer(m_loop) {
   m_flags = m_cfg.engine.flags;
   // The config's check read the kind's rules files already; one that broke since leaves the built-in rules.
   auto kind = make_engine_adapter(m_cfg);
   m_kind = kind.ok() ? std::move(*kind) : make_builtin_engine_adapter(m_cfg.engine.kind);
   m_output_rules = m_kind->failure_rules();
+  m_daemons = make_daemon_set(*this);
   m_snap = std::make_unique<Snapshots>();
   load_persisted_flags();
   m_last_ready_flags = m_flags;
@@ -131,8 +126,8 @@ void Supervisor::perform(Action a) {
     case Action::kStartDaemons: start_daemons(); break;
     case Action::kReloadDaemons:
       set_status("Reloading the weight daemons (cold)");
-      m_next_start_cold = true;
-      stop_daemons();  // start_daemons() follows once they are gone (on_daemon_exit)
+      m_daemons->expect_fresh();
+      stop_daemons();  // start_daemons() follows once they are gone (kDaemonsStopped in loading)
       break;
     case Action::kStartEngine: start_engine(); break;
     case Action::kStopEngine: stop_engine(false); break;
@@ -219,14 +214,12 @@ int Supervisor::run() {
   m_signals.clear();
   m_standby.reset();
   m_engine.reset();
-  m_daemons.clear();
-  m_preload.reset();
-  m_watch_timer.stop();
+  m_daemons->close();
   if (m_snap->helper_pid > 0) signal_group(m_snap->helper_pid, -1, SIGKILL);  // a job cut short by the stop
   m_snap->helper_reader.reset();
   m_snap->job_timer.reset();
   for (Timer* t : {&m_poll_timer, &m_deadline_timer, &m_health_timer, &m_drain_timer, &m_backoff_timer,
-                   &m_kill_timer, &m_daemon_timer, &m_watchdog_timer})
+                   &m_kill_timer, &m_watchdog_timer})
     t->stop();
   spdlog::info("fastrestartd exiting with code {}", m_exit_code);
   return m_exit_code;
@@ -240,22 +233,11 @@ void Supervisor::reap() {
       on_engine_exit(status);
       continue;
     }
-    if (m_preload && pid == m_preload->pid && !m_preload->exited) {
-      on_preload_exit(status);
-      continue;
-    }
+    if (m_daemons->on_exit(pid, status)) continue;
     if (standby_alive() && pid == m_standby->proc->pid) {
       on_standby_exit(status);
       continue;
     }
-    bool daemon = false;
-    for (auto& d : m_daemons)
-      if (d->pid == pid && !d->exited) {
-        on_daemon_exit(*d, status);
-        daemon = true;
-        break;
-      }
-    if (daemon) continue;
     if (m_snap->helper_pid > 0 && pid == m_snap->helper_pid) {
       on_helper_exit(status);
       continue;
@@ -267,217 +249,11 @@ void Supervisor::reap() {
 }
 
 // ---------------------------------------------------------------------------------------------------
-// Weight daemons
-
-bool Supervisor::daemons_stopping() const {
-  for (const auto& d : m_daemons)
-    if (d->stopping && !d->exited) return true;
-  return false;
-}
-
-bool Supervisor::daemons_active() const {
-  return m_cfg.weights.mode != WeightsMode::kOff && m_cfg.weights.daemon == DaemonKind::kNative;
-}
+// Weight daemons: the set does the kind's work (daemons/daemon_set.h); the standby's order is ours.
 
 void Supervisor::start_daemons() {
-  m_daemons.clear();
   ++m_daemon_generation;
-  if (preload_mode()) {
-    start_preload();
-    return;
-  }
-  if (!daemons_active()) {
-    m_loop.post([this] { raise(Event::kDaemonsReady); });
-    return;
-  }
-  set_status("Starting the weight daemons");
-  const bool host = m_cfg.weights.backend == "host";
-  // The host backend runs one daemon, or one per listed GPU that it stands for (tensor-parallel tests).
-  std::vector<std::string> gpus = host && m_cfg.gpus.empty() ? std::vector<std::string>{""} : m_cfg.gpus;
-  const std::string dir = m_cfg.weights.socket_dir.empty() ? default_socket_dir() : m_cfg.weights.socket_dir;
-  for (const auto& gpu : gpus) {
-    auto d = std::make_unique<Daemon>();
-    d->gpu = gpu;
-    std::string uuid = gpu.empty() ? "host" : "host-" + gpu;
-    if (!host) {
-      uuid = gpu;
-      if (gpu.rfind("GPU-", 0) != 0) {
-        auto m = m_gpus->memory(gpu);
-        if (m.ok()) uuid = m->uuid;
-      }
-    }
-    d->socket = dir + "/weightd-" + uuid + ".sock";
-    spawn_daemon(*d);
-    m_daemons.push_back(std::move(d));
-  }
-  m_daemon_timer.start(0.05, [this] { poll_daemons(); });
-}
-
-void Supervisor::spawn_daemon(Daemon& d) {
-  const bool host = m_cfg.weights.backend == "host";
-  const auto files = checkpoint_files(m_cfg);
-  const bool preload = !files.empty() && !m_cfg.weights.key.empty();
-  SpawnSpec spec;
-  spec.argv = {daemon_binary(m_cfg), "--backend", host ? "host" : "cuda", "--reader-threads",
-               std::to_string(m_cfg.weights.reader_threads), "--log-level", m_cfg.logging.level};
-  if (!host || !d.gpu.empty()) spec.argv.insert(spec.argv.end(), {"--gpu", d.gpu});
-  if (!m_cfg.weights.socket_dir.empty()) spec.argv.insert(spec.argv.end(), {"--socket-dir", m_cfg.weights.socket_dir});
-  if (!m_cfg.control.group.empty()) spec.argv.insert(spec.argv.end(), {"--group", m_cfg.control.group});
-  if (preload) {
-    for (const auto& f : files) spec.argv.insert(spec.argv.end(), {"--preload", f});
-    for (const auto& [k, v] : m_cfg.weights.key) spec.argv.insert(spec.argv.end(), {"--config", k + "=" + v});
-  }
-  d.exited = d.stopping = d.ready = false;
-  d.status = {};
-  const std::string prefix = d.gpu.empty() ? "weightd" : "weightd[" + d.gpu + "]";
-  if (auto s = spawn_supervised(m_loop, spec, prefix, nullptr, d); !s.ok()) {
-    d.failed = d.exited = true;
-    d.error = s.error().message;
-    spdlog::error("{}: {}", prefix, d.error);
-    return;
-  }
-  d.failed = false;
-  d.error.clear();
-  d.spawned_at = m_loop.now_s();
-  spdlog::info("started {} (pid {}){}", prefix, d.pid, preload ? ", preloading " + std::to_string(files.size()) + " file(s)" : "");
-}
-
-void Supervisor::poll_daemons() {
-  struct Reply {
-    size_t index;
-    Result<json> status;
-  };
-  // While daemons are being stopped their exits decide what follows (kDaemonsStopped); a status they
-  // answer now, or answered before the stop, says nothing about the daemons that come next.
-  if (daemons_stopping()) return;
-  const uint64_t generation = m_daemon_generation;
-  auto pending = std::make_shared<std::vector<Reply>>();
-  auto remaining = std::make_shared<size_t>(0);
-  for (size_t i = 0; i < m_daemons.size(); ++i) {
-    if (m_daemons[i]->exited || m_daemons[i]->stopping) continue;
-    ++*remaining;
-  }
-  if (*remaining == 0) {
-    raise(Event::kDaemonsFailed);
-    return;
-  }
-  for (size_t i = 0; i < m_daemons.size(); ++i) {
-    Daemon& d = *m_daemons[i];
-    if (d.exited || d.stopping) continue;
-    std::string sock = d.socket;
-    run_in_pool<Reply>(
-        m_loop,
-        [i, sock]() -> Reply {
-          auto c = loader::DaemonClient::connect(sock, 1.0, "fastrestartd");
-          if (!c.ok()) return {i, c.error()};
-          return {i, c->call({{"op", "status"}}, 5)};
-        },
-        [this, pending, remaining, generation](Reply r) {
-          pending->push_back(std::move(r));
-          if (--*remaining > 0) return;
-          // Replies from before a stop or a reload of the daemons: they must not start an engine on daemons
-          // that are going away (seen on the H200: a reply to the drain's poll arrived just after the cold
-          // reload stopped the daemons, the engine started at once and the daemons were never restarted).
-          if (generation != m_daemon_generation || daemons_stopping()) return;
-          // All answers in: decide.
-          bool all_ready = true, any_failed = false;
-          uint64_t done = 0, total = 0;
-          double rate = 0;
-          for (auto& rep : *pending) {
-            if (rep.index >= m_daemons.size()) continue;
-            Daemon& dm = *m_daemons[rep.index];
-            if (!rep.status.ok()) {
-              all_ready = false;  // not listening yet
-              continue;
-            }
-            auto st = proto::daemon_status_from_json(*rep.status);
-            if (!st.ok()) {
-              spdlog::warn("weight daemon {}: unreadable status: {}", dm.gpu.empty() ? "host" : dm.gpu, st.error().message);
-              all_ready = false;
-              continue;
-            }
-            dm.status = std::move(*st);
-            bool ready = true;
-            for (const auto& e : dm.status.entries) {
-              done += e.progress.done_bytes;
-              total += e.progress.total_bytes;
-              rate += e.progress.rate_bytes_per_s;
-              if (e.state == "loading") ready = false;
-              if (e.state == "failed") {
-                any_failed = true;
-                dm.error = e.error.value_or("load failed");
-              }
-            }
-            dm.ready = ready;
-            all_ready &= ready;
-          }
-          if (!awaits_daemons(m_state)) {
-            m_daemon_timer.start(2.0, [this] { poll_daemons(); });  // keep status fresh
-            return;
-          }
-          if (any_failed) {
-            spdlog::error("a weight daemon failed to load; the engine will load from disk");
-            raise(Event::kDaemonsFailed);
-          } else if (all_ready) {
-            raise(Event::kDaemonsReady);
-          } else {
-            if (total > 0) {
-              double eta = rate > 0 ? static_cast<double>(total - done) / rate : 0;
-              char b[160];
-              std::snprintf(b, sizeof b, "Loading weights: %s / %s (%.2f GB/s, ETA %.0f s)", fmt_bytes(double(done)).c_str(),
-                            fmt_bytes(double(total)).c_str(), rate / 1e9, eta);
-              // Progress is being made: keep systemd's start timeout from firing.
-              set_status(b, "EXTEND_TIMEOUT_USEC=" + std::to_string(30'000'000) + "\n");
-            }
-            m_daemon_timer.start(0.2, [this] { poll_daemons(); });
-            return;
-          }
-          m_daemon_timer.start(2.0, [this] { poll_daemons(); });
-        });
-  }
-}
-
-void Supervisor::on_daemon_exit(Daemon& d, int status) {
-  d.exited = true;
-  d.reader.reset();
-  std::string how = WIFEXITED(status) ? "exit code " + std::to_string(WEXITSTATUS(status))
-                                      : "signal " + std::to_string(WTERMSIG(status));
-  if (d.stopping) {
-    spdlog::info("weight daemon pid {} stopped ({})", d.pid, how);
-    bool all_gone = true;
-    for (auto& x : m_daemons) all_gone &= x->exited;
-    if (!all_gone) return;
-    m_kill_timer.stop();
-    raise(Event::kDaemonsStopped);  // stopping: exit; loading: a reload stopped them, start them again
-    return;
-  }
-  d.failed = true;
-  d.error = "exited unexpectedly: " + how;
-  if (awaits_daemons(m_state)) {
-    // Dead while loading (no GPU, a bad checkpoint, ...): the engine starts anyway and loads from disk.
-    spdlog::error("weight daemon pid {} died while loading ({}); the engine will load from disk", d.pid, how);
-    poll_daemons();
-    return;
-  }
-  if (is_terminal(m_state)) return;
-  // Running engines keep their mappings; the next restart needs a daemon again. Respawn with a backoff so a
-  // daemon that cannot start does not spin.
-  // A daemon that ran as long as restart.reset_after_s starts its backoff again (as the engine's does):
-  // else every death in a long life would wait the full 60 s (found by the soak).
-  if (m_loop.now_s() - d.spawned_at >= m_cfg.restart.reset_after_s) d.respawns = 0;
-  const double delay = std::min(60.0, 0.5 * static_cast<double>(1 << std::min(d.respawns, 7)));
-  d.respawns++;
-  spdlog::error("weight daemon pid {} died ({}); running engines keep their mappings; respawning in {:.1f} s",
-                d.pid, how, delay);
-  if (!d.respawn) d.respawn = std::make_unique<Timer>(m_loop);
-  Daemon* raw = &d;
-  d.respawn->start(delay, [this, raw] {
-    if (is_terminal(m_state)) return;
-    spawn_daemon(*raw);
-    // The status poll chain ends when no daemon is alive: restart it, or the respawned daemon would show
-    // "loading" and 0 held bytes forever (found by the soak, tests/soak).
-    m_daemon_timer.start(0.05, [this] { poll_daemons(); });
-  });
+  m_daemons->start();
 }
 
 void Supervisor::stop_daemons() {
@@ -488,31 +264,7 @@ void Supervisor::stop_daemons() {
     return;
   }
   discard_standby("the weight daemons are stopping");  // a pending respawn
-  if (preload_mode()) {
-    stop_preload();
-    return;
-  }
-  bool any = false;
-  for (auto& d : m_daemons) {
-    if (d->exited) continue;
-    d->stopping = true;
-    any = true;
-    ::kill(d->pid, SIGTERM);
-  }
-  if (!any) {
-    m_loop.post([this] { raise(Event::kDaemonsStopped); });
-    return;
-  }
-  m_kill_timer.start(kDaemonStopGraceS, [this] {
-    for (auto& d : m_daemons)
-      if (!d->exited) ::kill(d->pid, SIGKILL);
-  });
-}
-
-uint64_t Supervisor::held_bytes(const std::string& gpu) const {
-  for (const auto& d : m_daemons)
-    if (d->gpu == gpu && !d->exited) return d->status.held_bytes;
-  return 0;
+  m_daemons->stop();
 }
 
 // ---------------------------------------------------------------------------------------------------
@@ -554,7 +306,7 @@ std::vector<double> Supervisor::gpu_fractions(bool for_standby, bool warn) const
 std::vector<std::string> Supervisor::engine_argv(bool for_standby) const {
   std::vector<std::string> argv = m_cfg.engine.command;
   std::vector<std::string> flags = m_flags;
-  if (preload_mode()) m_kind->flags_for_preload(flags, preload_use());  // vLLM: --load-format ipc_cache, ...
+  if (auto use = m_daemons->preload_use()) m_kind->flags_for_preload(flags, *use);  // vLLM: --load-format ipc_cache, ...
   if (const auto fr = gpu_fractions(for_standby, /*warn=*/true); !fr.empty()) {
     // One flag for every rank: the smallest share (each rank's own is in $FASTRESTART_GPU_MEMORY_UTILIZATION).
     const double frac = *std::min_element(fr.begin(), fr.end());
@@ -574,7 +326,7 @@ std::map<std::string, std::string> Supervisor::engine_env(bool for_standby) {
   // through entry r (docs/engine_loader.md, "Devices"). CUDA numbers the visible GPUs from 0; the host
   // backend's daemons stand for the listed GPUs by name.
   const bool host = m_cfg.weights.backend == "host";
-  if (!m_cfg.gpus.empty() && (!host || daemons_active())) {
+  if (!m_cfg.gpus.empty() && (!host || m_daemons->loader_protocol())) {
     std::vector<std::string> devices;
     for (size_t i = 0; i < m_cfg.gpus.size(); ++i) devices.push_back(host ? "host:" + m_cfg.gpus[i] : "cuda:" + std::to_string(i));
     env["FASTRESTART_DEVICES"] = join(devices, ",");
@@ -677,42 +429,9 @@ std::vector<StartAttemptStatus> Supervisor::start_attempts() const {
   return out;
 }
 
-std::optional<StartRefusal> Supervisor::daemons_refusal() const {
-  if (m_cfg.weights.mode == WeightsMode::kOff) return StartRefusal{"no_daemon", "weights.mode is off"};
-  if (m_cfg.weights.daemon == DaemonKind::kNone) return StartRefusal{"no_daemon", "weights.daemon is none"};
-  if (preload_mode()) {
-    if (!m_preload || m_preload->exited)
-      return StartRefusal{"daemons_not_ready", "vllm preload is not running" + (m_preload && !m_preload->error.empty() ? " (" + m_preload->error + ")" : std::string())};
-    if (!m_preload->ready) return StartRefusal{"daemons_not_ready", "vllm preload is not ready"};
-    if (!m_preload->stale.empty()) return StartRefusal{"nothing_held", "the checkpoint changed under vllm preload: " + m_preload->stale};
-    // copy mode: the engine takes the weights and the daemon releases its cache (vLLM docs).
-    if (m_preload->gave_weights) return StartRefusal{"nothing_held", "vllm preload gave its weights to the last engine (weights.mode = copy)"};
-    return std::nullopt;
-  }
-  if (m_daemons.empty()) return StartRefusal{"no_daemon", "no weight daemon is running"};
-  bool holds = !m_next_start_cold;  // an engine was ready on these daemons: it attached or published
-  for (const auto& d : m_daemons) {
-    const std::string name = d->gpu.empty() ? "host" : d->gpu;
-    if (d->exited || d->failed)
-      return StartRefusal{"daemons_not_ready", "the weight daemon for " + name + " is " + (d->exited ? "not running" : "failed") +
-                                                   (d->error.empty() ? "" : " (" + d->error + ")")};
-    if (!d->ready) return StartRefusal{"daemons_not_ready", "the weight daemon for " + name + " is still loading"};
-    if (!d->status.entries.empty()) holds = true;
-  }
-  if (!holds) return StartRefusal{"nothing_held", "the weight daemons hold no weights yet (the engine loads them from disk and publishes them)"};
-  return std::nullopt;
-}
+std::optional<StartRefusal> Supervisor::daemons_refusal() const { return m_daemons->refusal(); }
 
-bool Supervisor::daemons_hold_old_weights() const {
-  if (m_cfg.weights.mode == WeightsMode::kOff || m_cfg.weights.daemon == DaemonKind::kNone) return false;
-  // The preload's cache is also spent when an engine took it (copy) or the checkpoint changed under it.
-  if (preload_mode())
-    return m_preload && !m_preload->exited && (!m_next_start_cold || m_preload->gave_weights || !m_preload->stale.empty());
-  if (m_next_start_cold) return false;
-  for (const auto& d : m_daemons)
-    if (!d->exited) return true;
-  return false;
-}
+bool Supervisor::daemons_hold_old_weights() const { return m_daemons->holds_old_weights(); }
 
 void Supervisor::reload_daemons_for_start() { m_loop.post([this] { raise(Event::kFreshDaemonsNeeded); }); }
 
@@ -724,11 +443,7 @@ Status Supervisor::spawn_engine(StartPath expected) {
   e.warm_expected = expected == StartPath::kWarm;
   SpawnSpec spec;
   spec.argv = engine_argv();
-  if (preload_mode() && preload_serving()) {
-    // What this start used of the preload (preload_use() gave engine_argv the same facts for its flags).
-    e.strict = m_preload->engine_starts++ == 0;
-    if (m_cfg.weights.mode == WeightsMode::kCopy) m_preload->gave_weights = true;
-  }
+  e.strict = m_daemons->engine_spawned();  // counted by the set (vllm preload: the first start is strict)
   spec.env = engine_env();
   spec.working_dir = m_cfg.engine.working_dir;
   spec.new_pid_namespace = m_snap->wanted;
@@ -854,7 +569,7 @@ void Supervisor::decide_path_after_ready() {
     if (!m_engine) return;
     m_engine->path = path;
     m_ever_ready = true;
-    m_next_start_cold = false;
+    m_daemons->engine_ready();
     m_policy.on_ready(m_loop.now_s());
     m_last_ready_flags = m_engine->flags;
     m_ready_hist[path].add(since_spawn);
@@ -891,20 +606,18 @@ void Supervisor::decide_path_after_ready() {
   if (!e.snapshot_id.empty()) return finish("snapshot");
   if (!e.standby_level.empty()) return finish("standby");
   e.report->finish();  // what the engine says nothing about
-  if (preload_mode() || (m_kind->reports_attach() && !daemons_active())) {
+  if (m_daemons->engine_report_decides() || (m_kind->reports_attach() && !m_daemons->loader_protocol())) {
     // vLLM's own words decide: "Mapped N tensors from the weight cache daemon" / the loader's result line.
     return finish(path_from_engine_report(e) == "warm" ? "warm" : "cold");
   }
-  if (!daemons_active()) return finish("cold");
+  if (!m_daemons->loader_protocol()) return finish("cold");
   // Did the engine really attach? The daemons record attaches and misses by client pid (docs/protocol.md,
   // status): that is the engine's own attach result, with no need to parse its output.
   struct Seen {
     bool hit = false;
     std::string miss;  // the daemon's reason, when the engine asked and missed
   };
-  std::vector<std::string> socks;
-  for (const auto& d : m_daemons)
-    if (!d->exited) socks.push_back(d->socket);
+  const std::vector<std::string> socks = m_daemons->attach_sockets();
   const pid_t pgid = e.pid;
   const double since = e.attach_since_unix - 1;
   run_in_pool<Seen>(
@@ -1064,7 +777,7 @@ void Supervisor::wait_drain() {
   const pid_t pgid = m_engine ? m_engine->pid : -1;
   const double start = m_loop.now_s();
   // The engine may have published a new pool since the last status poll: refresh the held bytes now.
-  if (daemons_active() && !m_cfg.gpus.empty()) poll_daemons();
+  if (!m_cfg.gpus.empty()) m_daemons->refresh();
   // The step re-arms itself through the timer. It holds itself only weakly: the timer's callback holds
   // the strong reference, so the closure is freed once the drain is over (a self-capturing shared_ptr
   // leaked it on every engine exit: LeakSanitizer, docs/reliability.md).

@@ -20,6 +20,7 @@
 #include "common/fd.h"
 #include "supervisor/classify.h"
 #include "supervisor/config.h"
+#include "supervisor/daemons/daemon_set.h"
 #include "supervisor/control_request.h"
 #include "supervisor/host_probe.h"
 #include "supervisor/lifecycle.h"
@@ -58,7 +59,7 @@ std::unique_ptr<Notifier> make_sd_notifier();  // sd_notify(3); a no-op without 
 sigset_t handled_signals();
 void block_handled_signals();
 
-class Supervisor : private StartHost {
+class Supervisor : private StartHost, private DaemonHost {
  public:
   Supervisor(Config config, std::unique_ptr<GpuProbe> gpus, std::unique_ptr<Notifier> notifier);
   ~Supervisor() override;
@@ -73,25 +74,27 @@ class Supervisor : private StartHost {
  private:
   struct Child;
   struct Engine;
-  struct Daemon;
   struct PendingReload;
-  struct Preload;
   struct Snapshots;
   struct Standby;
 
-  void raise(Event e);
+  void raise(Event e) override;
   void perform(Action a);
-  void set_status(const std::string& s, const std::string& extra = {});
+  void set_status(const std::string& s, const std::string& extra = {}) override;
 
-  // daemons
+  // the weight daemons (m_daemons: daemons/daemon_set.h, one set of the configured kind)
   void start_daemons();
-  void spawn_daemon(Daemon& d);
-  void stop_daemons();
-  void poll_daemons();
-  void on_daemon_exit(Daemon& d, int status);
-  bool daemons_active() const;
-  bool daemons_stopping() const;  // a stop of the native daemons is under way
-  uint64_t held_bytes(const std::string& gpu) const;
+  void stop_daemons();  // after a standby's group is gone (a warmed one maps their weights)
+  uint64_t held_bytes(const std::string& gpu) const { return m_daemons->held_bytes(gpu); }
+  // DaemonHost
+  Loop& loop() override { return m_loop; }
+  const Config& config() const override { return m_cfg; }
+  GpuProbe& gpus() override { return *m_gpus; }
+  bool awaiting_daemons() const override { return awaits_daemons(m_state); }
+  bool terminal() const override { return is_terminal(m_state); }
+  const std::string& status_text() const override { return m_status_text; }
+  std::vector<std::string> engine_flags() const override { return m_flags; }
+  const EngineAdapter& engine_kind() const override { return *m_kind; }
 
   // engine
   void start_engine();
@@ -166,16 +169,6 @@ class Supervisor : private StartHost {
   nlohmann::json handle(const nlohmann::json& req, std::shared_ptr<std::promise<nlohmann::json>> reply);
   void finish_reload(bool ok, const std::string& why);
 
-  // `vllm preload` as the weight daemon (engines/vllm/supervisor_vllm.cc, docs/vllm.md) and the checkpoint watch.
-  bool preload_mode() const;
-  void start_preload();
-  void poll_preload();
-  void stop_preload();
-  void on_preload_exit(int status);
-  void watch_checkpoint();
-  bool preload_serving() const;  // vllm preload is up and ready
-  PreloadUse preload_use() const;  // what the next engine start is told of it
-  DaemonRowStatus preload_status() const;
   // What the engine kind says (supervisor_kind.cc; m_kind, engines/engine_kind.h).
   std::string path_from_engine_report(Engine& e);  // "warm" | "cold" | "" (no word from the engine)
   std::string readiness_model() const;
@@ -200,10 +193,8 @@ class Supervisor : private StartHost {
   std::vector<std::string> m_flags;             // current engine flags
   std::vector<std::string> m_last_ready_flags;  // for rollback
   std::unique_ptr<Engine> m_engine;
-  std::vector<std::unique_ptr<Daemon>> m_daemons;
   std::unique_ptr<PendingReload> m_reload;
   std::unique_ptr<Snapshots> m_snap;
-  bool m_next_start_cold = true;                 // the daemons were (re)started: no engine used them yet
   uint64_t m_daemon_generation = 0;              // counts the daemons' (re)starts: a warmed standby maps one's weights
   std::unique_ptr<Standby> m_standby;
   bool m_stop_daemons_after_standby = false;     // stop_daemons waits for the standby's group to be gone
@@ -219,7 +210,7 @@ class Supervisor : private StartHost {
   std::map<std::string, uint64_t> m_start_counts;  // "path/outcome/reason" -> count, for /metrics
 
   Timer m_poll_timer, m_deadline_timer, m_health_timer, m_drain_timer, m_backoff_timer, m_kill_timer,
-      m_daemon_timer, m_watchdog_timer;
+      m_watchdog_timer;
   std::vector<std::unique_ptr<Signal>> m_signals;
 
   // stats (docs/health.md: the "metrics" object of the status)
@@ -254,8 +245,7 @@ class Supervisor : private StartHost {
 
   std::unique_ptr<EngineAdapter> m_kind;   // engine.kind: what differs per kind (engines/registry.cc)
   std::vector<OutputRule> m_output_rules;  // its exit messages, for classify_exit
-  std::unique_ptr<Preload> m_preload;     // weights.daemon = "vllm-preload"
-  Timer m_watch_timer{m_loop};
+  std::unique_ptr<DaemonSet> m_daemons;    // weights.daemon's kind (daemons/registry.cc)
   LeftoverSweeper m_leftovers;  // engine processes outside its group (orphans.h)
 };
 

@@ -221,22 +221,7 @@ void Supervisor::load_persisted_flags() {
 
 json Supervisor::status_json() {
   SupervisorStatus st;
-  for (const auto& d : m_daemons) {
-    DaemonRowStatus row;
-    for (const auto& e : d->status.entries) {
-      row.progress.done_bytes += e.progress.done_bytes;
-      row.progress.total_bytes += e.progress.total_bytes;
-      row.progress.rate_bytes_per_s += e.progress.rate_bytes_per_s;
-    }
-    row.gpu = d->gpu.empty() ? "host" : d->gpu;
-    row.pid = d->pid;
-    row.socket = d->socket;
-    row.state = d->exited ? (d->stopping ? "stopped" : "dead") : d->failed ? "failed" : d->ready ? "ready" : "loading";
-    row.error = d->error;
-    row.held_bytes = d->status.held_bytes;
-    row.entries = d->status.entries.size();
-    st.daemons.push_back(std::move(row));
-  }
+  st.daemons = m_daemons->rows();
   if (m_cfg.weights.backend != "host") {
     const auto shares = gpu_fractions(/*for_standby=*/false, /*warn=*/false);
     for (const auto& gpu : m_cfg.gpus) {
@@ -258,7 +243,6 @@ json Supervisor::status_json() {
       st.memory.push_back(std::move(row));
     }
   }
-  if (m_preload) st.daemons.push_back(preload_status());
   if (m_engine) {
     EngineStatus e;
     e.pid = m_engine->pid;

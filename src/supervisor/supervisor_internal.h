@@ -109,41 +109,6 @@ struct Supervisor::Snapshots {
   std::unique_ptr<Timer> job_timer;  // snapshot.timeout_s
 };
 
-struct Supervisor::Daemon : SupervisedChild {
-  std::string gpu;     // as configured ("" for the host backend)
-  std::string socket;  // its socket path
-  bool exited = false;
-  bool stopping = false;
-  bool ready = false;
-  bool failed = false;
-  std::string error;
-  proto::DaemonStatus status;  // last status reply
-  int respawns = 0;                  // after unexpected deaths (backoff); reset after a stable run
-  double spawned_at = 0;             // loop time of the last spawn
-  std::unique_ptr<Timer> respawn;
-};
-
-// weights.daemon = "vllm-preload": one `vllm preload` launcher, which runs a daemon rank per local GPU.
-// Its pid is also the process group of the ranks.
-struct Supervisor::Preload : SupervisedChild {
-  std::vector<std::string> argv;
-  uint16_t health_port = 0;
-  bool exited = false;
-  bool stopping = false;
-  bool ready = false;
-  bool failed = false;
-  bool probe_in_flight = false;
-  std::string error;
-  double spawned_at = 0;
-  double last_output = 0;            // progress, for weights.load_timeout_s
-  double ready_at = 0;
-  std::vector<FileIdentity> checkpoint;  // the checkpoint files when it started loading
-  int engine_starts = 0;             // engines started on it: the first is strict (ipc_cache fallback false)
-  bool gave_weights = false;         // weights.mode = copy: an engine took the weights, the cache is released
-  std::string stale;                 // the checkpoint changed under it: what changed
-  std::deque<std::string> tail;      // its last lines: why it died
-};
-
 struct Supervisor::PendingReload {
   std::vector<std::string> new_flags, old_flags;
   bool cold = false;

@@ -7,9 +7,7 @@ namespace fr::supervisor {
 
 std::set<pid_t> Supervisor::known_children() const {
   std::set<pid_t> known;
-  for (const auto& d : m_daemons)
-    if (!d->exited && d->pid > 0) known.insert(d->pid);
-  if (m_preload && !m_preload->exited && m_preload->pid > 0) known.insert(m_preload->pid);  // and its ranks' group
+  m_daemons->add_known_pids(known);  // the weight daemons (vllm preload: its launcher, and so its ranks' group)
   if (m_snap->helper_pid > 0) known.insert(m_snap->helper_pid);
   // The engine, spawned or restored from a snapshot and adopted: its group is handled as the engine's.
   if (m_engine && !m_engine->exited && m_engine->pid > 0) known.insert(m_engine->pid);

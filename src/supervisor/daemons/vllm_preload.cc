@@ -1,4 +1,4 @@
-// The Supervisor's side of weights.daemon = "vllm-preload" (docs/vllm.md): start `vllm preload` with the
+// weights.daemon = "vllm-preload" (docs/vllm.md): start `vllm preload` with the
 // model and parallelism flags and a loopback health port, wait for its /health, start `vllm serve ...
 // --load-format ipc_cache` strict the first time and with the configured fallback after (the flags are the
 // vLLM adapter's: vllm_adapter.cc), stop it after the engine, restart it when the checkpoint files change
@@ -15,11 +15,12 @@
 
 #include "common/control_chars.h"
 
+#include "common/file_identity.h"
 #include "supervisor/child.h"
+#include "supervisor/daemons/daemon_set.h"
 #include "supervisor/flags.h"
 #include "supervisor/readiness.h"
 #include "supervisor/supervised_child.h"
-#include "supervisor/supervisor.h"
 #include "supervisor/supervisor_internal.h"
 #include "supervisor/engines/vllm/vllm_adapter.h"
 
@@ -31,6 +32,7 @@ namespace {
 
 constexpr double kPreloadStopGraceS = 30;
 constexpr double kPreloadPollS = 0.25;
+constexpr double kExtendEveryS = 10;  // EXTEND_TIMEOUT_USEC cadence while it loads
 
 std::string join(const std::vector<std::string>& v, const char* sep = " ") {
   std::string s;
@@ -93,19 +95,93 @@ std::string identity_change(const std::vector<FileIdentity>& before, const std::
   return {};
 }
 
-}  // namespace
+// One `vllm preload` launcher, which runs a daemon rank per local GPU. Its pid is also the process group
+// of the ranks.
+struct Preload : SupervisedChild {
+  std::vector<std::string> argv;
+  uint16_t health_port = 0;
+  bool exited = false;
+  bool stopping = false;
+  bool ready = false;
+  bool failed = false;
+  bool probe_in_flight = false;
+  std::string error;
+  double spawned_at = 0;
+  double last_output = 0;            // progress, for weights.load_timeout_s
+  double ready_at = 0;
+  std::vector<FileIdentity> checkpoint;  // the checkpoint files when it started loading
+  int engine_starts = 0;             // engines started on it: the first is strict (ipc_cache fallback false)
+  bool gave_weights = false;         // weights.mode = copy: an engine took the weights, the cache is released
+  std::string stale;                 // the checkpoint changed under it: what changed
+  std::deque<std::string> tail;      // its last lines: why it died
+};
 
-bool Supervisor::preload_mode() const { return m_cfg.weights.daemon == DaemonKind::kVllmPreload; }
+class VllmPreload final : public DaemonSet {
+ public:
+  explicit VllmPreload(DaemonHost& host)
+      : m_host(host), m_poll_timer(host.loop()), m_kill_timer(host.loop()), m_watch_timer(host.loop()) {}
 
-// ---------------------------------------------------------------------------------------------------
-// vllm preload
+  const char* kind() const override { return "vllm-preload"; }
+  void start() override;
+  void stop() override;
+  bool stopping() const override { return m_preload && m_preload->stopping && !m_preload->exited; }
+  bool on_exit(pid_t pid, int status) override {
+    if (!m_preload || pid != m_preload->pid || m_preload->exited) return false;
+    preload_exited(status);
+    return true;
+  }
+  void close() override {
+    m_preload.reset();
+    m_watch_timer.stop();
+    m_poll_timer.stop();
+    m_kill_timer.stop();
+  }
+  // Its ranks' pools are not reported per GPU: the engine's share is the configured budget.
+  uint64_t held_bytes(const std::string&) const override { return 0; }
+  void add_known_pids(std::set<pid_t>& known) const override {
+    if (m_preload && !m_preload->exited && m_preload->pid > 0) known.insert(m_preload->pid);  // and its ranks' group
+  }
+  std::vector<DaemonRowStatus> rows() const override;
+  std::optional<StartRefusal> refusal() const override;
+  bool holds_old_weights() const override {
+    // The preload's cache is also spent when an engine took it (copy) or the checkpoint changed under it.
+    return m_preload && !m_preload->exited && (used() || m_preload->gave_weights || !m_preload->stale.empty());
+  }
+  // vLLM's own words decide: "Mapped N tensors from the weight cache daemon" / the loader's result line.
+  bool engine_report_decides() const override { return true; }
+  // What the next engine start is told of the preload (EngineAdapter::flags_for_preload); engine_spawned counts it.
+  std::optional<PreloadUse> preload_use() const override {
+    const Config& c = m_host.config();
+    const bool s = serving();
+    return PreloadUse{s, s && m_preload->engine_starts == 0, c.weights.fallback, c.weights.mode, c.weights.socket_dir};
+  }
+  bool engine_spawned() override {
+    if (!serving()) return false;
+    // What this start used of the preload (preload_use() gave the engine's flags the same facts).
+    const bool strict = m_preload->engine_starts++ == 0;
+    if (m_host.config().weights.mode == WeightsMode::kCopy) m_preload->gave_weights = true;
+    return strict;
+  }
 
-void Supervisor::start_preload() {
+ private:
+  bool serving() const { return m_preload && m_preload->ready && !m_preload->exited; }  // up and ready
+  void poll();
+  void preload_exited(int status);
+  void watch_checkpoint();
+
+  DaemonHost& m_host;
+  std::unique_ptr<Preload> m_preload;
+  double m_last_extend = 0;
+  Timer m_poll_timer, m_kill_timer, m_watch_timer;
+};
+
+void VllmPreload::start() {
+  const Config& cfg = m_host.config();
   m_preload = std::make_unique<Preload>();
   Preload& p = *m_preload;
-  const auto flags = parse_flag_list(m_flags);
+  const auto flags = parse_flag_list(m_host.engine_flags());
   // The same program as `vllm serve`, with `preload` in the place of `serve` (config.cc checked it is there).
-  p.argv = m_cfg.engine.command;
+  p.argv = cfg.engine.command;
   *std::find(p.argv.begin(), p.argv.end(), "serve") = "preload";
   const std::string model = vllm_model_of(flags);
   if (!model.empty()) p.argv.insert(p.argv.end(), {"--model", model});
@@ -113,26 +189,27 @@ void Supervisor::start_preload() {
     if (f.name.empty()) continue;
     const std::string name = canonical_flag_name(f.name);
     if (name == "--model") continue;
-    if (!m_kind->passes_to_preload(name)) continue;
+    if (!m_host.engine_kind().passes_to_preload(name)) continue;
     auto words = to_words({f});
     p.argv.insert(p.argv.end(), words.begin(), words.end());
   }
-  p.health_port = m_cfg.weights.health_port ? static_cast<uint16_t>(m_cfg.weights.health_port) : free_loopback_port();
+  p.health_port = cfg.weights.health_port ? static_cast<uint16_t>(cfg.weights.health_port) : free_loopback_port();
   p.argv.insert(p.argv.end(), {"--weight-cache-health-host", "127.0.0.1", "--weight-cache-health-port", std::to_string(p.health_port)});
-  if (!m_cfg.weights.socket_dir.empty()) p.argv.insert(p.argv.end(), {"--weight-cache-socket-dir", m_cfg.weights.socket_dir});
-  p.checkpoint = identities(watched_files(m_cfg, flags));
+  if (!cfg.weights.socket_dir.empty()) p.argv.insert(p.argv.end(), {"--weight-cache-socket-dir", cfg.weights.socket_dir});
+  p.checkpoint = identities(watched_files(cfg, flags));
 
   SpawnSpec spec;
   spec.argv = p.argv;
-  spec.env = m_cfg.engine.env;
-  spec.working_dir = m_cfg.engine.working_dir;
-  if (!m_cfg.gpus.empty()) spec.env["CUDA_VISIBLE_DEVICES"] = join(m_cfg.gpus, ",");
-  set_status("Starting the weight daemons (vllm preload)");
+  spec.env = cfg.engine.env;
+  spec.working_dir = cfg.engine.working_dir;
+  if (!cfg.gpus.empty()) spec.env["CUDA_VISIBLE_DEVICES"] = join(cfg.gpus, ",");
+  m_host.set_status("Starting the weight daemons (vllm preload)");
   spdlog::info("vllm preload: {}", words_for_log(p.argv));
-  p.spawned_at = p.last_output = m_loop.now_s();
+  Loop& loop = m_host.loop();
+  p.spawned_at = p.last_output = loop.now_s();
   Preload* raw = &p;
-  auto s = spawn_supervised(m_loop, spec, "vllm-preload", [this, raw](const std::string& l) {
-    raw->last_output = m_loop.now_s();
+  auto s = spawn_supervised(loop, spec, "vllm-preload", [&loop, raw](const std::string& l) {
+    raw->last_output = loop.now_s();
     raw->tail.push_back(l.substr(0, 300));
     if (raw->tail.size() > 20) raw->tail.pop_front();
   }, p);
@@ -140,25 +217,26 @@ void Supervisor::start_preload() {
     p.failed = p.exited = true;
     p.error = s.error().message;
     spdlog::error("vllm preload: {}; the engine will load from disk", p.error);
-    m_loop.post([this] { raise(Event::kDaemonsFailed); });
+    loop.post([this] { m_host.raise(Event::kDaemonsFailed); });
     return;
   }
-  if (m_cfg.weights.watch_interval_s > 0 && !p.checkpoint.empty())
-    m_watch_timer.start(m_cfg.weights.watch_interval_s, [this] { watch_checkpoint(); }, m_cfg.weights.watch_interval_s);
-  m_daemon_timer.start(kPreloadPollS, [this] { poll_preload(); });
+  if (cfg.weights.watch_interval_s > 0 && !p.checkpoint.empty())
+    m_watch_timer.start(cfg.weights.watch_interval_s, [this] { watch_checkpoint(); }, cfg.weights.watch_interval_s);
+  m_poll_timer.start(kPreloadPollS, [this] { poll(); });
 }
 
 // While loading: /health answers 200 once every rank serves (vLLM docs/features/preload.md).
-void Supervisor::poll_preload() {
-  if (!m_preload || m_preload->exited || m_preload->stopping || m_preload->ready || !awaits_daemons(m_state)) return;
+void VllmPreload::poll() {
+  if (!m_preload || m_preload->exited || m_preload->stopping || m_preload->ready || !m_host.awaiting_daemons()) return;
   Preload& p = *m_preload;
-  const double now = m_loop.now_s();
-  if (now - p.last_output > m_cfg.weights.load_timeout_s) {
+  const Config& cfg = m_host.config();
+  const double now = m_host.loop().now_s();
+  if (now - p.last_output > cfg.weights.load_timeout_s) {
     p.failed = true;
-    p.error = "no output and no /health for " + std::to_string(static_cast<int>(m_cfg.weights.load_timeout_s)) + " s";
+    p.error = "no output and no /health for " + std::to_string(static_cast<int>(cfg.weights.load_timeout_s)) + " s";
     spdlog::error("vllm preload: {}; stopping it, the engine will load from disk", p.error);
     signal_group(p.pid, -1, SIGKILL);
-    return;  // on_preload_exit raises kPreloadDied
+    return;  // preload_exited raises kPreloadDied
   }
   if (p.probe_in_flight) return;
   p.probe_in_flight = true;
@@ -167,35 +245,36 @@ void Supervisor::poll_preload() {
   const pid_t pid = p.pid;
   const uint16_t port = p.health_port;
   run_in_pool<ProbeResult>(
-      m_loop, [port, rc] { return probe_health("127.0.0.1", port, rc, 2.0); },
+      m_host.loop(), [port, rc] { return probe_health("127.0.0.1", port, rc, 2.0); },
       [this, pid](ProbeResult r) {
         if (!m_preload || m_preload->pid != pid) return;
         Preload& pl = *m_preload;
         pl.probe_in_flight = false;
-        if (pl.exited || pl.stopping || !awaits_daemons(m_state)) return;
+        if (pl.exited || pl.stopping || !m_host.awaiting_daemons()) return;
+        const double t = m_host.loop().now_s();
         if (r.ok) {
           pl.ready = true;
-          pl.ready_at = m_loop.now_s();
+          pl.ready_at = t;
           spdlog::info("vllm preload ready in {:.2f} s (/health on 127.0.0.1:{})", pl.ready_at - pl.spawned_at, pl.health_port);
-          raise(Event::kDaemonsReady);
+          m_host.raise(Event::kDaemonsReady);
           return;
         }
         char b[200];
         std::snprintf(b, sizeof b, "Loading weights: vllm preload (pid %d) for %.0f s; waiting for its /health on 127.0.0.1:%u",
-                      static_cast<int>(pl.pid), m_loop.now_s() - pl.spawned_at, static_cast<unsigned>(pl.health_port));
+                      static_cast<int>(pl.pid), t - pl.spawned_at, static_cast<unsigned>(pl.health_port));
         // Alive and talking: keep systemd's start timeout from firing (as for our own daemons' progress).
-        if (m_status_text.rfind("Loading weights: vllm preload", 0) != 0 || m_loop.now_s() - m_last_extend >= 10) {
-          m_last_extend = m_loop.now_s();
-          set_status(b, "EXTEND_TIMEOUT_USEC=" + std::to_string(30'000'000) + "\n");
+        if (m_host.status_text().rfind("Loading weights: vllm preload", 0) != 0 || t - m_last_extend >= kExtendEveryS) {
+          m_last_extend = t;
+          m_host.set_status(b, "EXTEND_TIMEOUT_USEC=" + std::to_string(30'000'000) + "\n");
         }
-        m_daemon_timer.start(kPreloadPollS, [this] { poll_preload(); });
+        m_poll_timer.start(kPreloadPollS, [this] { poll(); });
       });
 }
 
-void Supervisor::stop_preload() {
+void VllmPreload::stop() {
   m_watch_timer.stop();
   if (!m_preload || m_preload->exited) {
-    m_loop.post([this] { raise(Event::kDaemonsStopped); });
+    m_host.loop().post([this] { m_host.raise(Event::kDaemonsStopped); });
     return;
   }
   Preload& p = *m_preload;
@@ -213,7 +292,7 @@ void Supervisor::stop_preload() {
   });
 }
 
-void Supervisor::on_preload_exit(int status) {
+void VllmPreload::preload_exited(int status) {
   Preload& p = *m_preload;
   p.exited = true;
   p.reader.reset();
@@ -222,18 +301,18 @@ void Supervisor::on_preload_exit(int status) {
   if (p.stopping) {
     // Its ranks hold the GPU memory: wait until the whole group is gone before anything comes next.
     const pid_t pgid = p.pid;
-    // Re-armed through the timer, holding itself only weakly (as wait_drain's step does): a closure
+    // Re-armed through the timer, holding itself only weakly (as the drain's step does): a closure
     // that owned itself leaked on every preload stop (LeakSanitizer).
     auto tick = std::make_shared<std::function<void()>>();
     std::weak_ptr<std::function<void()>> weak = tick;
     *tick = [this, pgid, how, weak] {
       if (group_alive(pgid)) {
-        if (auto t = weak.lock()) m_daemon_timer.start(0.02, [t] { (*t)(); });
+        if (auto t = weak.lock()) m_poll_timer.start(0.02, [t] { (*t)(); });
         return;
       }
       m_kill_timer.stop();
       spdlog::info("vllm preload pid {} stopped ({})", pgid, how);
-      raise(Event::kDaemonsStopped);  // stopping: exit; loading: a reload stopped it, start it again
+      m_host.raise(Event::kDaemonsStopped);  // stopping: exit; loading: a reload stopped it, start it again
     };
     (*tick)();
     return;
@@ -248,25 +327,25 @@ void Supervisor::on_preload_exit(int status) {
       break;
     }
   m_watch_timer.stop();
-  if (is_terminal(m_state)) return;
+  if (m_host.terminal()) return;
   // While loading the engine starts anyway and loads from disk; else an engine mapped to its weights
   // (zero_copy) loses them with it: the table reloads it and restarts the engine.
-  if (awaits_daemons(m_state))
+  if (m_host.awaiting_daemons())
     spdlog::error("vllm preload pid {} died while loading ({}); the engine will load from disk", p.pid, how);
   else
     spdlog::error("vllm preload pid {} died ({}); reloading it", p.pid, how);
-  raise(Event::kPreloadDied);
+  m_host.raise(Event::kPreloadDied);
 }
 
 // vLLM's fingerprint covers only the safetensors headers (vLLM issue #59647): a checkpoint rewritten with the
 // same layout would be served from the daemon's old weights. So compare the files' identities (dev, inode,
 // size, mtime, ctime) with those at the preload's start, and reload it ourselves when they differ.
-void Supervisor::watch_checkpoint() {
+void VllmPreload::watch_checkpoint() {
   if (!m_preload || m_preload->exited || m_preload->stopping || !m_preload->ready) return;
   std::vector<std::string> files;
   for (const auto& id : m_preload->checkpoint) files.push_back(id.path);
   // New files in a watched directory count too.
-  for (const auto& f : watched_files(m_cfg, parse_flag_list(m_flags))) {
+  for (const auto& f : watched_files(m_host.config(), parse_flag_list(m_host.engine_flags()))) {
     auto id = identify_file(f);
     std::string path = id.ok() ? id->path : f;
     if (std::find(files.begin(), files.end(), path) == files.end()) files.push_back(f);
@@ -276,18 +355,21 @@ void Supervisor::watch_checkpoint() {
   m_preload->stale = change;
   spdlog::warn("checkpoint changed under the same path ({}); vLLM's cache key would not notice (vLLM issue #59647): "
                "reloading vllm preload, then restarting the engine", change);
-  raise(Event::kCheckpointChanged);
+  m_host.raise(Event::kCheckpointChanged);
 }
 
-bool Supervisor::preload_serving() const { return m_preload && m_preload->ready && !m_preload->exited; }
-
-// What the next engine start is told of the preload (EngineAdapter::flags_for_preload); spawn_engine counts it.
-PreloadUse Supervisor::preload_use() const {
-  const bool serving = preload_serving();
-  return {serving, serving && m_preload->engine_starts == 0, m_cfg.weights.fallback, m_cfg.weights.mode, m_cfg.weights.socket_dir};
+std::optional<StartRefusal> VllmPreload::refusal() const {
+  if (!m_preload || m_preload->exited)
+    return StartRefusal{"daemons_not_ready", "vllm preload is not running" + (m_preload && !m_preload->error.empty() ? " (" + m_preload->error + ")" : std::string())};
+  if (!m_preload->ready) return StartRefusal{"daemons_not_ready", "vllm preload is not ready"};
+  if (!m_preload->stale.empty()) return StartRefusal{"nothing_held", "the checkpoint changed under vllm preload: " + m_preload->stale};
+  // copy mode: the engine takes the weights and the daemon releases its cache (vLLM docs).
+  if (m_preload->gave_weights) return StartRefusal{"nothing_held", "vllm preload gave its weights to the last engine (weights.mode = copy)"};
+  return std::nullopt;
 }
 
-DaemonRowStatus Supervisor::preload_status() const {
+std::vector<DaemonRowStatus> VllmPreload::rows() const {
+  if (!m_preload) return {};
   const Preload& p = *m_preload;
   DaemonRowStatus row;
   row.gpu = row.kind = "vllm-preload";
@@ -297,7 +379,11 @@ DaemonRowStatus Supervisor::preload_status() const {
   PreloadDetails details{"http://127.0.0.1:" + std::to_string(p.health_port) + "/health", p.argv, {}};
   for (const auto& id : p.checkpoint) details.watched_files.push_back(id.path);
   row.preload = std::move(details);
-  return row;
+  return {std::move(row)};
 }
+
+}  // namespace
+
+std::unique_ptr<DaemonSet> make_vllm_preload(DaemonHost& host) { return std::make_unique<VllmPreload>(host); }
 
 }  // namespace fr::supervisor
