@@ -98,10 +98,7 @@ class StandbyTest : public ::testing::Test {
   // Waits for READY of an engine other than `not_pid`; returns the status then.
   json ready(pid_t not_pid = 0) {
     json s;
-    EXPECT_TRUE(m_sup->wait_for([&](const json& j) {
-      return j.value("state", "") == "ready" && j["engine"].is_object() && j["engine"].value("pid", 0) != not_pid &&
-             j["last_start"].is_object() && j["last_start"].value("pid", 0) == j["engine"].value("pid", 0);
-    }, 90, &s)) << m_sup->log();
+    EXPECT_TRUE(m_sup->wait_ready(&s, not_pid)) << m_sup->log();
     return s;
   }
   // Waits for a parked standby other than `not_pid`; returns the status then.

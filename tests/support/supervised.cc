@@ -54,6 +54,13 @@ json Supervised::status() {
   return (*r)["status"];
 }
 
+bool Supervised::wait_ready(json* last, pid_t not_pid, double timeout_s) {
+  return wait_for([&](const json& j) {
+    return j.value("state", "") == "ready" && j["engine"].is_object() && j["engine"].value("pid", 0) != not_pid &&
+           j["last_start"].is_object() && j["last_start"].value("pid", 0) == j["engine"].value("pid", 0);
+  }, timeout_s, last);
+}
+
 bool Supervised::wait_for(const std::function<bool(const json&)>& pred, double timeout_s, json* last) {
   const auto end = std::chrono::steady_clock::now() + std::chrono::duration<double>(timeout_s);
   do {

@@ -31,6 +31,9 @@ class Supervised {
   json status();
   // Polls the status until pred holds; the last status seen goes to *last. False on timeout.
   bool wait_for(const std::function<bool(const json&)>& pred, double timeout_s, json* last = nullptr);
+  // READY with an engine other than `not_pid` whose last start is that engine (a restart is over); the
+  // status then goes to *last. False on timeout.
+  bool wait_ready(json* last, pid_t not_pid = 0, double timeout_s = 90);
   std::string log() const;
   const std::string& control() const { return m_control; }
 
