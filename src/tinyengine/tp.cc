@@ -42,7 +42,7 @@ std::vector<std::string> split_commas(const std::string& s) {
 
 std::string describe_status(int st) {
   if (WIFEXITED(st)) return "exited with code " + std::to_string(WEXITSTATUS(st));
-  if (WIFSIGNALED(st)) return std::string("was killed by ") + strsignal(WTERMSIG(st));
+  if (WIFSIGNALED(st)) return "was killed by signal " + std::to_string(WTERMSIG(st)) + " (" + strsignal(WTERMSIG(st)) + ")";
   return "ended (status " + std::to_string(st) + ")";
 }
 
