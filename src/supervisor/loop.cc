@@ -24,9 +24,13 @@ Loop::Loop() {
 
 Loop::~Loop() {
   uv_close(reinterpret_cast<uv_handle_t*>(&m_async), nullptr);
-  // Let every pending close callback run, then close the loop.
-  uv_run(&m_loop, UV_RUN_DEFAULT);
-  uv_loop_close(&m_loop);
+  // Let every pending close callback run, then close the loop. A stop() called while the loop was not
+  // running (an event raised from outside a callback) makes the next uv_run return before it runs the
+  // close callbacks, and uv_loop_close then fails with UV_EBUSY, leaking every handle: run it again.
+  for (int i = 0; i < 4; ++i) {
+    uv_run(&m_loop, UV_RUN_DEFAULT);
+    if (uv_loop_close(&m_loop) == 0) return;
+  }
 }
 
 void Loop::post(std::function<void()> fn) {
