@@ -157,7 +157,7 @@ void Supervisor::spawn_standby() {
     for (const auto& gpu : m_cfg.gpus)
       if (auto m = m_gpus->memory(gpu); m.ok()) s.used_before[gpu] = static_cast<double>(m->used);
   Engine* raw = e.get();
-  auto st = spawn_supervised(m_loop, spec, "standby", [this, raw](const std::string& l) {
+  auto st = spawn_supervised(m_loop, spec, "standby", [raw](const std::string& l) {
     raw->tail.push_back(l);
     if (raw->tail.size() > 200) raw->tail.pop_front();
     raw->report->observe(l);
