@@ -5,8 +5,10 @@
 #include <cstdint>
 #include <string_view>
 
+#include "common/control_chars.h"
 #include "protocol/frame.h"
 #include "supervisor/control_request.h"
+#include "supervisor/engines/engine_kind.h"
 #include "supervisor/flags.h"
 
 using namespace fr::supervisor;
@@ -26,10 +28,18 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (!back.ok() || back->op != r->op || back->flags != r->flags || back->mode != r->mode || back->wait != r->wait)
     __builtin_trap();
   if (r->flags) {
-    const std::vector<std::string> current{"--host", "127.0.0.1", "--port", "8000", "--dtype=bfloat16", "-tp", "2"};
-    auto next = merge_flags(current, *r->flags, r->mode);
-    (void)daemon_affecting_changes(EngineKind::kVllm, current, next);
-    (void)daemon_affecting_changes(EngineKind::kGeneric, current, next, {"--model"});
+    // What fastrestartd keeps is the words it was given, and they parse back to them.
+    const auto& words = r->flags->words();
+    if (to_words(parse_flag_list(words)) != words) __builtin_trap();
+    for (const auto& w : words)
+      if (fr::find_control_char(w)) __builtin_trap();
+    static const FlagList current =
+        FlagList::from_words({"--host", "127.0.0.1", "--port", "8000", "--dtype=bfloat16", "-tp", "2"}, "current").value();
+    const FlagList next = current.merged(*r->flags, r->mode);
+    for (const auto& w : next.words())
+      if (fr::find_control_char(w)) __builtin_trap();
+    (void)daemon_affecting_changes(builtin_engine_adapter(EngineKind::kVllm).flag_rules(), current, next);
+    (void)daemon_affecting_changes(builtin_engine_adapter(EngineKind::kGeneric).flag_rules(), current, next, {"--model"});
     if (r->mode == PushKind::kReplace && next != *r->flags) __builtin_trap();
   }
   return 0;

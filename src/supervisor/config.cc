@@ -401,9 +401,9 @@ const KeySpec kModelKeys[] = {
 
 const KeySpec kEngineKeys[] = {
     FR_KEY("command", FR_ASSIGN(c.engine.command, v.command())),
-    FR_KEY("flags", FR_ASSIGN(c.engine.flags, v.strings());
-           if (auto st = check_flag_words(c.engine.flags, "engine.flags"); !st.ok())
-             return make_error(Errc::kInvalidArgument, v.path() + ":" + std::to_string(v.line()) + ": " + st.error().message)),
+    FR_KEY("flags", FR_ASSIGN(auto words, v.strings()); auto flags = FlagList::from_words(std::move(words), "engine.flags");
+           if (!flags.ok()) return make_error(Errc::kInvalidArgument, v.path() + ":" + std::to_string(v.line()) + ": " + flags.error().message);
+           c.engine.flags = std::move(*flags)),
     FR_KEY("kind", FR_ASSIGN(size_t k, v.choice(engine_kind_names())); c.engine.kind = EngineKind(engine_kind_names()[k])),
     FR_KEY("host", FR_ASSIGN(c.engine.host, v.nonempty_string())),
     FR_KEY("port", FR_ASSIGN(int p, v.int_in(1, 65535)); c.engine.port = static_cast<uint16_t>(p)),

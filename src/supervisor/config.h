@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "fastrestart/result.h"
+#include "supervisor/flags.h"
 
 namespace fr::supervisor {
 
@@ -41,7 +42,7 @@ enum class StandbyLevel { kPreGpu, kWarmed };
 
 struct EngineConfig {
   std::vector<std::string> command;            // argv: program and its base arguments (required)
-  std::vector<std::string> flags;              // engine flags, appended after command; reload changes these
+  FlagList flags;                              // engine flags, appended after command; reload changes these
   EngineKind kind = EngineKind::kGeneric;
   std::string host = "127.0.0.1";              // where the engine serves (readiness talks to it)
   uint16_t port = 8000;

@@ -42,8 +42,9 @@ Result<ControlRequest> parse_control_request(const json& req) {
       return bad("flags", std::string("expected a string or an array of strings, got ") + type_name(*f));
     }
     if (words.size() > kMaxFlags) return bad("flags", "more than " + std::to_string(kMaxFlags) + " words");
-    FR_TRY(check_flag_words(words, "flags"));
-    r.flags = std::move(words);
+    auto flags = FlagList::from_words(std::move(words), "flags");
+    if (!flags.ok()) return flags.error();  // "flags[i] ...: holds a control character ..."
+    r.flags = std::move(*flags);
   }
   if (auto m = req.find("mode"); m != req.end()) {
     const std::string mode = m->is_string() ? m->get<std::string>() : std::string();
@@ -63,7 +64,7 @@ json to_json(const ControlRequest& r) {
   json j{{"op", r.op},
          {"wait", r.wait},
          {"mode", r.mode == PushKind::kAdd ? "add" : r.mode == PushKind::kRemove ? "remove" : "replace"}};
-  if (r.flags) j["flags"] = *r.flags;
+  if (r.flags) j["flags"] = r.flags->words();
   return j;
 }
 

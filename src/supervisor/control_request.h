@@ -16,7 +16,7 @@ namespace fr::supervisor {
 
 struct ControlRequest {
   std::string op;                                 // any string: the handler answers unknown ops itself
-  std::optional<std::vector<std::string>> flags;  // reload: the pushed words (a string is split like sh)
+  std::optional<FlagList> flags;                  // reload, check: the pushed flags (a string is split like sh)
   PushKind mode = PushKind::kReplace;
   bool wait = true;
 };

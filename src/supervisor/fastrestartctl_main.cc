@@ -158,7 +158,7 @@ fr::Result<json> check_offline(const std::string& config, const json& req) {
   if (config.empty()) return fr::make_error(fr::Errc::kInvalidArgument, "check --offline needs --config FILE");
   FR_ASSIGN(Config c, load_config(config));
   FR_TRY(check_engine_config(c));
-  FR_ASSIGN(std::vector<std::string> next, pushed_flags(req, c.engine.flags, "check"));
+  FR_ASSIGN(FlagList next, pushed_flags(req, c.engine.flags, "check"));
   FR_ASSIGN(auto kind, make_engine_adapter(c));
   // No engine report, and fastrestartd's own environment is not this command's: only engine.env is checked.
   // No "would": what a push does depends on the running flags, which only fastrestartd knows.

@@ -8,7 +8,6 @@
 #include <string_view>
 
 #include "common/control_chars.h"
-#include "supervisor/engines/engine_kind.h"
 
 namespace fr::supervisor {
 namespace {
@@ -38,9 +37,9 @@ std::string canonical_name(std::string_view name) {
 
 // Effective values per canonical name; a repeated flag takes its last occurrence (argparse: last wins).
 // A positional the kind reads as a flag (`vllm serve MODEL` sets args.model, over any --model) is that flag.
-std::map<std::string, std::vector<std::string>> effective(const std::vector<std::string>& words, const FlagRules& rules) {
+std::map<std::string, std::vector<std::string>> effective(const FlagList& list, const FlagRules& rules) {
   std::map<std::string, std::vector<std::string>> out;
-  for (const auto& f : parse_flag_list(words)) out[canonical_name(f.name)] = f.values;
+  for (const auto& f : list.flags()) out[canonical_name(f.name)] = f.values;
   if (!rules.positional.empty()) {
     if (auto it = out.find(""); it != out.end()) {
       out[rules.positional] = it->second;
@@ -130,8 +129,10 @@ std::vector<std::string> to_words(const std::vector<Flag>& flags) {
   for (const auto& f : flags) {
     if (f.name.empty()) {
       words.insert(words.end(), f.values.begin(), f.values.end());
-    } else if (f.inline_value && f.values.size() == 1) {
+    } else if (f.inline_value && !f.values.empty()) {
+      // "--x=1 2" keeps its shape: the words after the first belong to it too.
       words.push_back(f.name + "=" + f.values[0]);
+      words.insert(words.end(), f.values.begin() + 1, f.values.end());
     } else {
       words.push_back(f.name);
       words.insert(words.end(), f.values.begin(), f.values.end());
@@ -140,22 +141,64 @@ std::vector<std::string> to_words(const std::vector<Flag>& flags) {
   return words;
 }
 
-std::vector<std::string> merge_flags(const std::vector<std::string>& current, const std::vector<std::string>& push,
-                                     PushKind kind) {
+FlagList::FlagList(std::vector<Flag> flags) : m_flags(std::move(flags)), m_words(to_words(m_flags)) {}
+
+Result<FlagList> FlagList::from_words(std::vector<std::string> words, const std::string& what) {
+  FR_TRY(check_flag_words(words, what));
+  FlagList out;
+  out.m_flags = parse_flag_list(words);
+  out.m_words = std::move(words);
+  return out;
+}
+
+Result<FlagList> FlagList::from_string(const std::string& s, const std::string& what) {
+  auto words = split_flags(s);
+  if (!words.ok()) return make_error(Errc::kInvalidArgument, what + ": " + words.error().message);
+  return from_words(std::move(*words), what);
+}
+
+bool FlagList::has(std::string_view canonical) const {
+  return std::any_of(m_flags.begin(), m_flags.end(), [&](const Flag& f) { return canonical_name(f.name) == canonical; });
+}
+
+std::string FlagList::value(std::string_view canonical) const { return last_flag_value(m_flags, canonical); }
+
+std::string FlagList::positional() const {
+  if (!m_flags.empty() && m_flags.front().name.empty() && !m_flags.front().values.empty()) return m_flags.front().values.front();
+  return {};
+}
+
+FlagList FlagList::without(std::string_view canonical) const {
+  std::vector<Flag> flags = m_flags;
+  std::erase_if(flags, [&](const Flag& f) { return !f.name.empty() && canonical_name(f.name) == canonical; });
+  return FlagList(std::move(flags));
+}
+
+FlagList FlagList::with(Flag f) const {
+  std::vector<Flag> flags = m_flags;
+  flags.push_back(std::move(f));
+  return FlagList(std::move(flags));
+}
+
+std::vector<std::string> FlagList::redacted() const { return redact_flags(m_words); }
+
+std::string FlagList::for_log() const { return words_for_log(m_words); }
+
+FlagList FlagList::merged(const FlagList& push, PushKind kind) const {
   if (kind == PushKind::kReplace) return push;
-  std::vector<Flag> flags = parse_flag_list(current);
+  std::vector<Flag> flags = m_flags;
   auto same = [](const Flag& f, const std::string& name) { return canonical_name(f.name) == name; };
   if (kind == PushKind::kRemove) {
     // Names only: values in the push are ignored, and so are bare words (the positional model is changed
     // by --flags or --add-flags, never removed by accident).
-    for (const auto& p : parse_flag_list(push)) {
+    for (const auto& p : push.flags()) {
       if (p.name.empty()) continue;
       std::string name = canonical_name(p.name);
       std::erase_if(flags, [&](const Flag& f) { return same(f, name); });
     }
-    return to_words(flags);
+    return FlagList(std::move(flags));
   }
-  for (auto& p : parse_flag_list(push)) {
+  for (auto p : push.flags()) {
     std::string name = canonical_name(p.name);
     auto it = std::find_if(flags.begin(), flags.end(), [&](const Flag& f) { return same(f, name); });
     if (it == flags.end()) {
@@ -174,24 +217,17 @@ std::vector<std::string> merge_flags(const std::vector<std::string>& current, co
       if (same(flags[i], name)) flags.erase(flags.begin() + static_cast<std::ptrdiff_t>(i));
     }
   }
-  return to_words(flags);
+  return FlagList(std::move(flags));
 }
 
-std::string last_flag_value(const std::vector<Flag>& flags, const std::string& canonical) {
+std::string last_flag_value(const std::vector<Flag>& flags, std::string_view canonical) {
   std::string v;
   for (const auto& f : flags)
     if (canonical_name(f.name) == canonical && !f.values.empty()) v = f.values.back();
   return v;
 }
 
-std::vector<std::string> daemon_affecting_changes(EngineKind kind, const std::vector<std::string>& a,
-                                                  const std::vector<std::string>& b,
-                                                  const std::vector<std::string>& extra_daemon_flags) {
-  return daemon_affecting_changes(builtin_engine_adapter(kind).flag_rules(), a, b, extra_daemon_flags);
-}
-
-std::vector<std::string> daemon_affecting_changes(const FlagRules& rules, const std::vector<std::string>& a,
-                                                  const std::vector<std::string>& b,
+std::vector<std::string> daemon_affecting_changes(const FlagRules& rules, const FlagList& a, const FlagList& b,
                                                   const std::vector<std::string>& extra_daemon_flags) {
   // What a kind's daemon flags say: which checkpoint, how it is converted and how it is sharded. A positional
   // ("") the kind reads as a flag is folded into it.

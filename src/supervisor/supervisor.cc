@@ -305,17 +305,16 @@ std::vector<double> Supervisor::gpu_fractions(bool for_standby, bool warn) const
 
 std::vector<std::string> Supervisor::engine_argv(bool for_standby) const {
   std::vector<std::string> argv = m_cfg.engine.command;
-  std::vector<std::string> flags = m_flags;
+  FlagList flags = m_flags;
   if (auto use = m_daemons->preload_use()) m_kind->flags_for_preload(flags, *use);  // vLLM: --load-format ipc_cache, ...
   if (const auto fr = gpu_fractions(for_standby, /*warn=*/true); !fr.empty()) {
-    // One flag for every rank: the smallest share (each rank's own is in $FASTRESTART_GPU_MEMORY_UTILIZATION).
+    // One flag for every rank: the smallest share (each rank's own is in $FASTRESTART_GPU_MEMORY_UTILIZATION),
+    // in place of the one the flags hold, however they spell it.
     const double frac = *std::min_element(fr.begin(), fr.end());
-    auto fl = parse_flag_list(flags);
-    std::erase_if(fl, [this](const Flag& f) { return f.name == m_kind->memory_flag(); });
-    fl.push_back({m_kind->memory_flag(), {std::to_string(frac)}, false});
-    flags = to_words(fl);
+    const std::string flag = m_kind->memory_flag();
+    flags = flags.without(canonical_flag_name(flag)).with({flag, {std::to_string(frac)}, false});
   }
-  argv.insert(argv.end(), flags.begin(), flags.end());
+  argv.insert(argv.end(), flags.words().begin(), flags.words().end());
   return argv;
 }
 
@@ -845,7 +844,7 @@ void Supervisor::after_drain() {
     // The pushed flags never became ready: go back to the last flags that were.
     m_reload->rolled_back = true;
     m_reload->rollback_reason = cause + ": " + m_last_exit.value("detail", std::string());
-    spdlog::error("reload failed ({}); rolling back to: {}", escape_control_chars(m_reload->rollback_reason), words_for_log(m_reload->old_flags));
+    spdlog::error("reload failed ({}); rolling back to: {}", escape_control_chars(m_reload->rollback_reason), m_reload->old_flags.for_log());
     record_rollback(cause, m_last_exit.value("detail", std::string()), m_reload->new_flags);
     m_flags = m_reload->old_flags;
     // Not an exit of the running configuration: the policy does not see it (no failure, no backoff step);
@@ -871,11 +870,10 @@ void Supervisor::after_drain() {
   }
 }
 
-void Supervisor::record_rollback(const std::string& cause, const std::string& detail,
-                                 const std::vector<std::string>& rejected_flags) {
+void Supervisor::record_rollback(const std::string& cause, const std::string& detail, const FlagList& rejected_flags) {
   m_rollback_causes[cause]++;
   m_recent_rollbacks.push_back({{"unix_time", std::time(nullptr)}, {"cause", cause}, {"detail", detail},
-                                {"rejected_flags", redact_flags(rejected_flags)}});
+                                {"rejected_flags", rejected_flags.redacted()}});
   if (m_recent_rollbacks.size() > kRecentRollbacks) m_recent_rollbacks.pop_front();
 }
 

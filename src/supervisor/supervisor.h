@@ -93,7 +93,7 @@ class Supervisor : private StartHost, private DaemonHost {
   bool awaiting_daemons() const override { return awaits_daemons(m_state); }
   bool terminal() const override { return is_terminal(m_state); }
   const std::string& status_text() const override { return m_status_text; }
-  std::vector<std::string> engine_flags() const override { return m_flags; }
+  const FlagList& engine_flags() const override { return m_flags; }
   const EngineAdapter& engine_kind() const override { return *m_kind; }
 
   // engine
@@ -173,11 +173,11 @@ class Supervisor : private StartHost, private DaemonHost {
   std::string path_from_engine_report(Engine& e);  // "warm" | "cold" | "" (no word from the engine)
   std::string readiness_model() const;
   nlohmann::json handle_check(const ControlRequest& req);  // already read (control_request.h)
-  std::string refuse_push(const std::vector<std::string>& next);  // "" when the engine would start
+  std::string refuse_push(const FlagList& next);  // "" when the engine would start
   Status persist_flags();
   void rollback_unpersisted(std::unique_ptr<PendingReload> r, const std::string& why);
   // A rolled-back push, counted apart from the engine's failures (status `rollbacks`, /metrics).
-  void record_rollback(const std::string& cause, const std::string& detail, const std::vector<std::string>& rejected_flags);
+  void record_rollback(const std::string& cause, const std::string& detail, const FlagList& rejected_flags);
   void load_persisted_flags();
 
   Config m_cfg;
@@ -190,8 +190,8 @@ class Supervisor : private StartHost, private DaemonHost {
   int m_exit_code = kExitOk;
   double m_started_at = 0;
 
-  std::vector<std::string> m_flags;             // current engine flags
-  std::vector<std::string> m_last_ready_flags;  // for rollback
+  FlagList m_flags;             // current engine flags
+  FlagList m_last_ready_flags;  // for rollback
   std::unique_ptr<Engine> m_engine;
   std::unique_ptr<PendingReload> m_reload;
   std::unique_ptr<Snapshots> m_snap;

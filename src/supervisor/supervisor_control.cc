@@ -116,15 +116,15 @@ json Supervisor::handle(const json& req, std::shared_ptr<std::promise<json>> rep
       m_cfg.memory = c->memory;
       maybe_spawn_standby();  // a standby started from the old config is replaced now (docs/standby.md)
       if (!flags_changed)
-        return {{"ok", true}, {"path", "unchanged"}, {"flags", redact_flags(m_flags)}, {"message", "re-read " + m_cfg.path + ": the engine's flags are unchanged"}};
+        return {{"ok", true}, {"path", "unchanged"}, {"flags", m_flags.redacted()}, {"message", "re-read " + m_cfg.path + ": the engine's flags are unchanged"}};
       json push = req;
-      push["flags"] = c->engine.flags;
+      push["flags"] = c->engine.flags.words();
       push["mode"] = "replace";
       return handle(push, reply);
     }
-    const std::vector<std::string> next = pushed_flags(*parsed, m_flags);  // read once, above
+    const FlagList next = pushed_flags(*parsed, m_flags);  // read once, above
     if (next == m_flags && engine_serving())
-      return {{"ok", true}, {"path", "unchanged"}, {"flags", redact_flags(m_flags)}, {"message", "the flags are unchanged"}};
+      return {{"ok", true}, {"path", "unchanged"}, {"flags", m_flags.redacted()}, {"message", "the flags are unchanged"}};
     // Checks before a flag push: nothing restarts when vLLM would not start with these flags.
     if (auto why = refuse_push(next); !why.empty()) {
       spdlog::error("reload refused: {}", escape_control_chars(why));
@@ -138,7 +138,7 @@ json Supervisor::handle(const json& req, std::shared_ptr<std::promise<json>> rep
     m_reload->started = m_loop.now_s();
     if (parsed->wait) m_reload->waiters.push_back(reply);
     m_flags = next;
-    spdlog::info("reload: flags now '{}' ({})", words_for_log(next),
+    spdlog::info("reload: flags now '{}' ({})", next.for_log(),
                  affecting.empty() ? "engine only, warm cache" : "changes what the daemons hold: cold");
     char buf[64];
     std::snprintf(buf, sizeof buf, "%.0f", monotonic_usec());
@@ -158,7 +158,7 @@ void Supervisor::finish_reload(bool ok, const std::string& why) {
              {"path", m_engine ? m_engine->path : ""},
              {"cold_reload", r->cold},
              {"time_to_ready_s", took},
-             {"flags", redact_flags(m_flags)},
+             {"flags", m_flags.redacted()},
              {"rolled_back", r->rolled_back}};
   if (ok) {
     // Flags that cannot be persisted would be lost (or older ones run) at the next fastrestartd start:
@@ -179,7 +179,7 @@ void Supervisor::finish_reload(bool ok, const std::string& why) {
 // The new flags are ready but not on disk: restart on the previous ones (they are what flags.json holds),
 // and answer the push with the reason once the engine is ready again (finish_reload).
 void Supervisor::rollback_unpersisted(std::unique_ptr<PendingReload> r, const std::string& why) {
-  spdlog::error("reload failed ({}); rolling back to: {}", escape_control_chars(why), words_for_log(r->old_flags));
+  spdlog::error("reload failed ({}); rolling back to: {}", escape_control_chars(why), r->old_flags.for_log());
   r->rolled_back = r->unpersisted = true;
   r->rollback_reason = why;
   record_rollback("unpersisted", why, r->new_flags);
@@ -191,7 +191,7 @@ void Supervisor::rollback_unpersisted(std::unique_ptr<PendingReload> r, const st
 
 Status Supervisor::persist_flags() {
   const std::string path = flags_file(m_cfg);
-  const std::string text = json{{"flags", m_flags}, {"config_flags", m_cfg.engine.flags}}.dump(2) + "\n";
+  const std::string text = json{{"flags", m_flags.words()}, {"config_flags", m_cfg.engine.flags.words()}}.dump(2) + "\n";
   if (auto st = write_private_file(path, text); !st.ok()) {
     spdlog::error("could not persist the flags to {}: {}", path, st.error().message);
     return st.error().context("cannot persist the pushed flags to " + path);
@@ -209,13 +209,27 @@ void Supervisor::load_persisted_flags() {
     return;
   }
   // Overrides apply to the config they were pushed on; a config whose own flags changed since wins.
-  if (j.value("config_flags", json::array()) != json(m_cfg.engine.flags)) {
+  if (j.value("config_flags", json::array()) != json(m_cfg.engine.flags.words())) {
     spdlog::info("{}: the config's flags changed since the last push; using the config", path);
     return;
   }
-  m_flags.clear();
-  for (const auto& w : j["flags"])
-    if (w.is_string()) m_flags.push_back(w.get<std::string>());
+  // The file is read like a push: every word a string of printable text. One that is not is named, and the
+  // file stays as it is (the config's flags run until the next push rewrites it).
+  std::vector<std::string> words;
+  const json& list = j["flags"];
+  for (size_t i = 0; i < list.size(); ++i) {
+    if (!list[i].is_string()) {
+      spdlog::warn("{}: flags[{}] is not a string; using the config's flags", path, i);
+      return;
+    }
+    words.push_back(list[i].get<std::string>());
+  }
+  auto flags = FlagList::from_words(std::move(words), "flags");
+  if (!flags.ok()) {
+    spdlog::warn("{}: {}; using the config's flags", path, flags.error().message);
+    return;
+  }
+  m_flags = std::move(*flags);
   spdlog::info("using the pushed flags from {}", path);
 }
 
@@ -249,7 +263,7 @@ json Supervisor::status_json() {
     e.uptime_s = m_loop.now_s() - m_engine->spawned_at;
     e.path = m_engine->path;
     e.snapshot_id = m_engine->snapshot_id;
-    e.flags = redact_flags(m_engine->flags);
+    e.flags = m_engine->flags.redacted();
     e.running = !m_engine->exited;
     e.vllm = m_engine->report->to_json();  // the kind's own report (null for generic)
     st.engine = std::move(e);
@@ -284,7 +298,7 @@ json Supervisor::status_json() {
   st.state = reported_state_name(m_state);
   st.status_text = m_status_text;
   st.uptime_s = m_loop.now_s() - m_started_at;
-  st.flags = redact_flags(m_flags);
+  st.flags = m_flags.redacted();
   st.last_exit = m_last_exit;
   st.last_start = m_last_start;
   st.start_paths = start_attempts();

@@ -46,7 +46,7 @@ struct Supervisor::Engine : SupervisedChild {
   std::string miss_reason;  // why it did not attach, when it asked and missed (a daemon's or its own word)
   std::deque<std::string> tail;
   std::optional<uint64_t> oom_before;
-  std::vector<std::string> flags;
+  FlagList flags;  // m_flags when it was started
   std::unique_ptr<EngineReport> report = std::make_unique<EngineReport>();  // what it said (the kind's new_report())
   bool strict = false;  // vllm-preload: started with ipc_cache fallback false
   bool in_pid_ns = false;      // PID 1 of its own PID namespace (spawned so, or restored): snapshottable
@@ -65,7 +65,7 @@ struct Supervisor::Standby {
   std::unique_ptr<Engine> proc;          // its process; becomes m_engine at the release
   UniqueFd gate;                         // our end of the gate socket
   std::unique_ptr<LineReader> gate_reader;  // declared after `gate`: destroyed before it
-  std::vector<std::string> flags;        // m_flags when it was started
+  FlagList flags;                        // m_flags when it was started
   uint64_t daemon_generation = 0;        // m_daemon_generation when it was started
   std::vector<FileIdentity> checkpoint;  // weights.checkpoint's files when it was started (it read their config)
   std::map<std::string, std::string> launch;  // the config it was started from besides its flags, by key
@@ -80,7 +80,7 @@ struct Supervisor::Standby {
   std::map<std::string, uint64_t> failures;  // by reason
   std::string last_failure;
   std::string disabled;                  // why the path is off (until the flags change)
-  std::vector<std::string> disabled_flags;
+  FlagList disabled_flags;
   double released_at = 0, released_after_death_s = -1;  // the last release, for its timeline
   std::optional<double> release_to_ready_s, death_to_ready_s;
   Timer park_timer, backoff_timer, port_timer;
@@ -110,7 +110,7 @@ struct Supervisor::Snapshots {
 };
 
 struct Supervisor::PendingReload {
-  std::vector<std::string> new_flags, old_flags;
+  FlagList new_flags, old_flags;
   bool cold = false;
   double started = 0;
   bool rolled_back = false;

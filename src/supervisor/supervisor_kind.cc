@@ -20,7 +20,7 @@ std::string Supervisor::path_from_engine_report(Engine& e) {
 
 std::string Supervisor::readiness_model() const { return m_engine ? m_kind->readiness_model(m_engine->flags) : std::string(); }
 
-std::string Supervisor::refuse_push(const std::vector<std::string>& next) {
+std::string Supervisor::refuse_push(const FlagList& next) {
   const FlagCheck check = m_kind->check_flags(m_cfg, next, /*own_environment=*/true);
   for (const auto& f : check.findings)
     if (!f.error) spdlog::warn("check: {}", f.message);

@@ -152,7 +152,7 @@ level = "debug"
   const Config& c = *r;
   EXPECT_EQ(c.name, "llama-8b");
   EXPECT_EQ(c.gpus, (std::vector<std::string>{"1", "GPU-5c8a9f2e-1d3b-4e6f-8a9b-0c1d2e3f4a5b"}));
-  EXPECT_EQ(c.engine.flags.size(), 3u);
+  EXPECT_EQ(c.engine.flags.words().size(), 3u);
   EXPECT_EQ(c.engine.kind, EngineKind::kVllm);
   EXPECT_EQ(c.engine.host, "0.0.0.0");
   EXPECT_EQ(c.engine.port, 8001);

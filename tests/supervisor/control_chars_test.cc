@@ -44,7 +44,7 @@ TEST(ControlChars, ARequestWithOneIsRefusedInEitherForm) {
   // In the string form a bare newline separates words, as in sh; a quoted one is part of a word.
   auto bare = parse_control_request(json{{"op", "reload"}, {"flags", "--a 1\n--b 2"}});
   ASSERT_TRUE(bare.ok()) << bare.error().message;
-  EXPECT_EQ(*bare->flags, (Words{"--a", "1", "--b", "2"}));
+  EXPECT_EQ(bare->flags->words(), (Words{"--a", "1", "--b", "2"}));
   auto quoted = parse_control_request(json{{"op", "reload"}, {"flags", "--a 'x\ny'"}});
   ASSERT_FALSE(quoted.ok());
   EXPECT_NE(quoted.error().message.find("flags[1] \"x\\ny\": holds a control character (\\n at byte 1)"), std::string::npos)

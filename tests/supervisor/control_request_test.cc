@@ -4,6 +4,8 @@
 
 #include <gtest/gtest.h>
 
+#include "supervisor/flag_words.h"
+
 namespace fr::supervisor {
 namespace {
 
@@ -20,7 +22,7 @@ TEST(ControlRequest, WhatFastrestartctlSendsIsAccepted) {
   EXPECT_EQ(r->op, "reload");
   EXPECT_FALSE(r->wait);
   EXPECT_EQ(r->mode, PushKind::kAdd);
-  EXPECT_EQ(*r->flags, (std::vector<std::string>{"--a", "1", "--b", "x y"}));
+  EXPECT_EQ(r->flags->words(), (std::vector<std::string>{"--a", "1", "--b", "x y"}));
   auto s = parse_control_request(json{{"op", "status"}, {"client", "newer"}});
   ASSERT_TRUE(s.ok());
   EXPECT_FALSE(s->flags.has_value());
@@ -43,7 +45,7 @@ TEST(ControlRequest, WrongTypesNameTheField) {
 TEST(ControlRequest, RoundTripsThroughJson) {
   ControlRequest r;
   r.op = "reload";
-  r.flags = std::vector<std::string>{"--x=1", ""};
+  r.flags = testing::flags_of({"--x=1", ""});
   r.mode = PushKind::kRemove;
   r.wait = false;
   auto back = parse_control_request(to_json(r));

@@ -2,10 +2,24 @@
 
 #include <gtest/gtest.h>
 
+#include "supervisor/engines/engine_kind.h"
+#include "supervisor/flag_words.h"
+
 namespace fr::supervisor {
 namespace {
 
 using Words = std::vector<std::string>;
+
+using testing::flags_of;
+
+// The word-level forms the cases below are written in: a push merged into the current flags, and the
+// daemon-affecting flags of a change under a kind's built-in rules.
+Words merge(const Words& current, const Words& push, PushKind kind) {
+  return flags_of(current).merged(flags_of(push), kind).words();
+}
+Words affecting(EngineKind kind, const Words& a, const Words& b, const Words& extra = {}) {
+  return daemon_affecting_changes(builtin_engine_adapter(kind).flag_rules(), flags_of(a), flags_of(b), extra);
+}
 
 Words split(const std::string& s) {
   auto r = split_flags(s);
@@ -86,115 +100,168 @@ TEST(FlagList, NegativeNumbersAreValues) {
 }
 
 TEST(FlagList, ToWordsRoundTrips) {
-  Words w{"model", "--a", "1", "--b=2", "--c", "--d", "x", "y"};
-  EXPECT_EQ(to_words(parse_flag_list(w)), w);
+  for (const Words& w : {Words{"model", "--a", "1", "--b=2", "--c", "--d", "x", "y"}, Words{"--x=1", "2", "--y"},
+                         Words{"a", "b", "--x=", "--y=1=2", "-"}, Words{}}) {
+    EXPECT_EQ(to_words(parse_flag_list(w)), w);
+    EXPECT_EQ(flags_of(w).words(), w);
+  }
 }
 
-// ---- merge_flags
+// ---- FlagList: read once at the boundary
+
+TEST(FlagList, FromWordsRefusesAControlCharacterNamingTheWord) {
+  auto r = FlagList::from_words({"--x", "1", "--name", std::string("a\0b", 3)}, "engine.flags");
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.error().code, Errc::kInvalidArgument);
+  EXPECT_EQ(r.error().message.rfind("engine.flags[3] ", 0), 0u) << r.error().message;
+  EXPECT_NE(r.error().message.find("\\0 at byte 1"), std::string::npos) << r.error().message;
+}
+
+TEST(FlagList, FromStringSplitsLikeShAndNamesTheSourceOfAnError) {
+  auto ok = FlagList::from_string("m --dtype 'b f16' --x=1", "flags");
+  ASSERT_TRUE(ok.ok()) << ok.error().message;
+  EXPECT_EQ(ok->words(), (Words{"m", "--dtype", "b f16", "--x=1"}));
+  auto bad = FlagList::from_string("--x 'open", "engine.flags");
+  ASSERT_FALSE(bad.ok());
+  EXPECT_EQ(bad.error().message.rfind("engine.flags: unterminated single quote", 0), 0u) << bad.error().message;
+  auto nl = FlagList::from_string("--x \"a\nb\"", "flags");
+  ASSERT_FALSE(nl.ok());
+  EXPECT_EQ(nl.error().message.rfind("flags[1] ", 0), 0u) << nl.error().message;
+}
+
+TEST(FlagList, LookupsGoByCanonicalNameAndTheLastOccurrence) {
+  const FlagList f = flags_of({"org/model", "-tp", "2", "--max_num_seqs", "8", "--max-num-seqs=16", "--eager"});
+  EXPECT_EQ(f.positional(), "org/model");
+  EXPECT_TRUE(f.has("--tensor-parallel-size"));
+  EXPECT_EQ(f.value("--tensor-parallel-size"), "2");
+  EXPECT_EQ(f.value("--max-num-seqs"), "16");
+  EXPECT_TRUE(f.has("--eager"));
+  EXPECT_EQ(f.value("--eager"), "");
+  EXPECT_FALSE(f.has("--dtype"));
+  EXPECT_EQ(flags_of({"--model", "m"}).positional(), "");
+}
+
+TEST(FlagList, WithoutDropsEverySpellingAndWithAppends) {
+  const FlagList f = flags_of({"m", "--gpu_memory_utilization", "0.9", "--x", "--gpu-memory-utilization=0.5"});
+  const FlagList g = f.without("--gpu-memory-utilization").with({"--gpu-memory-utilization", {"0.7"}, false});
+  EXPECT_EQ(g.words(), (Words{"m", "--x", "--gpu-memory-utilization", "0.7"}));
+  EXPECT_EQ(g.value("--gpu-memory-utilization"), "0.7");
+  EXPECT_EQ(f.without("--nope"), f);
+  EXPECT_EQ(flags_of({"m"}).without(""), flags_of({"m"}));  // the positional is not a flag to drop
+}
+
+TEST(FlagList, EqualListsHaveEqualWords) {
+  EXPECT_EQ(flags_of({"--x", "1"}), flags_of({"--x", "1"}));
+  EXPECT_NE(flags_of({"--x", "1"}), flags_of({"--x=1"}));  // what the engine is given differs
+  EXPECT_EQ(FlagList(), flags_of({}));
+  EXPECT_TRUE(FlagList().empty());
+}
+
+// ---- FlagList::merged
 
 const Words kCurrent{"meta-llama/Llama-3.1-8B", "--dtype", "bfloat16", "--max-num-seqs", "64", "--enforce-eager"};
 
 TEST(MergeFlags, ReplaceTakesThePush) {
-  EXPECT_EQ(merge_flags(kCurrent, {"--max-num-seqs", "128"}, PushKind::kReplace), (Words{"--max-num-seqs", "128"}));
+  EXPECT_EQ(merge(kCurrent, {"--max-num-seqs", "128"}, PushKind::kReplace), (Words{"--max-num-seqs", "128"}));
 }
 
 TEST(MergeFlags, AddOverridesInPlace) {
-  EXPECT_EQ(merge_flags(kCurrent, {"--max-num-seqs", "128"}, PushKind::kAdd),
+  EXPECT_EQ(merge(kCurrent, {"--max-num-seqs", "128"}, PushKind::kAdd),
             (Words{"meta-llama/Llama-3.1-8B", "--dtype", "bfloat16", "--max-num-seqs", "128", "--enforce-eager"}));
 }
 
 TEST(MergeFlags, AddAppendsNewFlags) {
-  Words out = merge_flags(kCurrent, {"--max-model-len", "4096"}, PushKind::kAdd);
+  Words out = merge(kCurrent, {"--max-model-len", "4096"}, PushKind::kAdd);
   Words want = kCurrent;
   want.insert(want.end(), {"--max-model-len", "4096"});
   EXPECT_EQ(out, want);
 }
 
 TEST(MergeFlags, AddMatchesInlineAndSpacedForms) {
-  EXPECT_EQ(merge_flags({"--x", "1", "--y"}, {"--x=2"}, PushKind::kAdd), (Words{"--x=2", "--y"}));
-  EXPECT_EQ(merge_flags({"--x=1", "--y"}, {"--x", "2"}, PushKind::kAdd), (Words{"--x", "2", "--y"}));
+  EXPECT_EQ(merge({"--x", "1", "--y"}, {"--x=2"}, PushKind::kAdd), (Words{"--x=2", "--y"}));
+  EXPECT_EQ(merge({"--x=1", "--y"}, {"--x", "2"}, PushKind::kAdd), (Words{"--x", "2", "--y"}));
 }
 
 TEST(MergeFlags, AddMatchesAliasesAndUnderscores) {
-  EXPECT_EQ(merge_flags({"--tensor-parallel-size", "1", "--y"}, {"-tp", "2"}, PushKind::kAdd),
+  EXPECT_EQ(merge({"--tensor-parallel-size", "1", "--y"}, {"-tp", "2"}, PushKind::kAdd),
             (Words{"-tp", "2", "--y"}));
-  EXPECT_EQ(merge_flags({"--max_num_seqs", "8"}, {"--max-num-seqs", "16"}, PushKind::kAdd),
+  EXPECT_EQ(merge({"--max_num_seqs", "8"}, {"--max-num-seqs", "16"}, PushKind::kAdd),
             (Words{"--max-num-seqs", "16"}));
 }
 
 TEST(MergeFlags, AddCollapsesRepeatedFlag) {
-  EXPECT_EQ(merge_flags({"--x", "1", "--y", "--x", "3"}, {"--x", "2"}, PushKind::kAdd), (Words{"--x", "2", "--y"}));
+  EXPECT_EQ(merge({"--x", "1", "--y", "--x", "3"}, {"--x", "2"}, PushKind::kAdd), (Words{"--x", "2", "--y"}));
 }
 
 TEST(MergeFlags, AddReplacesThePositionalModel) {
-  EXPECT_EQ(merge_flags(kCurrent, {"other/model"}, PushKind::kAdd)[0], "other/model");
-  EXPECT_EQ(merge_flags({"--dtype", "auto"}, {"m"}, PushKind::kAdd), (Words{"m", "--dtype", "auto"}));
+  EXPECT_EQ(merge(kCurrent, {"other/model"}, PushKind::kAdd)[0], "other/model");
+  EXPECT_EQ(merge({"--dtype", "auto"}, {"m"}, PushKind::kAdd), (Words{"m", "--dtype", "auto"}));
 }
 
 TEST(MergeFlags, RemoveByName) {
-  EXPECT_EQ(merge_flags(kCurrent, {"--enforce-eager", "--dtype"}, PushKind::kRemove),
+  EXPECT_EQ(merge(kCurrent, {"--enforce-eager", "--dtype"}, PushKind::kRemove),
             (Words{"meta-llama/Llama-3.1-8B", "--max-num-seqs", "64"}));
 }
 
 TEST(MergeFlags, RemoveIgnoresValuesAndMatchesAliases) {
-  EXPECT_EQ(merge_flags({"--max-num-seqs", "64", "--quantization", "fp8"}, {"--max-num-seqs", "999", "-q"},
+  EXPECT_EQ(merge({"--max-num-seqs", "64", "--quantization", "fp8"}, {"--max-num-seqs", "999", "-q"},
                         PushKind::kRemove),
             Words{});
 }
 
 TEST(MergeFlags, RemoveNeverDropsThePositional) {
-  EXPECT_EQ(merge_flags(kCurrent, {"meta-llama/Llama-3.1-8B"}, PushKind::kRemove), kCurrent);
+  EXPECT_EQ(merge(kCurrent, {"meta-llama/Llama-3.1-8B"}, PushKind::kRemove), kCurrent);
 }
 
 TEST(MergeFlags, RemoveAbsentFlagChangesNothing) {
-  EXPECT_EQ(merge_flags(kCurrent, {"--nope"}, PushKind::kRemove), kCurrent);
+  EXPECT_EQ(merge(kCurrent, {"--nope"}, PushKind::kRemove), kCurrent);
 }
 
 // ---- daemon_affecting_changes
 
 TEST(DaemonAffecting, EngineOnlyFlagsNeedNoDaemonReload) {
-  Words b = merge_flags(
+  Words b = merge(
       kCurrent,
       {"--max-num-seqs", "128", "--max-model-len", "4096", "--tokenizer", "t", "--trust-remote-code", "--seed", "3"},
       PushKind::kAdd);
-  EXPECT_TRUE(daemon_affecting_changes(EngineKind::kVllm, kCurrent, b).empty());
+  EXPECT_TRUE(affecting(EngineKind::kVllm, kCurrent, b).empty());
 }
 
 TEST(DaemonAffecting, DtypeChange) {
-  Words b = merge_flags(kCurrent, {"--dtype", "float16"}, PushKind::kAdd);
-  EXPECT_EQ(daemon_affecting_changes(EngineKind::kVllm, kCurrent, b), Words{"--dtype"});
+  Words b = merge(kCurrent, {"--dtype", "float16"}, PushKind::kAdd);
+  EXPECT_EQ(affecting(EngineKind::kVllm, kCurrent, b), Words{"--dtype"});
 }
 
 TEST(DaemonAffecting, AddedOrRemovedFlagCounts) {
-  Words b = merge_flags(kCurrent, {"--quantization", "fp8"}, PushKind::kAdd);
-  EXPECT_EQ(daemon_affecting_changes(EngineKind::kVllm, kCurrent, b), Words{"--quantization"});
-  EXPECT_EQ(daemon_affecting_changes(EngineKind::kVllm, b, kCurrent), Words{"--quantization"});
+  Words b = merge(kCurrent, {"--quantization", "fp8"}, PushKind::kAdd);
+  EXPECT_EQ(affecting(EngineKind::kVllm, kCurrent, b), Words{"--quantization"});
+  EXPECT_EQ(affecting(EngineKind::kVllm, b, kCurrent), Words{"--quantization"});
 }
 
 TEST(DaemonAffecting, AliasesAndSpellingsAreTheSameFlag) {
-  EXPECT_TRUE(daemon_affecting_changes(EngineKind::kVllm, {"-tp", "2", "-q", "fp8"},
+  EXPECT_TRUE(affecting(EngineKind::kVllm, {"-tp", "2", "-q", "fp8"},
                                        {"--tensor-parallel-size=2", "--quantization", "fp8"})
                   .empty());
-  EXPECT_TRUE(daemon_affecting_changes(EngineKind::kVllm, {"--load_format", "x"}, {"--load-format=x"}).empty());
-  EXPECT_EQ(daemon_affecting_changes(EngineKind::kVllm, {"-tp", "2"}, {"--tensor-parallel-size", "4"}),
+  EXPECT_TRUE(affecting(EngineKind::kVllm, {"--load_format", "x"}, {"--load-format=x"}).empty());
+  EXPECT_EQ(affecting(EngineKind::kVllm, {"-tp", "2"}, {"--tensor-parallel-size", "4"}),
             Words{"--tensor-parallel-size"});
 }
 
 TEST(DaemonAffecting, PositionalModelIsTheModelFlag) {
-  EXPECT_TRUE(daemon_affecting_changes(EngineKind::kVllm, {"m", "--x"}, {"--model", "m", "--x"}).empty());
-  EXPECT_EQ(daemon_affecting_changes(EngineKind::kVllm, {"m1", "--x"}, {"m2", "--x"}), Words{"--model"});
+  EXPECT_TRUE(affecting(EngineKind::kVllm, {"m", "--x"}, {"--model", "m", "--x"}).empty());
+  EXPECT_EQ(affecting(EngineKind::kVllm, {"m1", "--x"}, {"m2", "--x"}), Words{"--model"});
 }
 
 TEST(DaemonAffecting, ParallelismAndRevision) {
-  EXPECT_EQ(daemon_affecting_changes(EngineKind::kVllm, {"-pp", "1", "--revision", "a", "-dp", "1"},
+  EXPECT_EQ(affecting(EngineKind::kVllm, {"-pp", "1", "--revision", "a", "-dp", "1"},
                                      {"-pp", "2", "--revision", "b", "-dp", "2"}),
             (Words{"--revision", "--pipeline-parallel-size", "--data-parallel-size"}));
 }
 
 TEST(DaemonAffecting, GenericEngineOnlyCountsExtraFlags) {
   Words a{"--dtype", "F32", "--model", "a"}, b{"--dtype", "BF16", "--model", "b"};
-  EXPECT_TRUE(daemon_affecting_changes(EngineKind::kGeneric, a, b).empty());
-  EXPECT_EQ(daemon_affecting_changes(EngineKind::kGeneric, a, b, {"--dtype"}), Words{"--dtype"});
+  EXPECT_TRUE(affecting(EngineKind::kGeneric, a, b).empty());
+  EXPECT_EQ(affecting(EngineKind::kGeneric, a, b, {"--dtype"}), Words{"--dtype"});
 }
 
 TEST(RedactFlags, SecretValuesAreReplacedInBothSpellings) {

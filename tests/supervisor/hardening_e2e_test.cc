@@ -11,6 +11,7 @@
 
 #include <chrono>
 #include <fstream>
+#include <iterator>
 #include <thread>
 
 #include "support/harness.h"
@@ -271,6 +272,33 @@ TEST(PushedFlags, ANulOrANewlineIsRefusedAndNothingRestarts) {
   EXPECT_EQ(s["engine"].value("pid", 0), engine) << "nothing restarts";
   EXPECT_TRUE(s["restarts"].empty()) << s.dump();
   EXPECT_EQ(m.sup().log().find("\n" + forged), std::string::npos) << "a forged log line:\n" << m.sup().log();
+  EXPECT_EQ(m.sup().stop(SIGTERM), 0);
+}
+
+// flags.json is read like a push: a word with a control character (a hand-edited or damaged file) is named,
+// the file is left as it is, and the config's flags run.
+TEST(PushedFlags, APersistedFileWithAControlCharacterIsNamedAndTheConfigsFlagsRun) {
+  Model m;
+  m.sup().start();
+  const json first = m.ready();
+  const json config_flags = first["flags"];
+  EXPECT_EQ(m.sup().stop(SIGTERM), 0) << m.sup().log();
+  json bad_flags = config_flags;
+  bad_flags.push_back("--served-model-name");
+  bad_flags.push_back("t\n[info] READY");
+  const std::string file = m.state() + "/flags.json";
+  const std::string text = json{{"flags", bad_flags}, {"config_flags", config_flags}}.dump(2) + "\n";
+  std::ofstream(file) << text;
+  ASSERT_EQ(::chmod(file.c_str(), 0600), 0);
+
+  m.sup().start();
+  const json s = m.ready();
+  EXPECT_EQ(s["flags"], config_flags) << "the config's flags run";
+  EXPECT_NE(m.sup().log().find(file + ": flags[" + std::to_string(bad_flags.size() - 1) + "] \"t\\n[info] READY\": holds a control character"),
+            std::string::npos)
+      << m.sup().log();
+  std::ifstream in(file);
+  EXPECT_EQ(std::string(std::istreambuf_iterator<char>(in), {}), text) << "the file is left as it is";
   EXPECT_EQ(m.sup().stop(SIGTERM), 0);
 }
 

@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <fstream>
 
+#include "supervisor/flag_words.h"
 #include "support/harness.h"
 
 namespace fr::supervisor {
@@ -16,15 +17,15 @@ std::vector<LintFinding> lint(std::vector<std::string> flags, const std::string&
                               std::map<std::string, std::string> env = {}, DaemonKind daemon = DaemonKind::kNative,
                               std::vector<std::string> command = {"vllm", "serve"}) {
   const auto& rules = builtin_vllm_rules();
-  LintInput in{command, flags, env, {}, daemon, WeightsMode::kZeroCopy, {}};
+  LintInput in{command, testing::flags_of(flags), env, {}, daemon, WeightsMode::kZeroCopy, {}};
   return lint_vllm(rules, lint_target(rules, "", version), in);
 }
 
 // With weights.daemon = "vllm-preload", the checkpoint facts read as fastrestartd reads them.
 std::vector<LintFinding> lint_preload(std::vector<std::string> flags) {
   const auto& rules = builtin_vllm_rules();
-  LintInput in{{"vllm", "serve"}, flags, {}, {}, DaemonKind::kVllmPreload, WeightsMode::kZeroCopy, {}};
-  in.checkpoint = read_checkpoint_facts(flags);
+  LintInput in{{"vllm", "serve"}, testing::flags_of(flags), {}, {}, DaemonKind::kVllmPreload, WeightsMode::kZeroCopy, {}};
+  in.checkpoint = read_checkpoint_facts(in.flags);
   return lint_vllm(rules, lint_target(rules, "", "0.31.0"), in);
 }
 

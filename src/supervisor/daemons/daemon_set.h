@@ -40,7 +40,7 @@ class DaemonHost {
   // STATUS= and the status text; `extra` goes before it (EXTEND_TIMEOUT_USEC=...).
   virtual void set_status(const std::string& s, const std::string& extra = {}) = 0;
   virtual const std::string& status_text() const = 0;
-  virtual std::vector<std::string> engine_flags() const = 0;  // the engine's current flags
+  virtual const FlagList& engine_flags() const = 0;  // the engine's current flags
   virtual const EngineAdapter& engine_kind() const = 0;
 };
 

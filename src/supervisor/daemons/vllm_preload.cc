@@ -58,7 +58,7 @@ uint16_t free_loopback_port() {
 
 // The checkpoint files to watch: weights.checkpoint, else the model when it is a local path; directories
 // expand to their *.safetensors (what vLLM loads), sorted.
-std::vector<std::string> watched_files(const Config& c, const std::vector<Flag>& flags) {
+std::vector<std::string> watched_files(const Config& c, const FlagList& flags) {
   std::vector<std::string> roots = c.weights.checkpoint;
   if (roots.empty()) {
     std::string m = vllm_model_of(flags);
@@ -179,13 +179,13 @@ void VllmPreload::start() {
   const Config& cfg = m_host.config();
   m_preload = std::make_unique<Preload>();
   Preload& p = *m_preload;
-  const auto flags = parse_flag_list(m_host.engine_flags());
+  const FlagList& flags = m_host.engine_flags();
   // The same program as `vllm serve`, with `preload` in the place of `serve` (config.cc checked it is there).
   p.argv = cfg.engine.command;
   *std::find(p.argv.begin(), p.argv.end(), "serve") = "preload";
   const std::string model = vllm_model_of(flags);
   if (!model.empty()) p.argv.insert(p.argv.end(), {"--model", model});
-  for (const auto& f : flags) {
+  for (const auto& f : flags.flags()) {
     if (f.name.empty()) continue;
     const std::string name = canonical_flag_name(f.name);
     if (name == "--model") continue;
@@ -345,7 +345,7 @@ void VllmPreload::watch_checkpoint() {
   std::vector<std::string> files;
   for (const auto& id : m_preload->checkpoint) files.push_back(id.path);
   // New files in a watched directory count too.
-  for (const auto& f : watched_files(m_host.config(), parse_flag_list(m_host.engine_flags()))) {
+  for (const auto& f : watched_files(m_host.config(), m_host.engine_flags())) {
     auto id = identify_file(f);
     std::string path = id.ok() ? id->path : f;
     if (std::find(files.begin(), files.end(), path) == files.end()) files.push_back(f);

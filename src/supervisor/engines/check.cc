@@ -7,8 +7,7 @@ namespace fr::supervisor {
 
 using nlohmann::json;
 
-Result<std::vector<std::string>> pushed_flags(const json& req, const std::vector<std::string>& current,
-                                              const std::string& op) {
+Result<FlagList> pushed_flags(const json& req, const FlagList& current, const std::string& op) {
   // One reading of {flags, mode} for every caller: the control request's own (control_request.h).
   json r = req.is_object() ? req : json::object();
   r["op"] = op;
@@ -17,12 +16,12 @@ Result<std::vector<std::string>> pushed_flags(const json& req, const std::vector
   return pushed_flags(*parsed, current);
 }
 
-std::vector<std::string> pushed_flags(const ControlRequest& req, const std::vector<std::string>& current) {
+FlagList pushed_flags(const ControlRequest& req, const FlagList& current) {
   if (!req.flags) return current;
-  return merge_flags(current, *req.flags, req.mode);
+  return current.merged(*req.flags, req.mode);
 }
 
-json check_reply(const CheckInput& in, const std::vector<std::string>& next, bool with_would) {
+json check_reply(const CheckInput& in, const FlagList& next, bool with_would) {
   const Config& c = in.config;
   const FlagCheck check = in.kind.check_flags(c, next, in.own_environment);
   json findings = json::array();
@@ -31,7 +30,7 @@ json check_reply(const CheckInput& in, const std::vector<std::string>& next, boo
   auto affecting = daemon_affecting_changes(in.kind.flag_rules(), in.current, next);
   json r{{"ok", true},
          {"kind", engine_kind_name(c.engine.kind)},
-         {"flags", next},
+         {"flags", next.words()},
          {"checked_against", check.checked_against},
          {"findings", findings},
          {"daemon_affecting", affecting}};

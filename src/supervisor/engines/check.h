@@ -18,22 +18,21 @@ namespace fr::supervisor {
 // The flags a request pushes ({"flags": [...] | "...", "mode": "replace" (default) | "add" | "remove"})
 // applied to `current`; without "flags", `current`. Errors are kInvalidArgument naming "<op>.flags",
 // "<op>.flags[i]" or "<op>.mode".
-Result<std::vector<std::string>> pushed_flags(const nlohmann::json& req, const std::vector<std::string>& current,
-                                              const std::string& op);
+Result<FlagList> pushed_flags(const nlohmann::json& req, const FlagList& current, const std::string& op);
 // The same for a request parse_control_request has read: fastrestartd reads each request once, and this
-// is where a push is merged (merge_flags).
-std::vector<std::string> pushed_flags(const ControlRequest& req, const std::vector<std::string>& current);
+// is where a push is merged (FlagList::merged).
+FlagList pushed_flags(const ControlRequest& req, const FlagList& current);
 
 struct CheckInput {
   const Config& config;              // engine.kind, command, env, vllm_version; weights
   const EngineAdapter& kind;         // the config's kind (with what its engines reported, if any)
-  std::vector<std::string> current;  // the flags the engine runs with (offline: the file's)
+  FlagList current;                  // the flags the engine runs with (offline: the file's)
   bool own_environment = false;      // fastrestartd's own environment reaches the engine (false offline)
 };
 
 // {"ok": true, "kind", "flags": next, "checked_against": {"version", "source"} or null (no rules for the
 // kind), "findings": [{"severity", "subject", "message"}], "daemon_affecting": [...]} and, with `with_would`,
 // "would": "refuse" | "nothing" | "restart the engine (warm)" | "reload the daemons (cold)".
-nlohmann::json check_reply(const CheckInput& in, const std::vector<std::string>& next, bool with_would);
+nlohmann::json check_reply(const CheckInput& in, const FlagList& next, bool with_would);
 
 }  // namespace fr::supervisor

@@ -89,7 +89,7 @@ class EngineAdapter {
   }
   // Would the engine start with `flags`? `own_environment`: fastrestartd's own environment reaches the
   // engine (false for `fastrestartctl check --offline`). Uses what the engines reported (new_report).
-  virtual FlagCheck check_flags(const Config& c, const std::vector<std::string>& flags, bool own_environment) const {
+  virtual FlagCheck check_flags(const Config& c, const FlagList& flags, bool own_environment) const {
     (void)c, (void)flags, (void)own_environment;
     return {};
   }
@@ -106,7 +106,7 @@ class EngineAdapter {
   // Readiness: true when the engine's own report says whether it attached (consulted when no daemon
   // recorded its attach); the "model" of the readiness request when readiness.model is empty.
   virtual bool reports_attach() const { return false; }
-  virtual std::string readiness_model(const std::vector<std::string>& flags) const {
+  virtual std::string readiness_model(const FlagList& flags) const {
     (void)flags;
     return {};
   }
@@ -117,7 +117,7 @@ class EngineAdapter {
     (void)canonical;
     return false;
   }
-  virtual void flags_for_preload(std::vector<std::string>& flags, const PreloadUse& use) const { (void)flags, (void)use; }
+  virtual void flags_for_preload(FlagList& flags, const PreloadUse& use) const { (void)flags, (void)use; }
 };
 
 // The registry (registry.cc): one entry per kind.

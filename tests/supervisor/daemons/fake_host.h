@@ -42,7 +42,7 @@ class FakeHost final : public DaemonHost {
   bool terminal() const override { return stopping_for_good; }
   void set_status(const std::string& s, const std::string&) override { text = s; }
   const std::string& status_text() const override { return text; }
-  std::vector<std::string> engine_flags() const override { return cfg.engine.flags; }
+  const FlagList& engine_flags() const override { return cfg.engine.flags; }
   const EngineAdapter& engine_kind() const override { return builtin_engine_adapter(cfg.engine.kind); }
 };
 

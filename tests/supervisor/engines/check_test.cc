@@ -4,13 +4,16 @@
 #include <gtest/gtest.h>
 
 #include "supervisor/engines/vllm/vllm_adapter.h"
+#include "supervisor/flag_words.h"
 
 namespace fr::supervisor {
 namespace {
 
 using nlohmann::json;
+using testing::flags_of;
+using Words = std::vector<std::string>;
 
-const std::vector<std::string> kCurrent = {"/m", "--dtype", "bfloat16", "--max-num-seqs", "8"};
+const FlagList kCurrent = flags_of({"/m", "--dtype", "bfloat16", "--max-num-seqs", "8"});
 
 Config config(EngineKind kind) {
   Config c;
@@ -29,20 +32,20 @@ TEST(VllmCheck, NoFlagsInTheRequestIsTheCurrentFlags) {
 TEST(VllmCheck, AStringIsSplitAndMergedByMode) {
   auto add = pushed_flags(json{{"flags", "--max-num-seqs 4 --enforce-eager"}, {"mode", "add"}}, kCurrent, "check");
   ASSERT_TRUE(add.ok()) << add.error().message;
-  EXPECT_EQ(*add, (std::vector<std::string>{"/m", "--dtype", "bfloat16", "--max-num-seqs", "4", "--enforce-eager"}));
+  EXPECT_EQ(add->words(), (Words{"/m", "--dtype", "bfloat16", "--max-num-seqs", "4", "--enforce-eager"}));
   auto rm = pushed_flags(json{{"flags", "--dtype"}, {"mode", "remove"}}, kCurrent, "check");
   ASSERT_TRUE(rm.ok()) << rm.error().message;
-  EXPECT_EQ(*rm, (std::vector<std::string>{"/m", "--max-num-seqs", "8"}));
+  EXPECT_EQ(rm->words(), (Words{"/m", "--max-num-seqs", "8"}));
   auto replace = pushed_flags(json{{"flags", json::array({"/n", "--dtype", "float16"})}}, kCurrent, "reload");
   ASSERT_TRUE(replace.ok()) << replace.error().message;
-  EXPECT_EQ(*replace, (std::vector<std::string>{"/n", "--dtype", "float16"}));
+  EXPECT_EQ(replace->words(), (Words{"/n", "--dtype", "float16"}));
 }
 
 TEST(VllmCheck, ARequestReadOnceIsMergedTheSameWay) {
   auto req = parse_control_request(json{{"op", "reload"}, {"flags", "--max-num-seqs 4 --enforce-eager"}, {"mode", "add"}});
   ASSERT_TRUE(req.ok()) << req.error().message;
   EXPECT_EQ(pushed_flags(*req, kCurrent), *pushed_flags(to_json(*req), kCurrent, "reload"));
-  EXPECT_EQ(pushed_flags(*req, kCurrent), (std::vector<std::string>{"/m", "--dtype", "bfloat16", "--max-num-seqs", "4", "--enforce-eager"}));
+  EXPECT_EQ(pushed_flags(*req, kCurrent).words(), (Words{"/m", "--dtype", "bfloat16", "--max-num-seqs", "4", "--enforce-eager"}));
   EXPECT_EQ(pushed_flags(ControlRequest{"check", std::nullopt, PushKind::kReplace, true}, kCurrent), kCurrent);
 }
 
@@ -74,8 +77,7 @@ TEST(VllmCheck, AGenericEngineHasNoRulesAndNoFindings) {
 
 TEST(VllmCheck, ARemovedFlagIsAnErrorAndAPushWouldBeRefused) {
   Config c = config(EngineKind::kVllm);
-  auto next = kCurrent;
-  next.insert(next.end(), {"--tokenizer-mode", "slow"});
+  const FlagList next = kCurrent.merged(flags_of({"--tokenizer-mode", "slow"}), PushKind::kAdd);
   VllmAdapter kind(builtin_vllm_rules());
   kind.note_reported_version("0.31.0");  // as an engine's startup line would
   json r = check_reply({c, kind, kCurrent}, next, true);
@@ -85,16 +87,16 @@ TEST(VllmCheck, ARemovedFlagIsAnErrorAndAPushWouldBeRefused) {
   EXPECT_EQ(r["findings"][0]["severity"], "error");
   EXPECT_EQ(r["findings"][0]["subject"], "--tokenizer-mode slow");
   EXPECT_EQ(r["would"], "refuse");
-  EXPECT_EQ(r["flags"], next);
+  EXPECT_EQ(r["flags"], next.words());
 }
 
 TEST(VllmCheck, WouldSaysWarmOrColdAndIsLeftOutWhenNotAsked) {
   Config c = config(EngineKind::kVllm);
   CheckInput in{c, builtin_engine_adapter(c.engine.kind), kCurrent};
-  json warm = check_reply(in, {"/m", "--dtype", "bfloat16", "--max-num-seqs", "4"}, true);
+  json warm = check_reply(in, flags_of({"/m", "--dtype", "bfloat16", "--max-num-seqs", "4"}), true);
   EXPECT_EQ(warm["would"], "restart the engine (warm)");
   EXPECT_TRUE(warm["daemon_affecting"].empty());
-  json cold = check_reply(in, {"/m", "--dtype", "float16", "--max-num-seqs", "8"}, true);
+  json cold = check_reply(in, flags_of({"/m", "--dtype", "float16", "--max-num-seqs", "8"}), true);
   EXPECT_EQ(cold["would"], "reload the daemons (cold)");
   EXPECT_EQ(cold["daemon_affecting"], json::array({"--dtype"}));
   EXPECT_FALSE(check_reply(in, kCurrent, false).contains("would"));

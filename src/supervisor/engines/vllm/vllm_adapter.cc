@@ -79,10 +79,9 @@ FlagFinding finding(const LintFinding& f) { return {f.severity == Severity::kErr
 
 }  // namespace
 
-std::string vllm_model_of(const std::vector<Flag>& flags) {
-  for (const auto& f : flags)
-    if (f.name.empty() && !f.values.empty()) return f.values.front();
-  return last_flag_value(flags, "--model");
+std::string vllm_model_of(const FlagList& flags) {
+  if (std::string m = flags.positional(); !m.empty()) return m;
+  return flags.value("--model");
 }
 
 VllmAdapter::VllmAdapter(VllmRules rules) : m_rules(std::move(rules)) {
@@ -129,7 +128,7 @@ std::vector<std::string> VllmAdapter::config_warnings(const Config& c) const {
   return out;
 }
 
-FlagCheck VllmAdapter::check_flags(const Config& c, const std::vector<std::string>& flags, bool own_environment) const {
+FlagCheck VllmAdapter::check_flags(const Config& c, const FlagList& flags, bool own_environment) const {
   LintTarget t = lint_target(m_rules, m_reported_version, c.engine.vllm_version);
   LintInput in{c.engine.command, flags, c.engine.env, own_environment ? vllm_environment() : std::map<std::string, std::string>{},
                c.weights.daemon, c.weights.mode, {}};
@@ -155,9 +154,8 @@ std::vector<OutputRule> VllmAdapter::failure_rules() const {
   return out;
 }
 
-std::string VllmAdapter::readiness_model(const std::vector<std::string>& words) const {
-  auto flags = parse_flag_list(words);
-  for (const auto& f : flags)
+std::string VllmAdapter::readiness_model(const FlagList& flags) const {
+  for (const auto& f : flags.flags())
     if (canonical_flag_name(f.name) == "--served-model-name" && !f.values.empty()) return f.values.front();
   return vllm_model_of(flags);
 }
@@ -175,28 +173,22 @@ bool VllmAdapter::passes_to_preload(const std::string& name) const {
 // --load-format (its default without one). Not ipc_cache with fallback: the ipc_cache loader raises its
 // unsupported-quantization and unsupported-platform errors even with fallback, so a preload that failed for
 // such a reason would fail every engine start too (a crash loop).
-void VllmAdapter::flags_for_preload(std::vector<std::string>& words, const PreloadUse& use) const {
-  auto flags = parse_flag_list(words);
+void VllmAdapter::flags_for_preload(FlagList& flags, const PreloadUse& use) const {
   if (!use.serving) {
     // engine.flags' extra config holds the ipc_cache loader's keys only (the flag checks refuse others),
     // which vLLM's default loader refuses in turn ("Unexpected extra config keys").
-    std::erase_if(flags, [](const Flag& f) { return canonical_flag_name(f.name) == "--model-loader-extra-config"; });
-    words = to_words(flags);
-    std::string format = last_flag_value(flags, "--load-format");
+    flags = flags.without("--model-loader-extra-config");
+    std::string format = flags.value("--load-format");
     spdlog::warn("vllm preload is not serving; the engine loads from disk with --load-format {}",
                  format.empty() ? "(vLLM's default)" : format);
     return;
   }
   json extra = json::object();
-  std::erase_if(flags, [&](const Flag& f) {
-    const std::string name = canonical_flag_name(f.name);
-    if (name == "--model-loader-extra-config" && !f.values.empty()) {
-      auto j = json::parse(f.values.back(), nullptr, false);
-      if (j.is_object()) extra = j;
-      else spdlog::warn("--model-loader-extra-config is not a JSON object; replacing it");
-    }
-    return name == "--load-format" || name == "--model-loader-extra-config";
-  });
+  if (flags.has("--model-loader-extra-config")) {
+    auto j = json::parse(flags.value("--model-loader-extra-config"), nullptr, false);
+    if (j.is_object()) extra = j;
+    else spdlog::warn("--model-loader-extra-config is not a JSON object; replacing it");
+  }
   // Only the keys the ipc_cache loader takes: any other fails the start ("Unexpected extra config keys").
   // The flag checks refuse them before a push; this keeps a key out that a rules file no longer allows.
   for (auto it = extra.begin(); it != extra.end();) {
@@ -211,9 +203,12 @@ void VllmAdapter::flags_for_preload(std::vector<std::string>& words, const Prelo
   extra["fallback"] = use.strict ? false : use.fallback;
   extra["mode"] = weights_mode_name(use.mode);
   if (!use.socket_dir.empty()) extra["socket_dir"] = use.socket_dir;
-  flags.push_back({"--load-format", {"ipc_cache"}, false});
-  flags.push_back({"--model-loader-extra-config", {extra.dump()}, false});
-  words = to_words(flags);
+  // ensure_ascii: every control character (DEL and the C0 ones) and every non-ASCII byte is written as a
+  // \u escape, so the word stays printable (FlagList).
+  flags = flags.without("--load-format")
+              .without("--model-loader-extra-config")
+              .with({"--load-format", {"ipc_cache"}, false})
+              .with({"--model-loader-extra-config", {extra.dump(-1, ' ', /*ensure_ascii=*/true)}, false});
 }
 
 }  // namespace fr::supervisor

@@ -23,14 +23,14 @@ class VllmAdapter final : public EngineAdapter {
   const FlagRules& flag_rules() const override { return m_flag_rules; }
   Status check_config(const Config& c) const override;
   std::vector<std::string> config_warnings(const Config& c) const override;
-  FlagCheck check_flags(const Config& c, const std::vector<std::string>& flags, bool own_environment) const override;
+  FlagCheck check_flags(const Config& c, const FlagList& flags, bool own_environment) const override;
   std::unique_ptr<EngineReport> new_report() override;
   std::optional<EngineProgress> progress(const std::string& line) const override;
   std::vector<OutputRule> failure_rules() const override;
   bool reports_attach() const override { return true; }
-  std::string readiness_model(const std::vector<std::string>& flags) const override;
+  std::string readiness_model(const FlagList& flags) const override;
   bool passes_to_preload(const std::string& canonical) const override;
-  void flags_for_preload(std::vector<std::string>& flags, const PreloadUse& use) const override;
+  void flags_for_preload(FlagList& flags, const PreloadUse& use) const override;
 
   const VllmRules& rules() const { return m_rules; }
   // The version the last engine reported ("" before any did): checks are made against it.
@@ -44,6 +44,6 @@ class VllmAdapter final : public EngineAdapter {
 };
 
 // The model of `vllm serve MODEL` flags: the positional wins over --model, as in vLLM.
-std::string vllm_model_of(const std::vector<Flag>& flags);
+std::string vllm_model_of(const FlagList& flags);
 
 }  // namespace fr::supervisor

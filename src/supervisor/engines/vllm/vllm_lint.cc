@@ -47,13 +47,6 @@ bool refuses(const PreloadRefusal& r, const Flag& f) {
   return std::any_of(f.values.begin(), f.values.end(), [&](const std::string& x) { return contains(r.values, x); });
 }
 
-std::string last_value(const std::vector<Flag>& flags, const std::string& canonical) {
-  std::string v;
-  for (const auto& f : flags)
-    if (canonical_flag_name(f.name) == canonical && !f.values.empty()) v = f.values.back();
-  return v;
-}
-
 bool value_matches(const Flag& f, const RemovedRule& r) {
   if (r.value.empty() && r.value_contains.empty()) return true;
   for (const auto& v : f.values) {
@@ -124,16 +117,10 @@ void lint_preload(const VllmRules& rules, const LintTarget& target, const LintIn
 
 }  // namespace
 
-CheckpointFacts read_checkpoint_facts(const std::vector<std::string>& words) {
+CheckpointFacts read_checkpoint_facts(const FlagList& flags) {
   CheckpointFacts out;
-  const auto flags = parse_flag_list(words);
-  std::string model;
-  for (const auto& f : flags)
-    if (f.name.empty() && !f.values.empty()) {
-      model = f.values.front();
-      break;
-    }
-  if (model.empty()) model = last_value(flags, "--model");
+  std::string model = flags.positional();
+  if (model.empty()) model = flags.value("--model");
   std::error_code ec;
   if (model.empty() || !std::filesystem::is_directory(model, ec)) return out;
   auto read_json = [](const std::string& path) {
@@ -182,10 +169,8 @@ std::vector<LintFinding> lint_vllm(const VllmRules& rules, const LintTarget& tar
   auto add = [&](Severity s, std::string subject, const std::string& msg) {
     out.push_back({s, subject, subject + ": " + msg});
   };
-  const auto flags = parse_flag_list(in.flags);
-  auto present = [&](const std::string& canonical) {
-    return std::any_of(flags.begin(), flags.end(), [&](const Flag& f) { return canonical_flag_name(f.name) == canonical; });
-  };
+  const auto& flags = in.flags.flags();
+  auto present = [&](const std::string& canonical) { return in.flags.has(canonical); };
 
   for (const auto& f : flags) {
     if (f.name.empty()) continue;

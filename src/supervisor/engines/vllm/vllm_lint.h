@@ -37,11 +37,11 @@ struct CheckpointFacts {
 
 // Reads the facts of the model `flags` name (the positional model or --model, when a local directory).
 // Unreadable or malformed files give empty facts: vLLM itself reports those when it starts.
-CheckpointFacts read_checkpoint_facts(const std::vector<std::string>& flags);
+CheckpointFacts read_checkpoint_facts(const FlagList& flags);
 
 struct LintInput {
   std::vector<std::string> command;            // engine.command
-  std::vector<std::string> flags;              // the engine flags to check
+  FlagList flags;                              // the engine flags to check
   std::map<std::string, std::string> env;      // engine.env
   std::map<std::string, std::string> inherited;  // VLLM_* of fastrestartd's own environment (reach the engine too)
   DaemonKind daemon = DaemonKind::kNative;

@@ -2,9 +2,12 @@
 #include <gtest/gtest.h>
 
 #include "supervisor/engines/engine_kind.h"
+#include "supervisor/flag_words.h"
 
 namespace fr::supervisor {
 namespace {
+
+using testing::flags_of;
 
 const EngineAdapter& generic() { return builtin_engine_adapter(EngineKind::kGeneric); }
 
@@ -12,15 +15,15 @@ TEST(GenericEngine, NoFlagReloadsTheDaemonsUnlessListed) {
   const auto& rules = generic().flag_rules();
   EXPECT_TRUE(rules.daemon_flags.empty());
   EXPECT_EQ(rules.positional, "") << "a positional is not --model";
-  EXPECT_TRUE(daemon_affecting_changes(rules, {"--dtype", "a"}, {"--dtype", "b"}).empty());
-  EXPECT_TRUE(daemon_affecting_changes(rules, {"m1"}, {"--model", "m1"}, {"--model"}).size() == 1);
-  EXPECT_EQ(daemon_affecting_changes(rules, {"m1", "--x"}, {"m2", "--x"}, {""}), std::vector<std::string>{""});
+  EXPECT_TRUE(daemon_affecting_changes(rules, flags_of({"--dtype", "a"}), flags_of({"--dtype", "b"})).empty());
+  EXPECT_TRUE(daemon_affecting_changes(rules, flags_of({"m1"}), flags_of({"--model", "m1"}), {"--model"}).size() == 1);
+  EXPECT_EQ(daemon_affecting_changes(rules, flags_of({"m1", "--x"}), flags_of({"m2", "--x"}), {""}), std::vector<std::string>{""});
 }
 
 TEST(GenericEngine, NoChecksOfItsFlags) {
   Config c;
   c.engine.command = {"vllm", "serve"};
-  c.engine.flags = {"m", "--tokenizer-mode", "slow"};  // vLLM 0.31 would refuse it
+  c.engine.flags = flags_of({"m", "--tokenizer-mode", "slow"});  // vLLM 0.31 would refuse it
   EXPECT_TRUE(generic().check_config(c).ok());
   EXPECT_TRUE(generic().config_warnings(c).empty());
   const FlagCheck check = generic().check_flags(c, c.engine.flags, true);
@@ -46,11 +49,11 @@ TEST(GenericEngine, ItsOutputSaysNothingOfItsWeights) {
 
 TEST(GenericEngine, ItsMemoryFlagReadinessAndPreload) {
   EXPECT_EQ(generic().memory_flag(), "--gpu-memory-utilization");
-  EXPECT_EQ(generic().readiness_model({"m", "--served-model-name", "n"}), "") << "readiness.model or none";
+  EXPECT_EQ(generic().readiness_model(flags_of({"m", "--served-model-name", "n"})), "") << "readiness.model or none";
   EXPECT_FALSE(generic().passes_to_preload("--model"));
-  std::vector<std::string> flags{"m", "--x"};
+  FlagList flags = flags_of({"m", "--x"});
   generic().flags_for_preload(flags, {true, true, true, WeightsMode::kZeroCopy, ""});
-  EXPECT_EQ(flags, (std::vector<std::string>{"m", "--x"}));
+  EXPECT_EQ(flags.words(), (std::vector<std::string>{"m", "--x"}));
 }
 
 }  // namespace

@@ -3,33 +3,37 @@
 
 #include <gtest/gtest.h>
 
+#include "supervisor/flag_words.h"
+
 namespace fr::supervisor {
 namespace {
+
+using testing::flags_of;
 
 using nlohmann::json;
 
 Config vllm_config(std::vector<std::string> flags) {
   auto c = parse_config("[engine]\nkind = \"vllm\"\ncommand = [\"vllm\", \"serve\"]\n[weights]\nmode = \"off\"\n", "/etc/fastrestart/m.toml");
   EXPECT_TRUE(c.ok()) << c.error().message;
-  c->engine.flags = std::move(flags);
+  c->engine.flags = flags_of(std::move(flags));
   return *c;
 }
 
 TEST(VllmEngine, ThePositionalIsTheModelAndTheDataNamesTheDaemonFlags) {
   VllmAdapter a(builtin_vllm_rules());
   EXPECT_EQ(a.flag_rules().positional, "--model");
-  EXPECT_EQ(daemon_affecting_changes(a.flag_rules(), {"m1"}, {"--model", "m1"}), std::vector<std::string>{});
-  EXPECT_EQ(daemon_affecting_changes(a.flag_rules(), {"m1"}, {"m2"}), std::vector<std::string>{"--model"});
-  EXPECT_EQ(daemon_affecting_changes(a.flag_rules(), {"m", "--dtype", "bfloat16"}, {"m", "--dtype", "float16"}),
+  EXPECT_EQ(daemon_affecting_changes(a.flag_rules(), flags_of({"m1"}), flags_of({"--model", "m1"})), std::vector<std::string>{});
+  EXPECT_EQ(daemon_affecting_changes(a.flag_rules(), flags_of({"m1"}), flags_of({"m2"})), std::vector<std::string>{"--model"});
+  EXPECT_EQ(daemon_affecting_changes(a.flag_rules(), flags_of({"m", "--dtype", "bfloat16"}), flags_of({"m", "--dtype", "float16"})),
             std::vector<std::string>{"--dtype"});
-  EXPECT_TRUE(daemon_affecting_changes(a.flag_rules(), {"m", "--max-num-seqs", "8"}, {"m", "--max-num-seqs", "4"}).empty());
+  EXPECT_TRUE(daemon_affecting_changes(a.flag_rules(), flags_of({"m", "--max-num-seqs", "8"}), flags_of({"m", "--max-num-seqs", "4"})).empty());
   // An operator's rules add daemon flags, each once.
   VllmRules more = builtin_vllm_rules();
   more.daemon_flags.push_back("--max-num-seqs");
   more.daemon_flags.push_back("--dtype");
   VllmAdapter b(more);
   EXPECT_EQ(std::count(b.flag_rules().daemon_flags.begin(), b.flag_rules().daemon_flags.end(), "--dtype"), 1);
-  EXPECT_EQ(daemon_affecting_changes(b.flag_rules(), {"m", "--max-num-seqs", "8"}, {"m", "--max-num-seqs", "4"}),
+  EXPECT_EQ(daemon_affecting_changes(b.flag_rules(), flags_of({"m", "--max-num-seqs", "8"}), flags_of({"m", "--max-num-seqs", "4"})),
             std::vector<std::string>{"--max-num-seqs"});
 }
 
@@ -50,11 +54,11 @@ TEST(VllmEngine, APushIsCheckedAgainstTheVersionTheEngineReported) {
   auto report = a.new_report();
   report->observe("INFO 11-30 08:00:00 [api_server.py:1] vLLM server version 0.30.0, serving model m");
   EXPECT_EQ(a.reported_version(), "0.30.0");
-  FlagCheck old = a.check_flags(c, {"m", "--tokenizer-mode", "slow"}, false);
+  FlagCheck old = a.check_flags(c, flags_of({"m", "--tokenizer-mode", "slow"}), false);
   EXPECT_EQ(old.checked_against["version"], "0.30.0");
   EXPECT_FALSE(old.has_errors()) << "0.30 still had it";
   a.note_reported_version("0.31.0");
-  FlagCheck now = a.check_flags(c, {"m", "--tokenizer-mode", "slow"}, false);
+  FlagCheck now = a.check_flags(c, flags_of({"m", "--tokenizer-mode", "slow"}), false);
   ASSERT_TRUE(now.has_errors());
   ASSERT_FALSE(now.findings.empty());
   EXPECT_TRUE(now.findings[0].error);
@@ -95,9 +99,9 @@ TEST(VllmEngine, ItsProgressExitMessagesAndReadinessModel) {
   EXPECT_EQ(p->done, 2u);
   EXPECT_EQ(p->total, 4u);
   EXPECT_FALSE(a.failure_rules().empty());
-  EXPECT_EQ(a.readiness_model({"m", "--served-model-name", "n"}), "n");
-  EXPECT_EQ(a.readiness_model({"m"}), "m");
-  EXPECT_EQ(a.readiness_model({"--model", "x"}), "x");
+  EXPECT_EQ(a.readiness_model(flags_of({"m", "--served-model-name", "n"})), "n");
+  EXPECT_EQ(a.readiness_model(flags_of({"m"})), "m");
+  EXPECT_EQ(a.readiness_model(flags_of({"--model", "x"})), "x");
   EXPECT_EQ(a.memory_flag(), "--gpu-memory-utilization");
 }
 
@@ -106,16 +110,17 @@ TEST(VllmEngine, TheServeFlagsWithVllmPreload) {
   EXPECT_TRUE(a.passes_to_preload("--dtype"));
   EXPECT_TRUE(a.passes_to_preload("--max-num-seqs")) << "[preload] pass";
   EXPECT_FALSE(a.passes_to_preload("--enable-prefix-caching"));
-  std::vector<std::string> serving{"m", "--load-format", "auto", "--model-loader-extra-config", "{\"bogus\": 1}"};
-  a.flags_for_preload(serving, {true, true, true, WeightsMode::kCopy, "/run/s"});
+  FlagList flags = flags_of({"m", "--load-format", "auto", "--model-loader-extra-config", "{\"bogus\": 1}"});
+  a.flags_for_preload(flags, {true, true, true, WeightsMode::kCopy, "/run/s"});
+  const auto& serving = flags.words();
   ASSERT_EQ(serving.size(), 5u);
   EXPECT_EQ(serving[1], "--load-format");
   EXPECT_EQ(serving[2], "ipc_cache");
   EXPECT_EQ(json::parse(serving[4]), (json{{"fallback", false}, {"mode", "copy"}, {"socket_dir", "/run/s"}}))
       << "strict: no fallback; an unknown key dropped";
-  std::vector<std::string> not_serving{"m", "--model-loader-extra-config", "{}"};
+  FlagList not_serving = flags_of({"m", "--model-loader-extra-config", "{}"});
   a.flags_for_preload(not_serving, {false, false, true, WeightsMode::kZeroCopy, ""});
-  EXPECT_EQ(not_serving, std::vector<std::string>{"m"});
+  EXPECT_EQ(not_serving.words(), std::vector<std::string>{"m"});
 }
 
 }  // namespace
