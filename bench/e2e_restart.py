@@ -33,6 +33,7 @@ import sys
 import time
 import urllib.request
 
+import fastrestartd_run as fr  # same folder: fastrestartctl and the log's READY lines
 from h200_weights import drop_caches  # same folder: one definition of "cold"
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -115,18 +116,13 @@ listen = "none"
                                      stderr=subprocess.STDOUT)
 
     def ctl(self, *args):
-        r = subprocess.run(["fastrestartctl", "--socket", self.sock, *args], capture_output=True, text=True,
-                           timeout=1200)
-        if r.returncode != 0:
-            raise RuntimeError(f"fastrestartctl {' '.join(args)}: exit {r.returncode}: {r.stderr.strip()}")
-        return r.stdout
+        return fr.ctl(self.sock, *args, timeout=1200)
 
     def status(self):
         return json.loads(self.ctl("status", "--json"))
 
     def readies(self):
-        with open(self.logpath) as f:
-            return f.read().count("READY: path")
+        return fr.readies(fr.read_log(self.logpath))
 
     def wait_ready(self, n, timeout=1200):
         deadline = time.monotonic() + timeout

@@ -17,61 +17,18 @@ Writes --out after every kill, so a run cut short by its timeout keeps what it m
 import argparse
 import json
 import os
-import signal
 import statistics
-import subprocess
 import sys
 import time
-import urllib.request
 
-PROMPT = "The capital of France is"
-
-
-def log(msg):
-    print(f"[{time.strftime('%H:%M:%S')}] {msg}", flush=True)
+import fastrestartd_run as fr
+from fastrestartd_run import PROMPT, log
 
 
-class Run:
+class Run(fr.Driver):
     def __init__(self, a):
-        self.a = a
-        self.res = {"path": a.path, "kills": [], "errors": []}
-
-    def save(self):
-        with open(self.a.out, "w") as f:
-            json.dump(self.res, f, indent=1)
-
-    def ctl(self, *args):
-        r = subprocess.run(["fastrestartctl", "--socket", self.a.socket, *args], capture_output=True,
-                           text=True, timeout=60)
-        if r.returncode != 0:
-            raise RuntimeError(f"fastrestartctl {' '.join(args)}: exit {r.returncode}: {r.stderr.strip()}")
-        return r.stdout
-
-    def status(self):
-        return json.loads(self.ctl("status", "--json"))
-
-    def readies(self):
-        with open(self.a.log, errors="replace") as f:
-            return f.read().count("READY: path")
-
-    def alive(self):
-        if self.a.pid is None:
-            return
-        try:
-            os.kill(self.a.pid, 0)
-        except ProcessLookupError:
-            with open(self.a.log, errors="replace") as f:
-                tail = f.read()[-600:]
-            raise RuntimeError(f"fastrestartd (pid {self.a.pid}) exited; its log ends: {tail!r}") from None
-
-    def wait_ready(self, n, timeout):
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if self.readies() >= n:
-                return self.status()
-            self.alive()
-            time.sleep(0.01)
-        raise RuntimeError(f"no READY #{n} within {timeout} s")
+        super().__init__(a, {"path": a.path, "kills": [], "errors": []})
+        self.label = a.path
 
     def wait_parked(self, timeout):
         deadline = time.monotonic() + timeout
@@ -86,13 +43,6 @@ class Run:
                 raise RuntimeError(f"standby disabled: {sb.get('disabled')}")
             time.sleep(0.05)
         raise RuntimeError(f"the standby did not park within {timeout} s (last: {sb})")
-
-    def http(self, path, body=None):
-        url = f"http://127.0.0.1:{self.a.port}{path}"
-        data = json.dumps(body).encode() if body is not None else None
-        req = urllib.request.Request(url, data, {"Content-Type": "application/json"} if data else {})
-        with urllib.request.urlopen(req, timeout=120) as r:
-            return json.load(r)
 
     def oracle(self):
         c = self.http("/v1/completions", {"model": self.a.model, "prompt": PROMPT, "max_tokens": 4,
@@ -120,15 +70,12 @@ class Run:
 
     @staticmethod
     def gpu():
-        """(GPU used MiB, {pid: used MiB}) from nvidia-smi; ({}, None) where it cannot tell."""
-        try:
-            used = subprocess.run(["nvidia-smi", "--query-gpu=memory.used", "--format=csv,noheader,nounits"],
-                                  capture_output=True, text=True, timeout=20).stdout.split()
-            apps = subprocess.run(["nvidia-smi", "--query-compute-apps=pid,used_memory",
-                                   "--format=csv,noheader,nounits"], capture_output=True, text=True,
-                                  timeout=20).stdout
-        except (OSError, subprocess.TimeoutExpired):
+        """(GPU used MiB, {pid: used MiB}) from nvidia-smi; (None, {}) where it cannot tell."""
+        used = fr.nvidia_smi("--query-gpu=memory.used")
+        apps = fr.nvidia_smi("--query-compute-apps=pid,used_memory") if used is not None else None
+        if apps is None:
             return None, {}
+        used = used.split()
         per = {}
         for line in apps.splitlines():
             parts = [x.strip() for x in line.split(",")]
@@ -153,52 +100,29 @@ class Run:
         self.res["first_start"]["oracle_differs"] = self.compare(first)
         self.save()
         standby = a.path in ("warmed", "pre_gpu", "warmed-graph")
-        for i in range(a.kills):
-            k = {"i": i + 1}
-            try:
-                if standby:
-                    sb = self.wait_parked(a.park_timeout)
-                    used, per = self.gpu()
-                    k["parked"] = {"pid": sb.get("pid"), "level": sb.get("level"), "gpu_bytes": sb.get("gpu_bytes"),
-                                   "age_s": sb.get("age_s"), "nvidia_smi_mib": per.get(sb.get("pid"), 0)
-                                   if per else None, "gpu_used_mib": used}
-                st = self.status()
-                pid = st["engine"]["pid"]
-                n = self.readies()
-                t = time.monotonic()
-                os.kill(pid, signal.SIGKILL)
-                st = self.wait_ready(n + 1, a.ready_timeout)
-                k["kill_to_ready_seen_s"] = round(time.monotonic() - t, 4)
-                ls = st.get("last_start") or {}
-                k.update(path=ls.get("path"), death_to_ready_s=ls.get("since_previous_exit_s"),
-                         exec_to_ready_s=ls.get("time_to_ready_s"),
-                         last_release=(st.get("standby") or {}).get("last_release"))
-                k["gpu_used_mib"], _ = self.gpu()
-                o = self.oracle()
-                k["oracle"] = o
-                k["oracle_differs"] = self.compare(o)
-                log(f"{a.path} kill -9 #{i + 1}: path {k['path']}, death to READY {k['death_to_ready_s']} s"
-                    + (f", parked standby {k['parked']['nvidia_smi_mib']} MiB" if standby else "")
-                    + (f", ORACLE DIFFERS {k['oracle_differs']}" if k["oracle_differs"] else ""))
-            except Exception as e:  # keep what was measured; the summary shows the error
-                k["error"] = f"{type(e).__name__}: {e}"
-                self.res["errors"].append(k["error"])
-                log(f"{a.path} kill #{i + 1}: {k['error']}")
-                self.res["kills"].append(k)
-                self.save()
-                break
-            self.res["kills"].append(k)
-            self.save()
-        self.summarize()
-        self.save()
-        return 0 if not self.res["errors"] else 1
+
+        def one(_, k):
+            if standby:
+                sb = self.wait_parked(a.park_timeout)
+                used, per = self.gpu()
+                k["parked"] = {"pid": sb.get("pid"), "level": sb.get("level"), "gpu_bytes": sb.get("gpu_bytes"),
+                               "age_s": sb.get("age_s"), "nvidia_smi_mib": per.get(sb.get("pid"), 0)
+                               if per else None, "gpu_used_mib": used}
+            st = self.kill_and_wait(self.status()["engine"]["pid"], k)
+            k["last_release"] = (st.get("standby") or {}).get("last_release")
+            k["gpu_used_mib"], _ = self.gpu()
+            o = self.oracle()
+            k["oracle"] = o
+            k["oracle_differs"] = self.compare(o)
+            log(f"{a.path} kill -9 #{k['i']}: path {k['path']}, death to READY {k['death_to_ready_s']} s"
+                + (f", parked standby {k['parked']['nvidia_smi_mib']} MiB" if standby else "")
+                + (f", ORACLE DIFFERS {k['oracle_differs']}" if k["oracle_differs"] else ""))
+
+        return self.cycles(range(a.kills), one)
 
     def summarize(self):
         ks = [k for k in self.res["kills"] if "error" not in k]
-        d = [k["death_to_ready_s"] for k in ks if k.get("death_to_ready_s") is not None]
-        s = {"n": len(ks), "paths": sorted({str(k.get("path")) for k in ks})}
-        if d:
-            s.update(median_s=round(statistics.median(d), 4), max_s=round(max(d), 4), min_s=round(min(d), 4))
+        s = fr.death_to_ready_summary(ks)
         # From the kill(2) call to this script seeing READY (its 10 ms polls of the log included): an upper
         # bound that also covers the kernel's teardown of the dead process before fastrestartd reaps it.
         kr = [k["kill_to_ready_seen_s"] for k in ks if k.get("kill_to_ready_seen_s") is not None]
@@ -222,10 +146,7 @@ class Run:
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--socket", required=True)
-    ap.add_argument("--log", required=True)
-    ap.add_argument("--port", type=int, required=True)
-    ap.add_argument("--model", required=True)
+    fr.add_daemon_args(ap)
     ap.add_argument("--path", required=True, choices=["cold", "warm", "warmed", "warmed-graph", "pre_gpu"])
     ap.add_argument("--kills", type=int, required=True)
     ap.add_argument("--out", required=True)
@@ -234,15 +155,7 @@ def main():
     ap.add_argument("--park-timeout", type=float, default=180)
     ap.add_argument("--ready-timeout", type=float, default=300)
     a = ap.parse_args()
-    r = Run(a)
-    try:
-        return r.run()
-    except Exception as e:
-        r.res["errors"].append(f"{type(e).__name__}: {e}")
-        r.summarize()
-        r.save()
-        log(f"{a.path}: {type(e).__name__}: {e}")
-        return 1
+    return Run(a).main()
 
 
 if __name__ == "__main__":
