@@ -27,19 +27,9 @@
 # Results: $OUT/standby-summary.txt, $OUT/standby-results.json (every run's raw measurements),
 # $OUT/standby-logs.tar.gz (fastrestartd's logs with the engines' output, the configs).
 set -uo pipefail
-root=$(pwd)
-bundle=$root/.bundle
-[ -x "$bundle/bin/fastrestartd" ] || { echo "gpu_standby: no bundle at $bundle (scripts/gpu-bundle.sh)" >&2; exit 1; }
-export LD_LIBRARY_PATH=$bundle/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
-export PATH=$bundle/bin:$PATH
-export PYTHONPATH=$bundle/python${PYTHONPATH:+:$PYTHONPATH}  # the binding: attach and the standby gate
-OUT=${OUT:-/tmp/fr-gpu-out}
-mkdir -p "$OUT"
-summary=$OUT/standby-summary.txt
-: >"$summary"
-say() { echo "$*" | tee -a "$summary"; }
-t_start=$(date +%s)
-elapsed() { echo $(($(date +%s) - t_start)); }
+# shellcheck source-path=SCRIPTDIR source=lib.sh
+. "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+bench_setup gpu_standby standby-summary.txt
 budget=${STANDBY_BUDGET_S:-520}
 
 TINY_STANDBY_KILLS=${TINY_STANDBY_KILLS:-10}
@@ -59,10 +49,7 @@ rm -rf "$w/sup" "$w/ref-oracle.json" "$w/tiny-oracle.json"
 mkdir -p "$w/sup" "$OUT/standby"
 res=$OUT/standby
 
-say "== machine"
-say "$(nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>&1 | head -1)"
-say "$(python3 -c 'import torch, transformers; print("torch", torch.__version__, "transformers", transformers.__version__)' 2>&1 | tail -1)"
-say "bundle $(head -1 "$bundle/MANIFEST" 2>/dev/null); runs: $runs; budget ${budget} s"
+bench_machine "$runs" "$budget"
 
 say "== checkpoints"
 if [[ " $runs" == *" ref:"* ]] && [ ! -f "$w/llama/config.json" ]; then
@@ -108,42 +95,8 @@ tp_rank = "0"'
   if [ -f "$w/$eng-oracle.json" ]; then
     expect="expect_text = $(python3 -c 'import json,sys; print(json.dumps(json.load(open(sys.argv[1]))["text_1"]))' "$w/$eng-oracle.json")"
   fi
-  cat <<TOML
-gpus = $gpus
-[model]
-name = "$eng"
-[engine]
-kind = "generic"
-command = [$command]
-flags = [$flags, "--host", "127.0.0.1", "--port", "$port", "--served-model-name", "$eng"]
-host = "127.0.0.1"
-port = $port
-stop_grace_s = 20
-[weights]
-mode = "zero_copy"
-backend = "$backend"
-checkpoint = "$ck"
-socket_dir = "$d/run"
-daemon_path = "$(command -v fastrestart-weightd)"
-$key
-[readiness]
-model = "$eng"
-startup_timeout_s = 300
-poll_interval_s = 0.01
-check_interval_s = 30
-$expect
-[restart]
-start = $start
-backoff_initial_s = 0.01
-backoff_max_s = 0.05
-crash_loop_limit = 1000
-$standby_section
-[control]
-socket = "$d/ctl/s.ctl"
-state_dir = "$d/state"
-[http]
-listen = "none"
-TOML
+  fastrestartd_toml "$eng" "$port" "$d" "$gpus" "$backend" "$ck" "$command" "$flags" "$start" "$key" "$expect" \
+    "$standby_section"
 }
 
 # limit ENGINE PATH KILLS: the run's time limit in seconds (start, first standby, the kills, the stop)
@@ -184,9 +137,7 @@ for run in $runs; do
   d=$w/sup/$eng-$path
   mkdir -p "$d"
   config "$eng" "$path" "$port" >"$d/fastrestart.toml"
-  log=$d/fastrestartd.log
-  fastrestartd --config "$d/fastrestart.toml" >"$log" 2>&1 &
-  sup=$!
+  fastrestartd_start "$d"
   timeout "$lim" python3 "$root/bench/standby_cycles.py" --socket "$d/ctl/s.ctl" --log "$log" --port "$port" \
     --model "$eng" --path "$path" --kills "$kills" --out "$res/$eng-$path.json" --reference "$w/$eng-oracle.json" \
     --pid "$sup" >"$d/cycles.out" 2>&1
@@ -194,8 +145,7 @@ for run in $runs; do
   tail -n "$((kills + 3))" "$d/cycles.out" | sed 's/^/  /' | tee -a "$summary"
   [ $rc -eq 124 ] && say "  (cut at its limit of $lim s)"
   timeout 20 fastrestartctl --socket "$d/ctl/s.ctl" status >"$d/status.txt" 2>&1
-  kill -TERM "$sup" 2>/dev/null
-  timeout 60 tail --pid="$sup" -f /dev/null || { say "  fastrestartd did not stop in 60 s: SIGKILL"; kill -KILL "$sup"; }
+  fastrestartd_stop 60 || { say "  fastrestartd did not stop in 60 s: SIGKILL"; kill -KILL "$sup"; }
   wait "$sup" 2>/dev/null
   say "  fastrestartd exit $? ($(grep -c 'READY: path' "$log") READY lines; log: $(grep -cE 'standby: (parked|released)' "$log") standby lines)"
   # what is left on the GPU once fastrestartd stopped its engine, standby and daemons (0 expected)

@@ -21,19 +21,9 @@
 # Results: $OUT/tp-summary.txt, $OUT/tp-results.json (every run's raw measurements), $OUT/tp-logs.tar.gz
 # (fastrestartd's logs with the engine's output, the configs, the status at the end).
 set -uo pipefail
-root=$(pwd)
-bundle=$root/.bundle
-[ -x "$bundle/bin/fastrestartd" ] || { echo "gpu_tp: no bundle at $bundle (scripts/gpu-bundle.sh)" >&2; exit 1; }
-export LD_LIBRARY_PATH=$bundle/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
-export PATH=$bundle/bin:$PATH
-export PYTHONPATH=$bundle/python${PYTHONPATH:+:$PYTHONPATH}  # the binding: attach and publish
-OUT=${OUT:-/tmp/fr-gpu-out}
-mkdir -p "$OUT"
-summary=$OUT/tp-summary.txt
-: >"$summary"
-say() { echo "$*" | tee -a "$summary"; }
-t_start=$(date +%s)
-elapsed() { echo $(($(date +%s) - t_start)); }
+# shellcheck source-path=SCRIPTDIR source=lib.sh
+. "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+bench_setup gpu_tp tp-summary.txt
 budget=${TP_BUDGET_S:-330}
 runs=${TP_RUNS:-"tp2 tp1"}
 TP2_KILLS=${TP2_KILLS:-0,0,1,1}
@@ -44,10 +34,7 @@ rm -rf "$w/sup"
 mkdir -p "$w/sup" "$OUT/tp"
 res=$OUT/tp
 
-say "== machine"
-say "$(nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>&1 | head -1)"
-say "$(timeout 60 python3 -c 'import torch, transformers; print("torch", torch.__version__, "transformers", transformers.__version__)' 2>&1 | tail -1)"
-say "bundle $(head -1 "$bundle/MANIFEST" 2>/dev/null); runs: $runs; budget ${budget} s"
+bench_machine "$runs" "$budget"
 
 say "== checkpoint"
 ck=$w/llama-${TP_SHAPE:-8b}
@@ -68,39 +55,9 @@ config() {
     tp1) tpflags='"--tensor-parallel-size", "1"' ;;
     tp2nccl) tpflags='"--tensor-parallel-size", "2", "--dist-backend", "nccl"'; gpus='["0", "1"]' ;;
   esac
-  cat <<TOML
-gpus = $gpus
-[model]
-name = "$run"
-[engine]
-kind = "generic"
-command = ["$(command -v python3)", "$root/python/refengine/fastrestart_refengine.py", "serve", "$ck"]
-flags = ["--load-format", "fastrestart", "--fastrestart-socket-dir", "$d/run", $tpflags, "--host", "127.0.0.1", "--port", "$port", "--served-model-name", "$run"]
-host = "127.0.0.1"
-port = $port
-stop_grace_s = 20
-[weights]
-mode = "zero_copy"
-backend = "cuda"
-checkpoint = "$ck"
-socket_dir = "$d/run"
-daemon_path = "$(command -v fastrestart-weightd)"
-[readiness]
-model = "$run"
-startup_timeout_s = 300
-poll_interval_s = 0.01
-check_interval_s = 30
-[restart]
-start = ["warm", "cold"]
-backoff_initial_s = 0.01
-backoff_max_s = 0.05
-crash_loop_limit = 1000
-[control]
-socket = "$d/ctl/s.ctl"
-state_dir = "$d/state"
-[http]
-listen = "none"
-TOML
+  fastrestartd_toml "$run" "$port" "$d" "$gpus" cuda "$ck" \
+    "\"$(command -v python3)\", \"$root/python/refengine/fastrestart_refengine.py\", \"serve\", \"$ck\"" \
+    "\"--load-format\", \"fastrestart\", \"--fastrestart-socket-dir\", \"$d/run\", $tpflags" '["warm", "cold"]'
 }
 
 port=8500
@@ -123,9 +80,7 @@ for run in $runs; do
   d=$w/sup/$run
   mkdir -p "$d"
   config "$run" "$port" >"$d/fastrestart.toml"
-  log=$d/fastrestartd.log
-  fastrestartd --config "$d/fastrestart.toml" >"$log" 2>&1 &
-  sup=$!
+  fastrestartd_start "$d"
   timeout "$lim" python3 "$root/bench/tp_cycles.py" --socket "$d/ctl/s.ctl" --log "$log" --port "$port" \
     --model "$run" --tp "$tpn" --kills "$kills" --socket-dir "$d/run" --devices "$devices" --out "$res/$run.json" \
     --pid "$sup" >"$d/cycles.out" 2>&1
@@ -139,8 +94,7 @@ import json, sys
 j = json.load(open(sys.argv[1]))
 rows = j if isinstance(j, list) else j.get("daemons", [])
 print([(x.get("gpu"), x.get("state"), x.get("held_bytes"), x.get("entries")) for x in rows])' "$d/daemons.json" 2>&1 | tail -1)"
-  kill -TERM "$sup" 2>/dev/null
-  if ! timeout 30 tail --pid="$sup" -f /dev/null; then
+  if ! fastrestartd_stop 30; then
     say "  fastrestartd did not stop in 30 s: SIGKILL, and to what it started (their command lines name $d)"
     kill -KILL "$sup"
     pkill -KILL -f -- "$d/" 2>/dev/null
