@@ -41,7 +41,8 @@ bench_machine() {
 fastrestartd_toml() {
   local name=$1 port=$2 d=$3 gpus=$4 backend=$5 ck=$6 command=$7 flags=$8 start=$9 key=${10:-} \
     readiness=${11:-} sections=${12:-}
-  cat <<TOML
+  # sed: a part left out (KEY, READINESS or SECTIONS empty) leaves no empty line
+  sed '/^$/d' <<TOML
 gpus = $gpus
 [model]
 name = "$name"
@@ -58,25 +59,19 @@ backend = "$backend"
 checkpoint = "$ck"
 socket_dir = "$d/run"
 daemon_path = "$(command -v fastrestart-weightd)"
-TOML
-  [ -z "$key" ] || printf '%s\n' "$key"
-  cat <<TOML
+$key
 [readiness]
 model = "$name"
 startup_timeout_s = 300
 poll_interval_s = 0.01
 check_interval_s = 30
-TOML
-  [ -z "$readiness" ] || printf '%s\n' "$readiness"
-  cat <<TOML
+$readiness
 [restart]
 start = $start
 backoff_initial_s = 0.01
 backoff_max_s = 0.05
 crash_loop_limit = 1000
-TOML
-  [ -z "$sections" ] || printf '%s\n' "$sections"
-  cat <<TOML
+$sections
 [control]
 socket = "$d/ctl/s.ctl"
 state_dir = "$d/state"
