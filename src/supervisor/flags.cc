@@ -151,12 +151,6 @@ Result<FlagList> FlagList::from_words(std::vector<std::string> words, const std:
   return out;
 }
 
-Result<FlagList> FlagList::from_string(const std::string& s, const std::string& what) {
-  auto words = split_flags(s);
-  if (!words.ok()) return make_error(Errc::kInvalidArgument, what + ": " + words.error().message);
-  return from_words(std::move(*words), what);
-}
-
 bool FlagList::has(std::string_view canonical) const {
   return std::any_of(m_flags.begin(), m_flags.end(), [&](const Flag& f) { return canonical_name(f.name) == canonical; });
 }

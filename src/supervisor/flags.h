@@ -44,8 +44,6 @@ class FlagList {
   FlagList() = default;
   // Errc::kInvalidArgument naming `what`[i] for a word with a control character (check_flag_words).
   static Result<FlagList> from_words(std::vector<std::string> words, const std::string& what);
-  // Split like sh (split_flags), then from_words.
-  static Result<FlagList> from_string(const std::string& s, const std::string& what);
 
   const std::vector<std::string>& words() const { return m_words; }
   const std::vector<Flag>& flags() const { return m_flags; }

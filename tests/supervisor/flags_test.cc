@@ -117,18 +117,6 @@ TEST(FlagList, FromWordsRefusesAControlCharacterNamingTheWord) {
   EXPECT_NE(r.error().message.find("\\0 at byte 1"), std::string::npos) << r.error().message;
 }
 
-TEST(FlagList, FromStringSplitsLikeShAndNamesTheSourceOfAnError) {
-  auto ok = FlagList::from_string("m --dtype 'b f16' --x=1", "flags");
-  ASSERT_TRUE(ok.ok()) << ok.error().message;
-  EXPECT_EQ(ok->words(), (Words{"m", "--dtype", "b f16", "--x=1"}));
-  auto bad = FlagList::from_string("--x 'open", "engine.flags");
-  ASSERT_FALSE(bad.ok());
-  EXPECT_EQ(bad.error().message.rfind("engine.flags: unterminated single quote", 0), 0u) << bad.error().message;
-  auto nl = FlagList::from_string("--x \"a\nb\"", "flags");
-  ASSERT_FALSE(nl.ok());
-  EXPECT_EQ(nl.error().message.rfind("flags[1] ", 0), 0u) << nl.error().message;
-}
-
 TEST(FlagList, LookupsGoByCanonicalNameAndTheLastOccurrence) {
   const FlagList f = flags_of({"org/model", "-tp", "2", "--max_num_seqs", "8", "--max-num-seqs=16", "--eager"});
   EXPECT_EQ(f.positional(), "org/model");
