@@ -1,6 +1,14 @@
 #!/usr/bin/env bash
 # Installs the Debian 12 packages fastrestart builds and tests with. Idempotent; needs root.
+# `--demo`: only what scripts/demo.sh needs (a compiler, the libraries of the four programs it builds,
+# curl and python3 for its requests); the test command installs everything.
 set -euo pipefail
+demo_pkgs=(
+  build-essential cmake ninja-build pkg-config
+  libuv1-dev libtomlplusplus-dev nlohmann-json3-dev libspdlog-dev libsystemd-dev
+  libcli11-dev libcpp-httplib-dev libxxhash-dev
+  curl python3 procps
+)
 pkgs=(
   build-essential cmake ninja-build pkg-config git
   libuv1-dev libtomlplusplus-dev nlohmann-json3-dev libspdlog-dev libsystemd-dev
@@ -19,6 +27,7 @@ pkgs=(
 # The Kubernetes manifest test's validator (tests/container/package.json) runs on Node.js with npm; a
 # Node.js that brings its own npm is kept.
 command -v npm >/dev/null 2>&1 || pkgs+=(nodejs npm)
+[ "${1:-}" = --demo ] && pkgs=("${demo_pkgs[@]}")
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
