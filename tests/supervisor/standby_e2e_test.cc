@@ -219,14 +219,14 @@ TEST_F(StandbyTest, AChangedCheckpointDiscardsTheStandby) {
 // start, so a rewritten config.json beside unchanged weights retires it as well.
 TEST_F(StandbyTest, AChangedConfigJsonDiscardsTheStandby) {
   ASSERT_EQ(test::run({FR_TINYENGINE_BIN, "gen", "--out", m_dir / "model", "--size", "4M"}).exit_code, 0);
-  std::ofstream(m_dir / "model" / "config.json") << "{\"max_position_embeddings\": 4096}\n";
+  std::ofstream(m_dir / "model/config.json") << "{\"max_position_embeddings\": 4096}\n";
   launch();
   ready();
   json st = parked();
   const pid_t engine = st["engine"]["pid"], old_standby = st["standby"]["pid"];
   {
     // Rewritten in place with another size: its identity changes whatever the clock's resolution.
-    std::ofstream(m_dir / "model" / "config.json") << "{\"max_position_embeddings\": 131072}\n";
+    std::ofstream(m_dir / "model/config.json") << "{\"max_position_embeddings\": 131072}\n";
   }
   ASSERT_EQ(::kill(engine, SIGKILL), 0);
   st = ready(engine);
