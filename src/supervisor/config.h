@@ -128,7 +128,7 @@ struct StandbyConfig {
   StandbyLevel level = StandbyLevel::kPreGpu;
   uint64_t reserve_mib = 0;                    // warmed: GPU memory set aside for it; 0: measured at its first park
   double park_timeout_s = 900;                 // spawn -> "parked"; beyond: it does not speak the gate protocol
-  int max_failures = 3;                        // standbys in a row that never parked before the path is disabled
+  int max_failures = 3;                        // standbys in a row that failed (at any stage) before the path is disabled
 };
 
 struct LoggingConfig {

@@ -138,6 +138,8 @@ bool print_status(const json& j) {
     if (sb.state == "parked") std::printf(", holds %s of GPU memory", gb(double(sb.gpu_bytes)).c_str());
     std::printf(", %llu spawn(s), %llu release(s)", static_cast<unsigned long long>(sb.spawns),
                 static_cast<unsigned long long>(sb.releases));
+    if (sb.failures_in_row > 0) std::printf(", %lld failure(s) in a row", static_cast<long long>(sb.failures_in_row));
+    if (sb.state == "backoff") std::printf(", next in %.2f s", sb.backoff_s);
     if (sb.release_to_ready_s) {
       std::printf("; last release: ");
       if (sb.death_to_release_s) std::printf("death +%.3f s released, ", *sb.death_to_release_s);
@@ -214,6 +216,10 @@ void print_snapshot(const std::string& action, const json& r) {
                   be.value("normal_path", "").c_str(), be.value("normal_start_s", 0.0));
     else
       std::printf("break-even: unknown (%s)\n", be.value("note", "").c_str());
+    return;
+  }
+  if (action == "create" && (!r.contains("restore") || r["restore"].is_null())) {
+    std::printf("%s\n", r.value("message", "created").c_str());  // created, not restored: the reply says why
     return;
   }
   if (action == "create") {

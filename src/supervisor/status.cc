@@ -103,6 +103,8 @@ static Status read_standby(const json& j, const std::string& w, StandbyStatus& s
   FR_TRY(field(j, "failures", w, s.failures));
   FR_TRY(field(j, "disabled", w, s.disabled));
   FR_TRY(field(j, "last_failure", w, s.last_failure));
+  FR_TRY(field(j, "failures_in_row", w, s.failures_in_row));
+  FR_TRY(field(j, "backoff_s", w, s.backoff_s));
   if (auto it = j.find("last_release"); it != j.end() && !it->is_null()) {
     const std::string lw = w + ".last_release";
     FR_TRY(object(*it, lw));
@@ -124,7 +126,8 @@ json to_json(const StandbyStatus& s) {
   return {{"state", s.state},         {"level", s.level},       {"pid", s.pid},
           {"age_s", s.age_s},         {"gpu_bytes", s.gpu_bytes}, {"reserve_bytes", s.reserve_bytes},
           {"spawns", s.spawns},       {"releases", s.releases}, {"failures", json(s.failures)},
-          {"disabled", s.disabled},   {"last_failure", s.last_failure}, {"last_release", last}};
+          {"disabled", s.disabled},   {"last_failure", s.last_failure}, {"failures_in_row", s.failures_in_row},
+          {"backoff_s", s.backoff_s}, {"last_release", last}};
 }
 
 static Status read_metrics(const json& j, const std::string& w, MetricsStatus& m) {

@@ -118,6 +118,8 @@ struct StandbyStatus {
   std::map<std::string, uint64_t> failures;  // by reason: never_parked, died, listening, protocol
   std::string disabled;  // why the path is off until the flags change; empty while it is on
   std::string last_failure;
+  int64_t failures_in_row = 0;  // failed standbys since the last that stayed parked restart.reset_after_s or was released
+  double backoff_s = 0;     // while in backoff: the delay before the next spawn
   // The last release's timeline: the engine's death (as reaped), the release, readiness passed.
   std::optional<double> death_to_release_s;
   std::optional<double> release_to_ready_s;

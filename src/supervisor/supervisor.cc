@@ -22,6 +22,7 @@
 #include "supervisor/engine_progress.h"
 #include "supervisor/flags.h"
 #include "supervisor/readiness.h"
+#include "supervisor/start/walk.h"
 #include "supervisor/supervised_child.h"
 
 namespace fr::supervisor {
@@ -371,13 +372,33 @@ bool Supervisor::engine_serving() const {
   return m_engine && !m_engine->exited && !m_engine->path.empty() && !m_engine->stop_requested;
 }
 
-// Asks each path of restart.start, from `from` on, whether it can serve, and starts the first that can.
+std::optional<StartPath> Supervisor::requested_start_path() const {
+  if (m_snap->force_id.empty()) return std::nullopt;
+  const auto& order = m_cfg.restart.start;
+  if (std::find(order.begin(), order.end(), StartPath::kSnapshot) == order.end()) return std::nullopt;
+  return StartPath::kSnapshot;
+}
+
+// Asks each path of restart.start, from `from` on, whether it can serve, and starts the first that can. A
+// walk from the top begins at the path an explicit request asked for (start/walk.h).
 void Supervisor::walk_start_paths(size_t from) {
   const auto& order = m_cfg.restart.start;
+  const std::optional<StartPath> requested = from == 0 ? requested_start_path() : std::nullopt;
+  if (requested) {
+    const WalkBegin b = walk_begin(order, requested);
+    for (StartPath p : b.skipped) record_start_attempt(p, "skipped", requested_refusal(*requested));
+    from = b.first;
+  }
   for (size_t i = from; i < order.size(); ++i) {
     const StartPathImpl& path = start_path(order[i]);
     if (auto why = path.refusal(*this)) {
       record_start_attempt(order[i], "skipped", *why);
+      if (requested && order[i] == *requested) {
+        // The request cannot be served now: it does not stay pending for some later, unrelated start.
+        spdlog::warn("the requested start path {} cannot serve this start ({}); dropping the request", start_path_name(*requested),
+                     why->detail);
+        m_snap->force_id.clear();
+      }
       continue;
     }
     m_start_index = i;
@@ -804,7 +825,7 @@ void Supervisor::wait_drain() {
     // hold (and a standby, when one runs). Not before a standby's release, which waits for no memory
     // (docs/standby.md, "Memory"): only a drain that restarts releases one (holding discards it, reloading
     // the daemons does too).
-    const bool release_next = m_state == State::kDraining && !standby_refusal();
+    const bool release_next = m_state == State::kDraining && !standby_refusal() && !requested_start_path();
     if (!release_next && !m_cfg.gpus.empty() && m_cfg.weights.backend != "host") {
       for (const auto& gpu : m_cfg.gpus) {
         auto m = m_gpus->memory(gpu);

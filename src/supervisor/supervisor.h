@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "common/fd.h"
+#include "common/file_identity.h"
 #include "supervisor/classify.h"
 #include "supervisor/config.h"
 #include "supervisor/daemons/daemon_set.h"
@@ -139,9 +140,18 @@ class Supervisor : private StartHost, private DaemonHost {
   void on_gate_line(const std::string& line);
   void on_standby_parked();
   void standby_failed(const std::string& reason, const std::string& detail);
+  void note_standby_failure(const std::string& what);  // counts it, sets the backoff, disables at max_failures
+  void reset_standby_streak();
+  void standby_streak_after(double now);   // resets the streak when the standby stayed parked reset_after_s
+  void retry_standby_later();              // kBackoff, then a spawn after the backoff
   void discard_standby(const std::string& why);  // stops its group; none is spawned until the next ready
   bool standby_alive() const;
+  // The path an explicit request asked the next start to take (a pending `snapshot restore` or created
+  // artifact), when restart.start lists it.
+  std::optional<StartPath> requested_start_path() const;
   std::string standby_stale() const;       // why the standby no longer matches a start now ("" when it does)
+  // The identities of the files under weights.checkpoint, else under the engine kind's local model path.
+  std::map<std::string, FileIdentity> standby_model_files() const;
   uint64_t standby_reserve_bytes() const;  // what the engine's budget leaves for a warmed standby
   void standby_after_ready(double since_spawn);
   std::optional<StandbyStatus> standby_status() const;

@@ -14,6 +14,7 @@
 #include "common/file_identity.h"
 #include "protocol/daemon_status.h"
 #include "supervisor/loop.h"
+#include "supervisor/policy.h"
 #include "supervisor/supervised_child.h"
 #include "supervisor/supervisor.h"
 #include "supervisor/engines/engine_kind.h"
@@ -60,23 +61,28 @@ enum class StandbyPhase { kOff, kStarting, kParked, kStopping, kBackoff, kDisabl
 // The standby engine (supervisor_standby.cc, docs/standby.md): at most one, parked at its gate.
 struct Supervisor::Standby {
   using Phase = StandbyPhase;
-  explicit Standby(Loop& loop) : park_timer(loop), backoff_timer(loop), port_timer(loop) {}
+  Standby(Loop& loop, const RestartConfig& backoff)
+      : policy(backoff), park_timer(loop), backoff_timer(loop), port_timer(loop) {}
   Phase phase = Phase::kOff;
   std::unique_ptr<Engine> proc;          // its process; becomes m_engine at the release
   UniqueFd gate;                         // our end of the gate socket
   std::unique_ptr<LineReader> gate_reader;  // declared after `gate`: destroyed before it
   FlagList flags;                        // m_flags when it was started
   uint64_t daemon_generation = 0;        // m_daemon_generation when it was started
-  std::vector<FileIdentity> checkpoint;  // weights.checkpoint's files when it was started (it read their config)
+  // Every file of the model when it was started (it read their config and tokenizer): standby_model_files.
+  std::map<std::string, FileIdentity> checkpoint;
   std::map<std::string, std::string> launch;  // the config it was started from besides its flags, by key
-  double parked_at = 0;
+  double parked_at = 0;                  // when this one parked; 0 until it does
   std::string stop_reason;               // why it is being stopped (kStopping)
   std::map<std::string, double> used_before;  // per GPU, at its spawn: gpu_bytes is used after its park minus this
   uint64_t gpu_bytes = 0;
   uint64_t measured_reserve = 0;         // warmed, reserve_mib = 0: gpu_bytes of the first park
   uint64_t spawns = 0, releases = 0;
-  int failures_in_row = 0;               // that never parked; max_failures of them disable the path
-  int backoff_step = 0;
+  // Every end we did not ask for is a failure, whatever stage it came at; the streak ends only when a
+  // standby stayed parked restart.reset_after_s or was released. max_failures in a row disable the path.
+  int failures_in_row = 0;
+  RestartPolicy policy;                  // the engine's backoff (restart.backoff_*), see standby_backoff_config
+  double backoff_s = 0;                  // the delay before the next spawn after the last failure
   std::map<std::string, uint64_t> failures;  // by reason
   std::string last_failure;
   std::string disabled;                  // why the path is off (until the flags change)

@@ -296,13 +296,25 @@ void Supervisor::after_create_job(const json& result) {
 void Supervisor::snapshot_after_ready(const std::string& path) {
   Snapshots& s = *m_snap;
   if (s.create_waiters.empty()) return;
+  const std::string id = s.last_create.value("id", std::string("?"));
+  // What the start did with the new artifact: restored it, tried and failed, or never tried (skipped).
+  std::string restore_outcome, restore_detail;
+  for (const auto& a : m_start_attempts)
+    if (a.path == StartPath::kSnapshot) restore_outcome = a.outcome, restore_detail = a.why.detail;
   json reply;
   if (path == "snapshot") {
-    reply = {{"ok", true}, {"created", s.last_create}, {"restore", s.last_restore}, {"start", m_last_start}};
-  } else {
-    reply = error("snapshot_failed", "snapshot " + s.last_create.value("id", std::string("?")) +
-                                         " was created but its restore failed (" +
+    reply = {{"ok", true}, {"message", "created snapshot " + id + " and restored it as the live engine"},
+             {"created", s.last_create}, {"restore", s.last_restore}, {"start", m_last_start}};
+  } else if (restore_outcome == "failed") {
+    reply = error("snapshot_failed", "snapshot " + id + " was created but its restore failed (" +
                                          s.last_failure.value("reason", std::string("?")) + "); the engine started " + path);
+  } else {
+    // Created: the create succeeded even though this start did not restore it; say what happened instead.
+    reply = {{"ok", true},
+             {"message", "created snapshot " + id + "; it was not restored (" +
+                             (restore_detail.empty() ? std::string("the start did not try it") : restore_detail) +
+                             "): the engine started " + path},
+             {"created", s.last_create}, {"restore", nullptr}, {"start", m_last_start}};
   }
   for (auto& w : s.create_waiters) w->set_value(reply);
   s.create_waiters.clear();

@@ -9,12 +9,13 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <cmath>
+#include <limits>
 #include <spdlog/spdlog.h>
 
 #include "common/control_chars.h"
 #include "supervisor/engine_group_record.h"
 #include "supervisor/standby/gate_message.h"
+#include "supervisor/standby/model_files.h"
 #include "supervisor/standby/port_owner.h"
 
 namespace fr::supervisor {
@@ -25,7 +26,6 @@ namespace {
 
 constexpr double kStandbyStopGraceS = 5;   // a parked standby has nothing in flight
 constexpr double kPortCheckEveryS = 1;     // while parked: has it bound the engine's port?
-constexpr double kBackoffMaxS = 60;
 constexpr uint64_t kMiB = 1048576;
 
 const char* phase_name(Phase p) {
@@ -40,26 +40,13 @@ const char* phase_name(Phase p) {
   return "off";
 }
 
-// weights.checkpoint's files as they are now; a file that cannot be stat()ed matches no real one.
-std::vector<FileIdentity> checkpoint_identities(const Config& c) {
-  std::vector<FileIdentity> out;
-  for (const auto& f : checkpoint_files(c)) {
-    auto id = identify_file(f);
-    out.push_back(id.ok() ? *id : FileIdentity{f});
-  }
-  return out;
-}
-
-// How the checkpoint's files differ from `was`, in words; "" when they are the same files.
-std::string checkpoint_change(const std::vector<FileIdentity>& was, const std::vector<FileIdentity>& now) {
-  if (was.size() != now.size())
-    return "it has " + std::to_string(now.size()) + " file(s), " + std::to_string(was.size()) + " when the standby started";
-  for (size_t i = 0; i < was.size(); ++i) {
-    if (now[i] == was[i]) continue;
-    if (now[i].ino == 0) return was[i].path + " is gone";
-    return was[i].path + ": " + identity_change(was[i], now[i]);
-  }
-  return {};
+// The engine's backoff (restart.backoff_*, reset_after_s) for the standby's spawns, without the engine's
+// crash-loop give-up and cold escalation: standby.max_failures in a row disable the standby instead.
+RestartConfig standby_backoff_config(const RestartConfig& r) {
+  RestartConfig c = r;
+  c.crash_loop_limit = std::numeric_limits<int>::max();
+  c.warm_failures_before_cold = 0;
+  return c;
 }
 
 // What shapes a start besides the flags, by config key. A re-read config (reload without flags, SIGHUP)
@@ -74,6 +61,13 @@ std::map<std::string, std::string> launch_config(const Config& c) {
 
 }  // namespace
 
+std::map<std::string, FileIdentity> Supervisor::standby_model_files() const {
+  std::vector<std::string> roots = m_cfg.weights.checkpoint;
+  if (roots.empty())
+    if (std::string m = m_kind->local_model_path(m_flags); !m.empty()) roots.push_back(std::move(m));
+  return identify_model_files(model_files(roots));
+}
+
 std::string Supervisor::standby_stale() const {
   if (!m_standby) return {};
   const Standby& s = *m_standby;
@@ -81,8 +75,9 @@ std::string Supervisor::standby_stale() const {
   const auto now = launch_config(m_cfg);
   for (const auto& [key, value] : s.launch)
     if (now.at(key) != value) return key + " changed since the standby started (the config was re-read)";
-  // It read the checkpoint's config (and, warmed, mapped its weights): a changed file is a new model.
-  if (auto c = checkpoint_change(s.checkpoint, checkpoint_identities(m_cfg)); !c.empty())
+  // It read the model's config, tokenizer and chat template (and, warmed, mapped its weights): a changed
+  // file is a new model.
+  if (auto c = model_files_change(s.checkpoint, standby_model_files()); !c.empty())
     return "the checkpoint changed since the standby started (" + c + ")";
   return {};
 }
@@ -102,15 +97,14 @@ uint64_t Supervisor::standby_reserve_bytes() const {
 
 void Supervisor::maybe_spawn_standby() {
   if (!standby_wanted() || is_terminal(m_state) || !engine_serving()) return;
-  if (!m_standby) m_standby = std::make_unique<Standby>(m_loop);
+  if (!m_standby) m_standby = std::make_unique<Standby>(m_loop, standby_backoff_config(m_cfg.restart));
   Standby& s = *m_standby;
   switch (s.phase) {
     case Phase::kDisabled:
       if (s.disabled_flags == m_flags) return;
       spdlog::info("standby: the flags changed since it was disabled; trying again");
       s.disabled.clear();
-      s.failures_in_row = 0;
-      s.backoff_step = 0;
+      reset_standby_streak();
       break;
     case Phase::kStopping:
     case Phase::kBackoff:
@@ -189,9 +183,10 @@ void Supervisor::spawn_standby() {
   s.phase = Phase::kStarting;
   s.flags = m_flags;
   s.daemon_generation = m_daemon_generation;
-  s.checkpoint = checkpoint_identities(m_cfg);
+  s.checkpoint = standby_model_files();
   s.launch = launch_config(m_cfg);
   s.gpu_bytes = 0;
+  s.parked_at = 0;
   s.spawns++;
   const double timeout = m_cfg.standby.park_timeout_s;
   s.park_timer.start(timeout, [this, timeout] {
@@ -233,9 +228,7 @@ void Supervisor::on_standby_parked() {
   Standby& s = *m_standby;
   s.park_timer.stop();
   s.phase = Phase::kParked;
-  s.parked_at = m_loop.now_s();
-  s.failures_in_row = 0;
-  s.backoff_step = 0;
+  s.parked_at = m_loop.now_s();  // the failure streak is not over yet: it may die parked (see note_standby_failure)
   uint64_t bytes = 0;
   for (const auto& [gpu, before] : s.used_before)
     if (auto m = m_gpus->memory(gpu); m.ok()) bytes += static_cast<uint64_t>(std::max(0.0, static_cast<double>(m->used) - before));
@@ -256,19 +249,52 @@ void Supervisor::on_standby_parked() {
   if (m_standby && m_standby->phase == Phase::kParked) s.port_timer.start(kPortCheckEveryS, check_port, kPortCheckEveryS);
 }
 
+void Supervisor::reset_standby_streak() {
+  Standby& s = *m_standby;
+  s.failures_in_row = 0;
+  s.policy = RestartPolicy(standby_backoff_config(m_cfg.restart));
+  s.backoff_s = 0;
+}
+
+// A standby that stayed parked restart.reset_after_s proved it starts: its end starts a new streak.
+void Supervisor::standby_streak_after(double now) {
+  Standby& s = *m_standby;
+  if (s.parked_at > 0 && now - s.parked_at >= m_cfg.restart.reset_after_s) reset_standby_streak();
+}
+
+void Supervisor::note_standby_failure(const std::string& what) {
+  Standby& s = *m_standby;
+  const double now = m_loop.now_s();
+  standby_streak_after(now);
+  s.failures_in_row++;
+  (void)s.policy.on_exit(now, /*failure=*/true, /*warm=*/false);  // never gives up: see standby_backoff_config
+  s.backoff_s = s.policy.backoff_s();
+  if (s.failures_in_row >= m_cfg.standby.max_failures && s.disabled.empty()) {
+    s.disabled = std::to_string(s.failures_in_row) + " standbys in a row failed (standby.max_failures " +
+                 std::to_string(m_cfg.standby.max_failures) + "); last: " + what + "; off until the flags change";
+    s.disabled_flags = m_flags;
+    spdlog::error("standby: disabled: {}", s.disabled);
+  }
+}
+
+void Supervisor::retry_standby_later() {
+  Standby& s = *m_standby;
+  s.phase = Phase::kBackoff;
+  spdlog::info("standby: starting another in {:.2f} s ({} failure(s) in a row of standby.max_failures {})", s.backoff_s,
+               s.failures_in_row, m_cfg.standby.max_failures);
+  s.backoff_timer.start(s.backoff_s, [this] {
+    if (!m_standby || m_standby->phase != Phase::kBackoff) return;
+    m_standby->phase = Phase::kOff;
+    maybe_spawn_standby();
+  });
+}
+
 void Supervisor::standby_failed(const std::string& reason, const std::string& detail) {
   Standby& s = *m_standby;
   s.failures[reason]++;
   s.last_failure = detail;
-  const bool never_parked = s.phase != Phase::kParked;
-  if (never_parked || reason == "listening" || reason == "protocol") s.failures_in_row++;
   spdlog::error("standby{}: {}", s.proc ? " pid " + std::to_string(s.proc->pid) : std::string(), detail);
-  if (s.failures_in_row >= m_cfg.standby.max_failures && s.disabled.empty()) {
-    s.disabled = std::to_string(s.failures_in_row) + " standbys in a row failed (standby.max_failures); last: " + detail +
-                 "; off until the flags change";
-    s.disabled_flags = m_flags;
-    spdlog::error("standby: disabled: {}", s.disabled);
-  }
+  note_standby_failure(detail);
   s.park_timer.stop();
   s.port_timer.stop();
   if (standby_alive()) {
@@ -284,13 +310,7 @@ void Supervisor::standby_failed(const std::string& reason, const std::string& de
     s.phase = Phase::kDisabled;
     return;
   }
-  const double delay = std::min(kBackoffMaxS, std::pow(2.0, s.backoff_step++));
-  s.phase = Phase::kBackoff;
-  s.backoff_timer.start(delay, [this] {
-    if (!m_standby || m_standby->phase != Phase::kBackoff) return;
-    m_standby->phase = Phase::kOff;
-    maybe_spawn_standby();
-  });
+  retry_standby_later();
 }
 
 void Supervisor::discard_standby(const std::string& why) {
@@ -337,18 +357,14 @@ void Supervisor::on_standby_exit(int status) {
   s.proc.reset();
   if (stopped) {
     spdlog::info("standby pid {} stopped ({}: {})", pgid, s.stop_reason, c.detail);
+    // Discarded (new flags, config, daemons, model) is no failure, but ends the streak if it proved itself.
+    if (!failed_kill) standby_streak_after(m_loop.now_s());
   } else {
     s.failures["died"]++;
     s.last_failure = std::string(was_parked ? "died while parked: " : "died before parking: ") + exit_cause_name(c.cause) +
                      " (" + c.detail + ")";
-    if (!was_parked) s.failures_in_row++;
     spdlog::error("standby pid {} {}", pgid, s.last_failure);
-    if (s.failures_in_row >= m_cfg.standby.max_failures && s.disabled.empty()) {
-      s.disabled = std::to_string(s.failures_in_row) + " standbys in a row died before parking (standby.max_failures); last: " +
-                   s.last_failure + "; off until the flags change";
-      s.disabled_flags = m_flags;
-      spdlog::error("standby: disabled: {}", s.disabled);
-    }
+    note_standby_failure(s.last_failure);
   }
   if (m_stop_daemons_after_standby) {
     m_stop_daemons_after_standby = false;
@@ -365,14 +381,7 @@ void Supervisor::on_standby_exit(int status) {
     maybe_spawn_standby();  // discarded for new flags or daemons: its successor, if an engine serves
     return;
   }
-  const double delay = std::min(kBackoffMaxS, std::pow(2.0, s.backoff_step++));
-  spdlog::info("standby: starting another in {:.0f} s", delay);
-  s.phase = Phase::kBackoff;
-  s.backoff_timer.start(delay, [this] {
-    if (!m_standby || m_standby->phase != Phase::kBackoff) return;
-    m_standby->phase = Phase::kOff;
-    maybe_spawn_standby();
-  });
+  retry_standby_later();
 }
 
 std::optional<StartRefusal> Supervisor::standby_refusal() const {
@@ -408,6 +417,7 @@ Status Supervisor::release_standby() {
   s.gate.reset();
   s.releases++;
   s.released_at = now;
+  reset_standby_streak();  // it became the engine: the standby path works
   s.released_after_death_s = m_last_exit.contains("died_at_s") ? now - m_last_exit["died_at_s"].get<double>() : -1;
   s.phase = Phase::kOff;
   s.release_to_ready_s.reset();
@@ -460,6 +470,8 @@ std::optional<StandbyStatus> Supervisor::standby_status() const {
   st.failures = s.failures;
   st.disabled = s.disabled;
   st.last_failure = s.last_failure;
+  st.failures_in_row = s.failures_in_row;
+  st.backoff_s = s.phase == Phase::kBackoff ? s.backoff_s : 0;
   if (s.releases > 0 && s.released_after_death_s >= 0) st.death_to_release_s = s.released_after_death_s;
   st.release_to_ready_s = s.release_to_ready_s;
   st.death_to_ready_s = s.death_to_ready_s;

@@ -44,6 +44,7 @@ struct Options {
   std::string criu = criu_path();
   std::string mode = "copy";     // weights.mode; zero_copy: the daemon preloads the checkpoint (weights.key)
   std::string engine_flags;      // more tiny engine flags, as TOML array items (`, "--x"`)
+  std::string start = "\"snapshot\", \"warm\", \"cold\"";  // restart.start's items
 };
 
 // fastrestartd over a tiny engine in weights mode copy (host backend), start = snapshot, warm, cold. In
@@ -68,7 +69,7 @@ class Supervised {
                                   "\", tp_size = \"1\", tp_rank = \"0\"}\n"
                                 : "")
       << "[readiness]\nmodel = \"t\"\nstartup_timeout_s = 120\npoll_interval_s = 0.05\ncheck_interval_s = 0.5\n"
-      << "[restart]\nstart = [\"snapshot\", \"warm\", \"cold\"]\nbackoff_initial_s = 0.1\nbackoff_max_s = 0.5\n"
+      << "[restart]\nstart = [" << o.start << "]\nbackoff_initial_s = 0.1\nbackoff_max_s = 0.5\n"
       << "crash_loop_limit = 20\n"
       << "[control]\nsocket = \"" << (m_dir / "ctl/t.ctl") << "\"\nstate_dir = \"" << (m_dir / "state") << "\"\n"
       << "[http]\nlisten = \"127.0.0.1:" << m_http << "\"\n"
@@ -232,6 +233,42 @@ TEST(SnapshotE2E, RestoreOnRequestThenDeleteLeavesTheNormalPaths) {
   r = d.ctl({"snapshot", "delete", id});
   EXPECT_EQ(r.exit_code, 1);
   EXPECT_NE(r.output.find("no snapshot " + id), std::string::npos) << r.output;
+}
+
+json start_path_of(const json& status, const std::string& path) {
+  for (const auto& a : status["start_paths"])
+    if (a.value("path", "") == path) return a;
+  return json::object();
+}
+
+// A standby parked and listed first does not take the start an operator asked to be a snapshot's: the
+// created artifact is restored at once (and create says so), and so is one asked for by `snapshot restore`;
+// the standby path is skipped as `requested` and stays parked.
+TEST(SnapshotE2E, AnExplicitRequestWinsOverAParkedStandbyListedFirst) {
+  SKIP_WITHOUT_CRIU();
+  Options o;
+  o.start = "\"standby\", \"snapshot\", \"warm\", \"cold\"";
+  Supervised d(o);
+  auto parked = [](const json& st) { return st["standby"].is_object() && st["standby"].value("state", "") == "parked"; };
+  ASSERT_TRUE(d.wait_status([&](const json& st) { return settled(st) && parked(st); })) << d.log();
+  auto r = d.ctl_json({"snapshot", "create"});
+  ASSERT_EQ(r.value("ok", false), true) << r.dump() << d.log();
+  EXPECT_NE(r.value("message", "").find("restored it as the live engine"), std::string::npos) << r.dump();
+  const std::string id = r["created"].value("id", std::string());
+  auto s = d.status();
+  EXPECT_EQ(s["last_start"]["path"], "snapshot") << s.dump();
+  EXPECT_EQ(s["last_start"]["snapshot_id"], id);
+  EXPECT_EQ(start_path_of(s, "standby").value("reason", ""), "requested") << s["start_paths"].dump();
+  EXPECT_EQ(s["standby"].value("releases", -1), 0) << s["standby"].dump();
+
+  ASSERT_TRUE(d.wait_status(parked)) << d.log();
+  auto c = d.ctl({"snapshot", "restore", id});
+  EXPECT_EQ(c.exit_code, 0) << c.output;
+  ASSERT_TRUE(d.wait_status([](const json& st) { return settled(st) && snapshot_of(st)["restored"] == 2; })) << d.log();
+  s = d.status();
+  EXPECT_EQ(s["last_start"]["path"], "snapshot") << s.dump();
+  EXPECT_EQ(start_path_of(s, "standby").value("reason", ""), "requested") << s["start_paths"].dump();
+  EXPECT_EQ(s["standby"].value("releases", -1), 0) << s["standby"].dump();
 }
 
 // Each way an artifact can be wrong: the restart falls back to a normal start and says why.

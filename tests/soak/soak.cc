@@ -130,7 +130,10 @@ void Soak::write_config() {
     << "\nhang_after_failures = " << kHangAfterFailures << "\n"
     << "[restart]\nbackoff_initial_s = 0.05\nbackoff_max_s = 0.2\ncrash_loop_limit = 100000\ncrash_loop_window_s = 1\nreset_after_s = 5\n"
     << "warm_failures_before_cold = 0\n"
-    << (m_p.standby ? "start = [\"standby\", \"warm\", \"cold\"]\n[standby]\nlevel = " + q(m_p.level) + "\n" : "")
+    // Every standby death counts toward standby.max_failures until one stays parked reset_after_s (5 s)
+    // or is released, and the standby cycles kill one or two in a row: the default (3) would disable the
+    // path in most runs, and every later cycle would test a supervisor without a standby.
+    << (m_p.standby ? "start = [\"standby\", \"warm\", \"cold\"]\n[standby]\nlevel = " + q(m_p.level) + "\nmax_failures = 1000\n" : "")
     << "[control]\nsocket = " << q(m_ctl) << "\nstate_dir = " << q(m_dir / "state") << "\n"
     << "[http]\nlisten = \"127.0.0.1:" << m_http_port << "\"\n";
 }
@@ -144,6 +147,7 @@ const std::vector<Soak::Kind>& Soak::kinds() const {
       {"restart", 1.5, &Soak::restart},
       {"kill9_standby", 1.5, &Soak::kill9_standby},
       {"kill9_standby_starting", 0.7, &Soak::kill9_standby_starting},
+      {"standby_dies_while_parked", 1, &Soak::standby_dies_while_parked},
       {"engine_dies_while_standby_starts", 1, &Soak::engine_dies_while_standby_starts},
       {"flag_push", 1, &Soak::flag_push},
       {"startup_fault_after_push", 1, &Soak::startup_fault_after_push},

@@ -94,6 +94,7 @@ class Soak {
   Expect replace_checkpoint_during_cold_start();
   // With a standby (soak_standby.cc).
   Expect kill9_standby();
+  Expect standby_dies_while_parked();
   Expect kill9_standby_starting();
   Expect engine_dies_while_standby_starts();
   Expect flag_push();

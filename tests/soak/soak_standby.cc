@@ -11,6 +11,7 @@
 #include <chrono>
 #include <cstring>
 #include <fstream>
+#include <set>
 #include <thread>
 
 #include "soak/proc_scan.h"
@@ -116,6 +117,33 @@ Expect Soak::kill9_standby() {
   const int died = failures_of(m_sup->status(), "died");
   replace_standby("kill9_standby");
   EXPECT_EQ(failures_of(m_sup->status(), "died"), died + 1) << "the standby's death was not counted";
+  Expect e;
+  e.new_engine = false;
+  return e;
+}
+
+// A standby that dies while parked: the parked one is killed and the next parks and dies 0.2 s later
+// (--fault-standby die-parked-after=0.2). Both deaths are counted, the one after them is spawned after the
+// backoff and parks; the path stays on (the soak's standby.max_failures is above any streak a run makes).
+Expect Soak::standby_dies_while_parked() {
+  const int died = failures_of(m_sup->status(), "died");
+  queue_standby_faults("--fault-standby die-parked-after=0.2");
+  const pid_t old = parked_standby();
+  EXPECT_GT(old, 0) << "standby_dies_while_parked: no standby parked";
+  if (old > 0) ::kill(old, SIGKILL);
+  std::set<pid_t> seen;
+  json s;
+  const bool ok = m_sup->wait_for([&](const json& j) {
+    if (!j["standby"].is_object()) return false;
+    if (const pid_t p = j["standby"].value("pid", 0); p > 0) seen.insert(p);
+    return failures_of(j, "died") >= died + 2 && j["standby"].value("state", "") == "parked";
+  }, 60, &s);
+  m_seen.insert(seen.begin(), seen.end());
+  EXPECT_TRUE(ok) << "standby_dies_while_parked: no standby parked after two deaths: " << s["standby"].dump();
+  if (ok) {
+    EXPECT_EQ(failures_of(s, "died"), died + 2) << s["standby"].dump();
+    EXPECT_EQ(s["standby"].value("disabled", ""), "") << s["standby"].dump();
+  }
   Expect e;
   e.new_engine = false;
   return e;

@@ -215,6 +215,31 @@ TEST_F(StandbyTest, AChangedCheckpointDiscardsTheStandby) {
   EXPECT_EQ(m_sup->stop(SIGTERM), 0) << m_sup->log();
 }
 
+// Not only the weights: the standby read the model's config.json (and tokenizer, chat template) during its
+// start, so a rewritten config.json beside unchanged weights retires it as well.
+TEST_F(StandbyTest, AChangedConfigJsonDiscardsTheStandby) {
+  ASSERT_EQ(test::run({FR_TINYENGINE_BIN, "gen", "--out", m_dir / "model", "--size", "4M"}).exit_code, 0);
+  std::ofstream(m_dir / "model/config.json") << "{\"max_position_embeddings\": 4096}\n";
+  launch();
+  ready();
+  json st = parked();
+  const pid_t engine = st["engine"]["pid"], old_standby = st["standby"]["pid"];
+  {
+    // Rewritten in place with another size: its identity changes whatever the clock's resolution.
+    std::ofstream(m_dir / "model/config.json") << "{\"max_position_embeddings\": 131072}\n";
+  }
+  ASSERT_EQ(::kill(engine, SIGKILL), 0);
+  st = ready(engine);
+  EXPECT_NE(st["engine"]["pid"], old_standby) << "the standby on the old config.json was released";
+  EXPECT_NE(st["last_start"]["path"], "standby") << st.dump();
+  const json sb = find_path(st["start_paths"], "standby");
+  EXPECT_EQ(sb.value("reason", ""), "unavailable") << st["start_paths"].dump();
+  EXPECT_NE(sb.value("detail", "").find("config.json"), std::string::npos) << sb.dump();
+  st = parked(old_standby);
+  EXPECT_NE(::kill(old_standby, 0), 0) << "the standby on the old config.json still runs";
+  EXPECT_EQ(m_sup->stop(SIGTERM), 0) << m_sup->log();
+}
+
 // A re-read config (reload without flags, SIGHUP) that changes what the engine starts with besides its
 // flags (here engine.env) replaces the standby at once: the next engine runs on the new config.
 TEST_F(StandbyTest, AReReadConfigReplacesTheStandby) {
@@ -383,6 +408,36 @@ TEST_F(StandbyTest, AStandbyThatDiesWhileParkedIsStartedAgain) {
   EXPECT_NE(st["standby"].value("last_failure", "").find("died while parked"), std::string::npos) << st["standby"].dump();
   EXPECT_EQ(st["restarts"].value("crash", 0), 0) << "the standby's death is not the engine's";
   EXPECT_TRUE(st["standby"]["disabled"].get<std::string>().empty());
+  EXPECT_EQ(m_sup->stop(SIGTERM), 0) << m_sup->log();
+}
+
+// A standby that parks and dies 0.2 s later, every time: each death is a failure (parking does not end the
+// streak), the spawns are spaced by the engine's backoff (restart.backoff_*), and after
+// standby.max_failures the path is off with the reason; no standby is spawned after that.
+TEST_F(StandbyTest, AStandbyThatKeepsDyingAfterItParksBacksOffAndIsDisabled) {
+  Options o;
+  o.engine_flags = ", \"--fault-standby\", \"die-parked-after=0.2\"";  // only a parked process dies
+  o.standby_extra = "max_failures = 4\n";
+  launch(o);
+  json st = ready();
+  ASSERT_TRUE(m_sup->wait_for([](const json& j) { return j["standby"].value("state", "") == "disabled"; }, 90, &st)) << m_sup->log();
+  const json sb = st["standby"];
+  EXPECT_EQ(sb.value("spawns", 0), 4) << sb.dump();
+  EXPECT_EQ(sb["failures"].value("died", 0), 4) << sb.dump();
+  EXPECT_EQ(sb.value("failures_in_row", 0), 4) << sb.dump();
+  EXPECT_NE(sb.value("disabled", "").find("4 standbys in a row failed (standby.max_failures 4)"), std::string::npos) << sb.dump();
+  EXPECT_NE(sb.value("disabled", "").find("died while parked"), std::string::npos) << sb.dump();
+  // The backoff between them doubled from restart.backoff_initial_s (0.05) to backoff_max_s (0.2).
+  const std::string log = m_sup->log();
+  for (const char* delay : {"starting another in 0.05 s (1 failure(s)", "starting another in 0.10 s (2 failure(s)",
+                            "starting another in 0.20 s (3 failure(s)"})
+    EXPECT_NE(log.find(delay), std::string::npos) << delay << "\n" << log;
+  EXPECT_NE(log.find("standby: disabled: 4 standbys in a row failed"), std::string::npos) << log;
+  // Disabled: the engine keeps serving, no standby runs, and status names why.
+  EXPECT_EQ(st["state"], "ready");
+  EXPECT_EQ(sb.value("pid", -1), 0) << sb.dump();
+  EXPECT_EQ(m_sup->status()["standby"].value("spawns", 0), 4) << "a disabled standby path spawned again";
+  EXPECT_EQ(st["restarts"].value("crash", 0), 0) << "the standby's deaths are not the engine's";
   EXPECT_EQ(m_sup->stop(SIGTERM), 0) << m_sup->log();
 }
 

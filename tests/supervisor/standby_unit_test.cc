@@ -8,11 +8,15 @@
 
 #include <gtest/gtest.h>
 
+#include <filesystem>
 #include <fstream>
 #include <sstream>
 
 #include "common/fd.h"
+#include "supervisor/engines/engine_kind.h"
 #include "supervisor/standby/gate_message.h"
+#include "supervisor/standby/model_files.h"
+#include "support/harness.h"
 #include "supervisor/standby/port_owner.h"
 
 namespace fr::supervisor {
@@ -122,6 +126,74 @@ TEST(PortOwner, FindsTheMemberOfAGroupThatListens) {
   ::kill(child, SIGKILL);
   ::waitpid(child, nullptr, 0);
   EXPECT_EQ(group_listener(child, port), 0);
+}
+
+// The model's files a standby is checked against: every file under the checkpoint, not only its weights.
+TEST(ModelFiles, EveryFileUnderTheDirectoryButDotfiles) {
+  test::TempDir d;
+  std::filesystem::create_directories(d / "m/tokenizer/sub");
+  std::filesystem::create_directories(d / "m/.cache/huggingface");
+  for (const char* f : {"m/config.json", "m/model.safetensors", "m/tokenizer/tokenizer.json", "m/tokenizer/sub/chat_template.jinja",
+                        "m/.lock", "m/.cache/huggingface/download.meta", "single.bin"})
+    std::ofstream(d / f) << f;
+  std::filesystem::create_symlink(d / "m/config.json", d / "m/linked.json");
+  std::filesystem::create_directory_symlink(d / "m/tokenizer", d / "m/tokenizer-link");
+  const auto files = model_files({d / "m", d / "single.bin"});
+  EXPECT_EQ(files, (std::vector<std::string>{d / "m/config.json", d / "m/linked.json", d / "m/model.safetensors",
+                                              d / "m/tokenizer/sub/chat_template.jinja", d / "m/tokenizer/tokenizer.json",
+                                              d / "single.bin"}));
+}
+
+TEST(ModelFiles, DepthAndCountAreBounded) {
+  test::TempDir d;
+  std::string dir = d / "m";
+  for (int level = 1; level <= 10; ++level) {
+    std::filesystem::create_directories(dir);
+    std::ofstream(dir + "/f" + std::to_string(level)) << level;
+    dir += "/d";
+  }
+  // f1 is 1 level below the root, f8 is 8: the deepest listed.
+  const auto files = model_files({d / "m"});
+  ASSERT_EQ(files.size(), 8u) << testing::PrintToString(files);
+  EXPECT_NE(std::find(files.begin(), files.end(), d / "m/d/d/d/d/d/d/d/f8"), files.end()) << testing::PrintToString(files);
+  ModelFileLimits few;
+  few.max_files = 3;
+  EXPECT_EQ(model_files({d / "m"}, few).size(), 3u);
+}
+
+TEST(ModelFiles, AChangedConfigJsonIsAChangeAndSaysWhich) {
+  test::TempDir d;
+  std::filesystem::create_directories(d / "m");
+  std::ofstream(d / "m/model.safetensors") << "weights";
+  std::ofstream(d / "m/config.json") << "{\"a\": 1}";
+  const auto was = identify_model_files(model_files({d / "m"}));
+  EXPECT_EQ(model_files_change(was, identify_model_files(model_files({d / "m"}))), "");
+  std::ofstream(d / "m/config.json") << "{\"a\": 12}";
+  const std::string c = model_files_change(was, identify_model_files(model_files({d / "m"})));
+  EXPECT_EQ(c.rfind(d / "m/config.json: ", 0), 0u) << c;
+  std::ofstream(d / "m/config.json") << "{\"a\": 1}";
+  const auto rewritten = identify_model_files(model_files({d / "m"}));
+  std::ofstream(d / "m/tokenizer.json") << "{}";
+  EXPECT_EQ(model_files_change(rewritten, identify_model_files(model_files({d / "m"}))), d / "m/tokenizer.json" + " appeared");
+  std::filesystem::remove(d / "m/model.safetensors");
+  EXPECT_EQ(model_files_change(rewritten, identify_model_files(model_files({d / "m"}))), d / "m/model.safetensors" + " is gone");
+}
+
+// With weights.checkpoint empty, a vLLM standby is checked against the model its flags name, when that is
+// a path on this host (a hub id is not).
+TEST(ModelFiles, VllmNamesItsLocalModelPath) {
+  test::TempDir d;
+  std::filesystem::create_directories(d / "llama");
+  auto kind = make_builtin_engine_adapter(EngineKind::kVllm);
+  auto local = FlagList::from_words({d / "llama", "--dtype", "bfloat16"}, "flags");
+  auto hub = FlagList::from_words({"meta-llama/Llama-3.1-8B"}, "flags");
+  auto by_flag = FlagList::from_words({"--model", d / "llama"}, "flags");
+  ASSERT_TRUE(local.ok() && hub.ok() && by_flag.ok());
+  EXPECT_EQ(kind->local_model_path(*local), d / "llama");
+  EXPECT_EQ(kind->local_model_path(*by_flag), d / "llama");
+  EXPECT_EQ(kind->local_model_path(*hub), "");
+  auto generic = make_builtin_engine_adapter(EngineKind::kGeneric);
+  EXPECT_EQ(generic->local_model_path(*local), "");
 }
 
 }  // namespace

@@ -125,7 +125,7 @@ TEST(SupervisorStatusCodec, WireFormKeepsTheDocumentedFields) {
   EXPECT_EQ(j["start_paths"][1], (json{{"path", "warm"}, {"outcome", "started"}}));
   EXPECT_EQ(j["rollbacks"]["count"], 1);
   for (const char* k : {"state", "level", "pid", "age_s", "gpu_bytes", "reserve_bytes", "spawns", "releases", "failures",
-                        "disabled", "last_failure", "last_release"})
+                        "disabled", "last_failure", "failures_in_row", "backoff_s", "last_release"})
     EXPECT_TRUE(j["standby"].contains(k)) << k;
   EXPECT_EQ(j["standby"]["last_release"]["release_to_ready_s"], 0.08);
   SupervisorStatus idle = sample();

@@ -111,6 +111,13 @@ class EngineAdapter {
     return {};
   }
 
+  // The model's directory or file on this host that the engine reads at its start, from its flags ("" when
+  // the flags name none, or name a hub id): what a standby is checked against when weights.checkpoint is empty.
+  virtual std::string local_model_path(const FlagList& flags) const {
+    (void)flags;
+    return {};
+  }
+
   // The kind's own weight daemon (weights.daemon = "vllm-preload"): whether a flag of the engine (by its
   // canonical name) is passed to it, and the engine's flags for a start with it.
   virtual bool passes_to_preload(const std::string& canonical) const {

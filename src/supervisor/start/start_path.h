@@ -17,7 +17,7 @@ namespace fr::supervisor {
 
 // Why a path cannot serve the next start: a short code (a /metrics label, a bounded set) and the words.
 struct StartRefusal {
-  std::string code;    // no_daemon | daemons_not_ready | nothing_held | unavailable | busy | no_artifact | not_parked | failed
+  std::string code;    // no_daemon | daemons_not_ready | nothing_held | unavailable | busy | no_artifact | not_parked | requested | failed
   std::string detail;  // for the operator: status, the log and STATUS=
 };
 

@@ -2,6 +2,7 @@
 #include "supervisor/engines/vllm/vllm_adapter.h"
 
 #include <algorithm>
+#include <filesystem>
 #include <spdlog/spdlog.h>
 
 #include "common/control_chars.h"
@@ -158,6 +159,12 @@ std::string VllmAdapter::readiness_model(const FlagList& flags) const {
   for (const auto& f : flags.flags())
     if (canonical_flag_name(f.name) == "--served-model-name" && !f.values.empty()) return f.values.front();
   return vllm_model_of(flags);
+}
+
+std::string VllmAdapter::local_model_path(const FlagList& flags) const {
+  std::string m = vllm_model_of(flags);
+  std::error_code ec;
+  return !m.empty() && std::filesystem::exists(m, ec) ? m : std::string();
 }
 
 bool VllmAdapter::passes_to_preload(const std::string& name) const {

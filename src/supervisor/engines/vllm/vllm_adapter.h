@@ -29,6 +29,7 @@ class VllmAdapter final : public EngineAdapter {
   std::vector<OutputRule> failure_rules() const override;
   bool reports_attach() const override { return true; }
   std::string readiness_model(const FlagList& flags) const override;
+  std::string local_model_path(const FlagList& flags) const override;
   bool passes_to_preload(const std::string& canonical) const override;
   void flags_for_preload(FlagList& flags, const PreloadUse& use) const override;
 
