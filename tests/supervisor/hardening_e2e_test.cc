@@ -14,6 +14,7 @@
 #include <iterator>
 #include <thread>
 
+#include "common/unix_socket.h"
 #include "support/harness.h"
 #include "support/supervised.h"
 
@@ -214,6 +215,26 @@ TEST(SecondInstance, OnTheSameWeightDaemonSocketExits4NamingTheFirst) {
   EXPECT_EQ(after["daemons"][0].value("pid", 0), daemon) << after.dump();
   EXPECT_EQ(after["daemons"][0].value("state", ""), "ready") << after.dump();
   EXPECT_EQ(first.sup().stop(SIGTERM), 0) << first.sup().log();
+}
+
+// A live control socket whose server took no lock (a fastrestartd from before the claim, another program):
+// refused naming the listener's pid, and the socket is not unlinked.
+TEST(SecondInstance, OnALiveControlSocketWithoutALockExits4AndLeavesIt) {
+  test::TempDir d;
+  ModelSetup setup;
+  setup.control = d / "ctl/t.ctl";
+  ASSERT_EQ(::mkdir((d / "ctl").c_str(), 0700), 0);
+  auto listener = listen_unix(setup.control, 0600);
+  ASSERT_TRUE(listener.ok()) << listener.error().message;
+  Model m(setup);
+  auto r = test::run({"/usr/bin/timeout", "20", FR_FASTRESTARTD_BIN, "--config", m.config()});
+  EXPECT_EQ(r.exit_code, 4) << r.output;
+  EXPECT_NE(r.output.find("the control socket " + setup.control + " is live (pid " + std::to_string(::getpid())),
+            std::string::npos)
+      << r.output;
+  struct stat st {};
+  EXPECT_EQ(::stat(setup.control.c_str(), &st), 0) << "the live socket was unlinked";
+  EXPECT_TRUE(S_ISSOCK(st.st_mode));
 }
 
 // ---------------------------------------------------------------------------------------------------
