@@ -7,6 +7,7 @@
 #include <sys/sysmacros.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <csignal>
 #include <cstdio>
@@ -84,13 +85,14 @@ bool LockFile::held(const std::string& path) {
   return pid > 0 && (::kill(static_cast<pid_t>(pid), 0) == 0 || errno == EPERM);
 }
 
-Result<LockFile> LockFile::acquire(const std::string& path) {
+Result<LockFile> LockFile::acquire(const std::string& path, const std::string& note) {
   for (int attempt = 0; attempt < 8; ++attempt) {
     UniqueFd fd(::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600));
     if (!fd) return sys_error("open lock " + path);
     if (::flock(fd.get(), LOCK_EX | LOCK_NB) != 0) {
       if (errno != EWOULDBLOCK) return sys_error("flock " + path);
       auto holder = read_file(path, 64);
+      if (holder.ok()) holder->erase(std::min(holder->find('\n'), holder->size()));  // the pid, not the note
       std::string who = holder.ok() && !holder->empty() ? " (pid " + *holder + ")" : "";
       return make_error(Errc::kBusy, "another daemon holds " + path + who);
     }
@@ -99,7 +101,7 @@ Result<LockFile> LockFile::acquire(const std::string& path) {
     struct stat a {}, b {};
     if (::fstat(fd.get(), &a) != 0) return sys_error("stat " + path);
     if (::stat(path.c_str(), &b) != 0 || a.st_ino != b.st_ino || a.st_dev != b.st_dev) continue;
-    std::string pid = std::to_string(::getpid());
+    std::string pid = std::to_string(::getpid()) + (note.empty() ? "" : "\n" + note);
     if (::ftruncate(fd.get(), 0) != 0) return sys_error("truncate " + path);
     FR_TRY(write_full(fd.get(), pid.data(), pid.size(), path));
     LockFile l;

@@ -20,11 +20,12 @@ Status ensure_private_dir(const std::string& path, std::optional<gid_t> gid);
 // /tmp/fastrestart-<uid>.
 std::string default_socket_dir();
 
-// An exclusive flock(2) on `path`, created 0600, holding our pid as text. Errc::kBusy names the holder.
+// An exclusive flock(2) on `path`, created 0600, holding our pid as text (then, when given, a newline and
+// `note`: who holds it, for the message of the next one to try). Errc::kBusy names the holder's pid.
 // Dropping it unlinks the file first (while still locked), so a stale lock never survives its owner.
 class LockFile {
  public:
-  static Result<LockFile> acquire(const std::string& path);
+  static Result<LockFile> acquire(const std::string& path, const std::string& note = {});
   LockFile() = default;
   LockFile(LockFile&&) noexcept = default;
   LockFile& operator=(LockFile&&) noexcept = default;

@@ -5,7 +5,9 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdarg>
 #include <cstdio>
 #include <condition_variable>
@@ -14,6 +16,8 @@
 #include <mutex>
 #include <stdexcept>
 #include <thread>
+#include <tuple>
+#include <unordered_map>
 #include <utility>
 #include <vector>
 
@@ -51,6 +55,21 @@ struct Request {
   Clock::time_point since;
 };
 
+// Per connection, from its accept to its close: what the connection limit and the request deadline act on.
+struct Conn {
+  int fd = -1;
+  uint64_t seq = 0;          // accept order: the tie-break between connections accepted in the same instant
+  Clock::time_point since;   // its accept, or the end of its previous answer (keep-alive)
+  bool answering = false;    // its request is complete: parked for a status or its answer being sent
+  bool parked = false;       // suspended: libmicrohttpd does not look at it until it is resumed
+  bool closing = false;      // shut down by the server; gone once libmicrohttpd sees it
+};
+
+// libmicrohttpd closes a connection the server has shut down on its next pass over the sockets, and
+// accepts at most 10 connections a pass: this many slots beyond connection_limit keep its own limit (which
+// refuses a new connection, a probe as well) from being reached while evicted connections are closing.
+constexpr unsigned kClosingHeadroom = 64;
+
 enum MHD_Result reply(MHD_Connection* c, unsigned code, const std::string& body, const char* type) {
   MHD_Response* r = MHD_create_response_from_buffer(body.size(), const_cast<char*>(body.data()), MHD_RESPMEM_MUST_COPY);
   if (!r) return MHD_NO;
@@ -85,6 +104,9 @@ struct HealthServer::Impl {
   uint64_t asked = 0;                                  // generation of the newest request
   uint64_t fetched = 0;                                // generation the newest fetch answers
   std::vector<std::pair<MHD_Connection*, Request*>> parked;  // suspended until `fetched` reaches theirs
+  std::unordered_map<MHD_Connection*, Conn> conns;     // every connection libmicrohttpd holds
+  size_t live = 0;                                     // of those, the ones not shut down
+  uint64_t accepted = 0;
   bool stopping = false;
   std::thread fetcher;
   std::thread sweeper;
@@ -96,6 +118,7 @@ struct HealthServer::Impl {
   void resume_locked(Done done) {
     std::erase_if(parked, [&](const auto& p) {
       if (!done(*p.second)) return false;
+      if (auto it = conns.find(p.first); it != conns.end()) it->second.parked = false;
       MHD_resume_connection(p.first);
       return true;
     });
@@ -129,18 +152,51 @@ struct HealthServer::Impl {
     }
   }
 
-  // Answers requests the fetcher has not served within the deadline (it is stuck in Source::status).
+  // Shuts a connection down, with `mutex` held. libmicrohttpd reads the end of file on its thread and
+  // closes it there; the fd is still open now, since its close notification (which erases it from `conns`
+  // under the same mutex) comes before libmicrohttpd closes the fd.
+  void close_locked(Conn& conn) {
+    ::shutdown(conn.fd, SHUT_RDWR);
+    conn.closing = true;
+    --live;
+  }
+
+  // Called with `mutex` held, beyond the connection limit: closes the oldest connection not being answered
+  // (waiting for its request, or idle between requests), else the oldest whose answer is being sent.
+  // Parked connections are left alone: each is answered within answer_deadline_s.
+  void evict_one_locked(MHD_Connection* newest) {
+    Conn* victim = nullptr;
+    for (auto& [c, conn] : conns) {
+      if (c == newest || conn.closing || conn.parked) continue;
+      if (!victim || std::tie(conn.answering, conn.since, conn.seq) < std::tie(victim->answering, victim->since, victim->seq))
+        victim = &conn;
+    }
+    if (!victim) return;
+    spdlog::debug("health: {} connections: closing the oldest {}", live, victim->answering ? "slow reader" : "unanswered one");
+    close_locked(*victim);
+  }
+
+  // Answers requests the fetcher has not served within the answer deadline (it is stuck in Source::status),
+  // and closes connections past the request deadline.
   void sweep_loop() {
-    const auto deadline = std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(options.answer_deadline_s));
+    const auto answer_deadline = std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(options.answer_deadline_s));
+    const auto request_deadline = std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(options.request_deadline_s));
     std::unique_lock lock(mutex);
     while (!stopping) {
-      if (parked.empty()) {
-        wake.wait(lock);
-        continue;
-      }
       const auto now = Clock::now();
-      resume_locked([&](const Request& r) { return now - r.since >= deadline; });
-      wake.wait_for(lock, std::chrono::milliseconds(50));
+      resume_locked([&](const Request& r) { return now - r.since >= answer_deadline; });
+      auto next = now + std::chrono::hours(1);
+      for (auto& [c, conn] : conns) {
+        if (conn.closing || conn.parked) continue;
+        if (now - conn.since >= request_deadline) {
+          spdlog::debug("health: a connection past the request deadline ({:g} s): closed", options.request_deadline_s);
+          close_locked(conn);
+        } else {
+          next = std::min(next, conn.since + request_deadline);
+        }
+      }
+      if (!parked.empty()) next = std::min(next, now + std::chrono::milliseconds(50));
+      wake.wait_until(lock, next);
     }
   }
 
@@ -177,6 +233,7 @@ struct HealthServer::Impl {
       r->asked = true;
       r->generation = ++asked;
       r->since = Clock::now();
+      if (auto it = conns.find(c); it != conns.end()) it->second.answering = it->second.parked = true;
       parked.emplace_back(c, r);
       MHD_suspend_connection(c);  // under the lock: no resume can come before it
       wake.notify_all();
@@ -207,9 +264,34 @@ struct HealthServer::Impl {
     }
   }
 
-  static void on_completed(void*, MHD_Connection*, void** con_cls, enum MHD_RequestTerminationCode) {
+  static void on_completed(void* cls, MHD_Connection* c, void** con_cls, enum MHD_RequestTerminationCode) {
     delete static_cast<Request*>(*con_cls);
     *con_cls = nullptr;
+    auto* self = static_cast<Impl*>(cls);
+    std::lock_guard lock(self->mutex);
+    if (auto it = self->conns.find(c); it != self->conns.end()) {  // a keep-alive connection's next request
+      it->second.answering = false;
+      it->second.since = Clock::now();
+    }
+  }
+
+  // Accepts and closes, on libmicrohttpd's thread: the connection limit is applied here.
+  static void on_connection(void* cls, MHD_Connection* c, void**, enum MHD_ConnectionNotificationCode code) {
+    auto* self = static_cast<Impl*>(cls);
+    std::lock_guard lock(self->mutex);
+    if (code == MHD_CONNECTION_NOTIFY_CLOSED) {
+      auto it = self->conns.find(c);
+      if (it == self->conns.end()) return;
+      if (!it->second.closing) --self->live;
+      self->conns.erase(it);
+      return;
+    }
+    const MHD_ConnectionInfo* info = MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
+    if (!info) return;
+    self->conns[c] = Conn{info->connect_fd, ++self->accepted, Clock::now()};
+    ++self->live;
+    if (self->live > self->options.connection_limit) self->evict_one_locked(c);
+    self->wake.notify_all();  // the sweeper: a new deadline
   }
 
   void stop() {
@@ -239,10 +321,11 @@ fr::Result<std::unique_ptr<HealthServer>> HealthServer::start(const std::string&
   impl->daemon = MHD_start_daemon(
       flags, 0, nullptr, nullptr, &Impl::on_request, impl.get(),
       MHD_OPTION_LISTEN_SOCKET, static_cast<MHD_socket>(fd),
-      MHD_OPTION_CONNECTION_TIMEOUT, options.connection_timeout_s,
-      MHD_OPTION_CONNECTION_LIMIT, options.connection_limit,
-      MHD_OPTION_PER_IP_CONNECTION_LIMIT, options.per_ip_limit,
-      MHD_OPTION_NOTIFY_COMPLETED, &Impl::on_completed, nullptr,
+      // libmicrohttpd's own idle timeout only backs up the request deadline (it restarts with every byte).
+      MHD_OPTION_CONNECTION_TIMEOUT, static_cast<unsigned>(std::ceil(std::max(options.request_deadline_s, 1.0))),
+      MHD_OPTION_CONNECTION_LIMIT, options.connection_limit + kClosingHeadroom,
+      MHD_OPTION_NOTIFY_COMPLETED, &Impl::on_completed, impl.get(),
+      MHD_OPTION_NOTIFY_CONNECTION, &Impl::on_connection, impl.get(),
       MHD_OPTION_EXTERNAL_LOGGER, &on_log, nullptr,
       MHD_OPTION_END);
   if (!impl->daemon) {

@@ -10,11 +10,14 @@
 //   /metrics  Prometheus text exposition format 0.0.4 (render_metrics).
 //
 // Serving: libmicrohttpd on one internal epoll thread, so a slow or idle client costs a connection slot,
-// never a worker: connections idle longer than Options::connection_timeout_s are closed, and
-// Options::connection_limit / per_ip_limit cap how many one host (and everyone) may hold. Handlers never
-// block: a request is parked (suspended) until a status taken after it arrived is there, fetched by the
-// server's own status thread. Source::status is only ever called from that thread, one call at a time; it
-// may block (the supervisor's loop being busy), and a request that waits longer than
+// never a worker. No client can keep a probe out (docs/health.md, "Serving and its limits"): there is no
+// per-address cap (the kubelet shares its address with every process of the node), Options::connection_limit
+// bounds the slots of everyone together, and a new connection beyond it closes the oldest one that is not
+// being answered, so a fresh probe always gets a slot; Options::request_deadline_s bounds the time from a
+// connection's accept (or its previous answer) to the end of its request, however the bytes trickle in.
+// Handlers never block: a request is parked (suspended) until a status taken after it arrived is there,
+// fetched by the server's own status thread. Source::status is only ever called from that thread, one call
+// at a time; it may block (the supervisor's loop being busy), and a request that waits longer than
 // Options::answer_deadline_s is answered from the last status if it is younger than Options::max_age_s,
 // else /health and /ready say 503 "supervisor: not answering".
 #pragma once
@@ -31,11 +34,14 @@
 namespace fr::health {
 
 struct Options {
-  unsigned connection_timeout_s = 5;  // idle time (no byte received or sent) before a connection is closed
-  unsigned connection_limit = 512;    // connections held at once, all clients together
-  unsigned per_ip_limit = 64;         // connections held at once from one IP address
-  double answer_deadline_s = 1;       // longest a request waits for a fresh status
-  double max_age_s = 10;              // a status older than this is not served after the deadline
+  // Connections held at once, all clients together. A new connection beyond it closes the oldest one that is
+  // not being answered (one waiting for its request's bytes, or idle between keep-alive requests).
+  unsigned connection_limit = 256;
+  // Longest a connection may take from its accept, or from its previous answer on a keep-alive connection, to
+  // a complete request and its answer; not reset by each byte received. Past it the connection is closed.
+  double request_deadline_s = 5;
+  double answer_deadline_s = 1;  // longest a request waits for a fresh status
+  double max_age_s = 10;         // a status older than this is not served after the deadline
 };
 
 struct Source {

@@ -7,6 +7,8 @@
 #include "common/private_dir.h"
 #include "health/health_server.h"
 #include "supervisor/control.h"
+#include "supervisor/daemons/native.h"
+#include "supervisor/instance_claims.h"
 #include "supervisor/instance_lock.h"
 #include "supervisor/supervisor.h"
 #include "supervisor/engines/engine_kind.h"
@@ -57,7 +59,8 @@ int main(int argc, char** argv) {
   }
   spdlog::set_level(spdlog::level::from_str(log_level.empty() ? cfg->logging.level : log_level));
   std::signal(SIGPIPE, SIG_IGN);
-  // One fastrestartd per state directory, before anything touches it, the sockets or processes.
+  // One fastrestartd per state directory, before anything touches it, the sockets or processes (the other
+  // shared resources are claimed below, once the control socket's path and group are known).
   auto instance = acquire_instance_lock(*cfg);
   if (!instance.ok()) {
     spdlog::error("{}", instance.error().message);
@@ -77,6 +80,16 @@ int main(int argc, char** argv) {
     group = *g;
   }
   std::string sock = cfg->control.socket.empty() ? default_control_socket(cfg->name) : cfg->control.socket;
+  // What another instance with another state directory could share: the control socket, the weight daemons'
+  // sockets (the same GPUs), the engine's port. Claimed before the socket is unlinked or anything starts.
+  std::vector<std::string> daemon_sockets;
+  if (cfg->weights.mode != WeightsMode::kOff && cfg->weights.daemon == DaemonKind::kNative)
+    for (const auto& d : native_daemon_layout(*cfg, *gpus)) daemon_sockets.push_back(d.socket);
+  auto claims = claim_instance(*cfg, sock, group, daemon_sockets);
+  if (!claims.ok()) {
+    spdlog::error("{}", claims.error().message);
+    return claims.error().code == fr::Errc::kBusy ? kExitAlreadyRunning : kExitFailure;
+  }
   Supervisor sup(*cfg, std::move(gpus), make_sd_notifier());
   auto ctl = ControlServer::start(sock, group, [&sup](const nlohmann::json& req) { return sup.request(req); });
   if (!ctl.ok()) {

@@ -9,7 +9,9 @@
 
 #include <httplib.h>
 
+#include <chrono>
 #include <condition_variable>
+#include <cstring>
 #include <mutex>
 #include <thread>
 #include <vector>
@@ -268,10 +270,12 @@ int probe(uint16_t port, const char* path) {
 
 // The slowloris attack: 200 connections from four other hosts, each sending its request line one byte a
 // second, never finishing it. The probes keep answering within their 2 s timeout all along, and the slow
-// connections are held, not refused.
+// connections are held, not refused (below the connection limit, before the request deadline).
 TEST(HealthServerSlowClients, ProbesAnswerWhile200ConnectionsTrickleARequestLine) {
   CannedStatus canned{status_in("ready")};
-  auto s = HealthServer::start("127.0.0.1:0", canned.source());
+  Options o;
+  o.request_deadline_s = 120;  // this test is about the slots, not the deadline
+  auto s = HealthServer::start("127.0.0.1:0", canned.source(), o);
   ASSERT_TRUE(s.ok()) << s.error().to_string();
   const uint16_t port = (*s)->port();
   std::vector<UniqueFd> slow;
@@ -291,25 +295,75 @@ TEST(HealthServerSlowClients, ProbesAnswerWhile200ConnectionsTrickleARequestLine
   EXPECT_EQ(open, 200);
 }
 
-TEST(HealthServerSlowClients, OneHostGetsPerIpLimitConnectionsAndTheProbesStillAnswer) {
+// More stalled half-requests than the connection limit, from the prober's own address (on a node, any
+// process shares the kubelet's address): every probe still answers, each evicting the oldest stalled one.
+TEST(HealthServerSlowClients, ProbesAnswerWhileMoreThanTheLimitOfStalledConnectionsShareTheirAddress) {
   CannedStatus canned{status_in("ready")};
-  Options o;
-  o.per_ip_limit = 4;
+  Options o;  // the defaults: 256 connections, 5 s to a whole request
   auto s = HealthServer::start("127.0.0.1:0", canned.source(), o);
   ASSERT_TRUE(s.ok()) << s.error().to_string();
-  std::vector<UniqueFd> held;
-  for (int i = 0; i < 4; ++i) held.push_back(connect_from("127.0.0.6", (*s)->port()));
-  UniqueFd fifth = connect_from("127.0.0.6", (*s)->port());
+  const uint16_t port = (*s)->port();
+  std::vector<UniqueFd> stalled;
+  for (unsigned i = 0; i < o.connection_limit + 64; ++i) {
+    stalled.push_back(connect_from("127.0.0.1", port));
+    ASSERT_TRUE(stalled.back()) << "connection " << i << ": " << std::strerror(errno);
+    ASSERT_EQ(::send(stalled.back().get(), "GET /health HTT", 15, MSG_NOSIGNAL), 15);
+  }
+  for (int i = 0; i < 8; ++i) {
+    EXPECT_EQ(probe(port, "/health"), 200) << "probe " << i;
+    EXPECT_EQ(probe(port, "/ready"), 200) << "probe " << i;
+  }
+}
+
+// A new connection beyond the limit closes the oldest one that has not completed a request; the others stay.
+TEST(HealthServerSlowClients, ANewConnectionBeyondTheLimitEvictsTheOldestIdleOne) {
+  CannedStatus canned{status_in("ready")};
+  Options o;
+  o.connection_limit = 4;
+  o.request_deadline_s = 120;
+  auto s = HealthServer::start("127.0.0.1:0", canned.source(), o);
+  ASSERT_TRUE(s.ok()) << s.error().to_string();
+  const uint16_t port = (*s)->port();
+  std::vector<UniqueFd> idle;
+  // Loopback connections are in the listen queue when connect returns; the server accepts them in order.
+  for (int i = 0; i < 4; ++i) {
+    idle.push_back(connect_from("127.0.0.6", port));
+    ASSERT_TRUE(idle.back());
+  }
+  UniqueFd fifth = connect_from("127.0.0.6", port);
   ASSERT_TRUE(fifth);
-  EXPECT_TRUE(closed_by_server(fifth.get()));
-  EXPECT_EQ(probe((*s)->port(), "/health"), 200);
-  for (auto& fd : held) EXPECT_TRUE(still_open(fd.get()));
+  EXPECT_TRUE(closed_by_server(idle[0].get()));
+  for (size_t i = 1; i < idle.size(); ++i) EXPECT_TRUE(still_open(idle[i].get())) << "connection " << i;
+  EXPECT_TRUE(still_open(fifth.get()));
+}
+
+// A client that sends a byte of its headers every 100 ms never lets the idle timeout run out; the request
+// deadline, counted from the accept, closes it all the same.
+TEST(HealthServerSlowClients, ATricklingConnectionIsClosedAtTheRequestDeadline) {
+  CannedStatus canned{status_in("ready")};
+  Options o;
+  o.request_deadline_s = 1;
+  auto s = HealthServer::start("127.0.0.1:0", canned.source(), o);
+  ASSERT_TRUE(s.ok()) << s.error().to_string();
+  UniqueFd slow = connect_from("127.0.0.8", (*s)->port());
+  ASSERT_TRUE(slow);
+  const std::string head = "GET /health HTTP/1.1\r\nX-Slow: ";
+  ASSERT_EQ(::send(slow.get(), head.data(), head.size(), MSG_NOSIGNAL), static_cast<ssize_t>(head.size()));
+  bool closed = false;
+  for (int i = 0; i < 300 && !closed; ++i) {  // 30 s of trickling, far past the deadline
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    char c;
+    const ssize_t n = ::recv(slow.get(), &c, 1, MSG_DONTWAIT);
+    ASSERT_LE(n, 0) << "an answer to a request that never ended";
+    closed = n == 0 || (n < 0 && errno == ECONNRESET) || ::send(slow.get(), "y", 1, MSG_NOSIGNAL) != 1;
+  }
+  EXPECT_TRUE(closed);
 }
 
 TEST(HealthServerSlowClients, AnIdleConnectionIsClosedAfterTheTimeout) {
   CannedStatus canned{status_in("ready")};
   Options o;
-  o.connection_timeout_s = 1;
+  o.request_deadline_s = 1;
   auto s = HealthServer::start("127.0.0.1:0", canned.source(), o);
   ASSERT_TRUE(s.ok()) << s.error().to_string();
   UniqueFd idle = connect_from("127.0.0.7", (*s)->port());

@@ -157,6 +157,7 @@ const std::vector<Soak::Kind>& Soak::kinds() const {
       {"reload_during_restart", 0.7, &Soak::reload_during_restart},
       {"control_disconnect", 0.7, &Soak::control_disconnect},
       {"garbage_to_every_socket", 0.5, &Soak::garbage_to_every_socket},
+      {"stalled_half_requests", 0.3, &Soak::stalled_half_requests},
       {"malformed_control_requests", 0.3, &Soak::malformed_control_requests},
   };
   if (m_p.standby) return standby;
@@ -176,6 +177,7 @@ const std::vector<Soak::Kind>& Soak::kinds() const {
       {"kill9_supervisor", 0.4, &Soak::kill9_supervisor},
       {"control_disconnect", 1, &Soak::control_disconnect},
       {"garbage_to_every_socket", 1, &Soak::garbage_to_every_socket},
+      {"stalled_half_requests", 0.5, &Soak::stalled_half_requests},
       {"malformed_control_requests", 0.5, &Soak::malformed_control_requests},
       {"replace_checkpoint_during_cold_start", 1, &Soak::replace_checkpoint_during_cold_start},
   };

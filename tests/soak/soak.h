@@ -90,6 +90,7 @@ class Soak {
   Expect kill9_supervisor();
   Expect control_disconnect();
   Expect garbage_to_every_socket();
+  Expect stalled_half_requests();
   Expect malformed_control_requests();
   Expect replace_checkpoint_during_cold_start();
   // With a standby (soak_standby.cc).

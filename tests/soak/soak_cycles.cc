@@ -13,6 +13,7 @@
 #include <chrono>
 #include <filesystem>
 #include <thread>
+#include <vector>
 
 #include "common/unix_socket.h"
 #include "protocol/frame.h"
@@ -281,6 +282,32 @@ Expect Soak::garbage_to_every_socket() {
   EXPECT_EQ(http_get(m_http_port, "/metrics").status, 200);
   auto st = test::run({test::weightctl(), "--socket-dir", m_run, "status"});
   EXPECT_EQ(st.exit_code, 0) << st.output;
+  Expect e;
+  e.new_engine = false;
+  return e;
+}
+
+// Stalled half-requests to fastrestartd's HTTP port from the prober's own address, more than the health
+// server's connection limit (256, docs/health.md): the probes must answer within a kubelet's timeout while
+// every one of them stays open, and the connections are closed afterwards (the descriptor check).
+Expect Soak::stalled_half_requests() {
+  const std::string half = "GET /health HTTP/1.1\r\nHost: x\r\n";
+  std::vector<UniqueFd> stalled;
+  const int n = 256 + uniform(1, 100);
+  for (int i = 0; i < n; ++i) {
+    UniqueFd fd(::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_port = htons(m_http_port);
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    if (::connect(fd.get(), reinterpret_cast<sockaddr*>(&a), sizeof a) != 0) continue;  // a full backlog: fine
+    (void)send_all(fd.get(), half.data(), static_cast<size_t>(uniform(1, static_cast<int>(half.size()))), {}, deadline_in(2));
+    stalled.push_back(std::move(fd));
+  }
+  for (int i = 0; i < 4; ++i) {
+    EXPECT_EQ(http_get(m_http_port, "/health", 3).status, 200) << "with " << stalled.size() << " stalled connections";
+    EXPECT_EQ(http_get(m_http_port, "/ready", 3).status, 200) << "with " << stalled.size() << " stalled connections";
+  }
   Expect e;
   e.new_engine = false;
   return e;

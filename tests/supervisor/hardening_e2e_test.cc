@@ -14,6 +14,7 @@
 #include <iterator>
 #include <thread>
 
+#include "common/unix_socket.h"
 #include "support/harness.h"
 #include "support/supervised.h"
 
@@ -56,22 +57,31 @@ struct ModelSetup {
   std::string command;        // TOML array body of engine.command; default: the tiny engine
   std::string http = "none";  // http.listen
   std::string state_dir;      // default: <dir>/state
+  std::string control;        // control.socket; default: <dir>/ctl/t.ctl
+  uint16_t port = 0;          // engine.port; default: a free port
+  std::string socket_dir;     // set: the weights through a native weight daemon (host backend) there
 };
 
 // One model: the tiny engine loading from disk (no weight daemons), fast polls, a control socket and a
 // state directory in a temporary directory.
 class Model {
  public:
-  explicit Model(const ModelSetup& s = {}, std::string binary = FR_FASTRESTARTD_BIN) : m_port(test::free_port()) {
+  explicit Model(const ModelSetup& s = {}, std::string binary = FR_FASTRESTARTD_BIN)
+      : m_port(s.port ? s.port : test::free_port()) {
     m_state = s.state_dir.empty() ? m_dir / "state" : s.state_dir;
+    m_control = s.control.empty() ? m_dir / "ctl/t.ctl" : s.control;
+    const std::string weights =
+        s.socket_dir.empty() ? "[weights]\nmode = \"off\"\n"
+                             : "[weights]\nbackend = \"host\"\ncheckpoint = \"" + model_dir() + "\"\nsocket_dir = \"" + s.socket_dir + "\"\n";
+    const std::string load = s.socket_dir.empty() ? "" : ", \"--load-format\", \"fastrestart\", \"--fastrestart-socket-dir\", \"" + s.socket_dir + "\"";
     const std::string command = s.command.empty()
                                     ? "\"" + std::string(FR_TINYENGINE_BIN) + "\", \"serve\", \"" + model_dir() + "\""
                                     : s.command;
     std::ofstream(config()) << "[model]\nname = \"t\"\n[engine]\ncommand = [" << command << "]\n"
                             << "flags = [\"--host\", \"127.0.0.1\", \"--port\", \"" << m_port
-                            << "\", \"--served-model-name\", \"t\", \"--shutdown-grace\", \"1\"]\n"
+                            << "\", \"--served-model-name\", \"t\", \"--shutdown-grace\", \"1\"" << load << "]\n"
                             << "host = \"127.0.0.1\"\nport = " << m_port << "\nstop_grace_s = 3\n"
-                            << "[weights]\nmode = \"off\"\n"
+                            << weights
                             << "[readiness]\nmodel = \"t\"\npoll_interval_s = 0.05\ncheck_interval_s = 0.5\n"
                             << "[restart]\nbackoff_initial_s = 0.05\nbackoff_max_s = 0.2\n"
                             << "[control]\nsocket = \"" << control() << "\"\nstate_dir = \"" << m_state << "\"\n"
@@ -80,7 +90,7 @@ class Model {
   }
   test::Supervised& sup() { return *m_sup; }
   std::string config() const { return m_dir / "t.toml"; }
-  std::string control() const { return m_dir / "ctl/t.ctl"; }
+  const std::string& control() const { return m_control; }
   const std::string& state() const { return m_state; }
   uint16_t port() const { return m_port; }
   const test::TempDir& dir() const { return m_dir; }
@@ -99,6 +109,7 @@ class Model {
   test::TempDir m_dir;
   uint16_t m_port;
   std::string m_state;
+  std::string m_control;
   std::unique_ptr<test::Supervised> m_sup;
 };
 
@@ -140,6 +151,90 @@ TEST(SecondInstance, WithoutHttpExits4AndDoesNotKillTheFirstsEngine) {
   expect_second_instance_refused(m, first);
   EXPECT_EQ(m.sup().log().find("killed process group"), std::string::npos) << m.sup().log();
   EXPECT_EQ(m.sup().stop(SIGTERM), 0) << m.sup().log();
+}
+
+// ---------------------------------------------------------------------------------------------------
+// 1b. Two instances with different state directories sharing a control socket, an engine port or a weight
+// daemon's socket: the second is refused with a line naming the first; the first keeps working.
+
+void expect_refused_for_sharing(Model& second, Model& first, const json& first_status, const std::string& what) {
+  auto r = test::run({"/usr/bin/timeout", "20", FR_FASTRESTARTD_BIN, "--config", second.config()});
+  EXPECT_EQ(r.exit_code, 4) << r.output;
+  EXPECT_NE(r.output.find("another fastrestartd (pid " + std::to_string(first.sup().pid()) + ", state directory " +
+                          first.state()),
+            std::string::npos)
+      << r.output;
+  EXPECT_NE(r.output.find(what), std::string::npos) << r.output;
+  const pid_t engine = first_status["engine"]["pid"];
+  EXPECT_EQ(::kill(engine, 0), 0) << "the second instance killed the first one's engine";
+  json s = first.sup().status();  // over the first one's control socket
+  EXPECT_EQ(s.value("state", ""), "ready") << s.dump();
+  EXPECT_EQ(s["engine"].value("pid", 0), engine);
+  EXPECT_EQ(test::http_get(first.port(), "/health").status, 200);
+}
+
+TEST(SecondInstance, OnTheSameControlSocketExits4NamingTheFirst) {
+  Model first;
+  first.sup().start();
+  json s = first.ready();
+  ModelSetup setup;
+  setup.control = first.control();
+  Model second(setup);
+  expect_refused_for_sharing(second, first, s, "control socket " + first.control());
+  EXPECT_EQ(first.ctl({"status"}).exit_code, 0) << "the first one's control socket was unlinked";
+  EXPECT_EQ(first.sup().stop(SIGTERM), 0) << first.sup().log();
+}
+
+TEST(SecondInstance, OnTheSameEnginePortExits4NamingTheFirst) {
+  Model first;
+  first.sup().start();
+  json s = first.ready();
+  ModelSetup setup;
+  setup.port = first.port();
+  Model second(setup);
+  expect_refused_for_sharing(second, first, s, "port " + std::to_string(first.port()));
+  EXPECT_EQ(first.sup().status()["restarts"].value("crash", 0), 0) << first.sup().status().dump();
+  EXPECT_EQ(first.sup().stop(SIGTERM), 0) << first.sup().log();
+}
+
+TEST(SecondInstance, OnTheSameWeightDaemonSocketExits4NamingTheFirst) {
+  test::TempDir shared;
+  const std::string run = shared / "run";
+  ModelSetup a;
+  a.socket_dir = run;
+  Model first(a);
+  first.sup().start();
+  json s = first.ready();
+  ASSERT_FALSE(s["daemons"].empty()) << s.dump();
+  const pid_t daemon = s["daemons"][0].value("pid", 0);
+  ModelSetup b;
+  b.socket_dir = run;
+  Model second(b);
+  expect_refused_for_sharing(second, first, s, "weight daemon on " + run + "/weightd-host.sock");
+  json after = first.sup().status();
+  EXPECT_EQ(after["daemons"][0].value("pid", 0), daemon) << after.dump();
+  EXPECT_EQ(after["daemons"][0].value("state", ""), "ready") << after.dump();
+  EXPECT_EQ(first.sup().stop(SIGTERM), 0) << first.sup().log();
+}
+
+// A live control socket whose server took no lock (a fastrestartd from before the claim, another program):
+// refused naming the listener's pid, and the socket is not unlinked.
+TEST(SecondInstance, OnALiveControlSocketWithoutALockExits4AndLeavesIt) {
+  test::TempDir d;
+  ModelSetup setup;
+  setup.control = d / "ctl/t.ctl";
+  ASSERT_EQ(::mkdir((d / "ctl").c_str(), 0700), 0);
+  auto listener = listen_unix(setup.control, 0600);
+  ASSERT_TRUE(listener.ok()) << listener.error().message;
+  Model m(setup);
+  auto r = test::run({"/usr/bin/timeout", "20", FR_FASTRESTARTD_BIN, "--config", m.config()});
+  EXPECT_EQ(r.exit_code, 4) << r.output;
+  EXPECT_NE(r.output.find("the control socket " + setup.control + " is live (pid " + std::to_string(::getpid())),
+            std::string::npos)
+      << r.output;
+  struct stat st {};
+  EXPECT_EQ(::stat(setup.control.c_str(), &st), 0) << "the live socket was unlinked";
+  EXPECT_TRUE(S_ISSOCK(st.st_mode));
 }
 
 // ---------------------------------------------------------------------------------------------------

@@ -49,18 +49,24 @@ std::set<uint64_t> listening_inodes(const std::string& text, uint16_t port) {
   return out;
 }
 
-pid_t group_listener(pid_t pgid, uint16_t port) {
-  if (pgid <= 0) return 0;
+namespace {
+
+std::set<uint64_t> inodes_listening_on(uint16_t port) {
   std::set<uint64_t> inodes = listening_inodes(read_all("/proc/net/tcp"), port);
   for (uint64_t i : listening_inodes(read_all("/proc/net/tcp6"), port)) inodes.insert(i);
-  if (inodes.empty()) return 0;
+  return inodes;
+}
+
+// The first process (a member of group `pgid`, or any when 0) that holds one of the socket `inodes` open.
+pid_t holder_of(const std::set<uint64_t>& inodes, pid_t pgid) {
   for (pid_t pid : list_pids()) {
-    auto st = read_proc_stat(pid);
-    if (!st || st->pgid != pgid) continue;
+    if (pgid > 0) {
+      auto st = read_proc_stat(pid);
+      if (!st || st->pgid != pgid) continue;
+    }
     const std::string dir = "/proc/" + std::to_string(pid) + "/fd";
     std::unique_ptr<DIR, int (*)(DIR*)> d(::opendir(dir.c_str()), ::closedir);
     if (!d) continue;
-    pid_t found = 0;
     while (dirent* e = ::readdir(d.get())) {
       char target[64];
       const std::string link = dir + "/" + e->d_name;
@@ -68,14 +74,24 @@ pid_t group_listener(pid_t pgid, uint16_t port) {
       if (n <= 0) continue;
       target[n] = '\0';
       unsigned long ino = 0;
-      if (std::sscanf(target, "socket:[%lu]", &ino) == 1 && inodes.count(ino)) {
-        found = pid;
-        break;
-      }
+      if (std::sscanf(target, "socket:[%lu]", &ino) == 1 && inodes.count(ino)) return pid;
     }
-    if (found) return found;
   }
   return 0;
+}
+
+}  // namespace
+
+pid_t group_listener(pid_t pgid, uint16_t port) {
+  if (pgid <= 0) return 0;
+  const std::set<uint64_t> inodes = inodes_listening_on(port);
+  return inodes.empty() ? 0 : holder_of(inodes, pgid);
+}
+
+pid_t port_listener(uint16_t port, bool* listening) {
+  const std::set<uint64_t> inodes = inodes_listening_on(port);
+  if (listening) *listening = !inodes.empty();
+  return inodes.empty() ? 0 : holder_of(inodes, 0);
 }
 
 }  // namespace fr::supervisor

@@ -1,6 +1,7 @@
 // Whether a process group listens on a TCP port: the check that a standby has not bound the engine's port
-// before its release (docs/standby.md, "The gate protocol"). Reads /proc/net/tcp and /proc/net/tcp6 (this
-// network namespace) for listening sockets on the port, then the group's members' /proc/<pid>/fd for them.
+// before its release (docs/standby.md, "The gate protocol"); who listens on it at all (instance_claims.h).
+// Reads /proc/net/tcp and /proc/net/tcp6 (this network namespace) for listening sockets on the port, then
+// the processes' /proc/<pid>/fd for them.
 #pragma once
 
 #include <sys/types.h>
@@ -16,5 +17,9 @@ std::set<uint64_t> listening_inodes(const std::string& proc_net_tcp_text, uint16
 
 // The pid of a member of group `pgid` that holds a socket listening on `port`, or 0 when none does.
 pid_t group_listener(pid_t pgid, uint16_t port);
+
+// The pid of any process that holds a socket listening on `port`, or 0 when none does or when the holder's
+// /proc/<pid>/fd cannot be read (another user's process); *listening says whether a socket listens at all.
+pid_t port_listener(uint16_t port, bool* listening = nullptr);
 
 }  // namespace fr::supervisor
