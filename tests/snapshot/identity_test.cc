@@ -243,6 +243,7 @@ TEST(Identity, TheManifestRecordsSecretsAsDigestsAndStillMatches) {
   spec.env = {{"HF_TOKEN", "hf_in_manifest"}, {"VISIBLE", "shown-value"}};
   spec.secret_flags = {"--custom-opt"};
   spec.public_env = {"VISIBLE"};
+  spec.port = 8000;
   auto back = spec_from_json(to_json(spec), "spec");
   ASSERT_TRUE(back.ok()) << back.error().message;
   EXPECT_EQ(back->secret_flags, spec.secret_flags);
