@@ -11,6 +11,7 @@
 #include <memory>
 
 #include "common/fd.h"
+#include "common/secrets.h"
 #include "snapshot/json_fields.h"
 
 namespace fr::snapshot {
@@ -19,7 +20,8 @@ using nlohmann::json;
 
 json to_json(const EngineSpec& s) {
   return {{"argv", s.argv}, {"env", s.env}, {"files", s.files}, {"host", s.host}, {"port", s.port},
-          {"prompt", s.prompt}, {"model", s.model}, {"oracle_tokens", s.oracle_tokens}};
+          {"prompt", s.prompt}, {"model", s.model}, {"oracle_tokens", s.oracle_tokens},
+          {"secret_flags", s.secret_flags}, {"public_env", s.public_env}};
 }
 
 Result<EngineSpec> spec_from_json(const json& j, const std::string& where) {
@@ -38,6 +40,12 @@ Result<EngineSpec> spec_from_json(const json& j, const std::string& where) {
   FR_ASSIGN(int64_t n, f.integer("oracle_tokens"));
   if (n < 1 || n > 256) return f.fail("oracle_tokens", "must be in 1..256");
   s.oracle_tokens = static_cast<int>(n);
+  if (j.contains("secret_flags")) {
+    FR_ASSIGN(s.secret_flags, f.strings("secret_flags"));
+  }
+  if (j.contains("public_env")) {
+    FR_ASSIGN(s.public_env, f.strings("public_env"));
+  }
   return s;
 }
 
@@ -137,7 +145,10 @@ Result<Identity> collect_identity(const EngineSpec& spec, const std::string& cri
   }
   id.args.assign(spec.argv.begin() + 1, spec.argv.end());
   id.env = spec.env;
-  for (const std::string& arg : id.args) {
+  const auto hidden = map_secret_values(id.args, [](std::string_view) { return std::string(); }, spec.secret_flags);
+  for (size_t i = 0; i < id.args.size(); ++i) {
+    const std::string& arg = id.args[i];
+    if (hidden[i] != arg) continue;  // a secret is no file to hash, and its path would be written in clear
     std::string path = arg;
     if (arg.rfind("--", 0) == 0 && arg.find('=') != std::string::npos) path = arg.substr(arg.find('=') + 1);
     if (path.empty() || path[0] != '/') continue;
@@ -147,10 +158,23 @@ Result<Identity> collect_identity(const EngineSpec& spec, const std::string& cri
       continue;
     FR_ASSIGN(id.arg_hashes[path], hash_file(path));
   }
+  hide_secrets(id, spec.secret_flags, spec.public_env);
   return id;
 }
 
-std::optional<std::string> first_difference(const Identity& a, const Identity& b) {
+void hide_secrets(Identity& id, const std::vector<std::string>& secret_flags, const std::vector<std::string>& public_env) {
+  auto digest = [](std::string_view v) { return is_secret_digest(v) ? std::string(v) : secret_digest(v); };
+  id.args = map_secret_values(id.args, digest, secret_flags);
+  for (auto& [k, v] : id.env)
+    if (std::find(public_env.begin(), public_env.end(), k) == public_env.end()) v = digest(v);
+}
+
+std::optional<std::string> first_difference(const Identity& recorded, const Identity& current,
+                                            const std::vector<std::string>& secret_flags,
+                                            const std::vector<std::string>& public_env) {
+  Identity a = recorded, b = current;
+  hide_secrets(a, secret_flags, public_env);
+  hide_secrets(b, secret_flags, public_env);
   auto differ = [](const std::string& field, const std::string& was, const std::string& now) {
     return "identity." + field + ": recorded " + quoted(was) + ", now " + quoted(now);
   };

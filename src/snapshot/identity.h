@@ -27,6 +27,11 @@ struct EngineSpec {
   std::string prompt = "The capital of France is";
   std::string model;                          // "model" field of the oracle request; empty: omitted
   int oracle_tokens = 4;
+  // Secrets (common/secrets.h): the config's extra secret flag names, and the variables of `env` whose
+  // values are not secret. The identity records every other value of `env`, and the values of secret
+  // flags, as their digest (hide_secrets). Absent in older specs: none.
+  std::vector<std::string> secret_flags;
+  std::vector<std::string> public_env;
 };
 
 struct GpuIdentity {
@@ -67,7 +72,17 @@ Result<std::string> hash_file(const std::string& path);
 // Everything but the GPU fields and cuda, which the caller fills (only the helper may touch CUDA).
 Result<Identity> collect_identity(const EngineSpec& spec, const std::string& criu_version);
 
+// Secret values of args and env replaced by their digest (fr::secret_digest, "<secret xxh64:...>"):
+// still compared, never written in clear to the manifest nor shown in a difference. Every env value is
+// secret but those of `public_env`; args by the rule of common/secrets.h and `secret_flags`. Digests
+// already there stay (a manifest read back).
+void hide_secrets(Identity& id, const std::vector<std::string>& secret_flags, const std::vector<std::string>& public_env);
+
 // The first field that differs, as "identity.kernel_release: recorded \"6.1\", now \"6.18\"", or nullopt.
-std::optional<std::string> first_difference(const Identity& recorded, const Identity& now);
+// Both sides are compared with their secrets hidden (hide_secrets with the spec's lists): a rotated
+// --api-key shows as two digests, never as the keys (a manifest written before hide_secrets holds them).
+std::optional<std::string> first_difference(const Identity& recorded, const Identity& now,
+                                            const std::vector<std::string>& secret_flags = {},
+                                            const std::vector<std::string>& public_env = {});
 
 }  // namespace fr::snapshot

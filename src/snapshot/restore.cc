@@ -64,7 +64,7 @@ Result<Restored> restore_snapshot(const RestoreRequest& r, GpuCheckpointer& gpu)
     if (!g.ok()) return make_error(Errc::kUnsupported, "snapshot " + out.id + " holds GPU state: " + g.error().message);
     now.gpu = *g;
   }
-  if (auto diff = first_difference(m.identity, now))
+  if (auto diff = first_difference(m.identity, now, r.spec.secret_flags, r.spec.public_env))
     return make_error(Errc::kInvalidArgument, "snapshot " + out.id + " does not match this engine: " + *diff);
   // The weights the snapshot left out: the daemon must hold them now, or CRIU never runs.
   const bool weightless = m.weights.is_object() && m.weights.value("excluded", false);

@@ -408,6 +408,8 @@ const KeySpec kEngineKeys[] = {
     FR_KEY("host", FR_ASSIGN(c.engine.host, v.nonempty_string())),
     FR_KEY("port", FR_ASSIGN(int p, v.int_in(1, 65535)); c.engine.port = static_cast<uint16_t>(p)),
     {"env", set_env},
+    FR_KEY("secret_flags", FR_ASSIGN(c.engine.secret_flags, v.strings())),
+    FR_KEY("public_env", FR_ASSIGN(c.engine.public_env, v.strings())),
     FR_KEY("working_dir", FR_ASSIGN(c.engine.working_dir, v.absolute_path())),
     FR_KEY("cgroup", FR_ASSIGN(c.engine.cgroup, v.absolute_path())),
     FR_KEY("stop_grace_s", FR_ASSIGN(c.engine.stop_grace_s, v.positive())),

@@ -47,6 +47,10 @@ struct EngineConfig {
   std::string host = "127.0.0.1";              // where the engine serves (readiness talks to it)
   uint16_t port = 8000;
   std::map<std::string, std::string> env;      // added to the supervisor's environment (minus NOTIFY_SOCKET...)
+  // Secrets (docs/reliability.md, "Secrets"): flag names whose values are secret beyond the built-in rule
+  // (common/secrets.h), and the variables of env whose values are not (every other one is).
+  std::vector<std::string> secret_flags;
+  std::vector<std::string> public_env;
   std::string working_dir;                     // empty: the supervisor's
   std::string cgroup;                          // a memory cgroup directory (v1 or v2) to run the engine in;
                                                // empty: ours. Its OOM-kill counter classifies kernel OOMs.

@@ -5,11 +5,13 @@
 #include <spdlog/spdlog.h>
 
 #include "common/private_dir.h"
+#include "common/secrets.h"
 #include "health/health_server.h"
 #include "supervisor/control.h"
 #include "supervisor/daemons/native.h"
 #include "supervisor/instance_claims.h"
 #include "supervisor/instance_lock.h"
+#include "supervisor/redaction.h"
 #include "supervisor/supervisor.h"
 #include "supervisor/engines/engine_kind.h"
 
@@ -34,11 +36,14 @@ int main(int argc, char** argv) {
   // (supervisor.h). `--check` stays interruptible.
   if (!check) block_handled_signals();
   spdlog::set_pattern(std::getenv("INVOCATION_ID") ? "[%l] %v" : "[%Y-%m-%d %H:%M:%S.%e] [fastrestartd] [%l] %v");
+  // Every log line scrubbed of the secrets the config and pushes carry (docs/reliability.md, "Secrets").
+  install_log_redaction();
   auto cfg = load_config(config_path);
   if (!cfg.ok()) {
     spdlog::error("{}", cfg.error().message);
     return kExitConfig;
   }
+  register_secrets(cfg->engine);
   // The engine kind's checks of the flags (vLLM: flags it would refuse), part of the file's own check.
   if (auto kind = check_engine_config(*cfg); !kind.ok()) {
     spdlog::error("{}", kind.error().message);
@@ -53,7 +58,8 @@ int main(int argc, char** argv) {
   if (check) {
     // Warnings of the kind's checks (vLLM: it starts, but behaves differently: docs/vllm.md); errors failed above.
     if (auto kind = make_engine_adapter(*cfg); kind.ok())
-      for (const auto& w : (*kind)->config_warnings(*cfg)) std::printf("%s: warning: %s\n", config_path.c_str(), w.c_str());
+      for (const auto& w : (*kind)->config_warnings(*cfg))
+        std::printf("%s: warning: %s\n", config_path.c_str(), fr::process_scrubber().scrub(w).c_str());
     std::printf("%s: valid\n", config_path.c_str());
     return kExitOk;
   }

@@ -8,6 +8,7 @@
 #include <string_view>
 
 #include "common/control_chars.h"
+#include "common/secrets.h"
 
 namespace fr::supervisor {
 namespace {
@@ -87,7 +88,9 @@ Result<std::vector<std::string>> split_flags(const std::string& s) {
       }
       in_word = true;
     } else if (ch == '\\') {
-      if (i + 1 >= s.size()) return make_error(Errc::kInvalidArgument, "a backslash ends the string: " + s);
+      // The string is not quoted: it may hold a secret that cannot be split out of it.
+      if (i + 1 >= s.size())
+        return make_error(Errc::kInvalidArgument, "a backslash ends the string (character " + std::to_string(i) + ")");
       ++i;
       if (s[i] == '\n') continue;  // line continuation
       cur += s[i];
@@ -241,31 +244,13 @@ std::vector<std::string> daemon_affecting_changes(const FlagRules& rules, const 
   return changed;
 }
 
-namespace {
-
-bool is_secret_flag(std::string_view name) {
-  static constexpr std::string_view kSecretParts[] = {"key", "token", "secret", "password", "passwd",
-                                                      "credential", "credentials", "auth"};
-  while (!name.empty() && name.front() == '-') name.remove_prefix(1);
-  while (!name.empty()) {
-    size_t end = name.find_first_of("-_");
-    std::string part(name.substr(0, end));
-    for (auto& ch : part) ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
-    if (std::find(std::begin(kSecretParts), std::end(kSecretParts), part) != std::end(kSecretParts)) return true;
-    if (end == std::string_view::npos) break;
-    name.remove_prefix(end + 1);
-  }
-  return false;
-}
-
-}  // namespace
-
 Status check_flag_words(const std::vector<std::string>& words, const std::string& what) {
   for (size_t i = 0; i < words.size(); ++i) {
     auto at = find_control_char(words[i]);
     if (!at) continue;
     // The word is quoted as redacted and escaped: it may be a secret's value, and it is about to be logged.
-    const std::string shown = escape_control_chars(redact_flags({words[i]})[0].substr(0, 80));
+    // In context: the word may be the value of the flag before it.
+    const std::string shown = escape_control_chars(redact_flags(words)[i].substr(0, 80));
     return make_error(Errc::kInvalidArgument,
                       what + "[" + std::to_string(i) + "] \"" + shown + "\": holds a control character (" +
                           control_char_name(words[i][*at]) + " at byte " + std::to_string(*at) +
@@ -282,30 +267,10 @@ std::string words_for_log(const std::vector<std::string>& words) {
 }
 
 std::vector<std::string> redact_flags(const std::vector<std::string>& words) {
-  static const std::string kRedacted = "<redacted>";
-  std::vector<std::string> out;
-  out.reserve(words.size());
-  bool next_is_secret = false;
-  for (const auto& w : words) {
-    if (next_is_secret && !w.starts_with("-")) {
-      out.push_back(kRedacted);
-      next_is_secret = false;
-      continue;
-    }
-    next_is_secret = false;
-    if (w.size() > 1 && w[0] == '-') {
-      size_t eq = w.find('=');
-      std::string_view name = std::string_view(w).substr(0, eq);
-      if (is_secret_flag(name)) {
-        if (eq != std::string::npos) {
-          out.push_back(std::string(name) + "=" + kRedacted);
-          continue;
-        }
-        next_is_secret = true;
-      }
-    }
-    out.push_back(w);
-  }
+  // The rule (common/secrets.h), then every value known to be secret (engine.secret_flags, engine.env): one
+  // redaction for every exit.
+  auto out = redact_words(words);
+  for (auto& w : out) w = process_scrubber().scrub(w);
   return out;
 }
 

@@ -97,10 +97,10 @@ Status check_flag_words(const std::vector<std::string>& words, const std::string
 // The words for a log line: secrets redacted (redact_flags), joined by spaces, control characters escaped.
 std::string words_for_log(const std::vector<std::string>& words);
 
-// The words with the value of every secret-bearing flag replaced by "<redacted>", for /status, /metrics
-// and logs (docs/reliability.md, "Secrets"). A flag is secret when a '-'/'_'-separated part of its name
-// is key, token, secret, password, passwd, credential(s) or auth (--api-key, --hf-token, --db_password);
-// --tokenizer or --max-num-batched-tokens are not. Both "--api-key V" and "--api-key=V" are covered.
+// The words with every value of every secret flag replaced by "<redacted>" (fr::redact_words, the rule of
+// common/secrets.h: --api-key, --api-keys, --apikey, --hf-token=V, every value of "--api-key A B"), then
+// every secret the process knows (fr::process_scrubber: engine.secret_flags, engine.env) scrubbed, for
+// /status, /metrics and logs (docs/reliability.md, "Secrets").
 std::vector<std::string> redact_flags(const std::vector<std::string>& words);
 
 }  // namespace fr::supervisor

@@ -16,12 +16,14 @@
 #include "common/control_chars.h"
 #include "common/io.h"
 #include "common/private_dir.h"
+#include "common/secrets.h"
 #include "engine_loader/client.h"
 #include "supervisor/child.h"
 #include "supervisor/engine_group_record.h"
 #include "supervisor/engine_progress.h"
 #include "supervisor/flags.h"
 #include "supervisor/readiness.h"
+#include "supervisor/redaction.h"
 #include "supervisor/start/walk.h"
 #include "supervisor/supervised_child.h"
 
@@ -38,6 +40,18 @@ constexpr double kExtendEveryS = 10;  // EXTEND_TIMEOUT_USEC cadence while the f
 class SdNotifier final : public Notifier {
  public:
   void notify(const std::string& state) override { sd_notify(0, state.c_str()); }
+};
+
+// STATUS= is read by anyone who may run systemctl status: every known secret scrubbed first.
+class ScrubbingNotifier final : public Notifier {
+ public:
+  explicit ScrubbingNotifier(std::unique_ptr<Notifier> inner) : m_inner(std::move(inner)) {}
+  void notify(const std::string& state) override {
+    if (m_inner) m_inner->notify(process_scrubber().scrub(state));
+  }
+
+ private:
+  std::unique_ptr<Notifier> m_inner;
 };
 
 std::string fmt_s(double s) {
@@ -85,7 +99,7 @@ std::unique_ptr<Notifier> make_sd_notifier() { return std::make_unique<SdNotifie
 Supervisor::Supervisor(Config config, std::unique_ptr<GpuProbe> gpus, std::unique_ptr<Notifier> notifier)
     : m_cfg(std::move(config)),
       m_gpus(std::move(gpus)),
-      m_notify(std::move(notifier)),
+      m_notify(std::make_unique<ScrubbingNotifier>(std::move(notifier))),
       m_policy(m_cfg.restart),
       m_oom(m_cfg.engine.cgroup),
       m_poll_timer(m_loop),
@@ -96,6 +110,7 @@ Supervisor::Supervisor(Config config, std::unique_ptr<GpuProbe> gpus, std::uniqu
       m_kill_timer(m_loop),
       m_watchdog_timer(m_loop) {
   m_flags = m_cfg.engine.flags;
+  register_secrets(m_cfg.engine);  // before anything logs or reports (docs/reliability.md, "Secrets")
   // The config's check read the kind's rules files already; one that broke since leaves the built-in rules.
   auto kind = make_engine_adapter(m_cfg);
   m_kind = kind.ok() ? std::move(*kind) : make_builtin_engine_adapter(m_cfg.engine.kind);
@@ -103,6 +118,7 @@ Supervisor::Supervisor(Config config, std::unique_ptr<GpuProbe> gpus, std::uniqu
   m_daemons = make_daemon_set(*this);
   m_snap = std::make_unique<Snapshots>();
   load_persisted_flags();
+  register_secret_words(m_flags.words(), m_cfg.engine.secret_flags);
   m_last_ready_flags = m_flags;
 }
 

@@ -108,6 +108,7 @@ class Supervisor : private StartHost, private DaemonHost {
   void after_drain();
   // Changes nothing: spawn_engine records what a start uses. for_standby: the share is allocated after the
   // release, once the engine is gone, so only a warmed standby's reserve is checked against free memory.
+  void learn_pushed_secrets(const nlohmann::json& req);  // redaction.h
   std::vector<std::string> engine_argv(bool for_standby = false) const;
   std::map<std::string, std::string> engine_env(bool for_standby = false);
   // The engine's memory fraction of each GPU of gpus, in order; empty without GPUs (or the host backend).

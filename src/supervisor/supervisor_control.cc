@@ -14,8 +14,10 @@
 #include "common/control_chars.h"
 #include "common/fd.h"
 #include "common/io.h"
+#include "common/secrets.h"
 #include "supervisor/control_request.h"
 #include "supervisor/flags.h"
+#include "supervisor/redaction.h"
 #include "supervisor/supervisor.h"
 #include "supervisor/status.h"
 #include "supervisor/supervisor_internal.h"
@@ -59,6 +61,22 @@ Status write_private_file(const std::string& path, const std::string& text) {
   return write_file_atomic(path, text, 0600);  // fsync'ed; no half-written file or stray .tmp on failure
 }
 
+// A push's secrets are known before anything reads it: a refusal, a rollback or the engine's own output
+// may quote them. Read as leniently as possible (the request may be invalid).
+void Supervisor::learn_pushed_secrets(const json& req) {
+  if (!req.is_object() || !req.contains("flags")) return;
+  const json& f = req["flags"];
+  std::vector<std::string> words;
+  if (f.is_string()) {
+    // An unsplittable one (an open quote) is refused with a message that does not quote it.
+    if (auto split = split_flags(f.get<std::string>()); split.ok()) words = std::move(*split);
+  } else if (f.is_array()) {
+    for (const auto& w : f)
+      if (w.is_string()) words.push_back(w.get<std::string>());
+  }
+  register_secret_words(words, m_cfg.engine.secret_flags);
+}
+
 json Supervisor::request(const json& req) {
   auto p = std::make_shared<std::promise<json>>();
   auto fut = p->get_future();
@@ -69,11 +87,16 @@ json Supervisor::request(const json& req) {
   // A reload can take as long as an engine start; but never wait on a loop that has ended.
   while (fut.wait_for(std::chrono::milliseconds(100)) != std::future_status::ready)
     if (!m_running) return error("cancelled", "the supervisor is shutting down");
-  return fut.get();
+  // Every reply leaves with the known secrets scrubbed: the control socket, /status and /metrics (built
+  // from the status reply) all come through here.
+  json r = fut.get();
+  process_scrubber().scrub(r);
+  return r;
 }
 
 // Returns the reply, or null when it will come later through `reply` (reload --wait).
 json Supervisor::handle(const json& req, std::shared_ptr<std::promise<json>> reply) {
+  learn_pushed_secrets(req);
   auto parsed = parse_control_request(req);
   if (!parsed.ok()) return error("invalid_argument", parsed.error().message);
   const std::string op = parsed->op;
@@ -101,6 +124,7 @@ json Supervisor::handle(const json& req, std::shared_ptr<std::promise<json>> rep
       // No flags pushed (systemctl reload, SIGHUP): re-read the config file and apply what changed.
       auto c = load_config(m_cfg.path);
       if (!c.ok()) return error("invalid_argument", "keeping the running config: " + c.error().message);
+      register_secrets(c->engine);
       if (auto st = check_engine_config(*c); !st.ok())
         return error("invalid_argument", "keeping the running config: " + st.error().message);
       const bool flags_changed = c->engine.flags != m_cfg.engine.flags;

@@ -21,6 +21,7 @@
 #include "snapshot/store.h"
 #include "supervisor/child.h"
 #include "supervisor/engine_group_record.h"
+#include "supervisor/redaction.h"
 #include "supervisor/supervised_child.h"
 #include "supervisor/supervisor.h"
 #include "supervisor/supervisor_internal.h"
@@ -102,6 +103,8 @@ bool Supervisor::spawn_helper(const std::string& job, std::vector<std::string> a
   spec.prompt = m_cfg.readiness.prompt;
   spec.model = m_cfg.readiness.model;
   spec.oracle_tokens = m_cfg.snapshot.oracle_tokens;
+  spec.secret_flags = m_cfg.engine.secret_flags;
+  spec.public_env = public_env_names(m_cfg.engine, spec.env);
   const std::string spec_path = s.dir + "/.spec.json", text = snapshot::to_json(spec).dump(2);
   s.result_path = s.dir + "/.result.json";
   ::unlink(s.result_path.c_str());

@@ -197,5 +197,73 @@ TEST(EngineSpec, RoundTripsAndNamesBadFields) {
   EXPECT_EQ(bad.error().message, "spec.json: spec.port: expected an integer");
 }
 
+// A rotated key (a flag or a variable of engine.env) is a difference, shown as two digests and never as
+// the keys: the text goes to the status, STATUS= and the log.
+TEST(Identity, ARotatedSecretDiffersWithoutShowingEitherValue) {
+  Identity a = sample(), b = sample();
+  a.args = {"serve", "/m", "--api-key", "sk-old-value", "--port", "8000"};
+  b.args = {"serve", "/m", "--api-key", "sk-new-value", "--port", "8000"};
+  auto d = first_difference(a, b);
+  ASSERT_TRUE(d.has_value());
+  EXPECT_NE(d->find("identity.args[3]"), std::string::npos) << *d;
+  EXPECT_NE(d->find("<secret xxh64:"), std::string::npos) << *d;
+  EXPECT_EQ(d->find("sk-old-value"), std::string::npos) << *d;
+  EXPECT_EQ(d->find("sk-new-value"), std::string::npos) << *d;
+
+  a = sample(), b = sample();
+  a.env["HF_TOKEN"] = "hf_old_token";
+  b.env["HF_TOKEN"] = "hf_new_token";
+  d = first_difference(a, b);
+  ASSERT_TRUE(d.has_value());
+  EXPECT_NE(d->find("identity.env.HF_TOKEN"), std::string::npos) << *d;
+  EXPECT_EQ(d->find("hf_old_token"), std::string::npos) << *d;
+  EXPECT_EQ(d->find("hf_new_token"), std::string::npos) << *d;
+  // A public variable and an ordinary flag are still shown.
+  d = first_difference(sample(), [] { auto i = sample(); i.env["UV_USE_IO_URING"] = "1"; return i; }(), {}, {"UV_USE_IO_URING"});
+  ASSERT_TRUE(d.has_value());
+  EXPECT_NE(d->find("recorded \"0\", now \"1\""), std::string::npos) << *d;
+  d = first_difference(sample(), [] { auto i = sample(); i.args[3] = "8001"; return i; }());
+  ASSERT_TRUE(d.has_value());
+  EXPECT_NE(d->find("now \"8001\""), std::string::npos) << *d;
+  // A flag the config marks secret.
+  a = sample(), b = sample();
+  a.args.insert(a.args.end(), {"--custom-opt", "old-custom"});
+  b.args.insert(b.args.end(), {"--custom-opt", "new-custom"});
+  d = first_difference(a, b, {"--custom-opt"});
+  ASSERT_TRUE(d.has_value());
+  EXPECT_EQ(d->find("old-custom"), std::string::npos) << *d;
+  EXPECT_EQ(d->find("new-custom"), std::string::npos) << *d;
+}
+
+TEST(Identity, TheManifestRecordsSecretsAsDigestsAndStillMatches) {
+  test::TempDir dir;
+  std::ofstream(dir / "engine") << "#!/bin/sh\n";
+  EngineSpec spec;
+  spec.argv = {dir / "engine", "serve", "--api-key", "sk-in-manifest", "--x=1", "--custom-opt=c-in-manifest"};
+  spec.env = {{"HF_TOKEN", "hf_in_manifest"}, {"VISIBLE", "shown-value"}};
+  spec.secret_flags = {"--custom-opt"};
+  spec.public_env = {"VISIBLE"};
+  spec.port = 8000;
+  auto back = spec_from_json(to_json(spec), "spec");
+  ASSERT_TRUE(back.ok()) << back.error().message;
+  EXPECT_EQ(back->secret_flags, spec.secret_flags);
+  EXPECT_EQ(back->public_env, spec.public_env);
+  auto id = collect_identity(*back, "4.2.1");
+  ASSERT_TRUE(id.ok()) << id.error().message;
+  const std::string manifest = to_json(*id).dump();
+  for (const char* secret : {"sk-in-manifest", "c-in-manifest", "hf_in_manifest"})
+    EXPECT_EQ(manifest.find(secret), std::string::npos) << secret << " in " << manifest;
+  EXPECT_NE(manifest.find("shown-value"), std::string::npos) << manifest;
+  EXPECT_NE(manifest.find("--x=1"), std::string::npos) << manifest;
+  // The same engine matches its manifest; so does a manifest written before secrets were hidden.
+  auto again = collect_identity(*back, "4.2.1");
+  ASSERT_TRUE(again.ok());
+  EXPECT_EQ(first_difference(*id, *again, spec.secret_flags, spec.public_env), std::nullopt);
+  Identity old = *id;
+  old.args = {"serve", "--api-key", "sk-in-manifest", "--x=1", "--custom-opt=c-in-manifest"};
+  old.env = spec.env;
+  EXPECT_EQ(first_difference(old, *again, spec.secret_flags, spec.public_env), std::nullopt);
+}
+
 }  // namespace
 }  // namespace fr::snapshot

@@ -263,5 +263,23 @@ TEST(RedactFlags, LookalikesAndValuelessSecretFlagsAreKept) {
   EXPECT_EQ(redact_flags(w), w);
 }
 
+TEST(RedactFlags, EveryValueOfAMultiValueSecretFlagAndOtherSpellings) {
+  EXPECT_EQ(redact_flags({"--api-key", "-k1", "k2", "--apikey=k3", "--api-keys", "k4", "--port", "1"}),
+            (Words{"--api-key", "<redacted>", "<redacted>", "--apikey=<redacted>", "--api-keys", "<redacted>", "--port", "1"}));
+}
+
+TEST(CheckFlagWords, ARefusedSecretValueIsNotQuoted) {
+  auto st = check_flag_words({"--api-key", "sk-abc\ndef"}, "flags");
+  ASSERT_FALSE(st.ok());
+  EXPECT_NE(st.error().message.find("flags[1]"), std::string::npos) << st.error().message;
+  EXPECT_EQ(st.error().message.find("sk-abc"), std::string::npos) << st.error().message;
+}
+
+TEST(SplitFlags, AnErrorDoesNotQuoteTheString) {
+  auto w = split_flags("--api-key sk-secret-x \\");
+  ASSERT_FALSE(w.ok());
+  EXPECT_EQ(w.error().message.find("sk-secret-x"), std::string::npos) << w.error().message;
+}
+
 }  // namespace
 }  // namespace fr::supervisor

@@ -1,12 +1,21 @@
 // fastrestartd's side of docs/reliability.md "Security": where it agrees to put
 // its control socket, and that no secret it holds (the engine's environment, secret flags, pushed flags)
 // shows in /status, /metrics, fastrestartctl status or its log. The daemon's side: tests/daemon.
+#include <poll.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/un.h>
 #include <unistd.h>
 
 #include <gtest/gtest.h>
 
+#include <atomic>
+#include <cstdlib>
+#include <filesystem>
 #include <fstream>
+#include <mutex>
+#include <sstream>
+#include <thread>
 
 #include "support/harness.h"
 #include "support/supervised.h"
@@ -128,6 +137,126 @@ TEST(FastrestartdSecurity, NoSecretInStatusMetricsCtlOrLog) {
   ASSERT_EQ(::stat((d / "state").c_str(), &st), 0);
   EXPECT_EQ(st.st_mode & 0777, 0700u);
   EXPECT_EQ(sup.stop(SIGTERM), 0) << sup.log();
+}
+
+// A datagram socket standing in for systemd's notify socket: every message fastrestartd sends (READY=1,
+// STATUS=...) is read on a thread (a full queue would block sd_notify) and kept.
+class NotifySocket {
+ public:
+  explicit NotifySocket(const std::string& path) {
+    m_fd = ::socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+    sockaddr_un a{};
+    a.sun_family = AF_UNIX;
+    std::snprintf(a.sun_path, sizeof a.sun_path, "%s", path.c_str());
+    m_bound = ::bind(m_fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0;
+    m_reader = std::thread([this] {
+      char buf[8192];
+      while (!m_stop) {
+        pollfd p{m_fd, POLLIN, 0};
+        if (::poll(&p, 1, 50) <= 0) continue;
+        ssize_t n = ::recv(m_fd, buf, sizeof buf, MSG_DONTWAIT);
+        if (n <= 0) continue;
+        std::lock_guard lock(m_mu);
+        m_text.append(buf, static_cast<size_t>(n)).append("\n");
+      }
+    });
+  }
+  ~NotifySocket() {
+    m_stop = true;
+    m_reader.join();
+    ::close(m_fd);
+  }
+  bool bound() const { return m_bound; }
+  std::string text() {
+    std::lock_guard lock(m_mu);
+    return m_text;
+  }
+
+ private:
+  int m_fd = -1;
+  bool m_bound = false;
+  std::atomic<bool> m_stop{false};
+  std::mutex m_mu;
+  std::string m_text;
+  std::thread m_reader;
+};
+
+// Every input that carries a secret (multi-value and dash-leading --api-key values, --apikey=, a flag the
+// config marks secret, every engine.env value, a pushed flag, a refused push, a push that fails and rolls
+// back), against every output (status over the socket and HTTP, /metrics, fastrestartctl, replies, the log
+// with the engine's own output that prints its arguments and environment, STATUS=, the state directory).
+TEST(FastrestartdSecurity, ASecretPlantedInAnyInputShowsInNoOutput) {
+  test::TempDir d;
+  ASSERT_EQ(test::run({FR_TINYENGINE_BIN, "gen", "--out", d / "model"}).exit_code, 0);
+  const uint16_t port = test::free_port(), http = test::free_port();
+  std::string cfg = d / "t.toml";
+  std::ofstream(cfg) << "[model]\nname = \"t\"\n[engine]\ncommand = [\"" << FR_ECHO_SECRETS_ENGINE << "\", \""
+                     << FR_TINYENGINE_BIN << "\", \"serve\", \"" << (d / "model") << "\"]\n"
+                     << "flags = [\"--port\", \"" << port << "\", \"--served-model-name\", \"t\", \"--api-key\", "
+                     << "\"-sk-dash-one1\", \"sk-multi-two2\", \"--apikey=sk-apikey3\", \"--custom-opt\", \"cust-secret4\"]\n"
+                     << "secret_flags = [\"--custom-opt\"]\n"
+                     << "port = " << port << "\nenv = {HF_TOKEN = \"hf_envsecret5\", SECRET_B = \"envsecret6\"}\n"
+                     << "[weights]\nmode = \"off\"\n[readiness]\nmodel = \"t\"\npoll_interval_s = 0.05\n"
+                     << "[restart]\nbackoff_initial_s = 0.1\n"
+                     << "[control]\nsocket = \"" << (d / "ctl/t.ctl") << "\"\nstate_dir = \"" << (d / "state") << "\"\n"
+                     << "[http]\nlisten = \"127.0.0.1:" << http << "\"\n";
+  NotifySocket notify(d / "notify.sock");
+  ASSERT_TRUE(notify.bound());
+  ::setenv("NOTIFY_SOCKET", (d / "notify.sock").c_str(), 1);
+  test::Supervised sup(FR_FASTRESTARTD_BIN, cfg, d / "ctl/t.ctl", d / "d.log");
+  sup.start();
+  ::unsetenv("NOTIFY_SOCKET");
+  ASSERT_TRUE(sup.wait_for([](const json& s) { return s.value("state", "") == "ready"; }, 60)) << sup.log();
+  const std::string ctl = d / "ctl/t.ctl";
+  // A push that is taken: a new --hf-token and more --api-keys values.
+  auto taken = test::run({FR_FASTRESTARTCTL_BIN, "--socket", ctl, "reload", "--add-flags",
+                          "--hf-token=hf_push7 --api-keys sk-push8 sk-push9"});
+  EXPECT_EQ(taken.exit_code, 0) << taken.output;
+  ASSERT_TRUE(sup.wait_for([](const json& s) { return s.value("state", "") == "ready"; }, 60)) << sup.log();
+  // A push that is refused: its value holds a control character, and the refusal names the word.
+  auto refused = sup.request({{"op", "reload"}, {"flags", {"--api-key", "sk-ctl\x01" "bad10"}}});
+  ASSERT_TRUE(refused.ok()) << refused.error().message;
+  EXPECT_FALSE(refused->value("ok", true)) << refused->dump();
+  // A push whose engine fails to start: rolled back, with the engine's output (its arguments) in the log.
+  auto failed = test::run({FR_FASTRESTARTCTL_BIN, "--socket", ctl, "reload", "--add-flags",
+                           "--api-key sk-crash11 --no-such-flag"});
+  EXPECT_NE(failed.exit_code, 0) << failed.output;
+  ASSERT_TRUE(sup.wait_for([](const json& s) { return s.value("state", "") == "ready"; }, 60)) << sup.log();
+  // The engine printed them all: the log would hold them but for the scrubbing.
+  const std::vector<std::string> secrets = {"sk-dash-one1", "sk-multi-two2", "sk-apikey3", "cust-secret4",
+                                            "hf_envsecret5", "envsecret6", "hf_push7", "sk-push8", "sk-push9",
+                                            "bad10", "sk-crash11"};
+
+  std::vector<std::pair<std::string, std::string>> places = {
+      {"/status", test::http_get(http, "/status").body},
+      {"/metrics", test::http_get(http, "/metrics").body},
+      {"fastrestartctl status --json", test::run({FR_FASTRESTARTCTL_BIN, "--socket", ctl, "status", "--json"}).output},
+      {"fastrestartctl status", test::run({FR_FASTRESTARTCTL_BIN, "--socket", ctl, "status"}).output},
+      {"the taken push's reply", taken.output},
+      {"the refused push's reply", refused->dump()},
+      {"the failed push's reply", failed.output},
+  };
+  EXPECT_EQ(sup.stop(SIGTERM), 0) << sup.log();
+  places.emplace_back("the log", sup.log());
+  places.emplace_back("STATUS=", notify.text());
+  for (const auto& e : std::filesystem::recursive_directory_iterator(d / "state")) {
+    // flags.json holds the pushed flags in clear: the next start runs the engine with them (0600, below).
+    if (!e.is_regular_file() || e.path().filename() == "flags.json") continue;
+    std::ifstream in(e.path());
+    std::stringstream text;
+    text << in.rdbuf();
+    places.emplace_back(e.path().string(), text.str() + " ");
+  }
+  EXPECT_NE(sup.log().find("engine args: "), std::string::npos) << sup.log();
+  EXPECT_NE(notify.text().find("STATUS="), std::string::npos) << notify.text();
+  for (const auto& [where, text] : places) {
+    EXPECT_FALSE(text.empty()) << where;
+    for (const auto& secret : secrets)
+      EXPECT_EQ(text.find(secret), std::string::npos) << secret << " shows in " << where << ":\n" << text;
+  }
+  struct stat st {};
+  ASSERT_EQ(::stat((d / "state/flags.json").c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 0777, 0600u);
 }
 
 }  // namespace

@@ -235,6 +235,8 @@ TEST(VllmPreload, ACheckpointRewrittenInPlaceReloadsThePreloadAndTheEngine) {
 TEST(VllmPreload, APreloadThatDiesWhileLoadingLeavesTheEngineToLoadFromDiskWithItsOwnLoadFormat) {
   Options o;
   o.env = "VLLM_STANDIN_PRELOAD_FAIL = \"vllm.model_executor.model_loader.weight_cache.protocol.UnsupportedQuantForIPCError: quantization 'x'\"\n";
+  // Not a secret: the stand-in's failure message, which the status must show (every other env value is scrubbed).
+  o.engine_extra = "public_env = [\"VLLM_STANDIN_PRELOAD_FAIL\"]\n";
   o.extra_flags = R"(, "--load-format", "safetensors", "--model-loader-extra-config", "{\"state_timeout_s\": 60}")";
   Vllmd d(o);
   ASSERT_TRUE(d.wait_ready()) << d.log();

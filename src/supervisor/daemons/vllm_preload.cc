@@ -376,7 +376,7 @@ std::vector<DaemonRowStatus> VllmPreload::rows() const {
   row.pid = p.pid;
   row.state = p.exited && p.stopping ? "stopped" : p.failed ? "failed" : p.exited ? "dead" : p.ready ? "ready" : "loading";
   row.error = p.error;
-  PreloadDetails details{"http://127.0.0.1:" + std::to_string(p.health_port) + "/health", p.argv, {}};
+  PreloadDetails details{"http://127.0.0.1:" + std::to_string(p.health_port) + "/health", redact_flags(p.argv), {}};
   for (const auto& id : p.checkpoint) details.watched_files.push_back(id.path);
   row.preload = std::move(details);
   return {std::move(row)};
