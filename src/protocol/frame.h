@@ -26,7 +26,7 @@ struct FrameLimits {
   JsonLimits json = kFrameJsonLimits;
 };
 // fastrestartd's control socket: requests carry no descriptors and are small.
-inline constexpr FrameLimits kControlFrameLimits{0, kSmallJsonLimits};
+inline constexpr FrameLimits kControlFrameLimits{0, {kSmallJsonLimits.max_depth, kSmallJsonLimits.max_items, "frame"}};
 
 struct Frame {
   json body;

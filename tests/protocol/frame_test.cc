@@ -137,7 +137,7 @@ int open_fds() {
 // Descriptors are counted as the pieces of one frame arrive: the second one ends the frame there, and the
 // ones received are closed, though the frame never completes.
 TEST(Frame, DescriptorsPastTheLimitEndTheFrameAsTheyArrive) {
-  Pair p;
+  Pair p, q;
   int pipefd[2];
   ASSERT_EQ(::pipe(pipefd), 0);
   const int before = open_fds();
@@ -151,7 +151,6 @@ TEST(Frame, DescriptorsPastTheLimitEndTheFrameAsTheyArrive) {
   EXPECT_EQ(f.error().message, "frame carried 3 descriptors; at most 1 allowed");
   EXPECT_EQ(open_fds(), before);
   // The control socket's limits allow none.
-  Pair q;
   ASSERT_TRUE(send_all(q.a.get(), head.data(), head.size(), {pipefd[0]}, deadline_in(1)).ok());
   auto g = read_frame(q.b.get(), deadline_in(30), 30, kControlFrameLimits);
   ASSERT_FALSE(g.ok());
