@@ -21,6 +21,7 @@ long peak_kib_of(F f) {
   const pid_t pid = ::fork();
   if (pid == 0) {
     f();
+    std::fflush(stdout);
     ::_exit(0);
   }
   int st = 0;
