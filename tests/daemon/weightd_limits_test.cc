@@ -250,6 +250,22 @@ TEST(WeightdLimits, AnUncommittedPublishIsAbortedAtItsTimeout) {
   EXPECT_NE(again.error().message.find("no entries"), std::string::npos) << again.error().message;
 }
 
+// A waiting attach holds its slot too: the daemon caps its wait_s (--attach-wait-limit-s), and says so.
+TEST(WeightdLimits, AnAttachWaitsNoLongerThanTheDaemonsLimit) {
+  test::TempDir d;
+  auto ck = test::make_checkpoint(d.path(), 1, 1, 4096, 7);
+  // Each read task sleeps 3 s first: the entry is still loading when the attach arrives.
+  test::Daemon daemon(d / "run", {"--preload", ck.files[0], "--config", "arch=test", "--test-read-delay-ms", "3000",
+                                  "--attach-wait-limit-s", "0"});
+  auto key = loader::identify(fastrestart::Key{ck.files, {{"arch", "test"}}});
+  ASSERT_TRUE(key.ok()) << key.error().message;
+  Conn c(daemon.socket(), true);
+  auto r = c.request({{"op", "attach"}, {"key", proto::to_json(*key)}, {"wait_s", 3600}});
+  ASSERT_EQ(r["ok"], true) << r.dump();
+  EXPECT_EQ(r["result"], "miss") << r.dump();
+  EXPECT_EQ(r["reason"], "loading did not finish within 0 s (the daemon's --attach-wait-limit-s)") << r.dump();
+}
+
 // The publish rule: the key is taken before the read; a file that changed since is refused, naming it.
 void expect_publish_refused(void (*change)(const std::string&), const std::string& field) {
   test::TempDir d;
