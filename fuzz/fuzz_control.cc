@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <string_view>
 
+#include "json_attacks.h"
 #include "common/control_chars.h"
 #include "protocol/frame.h"
 #include "supervisor/control_request.h"
@@ -13,10 +14,16 @@
 
 using namespace fr::supervisor;
 
+// Deep nesting, tiny values, brackets in strings (fuzz/json_attacks.h) one mutation in eight.
+extern "C" size_t LLVMFuzzerCustomMutator(uint8_t* data, size_t size, size_t max_size, unsigned int seed) {
+  return fr::fuzz::mutate_with_json_attacks(data, size, max_size, seed);
+}
+
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   std::string_view s(reinterpret_cast<const char*>(data), size);
-  auto j = fr::proto::decode_payload(s);
+  auto j = fr::proto::decode_payload(s, fr::proto::kControlFrameLimits.json);
   if (!j.ok()) return 0;
+  if (fr::fuzz::json_depth(*j) > fr::kSmallJsonLimits.max_depth) __builtin_trap();
   auto r = parse_control_request(*j);
   if (!r.ok()) {
     // The error reply must be encodable (valid UTF-8 or replaced).

@@ -1,12 +1,18 @@
 // libFuzzer target: the protocol's decoders must never crash, hang or accept an invalid object, and the
 // incremental frame reader must assemble exactly the frames of a stream, whatever the split, holding
 // memory that follows the bytes that arrived (docs/protocol.md, "Frame limits and timeouts").
+#include <fcntl.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
 #include <string_view>
+#include <vector>
 
+#include "json_attacks.h"
 #include "protocol/frame.h"
 #include "protocol/frame_reader.h"
 #include "protocol/messages.h"
@@ -37,13 +43,54 @@ void drive_reader(std::string_view s) {
   }
 }
 
+int open_descriptors() {
+  int n = 0;
+  for (int fd = 0; fd < 1024; ++fd) n += ::fcntl(fd, F_GETFD) != -1;
+  return n;
+}
+
+// The input as a stream on a socket, in pieces that each carry 0..3 descriptors (the byte before a piece
+// says how many): read_frame never hands out more than one, and whatever it returns, every other
+// descriptor is closed by the time it does.
+void drive_descriptors(std::string_view s) {
+  int sv[2];
+  if (::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) != 0) return;
+  fr::UniqueFd a(sv[0]), b(sv[1]);
+  static const int null_fd = ::open("/dev/null", O_RDONLY | O_CLOEXEC);
+  size_t pos = 0;
+  while (pos < s.size() && pos < 32768) {  // within the socket's buffer: no reader runs yet
+    const auto k = static_cast<unsigned char>(s[pos]);
+    const size_t n = std::min<size_t>(1 + k % 61, s.size() - pos);
+    std::vector<int> fds(k % 4, null_fd);
+    if (!fr::send_all(a.get(), s.data() + pos, n, fds, fr::deadline_in(1)).ok()) break;
+    pos += n;
+  }
+  a.reset();
+  const int before = open_descriptors();
+  for (int i = 0; i < 64; ++i) {
+    auto f = fr::proto::read_frame(b.get(), fr::deadline_in(1), 1);
+    if (!f.ok()) break;
+    if (f->fd && open_descriptors() != before + 1) __builtin_trap();
+  }
+  if (open_descriptors() != before) __builtin_trap();
+}
+
 }  // namespace
+
+extern "C" size_t LLVMFuzzerCustomMutator(uint8_t* data, size_t size, size_t max_size, unsigned int seed) {
+  return fr::fuzz::mutate_with_json_attacks(data, size, max_size, seed);
+}
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   std::string_view s(reinterpret_cast<const char*>(data), size);
   drive_reader(s);
+  drive_descriptors(s);
   auto j = fr::proto::decode_payload(s);
   if (!j.ok()) return 0;
+  // What is accepted is within the limits, so copying it (which recurses per level) is safe.
+  if (fr::fuzz::json_depth(*j) > fr::kFrameJsonLimits.max_depth) __builtin_trap();
+  const fr::proto::json copy = *j;
+  if (copy != *j) __builtin_trap();
   (void)fr::proto::check_reply(*j);
   if (j->contains("key")) {
     auto k = fr::proto::key_from_json((*j)["key"], "key");

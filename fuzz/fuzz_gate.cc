@@ -8,9 +8,15 @@
 
 #include <nlohmann/json.hpp>
 
+#include "json_attacks.h"
 #include "supervisor/standby/gate_message.h"
 
 using namespace fr::supervisor;
+
+// Deep nesting, tiny values, brackets in strings (fuzz/json_attacks.h) one mutation in eight.
+extern "C" size_t LLVMFuzzerCustomMutator(uint8_t* data, size_t size, size_t max_size, unsigned int seed) {
+  return fr::fuzz::mutate_with_json_attacks(data, size, max_size, seed);
+}
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   std::string_view s(reinterpret_cast<const char*>(data), size);

@@ -6,7 +6,13 @@
 #include <nlohmann/json.hpp>
 #include <string_view>
 
+#include "json_attacks.h"
 #include "supervisor/readiness.h"
+
+// Deep nesting, tiny values, brackets in strings (fuzz/json_attacks.h) one mutation in eight.
+extern "C" size_t LLVMFuzzerCustomMutator(uint8_t* data, size_t size, size_t max_size, unsigned int seed) {
+  return fr::fuzz::mutate_with_json_attacks(data, size, max_size, seed, /*keep=*/1);
+}
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (size < 1) return 0;

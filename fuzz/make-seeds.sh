@@ -56,6 +56,16 @@ printf '%s' '{"op":"parked","v":1,"level":"pre_gpu","pid":4242}' | seed fuzz_gat
 printf '%s' '{"op":"parked","v":1,"level":"warmed","pid":1,"extra":[1,2]}' | seed fuzz_gate
 printf '%s' '{"op":"parked","v":2,"level":"warmed","pid":7}' | seed fuzz_gate
 printf '%s' '{"op":"release"}' | seed fuzz_gate
+# At and past the limits of docs/reliability.md, "Limits on what a peer sends" (fuzz/json_attacks.h builds
+# larger ones while fuzzing): nesting 32 and 33 deep, brackets inside a string, a run of tiny values.
+nest() { printf "%${1}s" '' | tr ' ' "$2"; }
+for d in 32 33; do
+  j='{"op":"status","id":'"$(nest $d '[')$(nest $d ']')"'}'
+  for t in fuzz_frame fuzz_control fuzz_gate; do printf '%s' "$j" | seed $t; done
+done
+j='{"op":"parked","v":1,"level":"warmed","pid":1,"x":"'"$(nest 40 '[')"'\\"}'
+for t in fuzz_frame fuzz_control fuzz_gate; do printf '%s' "$j" | seed $t; done
+printf '{"op":"status","id":[%s0]}' "$(printf '0,%.0s' $(seq 5000))" | seed fuzz_frame
 for t in "$out"/*; do echo "fuzz/make-seeds.sh: $(ls "$t" | wc -l) seeds for $(basename "$t")"; done
 # A dictionary for the config target: every section and key the loader knows (src/supervisor/config.cc).
 {

@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <nlohmann/json.hpp>
 
+#include "common/bounded_json.h"
 #include "common/fd.h"
 #include "common/io.h"
 
@@ -20,8 +21,11 @@ Error bad(const std::string& path, const std::string& what) {
 
 Result<SafetensorsHeader> parse_safetensors_header(std::string_view text, uint64_t header_len,
                                                    uint64_t file_size, const std::string& path) {
-  auto j = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
-  if (j.is_discarded()) return bad(path, "header is not valid JSON");
+  // A checkpoint may come from anywhere: its header is bounded like a peer's message. Values: a tensor is
+  // about a dozen, and kMaxTensorsPerFile of them fit.
+  auto parsed = parse_json_bounded(text, {32, size_t{1} << 24, "header"});
+  if (!parsed.ok()) return bad(path, parsed.error().message.ends_with("not valid JSON") ? "header is not valid JSON" : parsed.error().message);
+  const nlohmann::json j = std::move(*parsed);
   if (!j.is_object()) return bad(path, "header is not a JSON object");
   if (j.size() > kMaxTensorsPerFile) return bad(path, "too many tensors (" + std::to_string(j.size()) + ")");
 

@@ -30,6 +30,7 @@ struct Server::Conn {
   std::atomic<int64_t> idle_since_ns{0};
   std::atomic<bool> evicted{false};
   std::string publishing;  // fingerprint of an uncommitted publish
+  Deadline publish_deadline{};  // when an uncommitted publish is aborted (--publish-timeout-s)
   std::string raw_manifest;  // set by a hit: spliced into the reply as "manifest" (serialized once per entry)
 };
 
@@ -312,8 +313,18 @@ void Server::serve_requests(Conn& c) {
       read_failed(c, make_error(Errc::kCancelled, "evicted"));
       return;
     }
-    auto f = proto::read_frame(fd, deadline_in(kIdleTimeoutS));
+    const bool publishing = !c.publishing.empty();
+    auto f = proto::read_frame(fd, publishing ? c.publish_deadline : deadline_in(kIdleTimeoutS));
     c.idle = false;
+    if (!f.ok() && publishing && f.error().code == Errc::kTimeout && f.error().message.rfind("frame incomplete", 0) != 0) {
+      // The publish holds memory and a slot that eviction cannot take back: it ends at its deadline.
+      const auto e = make_error(Errc::kTimeout, "publish of " + c.publishing + " not committed within " +
+                                                    std::to_string(static_cast<int>(m_opts.publish_timeout_s)) +
+                                                    " s (--publish-timeout-s); aborted");
+      spdlog::warn("client pid {}: {}; closing its connection", c.peer.pid, e.message);
+      (void)proto::write_frame(fd, proto::error_reply(e), -1, deadline_in(1));
+      return;
+    }
     if (!f.ok()) {
       read_failed(c, f.error());
       return;
@@ -389,6 +400,9 @@ Result<json> Server::do_attach(Conn& c, const json& req, UniqueFd* fd_out) {
   FR_ASSIGN(double wait_s, proto::get_double(req, "wait_s", "attach", 300.0));
   if (!(wait_s >= 0 && wait_s <= proto::kMaxWaitS))
     return make_error(Errc::kInvalidArgument, "attach.wait_s: outside 0..86400");
+  // A waiting attach holds a slot that eviction cannot take back: the daemon's limit caps what it asks.
+  const bool capped = wait_s > m_opts.attach_wait_limit_s;
+  if (capped) wait_s = m_opts.attach_wait_limit_s;
   std::string mode = req.value("mode", "zero_copy");
   if (mode != "zero_copy" && mode != "copy") return make_error(Errc::kInvalidArgument, "attach.mode: not zero_copy or copy");
   const std::string fp = key.fingerprint();
@@ -417,7 +431,8 @@ Result<json> Server::do_attach(Conn& c, const json& req, UniqueFd* fd_out) {
   }
   if (e->cancel || m_stopping) return miss("the entry was evicted while waiting");
   if (e->state == EntryState::kLoading)
-    return miss("loading did not finish within " + std::to_string(static_cast<int>(wait_s)) + " s");
+    return miss("loading did not finish within " + std::to_string(static_cast<int>(wait_s)) + " s" +
+                (capped ? " (the daemon's --attach-wait-limit-s)" : ""));
   if (e->state == EntryState::kFailed) return miss("entry failed to load: " + e->error);
   FR_ASSIGN(*fd_out, e->pool->share_fd());
   e->attaches.push_back({c.peer.pid, c.peer.uid, mode, unix_now()});
@@ -467,6 +482,7 @@ Result<json> Server::do_publish_begin(Conn& c, const json& req, UniqueFd* fd_out
     FR_TRY(m_store.insert(e));
   }
   c.publishing = e->fingerprint;
+  c.publish_deadline = deadline_in(m_opts.publish_timeout_s);
   spdlog::info("publish of {} begun by pid {} ({} tensors, {} bytes)", e->fingerprint, c.peer.pid, specs.size(), e->manifest.data_bytes);
   return ok({{"manifest", std::move(manifest)}});
 }

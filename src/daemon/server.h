@@ -34,6 +34,10 @@ struct ServerOptions {
   int reader_threads = 8;
   size_t max_clients = 256;
   int test_read_delay_ms = 0;        // tests only: slow every read task down (docs/weightd.md)
+  // A connection with a publish open is never idle (never evicted): the publish must commit within this.
+  double publish_timeout_s = 600;
+  // An attach waits for a loading entry at most this long, whatever its wait_s asks.
+  double attach_wait_limit_s = 3600;
 };
 
 // Exit codes of fastrestart-weightd (docs/weightd.md).

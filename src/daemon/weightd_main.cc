@@ -16,6 +16,7 @@ int run(int argc, char** argv) {
   std::string backend_name = "cuda", gpu = "0", socket_dir, group, log_level = "info", dtype;
   std::vector<std::string> preload_files, config_kv, tensors;
   int threads = 8, test_delay_ms = 0;
+  double publish_timeout_s = 600, attach_wait_limit_s = 3600;
   // Tests only: the same delay from the environment, so a supervisor's tests can slow the daemons it starts.
   if (const char* e = std::getenv("FASTRESTART_TEST_READ_DELAY_MS"); e && *e) test_delay_ms = std::atoi(e);
   bool version = false;
@@ -28,6 +29,12 @@ int run(int argc, char** argv) {
   app.add_option("--tensors", tensors, "only these tensors of the preload (repeat)");
   app.add_option("--dtype", dtype, "require this dtype of every preloaded tensor (e.g. BF16)");
   app.add_option("--reader-threads", threads, "parallel readers of the pipelined loader")->check(CLI::Range(1, 64));
+  app.add_option("--publish-timeout-s", publish_timeout_s,
+                 "abort a publish not committed this long after it began, closing its connection (default 600)")
+      ->check(CLI::Range(1.0, 86400.0));
+  app.add_option("--attach-wait-limit-s", attach_wait_limit_s,
+                 "wait at most this long in an attach for a loading entry, whatever wait_s asks (default 3600)")
+      ->check(CLI::Range(0.0, 86400.0));
   app.add_option("--log-level", log_level, "trace|debug|info|warn|error");
   app.add_flag("--version", version, "print the version and exit");
   app.add_option("--test-read-delay-ms", test_delay_ms, "tests only: sleep this long before each 64 MiB read task")
@@ -92,6 +99,8 @@ int run(int argc, char** argv) {
   opts.socket_dir = socket_dir;
   opts.reader_threads = threads;
   opts.test_read_delay_ms = test_delay_ms;
+  opts.publish_timeout_s = publish_timeout_s;
+  opts.attach_wait_limit_s = attach_wait_limit_s;
   if (!group.empty()) {
     auto g = fr::resolve_group(group);
     if (!g.ok()) {

@@ -14,6 +14,7 @@
 #include <thread>
 
 #include "common/unix_socket.h"
+#include "common/bounded_json.h"
 #include "fastrestart/engine_loader.h"
 #include "protocol/messages.h"
 
@@ -28,7 +29,7 @@ constexpr double kIoTimeoutS = 10;
 constexpr int64_t kResumeWatchdogS = 600;
 
 json to_json(const MappingInfo& i) {
-  json key = json::parse(i.key_json, nullptr, false);
+  json key = fr::parse_json_or_discarded(i.key_json, fr::kFrameJsonLimits);
   return {{"fingerprint", i.fingerprint}, {"digest", i.digest}, {"device", i.device}, {"daemon_socket", i.daemon_socket},
           {"key", key.is_discarded() ? json(nullptr) : key}, {"base", i.base}, {"bytes", i.bytes},
           {"mapped", i.mapped}, {"seconds", i.seconds}};
@@ -89,7 +90,7 @@ class Agent final : public SnapshotAgent {
       if (!fr::recv_exact(c, &ch, 1, nullptr, deadline).ok()) return;
       line += ch;
     }
-    json req = json::parse(line, nullptr, false);
+    json req = fr::parse_json_or_discarded(line, fr::kSmallJsonLimits);
     json reply;
     if (!req.is_object() || !req.contains("op") || !req["op"].is_string()) {
       reply = {{"ok", false}, {"error", "expected one line {\"op\":\"prepare\"|\"resume\"|\"hello\"}"}};

@@ -13,6 +13,7 @@
 #include <cstring>
 #include <string>
 
+#include "common/bounded_json.h"
 #include "common/fd.h"
 #include "protocol/messages.h"
 
@@ -105,7 +106,7 @@ Result<GateResult> standby_gate(std::string_view level) {
   const json parked = {{"op", "parked"}, {"v", 1}, {"level", configured}, {"pid", ::getpid()}};
   FR_TRY(write_line(fd, parked.dump() + "\n"));
   FR_ASSIGN(const std::string line, read_line(fd));
-  const json msg = json::parse(line, nullptr, false);
+  const json msg = fr::parse_json_or_discarded(line, fr::kSmallJsonLimits);
   const auto bad = [&](const std::string& why) { return Error{Errc::kProtocol, "standby gate: " + why + ": " + line}; };
   if (msg.is_discarded()) return bad("not JSON");
   if (!msg.is_object()) return bad("not a JSON object");

@@ -40,14 +40,22 @@ Status write_frame(int sock, const json& body, int fd, Deadline deadline) {
   return send_all(sock, bytes.data(), bytes.size(), fds, deadline);
 }
 
-Result<json> decode_payload(std::string_view payload) {
+Result<json> decode_payload(std::string_view payload, const JsonLimits& limits) {
+  // Bounded before parsing: a value nested deeper would overflow the stack of whoever copies it.
+  FR_TRY(check_json_bounds(payload, limits));
   auto j = json::parse(payload, nullptr, /*allow_exceptions=*/false);
   if (j.is_discarded()) return make_error(Errc::kProtocol, "frame payload is not valid JSON");
   if (!j.is_object()) return make_error(Errc::kProtocol, "frame payload is not a JSON object");
   return j;
 }
 
-Result<Frame> read_frame(int sock, Deadline deadline, double frame_timeout_s) {
+namespace {
+Error too_many_fds(size_t got, size_t max) {
+  return make_error(Errc::kProtocol, "frame carried " + std::to_string(got) + " descriptors; at most " + std::to_string(max) + " allowed");
+}
+}  // namespace
+
+Result<Frame> read_frame(int sock, Deadline deadline, double frame_timeout_s, const FrameLimits& limits) {
   FrameReader reader;
   std::vector<UniqueFd> fds;
   Deadline rest = deadline;
@@ -66,12 +74,16 @@ Result<Frame> read_frame(int sock, Deadline deadline, double frame_timeout_s) {
                                               " bytes arrived within " + std::to_string(static_cast<int>(frame_timeout_s)) + " s");
       return e;
     }
+    if (fds.size() > limits.max_fds) {
+      const size_t n = fds.size();
+      fds.clear();  // closed now, not when the frame would have completed
+      return too_many_fds(n, limits.max_fds);
+    }
     const bool first = !reader.started();
     FR_ASSIGN(done, reader.commit(*got));
     if (first) rest = std::min(deadline, deadline_in(frame_timeout_s));
   }
-  if (fds.size() > 1) return make_error(Errc::kProtocol, "frame carried " + std::to_string(fds.size()) + " descriptors; at most 1 is allowed");
-  FR_ASSIGN(json body, decode_payload(reader.take()));
+  FR_ASSIGN(json body, decode_payload(reader.take(), limits.json));
   Frame f{std::move(body), {}};
   if (!fds.empty()) f.fd = std::move(fds[0]);
   return f;

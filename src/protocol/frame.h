@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <nlohmann/json.hpp>
 
+#include "common/bounded_json.h"
 #include "common/fd.h"
 #include "common/result.h"
 #include "common/unix_socket.h"
@@ -17,6 +18,15 @@ inline constexpr uint32_t kVersion = 1;
 inline constexpr uint32_t kMaxFrameBytes = 16u << 20;
 // Once a frame's first byte arrived, the rest must arrive within this (docs/protocol.md, "Frame limits").
 inline constexpr double kFrameTimeoutS = 10;
+
+// What one frame may carry (docs/protocol.md, "Frame limits and timeouts"). Descriptors are counted as each
+// piece of a frame arrives: a peer cannot pile them up in the reader's process until the frame completes.
+struct FrameLimits {
+  size_t max_fds = 1;
+  JsonLimits json = kFrameJsonLimits;
+};
+// fastrestartd's control socket: requests carry no descriptors and are small.
+inline constexpr FrameLimits kControlFrameLimits{0, {kSmallJsonLimits.max_depth, kSmallJsonLimits.max_items, "frame"}};
 
 struct Frame {
   json body;
@@ -32,11 +42,11 @@ Status write_frame(int sock, const json& body, int fd, Deadline deadline);
 // Reads one frame incrementally (FrameReader: memory follows the bytes that arrived, not the length).
 // `deadline` bounds the wait for the first byte; the rest must follow within `frame_timeout_s` of it (and
 // by `deadline`), else Errc::kTimeout naming how much arrived. Errc::kProtocol for a bad length, a
-// non-object payload, a close inside a frame or more than one descriptor; Errc::kCancelled when the peer
-// closed cleanly between frames.
-Result<Frame> read_frame(int sock, Deadline deadline, double frame_timeout_s = kFrameTimeoutS);
-// Parses a payload (exposed for the fuzzer and the tests).
-Result<json> decode_payload(std::string_view payload);
+// non-object payload, a payload past `limits.json`, a close inside a frame or more than `limits.max_fds`
+// descriptors (closed as soon as they pass it); Errc::kCancelled when the peer closed cleanly between frames.
+Result<Frame> read_frame(int sock, Deadline deadline, double frame_timeout_s = kFrameTimeoutS, const FrameLimits& limits = {});
+// Parses a payload within `limits` (exposed for the fuzzer and the tests).
+Result<json> decode_payload(std::string_view payload, const JsonLimits& limits = kFrameJsonLimits);
 
 json error_reply(const Error& e);
 // Turns an error reply into an Error (code from its name); ok replies pass through.

@@ -7,6 +7,7 @@
 #include <fstream>
 #include <sstream>
 
+#include "common/bounded_json.h"
 #include "common/unix_socket.h"
 #include "engine_loader/client.h"
 #include "protocol/daemon_status.h"
@@ -37,7 +38,9 @@ Result<json> exchange(const std::string& socket, const std::string& op, double t
       return make_error(Errc::kIo, "snapshot exchange " + op + " at " + socket + ": " + s.error().message);
     reply += c;
   }
-  json j = json::parse(reply, nullptr, false);
+  auto parsed = parse_json_bounded(reply, {32, 65536, "the reply"});
+  if (!parsed.ok()) return make_error(Errc::kProtocol, "snapshot exchange " + op + " at " + socket + ": " + parsed.error().message);
+  json j = std::move(*parsed);
   if (!j.is_object()) return make_error(Errc::kProtocol, "snapshot exchange " + op + " at " + socket + ": not a JSON object");
   if (!j.value("ok", false))
     return make_error(Errc::kIo, "the engine refused " + op + ": " + j.value("error", std::string("no reason given")));

@@ -4,6 +4,7 @@
 
 #include <cmath>
 
+#include "common/bounded_json.h"
 #include "snapshot/json_fields.h"
 
 namespace fr::snapshot {
@@ -51,7 +52,7 @@ Result<Oracle> request_oracle(const std::string& host, int port, const std::stri
   if (!res) return make_error(Errc::kIo, what + ": " + httplib::to_string(res.error()));
   if (res->status != 200)
     return make_error(Errc::kIo, what + ": HTTP " + std::to_string(res->status) + " " + res->body.substr(0, 200));
-  auto j = json::parse(res->body, nullptr, false);
+  auto j = parse_json_or_discarded(res->body, kSmallJsonLimits);
   if (j.is_discarded() || !j.contains("choices") || !j["choices"].is_array() || j["choices"].empty())
     return make_error(Errc::kInvalidArgument, what + ": the answer has no choices");
   const json& ch = j["choices"][0];

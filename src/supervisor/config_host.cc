@@ -14,6 +14,7 @@
 #include <nlohmann/json.hpp>
 
 #include "common/private_dir.h"
+#include "common/bounded_json.h"
 #include "common/safetensors.h"
 #include "supervisor/child.h"
 #include "supervisor/config.h"
@@ -141,7 +142,7 @@ class HostCheck {
     if (it == h->metadata.end())
       return fail({"weights.checkpoint", "weights"}, "weights.checkpoint",
                   first + " is not a tiny-engine checkpoint (no \"tinyengine.config\" in its metadata)");
-    const auto cfg = nlohmann::json::parse(it->second, nullptr, false);
+    const auto cfg = parse_json_or_discarded(it->second, kSmallJsonLimits);
     const std::string dtype = cfg.is_object() ? cfg.value("dtype", "") : "";
     const std::map<std::string, std::string> want = {{"arch", "tinyengine"},
                                                      {"dtype", dtype},

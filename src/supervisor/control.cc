@@ -71,7 +71,7 @@ void ControlServer::serve() {
 
 void ControlServer::serve_connection(Connection& c) {
   for (;;) {
-    auto f = proto::read_frame(c.fd.get(), deadline_in(7 * 86400.0));
+    auto f = proto::read_frame(c.fd.get(), deadline_in(7 * 86400.0), proto::kFrameTimeoutS, proto::kControlFrameLimits);
     if (!f.ok()) {
       if (f.error().code == Errc::kProtocol)
         (void)proto::write_frame(c.fd.get(), proto::error_reply(f.error()), -1, deadline_in(1));

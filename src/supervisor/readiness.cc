@@ -5,6 +5,8 @@
 #include <chrono>
 #include <nlohmann/json.hpp>
 
+#include "common/bounded_json.h"
+
 namespace fr::supervisor {
 namespace {
 
@@ -72,7 +74,7 @@ ProbeResult judge_completion(int status, std::string_view body, const ReadinessC
                nlohmann::json(std::string(body.substr(0, 200))).dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
     return r;
   }
-  auto j = nlohmann::json::parse(body, nullptr, false);
+  auto j = parse_json_or_discarded(body, kSmallJsonLimits);
   const nlohmann::json* text = nullptr;
   if (!j.is_discarded() && j.is_object() && j.contains("choices") && j["choices"].is_array() && !j["choices"].empty() &&
       j["choices"][0].is_object() && j["choices"][0].contains("text") && j["choices"][0]["text"].is_string())

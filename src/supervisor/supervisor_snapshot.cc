@@ -15,6 +15,7 @@
 #include <filesystem>
 
 #include "common/io.h"
+#include "common/bounded_json.h"
 #include "snapshot/break_even.h"
 #include "snapshot/criu.h"
 #include "snapshot/identity.h"
@@ -209,7 +210,7 @@ void Supervisor::on_helper_exit(int status) {
   s.helper_output.reset();
   json result;
   auto text = read_file(s.result_path, 1 << 20);
-  if (text.ok()) result = json::parse(*text, nullptr, false);
+  if (text.ok()) result = parse_json_or_discarded(*text, kSmallJsonLimits);
   if (!result.is_object()) {
     result = {{"ok", false},
               {"error", "fastrestart-snapshot " + job + " exited with " + snapshot::describe_status(status) +

@@ -12,6 +12,7 @@
 #include <httplib.h>
 #include <spdlog/spdlog.h>
 
+#include "common/bounded_json.h"
 #include "tinyengine/tp.h"
 
 namespace fr::te {
@@ -209,8 +210,9 @@ json EngineServer::models() const {
 
 std::pair<int, json> EngineServer::complete(const std::string& body) {
   auto bad = [](const std::string& m) { return std::pair<int, json>{400, error_body(400, m)}; };
-  json req = json::parse(body, nullptr, /*allow_exceptions=*/false);
-  if (req.is_discarded()) return bad("the request body is not valid JSON");
+  auto parsed = parse_json_bounded(body, {32, 65536, "the request body"});
+  if (!parsed.ok()) return bad(parsed.error().message);
+  json req = std::move(*parsed);
   if (!req.is_object()) return bad("the request body must be a JSON object");
   if (req.contains("model") && !req["model"].is_null()) {
     if (!req["model"].is_string() || req["model"].get<std::string>() != model_name())

@@ -14,6 +14,7 @@
 
 #include <spdlog/spdlog.h>
 
+#include "common/bounded_json.h"
 #include "common/unix_socket.h"
 #include "tinyengine/serve.h"
 
@@ -172,7 +173,7 @@ Result<TpAgreement> TpGroup::agree(bool hit, const std::string& reason, double t
     auto m = r.channel.recv(timeout_s);
     if (!m) return broken("rank " + std::to_string(r.rank) + " did not report its load: " + m.error().message);
     if (m->op == TpChannel::kFailed) return broken("rank " + std::to_string(r.rank) + " failed to load: " + m->payload);
-    auto j = json::parse(m->payload, nullptr, false);
+    auto j = parse_json_or_discarded(m->payload, kFrameJsonLimits);
     if (m->op != TpChannel::kLoaded || !j.is_object()) return broken("rank " + std::to_string(r.rank) + ": unexpected message");
     if (!j.value("hit", false) && all.all_hit) {
       all.all_hit = false;
@@ -191,7 +192,7 @@ Status TpGroup::collect_ready(double timeout_s) {
     auto m = r.channel.recv(timeout_s);
     if (!m) return broken("rank " + std::to_string(r.rank) + " did not finish its load: " + m.error().message);
     if (m->op == TpChannel::kFailed) return broken("rank " + std::to_string(r.rank) + " failed to load: " + m->payload);
-    r.report = json::parse(m->payload, nullptr, false);
+    r.report = parse_json_or_discarded(m->payload, kFrameJsonLimits);
     if (m->op != TpChannel::kReady || !r.report.is_object()) return broken("rank " + std::to_string(r.rank) + ": unexpected message");
   }
   return {};
@@ -265,7 +266,7 @@ int run_tp_worker(const ServeOptions& o) {
   TpAgree agree = [&](bool hit, const std::string& reason) -> Result<TpAgreement> {
     FR_TRY(ch.send_json(TpChannel::kLoaded, {{"hit", hit}, {"reason", reason}}));
     FR_ASSIGN(auto m, ch.recv(-1));
-    auto j = json::parse(m.payload, nullptr, false);
+    auto j = parse_json_or_discarded(m.payload, kFrameJsonLimits);
     if (m.op != TpChannel::kDecision || !j.is_object()) return make_error(Errc::kProtocol, "expected the load decision");
     return TpAgreement{j.value("all_hit", false), j.value("reason", "")};
   };

@@ -1,10 +1,13 @@
 // What idle, slow, malformed and racing clients can do to a fastrestart-weightd (docs/protocol.md:
 // "Framing", "Frame limits and timeouts", "Connection slots", and the publish rule), against the real binary.
+#include <fcntl.h>
+#include <signal.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
 #include <gtest/gtest.h>
 
+#include <filesystem>
 #include <fstream>
 #include <memory>
 #include <string>
@@ -12,6 +15,7 @@
 
 #include "common/unix_socket.h"
 #include "engine_loader/client.h"
+#include "engine_loader/key.h"
 #include "fastrestart/engine_loader.h"
 #include "protocol/frame.h"
 #include "support/harness.h"
@@ -44,6 +48,10 @@ class Conn {
     return reply();
   }
   void send_raw(const std::string& b) { ASSERT_EQ(::send(m_fd.get(), b.data(), b.size(), MSG_NOSIGNAL), static_cast<ssize_t>(b.size())); }
+  // Bytes with descriptors attached; false once the daemon closed its end (EPIPE, ECONNRESET).
+  bool send_with_fds(const std::string& b, const std::vector<int>& fds) {
+    return send_all(m_fd.get(), b.data(), b.size(), fds, deadline_in(5)).ok();
+  }
   json reply(double timeout_s = 5) {
     auto f = proto::read_frame(m_fd.get(), deadline_in(timeout_s));
     EXPECT_TRUE(f.ok()) << f.error().message;
@@ -149,6 +157,113 @@ TEST(WeightdFraming, IdleConnectionsCannotKeepAnEngineOut) {
   EXPECT_EQ(bye["error"]["code"], "busy") << bye.dump();
   EXPECT_NE(bye["error"]["message"].get<std::string>().find("to make room"), std::string::npos) << bye.dump();
   EXPECT_TRUE(idle.front()->closed());
+}
+
+// docs/reliability.md, "Limits on what a peer sends": the frame that killed the daemon with SIGSEGV (an id
+// nested two million deep, 4 MiB) is answered with the limit it passed; the daemon lives on.
+TEST(WeightdLimits, ADeeplyNestedFrameGetsAnErrorAndTheDaemonLives) {
+  test::TempDir d;
+  test::Daemon daemon(d / "run");
+  Conn c(daemon.socket(), true);
+  const std::string payload = "{\"op\":\"status\",\"id\":" + std::string(2'000'000, '[') + std::string(2'000'000, ']') + "}";
+  c.send_raw(be32(static_cast<uint32_t>(payload.size())) + payload);
+  auto r = c.reply(60);
+  EXPECT_EQ(r["error"]["code"], "protocol") << r.dump();
+  EXPECT_EQ(r["error"]["message"], "frame nests deeper than 32 levels") << r.dump();
+  EXPECT_TRUE(c.closed());
+  EXPECT_EQ(::kill(daemon.pid(), 0), 0) << daemon.log();
+  EXPECT_EQ(status(daemon.socket())["ok"], true) << daemon.log();
+}
+
+TEST(WeightdLimits, AFrameOfTooManyTinyValuesGetsAnError) {
+  test::TempDir d;
+  test::Daemon daemon(d / "run");
+  Conn c(daemon.socket(), true);
+  std::string payload = "{\"op\":\"status\",\"id\":[0";
+  for (int i = 0; i < (1 << 21); ++i) payload += ",0";
+  payload += "]}";
+  c.send_raw(be32(static_cast<uint32_t>(payload.size())) + payload);
+  auto r = c.reply(60);
+  EXPECT_EQ(r["error"]["message"], "frame holds more than 2097152 values") << r.dump();
+  EXPECT_TRUE(c.closed());
+  EXPECT_EQ(status(daemon.socket())["ok"], true) << daemon.log();
+}
+
+size_t open_fds(pid_t pid) {
+  size_t n = 0;
+  std::error_code ec;
+  for (auto it = std::filesystem::directory_iterator("/proc/" + std::to_string(pid) + "/fd", ec);
+       !ec && it != std::filesystem::directory_iterator(); it.increment(ec))
+    ++n;
+  return n;
+}
+
+// Descriptors sent with the pieces of one frame that never completes: the daemon ends the frame at the
+// second one, closes them and the connection, and its descriptor count is back where it was.
+TEST(WeightdLimits, DescriptorsSentWithThePiecesOfOneFrameAreClosedAtOnce) {
+  test::TempDir d;
+  test::Daemon daemon(d / "run");
+  const size_t baseline = open_fds(daemon.pid());  // before any connection (a closed one is reaped later)
+  ASSERT_GT(baseline, 0u);
+  UniqueFd null(::open("/dev/null", O_RDONLY | O_CLOEXEC));
+  ASSERT_TRUE(null.valid());
+  const std::vector<int> four(4, null.get());
+  {
+    Conn c(daemon.socket(), true);
+    // A frame of 1 MiB announced, then one byte at a time, each with four descriptors. Once the daemon has
+    // closed the connection our sends fail (EPIPE or ECONNRESET): that is the expected end.
+    bool sent = c.send_with_fds(be32(1u << 20) + "{", four);
+    for (int i = 0; i < 256 && sent; ++i) sent = c.send_with_fds(" ", four);
+    auto r = c.reply(60);
+    EXPECT_EQ(r["error"]["code"], "protocol") << r.dump();
+    EXPECT_EQ(r["error"]["message"].get<std::string>().rfind("frame carried ", 0), 0u) << r.dump();
+    EXPECT_NE(r["error"]["message"].get<std::string>().find("at most 1 allowed"), std::string::npos) << r.dump();
+  }
+  // The connection's own descriptor goes when the daemon reaps it: wait for that visible sign.
+  size_t now = open_fds(daemon.pid());
+  for (int i = 0; i < 3000 && now > baseline; ++i, ::usleep(10000)) now = open_fds(daemon.pid());
+  EXPECT_LE(now, baseline);
+  EXPECT_EQ(status(daemon.socket())["ok"], true) << daemon.log();
+}
+
+// A connection with a publish open is never evicted; its publish must commit within --publish-timeout-s.
+TEST(WeightdLimits, AnUncommittedPublishIsAbortedAtItsTimeout) {
+  test::TempDir d;
+  auto ck = test::make_checkpoint(d.path(), 1, 1, 4096, 6);
+  test::Daemon daemon(d / "run", {"--publish-timeout-s", "1"});
+  auto key = loader::identify(fastrestart::Key{ck.files, {{"arch", "test"}}});
+  ASSERT_TRUE(key.ok()) << key.error().message;
+  Conn c(daemon.socket(), true);
+  auto begun = c.request({{"op", "publish_begin"},
+                          {"key", proto::to_json(*key)},
+                          {"tensors", json::array({proto::to_json(proto::TensorSpec{"w", DType::kF32, {1024}})})}});
+  ASSERT_EQ(begun["ok"], true) << begun.dump();
+  // Nothing more is sent: the daemon ends the publish and says why.
+  auto r = c.reply(120);
+  EXPECT_EQ(r["error"]["code"], "timeout") << r.dump();
+  EXPECT_EQ(r["error"]["message"], "publish of " + key->fingerprint() + " not committed within 1 s (--publish-timeout-s); aborted")
+      << r.dump();
+  EXPECT_TRUE(c.closed());
+  // The aborted publish left nothing behind.
+  auto again = fastrestart::attach(fastrestart::Key{ck.files, {{"arch", "test"}}}, strict(d / "run"));
+  ASSERT_FALSE(again.ok());
+  EXPECT_NE(again.error().message.find("no entries"), std::string::npos) << again.error().message;
+}
+
+// A waiting attach holds its slot too: the daemon caps its wait_s (--attach-wait-limit-s), and says so.
+TEST(WeightdLimits, AnAttachWaitsNoLongerThanTheDaemonsLimit) {
+  test::TempDir d;
+  auto ck = test::make_checkpoint(d.path(), 1, 1, 4096, 7);
+  // Each read task sleeps 3 s first: the entry is still loading when the attach arrives.
+  test::Daemon daemon(d / "run", {"--preload", ck.files[0], "--config", "arch=test", "--test-read-delay-ms", "3000",
+                                  "--attach-wait-limit-s", "0"});
+  auto key = loader::identify(fastrestart::Key{ck.files, {{"arch", "test"}}});
+  ASSERT_TRUE(key.ok()) << key.error().message;
+  Conn c(daemon.socket(), true);
+  auto r = c.request({{"op", "attach"}, {"key", proto::to_json(*key)}, {"wait_s", 3600}});
+  ASSERT_EQ(r["ok"], true) << r.dump();
+  EXPECT_EQ(r["result"], "miss") << r.dump();
+  EXPECT_EQ(r["reason"], "loading did not finish within 0 s (the daemon's --attach-wait-limit-s)") << r.dump();
 }
 
 // The publish rule: the key is taken before the read; a file that changed since is refused, naming it.

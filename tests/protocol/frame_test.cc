@@ -1,9 +1,12 @@
 #include "protocol/frame.h"
 #include "protocol/frame_reader.h"
 
+#include <fcntl.h>
 #include <gtest/gtest.h>
 #include <sys/socket.h>
 #include <unistd.h>
+
+#include <thread>
 
 namespace fr::proto {
 namespace {
@@ -89,6 +92,72 @@ TEST(Frame, TimesOut) {
   auto f = read_frame(p.b.get(), deadline_in(0.05));
   ASSERT_FALSE(f.ok());
   EXPECT_EQ(f.error().code, Errc::kTimeout);
+}
+
+std::string header(uint32_t n) {
+  return {static_cast<char>(n >> 24), static_cast<char>(n >> 16), static_cast<char>(n >> 8), static_cast<char>(n)};
+}
+
+std::string zeros(int n) {
+  std::string s = "[0";
+  for (int i = 1; i < n; ++i) s += ",0";
+  return s + "]";
+}
+
+// docs/protocol.md, "Frame limits and timeouts": nesting and values are refused by name, before parsing.
+TEST(Frame, DeepOrValueHeavyPayloadsAreFramingErrorsNamingTheLimit) {
+  const std::string deep = "{\"op\":\"status\",\"id\":" + std::string(2'000'000, '[') + std::string(2'000'000, ']') + "}";
+  const std::string many = "{\"op\":\"status\",\"id\":" + zeros(1 << 21) + "}";
+  for (const auto& [payload, why] : {std::pair{deep, std::string("frame nests deeper than 32 levels")},
+                                     std::pair{many, std::string("frame holds more than 2097152 values")}}) {
+    Pair p;
+    std::thread writer([&] {
+      const std::string bytes = header(static_cast<uint32_t>(payload.size())) + payload;
+      (void)send_all(p.a.get(), bytes.data(), bytes.size(), {}, deadline_in(30));
+    });
+    auto f = read_frame(p.b.get(), deadline_in(30));
+    writer.join();
+    ASSERT_FALSE(f.ok());
+    EXPECT_EQ(f.error().code, Errc::kProtocol);
+    EXPECT_EQ(f.error().message, why);
+  }
+  // The control socket's limits are smaller.
+  auto d = decode_payload("{\"a\":" + zeros(70000) + "}", kControlFrameLimits.json);
+  ASSERT_FALSE(d.ok());
+  EXPECT_EQ(d.error().message, "frame holds more than 65536 values");
+  EXPECT_TRUE(decode_payload("{\"a\":" + zeros(70000) + "}").ok());
+}
+
+int open_fds() {
+  int n = 0;
+  for (int fd = 0; fd < 4096; ++fd) n += ::fcntl(fd, F_GETFD) != -1;
+  return n;
+}
+
+// Descriptors are counted as the pieces of one frame arrive: the second one ends the frame there, and the
+// ones received are closed, though the frame never completes.
+TEST(Frame, DescriptorsPastTheLimitEndTheFrameAsTheyArrive) {
+  Pair p, q;
+  int pipefd[2];
+  ASSERT_EQ(::pipe(pipefd), 0);
+  const int before = open_fds();
+  const std::string head = header(100) + "{";
+  ASSERT_TRUE(send_all(p.a.get(), head.data(), head.size(), {pipefd[0]}, deadline_in(1)).ok());
+  ASSERT_TRUE(send_all(p.a.get(), " ", 1, {pipefd[0], pipefd[1]}, deadline_in(1)).ok());
+  // 97 bytes are still missing: a reader that waited for them would time out instead.
+  auto f = read_frame(p.b.get(), deadline_in(30), /*frame_timeout_s=*/30);
+  ASSERT_FALSE(f.ok());
+  EXPECT_EQ(f.error().code, Errc::kProtocol);
+  EXPECT_EQ(f.error().message, "frame carried 3 descriptors; at most 1 allowed");
+  EXPECT_EQ(open_fds(), before);
+  // The control socket's limits allow none.
+  ASSERT_TRUE(send_all(q.a.get(), head.data(), head.size(), {pipefd[0]}, deadline_in(1)).ok());
+  auto g = read_frame(q.b.get(), deadline_in(30), 30, kControlFrameLimits);
+  ASSERT_FALSE(g.ok());
+  EXPECT_EQ(g.error().message, "frame carried 1 descriptors; at most 0 allowed");
+  EXPECT_EQ(open_fds(), before);
+  ::close(pipefd[0]);
+  ::close(pipefd[1]);
 }
 
 TEST(Frame, ErrorRepliesRoundTrip) {

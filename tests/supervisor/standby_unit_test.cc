@@ -35,6 +35,8 @@ TEST(GateMessage, EveryMalformedMessageIsNamed) {
   };
   const Case cases[] = {
       {"parked", "not JSON"},
+      {R"({"op":"parked","v":1,"level":"warmed","pid":1,"x":)" + std::string(33, '[') + std::string(33, ']') + "}",
+       "it nests deeper than 32 levels"},
       {"[1]", "not a JSON object"},
       {R"({"v":1})", "no \"op\" string"},
       {R"({"op":"ready","v":1,"level":"warmed","pid":1})", "unknown op \"ready\""},

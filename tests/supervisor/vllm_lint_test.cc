@@ -184,6 +184,15 @@ TEST(VllmLint, PreloadRefusesExtraConfigKeysIpcCacheDoesNotTake) {
   EXPECT_EQ(lint_preload({"m", "--model-loader-extra-config", "[1]"}).size(), 1u);
 }
 
+// A pushed flag reaches the lint from a control-socket peer: a value nested two million deep is "not a JSON
+// object" like any other, never a stack overflow (docs/reliability.md, "Limits on what a peer sends").
+TEST(VllmLint, ADeeplyNestedExtraConfigIsNotAnObjectAndDoesNotCrash) {
+  const std::string deep = "{\"a\":" + std::string(2'000'000, '[') + std::string(2'000'000, ']') + "}";
+  auto f = lint_preload({"m", "--model-loader-extra-config", deep});
+  ASSERT_EQ(f.size(), 1u) << messages(f);
+  EXPECT_NE(f[0].message.find("not a JSON object"), std::string::npos) << f[0].message;
+}
+
 TEST(VllmLint, TheTargetPrefersWhatTheEngineReported) {
   const auto& r = builtin_vllm_rules();
   EXPECT_EQ(lint_target(r, "0.30.1", "0.29.0").version.str(), "0.30.1");

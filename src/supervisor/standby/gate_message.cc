@@ -2,6 +2,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "common/bounded_json.h"
 #include "common/control_chars.h"
 
 namespace fr::supervisor {
@@ -18,8 +19,9 @@ Error bad(std::string_view line, const std::string& what) {
 Result<ParkedMessage> parse_gate_message(std::string_view line) {
   if (line.size() + 1 > kMaxGateLine)
     return bad(line, "longer than " + std::to_string(kMaxGateLine) + " bytes with its newline");
-  auto j = nlohmann::json::parse(line, nullptr, false);
-  if (j.is_discarded()) return bad(line, "not JSON");
+  auto parsed = parse_json_bounded(line, {32, 4096, "it"});
+  if (!parsed.ok()) return bad(line, parsed.error().message.ends_with("not valid JSON") ? "not JSON" : parsed.error().message);
+  const nlohmann::json j = std::move(*parsed);
   if (!j.is_object()) return bad(line, "not a JSON object");
   auto op = j.find("op");
   if (op == j.end() || !op->is_string()) return bad(line, "no \"op\" string");

@@ -5,6 +5,7 @@
 #include <filesystem>
 #include <spdlog/spdlog.h>
 
+#include "common/bounded_json.h"
 #include "common/control_chars.h"
 #include "supervisor/engines/vllm/vllm_lint.h"
 #include "supervisor/engines/vllm/vllm_report.h"
@@ -192,7 +193,8 @@ void VllmAdapter::flags_for_preload(FlagList& flags, const PreloadUse& use) cons
   }
   json extra = json::object();
   if (flags.has("--model-loader-extra-config")) {
-    auto j = json::parse(flags.value("--model-loader-extra-config"), nullptr, false);
+    // A pushed flag comes from a control-socket peer: bounded like its frame (copying recurses per level).
+    auto j = parse_json_or_discarded(flags.value("--model-loader-extra-config"), kSmallJsonLimits);
     if (j.is_object()) extra = j;
     else spdlog::warn("--model-loader-extra-config is not a JSON object; replacing it");
   }

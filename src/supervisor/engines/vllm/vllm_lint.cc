@@ -5,6 +5,7 @@
 #include <filesystem>
 #include <nlohmann/json.hpp>
 
+#include "common/bounded_json.h"
 #include "common/io.h"
 #include "supervisor/flags.h"
 
@@ -78,7 +79,7 @@ void lint_preload(const VllmRules& rules, const LintTarget& target, const LintIn
       add(spelled(f), not_with + q.why);
     if (name == "--model-loader-extra-config" && !f.values.empty()) {
       // engine.flags' extra config goes to the ipc_cache loader only (vllm preload does not get it).
-      auto j = nlohmann::json::parse(f.values.back(), nullptr, false);
+      auto j = parse_json_or_discarded(f.values.back(), kSmallJsonLimits);
       if (!j.is_object()) {
         add(spelled(f), "not a JSON object; the ipc_cache loader reads its options from one");
       } else {
@@ -125,7 +126,7 @@ CheckpointFacts read_checkpoint_facts(const FlagList& flags) {
   if (model.empty() || !std::filesystem::is_directory(model, ec)) return out;
   auto read_json = [](const std::string& path) {
     auto text = read_file(path, 16 << 20);
-    return text.ok() ? nlohmann::json::parse(*text, nullptr, false) : nlohmann::json();
+    return text.ok() ? parse_json_or_discarded(*text, kFrameJsonLimits) : nlohmann::json();
   };
   const std::string config_path = model + "/config.json";
   auto config = read_json(config_path);

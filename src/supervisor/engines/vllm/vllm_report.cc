@@ -1,5 +1,7 @@
 #include "supervisor/engines/vllm/vllm_report.h"
 
+#include "common/bounded_json.h"
+
 namespace fr::supervisor {
 namespace {
 
@@ -49,7 +51,7 @@ std::optional<LoaderResult> parse_loader_line(const std::string& line) {
     if (eq == std::string::npos || eq == 0) continue;
     out.fields[tok.substr(0, eq)] = tok.substr(eq + 1);
   }
-  auto reason = nlohmann::json::parse(rest.substr(r + 8), nullptr, false);
+  auto reason = parse_json_or_discarded(rest.substr(r + 8), kSmallJsonLimits);
   out.reason = !reason.is_discarded() && reason.is_string() ? reason.get<std::string>() : rest.substr(r + 8);
   // Format version 1 (docs/vllm-plugin.md, "The result line"): a version we do not know is not parsed.
   if (auto v = out.fields.find("v"); v == out.fields.end() || v->second != "1") return std::nullopt;

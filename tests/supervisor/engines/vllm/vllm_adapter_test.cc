@@ -123,5 +123,17 @@ TEST(VllmEngine, TheServeFlagsWithVllmPreload) {
   EXPECT_EQ(not_serving.words(), std::vector<std::string>{"m"});
 }
 
+// A pushed --model-loader-extra-config nested two million deep is replaced like any non-object, never copied
+// (copying recursed once per level: a stack overflow in fastrestartd).
+TEST(VllmEngine, ADeeplyNestedExtraConfigIsReplaced) {
+  VllmAdapter a(builtin_vllm_rules());
+  const std::string deep = "{\"a\":" + std::string(2'000'000, '[') + std::string(2'000'000, ']') + "}";
+  FlagList flags = flags_of({"m", "--model-loader-extra-config", deep});
+  a.flags_for_preload(flags, {true, true, true, WeightsMode::kCopy, "/run/s"});
+  const auto& serving = flags.words();
+  ASSERT_EQ(serving.size(), 5u);
+  EXPECT_EQ(json::parse(serving[4]), (json{{"fallback", false}, {"mode", "copy"}, {"socket_dir", "/run/s"}}));
+}
+
 }  // namespace
 }  // namespace fr::supervisor

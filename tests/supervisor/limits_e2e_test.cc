@@ -1,0 +1,95 @@
+// fastrestartd's control socket against what a permitted peer may send (docs/reliability.md, "Limits on
+// what a peer sends"): each limit is answered by name, and fastrestartd (with its engine) lives on.
+#include <fcntl.h>
+#include <signal.h>
+#include <unistd.h>
+
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+
+#include "common/unix_socket.h"
+#include "protocol/frame.h"
+#include "support/harness.h"
+#include "support/supervised.h"
+
+namespace fr {
+namespace {
+
+using nlohmann::json;
+
+// The tiny engine never starts (no model): the control socket serves regardless.
+std::string limits_config(const test::TempDir& d) {
+  std::string cfg = d / "t.toml";
+  std::ofstream(cfg) << "[engine]\ncommand = [\"" << FR_TINYENGINE_BIN << "\", \"serve\", \"/nonexistent\"]\n"
+                     << "[weights]\nmode = \"off\"\n[control]\nsocket = \"" << (d / "ctl/t.ctl") << "\"\nstate_dir = \""
+                     << (d / "state") << "\"\n[http]\nlisten = \"none\"\n";
+  return cfg;
+}
+
+std::string frame_header(uint32_t n) {
+  return {static_cast<char>(n >> 24), static_cast<char>(n >> 16), static_cast<char>(n >> 8), static_cast<char>(n)};
+}
+
+// Sends `bytes` (with `fds` on the first) on a new connection and returns the reply. fastrestartd may close
+// the connection before all was sent (EPIPE, ECONNRESET on our side): its reply is still there to read.
+json raw_request(const std::string& ctl, const std::string& bytes, const std::vector<int>& fds = {}) {
+  auto fd = connect_unix(ctl, deadline_in(10));
+  EXPECT_TRUE(fd.ok());
+  if (!fd.ok()) return json();
+  (void)send_all(fd->get(), bytes.data(), bytes.size(), fds, deadline_in(30));
+  auto f = proto::read_frame(fd->get(), deadline_in(30));
+  EXPECT_TRUE(f.ok()) << (f.ok() ? "" : f.error().message);
+  if (!f.ok()) return json();
+  auto end = proto::read_frame(fd->get(), deadline_in(30));  // then the close
+  EXPECT_FALSE(end.ok());
+  return f->body;
+}
+
+size_t fd_count(pid_t pid) {
+  size_t n = 0;
+  std::error_code ec;
+  for (auto it = std::filesystem::directory_iterator("/proc/" + std::to_string(pid) + "/fd", ec);
+       !ec && it != std::filesystem::directory_iterator(); it.increment(ec))
+    ++n;
+  return n;
+}
+
+TEST(FastrestartdLimits, TheControlSocketRefusesDeepManyValuedAndDescriptorCarryingFrames) {
+  test::TempDir d;
+  test::Supervised sup(FR_FASTRESTARTD_BIN, limits_config(d), d / "ctl/t.ctl", d / "d.log");
+  sup.start();
+  ASSERT_TRUE(sup.wait_for([](const json& s) { return !s.empty(); }, 60)) << sup.log();
+
+  // The frame that killed fastrestartd with SIGSEGV: a request whose id nests two million deep.
+  const std::string deep = "{\"op\":\"status\",\"id\":" + std::string(2'000'000, '[') + std::string(2'000'000, ']') + "}";
+  auto r = raw_request(sup.control(), frame_header(static_cast<uint32_t>(deep.size())) + deep);
+  EXPECT_EQ(r["error"]["code"], "protocol") << r.dump();
+  EXPECT_EQ(r["error"]["message"], "frame nests deeper than 32 levels") << r.dump();
+  ASSERT_EQ(::kill(sup.pid(), 0), 0) << sup.log();
+  EXPECT_FALSE(sup.status().empty()) << sup.log();
+
+  std::string many = "{\"op\":\"status\",\"id\":[0";
+  for (int i = 0; i < 70000; ++i) many += ",0";
+  many += "]}";
+  r = raw_request(sup.control(), frame_header(static_cast<uint32_t>(many.size())) + many);
+  EXPECT_EQ(r["error"]["message"], "frame holds more than 65536 values") << r.dump();
+
+  // Control requests carry no descriptors: the first one ends the frame, closed at once.
+  const size_t before = fd_count(sup.pid());
+  UniqueFd null(::open("/dev/null", O_RDONLY | O_CLOEXEC));
+  ASSERT_TRUE(null.valid());
+  const std::string status_req = "{\"op\":\"status\"}";
+  r = raw_request(sup.control(), frame_header(static_cast<uint32_t>(status_req.size())) + status_req, {null.get(), null.get()});
+  EXPECT_EQ(r["error"]["code"], "protocol") << r.dump();
+  EXPECT_EQ(r["error"]["message"], "frame carried 2 descriptors; at most 0 allowed") << r.dump();
+  size_t now = fd_count(sup.pid());
+  // The connection's descriptor goes when fastrestartd reaps it (within its poll period): wait for that.
+  for (int i = 0; i < 3000 && now > before; ++i, ::usleep(10000)) now = fd_count(sup.pid());
+  EXPECT_LE(now, before);
+  EXPECT_FALSE(sup.status().empty()) << sup.log();
+}
+
+}  // namespace
+}  // namespace fr
