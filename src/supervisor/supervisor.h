@@ -118,7 +118,9 @@ class Supervisor : private StartHost, private DaemonHost {
   // status's engine_share_refused and logs it once per change.
   std::string engine_share_refusal();
   // What a parked standby's processes hold on each GPU now, into the Standby (its reserve from then on).
-  void measure_standby_memory();
+  // `at_park`: where the probe gives no per-process figures, used memory minus at its spawn stands in,
+  // only right at the park (later it would count whatever else changed on the GPU since).
+  void measure_standby_memory(bool at_park);
   void arm_readiness(bool poll_now);
   double readiness_poll_interval() const;
 

@@ -237,7 +237,7 @@ json Supervisor::status_json() {
   SupervisorStatus st;
   st.daemons = m_daemons->rows();
   if (m_cfg.weights.backend != "host") {
-    measure_standby_memory();  // current: a parked standby's processes may have grown since its park
+    measure_standby_memory(/*at_park=*/false);  // current: a parked standby's processes may have grown since its park
     const auto shares = gpu_fractions(/*for_standby=*/false, /*warn=*/false);
     for (const auto& gpu : m_cfg.gpus) {
       MemoryRowStatus row;

@@ -24,7 +24,7 @@ uint64_t Supervisor::standby_reserve_bytes(const std::string& gpu) const {
   return it == m_standby->held_by_gpu.end() ? 0 : it->second;
 }
 
-void Supervisor::measure_standby_memory() {
+void Supervisor::measure_standby_memory(bool at_park) {
   if (!m_standby || !standby_alive() || m_standby->phase != StandbyPhase::kParked) return;
   if (m_cfg.gpus.empty() || m_cfg.weights.backend == "host") return;
   Standby& s = *m_standby;
@@ -44,7 +44,7 @@ void Supervisor::measure_standby_memory() {
       }
       if (n > 0 || !foreign) bytes = n;
     }
-    if (auto before = s.used_before.find(gpu); !bytes && before != s.used_before.end()) {
+    if (auto before = s.used_before.find(gpu); !bytes && at_park && before != s.used_before.end()) {
       if (auto m = m_gpus->memory(gpu); m.ok())
         bytes = static_cast<uint64_t>(std::max(0.0, static_cast<double>(m->used) - before->second));
     }

@@ -234,7 +234,7 @@ void Supervisor::on_standby_parked() {
   s.parked_at = m_loop.now_s();
   s.failures_in_row = 0;
   s.backoff_step = 0;
-  measure_standby_memory();  // at every park: its reserve follows the flags it was started on
+  measure_standby_memory(/*at_park=*/true);  // at every park: its reserve follows the flags it was started on
   const uint64_t bytes = s.gpu_bytes;
   spdlog::info("standby: pid {} parked at {} after {:.2f} s, {} MiB of GPU memory", s.proc->pid,
                standby_level_name(m_cfg.standby.level), s.parked_at - s.proc->spawned_at, bytes / kMiB);
