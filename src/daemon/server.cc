@@ -392,6 +392,7 @@ json Server::do_status() {
   s.gpu_name = m_backend.gpu_name();
   s.pid = ::getpid();
   s.held_bytes = m_store.held_bytes();
+  s.stale_dropped = m_stale_dropped;
   return ok(proto::to_json(s));
 }
 
@@ -455,6 +456,7 @@ Result<json> Server::do_publish_begin(Conn& c, const json& req, UniqueFd* fd_out
     specs.push_back(std::move(s));
   }
   FR_TRY(check_files_unchanged(key, "publish_begin: key"));
+  drop_stale_entries("publish");
   auto e = std::make_shared<Entry>();
   e->key = key;
   e->fingerprint = key.fingerprint();
@@ -525,8 +527,46 @@ void Server::abort_publish(Conn& c) {
   c.publishing.clear();
 }
 
+void Server::drop_stale_entries(const char* before) {
+  // stat(2) outside the lock: a slow file system must not hold up attaches.
+  std::vector<std::pair<std::shared_ptr<Entry>, proto::Key>> candidates;
+  {
+    std::lock_guard lk(m_store.mutex());
+    for (auto& e : m_store.all())
+      if (e->state != EntryState::kLoading) candidates.emplace_back(e, e->key);
+  }
+  std::vector<std::pair<std::shared_ptr<Entry>, std::string>> stale;
+  for (auto& [e, key] : candidates) {
+    for (const auto& was : key.files) {
+      auto now = identify_file(was.path);
+      std::string why = now.ok() ? identity_change(was, *now) : "it can no longer be identified (" + now.error().message + ")";
+      if (!why.empty()) {
+        stale.emplace_back(e, was.path + ": " + why);
+        break;
+      }
+    }
+  }
+  if (stale.empty()) return;
+  std::vector<std::shared_ptr<Entry>> gone;
+  {
+    std::lock_guard lk(m_store.mutex());
+    for (auto& [e, why] : stale) {
+      // Still the same entry, still not loading (an evict and a new publish may have come in between).
+      if (m_store.find(e->fingerprint) != e || e->state == EntryState::kLoading) continue;
+      gone.push_back(m_store.remove(e->fingerprint));
+      ++m_stale_dropped;
+      // A mapping an engine still holds stays valid: it holds its own reference to the pool, whose memory
+      // is freed when the last mapping goes (ARCHITECTURE.md, "Data flow").
+      spdlog::info("dropped stale entry {} ({} bytes) before a {}: {}; no attach can match it again", e->fingerprint,
+                   e->pool ? e->pool->size() : 0, before, why);
+    }
+  }
+  for (auto& e : gone) retire(std::move(e));
+}
+
 Result<std::string> Server::preload(const PreloadRequest& req, bool wait) {
   FR_ASSIGN(PreloadPlan plan, plan_preload(req.files, req.tensors, req.dtype));
+  drop_stale_entries("preload");
   auto e = std::make_shared<Entry>();
   e->key.files = plan.identities;
   e->key.config = req.config;

@@ -80,6 +80,10 @@ class Server {
   Result<proto::json> do_preload(const proto::json& req);
   Result<proto::json> do_evict(const proto::json& req);
   void abort_publish(Conn& c);
+  // Drops every entry (not loading) a file of which no longer has the identity the entry was made from:
+  // an attach identifies the files anew, so such an entry can never match again and only holds memory.
+  // Run where a new entry is about to be made (publish_begin, preload). Call without the store's mutex.
+  void drop_stale_entries(const char* before);
   bool peer_allowed(const PeerCred& p) const;
   void reap_connections(bool all);
   void request_stop();
@@ -94,6 +98,7 @@ class Server {
   Store m_store;
 
   std::deque<AttachRecord> m_misses;  // GUARDED_BY(m_store.mutex()): the last 64 misses, for status
+  uint64_t m_stale_dropped = 0;       // GUARDED_BY(m_store.mutex())
 
   std::mutex m_conn_mu;
   std::map<int, std::unique_ptr<Conn>> m_conns;

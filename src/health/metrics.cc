@@ -246,6 +246,8 @@ void daemon_families(Writer& w, const SupervisorStatus& status) {
   for (const auto& [gpu, d] : ds) w.sample({{"gpu", gpu}}, d->state == "ready" || d->state == "loading" ? 1.0 : 0.0);
   w.family("daemon_held_bytes", "gauge", "Bytes of weights the GPU's daemon holds.");
   for (const auto& [gpu, d] : ds) w.sample({{"gpu", gpu}}, count(d->held_bytes));
+  w.family("daemon_entries", "gauge", "Entries (checkpoints) the GPU's daemon holds.");
+  for (const auto& [gpu, d] : ds) w.sample({{"gpu", gpu}}, count(d->entries));
   w.family("daemon_load_progress_ratio", "gauge",
            "Preload progress of the GPU's daemon, done/total bytes (1 when ready with nothing to preload).");
   for (const auto& [gpu, d] : ds) {
@@ -269,6 +271,8 @@ void memory_families(Writer& w, const SupervisorStatus& status) {
       {"gpu_memory_used_bytes", &supervisor::MemoryRowStatus::used_bytes, "GPU memory in use (every process, the daemons included)."},
       {"gpu_memory_free_bytes", &supervisor::MemoryRowStatus::free_bytes, "GPU memory free."},
       {"gpu_memory_budget_bytes", &supervisor::MemoryRowStatus::budget_bytes, "GPU memory the model may use (memory.utilization x total)."},
+      {"gpu_standby_reserve_bytes", &supervisor::MemoryRowStatus::standby_reserve_bytes,
+       "GPU memory the engine's share leaves for a warmed standby on this GPU (measured at its last park, or standby.reserve_mib)."},
   };
   for (const auto& f : kFamilies) {
     w.family(f.name, "gauge", f.help);

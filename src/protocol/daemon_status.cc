@@ -73,7 +73,7 @@ json to_json(const DaemonStatus& s) {
   json misses = json::array();
   for (const auto& m : s.misses) misses.push_back(record_json(m, "reason"));
   return {{"backend", s.backend}, {"gpu_uuid", s.gpu_uuid}, {"gpu_name", s.gpu_name}, {"pid", s.pid},
-          {"held_bytes", s.held_bytes}, {"clients", s.clients}, {"entries", std::move(entries)},
+          {"held_bytes", s.held_bytes}, {"clients", s.clients}, {"stale_dropped", s.stale_dropped}, {"entries", std::move(entries)},
           {"misses", std::move(misses)}};
 }
 
@@ -86,6 +86,7 @@ Result<DaemonStatus> daemon_status_from_json(const json& j, const std::string& w
   FR_TRY(field(j, "pid", w, s.pid));
   FR_TRY(field(j, "held_bytes", w, s.held_bytes));
   FR_TRY(field(j, "clients", w, s.clients));
+  FR_TRY(field(j, "stale_dropped", w, s.stale_dropped));
   FR_TRY(field(j, "entries", w, s.entries));
   if (auto it = j.find("misses"); it != j.end() && !it->is_null()) {
     if (!it->is_array()) return json_fields::bad(w + ".misses", "not an array");

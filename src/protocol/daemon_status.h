@@ -54,6 +54,9 @@ struct DaemonStatus {
   int64_t pid = 0;
   uint64_t held_bytes = 0;
   uint64_t clients = 0;
+  // Entries dropped because a file they were loaded or published from changed on disk since: no attach
+  // can match them again (docs/weightd.md, "Stale entries").
+  uint64_t stale_dropped = 0;
   std::vector<DaemonEntryStatus> entries;
   std::vector<DaemonClientRecord> misses;  // `mode` is the reason
 };

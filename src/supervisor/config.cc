@@ -437,6 +437,7 @@ const KeySpec kMemoryKeys[] = {
     FR_KEY("check_free", FR_ASSIGN(c.memory.check_free, v.boolean())),
     FR_KEY("leak_tolerance_mib", FR_ASSIGN(c.memory.leak_tolerance_mib, v.non_negative())),
     FR_KEY("settle_timeout_s", FR_ASSIGN(c.memory.settle_timeout_s, v.positive())),
+    FR_KEY("min_share", FR_ASSIGN(c.memory.min_share, v.fraction())),
 };
 
 const KeySpec kReadinessKeys[] = {
@@ -585,6 +586,11 @@ Status check_cross_fields(const Config& c, const Lines& lines) {
                      "\"snapshot\" needs at most one GPU (snapshots are tensor-parallel 1 only), gpus lists " +
                          std::to_string(c.gpus.size()));
     }
+  }
+  if (c.memory.min_share >= c.memory.utilization) {
+    return fail_at(c.path, lines.first({"memory.min_share", "memory.utilization"}), "memory.min_share",
+                   "must be below memory.utilization (" + fmt_number(c.memory.utilization) + "), got " +
+                       fmt_number(c.memory.min_share) + ": no engine could ever start");
   }
   if (c.standby.reserve_mib > 0 && c.standby.level == StandbyLevel::kPreGpu) {
     return fail_at(c.path, lines.first({"standby.reserve_mib"}), "standby.reserve_mib",

@@ -79,6 +79,7 @@ struct WeightsConfig {
 struct MemoryConfig {
   double utilization = 0.9;                    // budget per GPU = utilization x total (ARCHITECTURE.md)
   bool check_free = true;                      // refuse to start an engine whose share does not fit
+  double min_share = 0.05;                     // no engine starts on a GPU whose share is below this
   double leak_tolerance_mib = 512;             // used - held after an engine exit above this is a leak
   double settle_timeout_s = 30;                // wait for GPU memory to return before restarting
 };

@@ -113,11 +113,13 @@ bool print_status(const json& j) {
       std::printf("%-18s %s\n", ("gpu " + m.gpu).c_str(), m.error->c_str());
       continue;
     }
-    std::printf("%-18s used %s of %s, budget %s, daemons hold %s%s\n", ("gpu " + m.gpu).c_str(),
+    std::printf("%-18s used %s of %s, budget %s, daemons hold %s%s%s\n", ("gpu " + m.gpu).c_str(),
                 gb(double(m.used_bytes)).c_str(), gb(double(m.total_bytes)).c_str(), gb(double(m.budget_bytes)).c_str(),
                 gb(double(m.daemon_held_bytes)).c_str(),
+                m.standby_reserve_bytes ? (", standby reserve " + gb(double(m.standby_reserve_bytes))).c_str() : "",
                 m.engine_share ? (", engine share " + std::to_string(*m.engine_share).substr(0, 6)).c_str() : "");
   }
+  if (s.engine_share_refused) std::printf("%-18s %s\n", "engine refused", s.engine_share_refused->c_str());
   if (s.snapshot.is_object()) {
     const json& sn = s.snapshot;
     if (sn.value("enabled", false)) {

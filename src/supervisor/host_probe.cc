@@ -25,11 +25,57 @@ using ByUuidFn = nvmlReturn_t (*)(const char*, nvmlDevice_t*);
 using MemFn = nvmlReturn_t (*)(nvmlDevice_t, nvmlMemory_t*);
 using StrFn = nvmlReturn_t (*)(nvmlDevice_t, char*, unsigned);
 using ErrFn = const char* (*)(nvmlReturn_t);
+// nvmlProcessInfo_v2_t, the element of the _v2 and _v3 process lists.
+struct nvmlProcessInfo_t {
+  unsigned pid;
+  unsigned long long usedGpuMemory;
+  unsigned gpuInstanceId, computeInstanceId;
+};
+using ProcsFn = nvmlReturn_t (*)(nvmlDevice_t, unsigned*, nvmlProcessInfo_t*);
+constexpr nvmlReturn_t kNvmlInsufficientSize = 7;
+constexpr unsigned long long kNvmlValueNotAvailable = ~0ULL;  // usedGpuMemory without the permission to read it
 
 class NvmlProbe final : public GpuProbe {
  public:
   Result<GpuMemory> memory(const std::string& gpu) override {
     std::lock_guard lk(m_mu);
+    FR_ASSIGN(nvmlDevice_t dev, device(gpu));
+    nvmlReturn_t r;
+    nvmlMemory_t m{};
+    if ((r = m_mem(dev, &m)) != 0) return make_error(Errc::kCuda, "NVML memory info of GPU " + gpu + ": " + m_err(r));
+    char buf[96] = {};
+    GpuMemory g{m.total, m.used, m.free, "", ""};
+    if (m_uuid(dev, buf, sizeof buf) == 0) g.uuid = buf;
+    if (m_name(dev, buf, sizeof buf) == 0) g.name = buf;
+    return g;
+  }
+
+  Result<std::vector<GpuProcess>> processes(const std::string& gpu) override {
+    std::lock_guard lk(m_mu);
+    FR_ASSIGN(nvmlDevice_t dev, device(gpu));
+    if (!m_procs) return make_error(Errc::kUnsupported, "NVML: this driver lists no compute processes");
+    // The list may grow between the two calls: ask with room to spare, again when it still does not fit.
+    std::vector<nvmlProcessInfo_t> infos(64);
+    for (int attempt = 0;; ++attempt) {
+      unsigned n = static_cast<unsigned>(infos.size());
+      nvmlReturn_t r = m_procs(dev, &n, infos.data());
+      if (r == kNvmlInsufficientSize && attempt < 3) {
+        infos.resize(static_cast<size_t>(n) + 16);
+        continue;
+      }
+      if (r != 0) return make_error(Errc::kCuda, "NVML compute processes of GPU " + gpu + ": " + m_err(r));
+      std::vector<GpuProcess> out;
+      for (unsigned i = 0; i < n && i < infos.size(); ++i) {
+        if (infos[i].usedGpuMemory == kNvmlValueNotAvailable)
+          return make_error(Errc::kUnsupported, "NVML: the memory of pid " + std::to_string(infos[i].pid) + " on GPU " + gpu + " is not available");
+        out.push_back({infos[i].pid, infos[i].usedGpuMemory});
+      }
+      return out;
+    }
+  }
+
+ private:
+  Result<nvmlDevice_t> device(const std::string& gpu) {
     FR_TRY(open());
     nvmlDevice_t dev{};
     nvmlReturn_t r;
@@ -41,16 +87,9 @@ class NvmlProbe final : public GpuProbe {
       r = m_by_index(static_cast<unsigned>(std::stoul(gpu)), &dev);
     }
     if (r != 0) return make_error(Errc::kNotFound, "NVML: no GPU " + gpu + ": " + m_err(r));
-    nvmlMemory_t m{};
-    if ((r = m_mem(dev, &m)) != 0) return make_error(Errc::kCuda, "NVML memory info of GPU " + gpu + ": " + m_err(r));
-    char buf[96] = {};
-    GpuMemory g{m.total, m.used, m.free, "", ""};
-    if (m_uuid(dev, buf, sizeof buf) == 0) g.uuid = buf;
-    if (m_name(dev, buf, sizeof buf) == 0) g.name = buf;
-    return g;
+    return dev;
   }
 
- private:
   Status open() {
     if (m_lib) return {};
     void* h = ::dlopen("libnvidia-ml.so.1", RTLD_NOW | RTLD_LOCAL);
@@ -63,6 +102,9 @@ class NvmlProbe final : public GpuProbe {
     m_uuid = reinterpret_cast<StrFn>(sym("nvmlDeviceGetUUID"));
     m_name = reinterpret_cast<StrFn>(sym("nvmlDeviceGetName"));
     m_err = reinterpret_cast<ErrFn>(sym("nvmlErrorString"));
+    // Optional: _v3 (drivers from 510 on), else _v2; both fill nvmlProcessInfo_v2_t.
+    m_procs = reinterpret_cast<ProcsFn>(sym("nvmlDeviceGetComputeRunningProcesses_v3"));
+    if (!m_procs) m_procs = reinterpret_cast<ProcsFn>(sym("nvmlDeviceGetComputeRunningProcesses_v2"));
     if (!init || !m_by_index || !m_by_uuid || !m_mem || !m_uuid || !m_name || !m_err) {
       ::dlclose(h);
       return make_error(Errc::kCuda, "libnvidia-ml.so.1 lacks the functions we need");
@@ -82,6 +124,7 @@ class NvmlProbe final : public GpuProbe {
   MemFn m_mem = nullptr;
   StrFn m_uuid = nullptr, m_name = nullptr;
   ErrFn m_err = nullptr;
+  ProcsFn m_procs = nullptr;
 };
 
 class FileProbe final : public GpuProbe {
@@ -100,6 +143,22 @@ class FileProbe final : public GpuProbe {
     g.uuid = it->value("uuid", gpu);
     g.name = it->value("name", std::string("fake GPU"));
     return g;
+  }
+  Result<std::vector<GpuProcess>> processes(const std::string& gpu) override {
+    FR_ASSIGN(std::string text, read_file(m_path, 1 << 20));
+    auto j = nlohmann::json::parse(text, nullptr, false);
+    if (j.is_discarded() || !j.is_object()) return make_error(Errc::kInvalidArgument, m_path + ": not a JSON object");
+    auto it = j.find(gpu);
+    if (it == j.end() || !it->is_object()) return make_error(Errc::kNotFound, m_path + ": no GPU " + gpu);
+    auto ps = it->find("processes");
+    if (ps == it->end()) return make_error(Errc::kUnsupported, m_path + ": GPU " + gpu + " lists no processes");
+    if (!ps->is_array()) return make_error(Errc::kInvalidArgument, m_path + ": GPU " + gpu + ": processes is not an array");
+    std::vector<GpuProcess> out;
+    for (const auto& p : *ps) {
+      if (!p.is_object()) return make_error(Errc::kInvalidArgument, m_path + ": GPU " + gpu + ": a process is not an object");
+      out.push_back({p.value("pid", int64_t{0}), p.value("used", uint64_t{0})});
+    }
+    return out;
   }
 
  private:

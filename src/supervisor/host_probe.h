@@ -7,6 +7,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "fastrestart/result.h"
 
@@ -20,16 +21,28 @@ struct GpuMemory {
   std::string name;
 };
 
+// One process's memory on one GPU, as the driver accounts it (pids of fastrestartd's PID namespace).
+struct GpuProcess {
+  int64_t pid = 0;
+  uint64_t used = 0;
+};
+
 class GpuProbe {
  public:
   virtual ~GpuProbe() = default;
   // `gpu`: an index or a "GPU-..." UUID.
   virtual Result<GpuMemory> memory(const std::string& gpu) = 0;
+  // The compute processes on `gpu` and what each holds; Errc::kUnsupported where the probe cannot tell
+  // (the caller falls back to differences of used memory).
+  virtual Result<std::vector<GpuProcess>> processes(const std::string& gpu) {
+    return make_error(Errc::kUnsupported, "GPU " + gpu + ": per-process memory is not available");
+  }
 };
 
 // NVML from libnvidia-ml.so.1 (dlopen); Errc::kCuda "NVML not available" without a driver.
 std::unique_ptr<GpuProbe> make_nvml_probe();
-// Reads {"GPU-x": {"total":..,"used":..,"name":..}, "0": {...}} from `path` at every call.
+// Reads {"GPU-x": {"total":..,"used":..,"name":..}, "0": {...}} from `path` at every call; a GPU's
+// "processes": [{"pid":..,"used":..}] answers processes() (absent: unsupported, as without NVML's).
 std::unique_ptr<GpuProbe> make_file_probe(const std::string& path);
 
 // The kernel OOM-kill counter of a memory cgroup: cgroup v2 memory.events "oom_kill", v1

@@ -49,6 +49,7 @@ static Status read(const json& j, const std::string& w, MemoryRowStatus& m) {
   FR_TRY(field(j, "free_bytes", w, m.free_bytes));
   FR_TRY(field(j, "budget_bytes", w, m.budget_bytes));
   FR_TRY(field(j, "daemon_held_bytes", w, m.daemon_held_bytes));
+  FR_TRY(field(j, "standby_reserve_bytes", w, m.standby_reserve_bytes));
   FR_TRY(field(j, "engine_share", w, m.engine_share));
   return {};
 }
@@ -194,7 +195,7 @@ json to_json(const MemoryRowStatus& m) {
   if (m.error) return {{"gpu", m.gpu}, {"error", *m.error}};
   json j = {{"gpu", m.gpu}, {"uuid", m.uuid}, {"name", m.name}, {"total_bytes", m.total_bytes},
             {"used_bytes", m.used_bytes}, {"free_bytes", m.free_bytes}, {"budget_bytes", m.budget_bytes},
-            {"daemon_held_bytes", m.daemon_held_bytes}};
+            {"daemon_held_bytes", m.daemon_held_bytes}, {"standby_reserve_bytes", m.standby_reserve_bytes}};
   if (m.engine_share) j["engine_share"] = *m.engine_share;
   return j;
 }
@@ -255,6 +256,7 @@ json to_json(const SupervisorStatus& s) {
           {"daemons", daemons},
           {"memory", memory},
           {"memory_utilization", s.memory_utilization},
+          {"engine_share_refused", s.engine_share_refused ? json(*s.engine_share_refused) : json(nullptr)},
           {"backoff_s", s.backoff_s},
           {"failure", s.failure},
           {"reload_in_progress", s.reload_in_progress},
@@ -305,6 +307,7 @@ Result<SupervisorStatus> supervisor_status_from_json(const json& j, const std::s
   FR_TRY(field(j, "daemons", w, s.daemons));
   FR_TRY(field(j, "memory", w, s.memory));
   FR_TRY(field(j, "memory_utilization", w, s.memory_utilization));
+  FR_TRY(field(j, "engine_share_refused", w, s.engine_share_refused));
   FR_TRY(field(j, "backoff_s", w, s.backoff_s));
   FR_TRY(field(j, "failure", w, s.failure));
   FR_TRY(field(j, "reload_in_progress", w, s.reload_in_progress));

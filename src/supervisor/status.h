@@ -67,6 +67,9 @@ struct MemoryRowStatus {
   uint64_t free_bytes = 0;
   uint64_t budget_bytes = 0;
   uint64_t daemon_held_bytes = 0;
+  // What this GPU's share leaves for a warmed standby: standby.reserve_mib, or what the standby's own
+  // processes held on this GPU at its last park (docs/standby.md, "Memory"). 0 without one.
+  uint64_t standby_reserve_bytes = 0;
   // The engine's share of this GPU (the rank on it is told it in FASTRESTART_GPU_MEMORY_UTILIZATION):
   // memory.utilization minus what the daemon holds (zero_copy) and a warmed standby's reserve.
   std::optional<double> engine_share;
@@ -148,6 +151,8 @@ struct SupervisorStatus {
   std::vector<DaemonRowStatus> daemons;
   std::vector<MemoryRowStatus> memory;
   double memory_utilization = 0;
+  // Why the last engine start was refused: a GPU's share below memory.min_share, with its figures.
+  std::optional<std::string> engine_share_refused;
   double backoff_s = 0;
   std::string failure;
   bool reload_in_progress = false;

@@ -291,23 +291,15 @@ std::vector<double> Supervisor::gpu_fractions(bool for_standby, bool warn) const
   std::vector<double> out;
   if (m_cfg.gpus.empty() || m_cfg.weights.backend == "host") return out;
   // In zero_copy the daemon's pool is already used memory, so the engine's fraction of a GPU is the
-  // budget minus what that GPU's daemon holds; a warmed standby's memory is set aside too (docs/standby.md,
-  // "Memory"). Each GPU's own: the ranks of a tensor-parallel engine each get theirs.
-  const double reserve = static_cast<double>(standby_reserve_bytes());
-  for (const auto& gpu : m_cfg.gpus) {
-    auto m = m_gpus->memory(gpu);
-    if (!m.ok() || m->total == 0) {
-      out.push_back(m_cfg.memory.utilization);
-      continue;
-    }
-    const double held = static_cast<double>(held_bytes(gpu));
-    const double total = static_cast<double>(m->total);
-    const double f = (m_cfg.weights.mode == WeightsMode::kZeroCopy ? m_cfg.memory.utilization - held / total
-                                                                  : m_cfg.memory.utilization) -
-                     reserve / total;
-    out.push_back(std::floor(std::min(f, m_cfg.memory.utilization) * 10000) / 10000);
-    if (!warn || !m_cfg.memory.check_free) continue;
-    const double need = f * total;
+  // budget minus what that GPU's daemon holds; a warmed standby's memory on that GPU is set aside too
+  // (docs/standby.md, "Memory"). Each GPU's own: the ranks of a tensor-parallel engine each get theirs.
+  for (const GpuShare& s : gpu_shares()) {
+    out.push_back(s.share);
+    auto m = m_gpus->memory(s.in.gpu);
+    if (!m.ok() || m->total == 0 || !warn || !m_cfg.memory.check_free) continue;
+    const std::string& gpu = s.in.gpu;
+    const double held = static_cast<double>(s.in.held), reserve = static_cast<double>(s.in.reserve);
+    const double need = std::max(0.0, s.share) * static_cast<double>(m->total);
     if (for_standby) {
       if (reserve > static_cast<double>(m->free))
         spdlog::warn("GPU {}: the warmed standby's reserve {} does not fit in the free {} (used {})", gpu,
@@ -496,7 +488,11 @@ Status Supervisor::spawn_engine(StartPath expected) {
   set_status(std::string("Starting the engine (") + (e.warm_expected ? "warm" : "cold") + ")" +
              (skipped.empty() ? "" : "; " + skipped));
   spdlog::info("engine: {}", words_for_log(spec.argv));
-  auto s = spawn_supervised(m_loop, spec, "engine", engine_line_handler(&e), e);
+  // A share under memory.min_share would start an engine that cannot fit (or a negative fraction): refused,
+  // with the figures, as a start that failed (docs/supervisor.md, "Memory").
+  const std::string refused = engine_share_refusal();
+  auto s = refused.empty() ? spawn_supervised(m_loop, spec, "engine", engine_line_handler(&e), e)
+                           : Status(make_error(Errc::kInvalidArgument, "not started: " + refused));
   if (!s.ok()) {
     spdlog::error("engine: {}", s.error().message);
     e.exited = true;
@@ -848,8 +844,13 @@ void Supervisor::wait_drain() {
         if (!m.ok()) continue;
         // What the engine left behind: used beyond what was used before it started, pools aside.
         auto base = m_baseline_used.find(gpu);
+        uint64_t standby = 0;
+        if (standby_alive()) {
+          auto h = m_standby->held_by_gpu.find(gpu);
+          standby = std::max(h == m_standby->held_by_gpu.end() ? uint64_t{0} : h->second, standby_reserve_bytes(gpu));
+        }
         double expected = (base != m_baseline_used.end() ? base->second : 0.0) + static_cast<double>(held_bytes(gpu)) +
-                          (standby_alive() ? static_cast<double>(std::max(m_standby->gpu_bytes, standby_reserve_bytes())) : 0.0);
+                          static_cast<double>(standby);
         double extra = static_cast<double>(m->used) - expected;
         if (extra > m_cfg.memory.leak_tolerance_mib * 1048576.0) {
           if (waited < m_cfg.memory.settle_timeout_s) {

@@ -24,6 +24,7 @@
 #include "supervisor/daemons/daemon_set.h"
 #include "supervisor/control_request.h"
 #include "supervisor/host_probe.h"
+#include "supervisor/memory_share.h"
 #include "supervisor/lifecycle.h"
 #include "supervisor/loop.h"
 #include "supervisor/orphans.h"
@@ -113,6 +114,15 @@ class Supervisor : private StartHost, private DaemonHost {
   std::map<std::string, std::string> engine_env(bool for_standby = false);
   // The engine's memory fraction of each GPU of gpus, in order; empty without GPUs (or the host backend).
   std::vector<double> gpu_fractions(bool for_standby, bool warn) const;
+  // memory (supervisor_memory.cc, docs/supervisor.md "Memory"): each GPU's share from its own figures
+  std::vector<GpuShare> gpu_shares() const;
+  // Why no engine (or standby) may start on the shares now, with the figures; "" when it may. Sets
+  // status's engine_share_refused and logs it once per change.
+  std::string engine_share_refusal();
+  // What a parked standby's processes hold on each GPU now, into the Standby (its reserve from then on).
+  // `at_park`: where the probe gives no per-process figures, used memory minus at its spawn stands in,
+  // only right at the park (later it would count whatever else changed on the GPU since).
+  void measure_standby_memory(bool at_park);
   void arm_readiness(bool poll_now);
   double readiness_poll_interval() const;
 
@@ -153,7 +163,7 @@ class Supervisor : private StartHost, private DaemonHost {
   std::string standby_stale() const;       // why the standby no longer matches a start now ("" when it does)
   // The identities of the files under weights.checkpoint, else under the engine kind's local model path.
   std::map<std::string, FileIdentity> standby_model_files() const;
-  uint64_t standby_reserve_bytes() const;  // what the engine's budget leaves for a warmed standby
+  uint64_t standby_reserve_bytes(const std::string& gpu) const;  // what a GPU's share leaves for a warmed standby
   void standby_after_ready(double since_spawn);
   std::optional<StandbyStatus> standby_status() const;
   LineHandler engine_line_handler(Engine* e);  // what the engine's output lines feed (progress, vLLM report)
@@ -252,6 +262,7 @@ class Supervisor : private StartHost, private DaemonHost {
   // Per GPU: memory used before the engine started, minus the daemons' pools then (contexts, driver
   // reserve, other processes). After an exit, used must fall back to this plus the pools held now.
   std::map<std::string, double> m_baseline_used;
+  std::string m_share_refused;  // engine_share_refusal() at the last start: memory.min_share not met
   std::atomic<bool> m_running{false};                    // stop-engine: do not restart until start-engine
 
   std::unique_ptr<EngineAdapter> m_kind;   // engine.kind: what differs per kind (engines/registry.cc)

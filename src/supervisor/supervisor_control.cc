@@ -261,6 +261,7 @@ json Supervisor::status_json() {
   SupervisorStatus st;
   st.daemons = m_daemons->rows();
   if (m_cfg.weights.backend != "host") {
+    measure_standby_memory(/*at_park=*/false);  // current: a parked standby's processes may have grown since its park
     const auto shares = gpu_fractions(/*for_standby=*/false, /*warn=*/false);
     for (const auto& gpu : m_cfg.gpus) {
       MemoryRowStatus row;
@@ -276,11 +277,13 @@ json Supervisor::status_json() {
         row.free_bytes = m->free;
         row.budget_bytes = static_cast<uint64_t>(m_cfg.memory.utilization * static_cast<double>(m->total));
         row.daemon_held_bytes = held_bytes(gpu);
+        row.standby_reserve_bytes = standby_reserve_bytes(gpu);
         if (st.memory.size() < shares.size()) row.engine_share = shares[st.memory.size()];
       }
       st.memory.push_back(std::move(row));
     }
   }
+  if (!m_share_refused.empty()) st.engine_share_refused = m_share_refused;
   if (m_engine) {
     EngineStatus e;
     e.pid = m_engine->pid;

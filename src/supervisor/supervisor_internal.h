@@ -74,9 +74,11 @@ struct Supervisor::Standby {
   std::map<std::string, std::string> launch;  // the config it was started from besides its flags, by key
   double parked_at = 0;                  // when this one parked; 0 until it does
   std::string stop_reason;               // why it is being stopped (kStopping)
-  std::map<std::string, double> used_before;  // per GPU, at its spawn: gpu_bytes is used after its park minus this
-  uint64_t gpu_bytes = 0;
-  uint64_t measured_reserve = 0;         // warmed, reserve_mib = 0: gpu_bytes of the first park
+  std::map<std::string, double> used_before;  // per GPU, at its spawn: where NVML lists no processes, what it holds is used minus this
+  uint64_t gpu_bytes = 0;                // the sum of held_by_gpu while parked
+  // Per GPU, what the last parked standby's processes held, re-measured at every park and status: with
+  // reserve_mib = 0, a warmed standby's reserve on that GPU. Kept across its release (the next one's too).
+  std::map<std::string, uint64_t> held_by_gpu;
   uint64_t spawns = 0, releases = 0;
   // Every end we did not ask for is a failure, whatever stage it came at; the streak ends only when a
   // standby stayed parked restart.reset_after_s or was released. max_failures in a row disable the path.

@@ -89,12 +89,6 @@ bool Supervisor::standby_wanted() const {
 
 bool Supervisor::standby_alive() const { return m_standby && m_standby->proc && !m_standby->proc->exited; }
 
-uint64_t Supervisor::standby_reserve_bytes() const {
-  if (!standby_wanted() || m_cfg.standby.level != StandbyLevel::kWarmed) return 0;
-  if (m_cfg.standby.reserve_mib > 0) return m_cfg.standby.reserve_mib * kMiB;
-  return m_standby ? m_standby->measured_reserve : 0;
-}
-
 void Supervisor::maybe_spawn_standby() {
   if (!standby_wanted() || is_terminal(m_state) || !engine_serving()) return;
   if (!m_standby) m_standby = std::make_unique<Standby>(m_loop, standby_backoff_config(m_cfg.restart));
@@ -151,6 +145,10 @@ void Supervisor::spawn_standby() {
     for (const auto& gpu : m_cfg.gpus)
       if (auto m = m_gpus->memory(gpu); m.ok()) s.used_before[gpu] = static_cast<double>(m->used);
   Engine* raw = e.get();
+  if (const std::string refused = engine_share_refusal(); !refused.empty()) {
+    standby_failed("spawn", "not started: " + refused);
+    return;
+  }
   auto st = spawn_supervised(m_loop, spec, "standby", [raw](const std::string& l) {
     raw->tail.push_back(l);
     if (raw->tail.size() > 200) raw->tail.pop_front();
@@ -229,14 +227,8 @@ void Supervisor::on_standby_parked() {
   s.park_timer.stop();
   s.phase = Phase::kParked;
   s.parked_at = m_loop.now_s();  // the failure streak is not over yet: it may die parked (see note_standby_failure)
-  uint64_t bytes = 0;
-  for (const auto& [gpu, before] : s.used_before)
-    if (auto m = m_gpus->memory(gpu); m.ok()) bytes += static_cast<uint64_t>(std::max(0.0, static_cast<double>(m->used) - before));
-  s.gpu_bytes = bytes;
-  if (m_cfg.standby.level == StandbyLevel::kWarmed && m_cfg.standby.reserve_mib == 0 && s.measured_reserve == 0 && bytes > 0) {
-    s.measured_reserve = bytes;
-    spdlog::info("standby: reserving {} MiB for it from the next engine start on (measured at its first park)", bytes / kMiB);
-  }
+  measure_standby_memory(/*at_park=*/true);  // at every park: its reserve follows the flags it was started on
+  const uint64_t bytes = s.gpu_bytes;
   spdlog::info("standby: pid {} parked at {} after {:.2f} s, {} MiB of GPU memory", s.proc->pid,
                standby_level_name(m_cfg.standby.level), s.parked_at - s.proc->spawned_at, bytes / kMiB);
   auto check_port = [this] {
@@ -453,7 +445,7 @@ std::optional<StandbyStatus> Supervisor::standby_status() const {
   if (!standby_wanted()) return std::nullopt;
   StandbyStatus st;
   st.level = standby_level_name(m_cfg.standby.level);
-  st.reserve_bytes = standby_reserve_bytes();
+  for (const auto& gpu : m_cfg.gpus) st.reserve_bytes += standby_reserve_bytes(gpu);  // per GPU: status.memory[]
   if (!m_standby) {
     st.state = "off";
     return st;

@@ -101,6 +101,37 @@ TEST(Weightd, PublishThenAttach) {
   EXPECT_EQ(again.error().code, Errc::kBusy);
 }
 
+// Publish mode across checkpoint updates: each update is published under its files' new identities, and
+// the entry of the files it replaced can never be attached again (an attach identifies the files anew), so
+// the daemon drops it instead of holding one pool per update.
+TEST(Weightd, PublishAfterTheCheckpointChangedDropsTheReplacedEntry) {
+  test::TempDir d;
+  test::Daemon daemon(d / "run");
+  auto publish_current = [&](uint64_t seed) {
+    auto ck = test::make_checkpoint(d.path(), 1, 2, 50000, seed);  // rewrites model-1.safetensors
+    auto miss = fastrestart::attach(key_of(ck), [&] { auto o = opts(d / "run"); o.fallback = true; return o; }());
+    ASSERT_TRUE(miss.ok()) << miss.error().message;
+    ASSERT_FALSE(miss->hit);
+    std::vector<fastrestart::PublishTensor> ts;
+    for (auto& [name, bytes] : ck.tensors) ts.push_back({name, "F32", {static_cast<int64_t>(bytes.size() / 4)}, bytes.data()});
+    auto pub = fastrestart::publish(miss->key, ts, opts(d / "run"));
+    ASSERT_TRUE(pub.ok()) << pub.error().message;
+    auto hit = fastrestart::attach(key_of(ck), opts(d / "run"));
+    ASSERT_TRUE(hit.ok() && hit->hit);
+  };
+  for (uint64_t seed = 1; seed <= 4; ++seed) {
+    ASSERT_NO_FATAL_FAILURE(publish_current(seed));
+    // The update as a training job writes it: a new file renamed over the old one (a new inode, whatever
+    // the clock's resolution), whose bytes the next round rewrites.
+    test::replace_by_rename(d / "model-1.safetensors");
+  }
+  auto st = test::run({test::weightctl(), "--socket-dir", d / "run", "status", "--json"});
+  ASSERT_EQ(st.exit_code, 0) << st.output;
+  auto j = json::parse(st.output);
+  EXPECT_EQ(j["entries"].size(), 1u) << st.output;
+  EXPECT_EQ(j["stale_dropped"], 3) << st.output;
+}
+
 TEST(Weightd, EightConcurrentAttaches) {
   test::TempDir d;
   auto ck = test::make_checkpoint(d.path(), 2, 3, 100000, 3);

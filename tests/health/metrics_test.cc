@@ -22,12 +22,13 @@ json sample_status() {
     "engine": {"pid": 42, "uptime_s": 3.25, "path": "warm", "running": true},
     "restarts": {"crash": 3, "kernel_oom": 1, "hung": 0},
     "daemons": [
-      {"gpu": "0", "state": "ready", "held_bytes": 18446744073709551615,
+      {"gpu": "0", "state": "ready", "held_bytes": 18446744073709551615, "entries": 2,
        "progress": {"done_bytes": 50, "total_bytes": 100, "rate_bytes_per_s": 1.5e9}},
       {"gpu": "1", "state": "dead", "held_bytes": 0, "progress": {"done_bytes": 0, "total_bytes": 0, "rate_bytes_per_s": 0}}
     ],
     "memory": [
-      {"gpu": "0", "total_bytes": 100, "used_bytes": 60, "free_bytes": 40, "budget_bytes": 90, "engine_share": 0.8125},
+      {"gpu": "0", "total_bytes": 100, "used_bytes": 60, "free_bytes": 40, "budget_bytes": 90, "engine_share": 0.8125,
+       "standby_reserve_bytes": 7},
       {"gpu": "1", "error": "nvml: GPU lost"}
     ],
     "metrics": {
@@ -163,6 +164,8 @@ TEST(RenderMetrics, GpuMemorySkipsErrors) {
   EXPECT_EQ(value_of(text, "fastrestart_gpu_memory_budget_bytes{gpu=\"0\"}"), "90");
   EXPECT_EQ(value_of(text, "fastrestart_gpu_memory_total_bytes{gpu=\"1\"}"), "<absent>");
   EXPECT_EQ(value_of(text, "fastrestart_gpu_engine_memory_share_ratio{gpu=\"0\"}"), "0.8125");
+  EXPECT_EQ(value_of(text, "fastrestart_gpu_standby_reserve_bytes{gpu=\"0\"}"), "7");
+  EXPECT_EQ(value_of(text, "fastrestart_daemon_entries{gpu=\"0\"}"), "2");
 }
 
 TEST(RenderMetrics, BuildInfoAndUptime) {

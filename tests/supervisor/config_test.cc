@@ -71,6 +71,7 @@ checkpoint = "/models/llama"
   EXPECT_TRUE(c.memory.check_free);
   EXPECT_EQ(c.memory.leak_tolerance_mib, 512);
   EXPECT_EQ(c.memory.settle_timeout_s, 30);
+  EXPECT_EQ(c.memory.min_share, 0.05);
   EXPECT_EQ(c.readiness.health_path, "/health");
   EXPECT_EQ(c.readiness.request_path, "/v1/completions");
   EXPECT_EQ(c.readiness.prompt, d.readiness.prompt);
@@ -118,6 +119,7 @@ utilization = 0.85
 check_free = false
 leak_tolerance_mib = 0
 settle_timeout_s = 10
+min_share = 0.1
 [readiness]
 health_path = "/healthz"
 request_path = ""
@@ -170,6 +172,7 @@ level = "debug"
   EXPECT_FALSE(c.memory.check_free);
   EXPECT_EQ(c.memory.leak_tolerance_mib, 0);
   EXPECT_EQ(c.memory.settle_timeout_s, 10);
+  EXPECT_EQ(c.memory.min_share, 0.1);
   EXPECT_EQ(c.readiness.health_path, "/healthz");
   EXPECT_EQ(c.readiness.request_path, "");
   EXPECT_EQ(c.readiness.model, "llama");
@@ -487,6 +490,8 @@ TEST(ConfigError, CudaNeedsAGpu) {
 TEST(ConfigError, UtilizationOutOfRange) {
   expect_error(kMinimal + "[memory]\nutilization = 1.5\n", 8, "memory.utilization", {"(0, 1]", "1.5"});
   expect_error(kMinimal + "[memory]\nutilization = 0\n", 8, "memory.utilization", {"(0, 1]", "got 0"});
+  expect_error(kMinimal + "[memory]\nutilization = 0.5\nmin_share = 0.5\n", 9, "memory.min_share",
+               {"below memory.utilization (0.5)", "got 0.5"});
 }
 
 TEST(ConfigError, NotFinite) {

@@ -9,6 +9,7 @@
 #include <gtest/gtest.h>
 
 #include <chrono>
+#include <cmath>
 #include <filesystem>
 #include <fstream>
 #include <thread>
@@ -62,9 +63,11 @@ class StandbyTest : public ::testing::Test {
   }
   // One fake 80 GB GPU (FASTRESTART_FAKE_NVML) whose used memory the test sets (used_gb), no weight
   // daemons: for the memory budget and the leak check.
-  void launch_on_fake_gpu() {
+  void launch_on_fake_gpu(const std::string& level = "pre_gpu", const std::string& standby_extra = "") {
     used_gb(1);
     Options o;
+    o.level = level;
+    o.standby_extra = standby_extra;
     o.top = "gpus = [\"0\"]\n";
     o.weights = "[weights]\nmode = \"off\"\n[memory]\nleak_tolerance_mib = 256\nsettle_timeout_s = 1\n";
     o.engine_flags = ", \"--fastrestart-connect-timeout\", \"0.1\"";  // no daemons here
@@ -533,6 +536,47 @@ TEST_F(StandbyTest, AnOomKilledEngineIsReplacedByTheStandby) {
     EXPECT_LT(oom, released) << "the first release must follow the OOM kill";
     EXPECT_EQ(m_sup->stop(SIGTERM), 0) << m_sup->log();
   }
+}
+
+// A warmed standby's reserve is what its own processes hold on the GPU (NVML's per-process figures, here
+// the fake's "processes"), not the growth of used memory while it warmed (another process took 8 GB
+// meanwhile), and it is current: the status after the standby grew shows the new figure, per GPU, and the
+// engine's share follows it.
+TEST_F(StandbyTest, AWarmedStandbysReserveIsItsOwnCurrentMemoryOnEachGpu) {
+  launch_on_fake_gpu("warmed");
+  ready();
+  json st = parked();
+  const int64_t standby = st["standby"]["pid"];
+  auto fake = [&](uint64_t standby_bytes) {
+    std::ofstream(m_dir / "nvml.json") << json{{"0", {{"total", 80000000000ULL}, {"used", 12000000000ULL},
+                                                      {"processes", {{{"pid", standby}, {"used", standby_bytes}},
+                                                                     {{"pid", 1}, {"used", 8000000000ULL}}}}}}}.dump();
+  };
+  fake(3000000000ULL);
+  ASSERT_TRUE(m_sup->wait_for([](const json& j) { return j["memory"][0].value("standby_reserve_bytes", 0ULL) == 3000000000ULL; }, 30, &st))
+      << st.dump();
+  fake(5000000000ULL);  // it grew while parked (a flag push with larger CUDA graphs would do the same)
+  ASSERT_TRUE(m_sup->wait_for([](const json& j) { return j["memory"][0].value("standby_reserve_bytes", 0ULL) == 5000000000ULL; }, 30, &st))
+      << st.dump();
+  EXPECT_DOUBLE_EQ(st["memory"][0]["engine_share"].get<double>(), std::floor((0.9 - 5e9 / 80e9) * 10000) / 10000) << st.dump();
+  const std::string metrics = test::http_get(m_http, "/metrics").body;
+  EXPECT_NE(metrics.find("fastrestart_gpu_standby_reserve_bytes{gpu=\"0\"} 5000000000"), std::string::npos) << metrics;
+  EXPECT_EQ(m_sup->stop(SIGTERM), 0) << m_sup->log();
+}
+
+// A reserve that leaves the engine less than memory.min_share of the GPU (here more than the whole budget:
+// the share would be negative) refuses the start with the figures, in status and in the log.
+TEST_F(StandbyTest, AShareBelowTheFloorRefusesTheEngineWithTheFigures) {
+  launch_on_fake_gpu("warmed", "reserve_mib = 76000\n");
+  json st;
+  ASSERT_TRUE(m_sup->wait_for([](const json& j) { return j["engine_share_refused"].is_string(); }, 60, &st))
+      << m_sup->log();
+  const std::string why = st["engine_share_refused"];
+  EXPECT_NE(why.find("GPU 0: share -0.0962 is below memory.min_share 0.0500 (total 80.0 GB, budget 72.0 GB"), std::string::npos) << why;
+  EXPECT_NE(why.find("standby reserve 79.7 GB"), std::string::npos) << why;
+  EXPECT_NE(m_sup->log().find("memory: no engine is started: GPU 0"), std::string::npos) << m_sup->log();
+  EXPECT_TRUE(st["engine"].is_null() || !st["engine"].value("running", false)) << st.dump();
+  m_sup->stop(SIGTERM);  // it may have given up already (every start is refused: a crash loop)
 }
 
 }  // namespace

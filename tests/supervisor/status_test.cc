@@ -56,6 +56,7 @@ SupervisorStatus sample() {
   m.free_bytes = 40;
   m.budget_bytes = 90;
   m.daemon_held_bytes = 30;
+  m.standby_reserve_bytes = 2;
   m.engine_share = 0.5625;
   s.memory.push_back(m);
   MemoryRowStatus lost;
@@ -63,6 +64,7 @@ SupervisorStatus sample() {
   lost.error = "nvml: GPU lost";
   s.memory.push_back(lost);
   s.memory_utilization = 0.9;
+  s.engine_share_refused = "GPU 1: share -0.0288 is below memory.min_share 0.0500";
   s.backoff_s = 2;
   s.reload_in_progress = true;
   s.snapshot = {{"enabled", false}, {"problem", "snapshot.enabled is false"}};
@@ -102,6 +104,8 @@ TEST(SupervisorStatusCodec, RoundTrips) {
   EXPECT_EQ(back->daemons[1].preload->watched_files.front(), "/models/a.safetensors");
   EXPECT_FALSE(back->daemons[1].socket.has_value());
   EXPECT_EQ(back->memory[1].error.value_or(""), "nvml: GPU lost");
+  EXPECT_EQ(back->memory[0].standby_reserve_bytes, 2u);
+  EXPECT_EQ(back->engine_share_refused.value_or(""), "GPU 1: share -0.0288 is below memory.min_share 0.0500");
   EXPECT_FALSE(back->start_paths[1].reason.has_value());
   ASSERT_TRUE(back->standby.has_value());
   EXPECT_EQ(back->standby->gpu_bytes, 778043392u);
@@ -113,7 +117,7 @@ TEST(SupervisorStatusCodec, WireFormKeepsTheDocumentedFields) {
   const json j = to_json(sample());
   for (const char* k : {"name", "config", "state", "status_text", "uptime_s", "engine", "flags", "restarts", "rollbacks",
                         "last_exit", "last_start", "start_paths", "daemons", "memory", "memory_utilization", "backoff_s",
-                        "failure", "reload_in_progress", "snapshot", "metrics"})
+                        "engine_share_refused", "failure", "reload_in_progress", "snapshot", "metrics"})
     EXPECT_TRUE(j.contains(k)) << k;
   EXPECT_EQ(j["engine"]["vllm"]["version"]["value"], "0.31.0");
   EXPECT_EQ(j["daemons"][0]["progress"]["done_bytes"], 50);

@@ -255,5 +255,44 @@ TEST(TpMemory, EachRankIsGivenTheShareOfItsOwnGpu) {
   EXPECT_EQ(sup.stop(SIGTERM), 0) << sup.log();
 }
 
+// A warmed standby of a TP=2 engine holds memory on both GPUs, one rank on each: each GPU's share loses
+// what the standby's processes hold on that GPU (the fake's per-process figures), never the sum of both.
+TEST(TpMemory, AMeasuredStandbyReserveIsSubtractedPerGpu) {
+  test::TempDir dir;
+  ASSERT_EQ(test::run({FR_TINYENGINE_BIN, "gen", "--out", dir / "model", "--size", "4M"}).exit_code, 0);
+  std::ofstream(dir / "nvml.json") << "{\"0\": {\"total\": 80000000000, \"used\": 1000000000},"
+                                      " \"1\": {\"total\": 40000000000, \"used\": 1000000000}}";
+  const uint16_t port = test::free_port(), http = test::free_port();
+  std::ofstream(dir / "t.toml") << "gpus = [\"0\", \"1\"]\n[model]\nname = \"t\"\n[engine]\ncommand = [\"" << FR_TINYENGINE_BIN
+                                << "\", \"serve\", \"" << (dir / "model") << "\"]\nflags = [\"--port\", \"" << port
+                                << "\", \"--served-model-name\", \"t\", \"--tensor-parallel-size\", \"2\"]\nport = " << port << "\n"
+                                << "[weights]\nmode = \"off\"\n[memory]\nutilization = 0.9\nleak_tolerance_mib = 100000\nsettle_timeout_s = 1\n"
+                                << "[standby]\nlevel = \"warmed\"\n"
+                                << "[readiness]\nmodel = \"t\"\npoll_interval_s = 0.05\n"
+                                << "[restart]\nstart = [\"standby\", \"cold\"]\n"
+                                << "[control]\nsocket = \"" << (dir / "ctl/t.ctl") << "\"\nstate_dir = \"" << (dir / "state") << "\"\n"
+                                << "[http]\nlisten = \"127.0.0.1:" << http << "\"\n";
+  ::setenv("FASTRESTART_FAKE_NVML", (dir / "nvml.json").c_str(), 1);
+  test::Supervised sup(FR_FASTRESTARTD_BIN, dir / "t.toml", dir / "ctl/t.ctl", dir / "d.log");
+  sup.start();
+  ::unsetenv("FASTRESTART_FAKE_NVML");
+  json st;
+  ASSERT_TRUE(sup.wait_for([](const json& j) { return j["standby"].is_object() && j["standby"].value("state", "") == "parked"; }, 90, &st))
+      << sup.log();
+  const int64_t standby = st["standby"]["pid"];
+  auto gpu = [&](uint64_t total, uint64_t standby_bytes) {
+    return json{{"total", total}, {"used", 20000000000ULL}, {"processes", {{{"pid", standby}, {"used", standby_bytes}}}}};
+  };
+  std::ofstream(dir / "nvml.json") << json{{"0", gpu(80000000000ULL, 3000000000ULL)}, {"1", gpu(40000000000ULL, 2000000000ULL)}}.dump();
+  ASSERT_TRUE(sup.wait_for([](const json& j) {
+    return j["memory"].size() == 2 && j["memory"][0].value("standby_reserve_bytes", 0ULL) == 3000000000ULL &&
+           j["memory"][1].value("standby_reserve_bytes", 0ULL) == 2000000000ULL;
+  }, 30, &st)) << st["memory"].dump();
+  EXPECT_DOUBLE_EQ(st["memory"][0]["engine_share"].get<double>(), std::floor((0.9 - 3e9 / 80e9) * 10000) / 10000) << st["memory"].dump();
+  EXPECT_DOUBLE_EQ(st["memory"][1]["engine_share"].get<double>(), std::floor((0.9 - 2e9 / 40e9) * 10000) / 10000) << st["memory"].dump();
+  EXPECT_EQ(st["standby"]["gpu_bytes"], 5000000000ULL) << st["standby"].dump();
+  EXPECT_EQ(sup.stop(SIGTERM), 0) << sup.log();
+}
+
 }  // namespace
 }  // namespace fr
