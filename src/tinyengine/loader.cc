@@ -198,6 +198,8 @@ Result<LoadedModel> load_model(const std::string& path, const LoadOptions& optio
       spdlog::warn("fastrestart: publish failed, serving anyway: {}", r.publish_error);
     }
   }
+  // Read and published: the descriptors would only keep a replaced checkpoint's disk space in use.
+  out.info.fds.reset();
   return out;
 }
 

@@ -30,8 +30,9 @@ fastrestart::Key to_key(const CheckpointInfo& info, const TpPlan& tp) { return {
 }  // namespace
 
 Result<AttachOutcome> fastrestart_attach(const CheckpointInfo& info, const LoadOptions& options) {
-  // Identified here, before load_from_disk reads a byte: the key a publish after a miss goes under.
-  FR_ASSIGN(auto key, fastrestart::identify(to_key(info, options.tp)));
+  // Identified here, before load_from_disk reads a byte, by the descriptors it reads through: the key a
+  // publish after a miss goes under is what the engine read, whatever the paths lead to by then.
+  FR_ASSIGN(auto key, fastrestart::identify_fds(to_key(info, options.tp), info.fd_numbers()));
   FR_ASSIGN(auto r, fastrestart::attach(key, to_options(options)));
   AttachOutcome out;
   out.key = std::make_shared<const PublishKey>(PublishKey{std::move(key)});

@@ -7,6 +7,7 @@
 
 #include <chrono>
 #include <filesystem>
+#include <functional>
 #include <thread>
 
 #include "engine_process.h"
@@ -179,6 +180,82 @@ TEST(TinyEngineWeightd, AShardRenamedOverDuringTheColdStartIsNotPublished) {
 TEST(TinyEngineWeightd, AShardRewrittenInPlaceWithItsMtimeRestoredIsNotPublished) {
   shard_changed_during_the_cold_start(
       [](const std::string& shard, const std::string&) { fr::test::rewrite_in_place_keeping_mtime(shard); }, "ctime_ns");
+}
+
+
+// A checkpoint read through a symlink that is retargeted while the engine reads it (the way versions are
+// rolled: `current -> v2`). The engine must serve and publish one version, the one it began with: a
+// later start on that version's own files attaches bytes equal to its disk load, never a mix.
+// `layout` builds the path the engine is given from the two versions' directories and returns the
+// function that retargets it.
+using Retarget = std::function<void()>;
+void symlink_retargeted_during_the_cold_start(
+    Retarget (*layout)(const std::string& dir, const std::string& v1, const std::string& v2, const std::vector<std::string>& files1)) {
+  if (!have_weightd()) GTEST_SKIP() << "fastrestart-weightd is not built";
+  fr::test::TempDir tmp, v1, v2, links;
+  const std::string sockets = private_dir(tmp);
+  fr::test::Daemon d(sockets);
+  GenOptions o;
+  o.shard_bytes = 256 << 10;  // a few shards: the engine pauses after each but the last
+  auto files = generate_checkpoint(o, v1.path());
+  ASSERT_TRUE(files.ok());
+  ASSERT_GE(files->size(), 2u);
+  o.seed = 99;  // the same layout, other weights: the next version
+  ASSERT_TRUE(generate_checkpoint(o, v2.path()).ok());
+  const Answer answer1 = run_once(v1.path(), {}).second;
+  ASSERT_NE(answer1, run_once(v2.path(), {}).second);
+
+  const Retarget retarget = layout(links.path(), v1.path(), v2.path(), *files);
+  const std::string model = links / "current";
+  ::setenv("FASTRESTART_TEST_READ_DELAY_MS", "3000", 1);
+  Engine e(model, fastrestart_args(sockets));
+  ::unsetenv("FASTRESTART_TEST_READ_DELAY_MS");
+  for (int i = 0; i < 6000 && e.log().find("test: read ") == std::string::npos; ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  ASSERT_NE(e.log().find("test: read "), std::string::npos) << e.log();
+  retarget();  // the engine has read the first shard and is about to read the next
+
+  ASSERT_TRUE(e.wait_ready(60)) << e.log();
+  auto [st, c] = e.post("/v1/completions", completion_request("The weights must match", 12));
+  ASSERT_EQ(st, 200);
+  EXPECT_EQ(answer_of(c), answer1) << "the engine mixed two versions of the checkpoint";
+  e.signal(SIGTERM);
+  EXPECT_EQ(e.wait_exit(10), 0);
+
+  // What was published (if anything) is the first version's: a start on its own files attaches it, or
+  // loads it from disk; either way the answer is the first version's.
+  auto [again, again_answer] = run_once(v1.path(), fastrestart_args(sockets));
+  EXPECT_EQ(again_answer, answer1) << again.dump();
+}
+
+TEST(TinyEngineWeightd, ACheckpointDirectorySymlinkRetargetedDuringTheColdStartPublishesOneVersion) {
+  symlink_retargeted_during_the_cold_start([](const std::string& dir, const std::string& v1, const std::string& v2,
+                                              const std::vector<std::string>&) -> Retarget {
+    std::filesystem::create_directory_symlink(v1, dir + "/current");
+    return [dir, v2] {  // rename(2) over the link: atomic, as a deployment tool does it
+      std::filesystem::create_directory_symlink(v2, dir + "/next");
+      std::filesystem::rename(dir + "/next", dir + "/current");
+    };
+  });
+}
+
+TEST(TinyEngineWeightd, AShardSymlinkRetargetedDuringTheColdStartPublishesOneVersion) {
+  symlink_retargeted_during_the_cold_start([](const std::string& dir, const std::string& v1, const std::string& v2,
+                                              const std::vector<std::string>& files1) -> Retarget {
+    // A directory of per-file symlinks into a content store (as the Hugging Face cache lays out a
+    // snapshot); the last shard's link, not yet read when the engine pauses, is retargeted.
+    const std::string cur = dir + "/current";
+    std::filesystem::create_directory(cur);
+    for (const auto& f : files1) {
+      const std::string name = std::filesystem::path(f).filename();
+      std::filesystem::create_symlink(v1 + "/" + name, cur + "/" + name);
+    }
+    const std::string last = std::filesystem::path(files1.back()).filename();
+    return [cur, v2, last] {
+      std::filesystem::create_symlink(v2 + "/" + last, cur + "/.next");
+      std::filesystem::rename(cur + "/.next", cur + "/" + last);
+    };
+  });
 }
 
 }  // namespace
