@@ -7,6 +7,7 @@
 
 #include <chrono>
 #include <filesystem>
+#include <fstream>
 #include <functional>
 #include <thread>
 
@@ -182,6 +183,56 @@ TEST(TinyEngineWeightd, AShardRewrittenInPlaceWithItsMtimeRestoredIsNotPublished
       [](const std::string& shard, const std::string&) { fr::test::rewrite_in_place_keeping_mtime(shard); }, "ctime_ns");
 }
 
+
+
+// The first life holds the weights once: after its publish a zero_copy engine re-binds to the daemon's
+// pool and frees its own copy (private memory falls below the weights' size), and still answers as a
+// disk load does. In copy mode it keeps its own, as it must.
+uint64_t rss_anon_bytes(pid_t pid) {
+  std::ifstream in("/proc/" + std::to_string(pid) + "/status");
+  std::string line;
+  while (std::getline(in, line))
+    if (line.rfind("RssAnon:", 0) == 0) return std::stoull(line.substr(8)) * 1024;
+  return 0;
+}
+
+TEST(TinyEngineWeightd, AfterItsPublishAZeroCopyEngineServesFromTheDaemonsCopyAndFreesItsOwn) {
+  if (!have_weightd()) GTEST_SKIP() << "fastrestart-weightd is not built";
+  fr::test::TempDir tmp, ckpt;
+  const std::string sockets = private_dir(tmp);
+  fr::test::Daemon d(sockets);
+  GenOptions o;
+  o.config = config_for_size(o.config, 96ull << 20);
+  ASSERT_TRUE(generate_checkpoint(o, ckpt.path()).ok());
+  const Answer disk = run_once(ckpt.path(), {}).second;
+
+  Engine e(ckpt.path(), fastrestart_args(sockets));
+  ASSERT_TRUE(e.wait_ready(60)) << e.log();
+  auto stats = e.get("/stats").second;
+  EXPECT_EQ(stats["load"]["path"], "fallback") << stats.dump();
+  EXPECT_EQ(stats["load"]["published"], true) << stats.dump();
+  EXPECT_EQ(stats["load"]["adopted"], true) << stats.dump();
+  const uint64_t weights = stats["load"]["weight_bytes"].get<uint64_t>();
+  ASSERT_GT(weights, 64ull << 20);
+  EXPECT_LT(rss_anon_bytes(e.pid()), weights / 2) << "the engine still holds its own copy of the weights";
+  auto [st, c] = e.post("/v1/completions", completion_request("The weights must match", 12));
+  ASSERT_EQ(st, 200);
+  EXPECT_EQ(answer_of(c), disk);
+  e.signal(SIGTERM);
+  EXPECT_EQ(e.wait_exit(10), 0);
+
+  fr::test::TempDir tmp2;
+  const std::string sockets2 = private_dir(tmp2);
+  fr::test::Daemon d2(sockets2);
+  Engine copy(ckpt.path(), fastrestart_args(sockets2, {"--fastrestart-mode", "copy"}));
+  ASSERT_TRUE(copy.wait_ready(60)) << copy.log();
+  auto cs = copy.get("/stats").second;
+  EXPECT_EQ(cs["load"]["published"], true) << cs.dump();
+  EXPECT_EQ(cs["load"]["adopted"], false) << cs.dump();
+  EXPECT_GT(rss_anon_bytes(copy.pid()), weights);
+  copy.signal(SIGTERM);
+  EXPECT_EQ(copy.wait_exit(10), 0);
+}
 
 // A checkpoint read through a symlink that is retargeted while the engine reads it (the way versions are
 // rolled: `current -> v2`). The engine must serve and publish one version, the one it began with: a
