@@ -18,8 +18,8 @@ from ._fastrestart import AttachResult, Key, SnapshotAgent, Tensor
 from . import _fastrestart
 from . import standby
 
-__all__ = ["identify", "attach", "publish", "snapshot_agent", "standby", "AttachResult", "Key", "SnapshotAgent",
-           "Tensor"]
+__all__ = ["identify", "open_checkpoint", "OpenCheckpoint", "attach", "publish", "snapshot_agent", "standby",
+           "AttachResult", "Key", "SnapshotAgent", "Tensor"]
 
 
 def _files(files):
@@ -74,13 +74,60 @@ def _str_or_none(name, v):
     return v
 
 
-def identify(files, config=None):
+def identify(files, config=None, *, fds=None):
     """Identify the checkpoint files now (stat(2) only, never a read) and return a Key.
 
     Take it BEFORE reading the files and publish under it: the daemon refuses a publish whose files
-    changed since, so old bytes are never stored under a new file's identity.
+    changed since, so old bytes are never stored under a new file's identity. With ``fds`` (one open
+    descriptor per file, in order; see open_checkpoint) the files are identified through the descriptors
+    the engine reads: a symlink retargeted during the load cannot put one version's bytes under another's
+    identity (docs/engine_loader.md, "Identify what you read").
     """
-    return _fastrestart.identify(_files(files), _config(config))
+    files = _files(files)
+    if fds is None:
+        return _fastrestart.identify(files, _config(config))
+    fds = list(fds)
+    if any(isinstance(f, bool) or not isinstance(f, int) for f in fds):
+        raise ValueError("fds: expected a list of open file descriptors (int)")
+    return _fastrestart.identify(files, _config(config), fds)
+
+
+class OpenCheckpoint:
+    """The checkpoint's files, each opened once: read them through ``paths`` (``/proc/self/fd/N``, which
+    any reader that takes a path accepts) and identify them with ``key(config)``. Whatever a symlink on the
+    way (``current -> v2``) leads to later, these are the files that were opened. Close it (or use it as a
+    context manager) once the weights are read."""
+
+    def __init__(self, files):
+        self.files = _files(files)
+        self.fds = []
+        try:
+            for f in self.files:
+                self.fds.append(_os.open(f, _os.O_RDONLY | _os.O_CLOEXEC))
+        except OSError:
+            self.close()
+            raise
+        self.paths = ["/proc/self/fd/%d" % fd for fd in self.fds]
+
+    def key(self, config=None):
+        return identify(self.files, config, fds=self.fds)
+
+    def close(self):
+        for fd in self.fds:
+            _os.close(fd)
+        self.fds = []
+        self.paths = []
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+
+def open_checkpoint(files):
+    """Open every checkpoint file once (see OpenCheckpoint)."""
+    return OpenCheckpoint(files)
 
 
 def _key(what, files, config):

@@ -179,13 +179,15 @@ class FastrestartModelLoader(BaseModelLoader):
         report.result = "miss" if daemon_answered else "fallback"
         report.publish = "skipped"
         if daemon_answered:
-            reason += self._publish(model, key, device, ops, report)
+            retargeted = _retargeted(self._fr, files, config, key)
+            reason += ("; not published: " + retargeted) if retargeted else self._publish(model, key, device, ops, report)
         report.reason = reason
         report.total_ms = _ms(t0)
         result_line.emit(report)
         return model
 
     # ---- the two halves ----
+
 
     def _warm(self, vllm_config, model_config, prefix, target, r, ops, api):
         with api.set_default_torch_dtype(model_config.dtype):
@@ -230,3 +232,21 @@ class FastrestartModelLoader(BaseModelLoader):
         report.publish, report.publish_ms = "ok", _ms(tp)
         report.key, report.tensors, report.bytes = info["fingerprint"], count, nbytes
         return ""
+
+
+def _retargeted(fr, files, config, key):
+    """Why the files vLLM read may be others than the ones `key` identified, or "". vLLM opens the checkpoint by
+    its paths itself, so the plugin cannot read through the identified descriptors as the other engines
+    do: a path whose symlink (`current -> v2`, or a file's link into a content store) now leads to another
+    file than at identify time may have been read from either, and is never published under `key`'s
+    identities (docs/reliability.md, "How files are identified")."""
+    try:
+        now = fr.identify(files, config)
+    except (ValueError, RuntimeError):
+        return ""  # a file went: the daemon refuses the publish and names it
+    was = {f["path"] for f in key.files}
+    moved = [f["path"] for f in now.files if f["path"] not in was]
+    if moved:
+        return ("the checkpoint's paths lead to other files than when they were identified (a symlink was "
+                "retargeted during the load: now %s)" % ", ".join(moved[:3]))
+    return ""  # the same files: the daemon re-checks their identities and names any change

@@ -291,15 +291,16 @@ class Engine:
         return {"arch": type(self.model).__name__, "dtype": st.get(self.dtype, str(self.dtype)),
                 "engine": ENGINE, "tp_size": str(self.tp), "tp_rank": str(self.rank)}
 
-    def _from_disk(self):
+    def _from_disk(self, paths=None):
         """The rank's tensors from the checkpoint, on its device: whole for one rank; for N ranks the
         column-parallel projections' rows and the row-parallel ones' columns of this rank only (read as
         slices: the other ranks' parts are not read), everything else whole (docs/refengine.md)."""
         from safetensors import safe_open
         state = {}
-        total = sum(os.path.getsize(f) for f in self.files)
+        paths = paths or self.files  # /proc/self/fd/N of an OpenCheckpoint: the files that were identified
+        total = sum(os.path.getsize(f) for f in paths)
         done = 0
-        for f in self.files:
+        for f in paths:
             with safe_open(f, framework="pt", device=str(self.device)) as sf:
                 for name in sf.keys():
                     dim = tp.shard_dim(name) if self.tp > 1 else None
@@ -337,7 +338,14 @@ class Engine:
         opts = dict(mode=a.fastrestart_mode, fallback=a.fastrestart_fallback == "on",
                     connect_timeout_s=a.fastrestart_connect_timeout, state_timeout_s=a.fastrestart_state_timeout,
                     verify=a.fastrestart_verify, socket_dir=a.fastrestart_socket_dir, device=str(self.device))
-        r = fastrestart.attach(self.files, self.key_config(), **opts)
+        # Each file opened once and identified through its descriptor; a miss reads through the same
+        # descriptors, so what is published is what was read even if a symlink is retargeted meanwhile.
+        with fastrestart.open_checkpoint(self.files) as ckpt:
+            return self._attach_or_read(fastrestart, ckpt, opts)
+
+    def _attach_or_read(self, fastrestart, ckpt, opts):
+        a, torch = self.args, self.torch
+        r = fastrestart.attach(ckpt.key(self.key_config()), **opts)
         self.load["attach_timings"] = r.timings
         missed = self._agree(r)
         if r.hit and missed is not None:
@@ -347,7 +355,7 @@ class Engine:
             log(f"tensor parallel: {reason}: dropping this rank's attached shard, loading it from disk")
             r = None  # the last reference to the mapping: the engine no longer maps the daemon's pool
             self.load.update(path="fallback", reason=reason, dropped_attach=True)
-            return self._from_disk()
+            return self._from_disk(ckpt.paths)
         if r.hit:
             # No copy: each torch tensor is a view of the daemon's pool (read-only in zero_copy: this engine
             # never writes a weight).
@@ -360,7 +368,7 @@ class Engine:
         self.load.update(path="fallback", reason=reason, differs=list(r.differs))
         if self.tp > 1:
             self.load["attach_reason"] = r.reason  # this rank's own miss
-        state = self._from_disk()
+        state = self._from_disk(ckpt.paths)
         if a.fastrestart_publish == "on":
             t = time.monotonic()
             try:

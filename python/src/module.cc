@@ -316,12 +316,16 @@ std::optional<std::shared_ptr<PySnapshotAgent>> snapshot_agent(const std::vector
   return out;
 }
 
-PyKey identify(const std::vector<std::string>& files, const std::map<std::string, std::string>& config) {
+PyKey identify(const std::vector<std::string>& files, const std::map<std::string, std::string>& config,
+               const std::optional<std::vector<int>>& fds) {
   if (files.empty()) throw py::value_error("files: at least one checkpoint file is required");
+  if (fds && fds->size() != files.size())
+    throw py::value_error("fds: " + std::to_string(fds->size()) + " descriptors for " + std::to_string(files.size()) + " files");
   std::optional<fastrestart::Result<fastrestart::IdentifiedKey>> r;
   {
     py::gil_scoped_release nogil;
-    r.emplace(fastrestart::identify(fastrestart::Key{files, config}));
+    fastrestart::Key key{files, config};
+    r.emplace(fds ? fastrestart::identify_fds(key, *fds) : fastrestart::identify(key));
   }
   if (!r->ok()) raise_error(r->error());
   return PyKey{std::move(r->value())};
@@ -578,7 +582,7 @@ PYBIND11_MODULE(_fastrestart, m) {
       .def_property_readonly("prepared", [](const PySnapshotAgent& a) { return a.agent && a.agent->prepared(); })
       .def("stop", &PySnapshotAgent::stop);
   m.def("snapshot_agent", &snapshot_agent, py::arg("results"), py::arg("quiesce"), py::arg("resume"), py::arg("socket_path"));
-  m.def("identify", &identify, py::arg("files"), py::arg("config"));
+  m.def("identify", &identify, py::arg("files"), py::arg("config"), py::arg("fds") = py::none());
   m.def("attach", &attach, py::arg("key"), py::arg("mode"), py::arg("fallback"),
         py::arg("connect_timeout_s"), py::arg("state_timeout_s"), py::arg("verify"), py::arg("socket_dir"),
         py::arg("device"));

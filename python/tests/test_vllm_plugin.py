@@ -257,6 +257,22 @@ class PluginTest(unittest.TestCase):
         self.assertEqual(again.line["reason"], "no entries")
         self.assert_started(self.serve(), "hit", "-")
 
+    def test_a_checkpoint_symlink_retargeted_during_the_cold_load_is_not_published(self):
+        # `current -> model` is rolled to `current -> next` after vLLM read the first shard: it reads the
+        # other shard from the next version, so the old version's identities must not get these bytes.
+        self.start_daemon()
+        nxt = os.path.join(self.tmp, "next")
+        make_model(nxt, seed=2)
+        current = os.path.join(self.tmp, "current")
+        os.symlink(self.model, current)
+        first = os.path.basename(sorted(self.shards)[0])
+        s = self.assert_started(self.serve(model=current, env={"FAKE_VLLM_RETARGET_AFTER_READ": "%s:%s:%s" % (first, current, nxt)}),
+                                "miss", "skipped")
+        self.assertIn("retargeted", s.line["reason"])
+        # Nothing was stored under the first version: a start on its own files misses, loads, publishes.
+        again = self.assert_started(self.serve(), "miss", "ok")
+        self.assertEqual(again.line["reason"], "no entries")
+
     def test_socket_dir_defaults_to_fastrestart_socket_dir(self):
         self.start_daemon()
         self.assert_started(self.serve(extra={"socket_dir": None}, env={"FASTRESTART_SOCKET_DIR": self.run_dir}),

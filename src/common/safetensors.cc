@@ -100,18 +100,22 @@ Result<SafetensorsHeader> parse_safetensors_header(std::string_view text, uint64
 Result<SafetensorsHeader> read_safetensors_header(const std::string& path) {
   UniqueFd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
   if (!fd) return sys_error("open " + path);
+  return read_safetensors_header_fd(fd.get(), path);
+}
+
+Result<SafetensorsHeader> read_safetensors_header_fd(int fd, const std::string& path) {
   struct stat st {};
-  if (::fstat(fd.get(), &st) != 0) return sys_error("stat " + path);
+  if (::fstat(fd, &st) != 0) return sys_error("stat " + path);
   const auto size = static_cast<uint64_t>(st.st_size);
   if (size < 8) return bad(path, "file is shorter than 8 bytes");
   unsigned char lenbuf[8];
-  FR_TRY(pread_full(fd.get(), lenbuf, 8, 0, path));
+  FR_TRY(pread_full(fd, lenbuf, 8, 0, path));
   uint64_t n = 0;
   for (int i = 7; i >= 0; --i) n = (n << 8) | lenbuf[i];
   if (n > kMaxSafetensorsHeader) return bad(path, "header length " + std::to_string(n) + " exceeds the limit");
   if (n > size - 8) return bad(path, "header length " + std::to_string(n) + " runs past the end of the file");
   std::string text(n, '\0');
-  FR_TRY(pread_full(fd.get(), text.data(), n, 8, path));
+  FR_TRY(pread_full(fd, text.data(), n, 8, path));
   return parse_safetensors_header(text, n, size, path);
 }
 

@@ -45,6 +45,8 @@ Result<SafetensorsHeader> parse_safetensors_header(std::string_view json, uint64
                                                    uint64_t file_size, const std::string& path);
 // Opens `path`, reads and validates its header. Reads only the header, never the data.
 Result<SafetensorsHeader> read_safetensors_header(const std::string& path);
+// The same from a file already open as `fd` (`path` names it in errors and becomes the header's path).
+Result<SafetensorsHeader> read_safetensors_header_fd(int fd, const std::string& path);
 
 struct TensorData {
   std::string name;

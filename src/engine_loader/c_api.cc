@@ -79,6 +79,21 @@ int fr_key_identify(const char* const* files, size_t nfiles, const char* const* 
   return set_err(err, errlen, e.what()), FR_EFAIL;
 }
 
+int fr_key_identify_fds(const char* const* files, const int* fds, size_t nfiles, const char* const* config,
+                        size_t nconfig, fr_key_t** out, char* err, size_t errlen) try {
+  if (!out) return set_err(err, errlen, "out is NULL"), FR_EINVAL;
+  *out = nullptr;
+  if (nfiles > 0 && !fds) return set_err(err, errlen, "fds is NULL"), FR_EINVAL;
+  fastrestart::Key key;
+  if (!make_key(files, nfiles, config, nconfig, &key, err, errlen)) return FR_EINVAL;
+  auto k = fastrestart::identify_fds(key, std::vector<int>(fds, fds + nfiles));
+  if (!k.ok()) return set_err(err, errlen, k.error().message), code_of(k.error());
+  *out = new fr_key{*k, k->fingerprint()};
+  return FR_OK;
+} catch (const std::exception& e) {
+  return set_err(err, errlen, e.what()), FR_EFAIL;
+}
+
 const char* fr_key_fingerprint(const fr_key_t* key) { return key ? key->fingerprint.c_str() : ""; }
 
 void fr_key_release(fr_key_t* key) { delete key; }

@@ -14,19 +14,32 @@ Status check_config(const std::map<std::string, std::string>& config) {
   return {};
 }
 
-}  // namespace
-
-Result<proto::Key> identify(const fastrestart::Key& key) {
+// Identifies key.files[i] with `one(i)` and sorts the result by path (docs/protocol.md).
+template <class One>
+Result<proto::Key> identify_each(const fastrestart::Key& key, One one) {
   if (key.files.empty()) return make_error(Errc::kInvalidArgument, "key has no checkpoint files");
   FR_TRY(check_config(key.config));
   proto::Key k;
-  for (const auto& f : key.files) {
-    FR_ASSIGN(FileIdentity id, identify_file(f));
+  for (size_t i = 0; i < key.files.size(); ++i) {
+    FR_ASSIGN(FileIdentity id, one(i));
     k.files.push_back(std::move(id));
   }
   std::sort(k.files.begin(), k.files.end(), [](const FileIdentity& a, const FileIdentity& b) { return a.path < b.path; });
   k.config = key.config;
   return k;
+}
+
+}  // namespace
+
+Result<proto::Key> identify(const fastrestart::Key& key) {
+  return identify_each(key, [&](size_t i) { return identify_file(key.files[i]); });
+}
+
+Result<proto::Key> identify_fds(const fastrestart::Key& key, const std::vector<int>& fds) {
+  if (fds.size() != key.files.size())
+    return make_error(Errc::kInvalidArgument, "identify_fds: " + std::to_string(fds.size()) + " descriptors for " +
+                                                  std::to_string(key.files.size()) + " files");
+  return identify_each(key, [&](size_t i) { return identify_fd(fds[i], key.files[i]); });
 }
 
 Result<proto::Key> to_proto(const fastrestart::IdentifiedKey& key) {
@@ -56,6 +69,11 @@ namespace fastrestart {
 
 Result<IdentifiedKey> identify(const Key& key) {
   FR_ASSIGN(fr::proto::Key k, fr::loader::identify(key));
+  return fr::loader::from_proto(k);
+}
+
+Result<IdentifiedKey> identify_fds(const Key& key, const std::vector<int>& fds) {
+  FR_ASSIGN(fr::proto::Key k, fr::loader::identify_fds(key, fds));
   return fr::loader::from_proto(k);
 }
 

@@ -168,10 +168,18 @@ Result<CheckpointInfo> inspect_checkpoint(const std::string& path) {
   } else {
     return make_error(Errc::kNotFound, "checkpoint " + path + " does not exist");
   }
+  auto fds = std::make_shared<std::vector<UniqueFd>>();
+  for (const auto& f : info.files) {
+    UniqueFd fd(::open(f.c_str(), O_RDONLY | O_CLOEXEC));
+    if (!fd) return sys_error("open " + f);
+    fds->push_back(std::move(fd));
+  }
+  info.fds = fds;
   std::string config_json;
   std::map<std::string, int> seen;
-  for (const auto& f : info.files) {
-    FR_ASSIGN(auto h, read_safetensors_header(f));
+  for (size_t i = 0; i < info.files.size(); ++i) {
+    const std::string& f = info.files[i];
+    FR_ASSIGN(auto h, read_safetensors_header_fd((*fds)[i].get(), f));
     info.header_bytes += h.data_start;
     for (const auto& t : h.tensors)
       if (seen[t.name]++) return make_error(Errc::kCorrupt, "tensor '" + t.name + "' appears twice in " + path);
@@ -189,6 +197,13 @@ Result<CheckpointInfo> inspect_checkpoint(const std::string& path) {
   if (!c) return c.error().context(path);
   info.config = *c;
   return info;
+}
+
+std::vector<int> CheckpointInfo::fd_numbers() const {
+  std::vector<int> out;
+  if (fds)
+    for (const auto& fd : *fds) out.push_back(fd.get());
+  return out;
 }
 
 TensorLookup TensorSet::lookup() const {
@@ -232,13 +247,15 @@ Result<DiskLoad> load_from_disk(const CheckpointInfo& info) {
     spdlog::info("fastrestart-progress: phase=disk_read done={} total={} unit=bytes", done, total);
   };
   constexpr uint64_t kChunk = 64ull << 20;
-  for (const auto& h : info.headers) {
+  if (!info.fds || info.fds->size() != info.headers.size())
+    return make_error(Errc::kInvalidArgument, "load_from_disk: the checkpoint's files are not open");
+  for (size_t i = 0; i < info.headers.size(); ++i) {
+    const SafetensorsHeader& h = info.headers[i];
+    const UniqueFd& fd = (*info.fds)[i];
     const uint64_t n = h.file_size - h.data_start;
     auto* p = static_cast<std::byte*>(std::aligned_alloc(64, std::max<uint64_t>(64, (n + 63) / 64 * 64)));
     if (!p) return make_error(Errc::kIo, "out of memory reading " + h.path);
     bufs->bufs.emplace_back(p);
-    UniqueFd fd(::open(h.path.c_str(), O_RDONLY | O_CLOEXEC));
-    if (!fd) return sys_error("open " + h.path);
     for (uint64_t at = 0; at < n; at += kChunk) {
       const uint64_t len = std::min(kChunk, n - at);
       FR_TRY(pread_full(fd.get(), p + at, len, h.data_start + at, h.path));
@@ -247,7 +264,7 @@ Result<DiskLoad> load_from_disk(const CheckpointInfo& info) {
     out.bytes_read += n;
     for (const auto& t : h.tensors)
       out.set.tensors[t.name] = TensorView{t.dtype, t.shape, p + (t.begin - h.data_start), t.nbytes()};
-    test_pause_after(h.path, &h != &info.headers.back());
+    test_pause_after(h.path, i + 1 < info.headers.size());
   }
   out.set.owner = bufs;
   return out;

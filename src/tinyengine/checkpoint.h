@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "common/fd.h"
 #include "common/safetensors.h"
 #include "fastrestart/result.h"
 #include "tinyengine/model.h"
@@ -37,8 +38,13 @@ Result<uint64_t> parse_size(const std::string& text);
 Result<std::vector<std::string>> generate_checkpoint(const GenOptions& options, const std::string& out_dir);
 
 // A checkpoint's files, headers and config, read from the headers only.
+// Every file is opened once, here, and everything after (headers, the disk load, the key a publish goes
+// under) reads or identifies that descriptor, never the path again: a symlink retargeted during the load
+// (`current -> v2`) cannot mix two versions or publish one version's bytes under another's identity.
 struct CheckpointInfo {
   std::vector<std::string> files;  // absolute paths, sorted
+  std::shared_ptr<const std::vector<UniqueFd>> fds;  // fds->at(i) is files[i], open for reading
+  std::vector<int> fd_numbers() const;
   std::vector<SafetensorsHeader> headers;
   ModelConfig config;
   uint64_t header_bytes = 0;  // bytes read to learn this

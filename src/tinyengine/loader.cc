@@ -99,12 +99,47 @@ nlohmann::json LoadReport::to_json() const {
     j["mode"] = mode;
     j["published"] = published;
     j["publish_error"] = publish_error;
+    j["adopted"] = adopted;
+    if (!adopt_error.empty()) j["adopt_error"] = adopt_error;
     j["fingerprint"] = fingerprint;
     j["digest"] = digest;
     j["attach_timings"] = attach_timings;
   }
   return j;
 }
+
+namespace {
+
+// zero_copy after a publish: attach what was just published and re-bind the model to it, so the own copy
+// (freed when the old set goes) and the daemon's are not both held for the engine's whole first life. On
+// any failure the engine keeps serving its own copy and says why (load.adopt_error).
+void adopt_published(LoadedModel& out, const PublishKey* key, const LoadOptions& options, const TpReduce& reduce) {
+  LoadReport& r = out.report;
+  auto fail = [&](const std::string& why) {
+    r.adopt_error = why;
+    spdlog::warn("fastrestart: serving this engine's own copy of the weights, not the daemon's: {}", why);
+  };
+  auto a = fastrestart_attach_published(key, options);
+  if (!a) return fail(a.error().to_string());
+  if (!a->hit) return fail("the attach after the publish missed: " + a->reason);
+  if (a->mode != "zero_copy" || a->on_cuda != (cuda_ordinal(options.device) >= 0))
+    return fail("the daemon's copy is not a zero_copy mapping on this engine's device");
+  if (out.cuda) {
+    auto m = bind_cuda_model(out.info.config, a->set.lookup(), cuda_ordinal(options.device));
+    if (!m) return fail(m.error().to_string());
+    out.cuda = std::move(*m);
+  } else {
+    auto m = Model::bind(out.info.config, a->set.lookup(), options.tp, reduce);
+    if (!m) return fail(m.error().to_string());
+    out.model = std::move(*m);
+  }
+  out.set = std::move(a->set);  // the own copy is freed here
+  r.adopted = true;
+  r.mode = "zero_copy";
+  spdlog::info("fastrestart: adopted the daemon's copy ({}); this engine's own copy is freed", a->fingerprint);
+}
+
+}  // namespace
 
 Result<LoadedModel> load_model(const std::string& path, const LoadOptions& options, const TpAgree& agree,
                                TpReduce reduce) {
@@ -179,7 +214,7 @@ Result<LoadedModel> load_model(const std::string& path, const LoadOptions& optio
     if (!m) return m.error().context(path);
     out.cuda = std::move(*m);
   } else {
-    auto m = Model::bind(out.info.config, out.set.lookup(), tp, std::move(reduce));
+    auto m = Model::bind(out.info.config, out.set.lookup(), tp, reduce);
     if (!m) return m.error().context(path);
     out.model = std::move(*m);
   }
@@ -193,11 +228,17 @@ Result<LoadedModel> load_model(const std::string& path, const LoadOptions& optio
       r.fingerprint = p->fingerprint;
       r.digest = p->digest;
       spdlog::info("fastrestart: published {} bytes as {} (digest {})", p->bytes, p->fingerprint, p->digest);
+      if (options.zero_copy) {
+        adopt_published(out, key.get(), options, reduce);
+        r.phases.emplace_back("adopt", sw.lap());
+      }
     } else {
       r.publish_error = p.error().to_string();
       spdlog::warn("fastrestart: publish failed, serving anyway: {}", r.publish_error);
     }
   }
+  // Read and published: the descriptors would only keep a replaced checkpoint's disk space in use.
+  out.info.fds.reset();
   return out;
 }
 

@@ -53,6 +53,10 @@ struct LoadReport {
   uint64_t disk_bytes_read = 0;  // headers + data read from the checkpoint files
   bool published = false;
   std::string publish_error;
+  // zero_copy, after a publish: the engine re-bound its model to the daemon's pool and freed its own copy,
+  // so the weights are held once, not twice, for the rest of its life (docs/tinyengine.md, "Loading").
+  bool adopted = false;
+  std::string adopt_error;
   std::string fingerprint, digest;
   std::vector<std::pair<std::string, double>> phases;  // in order: name, seconds
   nlohmann::json attach_timings;                       // engine_loader's Timings, on attach
@@ -99,6 +103,9 @@ struct PublishOutcome {
 };
 Result<PublishOutcome> fastrestart_publish(const PublishKey* key, const CheckpointInfo& info, const TensorSet& set,
                                            const LoadOptions& options);
+// Attaches under the key a publish just went under (zero_copy): the daemon's copy of what this engine
+// read, to adopt in place of its own.
+Result<AttachOutcome> fastrestart_attach_published(const PublishKey* key, const LoadOptions& options);
 // The snapshot exchange (docs/snapshot.md, "The prepare/resume exchange"): serves prepare/resume on
 // $FASTRESTART_SNAPSHOT_SOCKET, releasing and re-attaching `m`'s weights when they were attached in
 // zero_copy (weights loaded from disk or copied are private memory: nothing to release). nullptr when the

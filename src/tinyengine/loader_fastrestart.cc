@@ -29,9 +29,9 @@ fastrestart::Key to_key(const CheckpointInfo& info, const TpPlan& tp) { return {
 
 }  // namespace
 
-Result<AttachOutcome> fastrestart_attach(const CheckpointInfo& info, const LoadOptions& options) {
-  // Identified here, before load_from_disk reads a byte: the key a publish after a miss goes under.
-  FR_ASSIGN(auto key, fastrestart::identify(to_key(info, options.tp)));
+namespace {
+
+Result<AttachOutcome> attach_key(fastrestart::IdentifiedKey key, const LoadOptions& options) {
   FR_ASSIGN(auto r, fastrestart::attach(key, to_options(options)));
   AttachOutcome out;
   out.key = std::make_shared<const PublishKey>(PublishKey{std::move(key)});
@@ -54,6 +54,20 @@ Result<AttachOutcome> fastrestart_attach(const CheckpointInfo& info, const LoadO
   }
   out.set.owner = r.weights;  // keeps the mapping (or copy) alive as long as the model
   return out;
+}
+
+}  // namespace
+
+Result<AttachOutcome> fastrestart_attach(const CheckpointInfo& info, const LoadOptions& options) {
+  // Identified here, before load_from_disk reads a byte, by the descriptors it reads through: the key a
+  // publish after a miss goes under is what the engine read, whatever the paths lead to by then.
+  FR_ASSIGN(auto key, fastrestart::identify_fds(to_key(info, options.tp), info.fd_numbers()));
+  return attach_key(std::move(key), options);
+}
+
+Result<AttachOutcome> fastrestart_attach_published(const PublishKey* key, const LoadOptions& options) {
+  if (!key) return make_error(Errc::kInvalidArgument, "adopt: no key was published");
+  return attach_key(key->key, options);
 }
 
 Result<PublishOutcome> fastrestart_publish(const PublishKey* key, const CheckpointInfo& info, const TensorSet& set,
@@ -88,7 +102,7 @@ Result<std::shared_ptr<void>> start_snapshot_agent(const LoadedModel& m, std::fu
                                                    std::function<Status()> resume) {
   std::vector<std::shared_ptr<fastrestart::Weights>> weights;
   // set.owner is the attached Weights whenever the path is "attach" (fastrestart_attach put it there).
-  if (m.report.path == "attach" && m.report.mode == "zero_copy" && m.set.owner)
+  if ((m.report.path == "attach" || m.report.adopted) && m.report.mode == "zero_copy" && m.set.owner)
     weights.push_back(std::static_pointer_cast<fastrestart::Weights>(m.set.owner));
   FR_ASSIGN(auto agent, fastrestart::SnapshotAgent::start(std::move(weights), {std::move(quiesce), std::move(resume)}));
   return std::shared_ptr<void>(std::move(agent));

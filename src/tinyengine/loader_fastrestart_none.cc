@@ -14,6 +14,10 @@ Result<PublishOutcome> fastrestart_publish(const PublishKey*, const CheckpointIn
   return make_error(Errc::kUnsupported, "built without engine_loader");
 }
 
+Result<AttachOutcome> fastrestart_attach_published(const PublishKey*, const LoadOptions&) {
+  return make_error(Errc::kUnsupported, "built without engine_loader");
+}
+
 Result<std::string> daemon_socket_of(const LoadOptions&) {
   return make_error(Errc::kUnsupported, "built without engine_loader");
 }

@@ -108,5 +108,54 @@ TEST_F(Fingerprint, ConfigFieldDifferenceIsNamed) {
   EXPECT_EQ(r.differs, std::vector<std::string>{"config.dtype"});
 }
 
+
+// identify_fds: the identity of what a descriptor reads, whatever the path that opened it leads to later.
+TEST(IdentifyFds, ADescriptorOpenedThroughASymlinkKeepsItsFileAfterTheLinkIsRetargeted) {
+  fr::test::TempDir dir;
+  ::mkdir((dir / "v1").c_str(), 0755);
+  ::mkdir((dir / "v2").c_str(), 0755);
+  auto v1 = fr::test::make_checkpoint(dir / "v1", 1, 1, 4096, 1);
+  auto v2 = fr::test::make_checkpoint(dir / "v2", 1, 1, 4096, 2);
+  const std::string link = dir / "current.safetensors";
+  ASSERT_EQ(::symlink(v1.files[0].c_str(), link.c_str()), 0);
+  const int fd = ::open(link.c_str(), O_RDONLY | O_CLOEXEC);
+  ASSERT_GE(fd, 0);
+  const std::string next = dir / "next";
+  ASSERT_EQ(::symlink(v2.files[0].c_str(), next.c_str()), 0);
+  ASSERT_EQ(::rename(next.c_str(), link.c_str()), 0);  // current -> v2 now
+
+  auto by_fd = identify_fds({{link}, {}}, {fd});
+  auto by_path = identify({{link}, {}});
+  auto v1_key = identify({{v1.files[0]}, {}});
+  ::close(fd);
+  ASSERT_TRUE(by_fd.ok() && by_path.ok() && v1_key.ok());
+  EXPECT_EQ(by_fd->files, v1_key->files);  // what the descriptor reads: v1
+  EXPECT_NE(by_path->files, v1_key->files);  // the path leads to v2 now
+}
+
+TEST(IdentifyFds, AFileRenamedOverAfterItWasOpenedCannotBeIdentified) {
+  fr::test::TempDir dir;
+  ::mkdir((dir / "a").c_str(), 0755);
+  ::mkdir((dir / "b").c_str(), 0755);
+  auto a = fr::test::make_checkpoint(dir / "a", 1, 1, 4096, 1);
+  auto b = fr::test::make_checkpoint(dir / "b", 1, 1, 4096, 2);
+  const int fd = ::open(a.files[0].c_str(), O_RDONLY | O_CLOEXEC);
+  ASSERT_GE(fd, 0);
+  ASSERT_EQ(::rename(b.files[0].c_str(), a.files[0].c_str()), 0);
+  auto k = identify_fds({{a.files[0]}, {}}, {fd});
+  ::close(fd);
+  ASSERT_FALSE(k.ok());
+  EXPECT_NE(k.error().message.find("removed or replaced after it was opened"), std::string::npos) << k.error().message;
+}
+
+TEST(IdentifyFds, OneDescriptorPerFile) {
+  fr::test::TempDir dir;
+  ::mkdir((dir / "a").c_str(), 0755);
+  auto a = fr::test::make_checkpoint(dir / "a", 2, 1, 4096, 1);
+  auto k = identify_fds({a.files, {}}, {0});
+  ASSERT_FALSE(k.ok());
+  EXPECT_NE(k.error().message.find("1 descriptors for 2 files"), std::string::npos) << k.error().message;
+}
+
 }  // namespace
 }  // namespace fastrestart

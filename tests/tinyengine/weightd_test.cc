@@ -7,6 +7,8 @@
 
 #include <chrono>
 #include <filesystem>
+#include <fstream>
+#include <functional>
 #include <thread>
 
 #include "engine_process.h"
@@ -179,6 +181,132 @@ TEST(TinyEngineWeightd, AShardRenamedOverDuringTheColdStartIsNotPublished) {
 TEST(TinyEngineWeightd, AShardRewrittenInPlaceWithItsMtimeRestoredIsNotPublished) {
   shard_changed_during_the_cold_start(
       [](const std::string& shard, const std::string&) { fr::test::rewrite_in_place_keeping_mtime(shard); }, "ctime_ns");
+}
+
+
+
+// The first life holds the weights once: after its publish a zero_copy engine re-binds to the daemon's
+// pool and frees its own copy (private memory falls below the weights' size), and still answers as a
+// disk load does. In copy mode it keeps its own, as it must.
+uint64_t rss_anon_bytes(pid_t pid) {
+  std::ifstream in("/proc/" + std::to_string(pid) + "/status");
+  std::string line;
+  while (std::getline(in, line))
+    if (line.rfind("RssAnon:", 0) == 0) return std::stoull(line.substr(8)) * 1024;
+  return 0;
+}
+
+TEST(TinyEngineWeightd, AfterItsPublishAZeroCopyEngineServesFromTheDaemonsCopyAndFreesItsOwn) {
+  if (!have_weightd()) GTEST_SKIP() << "fastrestart-weightd is not built";
+  fr::test::TempDir tmp, ckpt;
+  const std::string sockets = private_dir(tmp);
+  fr::test::Daemon d(sockets);
+  GenOptions o;
+  o.config = config_for_size(o.config, 96ull << 20);
+  ASSERT_TRUE(generate_checkpoint(o, ckpt.path()).ok());
+  const Answer disk = run_once(ckpt.path(), {}).second;
+
+  Engine e(ckpt.path(), fastrestart_args(sockets));
+  ASSERT_TRUE(e.wait_ready(60)) << e.log();
+  auto stats = e.get("/stats").second;
+  EXPECT_EQ(stats["load"]["path"], "fallback") << stats.dump();
+  EXPECT_EQ(stats["load"]["published"], true) << stats.dump();
+  EXPECT_EQ(stats["load"]["adopted"], true) << stats.dump();
+  const uint64_t weights = stats["load"]["weight_bytes"].get<uint64_t>();
+  ASSERT_GT(weights, 64ull << 20);
+  EXPECT_LT(rss_anon_bytes(e.pid()), weights / 2) << "the engine still holds its own copy of the weights";
+  auto [st, c] = e.post("/v1/completions", completion_request("The weights must match", 12));
+  ASSERT_EQ(st, 200);
+  EXPECT_EQ(answer_of(c), disk);
+  e.signal(SIGTERM);
+  EXPECT_EQ(e.wait_exit(10), 0);
+
+  fr::test::TempDir tmp2;
+  const std::string sockets2 = private_dir(tmp2);
+  fr::test::Daemon d2(sockets2);
+  Engine copy(ckpt.path(), fastrestart_args(sockets2, {"--fastrestart-mode", "copy"}));
+  ASSERT_TRUE(copy.wait_ready(60)) << copy.log();
+  auto cs = copy.get("/stats").second;
+  EXPECT_EQ(cs["load"]["published"], true) << cs.dump();
+  EXPECT_EQ(cs["load"]["adopted"], false) << cs.dump();
+  EXPECT_GT(rss_anon_bytes(copy.pid()), weights);
+  copy.signal(SIGTERM);
+  EXPECT_EQ(copy.wait_exit(10), 0);
+}
+
+// A checkpoint read through a symlink that is retargeted while the engine reads it (the way versions are
+// rolled: `current -> v2`). The engine must serve and publish one version, the one it began with: a
+// later start on that version's own files attaches bytes equal to its disk load, never a mix.
+// `layout` builds the path the engine is given from the two versions' directories and returns the
+// function that retargets it.
+using Retarget = std::function<void()>;
+void symlink_retargeted_during_the_cold_start(
+    Retarget (*layout)(const std::string& dir, const std::string& v1, const std::string& v2, const std::vector<std::string>& files1)) {
+  if (!have_weightd()) GTEST_SKIP() << "fastrestart-weightd is not built";
+  fr::test::TempDir tmp, v1, v2, links;
+  const std::string sockets = private_dir(tmp);
+  fr::test::Daemon d(sockets);
+  GenOptions o;
+  o.shard_bytes = 256 << 10;  // a few shards: the engine pauses after each but the last
+  auto files = generate_checkpoint(o, v1.path());
+  ASSERT_TRUE(files.ok());
+  ASSERT_GE(files->size(), 2u);
+  o.seed = 99;  // the same layout, other weights: the next version
+  ASSERT_TRUE(generate_checkpoint(o, v2.path()).ok());
+  const Answer answer1 = run_once(v1.path(), {}).second;
+  ASSERT_NE(answer1, run_once(v2.path(), {}).second);
+
+  const Retarget retarget = layout(links.path(), v1.path(), v2.path(), *files);
+  const std::string model = links / "current";
+  ::setenv("FASTRESTART_TEST_READ_DELAY_MS", "3000", 1);
+  Engine e(model, fastrestart_args(sockets));
+  ::unsetenv("FASTRESTART_TEST_READ_DELAY_MS");
+  for (int i = 0; i < 6000 && e.log().find("test: read ") == std::string::npos; ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  ASSERT_NE(e.log().find("test: read "), std::string::npos) << e.log();
+  retarget();  // the engine has read the first shard and is about to read the next
+
+  ASSERT_TRUE(e.wait_ready(60)) << e.log();
+  auto [st, c] = e.post("/v1/completions", completion_request("The weights must match", 12));
+  ASSERT_EQ(st, 200);
+  EXPECT_EQ(answer_of(c), answer1) << "the engine mixed two versions of the checkpoint";
+  e.signal(SIGTERM);
+  EXPECT_EQ(e.wait_exit(10), 0);
+
+  // What was published (if anything) is the first version's: a start on its own files attaches it, or
+  // loads it from disk; either way the answer is the first version's.
+  auto [again, again_answer] = run_once(v1.path(), fastrestart_args(sockets));
+  EXPECT_EQ(again_answer, answer1) << again.dump();
+}
+
+TEST(TinyEngineWeightd, ACheckpointDirectorySymlinkRetargetedDuringTheColdStartPublishesOneVersion) {
+  symlink_retargeted_during_the_cold_start([](const std::string& dir, const std::string& v1, const std::string& v2,
+                                              const std::vector<std::string>&) -> Retarget {
+    std::filesystem::create_directory_symlink(v1, dir + "/current");
+    return [dir, v2] {  // rename(2) over the link: atomic, as a deployment tool does it
+      std::filesystem::create_directory_symlink(v2, dir + "/next");
+      std::filesystem::rename(dir + "/next", dir + "/current");
+    };
+  });
+}
+
+TEST(TinyEngineWeightd, AShardSymlinkRetargetedDuringTheColdStartPublishesOneVersion) {
+  symlink_retargeted_during_the_cold_start([](const std::string& dir, const std::string& v1, const std::string& v2,
+                                              const std::vector<std::string>& files1) -> Retarget {
+    // A directory of per-file symlinks into a content store (as the Hugging Face cache lays out a
+    // snapshot); the last shard's link, not yet read when the engine pauses, is retargeted.
+    const std::string cur = dir + "/current";
+    std::filesystem::create_directory(cur);
+    for (const auto& f : files1) {
+      const std::string name = std::filesystem::path(f).filename();
+      std::filesystem::create_symlink(v1 + "/" + name, cur + "/" + name);
+    }
+    const std::string last = std::filesystem::path(files1.back()).filename();
+    return [cur, v2, last] {
+      std::filesystem::create_symlink(v2 + "/" + last, cur + "/.next");
+      std::filesystem::rename(cur + "/.next", cur + "/" + last);
+    };
+  });
 }
 
 }  // namespace

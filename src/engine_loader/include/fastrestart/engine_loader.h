@@ -78,6 +78,13 @@ struct IdentifiedKey {
 // stat()s every file of `key` (never reads one). Errc::kInvalidArgument when a file cannot be stat'ed.
 Result<IdentifiedKey> identify(const Key& key);
 
+// The same for files the engine has already opened and will read through these descriptors (fds[i] is
+// key.files[i]; the paths only name the files in errors): each is identified by fstat and by the path its
+// descriptor leads to now, so the key is what the engine actually reads even if a symlink on the way
+// (`current -> v2`, a retargeted directory or file) changes during the load. Prefer it to identify() in
+// an engine that can read through descriptors (docs/engine_loader.md, "Identify what you read").
+Result<IdentifiedKey> identify_fds(const Key& key, const std::vector<int>& fds);
+
 struct Tensor {
   std::string name;
   std::string dtype;             // safetensors spelling: "BF16", "F32", ...

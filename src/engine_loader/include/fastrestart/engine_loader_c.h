@@ -55,6 +55,11 @@ void fr_options_init(fr_options_t* o);
  * On FR_OK *out holds the key. */
 int fr_key_identify(const char* const* files, size_t nfiles, const char* const* config, size_t nconfig,
                     fr_key_t** out, char* err, size_t errlen);
+/* The same for files the caller has open and reads through `fds` (fds[i] is files[i]; the paths name
+ * them in errors): identified by fstat and the path each descriptor leads to, so the key is what is read
+ * even if a symlink on the way is retargeted during the load. */
+int fr_key_identify_fds(const char* const* files, const int* fds, size_t nfiles, const char* const* config,
+                        size_t nconfig, fr_key_t** out, char* err, size_t errlen);
 const char* fr_key_fingerprint(const fr_key_t* key);
 void fr_key_release(fr_key_t* key);
 

@@ -28,6 +28,12 @@ def safetensors_iterator(path):
     if os.environ.get("FAKE_VLLM_REPLACE_AFTER_READ") == os.path.basename(path):
         shutil.copyfile(path, path + ".next")
         os.rename(path + ".next", path)
+    # Tests only: "<file>:<link>:<target>": after <file> is read, the symlink <link> is retargeted to
+    # <target> (a rename over it, as a deployment rolls `current -> v2`).
+    retarget = os.environ.get("FAKE_VLLM_RETARGET_AFTER_READ", "").split(":")
+    if len(retarget) == 3 and retarget[0] == os.path.basename(path):
+        os.symlink(retarget[2], retarget[1] + ".next")
+        os.rename(retarget[1] + ".next", retarget[1])
     for name, h in header.items():
         if name == "__metadata__":
             continue
