@@ -679,6 +679,9 @@ void Supervisor::decide_path_after_ready() {
         return seen;
       },
       [this, finish](Seen seen) {
+        // A miss by the engine decides even when an attach by it follows: an engine that loaded from disk
+        // and published then adopts the daemon's copy (docs/tinyengine.md, "Loading"); its start was cold.
+        if (!seen.miss.empty()) seen.hit = false;
         if (seen.hit) {
           m_attach_counts["hit"]++;
         } else if (!seen.miss.empty()) {
