@@ -498,7 +498,7 @@ TEST(Fastrestartd, LoadProgressIsShownWhileTheDaemonsPreload) {
   o.gpus_and_weights = "[weights]\nbackend = \"host\"\ncheckpoint = \"" + checkpoint_dir() +
                        "\"\nkey = {arch = \"tinyengine\", dtype = \"F32\", engine = \"fastrestart-tinyengine " FR_PROJECT_VERSION
                        "\", tp_rank = \"0\", tp_size = \"1\"}\n";  // the tiny engine's whole key (checked at start)
-  o.daemon_read_delay_ms = 1500;
+  o.daemon_read_delay_ms = 4000;  // a window wide enough for a loaded machine (ASan, 2 cores) to see the preload
   o.engine_flags = ", \"--fastrestart-connect-timeout\", \"0.1\"";
   Fastrestartd d(o);
   ASSERT_TRUE(d.wait_status([](const json& s) { return s["state"] == "loading" && !s["daemons"].empty() &&
