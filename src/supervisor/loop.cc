@@ -118,38 +118,42 @@ LineReader::LineReader(Loop& loop, int fd, std::function<void(const std::string&
   m_h->on_eof = std::move(on_eof);
   uv_poll_init(loop.get(), &m_h->p, fd);
   m_h->p.data = m_h;
-  uv_poll_start(&m_h->p, UV_READABLE | UV_DISCONNECT, [](uv_poll_t* p, int, int) {
-    auto* h = static_cast<H*>(p->data);
-    char chunk[16384];
-    for (;;) {
-      ssize_t n = ::read(h->fd, chunk, sizeof chunk);
-      if (n > 0) {
-        h->buf.append(chunk, static_cast<size_t>(n));
-        size_t pos;
-        while ((pos = h->buf.find('\n')) != std::string::npos) {
-          std::string line = h->buf.substr(0, pos);
-          h->buf.erase(0, pos + 1);
-          guard("output line", [&] { h->on_line(line); });
-        }
-        if (h->buf.size() > 65536) {
-          guard("output line", [&] { h->on_line(h->buf); });
-          h->buf.clear();
-        }
-        continue;
-      }
-      if (n < 0 && (errno == EAGAIN || errno == EINTR)) return;
-      // EOF or error: flush what is left.
-      if (!h->buf.empty()) guard("output line", [&] { h->on_line(h->buf); });
-      h->buf.clear();
-      uv_poll_stop(p);
-      if (!h->done) {
-        h->done = true;
-        guard("output eof", h->on_eof);
-      }
-      return;
-    }
-  });
+  uv_poll_start(&m_h->p, UV_READABLE | UV_DISCONNECT, [](uv_poll_t* p, int, int) { pump(static_cast<H*>(p->data)); });
 }
+
+// Reads until the pipe is empty (EAGAIN) or at its end, handing each complete line on. At the end, what
+// is left of a last line without its newline is handed on too, and the reader stops.
+void LineReader::pump(H* h) {
+  if (h->done) return;
+  char chunk[16384];
+  for (;;) {
+    ssize_t n = ::read(h->fd, chunk, sizeof chunk);
+    if (n > 0) {
+      h->buf.append(chunk, static_cast<size_t>(n));
+      size_t pos;
+      while ((pos = h->buf.find('\n')) != std::string::npos) {
+        std::string line = h->buf.substr(0, pos);
+        h->buf.erase(0, pos + 1);
+        guard("output line", [&] { h->on_line(line); });
+      }
+      if (h->buf.size() > 65536) {
+        guard("output line", [&] { h->on_line(h->buf); });
+        h->buf.clear();
+      }
+      continue;
+    }
+    if (n < 0 && (errno == EAGAIN || errno == EINTR)) return;
+    // EOF or error: flush what is left.
+    if (!h->buf.empty()) guard("output line", [&] { h->on_line(h->buf); });
+    h->buf.clear();
+    uv_poll_stop(&h->p);
+    h->done = true;
+    guard("output eof", h->on_eof);
+    return;
+  }
+}
+
+void LineReader::drain() { pump(m_h); }
 
 LineReader::~LineReader() {
   uv_poll_stop(&m_h->p);

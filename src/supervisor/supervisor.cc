@@ -775,6 +775,7 @@ void Supervisor::stop_engine(bool kill_now) {
 
 void Supervisor::on_engine_exit(int status) {
   Engine& e = *m_engine;
+  if (e.reader) e.reader->drain();  // its last lines may still be in the pipe: they classify the exit
   e.exited = true;
   e.status = status;
   e.died_at = m_loop.now_s();

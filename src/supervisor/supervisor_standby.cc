@@ -328,6 +328,7 @@ void Supervisor::discard_standby(const std::string& why) {
 void Supervisor::on_standby_exit(int status) {
   Standby& s = *m_standby;
   Engine& e = *s.proc;
+  if (e.reader) e.reader->drain();  // its last lines may still be in the pipe: they classify the exit
   e.exited = true;
   s.park_timer.stop();
   s.port_timer.stop();
