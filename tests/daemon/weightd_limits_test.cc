@@ -189,21 +189,12 @@ TEST(WeightdLimits, AFrameOfTooManyTinyValuesGetsAnError) {
   EXPECT_EQ(status(daemon.socket())["ok"], true) << daemon.log();
 }
 
-size_t open_fds(pid_t pid) {
-  size_t n = 0;
-  std::error_code ec;
-  for (auto it = std::filesystem::directory_iterator("/proc/" + std::to_string(pid) + "/fd", ec);
-       !ec && it != std::filesystem::directory_iterator(); it.increment(ec))
-    ++n;
-  return n;
-}
-
 // Descriptors sent with the pieces of one frame that never completes: the daemon ends the frame at the
 // second one, closes them and the connection, and its descriptor count is back where it was.
 TEST(WeightdLimits, DescriptorsSentWithThePiecesOfOneFrameAreClosedAtOnce) {
   test::TempDir d;
   test::Daemon daemon(d / "run");
-  const size_t baseline = open_fds(daemon.pid());  // before any connection (a closed one is reaped later)
+  const int baseline = test::open_fd_count(daemon.pid());  // before any connection (a closed one is reaped later)
   ASSERT_GT(baseline, 0u);
   UniqueFd null(::open("/dev/null", O_RDONLY | O_CLOEXEC));
   ASSERT_TRUE(null.valid());
@@ -220,8 +211,8 @@ TEST(WeightdLimits, DescriptorsSentWithThePiecesOfOneFrameAreClosedAtOnce) {
     EXPECT_NE(r["error"]["message"].get<std::string>().find("at most 1 allowed"), std::string::npos) << r.dump();
   }
   // The connection's own descriptor goes when the daemon reaps it: wait for that visible sign.
-  size_t now = open_fds(daemon.pid());
-  for (int i = 0; i < 3000 && now > baseline; ++i, ::usleep(10000)) now = open_fds(daemon.pid());
+  int now = test::open_fd_count(daemon.pid());
+  for (int i = 0; i < 3000 && now > baseline; ++i, ::usleep(10000)) now = test::open_fd_count(daemon.pid());
   EXPECT_LE(now, baseline);
   EXPECT_EQ(status(daemon.socket())["ok"], true) << daemon.log();
 }

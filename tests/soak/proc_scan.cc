@@ -43,16 +43,6 @@ std::vector<ProcInfo> children_of(pid_t ppid) {
   return out;
 }
 
-int fd_count(pid_t pid) {
-  DIR* d = ::opendir(("/proc/" + std::to_string(pid) + "/fd").c_str());
-  if (!d) return -1;
-  int n = 0;
-  while (dirent* e = ::readdir(d))
-    if (e->d_name[0] != '.') ++n;
-  ::closedir(d);
-  return n;
-}
-
 long rss_kib(pid_t pid) {
   std::ifstream f("/proc/" + std::to_string(pid) + "/status");
   std::string line;

@@ -21,8 +21,6 @@ struct ProcInfo {
 ProcInfo proc_info(pid_t pid);
 // Every process whose parent is `ppid`.
 std::vector<ProcInfo> children_of(pid_t ppid);
-// Open descriptors of `pid` (-1 if unreadable).
-int fd_count(pid_t pid);
 // VmRSS of `pid` in KiB (-1 if unreadable).
 long rss_kib(pid_t pid);
 // True while `pid` exists and is not a zombie.

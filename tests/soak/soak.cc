@@ -388,11 +388,11 @@ void Soak::sample(int cycle) {
   const pid_t pid = m_sup->pid();
   if (cycle == m_p.cycles / 2 || m_rss_base < 0) {
     m_rss_base = rss_kib(pid);
-    m_fds_base = fd_count(pid);
+    m_fds_base = test::open_fd_count(pid);
     m_base_cycle = cycle;
   }
   m_rss_end = rss_kib(pid);
-  m_fds_end = fd_count(pid);
+  m_fds_end = test::open_fd_count(pid);
 }
 
 void Soak::final_checks() {

@@ -47,15 +47,6 @@ json raw_request(const std::string& ctl, const std::string& bytes, const std::ve
   return f->body;
 }
 
-size_t fd_count(pid_t pid) {
-  size_t n = 0;
-  std::error_code ec;
-  for (auto it = std::filesystem::directory_iterator("/proc/" + std::to_string(pid) + "/fd", ec);
-       !ec && it != std::filesystem::directory_iterator(); it.increment(ec))
-    ++n;
-  return n;
-}
-
 TEST(FastrestartdLimits, TheControlSocketRefusesDeepManyValuedAndDescriptorCarryingFrames) {
   test::TempDir d;
   test::Supervised sup(FR_FASTRESTARTD_BIN, limits_config(d), d / "ctl/t.ctl", d / "d.log");
@@ -77,16 +68,16 @@ TEST(FastrestartdLimits, TheControlSocketRefusesDeepManyValuedAndDescriptorCarry
   EXPECT_EQ(r["error"]["message"], "frame holds more than 65536 values") << r.dump();
 
   // Control requests carry no descriptors: the first one ends the frame, closed at once.
-  const size_t before = fd_count(sup.pid());
+  const int before = test::open_fd_count(sup.pid());
   UniqueFd null(::open("/dev/null", O_RDONLY | O_CLOEXEC));
   ASSERT_TRUE(null.valid());
   const std::string status_req = "{\"op\":\"status\"}";
   r = raw_request(sup.control(), frame_header(static_cast<uint32_t>(status_req.size())) + status_req, {null.get(), null.get()});
   EXPECT_EQ(r["error"]["code"], "protocol") << r.dump();
   EXPECT_EQ(r["error"]["message"], "frame carried 2 descriptors; at most 0 allowed") << r.dump();
-  size_t now = fd_count(sup.pid());
+  int now = test::open_fd_count(sup.pid());
   // The connection's descriptor goes when fastrestartd reaps it (within its poll period): wait for that.
-  for (int i = 0; i < 3000 && now > before; ++i, ::usleep(10000)) now = fd_count(sup.pid());
+  for (int i = 0; i < 3000 && now > before; ++i, ::usleep(10000)) now = test::open_fd_count(sup.pid());
   EXPECT_LE(now, before);
   EXPECT_FALSE(sup.status().empty()) << sup.log();
 }

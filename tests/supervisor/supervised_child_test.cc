@@ -159,5 +159,26 @@ TEST(SupervisedChild, ReadsAPipeItDidNotSpawn) {
   EXPECT_NE(log.text().find("[engine] a\n[engine] b\n"), std::string::npos) << log.text();
 }
 
+// A child reaped before the loop has read its last lines (SIGCHLD first): drain() hands them on at once,
+// without the loop and without an EOF (a worker it forked still holds the pipe open), so its exit can be
+// classified by its dying words.
+TEST(SupervisedChild, DrainHandsOnTheLastLinesOfAReapedChildAtOnce) {
+  CapturedLog log;
+  Loop loop;
+  SupervisedChild child;
+  std::vector<std::string> lines;
+  auto s = spawn_supervised(loop, shell("sleep 30 & echo starting; echo 'ValueError: dying words' >&2; exit 1"),
+                            "engine", [&lines](const std::string& l) { lines.push_back(l); }, child);
+  ASSERT_TRUE(s.ok()) << s.error().message;
+  const int status = reap(child.pid);
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 1);
+  EXPECT_TRUE(lines.empty());  // the loop never ran
+  child.reader->drain();
+  EXPECT_EQ(lines, (std::vector<std::string>{"starting", "ValueError: dying words"}));
+  child.reader->drain();  // nothing new: nothing handed on twice
+  EXPECT_EQ(lines.size(), 2u);
+  signal_group(child.pid, -1, SIGKILL);  // the worker (`sleep 30`) still in its group
+}
+
 }  // namespace
 }  // namespace fr::supervisor

@@ -235,4 +235,13 @@ uint16_t free_port() {
   return ntohs(a.sin_port);
 }
 
+int open_fd_count(pid_t pid) {
+  std::error_code ec;
+  std::filesystem::directory_iterator it("/proc/" + std::to_string(pid) + "/fd", ec);
+  if (ec) return -1;
+  int n = 0;
+  for (; !ec && it != std::filesystem::directory_iterator(); it.increment(ec)) ++n;
+  return n;
+}
+
 }  // namespace fr::test

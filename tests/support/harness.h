@@ -73,6 +73,10 @@ class Daemon {
 // starts next. Another process may take it in between; tests live with that on a private machine.
 uint16_t free_port();
 
+// How many descriptors process `pid` has open now (its /proc/<pid>/fd), or -1 when that cannot be read
+// (the process is gone). Leak checks compare it before and after.
+int open_fd_count(pid_t pid);
+
 // A memory cgroup of the test's own, limited to `limit_bytes`: under /sys/fs/cgroup/memory (v1) or
 // /sys/fs/cgroup (v2), whichever this machine lets us write. Without one, dir() is empty and skip_reason()
 // says why (the test skips). Removed on destruction, retried while its last processes leave.
