@@ -47,7 +47,7 @@ for flags in "${runs[@]}"; do
   stats=$(curl -sf "http://127.0.0.1:$port/stats")
   load=$(timeout 120 python3 "$root/bench/vshape_load.py" --port "$port" --clients "$clients" --max-tokens "$maxtok" \
     --rounds 2 --reference 8 2>>"$log" || echo null)
-  stats2=$(curl -sf "http://127.0.0.1:$port/stats")
+  stats2=$(curl -sf "http://127.0.0.1:$port/stats" || echo '{}')
   python3 -c "
 import json, sys
 s, l, s2 = json.loads(sys.argv[2]), json.loads(sys.argv[3] or 'null'), json.loads(sys.argv[4])

@@ -460,11 +460,14 @@ class Engine:
             self.graph_info.update(enabled=True, sizes=g["sizes"], count=g["count"], pool_bytes=g["pool_bytes"])
             log(f"cuda graphs: {g['count']} batch sizes captured ({g['sizes'][0]}..{g['sizes'][-1]}), pool "
                 f"{g['pool_bytes'] / 2**20:.1f} MiB, in {self.phases['graph_capture_s']:.3f} s")
-        chk = self.phase("batched_check_s", lambda: r.check(list(ORACLE_PROMPT.encode()), self.oracle["token_id"]))
+        ids = list(ORACLE_PROMPT.encode())
+        chk = self.phase("batched_check_s", lambda: r.check(ids, self._logits(ids)))
         self.batch_info["check"] = chk
-        if not chk["matches_oracle"]:
-            raise SystemExit(f"refengine: the batched forward's greedy token on the oracle prompt is "
-                             f"{chk['prompt_token']}, the transformers forward's {self.oracle['token_id']}")
+        log(f"batched forward vs transformers on the oracle prompt: max |diff| {chk['max_abs_diff']:.4g} of logits "
+            f"up to {chk['max_abs_logit']:.4g}; greedy token {chk['token']} vs {chk['reference_token']}")
+        if not chk["ok"]:
+            raise SystemExit("refengine: the batched forward's logits of the oracle prompt differ from the "
+                             f"transformers forward's by {chk['max_abs_diff']:.4g} (logits up to {chk['max_abs_logit']:.4g})")
         r.start_loop(seqs, log)
 
     def check_length(self, ids, max_tokens):
@@ -712,6 +715,12 @@ def token_text(t):
     return chr(t) if 32 <= t < 127 else f"<{t}>"
 
 
+class Server(ThreadingHTTPServer):
+    # Python's default listen backlog is 5: --max-num-seqs clients connecting at once would get resets.
+    request_queue_size = 1024
+    daemon_threads = True
+
+
 def make_handler(engine):
     class Handler(BaseHTTPRequestHandler):
         protocol_version = "HTTP/1.1"
@@ -914,7 +923,7 @@ def main(argv=None):
 
     def open_port():
         nonlocal server
-        server = ThreadingHTTPServer((args.host, args.port), make_handler(engine))
+        server = Server((args.host, args.port), make_handler(engine))
         server.daemon_threads = True
         log(f"listening on {args.host}:{server.server_address[1]}, loading {args.model} ({args.load_format})")
         threading.Thread(target=server.serve_forever, daemon=True).start()

@@ -146,7 +146,8 @@ class SlotScheduler:
 
     def release(self, req):
         with self.cv:
-            if self.active.pop(req.slot, None) is req:
+            if self.active.get(req.slot) is req:
+                del self.active[req.slot]
                 heapq.heappush(self.free, req.slot)
 
     def rows(self):
