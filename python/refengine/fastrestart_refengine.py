@@ -445,6 +445,9 @@ class Engine:
         except ValueError as e:
             raise SystemExit(f"refengine: {e}")
         self.batch_info["kv_cache"] = kv
+        # fastrestartd shows the last such line as the status text while the engine starts
+        print(f"fastrestart-progress: phase=kv_cache done={kv['bytes']} total={kv['bytes']} unit=bytes "
+              f"seqs={kv['slots']} positions={kv['positions']}", flush=True)
         log(f"kv cache: {kv['bytes'] / 2**30:.2f} GiB = {kv['slots']} sequences x {kv['positions']} positions "
             f"({kv['bytes_per_position']} bytes each; budget {budget / 2**30:.2f} GiB = requested "
             f"{terms['requested_bytes'] / 2**30:.2f} - non-KV {terms['non_kv_bytes'] / 2**30:.2f} GiB: torch "

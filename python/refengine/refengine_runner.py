@@ -186,11 +186,15 @@ class Runner:
             with torch.cuda.stream(s):  # torch's rule: warm up on a side stream before capturing
                 self.step_fn(self.ids_buf, self.pos_buf, 0)
             torch.cuda.current_stream(self.device).wait_stream(s)
-            for b in sorted(sizes, reverse=True):
+            for i, b in enumerate(sorted(sizes, reverse=True)):
                 g = torch.cuda.CUDAGraph()
                 with torch.cuda.graph(g, pool=pool):
                     tok, lp = self.step_fn(self.ids_buf[:b], self.pos_buf[:b], 0)
                 self.graphs[b] = (g, tok, lp)
+                if (i + 1) % 8 == 0 or i + 1 == len(sizes):
+                    # fastrestartd's status text while starting (docs/supervisor.md, "Engine progress")
+                    print(f"fastrestart-progress: phase=graph_capture done={i + 1} total={len(sizes)} unit=graphs",
+                          flush=True)
         torch.cuda.synchronize(self.device)
         self.sizes = sorted(sizes)
         return {"sizes": self.sizes, "count": len(self.sizes),
