@@ -1,9 +1,10 @@
-"""The batched reference engine's arithmetic, without torch (docs/refengine.md, "Batched serving").
+"""The batched reference engine's arithmetic and batching, without torch (docs/refengine.md, "Batched serving").
 
-Pure functions and one scheduler class, so that CI covers them with no GPU (python/tests/test_refengine_batch.py):
-vLLM's default CUDA-graph capture sizes, the choice of the graph a batch runs, vLLM's default --max-num-seqs,
-the KV-cache budget from the profiled figures, the cache's shape from that budget, and the static slots that
-concurrent requests are decoded in.
+Pure Python, so that CI covers it with no GPU (python/tests/test_refengine_batch.py): vLLM's default
+CUDA-graph capture sizes, the choice of the graph a batch runs, vLLM's default --max-num-seqs, the KV-cache
+budget from the profiled figures, the cache's shape from that budget, the static slots that concurrent
+requests are decoded in, and the step loop's bookkeeping (Batcher), which drives the model through two
+callbacks (refengine_runner.py gives the GPU ones; the tests give stand-ins).
 """
 import heapq
 import threading
@@ -159,3 +160,66 @@ class SlotScheduler:
             if not self.waiting and not self.active:
                 self.cv.wait(timeout)
             return bool(self.waiting or self.active)
+
+
+class Batcher:
+    """What the step thread does between forwards: admit waiting requests into free slots and prefill
+    each (prefill(ids, slot) -> (token, logprob)), then one decode step over the busy slots
+    (step(size, rows, ids, pos) -> (tokens, logprobs), lists of `rows` entries, where size is the captured
+    graph to replay or None for an eager step, and ids/pos hold each row's last token and its position: 0
+    for a padding row), and hand back finished requests. Every request is completed (req.done set) here."""
+
+    def __init__(self, max_num_seqs, sizes):
+        self.sched = SlotScheduler(max_num_seqs)
+        self.sizes = sorted(sizes)
+        self.stats = {"steps": 0, "rows": 0, "graph_steps": 0, "eager_steps": 0, "prefills": 0}
+
+    def submit(self, req):
+        self.sched.submit(req)
+
+    def _finish(self, req):
+        if req.finished():
+            self.sched.release(req)
+            req.done.set()
+
+    def iterate(self, prefill, step):
+        """One round; False when there was nothing to do."""
+        admitted = self.sched.admit()
+        for req in admitted:
+            tok, lp = prefill(req.ids, req.slot)
+            req.tokens.append(int(tok))
+            req.logprobs.append(float(lp) if req.want_logprobs else None)
+            req.pos = len(req.ids)  # where the token just generated goes when it is fed
+            self.stats["prefills"] += 1
+            self._finish(req)
+        rows = self.sched.rows()
+        if not rows:
+            return bool(admitted)
+        active = dict(self.sched.active)
+        size = graph_for(self.sizes, rows)
+        n = size or rows
+        ids, pos = [0] * n, [0] * n
+        for slot, req in active.items():
+            ids[slot], pos[slot] = req.tokens[-1], req.pos
+        toks, lps = step(size, n, ids, pos)
+        self.stats["steps"] += 1
+        self.stats["rows"] += len(active)
+        self.stats["graph_steps" if size else "eager_steps"] += 1
+        for slot, req in active.items():
+            req.tokens.append(int(toks[slot]))
+            req.logprobs.append(float(lps[slot]) if req.want_logprobs else None)
+            req.pos += 1
+            self._finish(req)
+        return True
+
+    def fail_all(self, why):
+        """Completes every request in flight or waiting with an error (the step thread is going away)."""
+        with self.sched.cv:
+            reqs = list(self.sched.active.values()) + list(self.sched.waiting)
+            for slot in self.sched.active:
+                heapq.heappush(self.sched.free, slot)
+            self.sched.active.clear()
+            self.sched.waiting.clear()
+        for req in reqs:
+            req.error = why
+            req.done.set()

@@ -50,8 +50,8 @@ class Runner:
         self.sizes = []  # captured batch sizes, ascending
         self.graphs = {}  # size -> (CUDAGraph, tok, logprob)
         self.step_fn = self._step
-        self.stats = {"steps": 0, "rows": 0, "graph_steps": 0, "eager_steps": 0, "prefills": 0}
-        self.sched = None
+        self.stats = {}
+        self.batcher = None  # refengine_batch.Batcher, once serving
 
     # --- the forward -------------------------------------------------------------------------------------
     def _rms(self, x, w):
@@ -221,62 +221,42 @@ class Runner:
         x = torch.tensor([ids], dtype=torch.long, device=self.device)
         pos = torch.arange(len(ids), device=self.device)[None]
         tok, lp = self._step(x, pos, slot)  # a prefill is never graphed (vLLM: piecewise only)
-        return tok[0], lp[0]
+        return int(tok[0]), float(lp[0])
 
     def max_len(self):
         return self.positions
 
     def start_loop(self, max_num_seqs, log):
-        self.sched = rb.SlotScheduler(max_num_seqs)
+        self.batcher = rb.Batcher(max_num_seqs, self.sizes)
+        self.stats = self.batcher.stats
         self.log = log
         threading.Thread(target=self._loop, name="refengine-step", daemon=True).start()
 
     def submit(self, req):
-        self.sched.submit(req)
+        self.batcher.submit(req)
         req.done.wait()
         if req.error:
             raise RuntimeError(req.error)
         return req.tokens, req.logprobs
-
-    def _finish(self, req):
-        if req.finished():
-            self.sched.release(req)
-            req.done.set()
 
     def _loop(self):
         import os
         torch = self.torch
         try:
             while True:
-                if not self.sched.wait_for_work(0.5):
+                if not self.batcher.sched.wait_for_work(0.5):
                     continue
                 with self.e.lock, torch.inference_mode():  # the snapshot exchange holds this lock
-                    for req in self.sched.admit():
-                        tok, lp = self._prefill(req.ids, req.slot)
-                        req.tokens.append(int(tok))
-                        req.logprobs.append(float(lp) if req.want_logprobs else None)
-                        req.pos = len(req.ids)
-                        self.stats["prefills"] += 1
-                        self._finish(req)
-                    rows = self.sched.rows()
-                    if rows:
-                        self._decode(rows)
+                    self.batcher.iterate(self._prefill, self._decode)
         except Exception as e:  # the engine cannot serve on: fail every request, exit for a restart
             self.log(f"step loop failed: {type(e).__name__}: {e}")
-            for req in list(self.sched.active.values()) + list(self.sched.waiting):
-                req.error = str(e)
-                req.done.set()
+            self.batcher.fail_all(str(e))
             time.sleep(0.2)
             os._exit(1)
 
-    def _decode(self, rows):
+    def _decode(self, size, n, ids, pos):
+        """One decode step of n rows: the graph of `size` rows replayed, or (size None) the step run eagerly."""
         torch = self.torch
-        active = dict(self.sched.active)
-        size = rb.graph_for(self.sizes, rows)
-        n = size or rows
-        ids, pos = [0] * n, [0] * n
-        for slot, req in active.items():
-            ids[slot], pos[slot] = req.tokens[-1], req.pos
         ids_t = torch.tensor(ids, dtype=torch.long).view(n, 1)
         pos_t = torch.tensor(pos, dtype=torch.long).view(n, 1)
         if size:
@@ -284,16 +264,6 @@ class Runner:
             self.pos_buf[:n].copy_(pos_t)
             g, tok, lp = self.graphs[size]
             g.replay()
-            self.stats["graph_steps"] += 1
         else:
             tok, lp = self.step_fn(ids_t.to(self.device), pos_t.to(self.device), 0)
-            self.stats["eager_steps"] += 1
-        toks = tok[:n].tolist()
-        lps = lp[:n].tolist()
-        self.stats["steps"] += 1
-        self.stats["rows"] += len(active)
-        for slot, req in active.items():
-            req.tokens.append(toks[slot])
-            req.logprobs.append(lps[slot] if req.want_logprobs else None)
-            req.pos += 1
-            self._finish(req)
+        return tok[:n].tolist(), lp[:n].tolist()

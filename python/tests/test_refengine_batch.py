@@ -147,6 +147,130 @@ class Slots(unittest.TestCase):
         self.assertTrue(r.finished())
 
 
+def stand_in_prefill(ids, slot):
+    """A stand-in model: the first token depends on the whole prompt only (not on the slot)."""
+    return (sum(ids) * 13 + len(ids)) % 997, -0.5
+
+
+def stand_in_next(tok, pos):
+    return (tok * 31 + pos * 7 + 1) % 997
+
+
+def alone(ids, max_tokens):
+    """What one request decoded alone gets from the stand-in model."""
+    toks = [stand_in_prefill(ids, 0)[0]]
+    pos = len(ids)
+    while len(toks) < max_tokens:
+        toks.append(stand_in_next(toks[-1], pos))
+        pos += 1
+    return toks
+
+
+class Batching(unittest.TestCase):
+    """The step loop's bookkeeping (refengine_batch.Batcher) driven by a stand-in model: what the GPU step
+    thread does between forwards."""
+
+    def run_all(self, batcher, steps):
+        def step(size, n, ids, pos):
+            steps.append({"size": size, "n": n, "ids": list(ids), "pos": list(pos),
+                          "busy": sorted(batcher.sched.active)})
+            return [stand_in_next(t, p) for t, p in zip(ids, pos)], [-1.0] * n
+
+        rounds = 0
+        while batcher.iterate(stand_in_prefill, step):
+            rounds += 1
+            self.assertLess(rounds, 10000)
+
+    def test_every_request_gets_what_it_would_alone(self):
+        b = rb.Batcher(4, [1, 2, 4, 8])
+        reqs = [rb.Request([65 + i] * (1 + i % 3), 1 + (i * 5) % 9, i % 2 == 0) for i in range(11)]
+        for r in reqs:
+            b.submit(r)
+        steps = []
+        self.run_all(b, steps)
+        for r in reqs:
+            self.assertTrue(r.done.is_set())
+            self.assertEqual(r.tokens, alone(r.ids, r.max_tokens))
+            self.assertEqual(len(r.logprobs), r.max_tokens)
+            self.assertEqual(r.logprobs[0], -0.5 if r.want_logprobs else None)
+        self.assertEqual(b.sched.active, {})
+        self.assertEqual(sorted(b.sched.free), [0, 1, 2, 3])
+        self.assertTrue(steps)
+        for s in steps:
+            self.assertLessEqual(len(s["busy"]), 4)                  # at most --max-num-seqs at once
+            self.assertEqual(s["size"], rb.graph_for([1, 2, 4, 8], s["busy"][-1] + 1))  # smallest that fits
+            self.assertEqual(s["n"], s["size"])
+            for row in range(s["n"]):
+                if row not in s["busy"]:                            # a padding row
+                    self.assertEqual((s["ids"][row], s["pos"][row]), (0, 0))
+        self.assertTrue(any(len(s["busy"]) > 1 for s in steps))      # requests were decoded together
+        self.assertEqual(b.stats["steps"], len(steps))
+        self.assertEqual(b.stats["rows"], sum(len(s["busy"]) for s in steps))
+        self.assertEqual(b.stats["prefills"], 11)
+        self.assertEqual(b.stats["eager_steps"], 0)
+
+    def test_above_the_largest_graph_or_without_graphs_the_step_is_eager(self):
+        for sizes in ([1, 2], []):
+            b = rb.Batcher(6, sizes)
+            reqs = [rb.Request([70, i], 5, False) for i in range(6)]
+            for r in reqs:
+                b.submit(r)
+            steps = []
+            self.run_all(b, steps)
+            self.assertEqual(steps[0]["size"], None)
+            self.assertEqual(steps[0]["n"], 6)  # eager: exactly the rows the busy slots need
+            for s in steps:  # graphed exactly when the busy rows fit the largest size
+                busy = s["busy"][-1] + 1
+                self.assertEqual(s["size"] is None, not sizes or busy > max(sizes), s)
+            self.assertEqual(b.stats["eager_steps"], sum(1 for s in steps if s["size"] is None))
+            for r in reqs:
+                self.assertEqual(r.tokens, alone(r.ids, 5))
+
+    def test_concurrent_submitters_are_all_answered(self):
+        """HTTP threads submit and wait while one step thread iterates (as refengine_runner.Runner does)."""
+        b = rb.Batcher(8, rb.default_capture_sizes(8, 8192))
+        stop = threading.Event()
+
+        def step_thread():
+            while not stop.is_set():
+                if b.sched.wait_for_work(0.05):
+                    b.iterate(stand_in_prefill, lambda size, n, ids, pos: (
+                        [stand_in_next(t, p) for t, p in zip(ids, pos)], [0.0] * n))
+
+        t = threading.Thread(target=step_thread)
+        t.start()
+        got = {}
+
+        def client(i):
+            r = rb.Request([40 + i, 41 + i], 3 + i % 7, False)
+            b.submit(r)
+            self.assertTrue(r.done.wait(60))
+            got[i] = (r.tokens, alone(r.ids, r.max_tokens))
+
+        clients = [threading.Thread(target=client, args=(i,)) for i in range(40)]
+        for c in clients:
+            c.start()
+        for c in clients:
+            c.join()
+        stop.set()
+        t.join()
+        self.assertEqual(len(got), 40)
+        for i, (tokens, want) in got.items():
+            self.assertEqual(tokens, want, i)
+
+    def test_fail_all_answers_every_request_with_the_reason(self):
+        b = rb.Batcher(1, [1])
+        a, w = rb.Request([1], 4, False), rb.Request([2], 4, False)
+        b.submit(a)
+        b.submit(w)
+        b.sched.admit()
+        b.fail_all("CUDA error: an illegal memory access")
+        for r in (a, w):
+            self.assertTrue(r.done.is_set())
+            self.assertEqual(r.error, "CUDA error: an illegal memory access")
+        self.assertEqual((b.sched.active, b.sched.waiting, b.sched.free), ({}, [], [0]))
+
+
 class Flags(unittest.TestCase):
     def parse(self, *argv):
         err = io.StringIO()
