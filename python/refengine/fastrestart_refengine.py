@@ -441,18 +441,20 @@ class Engine:
         budget, terms = self.phase("profile_s", lambda: r.profile(seqs, tokens, excludes))
         self.batch_info["memory"] = terms
         try:
-            kv = self.phase("kv_alloc_s", lambda: r.allocate_kv(budget, slots, max_len, len(ORACLE_PROMPT.encode()) + 1))
+            least = len(ORACLE_PROMPT.encode()) + 1  # a slot must hold the oracle prompt and a token
+            kv = self.phase("kv_alloc_s", lambda: r.allocate_kv(budget, slots, max_len, least))
         except ValueError as e:
             raise SystemExit(f"refengine: {e}")
         self.batch_info["kv_cache"] = kv
         # fastrestartd shows the last such line as the status text while the engine starts
         print(f"fastrestart-progress: phase=kv_cache done={kv['bytes']} total={kv['bytes']} unit=bytes "
               f"seqs={kv['slots']} positions={kv['positions']}", flush=True)
+        gib = {k: v / 2**30 for k, v in terms.items() if k.endswith("_bytes")}
         log(f"kv cache: {kv['bytes'] / 2**30:.2f} GiB = {kv['slots']} sequences x {kv['positions']} positions "
             f"({kv['bytes_per_position']} bytes each; budget {budget / 2**30:.2f} GiB = requested "
-            f"{terms['requested_bytes'] / 2**30:.2f} - non-KV {terms['non_kv_bytes'] / 2**30:.2f} GiB: torch "
-            f"{terms['torch_before_profile_bytes'] / 2**30:.2f} + profile peak {terms['torch_peak_increase_bytes'] / 2**30:.2f}"
-            f" + non-torch {terms['non_torch_increase_bytes'] / 2**30:.2f} + attached {terms['attached_counted_bytes'] / 2**30:.2f})")
+            f"{gib['requested_bytes']:.2f} - non-KV {gib['non_kv_bytes']:.2f} GiB: torch "
+            f"{gib['torch_before_profile_bytes']:.2f} + profile peak {gib['torch_peak_increase_bytes']:.2f} + non-torch "
+            f"{gib['non_torch_increase_bytes']:.2f} + attached {gib['attached_counted_bytes']:.2f})")
         if a.compile:
             def compile_():
                 r.compile()
@@ -470,7 +472,8 @@ class Engine:
             f"up to {chk['max_abs_logit']:.4g}; greedy token {chk['token']} vs {chk['reference_token']}")
         if not chk["ok"]:
             raise SystemExit("refengine: the batched forward's logits of the oracle prompt differ from the "
-                             f"transformers forward's by {chk['max_abs_diff']:.4g} (logits up to {chk['max_abs_logit']:.4g})")
+                             f"transformers forward's by {chk['max_abs_diff']:.4g} "
+                             f"(logits up to {chk['max_abs_logit']:.4g})")
         r.start_loop(seqs, log)
 
     def check_length(self, ids, max_tokens):
@@ -871,7 +874,8 @@ def parse_args(argv):
         ap.error("--cuda-graph is the single-request engine's graph: it needs --max-num-seqs 1 "
                  "(the batched engine captures its graphs unless --enforce-eager)")
     if single and (a.cuda_graph_sizes or a.compile):
-        ap.error("--cuda-graph-sizes and --compile are the batched engine's (not with --max-num-seqs 1 --enforce-eager)")
+        ap.error("--cuda-graph-sizes and --compile are the batched engine's "
+                 "(not with --max-num-seqs 1 --enforce-eager)")
     if a.cuda_graph_sizes is not None:
         try:
             rb.parse_capture_sizes(a.cuda_graph_sizes, 1 << 30)
