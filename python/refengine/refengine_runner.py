@@ -171,7 +171,8 @@ class Runner:
 
     def capture(self, sizes):
         """A CUDA graph of the decode step per size, largest first into one memory pool (the smaller ones
-        reuse the larger one's memory), over static input buffers of the largest size."""
+        reuse the larger one's memory: vLLM's capture_model order), over static input buffers of the
+        largest size."""
         torch = self.torch
         top = max(sizes)
         self.ids_buf = torch.zeros((top, 1), dtype=torch.long, device=self.device)
@@ -182,11 +183,13 @@ class Runner:
         before = torch.cuda.memory_reserved(self.device)
         with torch.inference_mode():
             s = torch.cuda.Stream(self.device)
-            s.wait_stream(torch.cuda.current_stream(self.device))
-            with torch.cuda.stream(s):  # torch's rule: warm up on a side stream before capturing
-                self.step_fn(self.ids_buf, self.pos_buf, 0)
-            torch.cuda.current_stream(self.device).wait_stream(s)
             for i, b in enumerate(sorted(sizes, reverse=True)):
+                # One warm-up run per size before its capture, as vLLM's capture_model does
+                # (cudagraph_num_of_warmups, 1 by default); on a side stream, torch's rule before a capture.
+                s.wait_stream(torch.cuda.current_stream(self.device))
+                with torch.cuda.stream(s):
+                    self.step_fn(self.ids_buf[:b], self.pos_buf[:b], 0)
+                torch.cuda.current_stream(self.device).wait_stream(s)
                 g = torch.cuda.CUDAGraph()
                 with torch.cuda.graph(g, pool=pool):
                     tok, lp = self.step_fn(self.ids_buf[:b], self.pos_buf[:b], 0)
