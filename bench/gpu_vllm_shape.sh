@@ -21,8 +21,8 @@
 #   bench/gpu_vllm_shape.sh
 # VSHAPE_RUNS ("warm pre_gpu warmed cold"), VSHAPE_<PATH>_KILLS (1 each: COLD, WARM, PREGPU, WARMED),
 # VSHAPE_BUDGET_S (470: a run whose limit would end past it is skipped and says so; with the 16 GB
-# checkpoint to generate, all four paths at one kill each just fit: for more kills split the paths over
-# two calls, e.g. VSHAPE_RUNS="warm cold" then "pre_gpu warmed"), VSHAPE_SHAPE (8b; tiny for a dry run), VSHAPE_FLAGS (more engine flags, e.g.
+# checkpoint to generate, about three paths at one kill each fit: run the rest, or more kills, in a second
+# call, e.g. VSHAPE_RUNS="warm pre_gpu warmed" then VSHAPE_RUNS="cold" VSHAPE_WARM_KILLS=...), VSHAPE_SHAPE (8b; tiny for a dry run), VSHAPE_FLAGS (more engine flags, e.g.
 # "--max-model-len 2048" on the tiny shape, whose 1 KiB positions would otherwise give each slot the
 # config's 131072), VSHAPE_CLIENTS (default 1,<the engine's max_num_seqs>), VSHAPE_MAX_TOKENS (64).
 # Results: $OUT/vshape-summary.txt, $OUT/vshape-results.json, $OUT/vshape-logs.tar.gz.
@@ -73,11 +73,11 @@ tp_rank = "0"' "$expect" "$standby_section"
 }
 
 # limit PATH KILLS: the run's time limit: the first start (an attach: the daemon preloads [weights.key]),
-# the kills, then 45 s for the live engine's load test and the stop
+# the kills, then 60 s for the live engine's load test and the stop
 limit() {
   local per=45
   [ "$1" = cold ] && per=60
-  echo $((60 + per * $2 + 45))
+  echo $((60 + per * $2 + 60))
 }
 
 # live PATH PORT: the live engine after the last restart: /stats, its GPU memory, tokens/s
@@ -90,8 +90,8 @@ live() {
   echo "${pid:-}" >"$res/$1-pid.txt"
   n=$(python3 -c 'import json,sys; print((json.load(open(sys.argv[1])).get("batch") or {}).get("max_num_seqs") or 1)' "$res/$1-stats.json" 2>/dev/null || echo 1)
   clients=${VSHAPE_CLIENTS:-1,$n}
-  timeout 40 python3 "$root/bench/vshape_load.py" --port "$port" --clients "$clients" --max-tokens "$maxtok" \
-    --rounds 1 --reference 16 >"$res/$1-load.json" 2>"$d/load.err" || say "  load test failed: $(tail -1 "$d/load.err")"
+  timeout 50 python3 "$root/bench/vshape_load.py" --port "$port" --clients "$clients" --max-tokens "$maxtok" \
+    --rounds 1 --reference 8 >"$res/$1-load.json" 2>"$d/load.err" || say "  load test failed: $(tail -1 "$d/load.err")"
 }
 
 port=8500
@@ -114,7 +114,7 @@ for path in $runs; do
   mkdir -p "$d"
   config "$path" "$port" >"$d/fastrestart.toml"
   fastrestartd_start "$d"
-  timeout "$((lim - 45))" python3 "$root/bench/standby_cycles.py" --socket "$d/ctl/s.ctl" --log "$log" \
+  timeout "$((lim - 60))" python3 "$root/bench/standby_cycles.py" --socket "$d/ctl/s.ctl" --log "$log" \
     --port "$port" --model ref --path "$path" --kills "$kills" --out "$res/$path.json" \
     --reference "$w/oracle.json" --pid "$sup" >"$d/cycles.out" 2>&1
   rc=$?
