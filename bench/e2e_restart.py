@@ -259,7 +259,8 @@ class Bench:
         a = self.a
         if kind == "refengine":
             ck = self.llama_ckpt()
-            command = [sys.executable, REFENGINE, "serve", ck]
+            # the single-request engine these figures were measured on (docs/refengine.md)
+            command = [sys.executable, REFENGINE, "serve", ck, "--max-num-seqs", "1", "--enforce-eager"]
             disk, warm_fmt, floor = ["--load-format", "disk"], ["--load-format", "fastrestart"], ["--load-format", "dummy"]
             key = {"arch": "LlamaForCausalLM", "dtype": "BF16", "engine": "fastrestart-refengine 0.1.0",
                    "tp_size": "1", "tp_rank": "0"}

@@ -69,7 +69,7 @@ t0=$(date +%s.%N)
 if [ "$engine" = refengine ]; then
   python3 "$root/bench/gen_llama_checkpoint.py" "$w/model" --shape "$size" >/dev/null 2>&1 || { say "gen failed"; exit 1; }
   say "generated a Llama-shaped ($size) BF16 checkpoint in $(python3 -c "print(round($(date +%s.%N) - $t0, 1))") s"
-  engine_command="\"$(command -v python3)\", \"$root/python/refengine/fastrestart_refengine.py\", \"serve\", \"$w/model\""
+  engine_command="\"$(command -v python3)\", \"$root/python/refengine/fastrestart_refengine.py\", \"serve\", \"$w/model\", \"--max-num-seqs\", \"1\", \"--enforce-eager\""
   export PYTHONPATH=$bundle/python${PYTHONPATH:+:$PYTHONPATH}  # the binding, for the engine
 else
   fastrestart-tinyengine gen --out "$w/model" --size "$size" --dtype BF16 >/dev/null 2>&1 || { say "gen failed"; exit 1; }

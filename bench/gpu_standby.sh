@@ -76,7 +76,7 @@ config() {
   esac
   [ "$path" = warmed-graph ] && extra=', "--cuda-graph"'
   if [ "$eng" = ref ]; then
-    command="\"$(command -v python3)\", \"$root/python/refengine/fastrestart_refengine.py\", \"serve\", \"$w/llama\""
+    command="\"$(command -v python3)\", \"$root/python/refengine/fastrestart_refengine.py\", \"serve\", \"$w/llama\", \"--max-num-seqs\", \"1\", \"--enforce-eager\""
     flags="\"--load-format\", \"fastrestart\", \"--fastrestart-socket-dir\", \"$d/run\"$extra"
     key='[weights.key]
 arch = "LlamaForCausalLM"

@@ -56,7 +56,7 @@ config() {
     tp2nccl) tpflags='"--tensor-parallel-size", "2", "--dist-backend", "nccl"'; gpus='["0", "1"]' ;;
   esac
   fastrestartd_toml "$run" "$port" "$d" "$gpus" cuda "$ck" \
-    "\"$(command -v python3)\", \"$root/python/refengine/fastrestart_refengine.py\", \"serve\", \"$ck\"" \
+    "\"$(command -v python3)\", \"$root/python/refengine/fastrestart_refengine.py\", \"serve\", \"$ck\", \"--max-num-seqs\", \"1\", \"--enforce-eager\"" \
     "\"--load-format\", \"fastrestart\", \"--fastrestart-socket-dir\", \"$d/run\", $tpflags" '["warm", "cold"]'
 }
 

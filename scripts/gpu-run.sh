@@ -2,7 +2,7 @@
 # Runs on the GPU machine, from the repository root, with .bundle/ (scripts/gpu-bundle.sh) carried:
 # the CUDA tests, then the weight-store benchmark (bench/h200_weights.py), results under $OUT.
 #
-# usage: scripts/gpu-run.sh [smoke|full|e2e-smoke|e2e|snapshot-plugin|snapshot-refengine|snapshot-weightless|standby|tp|tp-smoke]
+# usage: scripts/gpu-run.sh [smoke|full|e2e-smoke|e2e|snapshot-plugin|snapshot-refengine|snapshot-weightless|standby|vshape|vshape-smoke|tp|tp-smoke]
 #   smoke: machine facts, the CUDA tests, and the benchmark on a 1% checkpoint (about 160 MB)
 #   full:  the CUDA tests and the benchmark on the full Llama-3.1-8B-shaped checkpoint (16 GB)
 #   e2e-smoke: the Python tests with torch (binding, reference engine), then bench/e2e_restart.py on small
@@ -27,6 +27,11 @@
 #          pre_gpu, warm, cold): death to READY median and max, the parked standby's GPU memory, GPU memory
 #          over the cycles, the oracle on every path; counts and runs through the variables the script
 #          names; at most about 540 s (STANDBY_BUDGET_S 520 plus the summary), every step under a timeout
+#   vshape: the reference engine shaped like vLLM (batched, KV cache at the share, CUDA graphs per batch size;
+#          docs/refengine.md "Batched serving") under fastrestartd on the 16 GB shape at memory.utilization 0.9,
+#          kill -9 per start path (warm, standby pre_gpu, standby warmed, cold): death to READY, the live
+#          engine's phases, GPU memory, KV cache and graphs, tokens/s at 1 and max-num-seqs clients, the oracle
+#          (bench/gpu_vllm_shape.sh; VSHAPE_* variables); at most about 540 s. vshape-smoke: the tiny shape
 #   tp:    the tensor-parallel reference engine on this one GPU under fastrestartd (bench/gpu_tp.sh; docs/refengine.md
 #          "Tensor parallel"): the 16 GB Llama-3.1-8B shape at TP=2 (--share-device, gloo; kill -9 of rank 0 twice
 #          and of rank 1 twice, each restart attaching both shards) then TP=1 (5 warm kills); at most 405 s
@@ -140,6 +145,20 @@ case "$mode" in
     say "gpu_standby: exit $src"
     tail -c 20000 "$OUT/standby.out" | gzip >"$OUT/standby-out.gz"
     rm -f "$OUT/standby.out" "$OUT/standby-summary.txt"
+    exit $src
+    ;;
+  vshape|vshape-smoke)
+    # vshape-smoke: the same script on the tiny shape (a dry run of it, about 3 minutes)
+    say "== the vLLM-shaped reference engine on every start path (bench/gpu_vllm_shape.sh)"
+    if [ "$mode" = vshape-smoke ]; then
+      export VSHAPE_SHAPE=${VSHAPE_SHAPE:-tiny} VSHAPE_FLAGS=${VSHAPE_FLAGS:---max-model-len 2048}
+    fi
+    timeout 540 bench/gpu_vllm_shape.sh >"$OUT/vshape.out" 2>&1
+    src=$?
+    cat "$OUT/vshape-summary.txt" >>"$summary" 2>/dev/null
+    say "gpu_vllm_shape: exit $src"
+    tail -c 20000 "$OUT/vshape.out" | gzip >"$OUT/vshape-out.gz"
+    rm -f "$OUT/vshape.out" "$OUT/vshape-summary.txt"
     exit $src
     ;;
   tp|tp-smoke)

@@ -10,11 +10,16 @@ changes, and nothing else:
     | torch.empty (dummy) -> bind them with load_state_dict(assign=True) -> first forward (the oracle)
     -> [--cuda-graph: capture the decode step] -> [gate warmed] -> /health 200
 
+The default engine is shaped like vLLM's (refengine_runner.py; docs/refengine.md, "Batched serving"): after
+the oracle and the warmed gate it profiles a forward of --max-num-batched-tokens tokens, sizes its KV cache
+from what is left of --gpu-memory-utilization, allocates it once, captures a CUDA graph per batch size and
+decodes up to --max-num-seqs concurrent requests together. --max-num-seqs 1 --enforce-eager is the
+single-request engine described above.
+
 The gates are the standby protocol's (docs/standby.md): they pass at once unless fastrestartd started this
 process as a standby, which then parks at its level and binds its port only after the release.
 
-It leaves out what vLLM adds on top (CUDA graph capture, torch.compile, KV-cache profiling, the tokenizer
-and the scheduler): those cost the same on every path, so they would only shift all figures alike.
+It leaves out vLLM's tokenizer, paged attention and chunked prefill (docs/refengine.md says why).
 
 Tokens: the synthetic checkpoints ship no tokenizer, so a prompt string is its UTF-8 bytes as token ids
 (valid ids of any Llama vocabulary), and an id's text is the byte for printable ASCII, else "<id>".
@@ -44,7 +49,8 @@ import sys  # noqa: E402
 import threading  # noqa: E402
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer  # noqa: E402
 
-import refengine_tp as tp  # noqa: E402 -- next to this script: sys.path[0]
+import refengine_batch as rb  # noqa: E402 -- next to this script: sys.path[0]
+import refengine_tp as tp  # noqa: E402
 
 VERSION = "0.1.0"
 ENGINE = f"fastrestart-refengine {VERSION}"
@@ -100,6 +106,9 @@ class Engine:
         self.requests = {"completions": 0, "errors": 0}
         self.graph = None  # the captured decode step (--cuda-graph)
         self.graph_info = {"enabled": bool(args.cuda_graph)}
+        self.runner = None  # the batched engine (refengine_runner.Runner), unless single-request
+        self.batch_info = {"enabled": args.batched}
+        self.mem_init = None  # device memory right after the CUDA context: the profile's baseline
         # fastrestart.standby when fastrestartd started this process as a standby (docs/standby.md); the
         # gates are rank 0's: the workers inherit no standby socket.
         self.standby = standby_module() if self.rank == 0 else None
@@ -139,11 +148,18 @@ class Engine:
         del state
         self.oracle = self.phase("first_token_s", self._oracle)
         self._gather_ranks()
-        if a.cuda_graph:
+        if a.batched:
+            # vLLM's KV cache fills the engine's share and its graphs are captured over it: a second copy
+            # of either does not fit beside a live engine, so a warmed standby parks before them and does
+            # them after its release (docs/refengine.md, "As a standby").
+            self.gate("warmed")
+            self._start_batched()
+        elif a.cuda_graph:
             # Before the warmed gate: the graph reads the weights and its own static KV cache, both
             # allocated by now; nothing it depends on is allocated after the gate (docs/refengine.md).
             self.phase("graph_capture_s", self._capture_graph)
-        self.gate("warmed")
+        if not a.batched:
+            self.gate("warmed")
         self._start_snapshot_agent()
         self.ready_s = round(time.monotonic() - T0, 6)
         if self.standby_info.get("released_at") is not None:
@@ -207,6 +223,8 @@ class Engine:
         torch.cuda.set_device(self.device)
         torch.empty(1, device=self.device)
         torch.cuda.synchronize()
+        free, total = torch.cuda.mem_get_info(self.device)
+        self.mem_init = {"free": free, "total": total, "torch_reserved": torch.cuda.memory_reserved(self.device)}
 
     def _init_dist(self):
         import torch.distributed as dist
@@ -396,6 +414,75 @@ class Engine:
                 + ": every rank loads its shard from disk")
         return missed[0] if missed else None
 
+    # --- the batched engine (docs/refengine.md, "Batched serving") --------------------------------------
+    def _start_batched(self):
+        a, torch = self.args, self.torch
+        import refengine_runner
+        total = self.mem_init["total"]
+        seqs, tokens = rb.default_max_num_seqs(total, torch.cuda.get_device_name(self.device))
+        seqs = a.max_num_seqs or seqs
+        tokens = a.max_num_batched_tokens or tokens
+        max_len = a.max_model_len or getattr(self.hf_config, "max_position_embeddings", 4096)
+        if a.enforce_eager:
+            sizes = []
+        elif a.cuda_graph_sizes is not None:
+            sizes = rb.parse_capture_sizes(a.cuda_graph_sizes, tokens)
+        else:
+            sizes = rb.default_capture_sizes(seqs, tokens)
+        # A graph of b rows runs slots 0..b-1: sizes above --max-num-seqs (vLLM's rule goes to twice it) get
+        # slots of their own, always idle, so the KV cache has max(seqs, largest size) slots.
+        slots = max([seqs] + sizes)
+        self.batch_info.update(max_num_seqs=seqs, max_num_batched_tokens=tokens, max_model_len=max_len,
+                               enforce_eager=bool(a.enforce_eager), compile=bool(a.compile))
+        r = self.runner = refengine_runner.Runner(self)
+        # fastrestartd in zero_copy gives a share without the daemon's pool (ARCHITECTURE.md, "Memory
+        # accounting"): the attached weights are in that pool, so they are not counted a second time.
+        excludes = os.environ.get("FASTRESTART_WEIGHTS_MODE") == "zero_copy" and self.attached is not None
+        budget, terms = self.phase("profile_s", lambda: r.profile(seqs, tokens, excludes))
+        self.batch_info["memory"] = terms
+        try:
+            least = len(ORACLE_PROMPT.encode()) + 1  # a slot must hold the oracle prompt and a token
+            kv = self.phase("kv_alloc_s", lambda: r.allocate_kv(budget, slots, max_len, least))
+        except ValueError as e:
+            raise SystemExit(f"refengine: {e}")
+        self.batch_info["kv_cache"] = kv
+        # fastrestartd shows the last such line as the status text while the engine starts
+        print(f"fastrestart-progress: phase=kv_cache done={kv['bytes']} total={kv['bytes']} unit=bytes "
+              f"seqs={kv['slots']} positions={kv['positions']}", flush=True)
+        gib = {k: v / 2**30 for k, v in terms.items() if k.endswith("_bytes")}
+        log(f"kv cache: {kv['bytes'] / 2**30:.2f} GiB = {kv['slots']} sequences x {kv['positions']} positions "
+            f"({kv['bytes_per_position']} bytes each; budget {budget / 2**30:.2f} GiB = requested "
+            f"{gib['requested_bytes']:.2f} - non-KV {gib['non_kv_bytes']:.2f} GiB: torch "
+            f"{gib['torch_before_profile_bytes']:.2f} + profile peak {gib['torch_peak_increase_bytes']:.2f} + non-torch "
+            f"{gib['non_torch_increase_bytes']:.2f} + attached {gib['attached_counted_bytes']:.2f})")
+        if a.compile:
+            def compile_():
+                r.compile()
+                r.warm_up(sizes or [1])
+            self.phase("compile_s", compile_)
+        if sizes:
+            g = self.phase("graph_capture_s", lambda: r.capture(sizes))
+            self.graph_info.update(enabled=True, sizes=g["sizes"], count=g["count"], pool_bytes=g["pool_bytes"])
+            log(f"cuda graphs: {g['count']} batch sizes captured ({g['sizes'][0]}..{g['sizes'][-1]}), pool "
+                f"{g['pool_bytes'] / 2**20:.1f} MiB, in {self.phases['graph_capture_s']:.3f} s")
+        ids = list(ORACLE_PROMPT.encode())
+        chk = self.phase("batched_check_s", lambda: r.check(ids, self._logits(ids)))
+        self.batch_info["check"] = chk
+        log(f"batched forward vs transformers on the oracle prompt: max |diff| {chk['max_abs_diff']:.4g} of logits "
+            f"up to {chk['max_abs_logit']:.4g}; greedy token {chk['token']} vs {chk['reference_token']}")
+        if not chk["ok"]:
+            raise SystemExit("refengine: the batched forward's logits of the oracle prompt differ from the "
+                             f"transformers forward's by {chk['max_abs_diff']:.4g} "
+                             f"(logits up to {chk['max_abs_logit']:.4g})")
+        r.start_loop(seqs, log)
+
+    def check_length(self, ids, max_tokens):
+        """None, or why the request does not fit a KV-cache slot (the batched engine only)."""
+        if self.runner is None or len(ids) + max_tokens <= self.runner.max_len():
+            return None
+        return (f"prompt ({len(ids)} tokens) plus max_tokens ({max_tokens}) exceeds the {self.runner.max_len()} "
+                "positions of a KV-cache slot")
+
     def _start_snapshot_agent(self):
         """The snapshot exchange (docs/snapshot.md): when fastrestartd gave us $FASTRESTART_SNAPSHOT_SOCKET, a
         prepare holds inference back (self.lock), empties torch's caching allocator and releases the pool's
@@ -483,6 +570,8 @@ class Engine:
             return last
 
     def generate(self, ids, max_tokens, want_logprobs):
+        if self.runner is not None:  # decoded with the other requests in flight (refengine_runner)
+            return self.runner.submit(rb.Request(ids, max_tokens, want_logprobs))
         with self.lock:
             if self.workers is not None:
                 # Every rank runs the same forwards, in the order of this lock (docs/refengine.md).
@@ -611,6 +700,7 @@ class Engine:
                 "gpu_memory_utilization": self.args.gpu_memory_utilization, "requests": self.requests,
                 "load": self.load, "startup": {"phases": self.phases, "ready_s": self.ready_s},
                 "oracle": self.oracle, "cuda_graph": self.graph_info,
+                "batch": dict(self.batch_info, **({"serving": self.runner.stats} if self.runner else {})),
                 "tensor_parallel": {"size": self.tp, "ranks": self.tp_info or []},
                 "standby": {k: v for k, v in self.standby_info.items() if k != "released_at"}}
 
@@ -629,6 +719,12 @@ def standby_module():
 
 def token_text(t):
     return chr(t) if 32 <= t < 127 else f"<{t}>"
+
+
+class Server(ThreadingHTTPServer):
+    # Python's default listen backlog is 5: --max-num-seqs clients connecting at once would get resets.
+    request_queue_size = 1024
+    daemon_threads = True
 
 
 def make_handler(engine):
@@ -696,6 +792,10 @@ def make_handler(engine):
             if not isinstance(max_tokens, int) or not 1 <= max_tokens <= 4096:
                 engine.requests["errors"] += 1
                 return self.error(400, "max_tokens: an integer in [1, 4096]")
+            too_long = engine.check_length(ids, max_tokens)
+            if too_long:
+                engine.requests["errors"] += 1
+                return self.error(400, f"max_tokens: {too_long}")
             toks, lps = engine.generate(ids, max_tokens, logprobs is not None)
             engine.requests["completions"] += 1
             choice = {"index": 0, "text": "".join(token_text(t) for t in toks), "token_ids": toks,
@@ -733,6 +833,17 @@ def parse_args(argv):
                    help="capture the decode step as a CUDA graph (static KV cache of --cuda-graph-max-len)")
     s.add_argument("--cuda-graph-max-len", type=int, default=512,
                    help="positions of the graph's static KV cache; longer requests run eagerly")
+    s.add_argument("--max-num-seqs", type=int, metavar="N",
+                   help="sequences decoded together (default vLLM's: 1024 on a GPU of >= 70 GiB but an A100, "
+                        "else 256); 1 with --enforce-eager: the single-request engine")
+    s.add_argument("--max-num-batched-tokens", type=int, metavar="N",
+                   help="tokens of the profiling forward; caps the graph sizes (default vLLM's: 8192, else 2048)")
+    s.add_argument("--max-model-len", type=int, metavar="N",
+                   help="the most positions a KV-cache slot gets (default: the config's max_position_embeddings)")
+    s.add_argument("--cuda-graph-sizes", metavar="LIST",
+                   help="batch sizes to capture, e.g. 1,2,4,8 (default vLLM's rule for --max-num-seqs)")
+    s.add_argument("--enforce-eager", action="store_true", help="no CUDA graphs")
+    s.add_argument("--compile", action="store_true", help="torch.compile the decode step before the capture")
     s.add_argument("--tensor-parallel-size", type=int, default=1, metavar="N",
                    help="ranks: this process is rank 0 and starts ranks 1..N-1 (one per GPU of FASTRESTART_DEVICES)")
     s.add_argument("--dist-backend", choices=["nccl", "gloo"],
@@ -748,6 +859,29 @@ def parse_args(argv):
     if a.tensor_parallel_size > 1 and a.cuda_graph:
         ap.error("--cuda-graph is for --tensor-parallel-size 1 only")
     a.dist_backend = a.dist_backend or "nccl"
+    for flag in ("max_num_seqs", "max_num_batched_tokens", "max_model_len"):
+        if getattr(a, flag) is not None and getattr(a, flag) < 1:
+            ap.error(f"--{flag.replace('_', '-')} must be at least 1")
+    # The single-request engine: --max-num-seqs 1 with --enforce-eager (or its own --cuda-graph), and every
+    # tensor-parallel engine (the batched one is one rank only).
+    single = a.max_num_seqs == 1 and (a.enforce_eager or a.cuda_graph)
+    if a.tensor_parallel_size > 1:
+        if a.max_num_seqs not in (None, 1) or a.compile or a.cuda_graph_sizes:
+            ap.error("--tensor-parallel-size > 1 runs the single-request engine: no --max-num-seqs > 1, "
+                     "--cuda-graph-sizes or --compile")
+        single = True
+    if a.cuda_graph and not single:
+        ap.error("--cuda-graph is the single-request engine's graph: it needs --max-num-seqs 1 "
+                 "(the batched engine captures its graphs unless --enforce-eager)")
+    if single and (a.cuda_graph_sizes or a.compile):
+        ap.error("--cuda-graph-sizes and --compile are the batched engine's "
+                 "(not with --max-num-seqs 1 --enforce-eager)")
+    if a.cuda_graph_sizes is not None:
+        try:
+            rb.parse_capture_sizes(a.cuda_graph_sizes, 1 << 30)
+        except ValueError as e:
+            ap.error(str(e))
+    a.batched = not single
     if a.cuda_graph_max_len < len(ORACLE_PROMPT.encode()) + 1:
         ap.error(f"--cuda-graph-max-len must be at least {len(ORACLE_PROMPT.encode()) + 1}")
     if not 0 < a.gpu_memory_utilization <= 1:
@@ -796,7 +930,7 @@ def main(argv=None):
 
     def open_port():
         nonlocal server
-        server = ThreadingHTTPServer((args.host, args.port), make_handler(engine))
+        server = Server((args.host, args.port), make_handler(engine))
         server.daemon_threads = True
         log(f"listening on {args.host}:{server.server_address[1]}, loading {args.model} ({args.load_format})")
         threading.Thread(target=server.serve_forever, daemon=True).start()

@@ -40,6 +40,11 @@ else:
     NO_TRANSFORMERS = ""
 
 
+# The single-request engine (--max-num-seqs 1 --enforce-eager): what these tests of the load paths were
+# written for; the batched engine has its own test (test_batched_engine_...).
+SINGLE = ("--max-num-seqs", "1", "--enforce-eager")
+
+
 def free_port():
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -80,6 +85,8 @@ class RefEngineTest(TorchBase):
 
     def serve(self, *flags, model=None, env=None):
         port = free_port()
+        if "--max-num-seqs" not in flags:
+            flags = SINGLE + flags
         log = open(os.path.join(self.tmp, f"engine-{port}.log"), "wb")
         with log:  # the child keeps its own copy of the descriptor
             p = subprocess.Popen([sys.executable, ENGINE, "serve", model or self.model, "--port", str(port),
@@ -240,6 +247,45 @@ class RefEngineTest(TorchBase):
         self.assertFalse(eager["cuda_graph"]["enabled"])
 
     @unittest.skipUnless(HAVE_STANDBY, "the fastrestart binding has no standby module")
+    def test_batched_engine_sizes_its_kv_cache_captures_graphs_and_decodes_concurrent_requests(self):
+        """The default (batched) engine: a KV cache of max(--max-num-seqs, largest graph) slots x
+        --max-model-len positions, vLLM's graph sizes for 8 sequences, the oracle of the single-request
+        engine, concurrent answers equal to the same prompts alone, and a request longer than a slot refused."""
+        single, _ = self.run_path("--load-format", "disk")
+        p, port, err = self.serve("--load-format", "disk", "--max-num-seqs", "8", "--max-model-len", "256")
+        self.assertIsNone(err, err)
+        try:
+            stats = get(port, "/stats")
+            self.assertEqual(stats["oracle"]["logits_sha256"], single["oracle"]["logits_sha256"])
+            kv = stats["batch"]["kv_cache"]
+            self.assertEqual((kv["slots"], kv["positions"]), (16, 256))
+            self.assertEqual(kv["bytes"], kv["slots"] * kv["positions"] * kv["bytes_per_position"])
+            self.assertEqual(stats["cuda_graph"]["sizes"], [1, 2, 4, 8, 16])
+            self.assertTrue(stats["batch"]["check"]["ok"], stats["batch"]["check"])
+            for k in ("profile_s", "kv_alloc_s", "graph_capture_s", "first_token_s"):
+                self.assertIn(k, stats["startup"]["phases"])
+            prompts = [f"prompt number {i}" for i in range(8)]
+            alone = [post(port, {"prompt": q, "max_tokens": 12})[1]["choices"][0]["token_ids"] for q in prompts]
+            together = [None] * 8
+
+            def one(i):
+                together[i] = post(port, {"prompt": prompts[i], "max_tokens": 12})[1]["choices"][0]["token_ids"]
+
+            import threading
+            threads = [threading.Thread(target=one, args=(i,)) for i in range(8)]
+            for t in threads:
+                t.start()
+            for t in threads:
+                t.join()
+            self.assertEqual(together, alone)
+            served = get(port, "/stats")["batch"]["serving"]
+            self.assertGreater(served["rows"], served["steps"])  # some steps decoded several requests
+            code, ans = post(port, {"prompt": "x" * 250, "max_tokens": 10})
+            self.assertEqual(code, 400, ans)
+            self.assertIn("max_tokens", ans["error"]["message"])
+        finally:
+            self.stop(p)
+
     def test_warmed_standby_parks_after_the_warm_up_and_binds_its_port_on_release(self):
         """docs/standby.md: a warmed standby has its context, weights and warm-up forward (and the graph)
         before it parks; its port opens only after the release; the oracle is that of a plain start."""
@@ -250,7 +296,7 @@ class RefEngineTest(TorchBase):
         log = os.path.join(self.tmp, "standby.log")
         with open(log, "wb") as out:
             p = subprocess.Popen([sys.executable, ENGINE, "serve", self.model, "--port", str(port),
-                                  "--served-model-name", "tiny", "--load-format", "disk", "--cuda-graph"],
+                                  "--served-model-name", "tiny", "--load-format", "disk", *SINGLE, "--cuda-graph"],
                                  stdout=out, stderr=subprocess.STDOUT, env=env, pass_fds=(theirs.fileno(),))
         theirs.close()
         try:

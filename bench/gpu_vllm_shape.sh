@@ -1,0 +1,174 @@
+#!/usr/bin/env bash
+# Every start path on the reference engine shaped like vLLM (docs/refengine.md "Batched serving";
+# docs/benchmarks.md): fastrestartd supervising the batched PyTorch reference engine on GPU 0 (the 16 GB
+# Llama-3.1-8B shape by default), memory.utilization 0.9 (the engine's --gpu-memory-utilization is that
+# minus the daemon's pool, and minus a warmed standby's reserve), weights.mode zero_copy, vLLM's defaults for
+# the rest (--max-num-seqs 1024 on an H200, 51 CUDA graphs, the KV cache filling the share). Per path it
+# kill -9s the engine N times (bench/standby_cycles.py: death to READY, the oracle on every start, a parked
+# standby's GPU memory), then measures the live engine: its startup phases (/stats), its GPU memory
+# (nvidia-smi for its pid), its KV cache and graphs, and tokens/s at 1 and --max-num-seqs concurrent clients
+# (bench/vshape_load.py, with how many answers under load differ from the same prompt alone).
+#   cold      restart.start = ["cold"]
+#   warm      restart.start = ["warm", "cold"]
+#   pre_gpu   restart.start = ["standby", "warm", "cold"], [standby] level = "pre_gpu"
+#   warmed    the same with level = "warmed": this engine's warmed gate is after the weights and the oracle,
+#             before the profile, the KV cache and the graphs (a second KV cache of the share does not fit
+#             beside the live engine's), so those run after the release
+# No snapshot path: a snapshot of this engine would carry its KV cache (the whole share) and graphs; the
+# weightless snapshot releases only the attached pool (docs/snapshot.md).
+#
+# usage (repository root, .bundle/ from scripts/gpu-bundle.sh carried; scripts/gpu-run.sh vshape):
+#   bench/gpu_vllm_shape.sh
+# VSHAPE_RUNS ("warm pre_gpu warmed cold"), VSHAPE_<PATH>_KILLS (1 each: COLD, WARM, PREGPU, WARMED),
+# VSHAPE_BUDGET_S (470: a run whose limit would end past it is skipped and says so; with the 16 GB
+# checkpoint to generate, about three paths at one kill each fit: run the rest, or more kills, in a second
+# call, e.g. VSHAPE_RUNS="warm pre_gpu warmed" then VSHAPE_RUNS="cold" VSHAPE_WARM_KILLS=...), VSHAPE_SHAPE (8b; tiny for a dry run), VSHAPE_FLAGS (more engine flags, e.g.
+# "--max-model-len 2048" on the tiny shape, whose 1 KiB positions would otherwise give each slot the
+# config's 131072), VSHAPE_CLIENTS (default 1,<the engine's max_num_seqs>), VSHAPE_MAX_TOKENS (64).
+# Results: $OUT/vshape-summary.txt, $OUT/vshape-results.json, $OUT/vshape-logs.tar.gz.
+set -uo pipefail
+# shellcheck source-path=SCRIPTDIR source=lib.sh
+. "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+bench_setup gpu_vllm_shape vshape-summary.txt
+budget=${VSHAPE_BUDGET_S:-470}
+runs=${VSHAPE_RUNS:-"warm pre_gpu warmed cold"}
+shape=${VSHAPE_SHAPE:-8b}
+maxtok=${VSHAPE_MAX_TOKENS:-64}
+w=/var/tmp/frvshape
+rm -rf "$w/sup" "$w/oracle.json"
+mkdir -p "$w/sup" "$OUT/vshape"
+res=$OUT/vshape
+
+bench_machine "$runs" "$budget"
+say "== checkpoint"
+if [ ! -f "$w/llama-$shape/config.json" ]; then
+  t0=$(date +%s)
+  timeout 180 python3 "$root/bench/gen_llama_checkpoint.py" "$w/llama-$shape" --shape "$shape" >/dev/null 2>&1 ||
+    { say "gen_llama_checkpoint failed"; exit 1; }
+  say "Llama checkpoint ($shape): $(du -sh "$w/llama-$shape" | cut -f1) in $(($(date +%s) - t0)) s"
+fi
+
+# config PATH PORT: the fastrestartd config of one run on stdout
+config() {
+  local path=$1 port=$2 d=$w/sup/$1 start level="" extra="" x
+  case "$path" in
+    cold) start='["cold"]' ;;
+    warm) start='["warm", "cold"]' ;;
+    pre_gpu|warmed) start='["standby", "warm", "cold"]'; level=$path ;;
+  esac
+  for x in ${VSHAPE_FLAGS:-}; do extra="$extra, \"$x\""; done
+  local standby_section=""
+  [ -n "$level" ] && standby_section=$(printf '[standby]\nlevel = "%s"' "$level")
+  local expect=""
+  [ -f "$w/oracle.json" ] &&
+    expect="expect_text = $(python3 -c 'import json,sys; print(json.dumps(json.load(open(sys.argv[1]))["text_1"]))' "$w/oracle.json")"
+  fastrestartd_toml ref "$port" "$d" '["0"]' cuda "$w/llama-$shape" \
+    "\"$(command -v python3)\", \"$root/python/refengine/fastrestart_refengine.py\", \"serve\", \"$w/llama-$shape\"" \
+    "\"--load-format\", \"fastrestart\", \"--fastrestart-socket-dir\", \"$d/run\"$extra" "$start" '[weights.key]
+arch = "LlamaForCausalLM"
+dtype = "BF16"
+engine = "fastrestart-refengine 0.1.0"
+tp_size = "1"
+tp_rank = "0"' "$expect" "$standby_section"
+}
+
+# limit PATH KILLS: the run's time limit: the first start (an attach: the daemon preloads [weights.key]),
+# the kills, then 60 s for the live engine's load test and the stop
+limit() {
+  local per=45
+  [ "$1" = cold ] && per=60
+  echo $((60 + per * $2 + 60))
+}
+
+# live PATH PORT: the live engine after the last restart: /stats, its GPU memory, tokens/s
+live() {
+  local d=$w/sup/$1 port=$2 pid clients n
+  timeout 20 fastrestartctl --socket "$d/ctl/s.ctl" status --json >"$res/$1-status.json" 2>/dev/null
+  pid=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["engine"]["pid"])' "$res/$1-status.json" 2>/dev/null)
+  timeout 20 curl -sf "http://127.0.0.1:$port/stats" >"$res/$1-stats.json" || echo '{}' >"$res/$1-stats.json"
+  nvidia-smi --query-compute-apps=pid,used_memory --format=csv,noheader,nounits >"$res/$1-apps.csv" 2>/dev/null
+  echo "${pid:-}" >"$res/$1-pid.txt"
+  n=$(python3 -c 'import json,sys; print((json.load(open(sys.argv[1])).get("batch") or {}).get("max_num_seqs") or 1)' "$res/$1-stats.json" 2>/dev/null || echo 1)
+  clients=${VSHAPE_CLIENTS:-1,$n}
+  timeout 50 python3 "$root/bench/vshape_load.py" --port "$port" --clients "$clients" --max-tokens "$maxtok" \
+    --rounds 1 --reference 8 >"$res/$1-load.json" 2>"$d/load.err" || say "  load test failed: $(tail -1 "$d/load.err")"
+}
+
+port=8500
+for path in $runs; do
+  case "$path" in
+    cold) kills=${VSHAPE_COLD_KILLS:-1} ;;
+    warm) kills=${VSHAPE_WARM_KILLS:-1} ;;
+    pre_gpu) kills=${VSHAPE_PREGPU_KILLS:-1} ;;
+    warmed) kills=${VSHAPE_WARMED_KILLS:-1} ;;
+    *) say "unknown run $path (cold|warm|pre_gpu|warmed)"; continue ;;
+  esac
+  lim=$(limit "$path" "$kills")
+  if [ $(($(elapsed) + lim)) -gt "$budget" ]; then
+    say "== $path: SKIPPED (time budget: ${lim} s limit, $(elapsed) s of $budget s used)"
+    continue
+  fi
+  say "== $path: $kills x kill -9 (limit $lim s, at $(elapsed) s)"
+  port=$((port + 1))
+  d=$w/sup/$path
+  mkdir -p "$d"
+  config "$path" "$port" >"$d/fastrestart.toml"
+  fastrestartd_start "$d"
+  timeout "$((lim - 60))" python3 "$root/bench/standby_cycles.py" --socket "$d/ctl/s.ctl" --log "$log" \
+    --port "$port" --model ref --path "$path" --kills "$kills" --out "$res/$path.json" \
+    --reference "$w/oracle.json" --pid "$sup" >"$d/cycles.out" 2>&1
+  rc=$?
+  tail -n "$((kills + 3))" "$d/cycles.out" | sed 's/^/  /' | tee -a "$summary"
+  [ $rc -eq 124 ] && say "  (cycles cut at their limit)"
+  [ $rc -ne 124 ] && live "$path" "$port"
+  fastrestartd_stop 60 || { say "  fastrestartd did not stop in 60 s: SIGKILL"; kill -KILL "$sup"; }
+  wait "$sup" 2>/dev/null
+  say "  fastrestartd exit $? ($(grep -c 'READY: path' "$log") READY lines); GPU used after stop: $(nvidia-smi --query-gpu=memory.used --format=csv,noheader | head -1)"
+done
+
+say "== summary (death to READY: status last_start.since_previous_exit_s; phases: the live engine's start; at $(elapsed) s)"
+python3 - "$res" <<'PY' | tee -a "$summary"
+import csv, glob, json, os, sys
+res = sys.argv[1]
+def load(name, default=None):
+    try:
+        return json.load(open(os.path.join(res, name)))
+    except (OSError, ValueError):
+        return default
+out = {}
+print(f"{'path':8} {'n':>2} {'median s':>9} {'max s':>7} {'oracle':>7} {'engine GiB':>10} {'parked MiB':>10} {'KV GiB':>7} "
+      f"{'seqs x pos':>12} {'graphs':>6} {'tok/s 1':>8} {'tok/s N':>9} {'N':>5} {'differ':>6}")
+for f in sorted(glob.glob(os.path.join(res, "*.json"))):
+    path = os.path.basename(f)[:-5]
+    if "-" in path:
+        continue
+    r = load(path + ".json", {})
+    s = r.get("summary") or {}
+    st = load(path + "-stats.json", {}) or {}
+    lo = load(path + "-load.json", {}) or {}
+    pid = open(os.path.join(res, path + "-pid.txt")).read().strip() if os.path.exists(os.path.join(res, path + "-pid.txt")) else ""
+    mib = None
+    if os.path.exists(os.path.join(res, path + "-apps.csv")):
+        for row in csv.reader(open(os.path.join(res, path + "-apps.csv"))):
+            if len(row) == 2 and row[0].strip() == pid:
+                mib = int(row[1])
+    b = st.get("batch") or {}
+    kv = b.get("kv_cache") or {}
+    g = st.get("cuda_graph") or {}
+    runs = lo.get("runs") or []
+    one = next((x for x in runs if x["clients"] == 1), {})
+    many = max(runs, key=lambda x: x["clients"]) if runs else {}
+    orc = "-" if not s.get("n") else "ok" if s.get("oracle_mismatches") == 0 else f"{s['oracle_mismatches']}bad"
+    print(f"{path:8} {s.get('n', 0):>2} {s.get('median_s', '-'):>9} {s.get('max_s', '-'):>7} {orc:>7} "
+          f"{(mib or 0) / 1024:>10.1f} {','.join(str(x) for x in s.get('parked_mib', [])) or '-':>10} "
+          f"{kv.get('bytes', 0) / 2**30:>7.1f} {str(kv.get('slots', '-')) + 'x' + str(kv.get('positions', '-')):>12} "
+          f"{g.get('count', '-'):>6} {one.get('tokens_per_s', '-'):>8} {many.get('tokens_per_s', '-'):>9} "
+          f"{many.get('clients', '-'):>5} {str(many.get('differ_from_batch1', '-')) + '/' + str(many.get('compared_with_batch1', '-')):>6}")
+    ph = (st.get("startup") or {}).get("phases") or {}
+    print("   phases: " + " ".join(f"{k[:-2]}={v:.2f}" for k, v in ph.items() if isinstance(v, (int, float))))
+    out[path] = {"cycles": r, "stats": st, "engine_mib": mib, "load": lo}
+json.dump(out, open(os.path.join(os.path.dirname(res), "vshape-results.json"), "w"), indent=1)
+PY
+tar czf "$OUT/vshape-logs.tar.gz" -C "$w" sup 2>/dev/null
+rm -rf "$res"
+say "== done in $(elapsed) s (results: $OUT/vshape-results.json, logs: $OUT/vshape-logs.tar.gz)"

@@ -1,0 +1,74 @@
+#!/usr/bin/env python3
+"""Throughput of a running engine at 1 and N concurrent clients, and how often batching changes the greedy
+tokens (docs/refengine.md, "Batched serving"; bench/gpu_vllm_shape.sh).
+
+    vshape_load.py --port P [--clients 1,64] [--max-tokens 64] [--rounds 2] [--reference 16]
+
+Each client sends `rounds` completions of max_tokens tokens, prompt "request <client> <round>", one after
+the other; tokens/s = completion tokens of all clients / wall time. --reference R: the first R prompts are
+first sent alone (batch 1), and their answers under load are compared token by token. One JSON object on
+stdout.
+"""
+import argparse
+import json
+import threading
+import time
+import urllib.request
+
+
+def complete(port, prompt, max_tokens):
+    body = json.dumps({"prompt": prompt, "max_tokens": max_tokens, "temperature": 0}).encode()
+    req = urllib.request.Request(f"http://127.0.0.1:{port}/v1/completions", body,
+                                 {"Content-Type": "application/json"})
+    with urllib.request.urlopen(req, timeout=600) as r:
+        return json.load(r)["choices"][0]["token_ids"]
+
+
+def run(port, clients, rounds, max_tokens):
+    answers, errors = {}, []
+
+    def client(c):
+        for r in range(rounds):
+            p = f"request {c} {r}"
+            try:
+                answers[p] = complete(port, p, max_tokens)
+            except Exception as e:  # noqa: BLE001 -- counted and reported
+                errors.append(f"{p}: {e}")
+
+    threads = [threading.Thread(target=client, args=(c,)) for c in range(clients)]
+    t = time.monotonic()
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join()
+    wall = time.monotonic() - t
+    toks = sum(len(a) for a in answers.values())
+    return {"clients": clients, "requests": len(answers), "errors": len(errors), "first_error": errors[:1],
+            "completion_tokens": toks, "wall_s": round(wall, 4), "tokens_per_s": round(toks / wall, 1)}, answers
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--port", type=int, required=True)
+    ap.add_argument("--clients", default="1,64")
+    ap.add_argument("--rounds", type=int, default=2)
+    ap.add_argument("--max-tokens", type=int, default=64)
+    ap.add_argument("--reference", type=int, default=16)
+    a = ap.parse_args()
+    out = {"max_tokens": a.max_tokens, "rounds": a.rounds, "runs": []}
+    ref = {}
+    for c in range(a.reference):
+        p = f"request {c} 0"
+        ref[p] = complete(a.port, p, a.max_tokens)
+    for n in (int(x) for x in a.clients.split(",")):
+        res, answers = run(a.port, n, a.rounds, a.max_tokens)
+        compared = [p for p in ref if p in answers]
+        differ = [p for p in compared if answers[p] != ref[p]]
+        res.update(compared_with_batch1=len(compared), differ_from_batch1=len(differ),
+                   differing_tokens=sum(sum(x != y for x, y in zip(answers[p], ref[p])) for p in differ))
+        out["runs"].append(res)
+    print(json.dumps(out))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,272 @@
+"""The batched reference engine's GPU side (docs/refengine.md, "Batched serving"): the profiling forward, the
+KV cache, the decode step over static slots, its CUDA graphs per batch size, and the step thread that
+decodes concurrent requests together. Needs torch and a GPU; the arithmetic it relies on is in
+refengine_batch.py (tested on CI without either).
+
+The forward is the Llama forward written out over the transformers model's own parameters (the tensors the
+engine loaded or attached: nothing is copied), so that every row of a batch can sit at its own position in
+its own slot: transformers' StaticCache writes one cache_position for the whole batch. Its logits are not
+bitwise those of the transformers forward (the oracle's); the startup check compares their greedy token.
+"""
+import threading
+import time
+
+import refengine_batch as rb
+
+
+class Runner:
+    def __init__(self, engine):
+        self.e = engine
+        self.torch = engine.torch
+        self.args = engine.args
+        self.device = engine.device
+        c = engine.model_config
+        self.layers_n = c.num_hidden_layers
+        self.hq = c.num_attention_heads
+        self.hkv = getattr(c, "num_key_value_heads", None) or self.hq
+        self.head_dim = getattr(c, "head_dim", None) or c.hidden_size // self.hq
+        self.group = self.hq // self.hkv
+        self.eps = c.rms_norm_eps
+        self.vocab = c.vocab_size
+        m = engine.model
+        base = m.model
+        self.embed = base.embed_tokens.weight
+        self.norm = base.norm.weight
+        self.lm_head = m.lm_head.weight
+        rot = base.rotary_emb
+        self.inv_freq = rot.inv_freq.float()
+        self.rope_scale = float(getattr(rot, "attention_scaling", 1.0))
+        self.layers = []
+        for layer in base.layers:
+            a, p = layer.self_attn, layer.mlp
+            self.layers.append(dict(
+                ln1=layer.input_layernorm.weight, ln2=layer.post_attention_layernorm.weight,
+                q=(a.q_proj.weight, a.q_proj.bias), k=(a.k_proj.weight, a.k_proj.bias),
+                v=(a.v_proj.weight, a.v_proj.bias), o=(a.o_proj.weight, a.o_proj.bias),
+                gate=(p.gate_proj.weight, p.gate_proj.bias), up=(p.up_proj.weight, p.up_proj.bias),
+                down=(p.down_proj.weight, p.down_proj.bias)))
+        self.kv = None  # [layers] of tensors [2, slots, kv_heads, positions, head_dim]
+        self.slots = self.positions = 0
+        self.sizes = []  # captured batch sizes, ascending
+        self.graphs = {}  # size -> (CUDAGraph, tok, logprob)
+        self.step_fn = self._step
+        self.stats = {}
+        self.batcher = None  # refengine_batch.Batcher, once serving
+
+    # --- the forward -------------------------------------------------------------------------------------
+    def _rms(self, x, w):
+        torch = self.torch
+        h = x.float()
+        h = h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + self.eps)
+        return w * h.to(x.dtype)
+
+    def _rope(self, x, cos, sin):
+        half = x.shape[-1] // 2
+        rot = self.torch.cat((-x[..., half:], x[..., :half]), dim=-1)
+        return x * cos + rot * sin
+
+    def _step(self, ids, pos, first):
+        """The greedy token of each row's last token and its log-probability ([R] each): _forward, sampled."""
+        logp = self.torch.log_softmax(self._forward(ids, pos, first).float(), dim=-1)
+        tok = logp.argmax(dim=-1)
+        return tok, logp.gather(1, tok[:, None])[:, 0]
+
+    def _forward(self, ids, pos, first):
+        """R rows of T tokens each: ids and pos [R, T]; row r is slot first + r, token t at position pos[r, t].
+        Writes their K/V into the cache, attends each token to its slot's positions <= its own, and returns
+        the logits of each row's last token [R, vocab]."""
+        torch = self.torch
+        F = torch.nn.functional
+        R, T = ids.shape
+        L, D, G, Hkv = self.positions, self.head_dim, self.group, self.hkv
+        x = F.embedding(ids, self.embed)  # [R, T, hidden]
+        freqs = pos.float()[..., None] * self.inv_freq  # [R, T, D/2]
+        emb = torch.cat((freqs, freqs), dim=-1)
+        cos = (emb.cos() * self.rope_scale).to(x.dtype)[:, :, None, :]
+        sin = (emb.sin() * self.rope_scale).to(x.dtype)[:, :, None, :]
+        # Query (g, t) of a kv head attends to positions <= pos[r, t] of its slot: [R, 1, G*T, L].
+        mask = (torch.arange(L, device=ids.device) <= pos[..., None])[:, None, None].expand(R, 1, G, T, L)
+        mask = mask.reshape(R, 1, G * T, L)
+        rows = torch.arange(R, device=ids.device)[:, None].expand(R, T)
+        for i, w in enumerate(self.layers):
+            h = self._rms(x, w["ln1"])
+            q = F.linear(h, *w["q"]).view(R, T, self.hq, D)
+            k = F.linear(h, *w["k"]).view(R, T, Hkv, D)
+            v = F.linear(h, *w["v"]).view(R, T, Hkv, D)
+            q, k = self._rope(q, cos, sin), self._rope(k, cos, sin)
+            kc, vc = self.kv[i][0, first:first + R], self.kv[i][1, first:first + R]  # views [R, Hkv, L, D]
+            kc[rows, :, pos] = k
+            vc[rows, :, pos] = v
+            # Grouped-query attention without copying K/V per query head: the G query heads of a kv head are
+            # G x T queries against that head's cache.
+            qg = q.view(R, T, Hkv, G, D).permute(0, 2, 3, 1, 4).reshape(R, Hkv, G * T, D)
+            o = F.scaled_dot_product_attention(qg, kc, vc, attn_mask=mask)
+            o = o.view(R, Hkv, G, T, D).permute(0, 3, 1, 2, 4).reshape(R, T, self.hq * D)
+            x = x + F.linear(o, *w["o"])
+            h = self._rms(x, w["ln2"])
+            x = x + F.linear(F.silu(F.linear(h, *w["gate"])) * F.linear(h, *w["up"]), *w["down"])
+        return F.linear(self._rms(x[:, -1], self.norm), self.lm_head)  # [R, vocab]
+
+    # --- startup phases ----------------------------------------------------------------------------------
+    def profile(self, max_num_seqs, max_num_batched_tokens, share_excludes_attached):
+        """vLLM's profile_run: one dummy forward of max_num_batched_tokens tokens (logits of the last only,
+        as vLLM computes logits for the sampled positions) and a sampler over max_num_seqs rows; then the
+        KV budget from the peak (refengine_batch.kv_budget). Returns (budget, terms)."""
+        torch, dev = self.torch, self.device
+        torch.cuda.synchronize(dev)
+        torch.cuda.empty_cache()
+        torch.cuda.reset_peak_memory_stats(dev)
+        before = torch.cuda.memory_allocated(dev)
+        n = min(max_num_batched_tokens, getattr(self.e.model_config, "max_position_embeddings", max_num_batched_tokens))
+        with torch.inference_mode():
+            ids = torch.zeros((1, n), dtype=torch.long, device=dev)
+            try:
+                out = self.e.model(input_ids=ids, use_cache=False, logits_to_keep=1)
+            except TypeError:  # a transformers without logits_to_keep
+                out = self.e.model(input_ids=ids, use_cache=False)
+            del out
+            logits = torch.zeros((max_num_seqs, self.vocab), dtype=torch.float32, device=dev)
+            torch.log_softmax(logits, dim=-1).argmax(dim=-1)
+            del logits
+        torch.cuda.synchronize(dev)
+        peak = torch.cuda.max_memory_allocated(dev)
+        free, total = torch.cuda.mem_get_info(dev)
+        used_increase = (total - free) - (total - self.e.mem_init["free"])
+        non_torch = used_increase - (torch.cuda.memory_reserved(dev) - self.e.mem_init["torch_reserved"])
+        attached = self.e.load.get("weight_bytes", 0) if self.e.attached is not None and \
+            self.e.attached.mode == "zero_copy" else 0
+        budget, terms = rb.kv_budget(total, self.args.gpu_memory_utilization, before, peak - before, non_torch,
+                                     attached, share_excludes_attached)
+        terms.update(profile_tokens=n, kv_budget_bytes=budget)
+        torch.cuda.empty_cache()
+        return budget, terms
+
+    def allocate_kv(self, budget, slots, max_model_len, min_positions):
+        """One tensor per layer (K and V of every slot), allocated once; never grown."""
+        torch = self.torch
+        esize = torch.empty((), dtype=self.e.dtype).element_size()
+        per = rb.bytes_per_position(self.layers_n, self.hkv, self.head_dim, esize)
+        self.positions = rb.kv_shape(budget, slots, per, max_model_len, min_positions)
+        self.slots = slots
+        self.kv = [torch.zeros((2, slots, self.hkv, self.positions, self.head_dim), dtype=self.e.dtype,
+                               device=self.device) for _ in range(self.layers_n)]
+        torch.cuda.synchronize(self.device)
+        return {"bytes": per * slots * self.positions, "slots": slots, "positions": self.positions,
+                "bytes_per_position": per, "layers": self.layers_n, "tensor_shape": list(self.kv[0].shape)}
+
+    def compile(self):
+        """torch.compile of the decode step. Dynamo's automatic dynamic shapes: the first batch size is
+        compiled static, the second recompiles with a symbolic batch, which every other size reuses (one
+        graph per size would hit Dynamo's recompile limit at vLLM's 51 sizes)."""
+        self.step_fn = self.torch.compile(self._step)
+
+    def warm_up(self, sizes):
+        """One eager (or compiled) run of the decode step at each size, largest first."""
+        torch = self.torch
+        with torch.inference_mode():
+            for b in sorted(sizes, reverse=True):
+                ids = torch.zeros((b, 1), dtype=torch.long, device=self.device)
+                self.step_fn(ids, torch.zeros_like(ids), 0)
+        torch.cuda.synchronize(self.device)
+
+    def capture(self, sizes):
+        """A CUDA graph of the decode step per size, largest first into one memory pool (the smaller ones
+        reuse the larger one's memory: vLLM's capture_model order), over static input buffers of the
+        largest size."""
+        torch = self.torch
+        top = max(sizes)
+        self.ids_buf = torch.zeros((top, 1), dtype=torch.long, device=self.device)
+        self.pos_buf = torch.zeros((top, 1), dtype=torch.long, device=self.device)
+        pool = torch.cuda.graph_pool_handle()
+        torch.cuda.synchronize(self.device)
+        torch.cuda.empty_cache()  # what the warm-ups (or compile) cached is not the graphs' memory
+        before = torch.cuda.memory_reserved(self.device)
+        with torch.inference_mode():
+            s = torch.cuda.Stream(self.device)
+            for i, b in enumerate(sorted(sizes, reverse=True)):
+                # One warm-up run per size before its capture, as vLLM's capture_model does
+                # (cudagraph_num_of_warmups, 1 by default); on a side stream, torch's rule before a capture.
+                s.wait_stream(torch.cuda.current_stream(self.device))
+                with torch.cuda.stream(s):
+                    self.step_fn(self.ids_buf[:b], self.pos_buf[:b], 0)
+                torch.cuda.current_stream(self.device).wait_stream(s)
+                g = torch.cuda.CUDAGraph()
+                with torch.cuda.graph(g, pool=pool):
+                    tok, lp = self.step_fn(self.ids_buf[:b], self.pos_buf[:b], 0)
+                self.graphs[b] = (g, tok, lp)
+                if (i + 1) % 8 == 0 or i + 1 == len(sizes):
+                    # fastrestartd's status text while starting (docs/supervisor.md, "Engine progress")
+                    print(f"fastrestart-progress: phase=graph_capture done={i + 1} total={len(sizes)} unit=graphs",
+                          flush=True)
+        torch.cuda.synchronize(self.device)
+        self.sizes = sorted(sizes)
+        return {"sizes": self.sizes, "count": len(self.sizes),
+                "pool_bytes": torch.cuda.memory_reserved(self.device) - before}
+
+    def check(self, ids, reference):
+        """The oracle prompt through this forward (a prefill in slot 0) against `reference`, the transformers
+        forward's logits of it: not bitwise equal (other kernels, another summation order), but a wrong
+        forward differs by the size of the logits themselves. Returns the comparison (/stats batch.check)."""
+        torch = self.torch
+        with torch.inference_mode():
+            x = torch.tensor([ids], dtype=torch.long, device=self.device)
+            mine = self._forward(x, torch.arange(len(ids), device=self.device)[None], 0)[0].float()
+            ref = reference.float()
+            diff = float((mine - ref).abs().max())
+            scale = float(ref.abs().max())
+            return {"token": int(mine.argmax()), "reference_token": int(ref.argmax()),
+                    "max_abs_diff": round(diff, 6), "max_abs_logit": round(scale, 6),
+                    "ok": diff <= 0.1 * max(scale, 1e-6)}
+
+    # --- serving -----------------------------------------------------------------------------------------
+    def _prefill(self, ids, slot):
+        torch = self.torch
+        x = torch.tensor([ids], dtype=torch.long, device=self.device)
+        pos = torch.arange(len(ids), device=self.device)[None]
+        tok, lp = self._step(x, pos, slot)  # a prefill is never graphed (vLLM: piecewise only)
+        return int(tok[0]), float(lp[0])
+
+    def max_len(self):
+        return self.positions
+
+    def start_loop(self, max_num_seqs, log):
+        self.batcher = rb.Batcher(max_num_seqs, self.sizes)
+        self.stats = self.batcher.stats
+        self.log = log
+        threading.Thread(target=self._loop, name="refengine-step", daemon=True).start()
+
+    def submit(self, req):
+        self.batcher.submit(req)
+        req.done.wait()
+        if req.error:
+            raise RuntimeError(req.error)
+        return req.tokens, req.logprobs
+
+    def _loop(self):
+        import os
+        torch = self.torch
+        try:
+            while True:
+                if not self.batcher.sched.wait_for_work(0.5):
+                    continue
+                with self.e.lock, torch.inference_mode():  # the snapshot exchange holds this lock
+                    self.batcher.iterate(self._prefill, self._decode)
+        except Exception as e:  # the engine cannot serve on: fail every request, exit for a restart
+            self.log(f"step loop failed: {type(e).__name__}: {e}")
+            self.batcher.fail_all(str(e))
+            time.sleep(0.2)
+            os._exit(1)
+
+    def _decode(self, size, n, ids, pos):
+        """One decode step of n rows: the graph of `size` rows replayed, or (size None) the step run eagerly."""
+        torch = self.torch
+        ids_t = torch.tensor(ids, dtype=torch.long).view(n, 1)
+        pos_t = torch.tensor(pos, dtype=torch.long).view(n, 1)
+        if size:
+            self.ids_buf[:n].copy_(ids_t)
+            self.pos_buf[:n].copy_(pos_t)
+            g, tok, lp = self.graphs[size]
+            g.replay()
+        else:
+            tok, lp = self.step_fn(ids_t.to(self.device), pos_t.to(self.device), 0)
+        return tok[:n].tolist(), lp[:n].tolist()

@@ -1,0 +1,312 @@
+"""The batched reference engine's arithmetic without torch or a GPU (python/refengine/refengine_batch.py):
+vLLM's capture sizes, the graph a batch runs, the default --max-num-seqs, the KV budget and shape, the
+static slots, and the flag rules. The GPU side (the profile, the KV cache, the graphs, batched decoding) is
+test_refengine's test_batched_engine_... on the GPU machine: without torch it skips with the reason."""
+
+import contextlib
+import io
+import os
+import sys
+import threading
+import unittest
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(HERE, "..", "refengine"))
+
+import fastrestart_refengine as ref  # noqa: E402 -- imports no torch before start()
+import refengine_batch as rb  # noqa: E402
+
+GIB = 1 << 30
+
+
+class CaptureSizes(unittest.TestCase):
+    def test_vllm_default_rule(self):
+        self.assertEqual(rb.default_capture_sizes(1, 8192), [1, 2])
+        self.assertEqual(rb.default_capture_sizes(8, 8192), [1, 2, 4, 8, 16])
+        s128 = rb.default_capture_sizes(128, 8192)
+        self.assertEqual(len(s128), 35)  # 1, 2, 4 and 8..256 by 8: 2 x 128 = 256 is the top
+        self.assertEqual(s128[:5], [1, 2, 4, 8, 16])
+        self.assertEqual(s128[-1], 256)
+        s1024 = rb.default_capture_sizes(1024, 8192)
+        self.assertEqual(len(s1024), 51)  # vLLM's H200 defaults: up to 512, by 16 from 256
+        self.assertEqual(s1024[-3:], [480, 496, 512])
+        self.assertIn(272, s1024)
+        self.assertNotIn(264, s1024)
+        self.assertEqual(s1024, sorted(set(s1024)))
+
+    def test_capped_by_batched_tokens(self):
+        self.assertEqual(rb.default_capture_sizes(1024, 16), [1, 2, 4, 8, 16])
+        self.assertEqual(rb.default_capture_sizes(256, 300)[-1], 288)
+
+    def test_explicit_sizes(self):
+        self.assertEqual(rb.parse_capture_sizes("8, 1,4,4", 8192), [1, 4, 8])
+        self.assertEqual(rb.parse_capture_sizes("1,2,9000", 8192), [1, 2])
+        for bad in ("a,b", "0,1", ""):
+            with self.assertRaisesRegex(ValueError, "--cuda-graph-sizes"):
+                rb.parse_capture_sizes(bad, 8192)
+
+    def test_smallest_size_that_fits(self):
+        sizes = rb.default_capture_sizes(1024, 8192)
+        self.assertEqual(rb.graph_for(sizes, 1), 1)
+        self.assertEqual(rb.graph_for(sizes, 3), 4)
+        self.assertEqual(rb.graph_for(sizes, 9), 16)
+        self.assertEqual(rb.graph_for(sizes, 256), 256)
+        self.assertEqual(rb.graph_for(sizes, 257), 272)
+        self.assertIsNone(rb.graph_for(sizes, 513))  # eager
+        self.assertIsNone(rb.graph_for([], 1))       # --enforce-eager
+
+    def test_default_max_num_seqs(self):
+        self.assertEqual(rb.default_max_num_seqs(140 * GIB, "NVIDIA H200"), (1024, 8192))
+        self.assertEqual(rb.default_max_num_seqs(80 * GIB, "NVIDIA A100-SXM4-80GB"), (256, 2048))
+        self.assertEqual(rb.default_max_num_seqs(24 * GIB, "NVIDIA L4"), (256, 2048))
+
+
+class KvSizing(unittest.TestCase):
+    def test_budget_is_the_share_minus_what_is_not_kv(self):
+        budget, t = rb.kv_budget(total=100 * GIB, utilization=0.9, torch_before_profile=16 * GIB,
+                                 torch_peak_increase=2 * GIB, non_torch_increase=GIB // 2,
+                                 attached_weight_bytes=0, share_excludes_attached=False)
+        self.assertEqual(t["requested_bytes"], int(100 * GIB * 0.9))
+        self.assertEqual(budget, int(100 * GIB * 0.9) - (16 + 2) * GIB - GIB // 2)
+
+    def test_attached_weights_are_counted_once(self):
+        # Weights mapped from the daemon are in no torch statistic: counted explicitly...
+        standalone, t = rb.kv_budget(100 * GIB, 0.9, 0, 2 * GIB, GIB // 2, 16 * GIB, share_excludes_attached=False)
+        self.assertEqual(t["attached_counted_bytes"], 16 * GIB)
+        disk, _ = rb.kv_budget(100 * GIB, 0.9, 16 * GIB, 2 * GIB, GIB // 2, 0, False)
+        self.assertEqual(standalone, disk)  # the same budget as the same weights read from disk
+        # ...unless the share was already lowered by the daemon's pool (fastrestartd, zero_copy).
+        lowered, t = rb.kv_budget(100 * GIB, 0.9 - 0.16, 0, 2 * GIB, GIB // 2, 16 * GIB, True)
+        self.assertEqual(t["attached_counted_bytes"], 0)
+        self.assertAlmostEqual(lowered, standalone, delta=GIB // 100)
+
+    def test_negative_terms_do_not_inflate_the_budget(self):
+        budget, t = rb.kv_budget(100 * GIB, 0.5, GIB, -3 * GIB, -GIB, 0, False)
+        self.assertEqual(budget, 50 * GIB - GIB)
+        self.assertEqual(t["non_torch_increase_bytes"], 0)
+
+    def test_shape(self):
+        per = rb.bytes_per_position(layers=32, kv_heads=8, head_dim=128, dtype_bytes=2)
+        self.assertEqual(per, 128 * 1024)  # Llama-3.1-8B, bf16: 128 KiB a token
+        positions = rb.kv_shape(110 * GIB, 1024, per, 131072, 10)
+        self.assertEqual(positions % rb.BLOCK, 0)
+        self.assertLessEqual(1024 * positions * per, 110 * GIB)
+        self.assertGreater(1024 * (positions + rb.BLOCK) * per, 110 * GIB)
+        self.assertEqual(rb.kv_shape(110 * GIB, 8, per, 2048, 10), 2048)  # capped by max_model_len
+
+    def test_too_small_names_the_flags(self):
+        with self.assertRaisesRegex(ValueError, "--gpu-memory-utilization.*--max-num-seqs"):
+            rb.kv_shape(GIB, 1024, 128 * 1024, 131072, 24)
+        with self.assertRaisesRegex(ValueError, "0.00 GiB"):
+            rb.kv_shape(-5 * GIB, 1, 1024, 100, 24)
+
+
+class Slots(unittest.TestCase):
+    def test_lowest_free_slot_first_at_most_max_num_seqs(self):
+        s = rb.SlotScheduler(3)
+        reqs = [rb.Request([1, 2], 4, False) for _ in range(5)]
+        for r in reqs:
+            s.submit(r)
+        self.assertEqual([r.slot for r in s.admit()], [0, 1, 2])
+        self.assertEqual(s.rows(), 3)
+        self.assertEqual(s.admit(), [])  # full: the others wait, in order
+        s.release(reqs[1])
+        self.assertEqual(s.rows(), 3)    # slot 1 idle: a padding row of a batch of 3
+        (r,) = s.admit()
+        self.assertIs(r, reqs[3])
+        self.assertEqual(r.slot, 1)
+        for r in (reqs[0], reqs[2], reqs[3]):
+            s.release(r)
+        self.assertEqual(s.rows(), 0)
+        (r,) = s.admit()
+        self.assertEqual(r.slot, 0)
+        self.assertEqual(s.rows(), 1)
+
+    def test_release_of_a_stale_request_keeps_the_slot(self):
+        s = rb.SlotScheduler(1)
+        a, b = rb.Request([1], 1, False), rb.Request([1], 1, False)
+        s.submit(a)
+        s.admit()
+        s.release(a)
+        s.submit(b)
+        s.admit()
+        s.release(a)  # a second release of a must not free b's slot
+        self.assertEqual(s.active, {0: b})
+
+    def test_wait_for_work_wakes_on_submit(self):
+        s = rb.SlotScheduler(2)
+        self.assertFalse(s.wait_for_work(0.01))
+        threading.Timer(0.05, s.submit, (rb.Request([1], 1, False),)).start()
+        self.assertTrue(s.wait_for_work(30))
+
+    def test_request_finishes_at_max_tokens(self):
+        r = rb.Request([1, 2, 3], 2, True)
+        r.tokens.append(5)
+        self.assertFalse(r.finished())
+        r.tokens.append(6)
+        self.assertTrue(r.finished())
+
+
+def stand_in_prefill(ids, slot):
+    """A stand-in model: the first token depends on the whole prompt only (not on the slot)."""
+    return (sum(ids) * 13 + len(ids)) % 997, -0.5
+
+
+def stand_in_next(tok, pos):
+    return (tok * 31 + pos * 7 + 1) % 997
+
+
+def alone(ids, max_tokens):
+    """What one request decoded alone gets from the stand-in model."""
+    toks = [stand_in_prefill(ids, 0)[0]]
+    pos = len(ids)
+    while len(toks) < max_tokens:
+        toks.append(stand_in_next(toks[-1], pos))
+        pos += 1
+    return toks
+
+
+class Batching(unittest.TestCase):
+    """The step loop's bookkeeping (refengine_batch.Batcher) driven by a stand-in model: what the GPU step
+    thread does between forwards."""
+
+    def run_all(self, batcher, steps):
+        def step(size, n, ids, pos):
+            steps.append({"size": size, "n": n, "ids": list(ids), "pos": list(pos),
+                          "busy": sorted(batcher.sched.active)})
+            return [stand_in_next(t, p) for t, p in zip(ids, pos)], [-1.0] * n
+
+        rounds = 0
+        while batcher.iterate(stand_in_prefill, step):
+            rounds += 1
+            self.assertLess(rounds, 10000)
+
+    def test_every_request_gets_what_it_would_alone(self):
+        b = rb.Batcher(4, [1, 2, 4, 8])
+        reqs = [rb.Request([65 + i] * (1 + i % 3), 1 + (i * 5) % 9, i % 2 == 0) for i in range(11)]
+        for r in reqs:
+            b.submit(r)
+        steps = []
+        self.run_all(b, steps)
+        for r in reqs:
+            self.assertTrue(r.done.is_set())
+            self.assertEqual(r.tokens, alone(r.ids, r.max_tokens))
+            self.assertEqual(len(r.logprobs), r.max_tokens)
+            self.assertEqual(r.logprobs[0], -0.5 if r.want_logprobs else None)
+        self.assertEqual(b.sched.active, {})
+        self.assertEqual(sorted(b.sched.free), [0, 1, 2, 3])
+        self.assertTrue(steps)
+        for s in steps:
+            self.assertLessEqual(len(s["busy"]), 4)                  # at most --max-num-seqs at once
+            self.assertEqual(s["size"], rb.graph_for([1, 2, 4, 8], s["busy"][-1] + 1))  # smallest that fits
+            self.assertEqual(s["n"], s["size"])
+            for row in range(s["n"]):
+                if row not in s["busy"]:                            # a padding row
+                    self.assertEqual((s["ids"][row], s["pos"][row]), (0, 0))
+        self.assertTrue(any(len(s["busy"]) > 1 for s in steps))      # requests were decoded together
+        self.assertEqual(b.stats["steps"], len(steps))
+        self.assertEqual(b.stats["rows"], sum(len(s["busy"]) for s in steps))
+        self.assertEqual(b.stats["prefills"], 11)
+        self.assertEqual(b.stats["eager_steps"], 0)
+
+    def test_above_the_largest_graph_or_without_graphs_the_step_is_eager(self):
+        for sizes in ([1, 2], []):
+            b = rb.Batcher(6, sizes)
+            reqs = [rb.Request([70, i], 5, False) for i in range(6)]
+            for r in reqs:
+                b.submit(r)
+            steps = []
+            self.run_all(b, steps)
+            self.assertEqual(steps[0]["size"], None)
+            self.assertEqual(steps[0]["n"], 6)  # eager: exactly the rows the busy slots need
+            for s in steps:  # graphed exactly when the busy rows fit the largest size
+                busy = s["busy"][-1] + 1
+                self.assertEqual(s["size"] is None, not sizes or busy > max(sizes), s)
+            self.assertEqual(b.stats["eager_steps"], sum(1 for s in steps if s["size"] is None))
+            for r in reqs:
+                self.assertEqual(r.tokens, alone(r.ids, 5))
+
+    def test_concurrent_submitters_are_all_answered(self):
+        """HTTP threads submit and wait while one step thread iterates (as refengine_runner.Runner does)."""
+        b = rb.Batcher(8, rb.default_capture_sizes(8, 8192))
+        stop = threading.Event()
+
+        def step_thread():
+            while not stop.is_set():
+                if b.sched.wait_for_work(0.05):
+                    b.iterate(stand_in_prefill, lambda size, n, ids, pos: (
+                        [stand_in_next(t, p) for t, p in zip(ids, pos)], [0.0] * n))
+
+        t = threading.Thread(target=step_thread)
+        t.start()
+        got = {}
+
+        def client(i):
+            r = rb.Request([40 + i, 41 + i], 3 + i % 7, False)
+            b.submit(r)
+            self.assertTrue(r.done.wait(60))
+            got[i] = (r.tokens, alone(r.ids, r.max_tokens))
+
+        clients = [threading.Thread(target=client, args=(i,)) for i in range(40)]
+        for c in clients:
+            c.start()
+        for c in clients:
+            c.join()
+        stop.set()
+        t.join()
+        self.assertEqual(len(got), 40)
+        for i, (tokens, want) in got.items():
+            self.assertEqual(tokens, want, i)
+
+    def test_fail_all_answers_every_request_with_the_reason(self):
+        b = rb.Batcher(1, [1])
+        a, w = rb.Request([1], 4, False), rb.Request([2], 4, False)
+        b.submit(a)
+        b.submit(w)
+        b.sched.admit()
+        b.fail_all("CUDA error: an illegal memory access")
+        for r in (a, w):
+            self.assertTrue(r.done.is_set())
+            self.assertEqual(r.error, "CUDA error: an illegal memory access")
+        self.assertEqual((b.sched.active, b.sched.waiting, b.sched.free), ({}, [], [0]))
+
+
+class Flags(unittest.TestCase):
+    def parse(self, *argv):
+        err = io.StringIO()
+        with contextlib.redirect_stderr(err):
+            try:
+                return ref.parse_args(["serve", "/m", *argv]), ""
+            except SystemExit as e:
+                self.assertEqual(e.code, 2)
+                return None, err.getvalue()
+
+    def test_defaults_are_batched_and_single_request_is_opt_in(self):
+        a, _ = self.parse()
+        self.assertTrue(a.batched)
+        self.assertIsNone(a.max_num_seqs)  # vLLM's default for the GPU, decided once CUDA is up
+        a, _ = self.parse("--max-num-seqs", "1", "--enforce-eager")
+        self.assertFalse(a.batched)
+        a, _ = self.parse("--max-num-seqs", "1", "--cuda-graph")
+        self.assertFalse(a.batched)
+        a, _ = self.parse("--max-num-seqs", "1")
+        self.assertTrue(a.batched)  # one slot, graphs of 1 and 2
+        a, _ = self.parse("--max-num-seqs", "64", "--enforce-eager")
+        self.assertTrue(a.batched)
+        a, _ = self.parse("--tensor-parallel-size", "2")
+        self.assertFalse(a.batched)
+
+    def test_errors_name_the_flag(self):
+        for argv, text in [(("--cuda-graph",), "--cuda-graph is the single-request engine's graph"),
+                           (("--max-num-seqs", "0"), "--max-num-seqs must be at least 1"),
+                           (("--max-model-len", "0"), "--max-model-len must be at least 1"),
+                           (("--cuda-graph-sizes", "1,x"), "--cuda-graph-sizes"),
+                           (("--max-num-seqs", "1", "--enforce-eager", "--compile"), "--compile"),
+                           (("--tensor-parallel-size", "2", "--max-num-seqs", "8"), "--tensor-parallel-size > 1")]:
+            a, err = self.parse(*argv)
+            self.assertIsNone(a, argv)
+            self.assertIn(text, err)
+
+
+if __name__ == "__main__":
+    unittest.main()
