@@ -28,7 +28,6 @@ no inherited descriptors (multiprocessing's spawn). Each process writes
 import argparse
 import json
 import os
-import socket
 import subprocess
 import sys
 
