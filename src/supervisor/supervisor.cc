@@ -218,9 +218,7 @@ int Supervisor::run() {
   }
   spdlog::info("fastrestartd {} serving '{}' from {}", FASTRESTART_VERSION, m_cfg.name, m_cfg.path);
   snapshot_init();
-  for (const char* record : {"engine.pgid", "standby.pgid"})
-    if (pid_t g = kill_recorded_group(state_path(m_cfg, record)))
-      spdlog::warn("killed process group {} ({}), left running by a previous fastrestartd that did not stop cleanly", g, record);
+  kill_leftover_groups();
   start_daemons();  // m_state starts as kLoading
   m_running = true;
   m_loop.run();
@@ -241,6 +239,16 @@ int Supervisor::run() {
     t->stop();
   spdlog::info("fastrestartd exiting with code {}", m_exit_code);
   return m_exit_code;
+}
+
+int Supervisor::kill_leftover_groups() {
+  int killed = 0;
+  for (const char* record : {"engine.pgid", "standby.pgid"})
+    if (pid_t g = kill_recorded_group(state_path(m_cfg, record))) {
+      spdlog::warn("killed process group {} ({}), left running by a previous fastrestartd that did not stop cleanly", g, record);
+      ++killed;
+    }
+  return killed;
 }
 
 void Supervisor::reap() {
