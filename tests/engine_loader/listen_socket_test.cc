@@ -28,7 +28,9 @@ UniqueFd tcp_socket(bool listening) {
   a.sin_family = AF_INET;
   a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
   EXPECT_EQ(::bind(fd.get(), reinterpret_cast<sockaddr*>(&a), sizeof a), 0);
-  if (listening) EXPECT_EQ(::listen(fd.get(), 8), 0);
+  if (listening) {
+    EXPECT_EQ(::listen(fd.get(), 8), 0);
+  }
   return fd;
 }
 

@@ -127,7 +127,9 @@ TEST(ListenSocket, AnAddressInUseIsBusyAndNamed) {
                                         " (engine.host, engine.port; engine.listen = \"supervisor\"): bind: Address already in use"),
             std::string::npos) << second.error().message;
   auto v6 = ListenSocket::open("::1", 0, 16);
-  if (v6.ok()) EXPECT_EQ(v6->address().rfind("[::1]:", 0), 0u) << v6->address();
+  if (v6.ok()) {  // a host without IPv6 has no ::1
+    EXPECT_EQ(v6->address().rfind("[::1]:", 0), 0u) << v6->address();
+  }
   auto unknown = ListenSocket::open("no-such-host.invalid", 8000, 16);
   ASSERT_FALSE(unknown.ok());
   EXPECT_EQ(unknown.error().code, Errc::kInvalidArgument);
