@@ -182,6 +182,7 @@ TEST_F(ListenSocketTest, AnEngineThatBindsThePortItselfIsNamed) {
   Options o;
   o.command = {"/usr/bin/python3", "-c",
                "import socket\ns = socket.socket()\ns.bind(('127.0.0.1', " + std::to_string(m_port) + "))\ns.listen()\n"};
+  o.crash_loop_limit = 10000;  // still restarting it when the test stops fastrestartd
   launch(o);
   json st;
   ASSERT_TRUE(m_sup->wait_for([](const json& j) { return j["last_exit"].is_object() && j["last_exit"].contains("detail"); }, 60, &st))
