@@ -271,11 +271,12 @@ def analyse(res, records):
     base = [t1 - t0 for t0, t1, o in records if o == "ok" and t1 < res["kills"][0]["t_kill"]]
     base_median = statistics.median(base) if base else None
     res["baseline"] = {"requests": len(base), "median_latency_s": round(base_median, 4) if base else None}
-    ends = [k["t_kill"] for k in res["kills"][1:]] + [max([r[1] for r in records] + [0])]
+    # A kill's window ends at the next kill; a request still running then is the next kill's (in flight).
+    ends = [k["t_kill"] for k in res["kills"][1:]] + [float("inf")]
     for k, end in zip(res["kills"], ends):
         tk, tr = k["t_kill"], k["t_ready_seen"]
         in_flight = [r for r in records if r[0] < tk <= r[1]]
-        after = [r for r in records if tk <= r[0] < end]
+        after = [r for r in records if tk <= r[0] and r[1] < end]
         failed_after = {}
         for _, _, o in after:
             if o != "ok":
