@@ -100,21 +100,22 @@ class StandinLaunchTest(unittest.TestCase):
                                  env=self.env())
         self.procs.append(p)
         self.wait_for(0, "vLLM server version", p)
-        while True:  # bound, not listening: refused until uvicorn's start (never a 503 while loading)
+        while True:  # bound, not listening: refused until uvicorn's start, and then ready at once
+            conn = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
             try:
-                with socket.create_connection(("127.0.0.1", port), timeout=30):
-                    break
+                conn.connect()
+                break
             except ConnectionRefusedError:
                 self.assertIsNone(p.poll(), self.output(0))
                 time.sleep(0.02)
-        self.assertIn("Application startup complete", self.output(0))
-        conn = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
-        self.assertEqual(self.get(conn, "GET", "/health")[0], 200)
+        self.assertEqual(self.get(conn, "GET", "/health")[0], 200)  # the first connection: never a 503
         conn.close()
+        self.wait_for(0, "Application startup complete", p)
 
     def test_through_the_launcher_it_serves_on_the_passed_socket_and_a_second_one_starts_too(self):
-        other = free_port()  # vLLM's --port: not the socket's, and never bound
-        with listening_socket() as ls:
+        # vLLM's --port: not the socket's. Held here, listening: a stand-in that bound it would fail.
+        with listening_socket() as held, listening_socket() as ls:
+            other = held.getsockname()[1]
             port = ls.getsockname()[1]
             early = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
             early.connect()  # before any engine: it waits in the queue
@@ -127,8 +128,6 @@ class StandinLaunchTest(unittest.TestCase):
             self.assertIn("fastrestart-vllm: serving on the socket fastrestartd passed (127.0.0.1:%d; "
                           "create_server_socket patched in vllm.entrypoints.openai.api_server)" % port, out)
             self.assertIn("--port %d ignored" % other, out)
-            with socket.socket() as probe:  # vLLM's own --port was never bound
-                probe.bind(("127.0.0.1", other))
             # A second engine on the same passed socket (a standby's start) gets past the bind that
             # fails without the hand-down, and serves as well.
             p2, i2 = self.launch(ls, port, "--standin-startup-delay", "0.1")
