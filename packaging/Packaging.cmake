@@ -49,7 +49,7 @@ install(FILES ${FR_EXAMPLE_CONFIGS} DESTINATION ${CMAKE_INSTALL_DOCDIR}/examples
 # --- documentation ----------------------------------------------------------------------------------------
 foreach(_fr_doc README.md docs/systemd.md docs/packaging.md docs/config.md docs/supervisor.md docs/weightd.md
                 docs/engine_loader.md docs/python.md docs/protocol.md docs/health.md docs/operations.md
-                docs/vllm.md docs/vllm-plugin.md docs/snapshot.md docs/kubernetes.md)
+                docs/vllm.md docs/vllm-plugin.md docs/snapshot.md docs/kubernetes.md docs/listen-socket.md)
   if(EXISTS ${PROJECT_SOURCE_DIR}/${_fr_doc})
     install(FILES ${PROJECT_SOURCE_DIR}/${_fr_doc} DESTINATION ${CMAKE_INSTALL_DOCDIR})
   endif()

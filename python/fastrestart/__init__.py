@@ -9,7 +9,8 @@
 
 Tensors export themselves through DLPack (``__dlpack__``/``__dlpack_device__``); host tensors also give a
 numpy view with ``.numpy()``. In zero_copy mode the memory is a read-only mapping of the daemon's pool.
-A standby engine waits at ``fastrestart.standby.gate(level)`` (docs/standby.md).
+A standby engine waits at ``fastrestart.standby.gate(level)`` (docs/standby.md). An engine serves on the
+listening socket fastrestartd passes, when it passes one: ``fastrestart.inherited_socket()`` (docs/python.md).
 """
 
 import os as _os
@@ -17,8 +18,11 @@ import os as _os
 from ._fastrestart import AttachResult, Key, SnapshotAgent, Tensor
 from . import _fastrestart
 from . import standby
+from . import listen
+from .listen import inherited_socket
 
 __all__ = ["identify", "open_checkpoint", "OpenCheckpoint", "attach", "publish", "snapshot_agent", "standby",
+           "listen", "inherited_socket",
            "AttachResult", "Key", "SnapshotAgent", "Tensor"]
 
 

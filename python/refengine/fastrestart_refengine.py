@@ -19,6 +19,11 @@ single-request engine described above.
 The gates are the standby protocol's (docs/standby.md): they pass at once unless fastrestartd started this
 process as a standby, which then parks at its level and binds its port only after the release.
 
+With engine.listen = "supervisor" fastrestartd passes the listening socket (LISTEN_FDS, descriptor 3):
+the engine serves on it instead of binding --host:--port, and accepts only once it is ready (a standby:
+once released and ready), so connections made while it starts wait in the kernel's queue instead of
+getting a 503 (docs/refengine.md, "The socket fastrestartd passes").
+
 It leaves out vLLM's tokenizer, paged attention and chunked prefill (docs/refengine.md says why).
 
 Tokens: the synthetic checkpoints ship no tokenizer, so a prompt string is its UTF-8 bytes as token ids
@@ -717,6 +722,34 @@ def standby_module():
     return standby if standby.is_standby() else None
 
 
+def inherited_listen_socket():
+    """The listening socket fastrestartd passed (engine.listen = "supervisor"), or None. Taken before any
+    worker starts: fastrestart.inherited_socket removes LISTEN_* from the environment they inherit."""
+    if not os.environ.get("LISTEN_FDS"):
+        return None
+    try:
+        import fastrestart.listen as listen
+    except ImportError as e:
+        raise SystemExit(f"refengine: LISTEN_FDS is set but the fastrestart binding is missing: {e}")
+    try:
+        return listen.inherited_socket(listen.FDNAME)
+    except ValueError as e:
+        raise SystemExit(f"refengine: the socket fastrestartd passed: {e}")
+
+
+def http_server(engine, args, sock=None):
+    """The HTTP server: on `sock` (the inherited listening socket) when given, else bound to --host:--port
+    (listening at once)."""
+    if sock is None:
+        server = Server((args.host, args.port), make_handler(engine))
+    else:
+        server = Server(sock.getsockname()[:2], make_handler(engine), bind_and_activate=False)
+        server.socket.close()
+        server.socket, server.server_address = sock, sock.getsockname()
+    server.daemon_threads = True
+    return server
+
+
 def token_text(t):
     return chr(t) if 32 <= t < 127 else f"<{t}>"
 
@@ -921,6 +954,7 @@ def main(argv=None):
     if os.environ.get(tp.PARENT_ENV):
         return worker_main(args)
     try:
+        inherited = inherited_listen_socket()
         engine = Engine(args)
     except SystemExit as e:
         log(str(e))
@@ -930,9 +964,11 @@ def main(argv=None):
 
     def open_port():
         nonlocal server
-        server = Server((args.host, args.port), make_handler(engine))
-        server.daemon_threads = True
-        log(f"listening on {args.host}:{server.server_address[1]}, loading {args.model} ({args.load_format})")
+        server = http_server(engine, args, inherited)
+        if inherited is None:
+            log(f"listening on {args.host}:{server.server_address[1]}, loading {args.model} ({args.load_format})")
+        else:
+            log(f"accepting on the socket fastrestartd passed ({server.server_address[0]}:{server.server_address[1]})")
         threading.Thread(target=server.serve_forever, daemon=True).start()
         serving.set()
 
@@ -947,7 +983,13 @@ def main(argv=None):
 
     signal.signal(signal.SIGTERM, stop)
     signal.signal(signal.SIGINT, stop)
-    if engine.standby is None:
+    if inherited is not None:
+        # The socket listens already (fastrestartd's): accepting before the engine can serve would only
+        # turn connections that wait in the kernel's queue into 503s. A standby holds it, parked, without
+        # accepting; every engine accepts once ready, below.
+        log(f"holding the socket fastrestartd passed ({inherited.getsockname()[0]}:{inherited.getsockname()[1]}); "
+            f"accepting once ready, loading {args.model} ({args.load_format})")
+    elif engine.standby is None:
         # The port opens before loading, as vLLM's does: /health answers 503 meanwhile.
         open_port()
     else:
@@ -963,7 +1005,11 @@ def main(argv=None):
             os._exit(0)
         log(f"load failed: {e}")
         os._exit(1)
-    if server is None:  # a standby of a level this engine has no gate for: it was never released
+    if engine.standby is not None and "released_at" not in engine.standby_info:
+        server = None  # a standby of a level this engine has no gate for: it was never released
+    elif inherited is not None:
+        open_port()
+    if server is None:
         log("standby: no gate of this engine matched FASTRESTART_STANDBY_LEVEL; exiting")
         os._exit(1)
     while engine.state == "ready":

@@ -330,6 +330,36 @@ class RefEngineTest(TorchBase):
         finally:
             self.stop(p)
 
+    def test_on_the_passed_socket_a_request_sent_during_the_start_is_answered_once_ready(self):
+        """docs/refengine.md "The socket fastrestartd passes": a request sent before the engine even
+        started waits in the kernel's queue and gets its answer (never a 503) once the engine is ready."""
+        import http.client
+        from listen_support import listening_socket, popen_with_socket
+        plain, plain_ans = self.run_path("--load-format", "disk")
+        log = os.path.join(self.tmp, "inherited.log")
+        with listening_socket() as ls:
+            port = ls.getsockname()[1]
+            early = http.client.HTTPConnection("127.0.0.1", port, timeout=180)
+            early.request("POST", "/v1/completions", body=json.dumps(
+                {"model": "tiny", "prompt": "Hello", "max_tokens": 4, "logprobs": 0}),
+                headers={"Content-Type": "application/json"})
+            with open(log, "wb") as out:
+                p = popen_with_socket([sys.executable, ENGINE, "serve", self.model, "--port", str(free_port()),
+                                       "--served-model-name", "tiny", "--load-format", "disk"], ls,
+                                      stdout=out, stderr=subprocess.STDOUT)
+            try:
+                r = early.getresponse()
+                self.assertEqual(r.status, 200)
+                self.assertEqual(json.loads(r.read())["choices"][0]["token_ids"],
+                                 plain_ans["choices"][0]["token_ids"])
+                early.close()
+                text = open(log).read()
+                self.assertTrue(0 <= text.find("ready in") < text.find("accepting on the socket fastrestartd passed"),
+                                text)
+                self.assertNotIn("listening on", text)
+            finally:
+                self.stop(p)
+
     def test_bad_requests_are_400_naming_the_field(self):
         p, port, err = self.serve("--load-format", "disk")
         self.assertIsNone(err)

@@ -9,6 +9,7 @@ its port. With real torch and a GPU, test_refengine covers the warmed level and 
 Run: PYTHONPATH=<build>/python python3 -m unittest -v test_refengine_standby   (ctest python_refengine_standby)
 """
 
+import http.client
 import json
 import os
 import signal
@@ -16,7 +17,11 @@ import socket
 import subprocess
 import sys
 import tempfile
+import threading
+import types
 import unittest
+
+from listen_support import listening_socket, popen_with_socket
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ENGINE = os.path.join(HERE, "..", "refengine", "fastrestart_refengine.py")
@@ -158,6 +163,119 @@ class StandbyGateTest(unittest.TestCase):
         out = self.output()
         self.assertNotIn("standby:", out)
         self.assertTrue(0 <= out.find("listening on") < out.find(CUDA_TOUCHED), out)
+
+
+def still_queued(ls, client):
+    """True when `client`'s connection is still in `ls`'s accept queue: nobody accepted it (we take it now)."""
+    ls.settimeout(5)
+    try:
+        conn, peer = ls.accept()
+    except socket.timeout:
+        return False
+    with conn:
+        return peer == client.getsockname()
+
+
+@unittest.skipIf(bool(NO_GATE), NO_GATE)
+class InheritedSocketTest(unittest.TestCase):
+    """engine.listen = "supervisor": the listening socket passed as descriptor 3 (docs/refengine.md, "The
+    socket fastrestartd passes"). The fake's CUDA fails, so the engine never gets ready: it must never
+    accept, and the connections made meanwhile must still wait in the queue afterwards."""
+
+    setUp, tearDown = StandbyGateTest.setUp, StandbyGateTest.tearDown
+    output, read_parked = StandbyGateTest.output, StandbyGateTest.read_parked
+
+    def start_inherited(self, ls, level=None):
+        env = dict(os.environ)
+        env["PYTHONPATH"] = os.pathsep.join([FAKE, env.get("PYTHONPATH", "")])
+        ours = theirs = None
+        keep = ()
+        if level is not None:
+            ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+            env["FASTRESTART_STANDBY_FD"] = str(theirs.fileno())
+            env["FASTRESTART_STANDBY_LEVEL"] = level
+            keep = (theirs.fileno(),)
+        self.log = os.path.join(self.tmp, f"engine-{len(self.procs)}.log")
+        with open(self.log, "wb") as out:
+            # --port names another port: the engine must serve on the passed socket, never bind its own.
+            p = popen_with_socket([sys.executable, ENGINE, "serve", self.model, "--port", str(self.port),
+                                   "--load-format", "disk"], ls, env=env, keep=keep, stdout=out,
+                                  stderr=subprocess.STDOUT)
+        if theirs is not None:
+            theirs.close()
+            ours.settimeout(120)
+        self.procs.append(p)
+        return p, ours
+
+    def test_an_engine_that_is_not_ready_never_accepts_and_binds_nothing(self):
+        with listening_socket() as ls:
+            client = socket.create_connection(ls.getsockname(), timeout=30)
+            with client:
+                p, _ = self.start_inherited(ls)
+                self.assertEqual(p.wait(120), 1)  # the fake's CUDA fails: the load fails, exit 1
+                out = self.output()
+                self.assertIn("holding the socket fastrestartd passed", out)
+                self.assertIn(CUDA_TOUCHED, out)
+                self.assertNotIn("listening on", out)
+                self.assertNotIn("accepting on the socket", out)
+                self.assertTrue(port_is_free(self.port), out)
+                self.assertTrue(still_queued(ls, client), "the engine accepted before it could serve:\n" + out)
+
+    def test_a_parked_standby_holds_the_socket_without_accepting(self):
+        with listening_socket() as ls:
+            p, sock = self.start_inherited(ls, level="pre_gpu")
+            with sock:
+                self.read_parked(sock)
+                client = socket.create_connection(ls.getsockname(), timeout=30)  # arrives while parked
+                with client:
+                    sock.sendall(b'{"op":"release"}\n')
+                    self.assertEqual(p.wait(120), 1)  # released, then the fake's CUDA fails
+                    out = self.output()
+                    self.assertTrue(0 <= out.find("holding the socket") < out.find("standby: parked at pre_gpu")
+                                    < out.find("standby: released") < out.find(CUDA_TOUCHED), out)
+                    self.assertNotIn("accepting on the socket", out)
+                    self.assertTrue(port_is_free(self.port), out)
+                    self.assertTrue(still_queued(ls, client), "the standby accepted:\n" + out)
+
+    def test_a_malformed_variable_fails_the_start_naming_it(self):
+        with listening_socket() as ls:
+            env = dict(os.environ, PYTHONPATH=os.pathsep.join([FAKE, os.environ.get("PYTHONPATH", "")]))
+            p = popen_with_socket([sys.executable, ENGINE, "serve", self.model, "--port", str(self.port)], ls,
+                                  env=env, names="other", stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+            out = p.communicate(timeout=120)[0].decode()
+            self.assertEqual(p.returncode, 1, out)
+            self.assertIn("the socket fastrestartd passed: LISTEN_FDNAMES: 'other' has no socket named "
+                          "'fastrestart-engine'", out)
+
+
+class InheritedSocketServerTest(unittest.TestCase):
+    """The HTTP server on a passed socket (fastrestart_refengine.http_server), in this process: answers on
+    it, including a connection that waited in the queue before the server existed."""
+
+    def test_serves_on_the_passed_socket(self):
+        sys.path.insert(0, os.path.dirname(ENGINE))
+        try:
+            import fastrestart_refengine as ref
+        finally:
+            sys.path.pop(0)
+        engine = types.SimpleNamespace(state="ready")
+        args = types.SimpleNamespace(host="127.0.0.1", port=1)  # never bound: the socket is given
+        with listening_socket() as ls:
+            port = ls.getsockname()[1]
+            early = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+            early.connect()  # queued before the server exists
+            server = ref.http_server(engine, args, ls)
+            self.assertIs(server.socket, ls)
+            threading.Thread(target=server.serve_forever, daemon=True).start()
+            try:
+                for conn in (early, http.client.HTTPConnection("127.0.0.1", port, timeout=30)):
+                    conn.request("GET", "/health")
+                    r = conn.getresponse()
+                    self.assertEqual((r.status, json.loads(r.read())), (200, {"status": "ok"}))
+                    conn.close()
+            finally:
+                server.shutdown()
+                server.server_close()
 
 
 if __name__ == "__main__":

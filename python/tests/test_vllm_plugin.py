@@ -428,6 +428,148 @@ class StandbyTest(unittest.TestCase):
         self.assertNotIn("role=engine_core", err)
 
 
+def parse_lines(out):
+    """Every JSON object line of stdout, merged (with --processes the worker and the API server each print one)."""
+    merged = {}
+    for line in out.splitlines():
+        if line.startswith("{"):
+            merged.update(json.loads(line))
+    return merged
+
+
+class LaunchTest(unittest.TestCase):
+    """docs/vllm.md "The port": vLLM binds its port before plugins load, so without the hand-down a second
+    `vllm serve` (a standby) fails at bind(); through fastrestart_vllm.launch it serves on the socket
+    fastrestartd passed (descriptor 3, LISTEN_FDS), and a standby holds it, parked, without accepting."""
+
+    setUpClass = classmethod(PluginTest.setUpClass.__func__)
+    tearDownClass = classmethod(PluginTest.tearDownClass.__func__)
+    install_by_hand = staticmethod(PluginTest.install_by_hand)
+
+    def setUp(self):
+        self.tmp = tempfile.mkdtemp(prefix="fr-vllm-launch-")
+        self.model = os.path.join(self.tmp, "model")
+        make_model(self.model)
+        self.procs = []
+
+    def tearDown(self):
+        for p in self.procs:
+            if p.poll() is None:
+                p.kill()
+                p.communicate()
+        shutil.rmtree(self.tmp, ignore_errors=True)
+
+    def env(self, **extra):
+        e = dict(os.environ, **extra)
+        e["PYTHONPATH"] = os.pathsep.join([os.path.join(self.site, "lib"), e.get("PYTHONPATH", "")])
+        return e
+
+    def argv(self, script, port, *more):
+        serve = ["serve"] if script == "launch.py" else []  # serve.py is `vllm serve` already
+        return [sys.executable, os.path.join(FAKE, script)] + serve + [self.model, "--device", DEVICE,
+                "--load-format", "auto", "--port", str(port)] + list(more)
+
+    @staticmethod
+    def read(path):
+        with open(path) as f:
+            return f.read()
+
+    def standby_pair(self, env):
+        import socket
+        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+        env.update(FASTRESTART_STANDBY_FD=str(theirs.fileno()), FASTRESTART_STANDBY_LEVEL="pre_gpu")
+        ours.settimeout(120)
+        return ours, theirs
+
+    def test_without_the_hand_down_a_second_serve_fails_at_bind_before_its_plugins_load(self):
+        from listen_support import listening_socket
+        with listening_socket() as live:  # the live engine's port, listening as uvicorn's
+            env = self.env()
+            ours, theirs = self.standby_pair(env)
+            with ours:
+                p = subprocess.run(self.argv("serve.py", live.getsockname()[1], "--processes"), capture_output=True, text=True, env=env, timeout=120,
+                                   pass_fds=(theirs.fileno(),))
+                theirs.close()
+                ours.settimeout(5)
+                self.assertEqual(ours.recv(4096), b"", "the standby parked: it got past bind()")
+        self.assertEqual(p.returncode, 1, p.stderr)
+        self.assertIn("OSError: [Errno %d] Address already in use" % __import__("errno").EADDRINUSE, p.stderr)
+        self.assertNotIn("role=", p.stderr)          # no plugin loaded, nothing started
+        self.assertNotIn("fastrestart-standby", p.stderr)
+
+    def test_the_launcher_serves_on_the_passed_socket_what_waited_in_the_queue(self):
+        import socket
+        from listen_support import listening_socket, popen_with_socket
+        with listening_socket() as ls, socket.socket() as other:
+            other.bind(("127.0.0.1", 0))             # the --port vLLM is given is not the one it serves on
+            early = socket.create_connection(ls.getsockname(), timeout=60)
+            p = popen_with_socket(self.argv("launch.py", other.getsockname()[1]), ls, env=self.env(),
+                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+            self.procs.append(p)
+            out, err = p.communicate(timeout=300)
+            self.assertEqual(p.returncode, 0, err)
+            got = parse_lines(out)
+            self.assertTrue(got["logits"])
+            self.assertEqual(got["server"], {"fd": 3, "port": ls.getsockname()[1], "served": 1})
+            self.assertIn("fastrestart-vllm: serving on the socket fastrestartd passed (127.0.0.1:%d; "
+                          "create_server_socket patched in vllm.entrypoints.openai.api_server)"
+                          % ls.getsockname()[1], err)
+            self.assertIn("--port %d ignored" % other.getsockname()[1], err)
+            with early:
+                self.assertTrue(early.recv(64).startswith(b"HTTP/1.0 200 OK"))
+
+    def test_a_standby_through_the_launcher_parks_holding_the_socket_then_serves(self):
+        import socket
+        from listen_support import listening_socket, popen_with_socket
+        with listening_socket() as ls:
+            env = self.env()
+            ours, theirs = self.standby_pair(env)
+            err_path = os.path.join(self.tmp, "stderr.log")
+            with ours, open(err_path, "w") as err:
+                p = popen_with_socket(self.argv("launch.py", ls.getsockname()[1], "--processes"), ls, env=env,
+                                      keep=(theirs.fileno(),), stdout=subprocess.PIPE, stderr=err, text=True)
+                self.procs.append(p)
+                theirs.close()
+                data = b""
+                while not data.endswith(b"\n"):
+                    chunk = ours.recv(4096)
+                    self.assertTrue(chunk, "no parked message:\n" + self.read(err_path))
+                    data += chunk
+                self.assertEqual(json.loads(data)["pid"], p.pid)
+                waiting = socket.create_connection(ls.getsockname(), timeout=60)  # arrives while parked
+                ours.sendall(b'{"op":"release"}\n')
+                out, _ = p.communicate(timeout=300)
+            stderr = self.read(err_path)
+            self.assertEqual(p.returncode, 0, stderr)
+            got = parse_lines(out)
+            self.assertEqual(got["server"], {"fd": 3, "port": ls.getsockname()[1], "served": 1}, stderr)
+            # LISTEN_* were gone before the plugins loaded: no process vLLM starts takes the socket for its own
+            self.assertIn("role=api_server pid=%d standby_fd=- listen_fds=-" % p.pid, stderr)
+            self.assertRegex(stderr, r"role=engine_core pid=\d+ standby_fd=- listen_fds=-")
+            self.assertRegex(stderr, r"role=worker pid=\d+ standby_fd=- listen_fds=-")
+            with waiting:
+                self.assertTrue(waiting.recv(64).startswith(b"HTTP/1.0 200 OK"))
+
+    def test_the_factory_is_replaced_where_vllm_calls_it_and_a_vllm_without_it_is_refused(self):
+        import argparse
+        from listen_support import listening_socket
+        from fastrestart_vllm import launch
+        from vllm.entrypoints.openai import api_server
+        original = api_server.create_server_socket
+        with listening_socket() as ls:
+            try:
+                self.assertEqual(launch.install(ls), ["vllm.entrypoints.openai.api_server"])
+                args = argparse.Namespace(host="", port=ls.getsockname()[1])
+                self.assertIs(api_server.setup_server(args)[1], ls)
+                with self.assertRaisesRegex(RuntimeError, "asked for a second server socket"):
+                    api_server.setup_server(args)
+            finally:
+                api_server.create_server_socket = original
+            with self.assertRaisesRegex(SystemExit, "has no create_server_socket in any of .*engine.listen = "
+                                        "\"engine\""):
+                launch.install(ls, modules=("json", "vllm.no_such_module"))
+
+
 class _Attached:
     """What fastrestart.attach hands out per tensor, for the state round trip without a daemon: a
     read-only view of the published array (the daemon's pool is sealed)."""

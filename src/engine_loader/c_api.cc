@@ -3,6 +3,7 @@
 
 #include "fastrestart/engine_loader.h"
 #include "fastrestart/engine_loader_c.h"
+#include "fastrestart/listen_socket.h"
 #include "fastrestart/standby.h"
 
 struct fr_weights {
@@ -213,5 +214,17 @@ int fr_standby_gate(const char* level, char* err, size_t errlen) try {
 }
 
 int fr_is_standby(void) { return fastrestart::is_standby() ? 1 : 0; }
+
+int fr_listen_socket(const char* name, int* fd, char* err, size_t errlen) try {
+  if (!fd) return set_err(err, errlen, "fd is NULL"), FR_EINVAL;
+  *fd = -1;
+  auto r = fastrestart::inherited_listen_socket(name ? std::string_view(name) : std::string_view(fastrestart::kListenFdName));
+  if (!r.ok()) return set_err(err, errlen, r.error().message), code_of(r.error());
+  *fd = *r;
+  set_err(err, errlen, *r < 0 ? "no listening socket was passed to this process" : "");
+  return *r < 0 ? FR_MISS : FR_OK;
+} catch (const std::exception& e) {
+  return set_err(err, errlen, e.what()), FR_EFAIL;
+}
 
 }  // extern "C"

@@ -39,7 +39,22 @@ struct ChildFailure {
   int step;
   int err;
 };
-enum : int { kStepExec, kStepChdir, kStepSlave, kStepProc, kStepPassFd };
+enum : int { kStepExec, kStepChdir, kStepSlave, kStepProc, kStepPassFd, kStepListenFd };
+
+// systemd's first passed descriptor (sd_listen_fds(3): SD_LISTEN_FDS_START).
+constexpr int kListenFdsStart = 3;
+
+// Writes `v` in decimal at `out` (room for 11 characters and the NUL): async-signal-safe, no allocation.
+void write_decimal(char* out, long v) {
+  char digits[24];
+  int n = 0;
+  do {
+    digits[n++] = static_cast<char>('0' + v % 10);
+    v /= 10;
+  } while (v > 0 && n < 20);
+  while (n > 0) *out++ = digits[--n];
+  *out = '\0';
+}
 
 }  // namespace
 
@@ -90,7 +105,21 @@ Result<Spawned> spawn_child(const SpawnSpec& spec) {
   std::vector<char*> argv, envp;
   for (const auto& a : spec.argv) argv.push_back(const_cast<char*>(a.c_str()));
   argv.push_back(nullptr);
-  for (const auto& e : env) envp.push_back(const_cast<char*>(e.c_str()));
+  // The listening socket's variables. LISTEN_PID is the child's own pid, known only after the fork: the
+  // buffer is prepared here and the child writes the digits into its copy.
+  const bool passes_listen = spec.listen_fd >= 0;
+  if (passes_listen && spec.pass_fd == kListenFdsStart)
+    return make_error(Errc::kInvalidArgument, "cannot run " + spec.argv[0] + ": descriptor 3 is both the listening socket and the passed descriptor");
+  char listen_pid[32] = "LISTEN_PID=";
+  constexpr size_t kListenPidPrefix = sizeof "LISTEN_PID=" - 1;
+  const std::string listen_fds = "LISTEN_FDS=1", listen_names = "LISTEN_FDNAMES=" + spec.listen_fd_name;
+  for (const auto& e : env)
+    if (!passes_listen || !is_supervisor_var(e)) envp.push_back(const_cast<char*>(e.c_str()));
+  if (passes_listen) {
+    envp.push_back(const_cast<char*>(listen_fds.c_str()));
+    if (!spec.listen_fd_name.empty()) envp.push_back(const_cast<char*>(listen_names.c_str()));
+    envp.push_back(listen_pid);
+  }
   envp.push_back(nullptr);
 
   int out[2], err[2];
@@ -111,9 +140,10 @@ Result<Spawned> spawn_child(const SpawnSpec& spec) {
   if (pid < 0) return sys_error(spec.new_pid_namespace ? "clone(CLONE_NEWPID|CLONE_NEWNS)" : "fork");
   if (pid == 0) {
     // Child: only async-signal-safe calls from here to exec.
+    int err_fd = err_w.get();
     auto fail = [&](int step) {
       const ChildFailure f{step, errno};
-      (void)!::write(err_w.get(), &f, sizeof f);
+      (void)!::write(err_fd, &f, sizeof f);
       _exit(127);
     };
     if (spec.new_pid_namespace) {
@@ -149,13 +179,30 @@ Result<Spawned> spawn_child(const SpawnSpec& spec) {
     ::dup2(out_w.get(), 2);
     int devnull = ::open("/dev/null", O_RDONLY);
     if (devnull >= 0) ::dup2(devnull, 0);
+    if (passes_listen) {
+      // fd 3 becomes the listening socket: the exec-error pipe moves off it first (the other pipe ends and
+      // /dev/null there are copies already made, or close-on-exec).
+      if (err_fd == kListenFdsStart) {
+        const int moved = ::fcntl(err_fd, F_DUPFD_CLOEXEC, kListenFdsStart + 1);
+        if (moved < 0) _exit(127);
+        err_fd = moved;
+      }
+      if (spec.listen_fd != kListenFdsStart) {
+        if (::dup2(spec.listen_fd, kListenFdsStart) < 0) fail(kStepListenFd);  // the copy is not close-on-exec
+      } else if (::fcntl(kListenFdsStart, F_SETFD, 0) != 0) {
+        fail(kStepListenFd);
+      }
+      write_decimal(listen_pid + kListenPidPrefix, static_cast<long>(::getpid()));
+    }
     if (spec.new_pid_namespace) {
       // A snapshottable engine holds nothing from outside its tree: descriptors our own parent leaked to us
       // (a test runner's log, a socket) would make CRIU's restore depend on files that have since changed.
       // The exec-error pipe (CLOEXEC) stays open until exec.
       // So does the descriptor passed on purpose (spec.pass_fd).
-      unsigned keep[2] = {static_cast<unsigned>(err_w.get()), static_cast<unsigned>(spec.pass_fd >= 0 ? spec.pass_fd : err_w.get())};
-      if (keep[0] > keep[1]) std::swap(keep[0], keep[1]);
+      // And the listening socket at fd 3.
+      unsigned keep[3] = {static_cast<unsigned>(err_fd), static_cast<unsigned>(spec.pass_fd >= 0 ? spec.pass_fd : err_fd),
+                          static_cast<unsigned>(passes_listen ? kListenFdsStart : err_fd)};
+      std::sort(std::begin(keep), std::end(keep));
       unsigned from = 3;
       for (unsigned k : keep) {
         if (k > from) ::close_range(from, k - 1, 0);
@@ -182,6 +229,7 @@ Result<Spawned> spawn_child(const SpawnSpec& spec) {
     if (failure.step == kStepSlave) why = "making the mounts of its mount namespace slaves: " + why;
     if (failure.step == kStepProc) why = "mounting /proc for its PID namespace: " + why;
     if (failure.step == kStepPassFd) why = "passing it descriptor " + std::to_string(spec.pass_fd) + ": " + why;
+    if (failure.step == kStepListenFd) why = "passing it the listening socket as descriptor 3: " + why;
     return make_error(Errc::kInvalidArgument, "cannot run " + spec.argv[0] + ": " + why);
   }
   Spawned s;

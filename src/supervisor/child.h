@@ -1,5 +1,5 @@
 // Spawning supervised children: each in its own process group, with an explicit environment (never
-// NOTIFY_SOCKET, WATCHDOG_*, LISTEN_*), stdout+stderr on one pipe for line capture, and a pidfd.
+// NOTIFY_SOCKET, WATCHDOG_*, or LISTEN_* other than spawn_child's own for SpawnSpec::listen_fd), stdout+stderr on one pipe for line capture, and a pidfd.
 #pragma once
 
 #include <sys/types.h>
@@ -26,6 +26,12 @@ struct SpawnSpec {
   // An open descriptor the child inherits under the same number (a standby's gate socket, docs/standby.md).
   // The caller opens it close-on-exec so that no other child inherits it; -1: none.
   int pass_fd = -1;
+  // A listening socket handed down with systemd's convention (docs/listen-socket.md): the child gets it as
+  // fd 3 with LISTEN_FDS=1, LISTEN_PID=<its own pid, as it sees it: 1 in a new PID namespace> and
+  // LISTEN_FDNAMES=listen_fd_name. The caller keeps it close-on-exec so that no other child inherits it.
+  // pass_fd must not be 3 then (an error). -1: none, and no LISTEN_* variable reaches the child.
+  int listen_fd = -1;
+  std::string listen_fd_name;
 };
 
 struct Spawned {

@@ -3,6 +3,7 @@
 #include <sys/wait.h>
 
 #include <algorithm>
+#include <cctype>
 #include <cstring>
 
 namespace fr::supervisor {
@@ -85,6 +86,24 @@ Classification classify_exit(const ExitFacts& f) {
   if (WIFEXITED(f.wait_status) && WEXITSTATUS(f.wait_status) == 0)
     return {ExitCause::kUnexpectedExit0, "exited 0 without being asked to"};
   return {ExitCause::kCrash, status};
+}
+
+namespace {
+
+bool is_address_in_use(const std::string& l) {
+  std::string lower(l);
+  std::transform(lower.begin(), lower.end(), lower.begin(), [](unsigned char ch) { return static_cast<char>(std::tolower(ch)); });
+  return contains(lower, "address already in use") || contains(l, "EADDRINUSE");
+}
+
+}  // namespace
+
+std::optional<std::string> listen_conflict_detail(const std::deque<std::string>* last_lines, int port) {
+  const auto* l = find_line(last_lines, is_address_in_use);
+  if (!l) return std::nullopt;
+  return "engine.listen = \"supervisor\" is set but the engine binds port " + std::to_string(port) +
+         " itself (\"" + l->substr(0, 300) + "\"): fastrestartd already listens there; the engine must accept on "
+         "the socket it is passed as fd 3 (LISTEN_FDS, docs/listen-socket.md), or set engine.listen = \"engine\"";
 }
 
 }  // namespace fr::supervisor

@@ -54,4 +54,10 @@ struct Classification {
 
 Classification classify_exit(const ExitFacts& f);
 
+// With engine.listen = "supervisor" (docs/listen-socket.md), an engine that ignores the socket handed down
+// and binds the port itself fails with "address already in use" (strerror's words, Python's
+// "[Errno 98] ...", uvicorn's lowercase ones, EADDRINUSE). The detail that says so, naming the option and
+// quoting the engine's newest such line; nullopt when no line says it.
+std::optional<std::string> listen_conflict_detail(const std::deque<std::string>* last_lines, int port);
+
 }  // namespace fr::supervisor

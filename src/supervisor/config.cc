@@ -298,6 +298,7 @@ constexpr const char* kBackends[] = {"cuda", "host"};
 constexpr const char* kStartPaths[] = {"snapshot", "warm", "cold", "standby"};
 constexpr const char* kStandbyLevels[] = {"pre_gpu", "warmed"};
 constexpr const char* kLevels[] = {"trace", "debug", "info", "warn", "error"};
+constexpr const char* kListens[] = {"engine", "supervisor"};
 
 Status set_gpus(const Value& v, Config& c) {
   auto arr = v.node().as_array();
@@ -407,6 +408,8 @@ const KeySpec kEngineKeys[] = {
     FR_KEY("kind", FR_ASSIGN(size_t k, v.choice(engine_kind_names())); c.engine.kind = EngineKind(engine_kind_names()[k])),
     FR_KEY("host", FR_ASSIGN(c.engine.host, v.nonempty_string())),
     FR_KEY("port", FR_ASSIGN(int p, v.int_in(1, 65535)); c.engine.port = static_cast<uint16_t>(p)),
+    FR_KEY("listen", FR_ASSIGN(size_t k, v.choice(kListens)); c.engine.listen = static_cast<EngineListen>(k)),
+    FR_KEY("listen_backlog", FR_ASSIGN(c.engine.listen_backlog, v.int_in(1, 65535))),
     {"env", set_env},
     FR_KEY("secret_flags", FR_ASSIGN(c.engine.secret_flags, v.strings())),
     FR_KEY("public_env", FR_ASSIGN(c.engine.public_env, v.strings())),
@@ -586,6 +589,14 @@ Status check_cross_fields(const Config& c, const Lines& lines) {
                      "\"snapshot\" needs at most one GPU (snapshots are tensor-parallel 1 only), gpus lists " +
                          std::to_string(c.gpus.size()));
     }
+    // A snapshot would hold fastrestartd's listening socket, which CRIU can neither dump as the engine's
+    // own nor re-bind at restore while fastrestartd holds the port (docs/listen-socket.md, "Snapshots").
+    if (c.engine.listen == EngineListen::kSupervisor) {
+      return fail_at(c.path, lines.first({"restart.start", "engine.listen", "restart"}), "restart.start",
+                     "\"snapshot\" cannot be combined with engine.listen = \"supervisor\" yet: a restored engine "
+                     "would not get fastrestartd's listening socket back; remove \"snapshot\" or set "
+                     "engine.listen = \"engine\"");
+    }
   }
   if (c.memory.min_share >= c.memory.utilization) {
     return fail_at(c.path, lines.first({"memory.min_share", "memory.utilization"}), "memory.min_share",
@@ -761,6 +772,7 @@ const char* start_path_name(StartPath p) {
   return "cold";
 }
 
+const char* engine_listen_name(EngineListen l) { return kListens[static_cast<int>(l)]; }
 const char* standby_level_name(StandbyLevel l) { return kStandbyLevels[static_cast<int>(l)]; }
 
 }  // namespace fr::supervisor

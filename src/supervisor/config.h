@@ -40,12 +40,20 @@ enum class DaemonKind { kNative, kNone, kVllmPreload };
 enum class StartPath { kSnapshot, kWarm, kCold, kStandby };
 enum class StandbyLevel { kPreGpu, kWarmed };
 
+enum class EngineListen { kEngine, kSupervisor };
+const char* engine_listen_name(EngineListen l);
+
 struct EngineConfig {
   std::vector<std::string> command;            // argv: program and its base arguments (required)
   FlagList flags;                              // engine flags, appended after command; reload changes these
   EngineKind kind = EngineKind::kGeneric;
   std::string host = "127.0.0.1";              // where the engine serves (readiness talks to it)
   uint16_t port = 8000;
+  // Who owns the listening socket on host:port (docs/listen-socket.md). Engine: the engine binds it itself.
+  // Supervisor: fastrestartd binds it once at startup and hands it to every engine it starts (fd 3,
+  // LISTEN_FDS/LISTEN_PID/LISTEN_FDNAMES), so connections made during a restart wait instead of failing.
+  EngineListen listen = EngineListen::kEngine;
+  int listen_backlog = 4096;                   // listen(2)'s backlog with listen = "supervisor" (somaxconn caps it)
   std::map<std::string, std::string> env;      // added to the supervisor's environment (minus NOTIFY_SOCKET...)
   // Secrets (docs/reliability.md, "Secrets"): flag names whose values are secret beyond the built-in rule
   // (common/secrets.h), and the variables of env whose values are not (every other one is).

@@ -2,6 +2,9 @@
 #include <CLI/CLI.hpp>
 #include <csignal>
 #include <cstdlib>
+#include <chrono>
+#include <optional>
+#include <thread>
 #include <spdlog/spdlog.h>
 
 #include "common/private_dir.h"
@@ -11,6 +14,7 @@
 #include "supervisor/daemons/native.h"
 #include "supervisor/instance_claims.h"
 #include "supervisor/instance_lock.h"
+#include "supervisor/listen_socket.h"
 #include "supervisor/redaction.h"
 #include "supervisor/supervisor.h"
 #include "supervisor/engines/engine_kind.h"
@@ -96,7 +100,28 @@ int main(int argc, char** argv) {
     spdlog::error("{}", claims.error().message);
     return claims.error().code == fr::Errc::kBusy ? kExitAlreadyRunning : kExitFailure;
   }
+  // engine.listen = "supervisor": the engine's port is ours from here to the exit (docs/listen-socket.md).
+  // Bound before anything starts and before READY=1, so an address in use ends the start here.
+  std::optional<ListenSocket> listen;
   Supervisor sup(*cfg, std::move(gpus), make_sd_notifier());
+  if (cfg->engine.listen == EngineListen::kSupervisor) {
+    // An engine a SIGKILLed fastrestartd left behind (its workers) may still hold the last socket: its
+    // group goes first, and the bind is retried while its processes exit.
+    const bool killed = sup.kill_leftover_groups() > 0;
+    auto l = ListenSocket::open(cfg->engine.host, cfg->engine.port, cfg->engine.listen_backlog);
+    for (int i = 0; killed && !l.ok() && l.error().code == fr::Errc::kBusy && i < 100; ++i) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+      l = ListenSocket::open(cfg->engine.host, cfg->engine.port, cfg->engine.listen_backlog);
+    }
+    if (!l.ok()) {
+      spdlog::error("{}: {}", config_path, l.error().message);
+      return l.error().code == fr::Errc::kBusy ? kExitAlreadyRunning : kExitFailure;
+    }
+    listen = std::move(*l);
+    spdlog::info("listening on {} for the engine (engine.listen = \"supervisor\", backlog {})", listen->address(),
+                 cfg->engine.listen_backlog);
+  }
+  if (listen) sup.use_listen_socket(listen->fd(), listen->inode());
   auto ctl = ControlServer::start(sock, group, [&sup](const nlohmann::json& req) { return sup.request(req); });
   if (!ctl.ok()) {
     spdlog::error("control socket {}: {}", sock, ctl.error().message);

@@ -22,6 +22,7 @@
 #include "supervisor/engine_group_record.h"
 #include "supervisor/engine_progress.h"
 #include "supervisor/flags.h"
+#include "supervisor/listen_socket.h"
 #include "supervisor/readiness.h"
 #include "supervisor/redaction.h"
 #include "supervisor/start/walk.h"
@@ -217,9 +218,7 @@ int Supervisor::run() {
   }
   spdlog::info("fastrestartd {} serving '{}' from {}", FASTRESTART_VERSION, m_cfg.name, m_cfg.path);
   snapshot_init();
-  for (const char* record : {"engine.pgid", "standby.pgid"})
-    if (pid_t g = kill_recorded_group(state_path(m_cfg, record)))
-      spdlog::warn("killed process group {} ({}), left running by a previous fastrestartd that did not stop cleanly", g, record);
+  kill_leftover_groups();
   start_daemons();  // m_state starts as kLoading
   m_running = true;
   m_loop.run();
@@ -240,6 +239,16 @@ int Supervisor::run() {
     t->stop();
   spdlog::info("fastrestartd exiting with code {}", m_exit_code);
   return m_exit_code;
+}
+
+int Supervisor::kill_leftover_groups() {
+  int killed = 0;
+  for (const char* record : {"engine.pgid", "standby.pgid"})
+    if (pid_t g = kill_recorded_group(state_path(m_cfg, record))) {
+      spdlog::warn("killed process group {} ({}), left running by a previous fastrestartd that did not stop cleanly", g, record);
+      ++killed;
+    }
+  return killed;
 }
 
 void Supervisor::reap() {
@@ -473,6 +482,8 @@ Status Supervisor::spawn_engine(StartPath expected) {
   spec.argv = engine_argv();
   e.strict = m_daemons->engine_spawned();  // counted by the set (vllm preload: the first start is strict)
   spec.env = engine_env();
+  spec.listen_fd = m_listen_fd;
+  spec.listen_fd_name = kListenFdName;
   spec.working_dir = m_cfg.engine.working_dir;
   spec.new_pid_namespace = m_snap->wanted;
   if (!m_cfg.engine.cgroup.empty()) spec.cgroup_procs = m_cfg.engine.cgroup + "/cgroup.procs";
@@ -794,6 +805,8 @@ void Supervisor::on_engine_exit(int status) {
   // During a stop, a SIGTERM'd engine counts as requested whatever its status.
   if (is_terminal(m_state)) f.requested = true;
   Classification c = classify_exit(f);
+  if (m_listen_fd >= 0 && is_failure(c.cause))
+    if (auto conflict = listen_conflict_detail(&e.tail, m_cfg.engine.port)) c.detail = *conflict;
   // A push whose flags never became ready is rolled back: a rejected push, not a failure of the running
   // configuration. It is counted apart and does not feed the crash-loop limit or the backoff.
   const bool rejected_push = m_reload && !m_reload->rolled_back && is_failure(c.cause);

@@ -73,6 +73,19 @@ class Supervisor : private StartHost, private DaemonHost {
   // Thread-safe: a control request (docs/supervisor.md, "Control protocol"); returns the reply.
   nlohmann::json request(const nlohmann::json& req);
 
+  // SIGKILLs the engine and standby groups a previous fastrestartd left running (kill_recorded_group);
+  // returns how many. run() does it first; main does it earlier when it binds the engine's port, which a
+  // leftover engine's processes may still hold.
+  int kill_leftover_groups();
+
+  // engine.listen = "supervisor" (docs/listen-socket.md): the listening socket every engine and standby is
+  // started with (fd 3, LISTEN_FDS). The caller owns it and keeps it open longer than this object; call
+  // before run(). `inode` identifies it among the listeners on the engine's port.
+  void use_listen_socket(int fd, uint64_t inode) {
+    m_listen_fd = fd;
+    m_listen_inode = inode;
+  }
+
  private:
   struct Child;
   struct Engine;
@@ -209,6 +222,8 @@ class Supervisor : private StartHost, private DaemonHost {
   RestartPolicy m_policy;
   OomCounter m_oom;
   int m_exit_code = kExitOk;
+  int m_listen_fd = -1;        // use_listen_socket(); -1: the engine binds its port itself
+  uint64_t m_listen_inode = 0;
   double m_started_at = 0;
 
   FlagList m_flags;             // current engine flags

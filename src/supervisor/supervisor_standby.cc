@@ -14,6 +14,7 @@
 
 #include "common/control_chars.h"
 #include "supervisor/engine_group_record.h"
+#include "supervisor/listen_socket.h"
 #include "supervisor/standby/gate_message.h"
 #include "supervisor/standby/model_files.h"
 #include "supervisor/standby/port_owner.h"
@@ -124,6 +125,12 @@ void Supervisor::spawn_standby() {
     return;
   }
   UniqueFd ours(sv[0]), theirs(sv[1]);
+  // Descriptor 3 is the listening socket's in the child (SpawnSpec::listen_fd): the gate goes elsewhere.
+  if (m_listen_fd >= 0 && theirs.get() == 3) theirs.reset(::fcntl(3, F_DUPFD_CLOEXEC, 4));
+  if (!theirs) {
+    standby_failed("spawn", std::string("moving the gate socket off descriptor 3: ") + std::strerror(errno));
+    return;
+  }
   ::fcntl(ours.get(), F_SETFL, O_NONBLOCK);
   auto e = std::make_unique<Engine>();
   e->flags = m_flags;
@@ -134,6 +141,8 @@ void Supervisor::spawn_standby() {
   spec.env["FASTRESTART_STANDBY_FD"] = std::to_string(theirs.get());
   spec.env["FASTRESTART_STANDBY_LEVEL"] = standby_level_name(m_cfg.standby.level);
   spec.pass_fd = theirs.get();
+  spec.listen_fd = m_listen_fd;  // held without accepting until the release (docs/listen-socket.md)
+  spec.listen_fd_name = kListenFdName;
   spec.working_dir = m_cfg.engine.working_dir;
   spec.new_pid_namespace = m_snap->wanted;
   if (!m_cfg.engine.cgroup.empty()) spec.cgroup_procs = m_cfg.engine.cgroup + "/cgroup.procs";
@@ -233,7 +242,7 @@ void Supervisor::on_standby_parked() {
                standby_level_name(m_cfg.standby.level), s.parked_at - s.proc->spawned_at, bytes / kMiB);
   auto check_port = [this] {
     if (!m_standby || m_standby->phase != Phase::kParked || !m_standby->proc) return;
-    if (pid_t p = group_listener(m_standby->proc->pid, m_cfg.engine.port))
+    if (pid_t p = group_listener(m_standby->proc->pid, m_cfg.engine.port, m_listen_inode))
       standby_failed("listening", "pid " + std::to_string(p) + " listens on the engine's port " +
                                       std::to_string(m_cfg.engine.port) + " before its release");
   };
@@ -339,7 +348,9 @@ void Supervisor::on_standby_exit(int status) {
   f.requested = s.phase == Phase::kStopping;
   f.last_lines = &e.tail;
   f.rules = m_output_rules.empty() ? nullptr : &m_output_rules;
-  const Classification c = classify_exit(f);
+  Classification c = classify_exit(f);
+  if (m_listen_fd >= 0 && is_failure(c.cause))
+    if (auto conflict = listen_conflict_detail(&e.tail, m_cfg.engine.port)) c.detail = *conflict;
   const bool was_parked = s.phase == Phase::kParked;
   const bool stopped = s.phase == Phase::kStopping;
   const bool failed_kill = stopped && s.stop_reason.starts_with("failed:");

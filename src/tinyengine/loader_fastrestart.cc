@@ -2,6 +2,7 @@
 #include <memory>
 
 #include "fastrestart/engine_loader.h"
+#include "fastrestart/listen_socket.h"
 #include "fastrestart/standby.h"
 #include "tinyengine/loader.h"
 
@@ -97,6 +98,8 @@ Result<bool> standby_gate(const std::string& level) {
 }
 
 bool is_standby() { return fastrestart::is_standby(); }
+
+Result<int> inherited_listen_socket() { return fastrestart::inherited_listen_socket(); }
 
 Result<std::shared_ptr<void>> start_snapshot_agent(const LoadedModel& m, std::function<Status()> quiesce,
                                                    std::function<Status()> resume) {

@@ -166,6 +166,14 @@ int run_serve(const ServeOptions& o) {
     return kExitUsage;
   }
   if (o.tp_rank > 0) return run_tp_worker(o);  // a rank rank 0 started: no HTTP, no gates
+  // A listening socket handed down by the supervisor (docs/listen-socket.md), taken before any child or
+  // thread exists: the variables are gone and the descriptor close-on-exec for what this process starts.
+  auto inherited = inherited_listen_socket();
+  if (!inherited) {
+    spdlog::error("listening socket: {}", inherited.error().message);
+    return kExitFailure;
+  }
+  const int passed_fd = *inherited;
   const auto& f = o.faults;
   if (f.any()) spdlog::warn("fault injection is on (test option)");
   int worker = 0;
@@ -182,8 +190,18 @@ int run_serve(const ServeOptions& o) {
   // engine; a normal engine binds first and answers /health 503 while it loads. never-park ignores the gates.
   const bool standby = is_standby() && f.standby != StandbyFault::kNeverPark;
   if (is_standby() && f.standby == StandbyFault::kNeverPark) spdlog::warn("fault: standby that never parks");
+  // With a socket handed down, nothing is accepted before the model can serve: connections wait in the
+  // kernel's queue instead of getting a 503 (the socket is adopted here, accepted on after set_ready).
   bool listening = false;
   const auto listen = [&](const char* what) {
+    if (passed_fd >= 0) {
+      if (auto s = server.adopt(passed_fd); !s) return s;
+      listening = true;
+      if (!o.port_file.empty()) write_port_file(o.port_file, server.port());
+      spdlog::info("holding the listening socket passed as fd {} (port {}; {}): accepting once ready", passed_fd,
+                   server.port(), what);
+      return Status{};
+    }
     if (auto s = server.bind(); !s) return s;
     server.start();
     listening = true;
@@ -196,6 +214,13 @@ int run_serve(const ServeOptions& o) {
       spdlog::error("{}", s.error().message);
       return kExitFailure;
     }
+  } else if (f.standby == StandbyFault::kBindEarly && passed_fd >= 0) {
+    // A socket of its own besides the one handed down: the supervisor holds host:port, so the second
+    // loopback address stands in, as below.
+    if (listen_socket(o.host, o.port) >= 0 || listen_socket("127.0.0.2", o.port) >= 0)
+      spdlog::warn("fault: bind-early: listening on a socket of its own on port {}, waiting at the gate", o.port);
+    else
+      spdlog::warn("fault: bind-early: could not bind port {}; waiting at the gate without it", o.port);
   } else if (f.standby == StandbyFault::kBindEarly) {
     if (auto s = listen("fault: a standby bound before its release"); !s) {
       // The live engine holds host:port. Another loopback address on the same port is still free, and a
@@ -336,6 +361,7 @@ int run_serve(const ServeOptions& o) {
   }
   if (g_released_at) ready_s = since(*g_released_at);
   server.set_ready(std::move(model), warmup_s, ready_s);
+  if (passed_fd >= 0) server.start();  // the adopted socket: the first connection accepted is served
   spdlog::info("ready in {:.3f} s{} (path={})", ready_s, g_released_at ? " after the standby's release" : "", path);
 
   if (f.exit_after_startup) {

@@ -1,13 +1,17 @@
 #include "tinyengine/server.h"
 
+#include <netinet/in.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <condition_variable>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <ctime>
 #include <fstream>
+#include <utility>
 
 #include <httplib.h>
 #include <spdlog/spdlog.h>
@@ -97,8 +101,25 @@ const char* state_name(EngineServer::State s) {
   return "?";
 }
 
+namespace {
+
+// httplib's Server with access to its listening socket (svr_sock_, protected): to serve on an inherited
+// socket, and to stop accepting on it without httplib's stop(), which shuts the socket down for every
+// process that holds it.
+class SharedSocketServer : public httplib::Server {
+ public:
+  void adopt(int fd) { svr_sock_ = fd; }
+  // The accept loop ends at its next turn (set_idle_interval bounds its wait); the socket stays listening.
+  int release() { return svr_sock_.exchange(INVALID_SOCKET); }
+};
+
+// How long the accept loop of an adopted socket waits before it looks whether stop() released it.
+constexpr time_t kAdoptedIdleUsec = 100 * 1000;
+
+}  // namespace
+
 EngineServer::EngineServer(const ServeOptions& options)
-    : m_options(options), m_server(std::make_unique<httplib::Server>()) {
+    : m_options(options), m_server(std::make_unique<SharedSocketServer>()) {
   const int threads = options.threads > 0 ? options.threads : 8;
   m_server->new_task_queue = [threads] { return new httplib::ThreadPool(static_cast<size_t>(threads)); };
   // httplib's default also sets SO_REUSEPORT, which lets a second engine (a restart racing an orphan) bind
@@ -113,9 +134,15 @@ EngineServer::EngineServer(const ServeOptions& options)
 
 EngineServer::~EngineServer() {
   if (m_listener.joinable()) {
-    m_server->stop();
+    stop_accepting();
     m_listener.join();
   }
+  if (m_adopted_fd >= 0) ::close(m_adopted_fd);
+}
+
+void EngineServer::stop_accepting() {
+  if (m_adopted_fd >= 0) static_cast<SharedSocketServer&>(*m_server).release();
+  else m_server->stop();
 }
 
 std::string EngineServer::model_name() const {
@@ -130,6 +157,20 @@ Status EngineServer::bind() {
   }
   if (m_port <= 0)
     return make_error(Errc::kIo, "cannot listen on " + m_options.host + ":" + std::to_string(m_options.port));
+  return {};
+}
+
+Status EngineServer::adopt(int fd) {
+  sockaddr_storage addr{};
+  socklen_t len = sizeof addr;
+  if (::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) != 0)
+    return make_error(Errc::kIo, "the inherited listening socket (fd " + std::to_string(fd) + "): getsockname: " + std::strerror(errno));
+  if (addr.ss_family == AF_INET) m_port = ntohs(reinterpret_cast<sockaddr_in&>(addr).sin_port);
+  else if (addr.ss_family == AF_INET6) m_port = ntohs(reinterpret_cast<sockaddr_in6&>(addr).sin6_port);
+  else return make_error(Errc::kInvalidArgument, "the inherited listening socket (fd " + std::to_string(fd) + ") is not a TCP socket");
+  m_adopted_fd = fd;
+  m_server->set_idle_interval(0, kAdoptedIdleUsec);
+  static_cast<SharedSocketServer&>(*m_server).adopt(fd);
   return {};
 }
 
@@ -154,12 +195,18 @@ bool EngineServer::stop(double grace_s) {
   m_state = State::kStopping;
   // httplib closes the listening socket, lets each connection finish its current request, then joins its
   // workers; listen_after_bind returns when the last in-flight request is answered.
-  m_server->stop();
+  // An adopted socket stays listening: connections that arrive from here on wait for the next engine.
+  stop_accepting();
   std::unique_lock lk(m_done_mutex);
   const bool done = m_done_cv.wait_for(lk, std::chrono::duration<double>(grace_s), [this] { return m_listen_done; });
   lk.unlock();
-  if (done) m_listener.join();
-  else m_listener.detach();  // a worker is stuck (the hang fault); the caller exits anyway
+  if (done) {
+    m_listener.join();
+    if (m_adopted_fd >= 0) ::close(std::exchange(m_adopted_fd, -1));
+  } else {
+    m_listener.detach();  // a worker is stuck (the hang fault); the caller exits anyway
+    m_adopted_fd = -1;    // the detached loop may still look at it: left to the exit
+  }
   return done;
 }
 

@@ -1,6 +1,8 @@
 // The HTTP front end: an OpenAI-compatible subset over cpp-httplib (docs/tinyengine.md, "Endpoints").
 //
-// Lifecycle: bind() -> start() (answers /health with 503) -> set_ready(model) -> stop(). Handlers run on
+// Lifecycle: bind() -> start() (answers /health with 503) -> set_ready(model) -> stop(); with a socket
+// handed down by the supervisor (docs/listen-socket.md): adopt(fd) -> set_ready(model) -> start() -> stop(),
+// so nothing is accepted before the model can serve (connections wait in the kernel's queue). Handlers run on
 // httplib's worker threads; the model is immutable once published with set_ready, so requests run
 // concurrently without locks.
 #pragma once
@@ -36,6 +38,10 @@ class EngineServer {
 
   // Binds host:port (port 0: any free port). Errc::kIo when the address is taken.
   Status bind();
+  // Serves on `fd`, a listening socket this process inherited, instead of binding (port() is its port).
+  // The socket is shared with the supervisor: stop() stops accepting on it without shutdown(2) (which
+  // would end its listening for every holder) and closes only this process's descriptor.
+  Status adopt(int fd);
   int port() const { return m_port; }
   State state() const { return m_state; }
   // Starts the listening thread.
@@ -78,6 +84,8 @@ class EngineServer {
   std::condition_variable m_done_cv;
   bool m_listen_done = false;
   int m_port = 0;
+  int m_adopted_fd = -1;  // adopt(); closed by stop() once nothing accepts on it
+  void stop_accepting();  // httplib's stop(), or for an adopted socket a stop that leaves it listening
   std::atomic<State> m_state{State::kLoading};
   TpGroup* m_tp = nullptr;
   int m_tp_size = 1;

@@ -2,6 +2,7 @@
 // own (the CUDA driver needs getpid() and /proc/self to agree: docs/snapshot.md), while every other mount
 // is still the host's, and a failed step before exec is an error that names the step.
 #include "supervisor/child.h"
+#include "supervisor/listen_socket.h"
 
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -9,6 +10,7 @@
 
 #include <gtest/gtest.h>
 
+#include <cstdlib>
 #include <string>
 
 namespace fr::supervisor {
@@ -64,6 +66,74 @@ TEST(SpawnChild, AStepBeforeExecThatFailsIsNamed) {
   s = spawn_child(spec);
   ASSERT_FALSE(s.ok());
   EXPECT_EQ(s.error().message, "cannot run /nonexistent/engine: No such file or directory");
+}
+
+// engine.listen = "supervisor": the socket arrives as descriptor 3 with systemd's variables, LISTEN_PID
+// being the child's own pid (1 in a PID namespace of its own); a child not told to get it sees neither
+// the descriptor nor the variables, even when fastrestartd's own environment had them.
+TEST(SpawnChild, TheListeningSocketArrivesAsDescriptor3WithTheChildsPid) {
+  auto l = ListenSocket::open("127.0.0.1", 0, 16);
+  ASSERT_TRUE(l.ok()) << l.error().message;
+  ::setenv("LISTEN_FDS", "7", 1);  // as if fastrestartd itself had been socket-activated
+  const std::string script =
+      "echo pid=$$ env=$LISTEN_PID fds=$LISTEN_FDS names=$LISTEN_FDNAMES; readlink /proc/self/fd/3";
+  for (bool pid_ns : {false, true}) {
+    if (pid_ns && ::geteuid() != 0) continue;  // new PID and mount namespaces need root
+    SpawnSpec spec;
+    spec.argv = {"/bin/sh", "-c", script};
+    spec.listen_fd = l->fd();
+    spec.listen_fd_name = "fastrestart-engine";
+    spec.new_pid_namespace = pid_ns;
+    auto s = spawn_child(spec);
+    ASSERT_TRUE(s.ok()) << s.error().message;
+    const std::string out = run_to_end(*s);
+    const std::string pid = pid_ns ? "1" : std::to_string(s->pid);
+    EXPECT_NE(out.find("pid=" + pid + " env=" + pid + " fds=1 names=fastrestart-engine\n"), std::string::npos) << out;
+    EXPECT_NE(out.find("socket:[" + std::to_string(l->inode()) + "]"), std::string::npos) << out;
+  }
+  SpawnSpec other;
+  other.argv = {"/bin/sh", "-c", script};
+  auto s = spawn_child(other);
+  ASSERT_TRUE(s.ok()) << s.error().message;
+  const std::string out = run_to_end(*s);
+  ::unsetenv("LISTEN_FDS");
+  EXPECT_NE(out.find(" env= fds= names=\n"), std::string::npos) << out;
+  EXPECT_EQ(out.find("socket:[" + std::to_string(l->inode()) + "]"), std::string::npos) << "inherited: " << out;
+}
+
+// The standby's gate and the listening socket cannot both be descriptor 3.
+TEST(SpawnChild, APassedDescriptorAt3BesideTheListeningSocketIsRefused) {
+  auto l = ListenSocket::open("127.0.0.1", 0, 16);
+  ASSERT_TRUE(l.ok()) << l.error().message;
+  SpawnSpec spec;
+  spec.argv = {"/bin/true"};
+  spec.listen_fd = l->fd();
+  spec.pass_fd = 3;
+  auto s = spawn_child(spec);
+  ASSERT_FALSE(s.ok());
+  EXPECT_NE(s.error().message.find("descriptor 3 is both the listening socket and the passed descriptor"), std::string::npos)
+      << s.error().message;
+}
+
+// The address is taken: the error names it, the fields, and the cause.
+TEST(ListenSocket, AnAddressInUseIsBusyAndNamed) {
+  auto first = ListenSocket::open("127.0.0.1", 0, 16);
+  ASSERT_TRUE(first.ok()) << first.error().message;
+  const std::string port = first->address().substr(first->address().rfind(':') + 1);
+  auto second = ListenSocket::open("127.0.0.1", static_cast<uint16_t>(std::stoi(port)), 16);
+  ASSERT_FALSE(second.ok());
+  EXPECT_EQ(second.error().code, Errc::kBusy);
+  EXPECT_NE(second.error().message.find("cannot listen on 127.0.0.1:" + port +
+                                        " (engine.host, engine.port; engine.listen = \"supervisor\"): bind: Address already in use"),
+            std::string::npos) << second.error().message;
+  auto v6 = ListenSocket::open("::1", 0, 16);
+  if (v6.ok()) {  // a host without IPv6 has no ::1
+    EXPECT_EQ(v6->address().rfind("[::1]:", 0), 0u) << v6->address();
+  }
+  auto unknown = ListenSocket::open("no-such-host.invalid", 8000, 16);
+  ASSERT_FALSE(unknown.ok());
+  EXPECT_EQ(unknown.error().code, Errc::kInvalidArgument);
+  EXPECT_NE(unknown.error().message.find("cannot listen on no-such-host.invalid:8000"), std::string::npos) << unknown.error().message;
 }
 
 }  // namespace

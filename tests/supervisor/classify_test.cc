@@ -66,5 +66,22 @@ TEST(Classify, AnEngineThatExitedBeforeTheHangKillIsClassifiedByItsOwnExit) {
   EXPECT_EQ(classify_exit(f).cause, ExitCause::kHung);
 }
 
+// engine.listen = "supervisor" with an engine that binds the port itself: its words, in the forms Python,
+// uvicorn and C programs print them, become one detail naming the option.
+TEST(Classify, AnEngineBindingTheHandedDownPortIsNamed) {
+  for (const std::string line : {"OSError: [Errno 98] Address already in use",
+                                  "ERROR:    [Errno 98] error while attempting to bind on address ('0.0.0.0', 8000): address already in use",
+                                  "bind: EADDRINUSE"}) {
+    const std::deque<std::string> lines{"starting", line, "Traceback follows"};
+    auto d = listen_conflict_detail(&lines, 8000);
+    ASSERT_TRUE(d.has_value()) << line;
+    EXPECT_EQ(d->rfind("engine.listen = \"supervisor\" is set but the engine binds port 8000 itself (\"" + line + "\")", 0), 0u) << *d;
+    EXPECT_NE(d->find("LISTEN_FDS"), std::string::npos) << *d;
+  }
+  const std::deque<std::string> other{"CUDA out of memory", "exit"};
+  EXPECT_FALSE(listen_conflict_detail(&other, 8000).has_value());
+  EXPECT_FALSE(listen_conflict_detail(nullptr, 8000).has_value());
+}
+
 }  // namespace
 }  // namespace fr::supervisor

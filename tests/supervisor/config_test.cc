@@ -271,6 +271,37 @@ TEST(ConfigError, StandbyKeysAreChecked) {
   expect_error(kMinimal + "[restart]\nstart = [\"standby\", \"standby\"]\n", 8, "restart.start[1]", {"listed twice"});
 }
 
+TEST(Config, EngineListenKeysAndDefaults) {
+  auto d = parse(kMinimal);
+  ASSERT_TRUE(d.ok()) << d.error().message;
+  EXPECT_EQ(d->engine.listen, EngineListen::kEngine);
+  EXPECT_EQ(d->engine.listen_backlog, 4096);
+  auto r = parse(R"(
+[engine]
+command = ["fastrestart-tinyengine", "serve"]
+listen = "supervisor"
+listen_backlog = 128
+[weights]
+backend = "host"
+checkpoint = "/models/tiny"
+)");
+  ASSERT_TRUE(r.ok()) << r.error().message;
+  EXPECT_EQ(r->engine.listen, EngineListen::kSupervisor);
+  EXPECT_EQ(r->engine.listen_backlog, 128);
+  EXPECT_STREQ(engine_listen_name(EngineListen::kSupervisor), "supervisor");
+}
+
+TEST(ConfigError, EngineListenKeysAreChecked) {
+  const std::string head = "[engine]\ncommand = [\"x\"]\n";
+  const std::string tail = "[weights]\nmode = \"off\"\n";
+  expect_error(head + "listen = \"systemd\"\n" + tail, 3, "engine.listen", {"engine", "supervisor"});
+  expect_error(head + "listen_backlog = 0\n" + tail, 3, "engine.listen_backlog", {"got 0"});
+  expect_error(head + "listen_backlog = 70000\n" + tail, 3, "engine.listen_backlog");
+  // A restored snapshot would not get the socket back: refused with the way out.
+  expect_error(head + "listen = \"supervisor\"\n" + tail + "[restart]\nstart = [\"snapshot\", \"warm\"]\n", 7, "restart.start",
+               {"engine.listen = \"supervisor\"", "remove \"snapshot\""});
+}
+
 TEST(Config, SnapshotWithoutGpuIsValidForCpuEngines) {
   auto r = parse(kMinimal + "mode = \"copy\"\n[restart]\nstart = [\"snapshot\", \"warm\"]\n");
   ASSERT_TRUE(r.ok()) << r.error().message;

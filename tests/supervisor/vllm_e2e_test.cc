@@ -34,6 +34,7 @@ struct Options {
   std::string weights_extra;   // more keys in [weights]
   std::string engine_extra;    // more keys in [engine]
   std::string env;             // [engine.env] body
+  std::string command;         // engine.command's TOML array items; empty: the stand-in's `serve`
 };
 
 // fastrestartd supervising the stand-in on a fake GPU 0 (FASTRESTART_FAKE_NVML: 100 GiB, 1 GiB used).
@@ -45,7 +46,7 @@ class Vllmd {
     std::ofstream(m_dir / "nvml.json") << R"({"0": {"total": 107374182400, "used": 1073741824, "uuid": "GPU-00000000-0000-0000-0000-000000000000", "name": "Fake GPU"}})";
     std::ofstream f(m_dir / "model.toml");
     f << "gpus = [0]\n[model]\nname = \"v\"\n[engine]\nkind = \"vllm\"\n"
-      << "command = [\"" << FR_VLLM_STANDIN << "\", \"serve\"]\n"
+      << "command = [" << (o.command.empty() ? "\"" FR_VLLM_STANDIN "\", \"serve\"" : o.command) << "]\n"
       << "flags = [\"" << model() << "\", \"--host\", \"127.0.0.1\", \"--port\", \"" << m_port
       << "\", \"--served-model-name\", \"v\", \"--tensor-parallel-size\", \"1\", \"--dtype\", \"bfloat16\", "
       << "\"--max-num-seqs\", \"8\", \"--standin-startup-delay\", \"0.1\"" << o.extra_flags << "]\n"
@@ -368,6 +369,45 @@ INSTANTIATE_TEST_SUITE_P(
         ExitCase{R"(, "--enable-mamba-fine-grained-prefix-cache")", "vllm_version = \"0.30.0\"\n", "bad_flags"},
         ExitCase{R"(, "--standin-crash-after-requests", "1")", "", "crash"}),
     [](const auto& p) { return std::string(p.param.cause) + std::to_string(p.index); });
+
+// engine.listen = "supervisor" (docs/vllm.md, "The port"): vLLM binds its port before plugins load, so it
+// runs through python3 -m fastrestart_vllm.launch, which hands vLLM's socket factory the socket
+// fastrestartd passes. A completion sent right after kill -9 waits in the queue and is answered by the next
+// engine; the stand-in run as plain `vllm serve` instead fails at its own bind, which fastrestartd names.
+TEST(VllmListen, ThroughTheLauncherARequestSentDuringARestartIsAnswered) {
+  const std::string python_dir = FR_PYTHON_BUILD_DIR;
+  if (::access((python_dir + "/fastrestart/listen.py").c_str(), R_OK) != 0)
+    GTEST_SKIP() << "the Python binding is not built (" << python_dir << ")";
+  Options o;
+  o.daemon = "none";
+  o.engine_extra = "listen = \"supervisor\"\n";
+  o.command = R"("/usr/bin/python3", "-m", "fastrestart_vllm.launch", "serve")";
+  o.env = "PYTHONPATH = \"" + std::string(FR_SOURCE_DIR) + "/tests/supervisor/vllm_standin/lib:" + python_dir + "\"\n";
+  Vllmd d(o);
+  ASSERT_TRUE(d.wait_ready()) << d.log();
+  const std::string before = d.complete();
+  ASSERT_FALSE(before.empty()) << d.log();
+  const pid_t engine = d.status()["engine"]["pid"];
+  ASSERT_EQ(::kill(engine, SIGKILL), 0);
+  EXPECT_EQ(d.complete(), before) << d.log();  // sent while no engine runs: waits, then the next one answers
+  const json s = d.status();
+  EXPECT_NE(s["engine"].value("pid", 0), engine);
+  EXPECT_EQ(s["restarts"].value("crash", 0), 1) << s.dump();
+  const std::string log = d.log();
+  EXPECT_NE(log.find("fastrestart-vllm: serving on the socket fastrestartd passed"), std::string::npos) << log;
+  EXPECT_EQ(log.find("Address already in use"), std::string::npos) << log;
+}
+
+TEST(VllmListen, PlainVllmServeFailsAtItsOwnBindAndFastrestartdNamesTheOption) {
+  Options o;
+  o.daemon = "none";
+  o.engine_extra = "listen = \"supervisor\"\n";
+  Vllmd d(o);
+  ASSERT_TRUE(d.wait_status([](const json& s) { return s["restarts"].value("crash", 0) >= 1; })) << d.log();
+  const std::string detail = d.status()["last_exit"].value("detail", "");
+  EXPECT_NE(detail.find("engine.listen = \"supervisor\" is set but the engine binds port"), std::string::npos) << detail;
+  EXPECT_NE(detail.find("Address already in use"), std::string::npos) << detail;
+}
 
 TEST(VllmReport, TheModelRunnerFallbackIsShown) {
   Options o;

@@ -1,4 +1,4 @@
-"""An engine start through the vLLM reproduction: `vllm serve` (vllm/entrypoints/cli.py) in this process.
+"""An engine start through the vLLM reproduction: `vllm serve` (vllm/entrypoints/cli/main.py) in this process.
 
 The one step real vLLM does not need: without torch, fastrestart_vllm's TensorOps seam gets the numpy
 implementation before the loader runs. With torch nothing is installed and TorchOps runs, as under vLLM.
@@ -18,7 +18,7 @@ if backend.NAME == "numpy":
     from numpy_ops import NumpyOps  # noqa: E402
     tensors.install(NumpyOps())
 
-from vllm.entrypoints.cli import main  # noqa: E402
+from vllm.entrypoints.cli.main import main  # noqa: E402
 
 if __name__ == "__main__":
     sys.exit(main(["serve"] + sys.argv[1:]))

@@ -82,9 +82,10 @@ pid_t holder_of(const std::set<uint64_t>& inodes, pid_t pgid) {
 
 }  // namespace
 
-pid_t group_listener(pid_t pgid, uint16_t port) {
+pid_t group_listener(pid_t pgid, uint16_t port, uint64_t ours) {
   if (pgid <= 0) return 0;
-  const std::set<uint64_t> inodes = inodes_listening_on(port);
+  std::set<uint64_t> inodes = inodes_listening_on(port);
+  inodes.erase(ours);
   return inodes.empty() ? 0 : holder_of(inodes, pgid);
 }
 

@@ -16,7 +16,9 @@ namespace fr::supervisor {
 std::set<uint64_t> listening_inodes(const std::string& proc_net_tcp_text, uint16_t port);
 
 // The pid of a member of group `pgid` that holds a socket listening on `port`, or 0 when none does.
-pid_t group_listener(pid_t pgid, uint16_t port);
+// `ours`: the inode of the socket fastrestartd hands down (engine.listen = "supervisor"), which every
+// standby holds and which is not a listener of its own; 0: none.
+pid_t group_listener(pid_t pgid, uint16_t port, uint64_t ours = 0);
 
 // The pid of any process that holds a socket listening on `port`, or 0 when none does or when the holder's
 // /proc/<pid>/fd cannot be read (another user's process); *listening says whether a socket listens at all.

@@ -103,6 +103,14 @@ enum { FR_STANDBY_PASSED = 0, FR_STANDBY_RELEASED = 1 };
 int fr_standby_gate(const char* level, char* err, size_t errlen);
 int fr_is_standby(void);
 
+/* The listening socket handed down by the supervisor (fastrestart/listen_socket.h, docs/listen-socket.md):
+ * FR_OK with *fd the socket (close-on-exec, the caller's to close); FR_MISS (1) with *fd = -1 when none was
+ * passed to this process; FR_EINVAL (a bad LISTEN_* variable or descriptor: err names it) or FR_EFAIL.
+ * `name`: the LISTEN_FDNAMES entry to take; NULL means "fastrestart-engine", "" takes the first. The
+ * LISTEN_* variables are removed from the environment; call once, before accepting on nothing until the
+ * engine can serve. */
+int fr_listen_socket(const char* name, int* fd, char* err, size_t errlen);
+
 #ifdef __cplusplus
 }
 #endif

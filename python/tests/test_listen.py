@@ -1,0 +1,142 @@
+"""fastrestart.inherited_socket (docs/python.md, "The socket fastrestartd passes"): real processes started
+with a listening socket as descriptor 3 and the LISTEN_* variables, as fastrestartd starts an engine with
+engine.listen = "supervisor".
+
+Run: PYTHONPATH=<build>/python python3 -m unittest -v test_listen   (ctest python_listen)
+"""
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import unittest
+
+import fastrestart
+from listen_support import FDNAME, listening_socket, popen_with_socket
+
+# The child: takes the socket, reports what it got and what a process it starts sees, then serves the
+# connections already waiting in the backlog (one line each).
+CHILD = r"""
+import json, os, subprocess, sys
+import fastrestart
+name = sys.argv[1] if len(sys.argv) > 1 and sys.argv[1] != "-" else None
+try:
+    s = fastrestart.inherited_socket(name)
+except ValueError as e:
+    print(json.dumps({"error": str(e), "env": {k: os.environ.get(k) for k in ("LISTEN_PID", "LISTEN_FDS", "LISTEN_FDNAMES")}}))
+    sys.exit(3)
+if s is None:
+    print(json.dumps({"socket": None, "env": {k: os.environ.get(k) for k in ("LISTEN_PID", "LISTEN_FDS", "LISTEN_FDNAMES")}}))
+    sys.exit(0)
+grandchild = subprocess.run([sys.executable, "-c",
+    "import json, os, fastrestart\n"
+    "try:\n    os.fstat(3); fd3 = True\nexcept OSError:\n    fd3 = False\n"
+    "print(json.dumps({'fd3': fd3, 'listen': [k for k in os.environ if k.startswith('LISTEN_')], "
+    "'again': fastrestart.inherited_socket() is not None}))"], capture_output=True, text=True, check=True)
+print(json.dumps({"socket": {"fd": s.fileno(), "port": s.getsockname()[1], "inheritable": s.get_inheritable(),
+                             "blocking": s.getblocking()},
+                  "env": [k for k in os.environ if k.startswith("LISTEN_")],
+                  "again": fastrestart.inherited_socket() is not None,
+                  "grandchild": json.loads(grandchild.stdout)}), flush=True)
+for _ in range(int(os.environ.get("SERVE", "0"))):
+    c, _ = s.accept()
+    with c:
+        c.sendall(b"served by %d\n" % os.getpid())
+"""
+
+
+class InheritedSocketTest(unittest.TestCase):
+    def run_child(self, sock, *args, pass_fds=None, **kw):
+        extra = {"pass_fds": pass_fds} if pass_fds is not None else {}
+        p = popen_with_socket([sys.executable, "-c", CHILD] + list(args), sock, stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True, **kw, **extra)
+        out, err = p.communicate(timeout=60)
+        lines = out.splitlines()
+        self.assertTrue(lines, "no output; stderr:\n" + err)
+        return p.returncode, json.loads(lines[0]), p
+
+    def test_an_engine_takes_the_socket_and_serves_what_waited_in_the_backlog(self):
+        with listening_socket() as ls:
+            port = ls.getsockname()[1]
+            # Connected before the engine even started: the kernel holds them in the accept queue.
+            clients = [socket.create_connection(("127.0.0.1", port), timeout=30) for _ in range(3)]
+            env = dict(os.environ, SERVE="3")
+            code, got, p = self.run_child(ls, FDNAME, env=env)
+            self.assertEqual(code, 0, got)
+            self.assertEqual(got["socket"], {"fd": 3, "port": port, "inheritable": False, "blocking": True})
+            self.assertEqual(got["env"], [])          # LISTEN_* gone from its environment
+            self.assertFalse(got["again"])            # a second call finds nothing
+            self.assertEqual(got["grandchild"], {"fd3": False, "listen": [], "again": False})
+            for c in clients:
+                with c:
+                    self.assertEqual(c.makefile().readline(), "served by %d\n" % p.pid)
+
+    def test_without_a_name_or_without_names_the_only_socket_is_taken(self):
+        with listening_socket() as ls:
+            for name, names in (("-", FDNAME), (FDNAME, None), ("-", None)):
+                code, got, _ = self.run_child(ls, name, names=names)
+                self.assertEqual(code, 0, (name, names, got))
+                self.assertEqual(got["socket"]["fd"], 3, (name, names))
+
+    def test_nothing_passed_or_passed_to_another_process_is_none(self):
+        saved = {k: os.environ.pop(k, None) for k in ("LISTEN_PID", "LISTEN_FDS", "LISTEN_FDNAMES")}
+        try:
+            self.assertIsNone(fastrestart.inherited_socket())
+            os.environ["LISTEN_FDS"] = "1"           # LISTEN_PID unset: not for us
+            self.assertIsNone(fastrestart.inherited_socket())
+        finally:
+            for k, v in saved.items():
+                os.environ.pop(k, None)
+                if v is not None:
+                    os.environ[k] = v
+        with listening_socket() as ls:
+            # LISTEN_PID another process's (a parent's variables, inherited): left alone for the one they name.
+            code, got, _ = self.run_child(ls, pid=1)
+            self.assertEqual(code, 0, got)
+            self.assertIsNone(got["socket"])
+            self.assertEqual(got["env"], {"LISTEN_PID": "1", "LISTEN_FDS": "1", "LISTEN_FDNAMES": FDNAME})
+            code, got, _ = self.run_child(ls, fds="0")
+            self.assertEqual((code, got["socket"]), (0, None))
+            self.assertEqual(got["env"], {"LISTEN_PID": None, "LISTEN_FDS": None, "LISTEN_FDNAMES": None})
+
+    def test_malformed_variables_are_errors_naming_them(self):
+        with listening_socket() as ls:
+            cases = [
+                (dict(fds="x"), "LISTEN_FDS: expected an integer >= 0, got 'x'"),
+                (dict(fds=" 1"), "LISTEN_FDS: expected an integer >= 0, got ' 1'"),
+                (dict(fds="1_0"), "LISTEN_FDS: expected an integer >= 0, got '1_0'"),
+                (dict(pid="12abc"), "LISTEN_PID: expected an integer >= 1, got '12abc'"),
+                (dict(fds="2", names=FDNAME), "LISTEN_FDNAMES: 'fastrestart-engine' names 1 socket(s), LISTEN_FDS passes 2"),
+                (dict(names="other"), "LISTEN_FDNAMES: 'other' has no socket named 'fastrestart-engine'"),
+                (dict(fds="2", names=None), "LISTEN_FDS: 2 sockets passed; name the one to serve on"),
+            ]
+            for kw, want in cases:
+                code, got, _ = self.run_child(ls, FDNAME if "names" in kw and kw["names"] == "other" else "-", **kw)
+                self.assertEqual(code, 3, (kw, got))
+                self.assertIn(want, got["error"], kw)
+                if "pid" not in kw:  # ours: removed even on an error, so no child takes it
+                    self.assertEqual(got["env"], {"LISTEN_PID": None, "LISTEN_FDS": None, "LISTEN_FDNAMES": None})
+
+    def test_a_descriptor_that_is_no_listening_socket_is_an_error_naming_it(self):
+        r, w = os.pipe()
+        try:
+            code, got, _ = self.run_child(None, pass_fds=(r,))
+            self.assertEqual(code, 3, got)
+            self.assertIn("LISTEN_FDS: descriptor 3 is not a socket", got["error"])
+        finally:
+            os.close(r)
+            os.close(w)
+        with socket.socket() as unbound:  # a stream socket that does not listen
+            code, got, _ = self.run_child(unbound)
+            self.assertEqual(code, 3, got)
+            self.assertIn("LISTEN_FDS: descriptor 3 is not a listening stream socket", got["error"])
+
+    def test_a_bad_name_argument_is_an_error(self):
+        for bad in ("", "a:b", 3):
+            with self.assertRaisesRegex(ValueError, "^name: "):
+                fastrestart.inherited_socket(bad)
+
+
+if __name__ == "__main__":
+    unittest.main()

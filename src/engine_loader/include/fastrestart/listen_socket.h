@@ -1,0 +1,34 @@
+// listen_socket: the engine's side of a listening socket handed down by its supervisor
+// (docs/listen-socket.md), with systemd's convention (sd_listen_fds(3)), so a restart never closes the port.
+//
+// Contract
+// - fastrestartd with engine.listen = "supervisor" starts every engine and standby with the socket as fd 3
+//   and LISTEN_FDS=1, LISTEN_PID=<the engine's pid>, LISTEN_FDNAMES=fastrestart-engine. A systemd socket
+//   unit passes sockets the same way, so an engine that uses this helper also runs socket-activated.
+// - inherited_listen_socket(name) returns the passed listening socket, close-on-exec, owned by the caller;
+//   -1 when none was passed to this process: LISTEN_PID or LISTEN_FDS unset, LISTEN_PID another process's
+//   pid (the variables leaked through a parent), or `name` given and LISTEN_FDNAMES set without it. With
+//   several descriptors and no LISTEN_FDNAMES, `name` cannot pick one: -1 (an empty name takes fd 3).
+// - It removes LISTEN_PID, LISTEN_FDS and LISTEN_FDNAMES from the environment whenever LISTEN_PID or
+//   LISTEN_FDS was set, so processes the engine starts (workers) do not take the socket for theirs: call it
+//   once, in the process that serves, before starting children. A second call returns -1.
+// - Errors (Errc::kInvalidArgument naming the variable and its value): LISTEN_FDS or LISTEN_PID not a
+//   number, LISTEN_FDNAMES with another count of names; the picked descriptor not open, not a stream
+//   socket, or not listening (getsockopt SO_ACCEPTCONN). The variables are removed in these cases too.
+// - It never changes the socket's file status flags: O_NONBLOCK is shared by every process holding it
+//   (fastrestartd and a parked standby included), so the engine sets the mode it needs itself.
+// - An engine must not accept before it can serve: until then connections wait in the kernel's queue.
+//   Not thread-safe with other users of the environment.
+#pragma once
+
+#include <string_view>
+
+#include "fastrestart/engine_loader.h"  // Result, Error, Errc
+
+namespace fastrestart {
+
+inline constexpr const char* kListenFdName = "fastrestart-engine";
+
+Result<int> inherited_listen_socket(std::string_view name = kListenFdName);
+
+}  // namespace fastrestart

@@ -1,0 +1,134 @@
+// The inherited listening socket (fastrestart/listen_socket.h) with real sockets: each case runs in a
+// forked child that sets up descriptor 3 and the LISTEN_* variables as a supervisor would, calls the
+// helper (C++ and C ABI) and reports what it got through a pipe.
+#include "fastrestart/listen_socket.h"
+
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <functional>
+#include <string>
+
+#include "common/fd.h"
+#include "fastrestart/engine_loader_c.h"
+
+namespace {
+
+using fr::UniqueFd;
+
+UniqueFd tcp_socket(bool listening) {
+  UniqueFd fd(::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  EXPECT_EQ(::bind(fd.get(), reinterpret_cast<sockaddr*>(&a), sizeof a), 0);
+  if (listening) {
+    EXPECT_EQ(::listen(fd.get(), 8), 0);
+  }
+  return fd;
+}
+
+// Forks; the child puts `fd` at descriptor 3 (-1: closes 3), sets LISTEN_PID to its own pid (or to
+// `pid_text` when not empty), LISTEN_FDS and LISTEN_FDNAMES (nullptr: unset), runs `body` and writes what
+// it returns to the parent, which returns it.
+std::string in_child(int fd, const std::string& pid_text, const char* fds, const char* names,
+                     const std::function<std::string()>& body) {
+  int p[2];
+  EXPECT_EQ(::pipe2(p, O_CLOEXEC), 0);
+  const pid_t pid = ::fork();
+  if (pid == 0) {
+    const int out = ::fcntl(p[1], F_DUPFD_CLOEXEC, 10);  // off descriptor 3, which the case takes over
+    if (fd >= 0) ::dup2(fd, 3);
+    else ::close(3);
+    ::setenv("LISTEN_PID", pid_text.empty() ? std::to_string(::getpid()).c_str() : pid_text.c_str(), 1);
+    if (fds) ::setenv("LISTEN_FDS", fds, 1);
+    else ::unsetenv("LISTEN_FDS");
+    if (names) ::setenv("LISTEN_FDNAMES", names, 1);
+    else ::unsetenv("LISTEN_FDNAMES");
+    const std::string result = body();
+    (void)!::write(out, result.data(), result.size());
+    ::_exit(0);
+  }
+  ::close(p[1]);
+  std::string out;
+  char buf[512];
+  ssize_t n;
+  while ((n = ::read(p[0], buf, sizeof buf)) > 0) out.append(buf, static_cast<size_t>(n));
+  ::close(p[0]);
+  ::waitpid(pid, nullptr, 0);
+  return out;
+}
+
+// What the helper returned, whether the variables are gone, and whether the fd is close-on-exec.
+std::string take() {
+  auto r = fastrestart::inherited_listen_socket();
+  std::string s = r.ok() ? "fd=" + std::to_string(*r) : "error: " + r.error().message;
+  if (r.ok() && *r >= 0) s += (::fcntl(*r, F_GETFD) & FD_CLOEXEC) ? " cloexec" : " inheritable";
+  const bool gone = !std::getenv("LISTEN_PID") && !std::getenv("LISTEN_FDS") && !std::getenv("LISTEN_FDNAMES");
+  return s + (gone ? " unset" : " still-set");
+}
+
+TEST(ListenSocket, TakesTheSocketPassedAsDescriptor3) {
+  UniqueFd l = tcp_socket(true);
+  EXPECT_EQ(in_child(l.get(), "", "1", "fastrestart-engine", take), "fd=3 cloexec unset");
+  // Without names (a plain systemd socket unit with one socket), fd 3 is it too.
+  EXPECT_EQ(in_child(l.get(), "", "1", nullptr, take), "fd=3 cloexec unset");
+  // A second call finds nothing: the variables are gone.
+  EXPECT_EQ(in_child(l.get(), "", "1", "fastrestart-engine", [] { (void)take(); return take(); }), "fd=-1 unset");
+}
+
+TEST(ListenSocket, PicksItsNameAmongSeveral) {
+  UniqueFd l = tcp_socket(true);
+  const std::string got = in_child(l.get(), "", "2", "other:fastrestart-engine", [] {
+    ::dup2(3, 4);  // descriptor 4: the named one
+    return take();
+  });
+  EXPECT_EQ(got, "fd=4 cloexec unset");
+}
+
+TEST(ListenSocket, IgnoresVariablesMeantForAnotherProcess) {
+  UniqueFd l = tcp_socket(true);
+  EXPECT_EQ(in_child(l.get(), "1", "1", "fastrestart-engine", take), "fd=-1 unset");          // LISTEN_PID mismatch
+  EXPECT_EQ(in_child(l.get(), "", "1", "something-else", take), "fd=-1 unset");              // another name
+  EXPECT_EQ(in_child(l.get(), "", "0", "", take), "fd=-1 unset");                            // none passed
+  EXPECT_EQ(in_child(l.get(), "", nullptr, nullptr, take), "fd=-1 unset");                   // LISTEN_FDS unset
+}
+
+TEST(ListenSocket, RefusesWhatIsNotAListeningSocketNamingTheVariable) {
+  UniqueFd l = tcp_socket(true);
+  UniqueFd bound = tcp_socket(false);
+  auto error = [](const std::string& s) { return s.rfind("error: ", 0) == 0 && s.find(" unset") != std::string::npos; };
+  std::string s = in_child(bound.get(), "", "1", "fastrestart-engine", take);
+  EXPECT_TRUE(error(s)) << s;
+  EXPECT_NE(s.find("LISTEN_FDS=1: descriptor 3 is not listening"), std::string::npos) << s;
+  s = in_child(-1, "", "1", "fastrestart-engine", take);
+  EXPECT_NE(s.find("LISTEN_FDS=1: descriptor 3 is not open"), std::string::npos) << s;
+  s = in_child(l.get(), "", "x", nullptr, take);
+  EXPECT_NE(s.find("LISTEN_FDS=x: not a descriptor count"), std::string::npos) << s;
+  s = in_child(l.get(), "abc", "1", nullptr, take);
+  EXPECT_NE(s.find("LISTEN_PID=abc: not a process id"), std::string::npos) << s;
+  s = in_child(l.get(), "", "1", "a:b", take);
+  EXPECT_NE(s.find("LISTEN_FDNAMES=a:b: 2 names for LISTEN_FDS=1"), std::string::npos) << s;
+}
+
+TEST(ListenSocket, TheCAbiReturnsItAndAMissWhenNoneWasPassed) {
+  UniqueFd l = tcp_socket(true);
+  auto c_take = [] {
+    int fd = -7;
+    char err[256] = "unset";
+    const int rc = fr_listen_socket(nullptr, &fd, err, sizeof err);
+    return std::to_string(rc) + " " + std::to_string(fd) + " " + err;
+  };
+  EXPECT_EQ(in_child(l.get(), "", "1", "fastrestart-engine", c_take), "0 3 ");
+  EXPECT_EQ(in_child(l.get(), "1", "1", "fastrestart-engine", c_take), "1 -1 no listening socket was passed to this process");
+  const std::string bad = in_child(l.get(), "", "x", nullptr, c_take);
+  EXPECT_EQ(bad.rfind("-1 -1 LISTEN_FDS=x", 0), 0u) << bad;
+}
+
+}  // namespace

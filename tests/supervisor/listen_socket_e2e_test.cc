@@ -1,0 +1,220 @@
+// engine.listen = "supervisor" end to end (docs/listen-socket.md): the real fastrestartd owns the engine's
+// listening socket and hands it to the tiny engine (fd 3, LISTEN_FDS). Connections made while the engine
+// is dead or loading are not refused and get no 503: they wait in the kernel's queue and are answered by
+// the next engine. The socket is fastrestartd's from its startup to its exit.
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <gtest/gtest.h>
+
+#include <cerrno>
+#include <fstream>
+#include <future>
+#include <thread>
+#include <vector>
+
+#include "common/fd.h"
+#include "support/harness.h"
+#include "support/supervised.h"
+
+namespace fr {
+namespace {
+
+using nlohmann::json;
+
+struct Options {
+  std::string start = "[\"warm\", \"cold\"]";
+  std::string standby_level;          // non-empty: restart.start leads with "standby" at this level
+  std::string engine_flags;           // appended to the engine's flags
+  std::vector<std::string> command;   // replaces the tiny engine's command
+  int crash_loop_limit = 50;
+};
+
+// connect(2) to 127.0.0.1:port: 0 when it connected (the socket is returned in *out), else the errno.
+int connect_to(uint16_t port, UniqueFd* out = nullptr) {
+  UniqueFd fd(::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_port = htons(port);
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  if (::connect(fd.get(), reinterpret_cast<sockaddr*>(&a), sizeof a) != 0) return errno;
+  if (out) *out = std::move(fd);
+  return 0;
+}
+
+class ListenSocketTest : public ::testing::Test {
+ protected:
+  void write_config(const Options& o) {
+    ASSERT_EQ(test::run({FR_TINYENGINE_BIN, "gen", "--out", m_dir / "model", "--size", "4M"}).exit_code, 0);
+    if (!m_port) m_port = test::free_port();
+    m_http = test::free_port();
+    const std::string run = m_dir / "run";
+    m_cfg = m_dir / "t.toml";
+    std::ofstream f(m_cfg);
+    f << "[model]\nname = \"t\"\n[engine]\ncommand = [";
+    if (o.command.empty()) {
+      f << "\"" << FR_TINYENGINE_BIN << "\", \"serve\", \"" << (m_dir / "model") << "\"]\nflags = [\"--port\", \"" << m_port
+        << "\", \"--served-model-name\", \"t\", \"--load-format\", \"fastrestart\", \"--fastrestart-socket-dir\", \"" << run
+        << "\", \"--shutdown-grace\", \"2\"" << o.engine_flags << "]\n";
+    } else {
+      for (size_t i = 0; i < o.command.size(); ++i) f << (i ? ", " : "") << json(o.command[i]).dump();
+      f << "]\n";
+    }
+    f << "port = " << m_port << "\nstop_grace_s = 3\nlisten = \"supervisor\"\nlisten_backlog = 64\n"
+      << "[weights]\nbackend = \"host\"\ncheckpoint = \"" << (m_dir / "model") << "\"\nsocket_dir = \"" << run << "\"\n"
+      << "[readiness]\nmodel = \"t\"\npoll_interval_s = 0.05\ncheck_interval_s = 0.3\ncheck_timeout_s = 0.5\n"
+      << "[restart]\nbackoff_initial_s = 0.05\nbackoff_max_s = 0.2\ncrash_loop_limit = " << o.crash_loop_limit
+      << "\nwarm_failures_before_cold = 0\nstart = "
+      << (o.standby_level.empty() ? o.start : "[\"standby\", \"warm\", \"cold\"]") << "\n"
+      << (o.standby_level.empty() ? "" : "[standby]\nlevel = \"" + o.standby_level + "\"\n")
+      << "[control]\nsocket = \"" << (m_dir / "ctl/t.ctl") << "\"\nstate_dir = \"" << (m_dir / "state") << "\"\n"
+      << "[http]\nlisten = \"127.0.0.1:" << m_http << "\"\n";
+  }
+  void launch(const Options& o = {}) {
+    write_config(o);
+    m_sup = std::make_unique<test::Supervised>(FR_FASTRESTARTD_BIN, m_cfg, m_dir / "ctl/t.ctl", m_dir / "d.log");
+    m_sup->start();
+  }
+  json ready(pid_t not_pid = 0) {
+    json s;
+    EXPECT_TRUE(m_sup->wait_ready(&s, not_pid)) << m_sup->log();
+    return s;
+  }
+  json parked(pid_t not_pid = 0) {
+    json s;
+    EXPECT_TRUE(m_sup->wait_for([&](const json& j) {
+      return j["standby"].is_object() && j["standby"].value("state", "") == "parked" && j["standby"].value("pid", 0) != not_pid;
+    }, 90, &s)) << m_sup->log();
+    return s;
+  }
+  // A completion with a client timeout far above any restart here: what a patient client gets.
+  test::HttpAnswer complete(double timeout_s = 60) {
+    return test::http_post(m_port, "/v1/completions", {{"model", "t"}, {"prompt", "The capital of France is"}, {"max_tokens", 1}},
+                           timeout_s);
+  }
+  static std::string text_of(const test::HttpAnswer& a) {
+    auto j = json::parse(a.body, nullptr, false);
+    return j.is_object() && j.contains("choices") ? j["choices"][0].value("text", "") : "";
+  }
+  // Kills the engine with SIGKILL and, at once, connects and sends `n` completions from as many clients:
+  // none is refused, every one is answered 200 with `expected` by the engine that comes up next.
+  void kill_and_send(pid_t engine, int n, const std::string& expected) {
+    ASSERT_EQ(::kill(engine, SIGKILL), 0);
+    UniqueFd early;
+    EXPECT_EQ(connect_to(m_port, &early), 0) << "a connection right after the kill was refused";
+    std::vector<std::future<test::HttpAnswer>> clients;
+    for (int i = 0; i < n; ++i) clients.push_back(std::async(std::launch::async, [this] { return complete(); }));
+    for (auto& c : clients) {
+      const auto a = c.get();
+      EXPECT_EQ(a.status, 200) << "a request sent during the restart failed (0: refused or no answer): " << a.body << "\n"
+                               << m_sup->log();
+      EXPECT_EQ(text_of(a), expected);
+    }
+  }
+
+  test::TempDir m_dir;
+  uint16_t m_port = 0, m_http = 0;
+  std::string m_cfg;
+  std::unique_ptr<test::Supervised> m_sup;
+};
+
+// A warm restart that takes a while (the startup-delay fault): requests sent right after the kill, while
+// no engine runs and then while the next one loads, are answered by it; none is refused or gets a 503.
+TEST_F(ListenSocketTest, RequestsDuringAWarmRestartWaitAndSucceed) {
+  Options o;
+  o.engine_flags = ", \"--fault-startup-delay\", \"1\"";
+  launch(o);
+  json st = ready();
+  const std::string expected = text_of(complete());
+  ASSERT_FALSE(expected.empty());
+  for (int round = 0; round < 2; ++round) {
+    const pid_t engine = st["engine"]["pid"];
+    kill_and_send(engine, 4, expected);
+    st = ready(engine);
+    EXPECT_EQ(st["last_exit"]["cause"], "crash") << st.dump();
+  }
+  // While no engine runs at all (stopped on request), the port still takes connections.
+  ASSERT_EQ(test::run({FR_FASTRESTARTCTL_BIN, "--socket", m_dir / "ctl/t.ctl", "stop-engine"}).exit_code, 0) << m_sup->log();
+  ASSERT_TRUE(m_sup->wait_for([](const json& j) { return j.value("state", "") == "held"; }, 30))
+      << m_sup->log();
+  EXPECT_EQ(connect_to(m_port), 0) << "the port refused a connection while the engine was stopped";
+  EXPECT_EQ(m_sup->stop(SIGTERM), 0) << m_sup->log();
+  // Closed at fastrestartd's exit, and only then.
+  EXPECT_EQ(connect_to(m_port), ECONNREFUSED);
+}
+
+class ListenSocketStandby : public ListenSocketTest, public ::testing::WithParamInterface<const char*> {};
+
+// A parked standby holds the socket without accepting (and is not taken for a standby that binds the port
+// before its release); released, it answers the requests that arrived while the engine was dead.
+TEST_P(ListenSocketStandby, TheReleasedStandbyAnswersWhatArrivedDuringTheRestart) {
+  Options o;
+  o.standby_level = GetParam();
+  launch(o);
+  ready();
+  const std::string expected = text_of(complete());
+  ASSERT_FALSE(expected.empty());
+  for (int round = 0; round < 2; ++round) {
+    json st = parked();
+    const pid_t engine = st["engine"]["pid"], standby = st["standby"]["pid"];
+    kill_and_send(engine, 4, expected);
+    st = ready(engine);
+    EXPECT_EQ(st["engine"]["pid"], standby) << st.dump();
+    EXPECT_EQ(st["last_start"]["path"], "standby") << st.dump();
+  }
+  const json st = parked();
+  EXPECT_EQ(st["standby"]["releases"], 2) << st.dump();
+  EXPECT_EQ(st["standby"]["failures"].value("listening", 0), 0) << "the handed-down socket was taken for the standby's own: " << st.dump();
+  EXPECT_EQ(m_sup->stop(SIGTERM), 0) << m_sup->log();
+  EXPECT_EQ(connect_to(m_port), ECONNREFUSED);
+}
+
+INSTANTIATE_TEST_SUITE_P(Levels, ListenSocketStandby, ::testing::Values("pre_gpu", "warmed"));
+
+// An engine that ignores LISTEN_FDS and binds the port itself: its "Address already in use" is named as
+// what it is, in status and in one log line naming the option.
+TEST_F(ListenSocketTest, AnEngineThatBindsThePortItselfIsNamed) {
+  m_port = test::free_port();
+  Options o;
+  o.command = {"/usr/bin/python3", "-c",
+               "import socket\ns = socket.socket()\ns.bind(('127.0.0.1', " + std::to_string(m_port) + "))\ns.listen()\n"};
+  o.crash_loop_limit = 10000;  // still restarting it when the test stops fastrestartd
+  launch(o);
+  json st;
+  ASSERT_TRUE(m_sup->wait_for([](const json& j) { return j["last_exit"].is_object() && j["last_exit"].contains("detail"); }, 60, &st))
+      << m_sup->log();
+  const std::string detail = st["last_exit"].value("detail", "");
+  EXPECT_NE(detail.find("engine.listen = \"supervisor\" is set but the engine binds port " + std::to_string(m_port) + " itself"),
+            std::string::npos) << detail;
+  EXPECT_NE(detail.find("Address already in use"), std::string::npos) << detail;
+  EXPECT_EQ(m_sup->stop(SIGTERM), 0) << m_sup->log();
+  EXPECT_NE(m_sup->log().find("is set but the engine binds port"), std::string::npos) << m_sup->log();
+}
+
+// The port is taken when fastrestartd starts: it says where and which fields, and exits 4 before starting
+// anything (no READY).
+TEST_F(ListenSocketTest, AnAddressInUseAtStartupIsAClearError) {
+  UniqueFd taken(::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t len = sizeof a;
+  ASSERT_EQ(::bind(taken.get(), reinterpret_cast<sockaddr*>(&a), sizeof a), 0);
+  ASSERT_EQ(::listen(taken.get(), 1), 0);
+  ASSERT_EQ(::getsockname(taken.get(), reinterpret_cast<sockaddr*>(&a), &len), 0);
+  m_port = ntohs(a.sin_port);
+  write_config({});
+  const auto r = test::run({FR_FASTRESTARTD_BIN, "--config", m_cfg});
+  EXPECT_EQ(r.exit_code, 4) << r.output;
+  EXPECT_NE(r.output.find("cannot listen on 127.0.0.1:" + std::to_string(m_port) + " (engine.host, engine.port; engine.listen = \"supervisor\")"),
+            std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("Address already in use"), std::string::npos) << r.output;
+  EXPECT_EQ(r.output.find(std::string("engine: ") + FR_TINYENGINE_BIN), std::string::npos) << "an engine was started: " << r.output;
+}
+
+}  // namespace
+}  // namespace fr
