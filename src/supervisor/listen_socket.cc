@@ -53,8 +53,15 @@ Result<ListenSocket> ListenSocket::open(const std::string& host, uint16_t port, 
     ListenSocket s;
     struct stat st {};
     if (::fstat(fd.get(), &st) == 0) s.m_inode = st.st_ino;
+    // The port as bound (port 0 picks one: tests).
+    sockaddr_storage bound{};
+    socklen_t len = sizeof bound;
+    uint16_t bound_port = port;
+    if (::getsockname(fd.get(), reinterpret_cast<sockaddr*>(&bound), &len) == 0)
+      bound_port = ntohs(bound.ss_family == AF_INET6 ? reinterpret_cast<sockaddr_in6&>(bound).sin6_port
+                                                     : reinterpret_cast<sockaddr_in&>(bound).sin_port);
     s.m_fd = std::move(fd);
-    s.m_address = where;
+    s.m_address = address_text(host, bound_port);
     return s;
   }
   const std::string why = last_step + ": " + std::strerror(last_errno);

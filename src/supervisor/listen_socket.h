@@ -34,7 +34,7 @@ class ListenSocket {
   // The socket's inode (as /proc/<pid>/fd shows "socket:[inode]"): who holds it besides us is not a
   // stray listener.
   uint64_t inode() const { return m_inode; }
-  // "host:port" as bound ("[::1]:8000" for IPv6).
+  // "host:port" with the port as bound ("[::1]:8000" for IPv6).
   const std::string& address() const { return m_address; }
 
  private:
