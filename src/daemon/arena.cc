@@ -97,6 +97,9 @@ bool ArenaTable::holder_gone(Arena& a) {
 Result<ArenaGrant> ArenaTable::lease(const ArenaLeaseRequest& req, pid_t peer_pid, int sock) {
   const auto t0 = SteadyClock::now();
   const auto deadline = t0 + std::chrono::duration_cast<SteadyClock::duration>(std::chrono::duration<double>(req.wait_s));
+  // A peer in a pid namespace the daemon cannot see has pid 0: two of them would count as one holder.
+  if (peer_pid <= 0)
+    return make_error(Errc::kPermissionDenied, "arena_lease: the requester's pid is not visible to the daemon (another pid namespace)");
   // Opened before the wait: the grant must name this process even if it hung up meanwhile.
   FR_ASSIGN(UniqueFd mine, peer_pidfd(sock, peer_pid));
   std::optional<pid_t> waited_for;
