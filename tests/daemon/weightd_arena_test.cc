@@ -176,6 +176,10 @@ TEST(WeightdArena, TheNextLeaseWaitsForTheKilledWritersExitAndSeesItsBytes) {
   EXPECT_DOUBLE_EQ(*after->last_wait_s, g2["waited_s"].get<double>());
   EXPECT_EQ(after->bytes, bytes);
   EXPECT_EQ(status_of(daemon).arena_bytes, after->pool_bytes);
+  auto ctl = test::run({test::weightctl(), "--socket-dir", dir / "run", "status"});
+  EXPECT_EQ(ctl.exit_code, 0) << ctl.output;
+  EXPECT_NE(ctl.output.find("arena kv  4.0 MiB, holder pid " + std::to_string(h2.pid) + ", 2 lease(s), 0 waiting"),
+            std::string::npos) << ctl.output;
 
   kill_and_reap(h2.pid);
   auto unheld = arena_of(daemon, "kv");
