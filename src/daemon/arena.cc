@@ -116,18 +116,18 @@ Result<ArenaGrant> ArenaTable::lease(const ArenaLeaseRequest& req, pid_t peer_pi
       it->second.name = req.name;
     }
     Arena& a = it->second;
-    if (a.holder && *a.holder == peer_pid) {  // the holder itself: the same memory again
+    if (holder_gone(a)) break;
+    if (*a.holder == peer_pid) {  // the holder itself (alive: its pidfd says so): the same memory again
       if (a.bytes != req.bytes)
         return make_error(Errc::kBusy, "arena_lease.bytes: arena '" + req.name + "' is leased to this process with " +
                                            std::to_string(a.bytes) + " bytes; another size waits for its exit");
       break;
     }
-    if (holder_gone(a)) break;
     waited_for = a.holder;
     if (SteadyClock::now() >= deadline) {
       const pid_t h = *a.holder;
       return make_error(Errc::kTimeout, "arena_lease.wait_s: arena '" + req.name + "' is still leased to pid " +
-                                            std::to_string(h) + ", alive after " + std::to_string(req.wait_s) + " s");
+                                            std::to_string(h) + ", alive after " + fmt::format("{:g}", req.wait_s) + " s");
     }
     auto pidfd = a.holder_pidfd;
     ++a.waiting;
@@ -161,7 +161,7 @@ Result<ArenaGrant> ArenaTable::lease(const ArenaLeaseRequest& req, pid_t peer_pi
     g.created = true;
   }
   FR_ASSIGN(g.fd, a.pool->share_fd());
-  if (!a.holder || *a.holder != peer_pid) {
+  if (!a.holder) {
     a.holder = peer_pid;
     a.holder_pidfd = std::make_shared<UniqueFd>(std::move(mine));
   }
