@@ -219,6 +219,27 @@ TEST(WeightdArena, ClosingTheConnectionDoesNotEndTheLeaseAndAWaitTimesOutNamingW
   kill_and_reap(h1.pid);
 }
 
+// The pidfd is readable once the holder has exited (its memory and descriptors released), a zombie included:
+// the lease does not wait for its parent to reap it.
+TEST(WeightdArena, AnExitedHolderNotYetReapedNoLongerHoldsTheLease) {
+  test::TempDir dir;
+  test::Daemon daemon(dir / "run");
+  auto h1 = spawn_holder(daemon, "kv", kMiB, 5, [](volatile uint64_t*, auto) { return true; });
+  grant_of(next_line(h1));
+  ::kill(h1.pid, SIGKILL);
+  siginfo_t si{};
+  ASSERT_EQ(::waitid(P_PID, static_cast<id_t>(h1.pid), &si, WEXITED | WNOWAIT), 0);  // a zombie, not reaped
+  auto c = connect(daemon);
+  ASSERT_TRUE(c.ok());
+  UniqueFd fd;
+  auto r = c->call(lease_req("kv", kMiB, 0), 30, &fd);
+  ASSERT_TRUE(r.ok()) << r.error().message;
+  EXPECT_FALSE((*r)["created"].get<bool>());
+  EXPECT_TRUE((*r)["previous_holder_pid"].is_null()) << "the holder was gone before the lease was asked";
+  int st = 0;
+  EXPECT_EQ(::waitpid(h1.pid, &st, 0), h1.pid);
+}
+
 TEST(WeightdArena, AnotherSizeMakesANewArenaOnceUnleased) {
   test::TempDir dir;
   test::Daemon daemon(dir / "run");
