@@ -188,7 +188,7 @@ TEST(WeightdArena, TheNextLeaseWaitsForTheKilledWritersExitAndSeesItsBytes) {
   EXPECT_EQ(daemon.stop(), 0);
 }
 
-TEST(WeightdArena, ClosingTheConnectionDoesNotEndTheLeaseAndAWaitTimesOutNamingWaitS) {
+TEST(WeightdArena, TheLeaseOutlivesItsConnectionAndWaitsEndAtTimeoutHangUpOrStop) {
   test::TempDir dir;
   test::Daemon daemon(dir / "run");
   // Holder 1 leases, then closes its connection (the client goes out of scope) but keeps living and mapping.
@@ -204,13 +204,25 @@ TEST(WeightdArena, ClosingTheConnectionDoesNotEndTheLeaseAndAWaitTimesOutNamingW
   EXPECT_NE(r.error().message.find("pid " + std::to_string(h1.pid)), std::string::npos) << r.error().message;
   EXPECT_FALSE(fd.valid());
 
+  // A waiter that dies while waiting is forgotten (its wait ends with its connection), the holder kept.
+  auto gone = spawn_holder(daemon, "kv", kMiB, 3600, [](volatile uint64_t*, auto) { return true; });
+  auto wait_for_waiting = [&](uint64_t n) {
+    for (int i = 0; i < 3000; ++i) {
+      auto a = arena_of(daemon, "kv");
+      if (a && a->waiting == n) return;
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+  };
+  wait_for_waiting(1);
+  EXPECT_EQ(arena_of(daemon, "kv")->waiting, 1u);
+  kill_and_reap(gone.pid);
+  wait_for_waiting(0);
+  EXPECT_EQ(arena_of(daemon, "kv")->waiting, 0u);
+  EXPECT_EQ(arena_of(daemon, "kv")->holder_pid, h1.pid);
+
   // A lease waiting when the daemon stops ends at once, and the daemon exits cleanly.
   auto h2 = spawn_holder(daemon, "kv", kMiB, 3600, [](volatile uint64_t*, auto) { return true; });
-  for (int i = 0; i < 3000; ++i) {
-    auto a = arena_of(daemon, "kv");
-    if (a && a->waiting == 1) break;
-    std::this_thread::sleep_for(std::chrono::milliseconds(10));
-  }
+  wait_for_waiting(1);
   EXPECT_EQ(arena_of(daemon, "kv")->waiting, 1u);
   EXPECT_EQ(daemon.stop(), 0);
   EXPECT_EQ(next_line(h2).rfind("error", 0), 0u);
