@@ -129,10 +129,11 @@ Result<std::unique_ptr<Server>> Server::create(Backend& backend, ServerOptions o
   return s;
 }
 
-Server::Server(Backend& b, ServerOptions o) : m_backend(b), m_opts(std::move(o)) {}
+Server::Server(Backend& b, ServerOptions o) : m_backend(b), m_opts(std::move(o)), m_arenas(b, m_opts.max_arenas) {}
 
 Server::~Server() {
   m_stopping = true;
+  m_arenas.stop();
   reap_connections(true);
   m_store.clear();
   if (!m_socket_path.empty()) ::unlink(m_socket_path.c_str());
@@ -214,6 +215,7 @@ Status Server::run() {
     });
   }
   m_stopping = true;
+  m_arenas.stop();  // waiting leases end before their connections are joined
   m_listen.reset();
   ::unlink(m_socket_path.c_str());
   reap_connections(true);
@@ -264,7 +266,7 @@ json Server::hello() const {
               {"backend", m_backend.name()},
               {"gpu_uuid", m_backend.gpu_uuid()},
               {"gpu_name", m_backend.gpu_name()},
-              {"capabilities", {"status", "attach", "publish", "preload", "evict", "shutdown", "verify"}},
+              {"capabilities", {"status", "attach", "publish", "preload", "evict", "shutdown", "verify", "arena_lease"}},
               {"max_frame", proto::kMaxFrameBytes}};
 }
 
@@ -368,6 +370,7 @@ json Server::dispatch(Conn& c, const json& req, UniqueFd* fd_out) {
   else if (op == "publish_abort") { abort_publish(c); r = ok(); }
   else if (op == "preload") r = do_preload(req);
   else if (op == "evict") r = do_evict(req);
+  else if (op == "arena_lease") r = do_arena_lease(c, req, fd_out);
   else if (op == "shutdown") { spdlog::info("shutdown requested by pid {}", c.peer.pid); r = ok(); }
   else if (op == "hello") r = make_error(Errc::kProtocol, "hello was already exchanged");
   else r = make_error(Errc::kProtocol, "unknown op '" + op.substr(0, 64) + "'");
@@ -393,6 +396,8 @@ json Server::do_status() {
   s.pid = ::getpid();
   s.held_bytes = m_store.held_bytes();
   s.stale_dropped = m_stale_dropped;
+  s.arenas = m_arenas.status();
+  for (const auto& a : s.arenas) s.arena_bytes += a.pool_bytes;
   return ok(proto::to_json(s));
 }
 
@@ -668,6 +673,30 @@ Result<json> Server::do_evict(const json& req) {
     retire(std::move(e));
   }
   return ok({{"freed_bytes", freed}, {"evicted", gone.size()}});
+}
+
+Result<json> Server::do_arena_lease(Conn& c, const json& req, UniqueFd* fd_out) {
+  FR_ASSIGN(ArenaLeaseRequest r, arena_lease_from_json(req));
+  const bool capped = r.wait_s > m_opts.attach_wait_limit_s;
+  if (capped) r.wait_s = m_opts.attach_wait_limit_s;
+  auto g = m_arenas.lease(r, c.peer.pid, c.fd.get());
+  if (!g.ok()) {
+    if (capped && g.error().code == Errc::kTimeout) return Error{g.error().code, g.error().message + " (capped by the daemon's --attach-wait-limit-s)"};
+    return g.error();
+  }
+  *fd_out = std::move(g->fd);
+  json reply{{"name", r.name},
+             {"bytes", g->bytes},
+             {"pool_bytes", g->pool_bytes},
+             {"backend", m_backend.name()},
+             {"created", g->created},
+             {"resized", g->resized_from.has_value()},
+             {"waited_s", g->waited_s},
+             {"leases", g->leases},
+             {"generation", g->generation}};
+  if (g->resized_from) reply["previous_bytes"] = *g->resized_from;
+  reply["previous_holder_pid"] = g->previous_holder ? json(*g->previous_holder) : json(nullptr);
+  return ok(std::move(reply));
 }
 
 }  // namespace fr::daemon

@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "common/private_dir.h"
+#include "daemon/arena.h"
 #include "daemon/backend.h"
 #include "daemon/store.h"
 #include "protocol/frame.h"
@@ -38,6 +39,9 @@ struct ServerOptions {
   double publish_timeout_s = 600;
   // An attach waits for a loading entry at most this long, whatever its wait_s asks.
   double attach_wait_limit_s = 3600;
+  // KV arenas this daemon holds at most (docs/weightd.md, "KV arenas"). A lease's wait for the previous
+  // holder is capped by attach_wait_limit_s too: it holds a slot that eviction cannot take back.
+  size_t max_arenas = 4;
 };
 
 // Exit codes of fastrestart-weightd (docs/weightd.md).
@@ -79,6 +83,7 @@ class Server {
   Result<proto::json> do_publish_commit(Conn& c, const proto::json& req);
   Result<proto::json> do_preload(const proto::json& req);
   Result<proto::json> do_evict(const proto::json& req);
+  Result<proto::json> do_arena_lease(Conn& c, const proto::json& req, UniqueFd* fd_out);
   void abort_publish(Conn& c);
   // Drops every entry (not loading) a file of which no longer has the identity the entry was made from:
   // an attach identifies the files anew, so such an entry can never match again and only holds memory.
@@ -96,6 +101,7 @@ class Server {
   UniqueFd m_wake_r, m_wake_w;  // self-pipe: shutdown requests wake run()
   std::atomic<bool> m_stopping{false};
   Store m_store;
+  ArenaTable m_arenas;
 
   std::deque<AttachRecord> m_misses;  // GUARDED_BY(m_store.mutex()): the last 64 misses, for status
   uint64_t m_stale_dropped = 0;       // GUARDED_BY(m_store.mutex())

@@ -17,6 +17,7 @@ int run(int argc, char** argv) {
   std::vector<std::string> preload_files, config_kv, tensors;
   int threads = 8, test_delay_ms = 0;
   double publish_timeout_s = 600, attach_wait_limit_s = 3600;
+  int max_arenas = 4;
   // Tests only: the same delay from the environment, so a supervisor's tests can slow the daemons it starts.
   if (const char* e = std::getenv("FASTRESTART_TEST_READ_DELAY_MS"); e && *e) test_delay_ms = std::atoi(e);
   bool version = false;
@@ -35,6 +36,7 @@ int run(int argc, char** argv) {
   app.add_option("--attach-wait-limit-s", attach_wait_limit_s,
                  "wait at most this long in an attach for a loading entry, whatever wait_s asks (default 3600)")
       ->check(CLI::Range(0.0, 86400.0));
+  app.add_option("--max-arenas", max_arenas, "hold at most this many KV arenas (default 4)")->check(CLI::Range(0, 64));
   app.add_option("--log-level", log_level, "trace|debug|info|warn|error");
   app.add_flag("--version", version, "print the version and exit");
   app.add_option("--test-read-delay-ms", test_delay_ms, "tests only: sleep this long before each 64 MiB read task")
@@ -101,6 +103,7 @@ int run(int argc, char** argv) {
   opts.test_read_delay_ms = test_delay_ms;
   opts.publish_timeout_s = publish_timeout_s;
   opts.attach_wait_limit_s = attach_wait_limit_s;
+  opts.max_arenas = static_cast<size_t>(max_arenas);
   if (!group.empty()) {
     auto g = fr::resolve_group(group);
     if (!g.ok()) {

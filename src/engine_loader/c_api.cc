@@ -1,6 +1,7 @@
 // The C ABI over the C++ API (fastrestart/engine_loader_c.h). No exception crosses it.
 #include <cstring>
 
+#include "fastrestart/arena.h"
 #include "fastrestart/engine_loader.h"
 #include "fastrestart/engine_loader_c.h"
 #include "fastrestart/listen_socket.h"
@@ -13,6 +14,10 @@ struct fr_weights {
 
 struct fr_snapshot_agent {
   std::unique_ptr<fastrestart::SnapshotAgent> a;
+};
+
+struct fr_arena {
+  std::unique_ptr<fastrestart::Arena> a;
 };
 
 struct fr_key {
@@ -226,5 +231,52 @@ int fr_listen_socket(const char* name, int* fd, char* err, size_t errlen) try {
 } catch (const std::exception& e) {
   return set_err(err, errlen, e.what()), FR_EFAIL;
 }
+
+void fr_arena_options_init(fr_arena_options_t* o) {
+  if (!o) return;
+  const fastrestart::ArenaOptions d;
+  *o = fr_arena_options_t{};
+  o->struct_size = sizeof *o;
+  o->wait_s = d.wait_s;
+  o->connect_timeout_s = d.connect_timeout_s;
+}
+
+int fr_arena_reserve(const fr_arena_options_t* options, fr_arena_t** out, char* err, size_t errlen) {
+  if (!options || !out || options->struct_size < sizeof(fr_arena_options_t))
+    return set_err(err, errlen, "options or out is NULL, or options not set by fr_arena_options_init"), FR_EINVAL;
+  fastrestart::ArenaOptions o;
+  if (options->name) o.name = options->name;
+  o.bytes = options->bytes;
+  o.wait_s = options->wait_s;
+  o.connect_timeout_s = options->connect_timeout_s;
+  if (options->socket_dir) o.socket_dir = options->socket_dir;
+  if (options->device) o.device = options->device;
+  try {
+    auto a = fastrestart::reserve_arena(o);
+    if (!a.ok()) return set_err(err, errlen, a.error().message), code_of(a.error());
+    *out = new fr_arena{std::move(*a)};
+    return FR_OK;
+  } catch (const std::exception& e) {
+    return set_err(err, errlen, e.what()), FR_EFAIL;
+  }
+}
+
+int fr_arena_swap_in(fr_arena_t* a, int* created, double* waited_s, char* err, size_t errlen) {
+  if (!a) return set_err(err, errlen, "arena is NULL"), FR_EINVAL;
+  try {
+    auto l = a->a->swap_in();
+    if (!l.ok()) return set_err(err, errlen, l.error().message), code_of(l.error());
+    if (created) *created = l->created ? 1 : 0;
+    if (waited_s) *waited_s = l->waited_s;
+    return FR_OK;
+  } catch (const std::exception& e) {
+    return set_err(err, errlen, e.what()), FR_EFAIL;
+  }
+}
+
+void* fr_arena_base(const fr_arena_t* a) { return a ? a->a->base() : nullptr; }
+uint64_t fr_arena_bytes(const fr_arena_t* a) { return a ? a->a->bytes() : 0; }
+int fr_arena_leased(const fr_arena_t* a) { return a && a->a->leased() ? 1 : 0; }
+void fr_arena_release(fr_arena_t* a) { delete a; }
 
 }  // extern "C"

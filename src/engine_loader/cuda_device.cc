@@ -4,6 +4,7 @@
 // pointers we return are usable by the engine and the engine's pointers (copy_in) by us. Calls push and
 // pop that context, leaving the engine thread's current context as it was.
 #include <cstring>
+#include <vector>
 
 #include "cuda/device.h"
 #include "cuda/handles.h"
@@ -55,6 +56,83 @@ class CudaCopy final : public MappedPool {
 };
 
 CUdeviceptr dptr(const void* p) { return reinterpret_cast<CUdeviceptr>(p); }
+
+// The CUDA arena range: a reserved VA range, a placeholder allocation mapped at every chunk (read-write),
+// then the imported arena mapped over the whole range. Members go in reverse order: mappings, then the
+// placeholder allocation, then the range.
+class CudaArenaRange final : public ArenaRange {
+ public:
+  static Result<std::unique_ptr<ArenaRange>> make(const std::shared_ptr<cuda::Device>& dev, uint64_t bytes) {
+    const uint64_t g = dev->vmm_granularity();
+    const uint64_t n = std::max<uint64_t>(g, (bytes + g - 1) / g * g);
+    const cuda::Driver& d = dev->driver();
+    ScopedContext scope(dev->context());
+    FR_TRY(scope.status());
+    std::unique_ptr<CudaArenaRange> r(new CudaArenaRange(dev));
+    CUdeviceptr va = 0;
+    FR_TRY(check(d.cuMemAddressReserve(&va, n, g, 0, 0), "cuMemAddressReserve(arena)"));
+    r->m_range = cuda::AddressRange(dev->context(), cuda::Range{va, n});
+    const uint64_t chunk = placeholder_size(n, g);
+    FR_ASSIGN(r->m_placeholder, cuda::create_shareable(dev, chunk));
+    for (uint64_t off = 0; off < n; off += chunk) {
+      const uint64_t len = std::min(chunk, n - off);
+      FR_TRY(check(d.cuMemMap(va + off, len, 0, r->m_placeholder.get(), 0), "cuMemMap(arena placeholder)"));
+      r->m_maps.emplace_back(dev->context(), cuda::Range{va + off, len});
+    }
+    FR_TRY(r->set_access());
+    r->m_placeholder_bytes = chunk;
+    return std::unique_ptr<ArenaRange>(std::move(r));
+  }
+  ~CudaArenaRange() override {
+    ScopedContext scope(m_dev->context());
+    m_maps.clear();
+    m_placeholder.reset();
+    m_range.reset();
+  }
+
+  std::byte* base() const override { return reinterpret_cast<std::byte*>(m_range.get().ptr); }
+  uint64_t size() const override { return m_range.get().size; }
+  uint64_t placeholder_bytes() const override { return m_swapped ? 0 : m_placeholder_bytes; }
+  bool swapped() const override { return m_swapped; }
+
+  Status swap_in(UniqueFd fd, uint64_t pool_bytes) override {
+    if (m_swapped) return make_error(Errc::kBusy, "the arena is already swapped in");
+    if (pool_bytes < size())
+      return make_error(Errc::kInvalidArgument, "the leased arena has " + std::to_string(pool_bytes) +
+                                                    " bytes, the reserved range " + std::to_string(size()));
+    const cuda::Driver& d = m_dev->driver();
+    ScopedContext scope(m_dev->context());
+    FR_TRY(scope.status());
+    FR_ASSIGN(cuda::Allocation arena, cuda::import_fd(*m_dev, fd.get()));
+    // Kernels queued over the placeholder finish before its mappings go.
+    FR_TRY(check(d.cuCtxSynchronize(), "cuCtxSynchronize(before the arena swap)"));
+    m_maps.clear();  // cuMemUnmap of each placeholder chunk; the range stays reserved
+    m_placeholder.reset();
+    const cuda::Range r = m_range.get();
+    FR_TRY(check(d.cuMemMap(r.ptr, r.size, 0, arena.get(), 0), "cuMemMap(arena)"));
+    m_maps.emplace_back(m_dev->context(), r);
+    FR_TRY(set_access());
+    m_swapped = true;  // `arena`'s handle goes on return: the mapping holds the memory
+    return {};
+  }
+
+ private:
+  explicit CudaArenaRange(std::shared_ptr<cuda::Device> dev) : m_dev(std::move(dev)) {}
+  Status set_access() {
+    CUmemAccessDesc desc{};
+    desc.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+    desc.location.id = m_dev->handle();
+    desc.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
+    return check(m_dev->driver().cuMemSetAccess(m_range.get().ptr, m_range.get().size, &desc, 1), "cuMemSetAccess(arena)");
+  }
+
+  std::shared_ptr<cuda::Device> m_dev;
+  cuda::AddressRange m_range;
+  cuda::Allocation m_placeholder;
+  std::vector<cuda::Mapping> m_maps;
+  uint64_t m_placeholder_bytes = 0;
+  bool m_swapped = false;
+};
 
 class CudaDevice final : public DeviceApi {
  public:
@@ -110,6 +188,10 @@ class CudaDevice final : public DeviceApi {
     if (d.cuPointerGetAttribute(&type, CU_POINTER_ATTRIBUTE_MEMORY_TYPE, dptr(src)) != CUDA_SUCCESS)
       return check(d.cuMemcpyHtoDAsync(dptr(dst.base()) + offset, src, n, m_stream.get()), "cuMemcpyHtoDAsync(publish)");
     return check(d.cuMemcpyAsync(dptr(dst.base()) + offset, dptr(src), n, m_stream.get()), "cuMemcpyAsync(publish)");
+  }
+
+  Result<std::unique_ptr<ArenaRange>> reserve_arena(uint64_t bytes) override {
+    return CudaArenaRange::make(m_dev, bytes);
   }
 
   Status sync() override {

@@ -2,6 +2,7 @@
 // Internal (not installed). "host" maps memfds; "cuda:<ordinal>" imports CUDA VMM handles (cuda_device.cc).
 #pragma once
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
@@ -27,6 +28,32 @@ class MappedPool {
   virtual bool released() const { return false; }
 };
 
+// A KV arena's address range in this process (docs/engine_loader.md, "KV arenas"). Reserved once; first
+// backed by a placeholder (one small allocation mapped again and again over the whole range, so kernels
+// and graphs captured over the range touch real memory), then by the leased arena, mapped read-write
+// over the whole range at the same address. The destructor unmaps whatever is mapped and frees the range.
+class ArenaRange {
+ public:
+  virtual ~ArenaRange() = default;
+  virtual std::byte* base() const = 0;
+  virtual uint64_t size() const = 0;              // the range: the asked size rounded up to the page/granule
+  virtual uint64_t placeholder_bytes() const = 0;  // the placeholder's own memory (0 once swapped)
+  // Replaces the placeholder by the arena `fd` (a pool of pool_bytes >= size()). Waits for this process's
+  // queued device work first (CUDA): nothing in flight may still touch the placeholder.
+  virtual Status swap_in(UniqueFd fd, uint64_t pool_bytes) = 0;
+  virtual bool swapped() const = 0;
+};
+
+// At most this many placeholder mappings per range: the placeholder grows with the range (range/1024,
+// at least one page or granule) rather than the number of mappings (vm.max_map_count, driver tables).
+inline constexpr uint64_t kMaxPlaceholderMaps = 1024;
+
+// The placeholder's size for a range of `range` bytes in units of `unit` (page or VMM granule).
+inline uint64_t placeholder_size(uint64_t range, uint64_t unit) {
+  const uint64_t per = (range + kMaxPlaceholderMaps - 1) / kMaxPlaceholderMaps;
+  return std::max<uint64_t>(unit, (per + unit - 1) / unit * unit);
+}
+
 class DeviceApi {
  public:
   virtual ~DeviceApi() = default;
@@ -46,6 +73,8 @@ class DeviceApi {
   virtual Status copy_in(MappedPool& dst, uint64_t offset, const void* src, uint64_t n) = 0;
   // Waits until copies issued by copy_in are complete.
   virtual Status sync() = 0;
+  // Reserves a KV arena's range of at least `bytes` and backs it with a placeholder.
+  virtual Result<std::unique_ptr<ArenaRange>> reserve_arena(uint64_t bytes) = 0;
 };
 
 // "host", "host:<name>" (common/host_device.h) or "cuda:<ordinal>". Errc::kInvalidArgument for a malformed string; Errc::kCuda when the CUDA

@@ -1,6 +1,7 @@
 // The host device: pools are memfds mapped with mmap(2).
 #include <sys/mman.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <cstdlib>
 #include <cstring>
@@ -49,6 +50,56 @@ class MmapPool final : public MappedPool {
   bool m_released = false;
 };
 
+// The host arena range: PROT_NONE reservation, then a placeholder memfd mapped MAP_FIXED at every chunk,
+// then the leased memfd MAP_FIXED over the whole range (one call replaces every placeholder mapping).
+class HostArenaRange final : public ArenaRange {
+ public:
+  static Result<std::unique_ptr<ArenaRange>> make(uint64_t bytes) {
+    const uint64_t page = static_cast<uint64_t>(::sysconf(_SC_PAGESIZE));
+    const uint64_t n = std::max<uint64_t>(page, (bytes + page - 1) / page * page);
+    void* base = ::mmap(nullptr, n, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    if (base == MAP_FAILED) return sys_error("reserve " + std::to_string(n) + " bytes of address space for the arena");
+    std::unique_ptr<HostArenaRange> r(new HostArenaRange(static_cast<std::byte*>(base), n));
+    const uint64_t chunk = placeholder_size(n, page);
+    UniqueFd ph(::memfd_create("fastrestart-arena-placeholder", MFD_CLOEXEC));
+    if (!ph) return sys_error("memfd_create(arena placeholder)");
+    if (::ftruncate(ph.get(), static_cast<off_t>(chunk)) != 0) return sys_error("size the arena placeholder");
+    for (uint64_t off = 0; off < n; off += chunk) {
+      const uint64_t len = std::min(chunk, n - off);
+      if (::mmap(r->m_base + off, len, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_FIXED, ph.get(), 0) == MAP_FAILED)
+        return sys_error("map the arena placeholder at offset " + std::to_string(off));
+    }
+    r->m_placeholder = chunk;
+    return std::unique_ptr<ArenaRange>(std::move(r));
+  }
+  ~HostArenaRange() override { ::munmap(m_base, m_size); }
+
+  std::byte* base() const override { return m_base; }
+  uint64_t size() const override { return m_size; }
+  uint64_t placeholder_bytes() const override { return m_swapped ? 0 : m_placeholder; }
+  bool swapped() const override { return m_swapped; }
+
+  Status swap_in(UniqueFd fd, uint64_t pool_bytes) override {
+    if (m_swapped) return make_error(Errc::kBusy, "the arena is already swapped in");
+    struct stat st{};
+    if (::fstat(fd.get(), &st) != 0) return sys_error("fstat(arena)");
+    if (pool_bytes < m_size || static_cast<uint64_t>(st.st_size) < m_size)
+      return make_error(Errc::kInvalidArgument, "the leased arena has " + std::to_string(st.st_size) +
+                                                    " bytes, the reserved range " + std::to_string(m_size));
+    if (::mmap(m_base, m_size, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_FIXED, fd.get(), 0) == MAP_FAILED)
+      return sys_error("mmap(MAP_FIXED) of the leased arena over its placeholder");
+    m_swapped = true;  // the placeholder memfd went with its last mapping
+    return {};
+  }
+
+ private:
+  HostArenaRange(std::byte* base, uint64_t n) : m_base(base), m_size(n) {}
+  std::byte* m_base;
+  uint64_t m_size;
+  uint64_t m_placeholder = 0;
+  bool m_swapped = false;
+};
+
 class HeapPool final : public MappedPool {
  public:
   explicit HeapPool(uint64_t n) : m_p(static_cast<std::byte*>(std::aligned_alloc(4096, (n + 4095) / 4096 * 4096))), m_n(n) {}
@@ -88,6 +139,7 @@ class HostDevice final : public DeviceApi {
     return {};
   }
   Status sync() override { return {}; }
+  Result<std::unique_ptr<ArenaRange>> reserve_arena(uint64_t bytes) override { return HostArenaRange::make(bytes); }
 
  private:
   const std::string m_uuid;

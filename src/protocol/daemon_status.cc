@@ -51,6 +51,18 @@ static Status read(const json& j, const std::string& w, DaemonEntryStatus& e) {
   return {};
 }
 
+static Status read(const json& j, const std::string& w, DaemonArenaStatus& a) {
+  FR_TRY(json_fields::object(j, w));
+  FR_TRY(field(j, "name", w, a.name));
+  FR_TRY(field(j, "bytes", w, a.bytes));
+  FR_TRY(field(j, "pool_bytes", w, a.pool_bytes));
+  FR_TRY(field(j, "holder_pid", w, a.holder_pid));
+  FR_TRY(field(j, "leases", w, a.leases));
+  FR_TRY(field(j, "waiting", w, a.waiting));
+  FR_TRY(field(j, "last_wait_s", w, a.last_wait_s));
+  return {};
+}
+
 json to_json(const DaemonStatus& s) {
   json entries = json::array();
   for (const auto& e : s.entries) {
@@ -72,9 +84,14 @@ json to_json(const DaemonStatus& s) {
   }
   json misses = json::array();
   for (const auto& m : s.misses) misses.push_back(record_json(m, "reason"));
+  json arenas = json::array();
+  for (const auto& a : s.arenas)
+    arenas.push_back({{"name", a.name}, {"bytes", a.bytes}, {"pool_bytes", a.pool_bytes},
+                      {"holder_pid", a.holder_pid ? json(*a.holder_pid) : json(nullptr)}, {"leases", a.leases},
+                      {"waiting", a.waiting}, {"last_wait_s", a.last_wait_s ? json(*a.last_wait_s) : json(nullptr)}});
   return {{"backend", s.backend}, {"gpu_uuid", s.gpu_uuid}, {"gpu_name", s.gpu_name}, {"pid", s.pid},
           {"held_bytes", s.held_bytes}, {"clients", s.clients}, {"stale_dropped", s.stale_dropped}, {"entries", std::move(entries)},
-          {"misses", std::move(misses)}};
+          {"misses", std::move(misses)}, {"arena_bytes", s.arena_bytes}, {"arenas", std::move(arenas)}};
 }
 
 Result<DaemonStatus> daemon_status_from_json(const json& j, const std::string& w) {
@@ -88,6 +105,8 @@ Result<DaemonStatus> daemon_status_from_json(const json& j, const std::string& w
   FR_TRY(field(j, "clients", w, s.clients));
   FR_TRY(field(j, "stale_dropped", w, s.stale_dropped));
   FR_TRY(field(j, "entries", w, s.entries));
+  FR_TRY(field(j, "arena_bytes", w, s.arena_bytes));
+  FR_TRY(field(j, "arenas", w, s.arenas));
   if (auto it = j.find("misses"); it != j.end() && !it->is_null()) {
     if (!it->is_array()) return json_fields::bad(w + ".misses", "not an array");
     for (size_t i = 0; i < it->size(); ++i) {

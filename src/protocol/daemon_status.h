@@ -47,6 +47,17 @@ struct DaemonEntryStatus {
   std::vector<DaemonClientRecord> attaches;
 };
 
+// One KV arena (docs/weightd.md, "KV arenas").
+struct DaemonArenaStatus {
+  std::string name;
+  uint64_t bytes = 0;       // as leased
+  uint64_t pool_bytes = 0;  // allocated
+  std::optional<int64_t> holder_pid;  // null on the wire when unleased (no holder, or it exited)
+  uint64_t leases = 0;      // granted since the arena was made
+  uint64_t waiting = 0;     // leases waiting now for the holder's exit
+  std::optional<double> last_wait_s;  // the last lease's wait for its previous holder's exit; null: none waited
+};
+
 struct DaemonStatus {
   std::string backend;
   std::string gpu_uuid;
@@ -59,6 +70,8 @@ struct DaemonStatus {
   uint64_t stale_dropped = 0;
   std::vector<DaemonEntryStatus> entries;
   std::vector<DaemonClientRecord> misses;  // `mode` is the reason
+  uint64_t arena_bytes = 0;  // held by arenas, not counted in held_bytes
+  std::vector<DaemonArenaStatus> arenas;
 };
 
 // The reply without "ok" (the server adds it).

@@ -63,6 +63,13 @@ int cmd_status(const Common& c, bool as_json) {
                 static_cast<unsigned long long>(e.tensors), e.digest ? e.digest->c_str() : "-", e.attaches.size());
     if (e.error) std::printf("    error: %s\n", e.error->c_str());
   }
+  for (const auto& a : st->arenas) {
+    const std::string holder = a.holder_pid ? "pid " + std::to_string(*a.holder_pid) : "none";
+    const std::string wait = a.last_wait_s ? std::to_string(*a.last_wait_s) + " s" : "-";
+    std::printf("  arena %s  %s, holder %s, %llu lease(s), %llu waiting, last wait for a holder's exit %s\n",
+                a.name.c_str(), human_bytes(double(a.pool_bytes)).c_str(), holder.c_str(),
+                static_cast<unsigned long long>(a.leases), static_cast<unsigned long long>(a.waiting), wait.c_str());
+  }
   return kExitOk;
 }
 
@@ -205,7 +212,7 @@ int main(int argc, char** argv) {
     std::function<int()> run;
   };
   std::vector<Sub> subs = {
-      {"status", "show held bytes, entries, load progress and attaches",
+      {"status", "show held bytes, entries, load progress, attaches and KV arenas",
        [&](CLI::App* s) { s->add_flag("--json", as_json); }, [&] { return cmd_status(c, as_json); }},
       {"preload", "ask the daemon to load safetensors files",
        [&](CLI::App* s) {

@@ -255,5 +255,42 @@ TEST(CudaDevice, ReleaseKeepsTheRangeAndRemapsAtTheSameAddress) {
   EXPECT_EQ(*d, f.digest);
 }
 
+// KV arenas on CUDA (docs/engine_loader.md, "KV arenas"): the placeholder is one granule-sized allocation
+// mapped at every chunk (a write at one chunk reads back at another), and the swap maps the daemon's pool
+// over the whole range at the same address.
+TEST(CudaDevice, ArenaPlaceholderAliasesAndTheSwapKeepsTheAddress) {
+  FR_SKIP_WITHOUT_GPU();
+  Filled f = fill_pool(6u << 20, 73);
+  auto dev = loader::make_cuda_device(0);
+  ASSERT_TRUE(dev.ok()) << dev.error().to_string();
+  auto range = (*dev)->reserve_arena(f.pool->size());
+  ASSERT_TRUE(range.ok()) << range.error().to_string();
+  auto& r = **range;
+  const uint64_t chunk = r.placeholder_bytes();
+  ASSERT_GT(chunk, 0u);
+  ASSERT_LT(chunk, r.size());
+  auto cd = cuda::Device::open_ordinal(0);
+  ASSERT_TRUE(cd.ok());
+  const cuda::Driver& d = (*cd)->driver();
+  cuda::ScopedContext scope((*cd)->context());
+  ASSERT_TRUE(scope.status().ok());
+  const auto base = reinterpret_cast<CUdeviceptr>(r.base());
+  const uint32_t mark = 0xfeedbeef;
+  ASSERT_EQ(d.cuMemcpyHtoD(base, &mark, sizeof mark), CUDA_SUCCESS);
+  uint32_t seen = 0;
+  ASSERT_EQ(d.cuMemcpyDtoH(&seen, base + chunk, sizeof seen), CUDA_SUCCESS);
+  EXPECT_EQ(seen, mark) << "every chunk of the placeholder is the same memory";
+
+  auto fd = f.pool->share_fd();
+  ASSERT_TRUE(fd.ok());
+  auto s = r.swap_in(std::move(*fd), f.pool->size());
+  ASSERT_TRUE(s.ok()) << s.error().to_string();
+  EXPECT_TRUE(r.swapped());
+  EXPECT_EQ(reinterpret_cast<CUdeviceptr>(r.base()), base);
+  std::vector<unsigned char> back(f.data_bytes);
+  ASSERT_EQ(d.cuMemcpyDtoH(back.data(), base, back.size()), CUDA_SUCCESS);
+  EXPECT_EQ(digest_of(back.data(), back.size()), f.digest) << "the pool's bytes, through the range's address";
+}
+
 }  // namespace
 }  // namespace fr

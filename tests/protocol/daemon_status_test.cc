@@ -35,6 +35,19 @@ DaemonStatus sample() {
   f.digest = "0123456789abcdef";
   s.entries.push_back(f);
   s.misses = {{4321, 0, "no entries", 1764480000.4}};
+  s.arena_bytes = 2 * 107374182400ull;
+  DaemonArenaStatus a;
+  a.name = "kv";
+  a.bytes = a.pool_bytes = 107374182400ull;
+  a.holder_pid = 4321;
+  a.leases = 3;
+  a.last_wait_s = 0.083;
+  s.arenas.push_back(a);
+  a.name = "kv.1";
+  a.holder_pid.reset();
+  a.last_wait_s.reset();
+  a.leases = 1;
+  s.arenas.push_back(a);
   return s;
 }
 
@@ -45,6 +58,29 @@ TEST(DaemonStatusCodec, RoundTrips) {
   EXPECT_EQ(to_json(*back), wire);
   EXPECT_EQ(back->entries[1].error.value_or(""), "read /models/a.safetensors: EIO");
   EXPECT_EQ(back->misses[0].mode, "no entries");
+  ASSERT_EQ(back->arenas.size(), 2u);
+  EXPECT_EQ(back->arenas[0].holder_pid.value_or(0), 4321);
+  EXPECT_FALSE(back->arenas[1].holder_pid);
+}
+
+// docs/protocol.md, "status": an arena without a holder, or whose lease never waited, says null.
+TEST(DaemonStatusCodec, ArenasOnTheWire) {
+  json j = to_json(sample());
+  EXPECT_EQ(j["arena_bytes"], 2 * 107374182400ull);
+  EXPECT_EQ(j["arenas"][0]["name"], "kv");
+  EXPECT_EQ(j["arenas"][0]["holder_pid"], 4321);
+  EXPECT_EQ(j["arenas"][0]["last_wait_s"], 0.083);
+  EXPECT_TRUE(j["arenas"][1]["holder_pid"].is_null());
+  EXPECT_TRUE(j["arenas"][1]["last_wait_s"].is_null());
+  j["arenas"][0]["leases"] = -1;
+  auto s = daemon_status_from_json(j);
+  ASSERT_FALSE(s.ok());
+  EXPECT_EQ(s.error().message, "daemon_status.arenas[0].leases: not an unsigned integer");
+  j = to_json(sample());
+  j.erase("arenas");  // a daemon from before arenas
+  s = daemon_status_from_json(j);
+  ASSERT_TRUE(s.ok()) << s.error().message;
+  EXPECT_TRUE(s->arenas.empty());
 }
 
 // docs/protocol.md, "status": digest and error are null when absent; a miss names its reason.

@@ -111,6 +111,28 @@ int fr_is_standby(void);
  * engine can serve. */
 int fr_listen_socket(const char* name, int* fd, char* err, size_t errlen);
 
+/* KV arenas (fastrestart/arena.h, docs/engine_loader.md "KV arenas"): reserve the range with its placeholder,
+ * then swap the leased arena in at the same address. fr_arena_swap_in: FR_OK (created/waited_s, when not
+ * NULL, receive ArenaLease's fields), FR_EINVAL or FR_EFAIL with the reason in err (a wait that ran out names
+ * wait_s and the holder's pid). fr_arena_release unmaps and frees the range; the lease ends with the process. */
+typedef struct fr_arena fr_arena_t;
+typedef struct {
+  size_t struct_size;
+  const char* name;       /* NULL: "kv" */
+  uint64_t bytes;
+  double wait_s;          /* for the previous holder's exit; default 30 */
+  double connect_timeout_s;
+  const char* socket_dir; /* NULL: $FASTRESTART_SOCKET_DIR, else the default */
+  const char* device;     /* NULL: "host" */
+} fr_arena_options_t;
+void fr_arena_options_init(fr_arena_options_t* o);
+int fr_arena_reserve(const fr_arena_options_t* options, fr_arena_t** out, char* err, size_t errlen);
+int fr_arena_swap_in(fr_arena_t* a, int* created, double* waited_s, char* err, size_t errlen);
+void* fr_arena_base(const fr_arena_t* a);
+uint64_t fr_arena_bytes(const fr_arena_t* a);
+int fr_arena_leased(const fr_arena_t* a);
+void fr_arena_release(fr_arena_t* a);
+
 #ifdef __cplusplus
 }
 #endif

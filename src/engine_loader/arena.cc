@@ -1,0 +1,88 @@
+// The engine side of KV arenas (fastrestart/arena.h): a reserved range on this process's device, and the
+// arena_lease request to the daemon serving that device (docs/protocol.md, "arena_lease").
+#include "fastrestart/arena.h"
+
+#include <chrono>
+
+#include "engine_loader/client.h"
+#include "engine_loader/device.h"
+
+namespace fastrestart {
+namespace {
+
+using fr::UniqueFd;
+using fr::loader::ArenaRange;
+using fr::loader::DaemonClient;
+using fr::loader::DeviceApi;
+
+class ArenaImpl final : public Arena {
+ public:
+  ArenaImpl(ArenaOptions o, std::unique_ptr<DeviceApi> dev, std::unique_ptr<ArenaRange> range)
+      : m_opts(std::move(o)), m_dev(std::move(dev)), m_range(std::move(range)) {}
+  ~ArenaImpl() override { m_range.reset(); }  // before the device, which holds the CUDA context
+
+  void* base() const override { return m_range->base(); }
+  uint64_t bytes() const override { return m_range->size(); }
+  bool leased() const override { return m_range->swapped(); }
+  uint64_t placeholder_bytes() const override { return m_range->placeholder_bytes(); }
+
+  Result<ArenaLease> swap_in() override {
+    if (m_range->swapped()) return Error{Errc::kBusy, "arena '" + m_opts.name + "' is already leased and mapped"};
+    const auto t0 = std::chrono::steady_clock::now();
+    const std::string path = fr::loader::daemon_socket(*m_dev, m_opts.socket_dir);
+    auto fail = [&](const Error& e) { return Error{e.code, "arena '" + m_opts.name + "' from " + path + ": " + e.message}; };
+    auto c = DaemonClient::connect(path, m_opts.connect_timeout_s, "engine_loader " FASTRESTART_VERSION);
+    if (!c.ok()) return fail(c.error());
+    if (c->gpu_uuid() != m_dev->gpu_uuid())
+      return fail(Error{Errc::kInvalidArgument, "the daemon serves " + c->gpu_uuid() + ", this range is on " + m_dev->gpu_uuid()});
+    // The daemon rounds to the same page or granule on this device: ask for the whole range.
+    fr::proto::json req{{"op", "arena_lease"}, {"name", m_opts.name}, {"bytes", m_range->size()}, {"wait_s", m_opts.wait_s}};
+    UniqueFd fd;
+    auto r = c->call(req, m_opts.wait_s + 30, &fd);
+    if (!r.ok()) return fail(r.error());
+    if (!fd) return fail(Error{Errc::kProtocol, "arena_lease granted without a descriptor"});
+    ArenaLease l;
+    try {
+      l.created = r->at("created").get<bool>();
+      l.resized = r->at("resized").get<bool>();
+      l.previous_bytes = r->value("previous_bytes", uint64_t{0});
+      const auto& prev = r->at("previous_holder_pid");
+      l.previous_holder_pid = prev.is_null() ? -1 : prev.get<int64_t>();
+      l.waited_s = r->at("waited_s").get<double>();
+      l.leases = r->at("leases").get<uint64_t>();
+      l.generation = r->at("generation").get<uint64_t>();
+      const uint64_t pool = r->at("pool_bytes").get<uint64_t>();
+      if (auto s = m_range->swap_in(std::move(fd), pool); !s.ok()) return fail(s.error());
+    } catch (const std::exception& e) {
+      return fail(Error{Errc::kProtocol, std::string("malformed arena_lease reply: ") + e.what()});
+    }
+    l.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    return l;
+  }
+
+ private:
+  ArenaOptions m_opts;
+  std::unique_ptr<DeviceApi> m_dev;
+  std::unique_ptr<ArenaRange> m_range;
+};
+
+}  // namespace
+
+Result<std::unique_ptr<Arena>> reserve_arena(const ArenaOptions& o) {
+  if (o.bytes == 0) return Error{Errc::kInvalidArgument, "ArenaOptions.bytes: 0"};
+  if (o.name.empty() || o.name.size() > 64 || o.name.find_first_not_of("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_.-") != std::string::npos)
+    return Error{Errc::kInvalidArgument, "ArenaOptions.name '" + o.name.substr(0, 80) + "': not 1-64 of A-Z a-z 0-9 _ . -"};
+  if (!(o.wait_s >= 0 && o.wait_s <= 86400)) return Error{Errc::kInvalidArgument, "ArenaOptions.wait_s: outside 0..86400"};
+  FR_ASSIGN(auto dev, fr::loader::open_device(o.device));
+  FR_ASSIGN(auto range, dev->reserve_arena(o.bytes));
+  return std::unique_ptr<Arena>(new ArenaImpl(o, std::move(dev), std::move(range)));
+}
+
+Result<std::unique_ptr<Arena>> lease_arena(const ArenaOptions& o, ArenaLease* lease) {
+  FR_ASSIGN(auto a, reserve_arena(o));
+  FR_ASSIGN(ArenaLease l, a->swap_in());
+  if (lease) *lease = l;
+  return a;
+}
+
+}  // namespace fastrestart

@@ -1,0 +1,77 @@
+// KV arenas: an engine's KV cache in memory the weight daemon holds, leased to one process at a time and
+// mapped at an address the engine chose before it had the memory (docs/engine_loader.md, "KV arenas").
+//
+// Contract
+// - reserve_arena() reserves the range (its size rounded up to the page, or the CUDA VMM granularity) and
+//   backs it with a placeholder: one small allocation (range/1024, at least a page or a granule) mapped
+//   read-write again and again over the whole range. Kernels, CUDA graphs and pointers made over the range
+//   stay valid across swap_in(), which leases the arena from the daemon and maps it over the whole range at
+//   the same address. lease_arena() is both at once (a live start).
+// - The placeholder aliases: every chunk of the range is the same memory. Only memory that is rewritten
+//   before it is read after the swap may live in the range while it is a placeholder (the KV blocks
+//   themselves: a block is written by the step that fills it before any step reads it). Block tables, slot
+//   mappings, pointer arrays or anything read before it is written must live elsewhere: on the
+//   placeholder they would read what another chunk wrote.
+// - The lease: the daemon grants the arena to this process only once its previous holder has exited (never
+//   on its connection's close), waiting at most ArenaOptions::wait_s. The lease is the process's: it ends
+//   when this process exits, not when the Arena is destroyed (destroying it unmaps and frees the range, and
+//   a new lease in this process is granted at once). What a previous holder wrote is still in the arena
+//   unless ArenaLease::created says it is new (zero-filled).
+// - Errors: a daemon that is absent or refuses, a wait that runs out (Errc::kTimeout, naming wait_s and the
+//   holder's pid), an arena of another size held by this process (Errc::kBusy). No fallback: an engine
+//   without its arena allocates its KV cache itself.
+// - Threading: an Arena is not thread-safe; swap_in() must not race with device work on the range (CUDA:
+//   it synchronizes this process's context first).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "fastrestart/result.h"
+
+namespace fastrestart {
+
+using fr::Errc;
+using fr::Error;
+template <typename T>
+using Result = fr::Result<T>;
+
+struct ArenaOptions {
+  std::string name = "kv";         // the daemon's name for it: 1-64 of A-Z a-z 0-9 _ . -
+  uint64_t bytes = 0;              // the KV cache's size; another size than the daemon's makes a new arena
+  double wait_s = 30;              // how long the lease may wait for the previous holder's exit
+  double connect_timeout_s = 5.0;  // how long to wait for a daemon that is starting
+  std::string socket_dir;          // empty: $FASTRESTART_SOCKET_DIR, else the default
+  std::string device = "host";     // "host" | "host:<name>" | "cuda:<ordinal>"
+};
+
+// What the daemon said when it granted the lease.
+struct ArenaLease {
+  bool created = false;           // new, zero-filled memory (first lease, or a size change)
+  bool resized = false;           // the daemon dropped an arena of previous_bytes for this one
+  uint64_t previous_bytes = 0;
+  int64_t previous_holder_pid = -1;  // whose exit the lease waited for; -1: none
+  double waited_s = 0;            // the wait for that exit
+  uint64_t leases = 0;            // leases of this arena so far, this one included
+  uint64_t generation = 0;        // names this lease (1 for a new arena)
+  double seconds = 0;             // swap_in()'s own time: connect, lease (with its wait), map
+};
+
+class Arena {
+ public:
+  virtual ~Arena() = default;  // unmaps (placeholder or arena) and frees the range
+  virtual void* base() const = 0;         // fixed for the Arena's life
+  virtual uint64_t bytes() const = 0;     // the range's size (>= ArenaOptions::bytes)
+  virtual bool leased() const = 0;        // false: the placeholder backs the range
+  virtual uint64_t placeholder_bytes() const = 0;  // the placeholder's memory; 0 once leased
+  // Leases the arena and maps it over the range at base(). Errc::kBusy when already leased.
+  virtual Result<ArenaLease> swap_in() = 0;
+};
+
+// Reserves the range and backs it with the placeholder; the daemon is not asked yet.
+Result<std::unique_ptr<Arena>> reserve_arena(const ArenaOptions& options);
+// reserve_arena(), then swap_in(): the arena's memory at once.
+Result<std::unique_ptr<Arena>> lease_arena(const ArenaOptions& options, ArenaLease* lease = nullptr);
+
+}  // namespace fastrestart
