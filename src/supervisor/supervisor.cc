@@ -444,10 +444,10 @@ std::string Supervisor::start_attempts_text() const {
   return s;
 }
 
-std::vector<StartAttemptStatus> Supervisor::start_attempts() const {
-  std::vector<StartAttemptStatus> out;
+std::vector<status::StartAttemptStatus> Supervisor::start_attempts() const {
+  std::vector<status::StartAttemptStatus> out;
   for (const auto& a : m_start_attempts) {
-    StartAttemptStatus row{start_path_name(a.path), a.outcome, std::nullopt, {}};
+    status::StartAttemptStatus row{start_path_name(a.path), a.outcome, std::nullopt, {}};
     if (!a.why.code.empty()) {
       row.reason = a.why.code;
       row.detail = a.why.detail;
@@ -707,8 +707,8 @@ void Supervisor::Histogram::add(double v) {
   sum += v;
 }
 
-HistogramStatus Supervisor::Histogram::status() const {
-  HistogramStatus h;
+status::HistogramStatus Supervisor::Histogram::status() const {
+  status::HistogramStatus h;
   uint64_t cum = 0;
   for (size_t i = 0; i < bounds.size(); ++i) {
     cum += counts[i];

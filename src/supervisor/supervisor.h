@@ -32,7 +32,7 @@
 #include "supervisor/readiness.h"
 #include "supervisor/start/start_path.h"
 #include "supervisor/supervised_child.h"
-#include "supervisor/status.h"
+#include "status/status.h"
 #include "supervisor/engines/engine_kind.h"
 
 namespace fr::supervisor {
@@ -132,7 +132,7 @@ class Supervisor : private StartHost, private DaemonHost {
   bool engine_serving() const;                // an engine passed readiness and nobody is stopping it
   void record_start_attempt(StartPath p, const std::string& outcome, const StartRefusal& why);
   std::string start_attempts_text() const;  // "skipped warm: ..." for STATUS=
-  std::vector<StartAttemptStatus> start_attempts() const;
+  std::vector<status::StartAttemptStatus> start_attempts() const;
   // StartHost
   std::optional<StartRefusal> daemons_refusal() const override;
   bool daemons_hold_old_weights() const override;
@@ -165,7 +165,7 @@ class Supervisor : private StartHost, private DaemonHost {
   std::map<std::string, FileIdentity> standby_model_files() const;
   uint64_t standby_reserve_bytes(const std::string& gpu) const;  // what a GPU's share leaves for a warmed standby
   void standby_after_ready(double since_spawn);
-  std::optional<StandbyStatus> standby_status() const;
+  std::optional<status::StandbyStatus> standby_status() const;
   LineHandler engine_line_handler(Engine* e);  // what the engine's output lines feed (progress, vLLM report)
 
   // snapshots (supervisor_snapshot.cc, docs/snapshot.md)
@@ -242,7 +242,7 @@ class Supervisor : private StartHost, private DaemonHost {
     double sum = 0;
     void add(double v);
     nlohmann::json to_json() const;  // cumulative buckets
-    HistogramStatus status() const;  // the same, typed
+    status::HistogramStatus status() const;  // the same, typed
   };
   std::map<std::string, Histogram> m_ready_hist;  // by path
   std::map<std::string, uint64_t> m_attach_counts;  // hit | fallback | none

@@ -19,7 +19,7 @@
 #include "supervisor/flags.h"
 #include "supervisor/redaction.h"
 #include "supervisor/supervisor.h"
-#include "supervisor/status.h"
+#include "status/status.h"
 #include "supervisor/supervisor_internal.h"
 #include "supervisor/engines/check.h"
 
@@ -258,13 +258,13 @@ void Supervisor::load_persisted_flags() {
 }
 
 json Supervisor::status_json() {
-  SupervisorStatus st;
+  status::SupervisorStatus st;
   st.daemons = m_daemons->rows();
   if (m_cfg.weights.backend != "host") {
     measure_standby_memory(/*at_park=*/false);  // current: a parked standby's processes may have grown since its park
     const auto shares = gpu_fractions(/*for_standby=*/false, /*warn=*/false);
     for (const auto& gpu : m_cfg.gpus) {
-      MemoryRowStatus row;
+      status::MemoryRowStatus row;
       row.gpu = gpu;
       auto m = m_gpus->memory(gpu);
       if (!m.ok()) {
@@ -285,7 +285,7 @@ json Supervisor::status_json() {
   }
   if (!m_share_refused.empty()) st.engine_share_refused = m_share_refused;
   if (m_engine) {
-    EngineStatus e;
+    status::EngineStatus e;
     e.pid = m_engine->pid;
     e.uptime_s = m_loop.now_s() - m_engine->spawned_at;
     e.path = m_engine->path;
@@ -296,7 +296,7 @@ json Supervisor::status_json() {
     st.engine = std::move(e);
   }
   for (const auto& [k, v] : m_restarts) st.restarts[k] = v;
-  MetricsStatus& mt = st.metrics;
+  status::MetricsStatus& mt = st.metrics;
   for (const auto& [path, h] : m_ready_hist) mt.time_to_ready[path] = h.status();
   for (const auto& [k, v] : m_attach_counts) {
     if (k == "hit") mt.attaches_hit = v;
@@ -319,7 +319,7 @@ json Supervisor::status_json() {
     const size_t a = key.find('/'), b = key.find('/', a + 1);
     mt.start_paths.push_back({key.substr(0, a), key.substr(a + 1, b - a - 1), key.substr(b + 1), n});
   }
-  mt.snapshots = SnapshotCounts{m_snap->created, m_snap->create_failures, m_snap->restored, m_snap->fallbacks};
+  mt.snapshots = status::SnapshotCounts{m_snap->created, m_snap->create_failures, m_snap->restored, m_snap->fallbacks};
   st.name = m_cfg.name;
   st.config = m_cfg.path;
   st.state = reported_state_name(m_state);

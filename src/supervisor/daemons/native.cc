@@ -121,10 +121,10 @@ class NativeDaemons final : public DaemonSet {
       if (!d->exited && d->pid > 0) known.insert(d->pid);
   }
 
-  std::vector<DaemonRowStatus> rows() const override {
-    std::vector<DaemonRowStatus> out;
+  std::vector<status::DaemonRowStatus> rows() const override {
+    std::vector<status::DaemonRowStatus> out;
     for (const auto& d : m_daemons) {
-      DaemonRowStatus row;
+      status::DaemonRowStatus row;
       for (const auto& e : d->status.entries) {
         row.progress.done_bytes += e.progress.done_bytes;
         row.progress.total_bytes += e.progress.total_bytes;
