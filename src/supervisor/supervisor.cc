@@ -17,7 +17,7 @@
 #include "common/io.h"
 #include "common/private_dir.h"
 #include "common/secrets.h"
-#include "engine_loader/client.h"
+#include "daemon_client/daemon_client.h"
 #include "supervisor/child.h"
 #include "supervisor/engine_group_record.h"
 #include "supervisor/engine_progress.h"
@@ -661,7 +661,7 @@ void Supervisor::decide_path_after_ready() {
           return rec.unix_time >= since && (p == pgid || (p > 0 && ::getpgid(p) == pgid));
         };
         for (const auto& s : socks) {
-          auto c = loader::DaemonClient::connect(s, 1.0, "fastrestartd");
+          auto c = DaemonClient::connect(s, 1.0, "fastrestartd");
           if (!c.ok()) continue;
           auto reply = c->call({{"op", "status"}}, 5);
           if (!reply.ok()) continue;

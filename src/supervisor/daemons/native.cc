@@ -9,7 +9,7 @@
 #include <spdlog/spdlog.h>
 
 #include "common/private_dir.h"
-#include "engine_loader/client.h"
+#include "daemon_client/daemon_client.h"
 #include "protocol/daemon_status.h"
 #include "supervisor/child.h"
 #include "supervisor/daemons/daemon_set.h"
@@ -229,7 +229,7 @@ void NativeDaemons::poll() {
     run_in_pool<Reply>(
         m_host.loop(),
         [i, sock]() -> Reply {
-          auto c = loader::DaemonClient::connect(sock, 1.0, "fastrestartd");
+          auto c = DaemonClient::connect(sock, 1.0, "fastrestartd");
           if (!c.ok()) return {i, c.error()};
           return {i, c->call({{"op", "status"}}, 5)};
         },
