@@ -921,7 +921,9 @@ void Supervisor::record_rollback(const std::string& cause, const std::string& de
 
 void Supervisor::on_sighup() {
   spdlog::info("SIGHUP: re-reading {}", m_cfg.path);
-  json r = handle(json{{"op", "reload"}, {"wait", false}}, std::make_shared<std::promise<json>>());
+  // The same re-read as `fastrestartctl reload` without flags, without waiting for the engine to be ready.
+  json r = reload_refusal();
+  if (r.is_null()) r = reread_config(/*waiter=*/nullptr);
   if (!r.value("ok", false)) spdlog::error("SIGHUP: {}", r["error"].value("message", std::string("failed")));
   else spdlog::info("SIGHUP: {}", r.value("message", std::string("reloading")));
 }

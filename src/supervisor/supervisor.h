@@ -188,6 +188,15 @@ class Supervisor : private StartHost, private DaemonHost {
   // control
   nlohmann::json status_json();
   nlohmann::json handle(const nlohmann::json& req, std::shared_ptr<std::promise<nlohmann::json>> reply);
+  // reload: refused while a snapshot is created, the supervisor is stopping or failed, or a reload runs
+  // (an error reply; null when a reload may start).
+  nlohmann::json reload_refusal() const;
+  bool snapshot_creating() const;  // the helper creates a snapshot: no restart, reload or stop meanwhile
+  // Re-reads the config file (reload without flags, SIGHUP); a change of the engine's flags starts a reload.
+  nlohmann::json reread_config(std::shared_ptr<std::promise<nlohmann::json>> waiter);
+  // Starts a reload on `next`; `waiter`, when set, is answered once the engine is ready on them or rolled
+  // back (the reply is then null). Answers at once when nothing changes or the engine kind refuses them.
+  nlohmann::json start_reload(const FlagList& next, std::shared_ptr<std::promise<nlohmann::json>> waiter);
   void finish_reload(bool ok, const std::string& why);
 
   // What the engine kind says (supervisor_kind.cc; m_kind, engines/engine_kind.h).
