@@ -31,6 +31,7 @@
 #include "supervisor/policy.h"
 #include "supervisor/readiness.h"
 #include "supervisor/start/start_path.h"
+#include "supervisor/stats.h"
 #include "supervisor/supervised_child.h"
 #include "status/status.h"
 #include "supervisor/engines/engine_kind.h"
@@ -206,8 +207,6 @@ class Supervisor : private StartHost, private DaemonHost {
   std::string refuse_push(const FlagList& next);  // "" when the engine would start
   Status persist_flags();
   void rollback_unpersisted(std::unique_ptr<PendingReload> r, const std::string& why);
-  // A rolled-back push, counted apart from the engine's failures (status `rollbacks`, /metrics).
-  void record_rollback(const std::string& cause, const std::string& detail, const FlagList& rejected_flags);
   void load_persisted_flags();
 
   Config m_cfg;
@@ -237,29 +236,12 @@ class Supervisor : private StartHost, private DaemonHost {
   };
   std::vector<StartAttempt> m_start_attempts;
   size_t m_start_index = 0;                      // the path that started the engine (restart.start index)
-  std::map<std::string, uint64_t> m_start_counts;  // "path/outcome/reason" -> count, for /metrics
 
   Timer m_poll_timer, m_deadline_timer, m_health_timer, m_drain_timer, m_backoff_timer, m_kill_timer,
       m_watchdog_timer;
   std::vector<std::unique_ptr<Signal>> m_signals;
 
-  // stats (docs/health.md: the "metrics" object of the status)
-  struct Histogram {
-    std::vector<double> bounds{0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600, 1800};
-    std::vector<uint64_t> counts = std::vector<uint64_t>(13, 0);  // per bound, not cumulative
-    uint64_t count = 0;
-    double sum = 0;
-    void add(double v);
-    nlohmann::json to_json() const;  // cumulative buckets
-    status::HistogramStatus status() const;  // the same, typed
-  };
-  std::map<std::string, Histogram> m_ready_hist;  // by path
-  std::map<std::string, uint64_t> m_attach_counts;  // hit | fallback | none
-  std::map<std::string, uint64_t> m_miss_reasons;
-  std::map<std::string, uint64_t> m_reload_counts;  // warm | cold | rolled_back
-  std::map<std::string, uint64_t> m_restarts;   // by cause (rejected pushes excluded: see m_rollback_causes)
-  std::map<std::string, uint64_t> m_rollback_causes;  // rolled-back pushes by the exit cause of their engine
-  std::deque<nlohmann::json> m_recent_rollbacks;      // the last few, with why
+  Stats m_stats;  // what status and /metrics count (docs/health.md: "metrics", "restarts", "rollbacks")
   nlohmann::json m_last_exit;
   nlohmann::json m_last_start;
   std::string m_status_text;

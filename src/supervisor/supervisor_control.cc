@@ -8,6 +8,7 @@
 
 #include <cerrno>
 #include <cstring>
+#include <ctime>
 #include <filesystem>
 
 #include "common/atomic_file.h"
@@ -198,7 +199,7 @@ void Supervisor::finish_reload(bool ok, const std::string& why) {
     // the push fails, and the engine goes back to the flags that are on disk.
     if (auto st = persist_flags(); !st.ok()) return rollback_unpersisted(std::move(r), st.error().message);
   }
-  m_reload_counts[r->rolled_back ? "rolled_back" : r->cold ? "cold" : "warm"]++;
+  m_stats.reload(r->rolled_back ? "rolled_back" : r->cold ? "cold" : "warm");
   if (ok) {
     spdlog::info("reload done in {:.2f} s ({})", took, reply["path"].get<std::string>());
   } else {
@@ -215,7 +216,7 @@ void Supervisor::rollback_unpersisted(std::unique_ptr<PendingReload> r, const st
   spdlog::error("reload failed ({}); rolling back to: {}", escape_control_chars(why), r->old_flags.for_log());
   r->rolled_back = r->unpersisted = true;
   r->rollback_reason = why;
-  record_rollback("unpersisted", why, r->new_flags);
+  m_stats.rollback("unpersisted", why, r->new_flags.redacted(), std::time(nullptr));
   m_flags = m_last_ready_flags = r->old_flags;
   const bool cold = r->cold;  // the daemons were reloaded for the new flags: reload them for the old ones
   m_reload = std::move(r);
@@ -304,31 +305,8 @@ json Supervisor::status_json() {
     e.vllm = m_engine->report->to_json();  // the kind's own report (null for generic)
     st.engine = std::move(e);
   }
-  for (const auto& [k, v] : m_restarts) st.restarts[k] = v;
-  status::MetricsStatus& mt = st.metrics;
-  for (const auto& [path, h] : m_ready_hist) mt.time_to_ready[path] = h.status();
-  for (const auto& [k, v] : m_attach_counts) {
-    if (k == "hit") mt.attaches_hit = v;
-    else if (k == "fallback") mt.attaches_fallback = v;
-    else if (k == "none") mt.attaches_none = v;
-  }
-  for (const auto& [k, v] : m_miss_reasons) mt.attach_misses[k] = v;
-  for (const auto& [k, v] : m_reload_counts) {
-    if (k == "warm") mt.reloads_warm = v;
-    else if (k == "cold") mt.reloads_cold = v;
-    else if (k == "rolled_back") mt.reloads_rolled_back = v;
-  }
-  for (const auto& [k, v] : m_rollback_causes) {
-    st.rollbacks.by_cause[k] = v;
-    st.rollbacks.count += v;
-  }
-  mt.rollbacks = st.rollbacks.by_cause;
-  for (const auto& r : m_recent_rollbacks) st.rollbacks.recent.push_back(r);
-  for (const auto& [key, n] : m_start_counts) {
-    const size_t a = key.find('/'), b = key.find('/', a + 1);
-    mt.start_paths.push_back({key.substr(0, a), key.substr(a + 1, b - a - 1), key.substr(b + 1), n});
-  }
-  mt.snapshots = status::SnapshotCounts{m_snap->created, m_snap->create_failures, m_snap->restored, m_snap->fallbacks};
+  m_stats.fill(st);
+  st.metrics.snapshots = status::SnapshotCounts{m_snap->created, m_snap->create_failures, m_snap->restored, m_snap->fallbacks};
   st.name = m_cfg.name;
   st.config = m_cfg.path;
   st.state = reported_state_name(m_state);
