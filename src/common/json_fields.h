@@ -1,5 +1,5 @@
 // Reading optional fields of a JSON status object into typed members, for the status codecs
-// (supervisor/status.h, protocol/daemon_status.h). An absent or null field keeps the member's default (an
+// (status/status.h, protocol/daemon_status.h). An absent or null field keeps the member's default (an
 // older or newer peer may leave fields out); a present field of the wrong type is an error that names it by
 // its full path ("status.engine.pid: not an integer"). Nothing here throws.
 #pragma once

@@ -4,7 +4,7 @@
 
 #include <chrono>
 
-#include "engine_loader/client.h"
+#include "daemon_client/daemon_client.h"
 #include "engine_loader/device.h"
 
 namespace fastrestart {
@@ -12,7 +12,7 @@ namespace {
 
 using fr::UniqueFd;
 using fr::loader::ArenaRange;
-using fr::loader::DaemonClient;
+using fr::DaemonClient;
 using fr::loader::DeviceApi;
 
 class ArenaImpl final : public Arena {

@@ -4,7 +4,7 @@
 #include "common/digest.h"
 #include "common/host_device.h"
 #include "common/private_dir.h"
-#include "engine_loader/client.h"
+#include "daemon_client/daemon_client.h"
 #include "engine_loader/device.h"
 #include "engine_loader/key.h"
 #include "engine_loader/remap.h"
@@ -12,7 +12,7 @@
 namespace fastrestart {
 namespace {
 
-using fr::loader::DaemonClient;
+using fr::DaemonClient;
 using fr::loader::DeviceApi;
 using fr::loader::MappedPool;
 using SteadyClock = std::chrono::steady_clock;

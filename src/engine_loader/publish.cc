@@ -1,7 +1,7 @@
 // publish(): fill a daemon pool with an engine's final tensors. Contract: fastrestart/engine_loader.h.
 #include <chrono>
 
-#include "engine_loader/client.h"
+#include "daemon_client/daemon_client.h"
 #include "engine_loader/device.h"
 #include "engine_loader/key.h"
 
@@ -23,7 +23,7 @@ Result<PublishResult> publish(const IdentifiedKey& key, std::span<const PublishT
     specs.push_back(fr::proto::to_json(fr::proto::TensorSpec{t.name, *dt, t.shape}));
   }
   const std::string path = fr::loader::daemon_socket(*dev, o.socket_dir);
-  FR_ASSIGN(auto c, fr::loader::DaemonClient::connect(path, o.connect_timeout_s, "engine_loader " FASTRESTART_VERSION));
+  FR_ASSIGN(auto c, fr::DaemonClient::connect(path, o.connect_timeout_s, "engine_loader " FASTRESTART_VERSION));
   if (c.gpu_uuid() != dev->gpu_uuid())
     return Error{Errc::kInvalidArgument, "the daemon at " + path + " serves " + c.gpu_uuid() + ", this engine runs on " + dev->gpu_uuid()};
   fr::UniqueFd fd;

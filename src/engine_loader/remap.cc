@@ -3,7 +3,7 @@
 #include <chrono>
 
 #include "common/digest.h"
-#include "engine_loader/client.h"
+#include "daemon_client/daemon_client.h"
 
 namespace fr::loader {
 namespace {

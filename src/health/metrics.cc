@@ -13,7 +13,7 @@
 #include <spdlog/spdlog.h>
 
 #include "health/health_server.h"
-#include "supervisor/status.h"
+#include "status/status.h"
 
 namespace fr::health {
 namespace {
@@ -118,7 +118,7 @@ class Writer {
 constexpr const char* kStates[] = {"loading", "starting", "ready", "draining", "backoff",
                                    "held",    "stopping", "failed", "stopped"};
 
-using supervisor::SupervisorStatus;
+using status::SupervisorStatus;
 
 std::string count(uint64_t n) { return std::to_string(n); }
 
@@ -156,7 +156,7 @@ void supervisor_families(Writer& w, const SupervisorStatus& status, const std::s
 
 // One histogram per path. Buckets are sorted by le and made cumulative-monotonic; +Inf is the larger of
 // count and the last bucket, and _count equals it.
-void time_to_ready(Writer& w, const supervisor::MetricsStatus& metrics) {
+void time_to_ready(Writer& w, const status::MetricsStatus& metrics) {
   w.family("time_to_ready_seconds", "histogram",
            "Seconds from engine spawn (a standby: its release) to a passed readiness request, by path (cold, warm, snapshot, standby).");
   for (const auto& [path, h] : metrics.time_to_ready) {
@@ -179,7 +179,7 @@ void time_to_ready(Writer& w, const supervisor::MetricsStatus& metrics) {
   }
 }
 
-void attaches_and_reloads(Writer& w, const supervisor::MetricsStatus& m) {
+void attaches_and_reloads(Writer& w, const status::MetricsStatus& m) {
   w.family("weight_attaches_total", "counter",
            "Engine weight attaches by result: hit (served from the daemons' cache), miss (by reason), "
            "fallback (loaded from disk), none (no attach reported).");
@@ -210,7 +210,7 @@ void attaches_and_reloads(Writer& w, const supervisor::MetricsStatus& m) {
 }
 
 // Each start path asked at an engine start, by outcome (started, skipped, failed, waiting) and reason code.
-void start_path_families(Writer& w, const supervisor::MetricsStatus& m) {
+void start_path_families(Writer& w, const status::MetricsStatus& m) {
   if (m.start_paths.empty()) return;
   w.family("start_path_total", "counter",
            "Start paths asked at engine starts (restart.start, in order) by outcome and reason: started, skipped "
@@ -223,7 +223,7 @@ void start_path_families(Writer& w, const supervisor::MetricsStatus& m) {
 }
 
 // Only for supervisors that report snapshots (status "metrics.snapshots"; docs/snapshot.md).
-void snapshot_families(Writer& w, const supervisor::MetricsStatus& m) {
+void snapshot_families(Writer& w, const status::MetricsStatus& m) {
   if (!m.snapshots) return;
   const auto& sn = *m.snapshots;
   w.family("snapshot_restores_total", "counter",
@@ -237,7 +237,7 @@ void snapshot_families(Writer& w, const supervisor::MetricsStatus& m) {
 }
 
 void daemon_families(Writer& w, const SupervisorStatus& status) {
-  std::vector<std::pair<std::string, const supervisor::DaemonRowStatus*>> ds;
+  std::vector<std::pair<std::string, const status::DaemonRowStatus*>> ds;
   for (size_t i = 0; i < status.daemons.size(); ++i) {
     const auto& d = status.daemons[i];
     ds.emplace_back(d.gpu.empty() ? std::to_string(i) : d.gpu, &d);
@@ -259,19 +259,19 @@ void daemon_families(Writer& w, const SupervisorStatus& status) {
 }
 
 void memory_families(Writer& w, const SupervisorStatus& status) {
-  std::vector<std::pair<std::string, const supervisor::MemoryRowStatus*>> ms;
+  std::vector<std::pair<std::string, const status::MemoryRowStatus*>> ms;
   for (size_t i = 0; i < status.memory.size(); ++i) {
     const auto& m = status.memory[i];
     if (m.error) continue;  // NVML could not read this GPU
     ms.emplace_back(m.gpu.empty() ? std::to_string(i) : m.gpu, &m);
   }
-  struct Family { const char* name; uint64_t supervisor::MemoryRowStatus::*value; const char* help; };
+  struct Family { const char* name; uint64_t status::MemoryRowStatus::*value; const char* help; };
   static constexpr Family kFamilies[] = {
-      {"gpu_memory_total_bytes", &supervisor::MemoryRowStatus::total_bytes, "The GPU's memory size."},
-      {"gpu_memory_used_bytes", &supervisor::MemoryRowStatus::used_bytes, "GPU memory in use (every process, the daemons included)."},
-      {"gpu_memory_free_bytes", &supervisor::MemoryRowStatus::free_bytes, "GPU memory free."},
-      {"gpu_memory_budget_bytes", &supervisor::MemoryRowStatus::budget_bytes, "GPU memory the model may use (memory.utilization x total)."},
-      {"gpu_standby_reserve_bytes", &supervisor::MemoryRowStatus::standby_reserve_bytes,
+      {"gpu_memory_total_bytes", &status::MemoryRowStatus::total_bytes, "The GPU's memory size."},
+      {"gpu_memory_used_bytes", &status::MemoryRowStatus::used_bytes, "GPU memory in use (every process, the daemons included)."},
+      {"gpu_memory_free_bytes", &status::MemoryRowStatus::free_bytes, "GPU memory free."},
+      {"gpu_memory_budget_bytes", &status::MemoryRowStatus::budget_bytes, "GPU memory the model may use (memory.utilization x total)."},
+      {"gpu_standby_reserve_bytes", &status::MemoryRowStatus::standby_reserve_bytes,
        "GPU memory the engine's share leaves for a warmed standby on this GPU (measured at its last park, or standby.reserve_mib)."},
   };
   for (const auto& f : kFamilies) {
@@ -343,7 +343,7 @@ std::string render_metrics(const json& status_json, const std::string& version) 
   // A status that does not decode renders as an empty one (every field zero, engine_up 0); the log names
   // the field at fault.
   SupervisorStatus status;
-  if (auto decoded = supervisor::supervisor_status_from_json(status_json); decoded.ok()) {
+  if (auto decoded = status::supervisor_status_from_json(status_json); decoded.ok()) {
     status = std::move(*decoded);
   } else {
     spdlog::warn("/metrics: {}", decoded.error().message);

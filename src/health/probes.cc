@@ -3,16 +3,16 @@
 #include <string>
 #include <vector>
 
-#include "supervisor/status.h"
+#include "status/status.h"
 
 namespace fr::health {
 namespace {
 
 using nlohmann::json;
-using supervisor::SupervisorStatus;
+using status::SupervisorStatus;
 
-// The status as its codec reads it (supervisor/status.h), or the error naming the field at fault.
-Result<SupervisorStatus> decode(const json& status) { return supervisor::supervisor_status_from_json(status); }
+// The status as its codec reads it (status/status.h), or the error naming the field at fault.
+Result<SupervisorStatus> decode(const json& status) { return status::supervisor_status_from_json(status); }
 
 std::string readiness_state(const SupervisorStatus& s) {
   const std::string& state = s.state;

@@ -1,5 +1,5 @@
 // The decisions behind /health and /ready, as pure functions of the status JSON (docs/health.md), read
-// through the status codec (supervisor/status.h): a status that does not decode is down, naming the field.
+// through the status codec (status/status.h): a status that does not decode is down, naming the field.
 // Kept apart from the HTTP server so tests can drive them with canned status objects.
 #pragma once
 

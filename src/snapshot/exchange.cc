@@ -9,7 +9,7 @@
 
 #include "common/bounded_json.h"
 #include "common/unix_socket.h"
-#include "engine_loader/client.h"
+#include "daemon_client/daemon_client.h"
 #include "protocol/daemon_status.h"
 
 namespace fr::snapshot {
@@ -102,7 +102,7 @@ Status daemon_holds(const json& entry, double timeout_s) {
   const std::string fp = entry.value("fingerprint", std::string()), dg = entry.value("digest", std::string());
   const std::string what = "the weight daemon at " + sock + " does not hold the weights this snapshot excludes (fingerprint " +
                            fp + ", digest " + dg + ")";
-  auto c = loader::DaemonClient::connect(sock, timeout_s, "fastrestart-snapshot");
+  auto c = DaemonClient::connect(sock, timeout_s, "fastrestart-snapshot");
   if (!c.ok()) return make_error(Errc::kNotFound, what + ": " + c.error().message);
   const auto deadline = deadline_in(timeout_s);
   for (;;) {

@@ -13,7 +13,7 @@
 #include "supervisor/control.h"
 #include "supervisor/control_discovery.h"
 #include "supervisor/engines/check.h"
-#include "supervisor/status.h"
+#include "status/status.h"
 
 namespace {
 
@@ -48,16 +48,16 @@ std::string bar(double done, double total, int width = 30) {
 // Prints the decoded status; a status that does not decode is reported with the field at fault.
 bool print_status(const json& j) {
   using namespace fr::supervisor;
-  auto decoded = supervisor_status_from_json(j);
+  auto decoded = fr::status::supervisor_status_from_json(j);
   if (!decoded.ok()) {
     std::fprintf(stderr, "fastrestartctl: unreadable status: %s\n", decoded.error().message.c_str());
     return false;
   }
-  const SupervisorStatus& s = *decoded;
+  const fr::status::SupervisorStatus& s = *decoded;
   std::printf("%-18s %s\n", "model", s.name.c_str());
   std::printf("%-18s %s  (%s)\n", "state", s.state.c_str(), s.status_text.c_str());
   if (s.engine) {
-    const EngineStatus& e = *s.engine;
+    const fr::status::EngineStatus& e = *s.engine;
     std::printf("%-18s pid %lld, up %.1f s, path %s\n", "engine", static_cast<long long>(e.pid), e.uptime_s,
                 e.path.c_str());
     if (e.vllm.is_object()) {
@@ -134,7 +134,7 @@ bool print_status(const json& j) {
     }
   }
   if (s.standby) {
-    const StandbyStatus& sb = *s.standby;
+    const fr::status::StandbyStatus& sb = *s.standby;
     std::printf("%-18s %s at %s", "standby", sb.state.c_str(), sb.level.c_str());
     if (sb.pid > 0) std::printf(", pid %lld, age %.1f s", static_cast<long long>(sb.pid), sb.age_s);
     if (sb.state == "parked") std::printf(", holds %s of GPU memory", gb(double(sb.gpu_bytes)).c_str());

@@ -17,7 +17,7 @@
 #include "common/io.h"
 #include "common/private_dir.h"
 #include "common/secrets.h"
-#include "engine_loader/client.h"
+#include "daemon_client/daemon_client.h"
 #include "supervisor/child.h"
 #include "supervisor/engine_group_record.h"
 #include "supervisor/engine_progress.h"
@@ -35,7 +35,6 @@ using nlohmann::json;
 namespace {
 
 constexpr size_t kTailLines = 200;
-constexpr size_t kRecentRollbacks = 10;  // rollbacks kept with their reason for status
 constexpr double kExtendEveryS = 10;  // EXTEND_TIMEOUT_USEC cadence while the first engine starts
 
 class SdNotifier final : public Notifier {
@@ -439,7 +438,7 @@ void Supervisor::walk_start_paths(size_t from) {
 
 void Supervisor::record_start_attempt(StartPath p, const std::string& outcome, const StartRefusal& why) {
   m_start_attempts.push_back({p, outcome, why});
-  m_start_counts[std::string(start_path_name(p)) + "/" + outcome + "/" + why.code]++;
+  m_stats.start_attempt(start_path_name(p), outcome, why.code);
   if (outcome == "skipped" || outcome == "failed")
     spdlog::info("start path {} {}: {}", start_path_name(p), outcome, why.detail);
 }
@@ -453,10 +452,10 @@ std::string Supervisor::start_attempts_text() const {
   return s;
 }
 
-std::vector<StartAttemptStatus> Supervisor::start_attempts() const {
-  std::vector<StartAttemptStatus> out;
+std::vector<status::StartAttemptStatus> Supervisor::start_attempts() const {
+  std::vector<status::StartAttemptStatus> out;
   for (const auto& a : m_start_attempts) {
-    StartAttemptStatus row{start_path_name(a.path), a.outcome, std::nullopt, {}};
+    status::StartAttemptStatus row{start_path_name(a.path), a.outcome, std::nullopt, {}};
     if (!a.why.code.empty()) {
       row.reason = a.why.code;
       row.detail = a.why.detail;
@@ -510,7 +509,7 @@ Status Supervisor::spawn_engine(StartPath expected) {
     e.status = 127 << 8;
     e.died_at = m_loop.now_s();
     m_last_exit = {{"cause", "crash"}, {"detail", s.error().message}, {"unix_time", std::time(nullptr)}};
-    m_restarts["crash"]++;
+    m_stats.restart("crash");
     // Through the table like any other exit (the process never ran: there is nothing to classify).
     m_loop.post([this] { raise(Event::kEngineExited); });
     return {};
@@ -615,7 +614,7 @@ void Supervisor::decide_path_after_ready() {
     m_daemons->engine_ready();
     m_policy.on_ready(m_loop.now_s());
     m_last_ready_flags = m_engine->flags;
-    m_ready_hist[path].add(since_spawn);
+    m_stats.ready(path, since_spawn);
     m_last_start = {{"path", path}, {"time_to_ready_s", since_spawn}, {"since_previous_exit_s", since_death},
                     {"unix_time", std::time(nullptr)}, {"pid", m_engine->pid}, {"start_paths", json::array()}};
     for (const auto& a : start_attempts()) m_last_start["start_paths"].push_back(to_json(a));
@@ -672,7 +671,7 @@ void Supervisor::decide_path_after_ready() {
           return rec.unix_time >= since && (p == pgid || (p > 0 && ::getpgid(p) == pgid));
         };
         for (const auto& s : socks) {
-          auto c = loader::DaemonClient::connect(s, 1.0, "fastrestartd");
+          auto c = DaemonClient::connect(s, 1.0, "fastrestartd");
           if (!c.ok()) continue;
           auto reply = c->call({{"op", "status"}}, 5);
           if (!reply.ok()) continue;
@@ -694,50 +693,20 @@ void Supervisor::decide_path_after_ready() {
         // and published then adopts the daemon's copy (docs/tinyengine.md, "Loading"); its start was cold.
         if (!seen.miss.empty()) seen.hit = false;
         if (seen.hit) {
-          m_attach_counts["hit"]++;
+          m_stats.attach("hit");
         } else if (!seen.miss.empty()) {
-          m_miss_reasons[seen.miss.substr(0, 80)]++;
+          m_stats.attach_miss(seen.miss.substr(0, 80));
           if (m_engine) m_engine->miss_reason = "the weight daemon answered: " + seen.miss;
-          m_attach_counts["fallback"]++;
+          m_stats.attach("fallback");
           spdlog::info("the engine missed the weight cache ({}) and loaded from disk", seen.miss);
         } else if (m_engine && m_kind->reports_attach()) {
           // No daemon record by its pid: the vLLM plugin's result line is the engine's own word.
           seen.hit = path_from_engine_report(*m_engine) == "warm";
         } else {
-          m_attach_counts["none"]++;
+          m_stats.attach("none");
         }
         finish(seen.hit ? "warm" : "cold");
       });
-}
-
-void Supervisor::Histogram::add(double v) {
-  size_t i = 0;
-  while (i < bounds.size() && v > bounds[i]) ++i;
-  if (i < counts.size()) counts[i]++;
-  count++;
-  sum += v;
-}
-
-HistogramStatus Supervisor::Histogram::status() const {
-  HistogramStatus h;
-  uint64_t cum = 0;
-  for (size_t i = 0; i < bounds.size(); ++i) {
-    cum += counts[i];
-    h.buckets.emplace_back(bounds[i], cum);
-  }
-  h.count = count;
-  h.sum = sum;
-  return h;
-}
-
-json Supervisor::Histogram::to_json() const {
-  json b = json::array();
-  uint64_t cum = 0;
-  for (size_t i = 0; i < bounds.size(); ++i) {
-    cum += counts[i];
-    b.push_back({bounds[i], cum});
-  }
-  return {{"buckets", b}, {"count", count}, {"sum", sum}};
 }
 
 void Supervisor::check_health() {
@@ -810,7 +779,7 @@ void Supervisor::on_engine_exit(int status) {
   // A push whose flags never became ready is rolled back: a rejected push, not a failure of the running
   // configuration. It is counted apart and does not feed the crash-loop limit or the backoff.
   const bool rejected_push = m_reload && !m_reload->rolled_back && is_failure(c.cause);
-  if (!rejected_push) m_restarts[exit_cause_name(c.cause)]++;
+  if (!rejected_push) m_stats.restart(exit_cause_name(c.cause));
   m_last_exit = {{"cause", exit_cause_name(c.cause)}, {"detail", c.detail}, {"pid", e.pid},
                  {"uptime_s", e.died_at - e.spawned_at}, {"unix_time", std::time(nullptr)},
                  {"died_at_s", e.died_at}, {"was_ready", !e.path.empty()}};
@@ -900,7 +869,7 @@ void Supervisor::after_drain() {
     m_reload->rolled_back = true;
     m_reload->rollback_reason = cause + ": " + m_last_exit.value("detail", std::string());
     spdlog::error("reload failed ({}); rolling back to: {}", escape_control_chars(m_reload->rollback_reason), m_reload->old_flags.for_log());
-    record_rollback(cause, m_last_exit.value("detail", std::string()), m_reload->new_flags);
+    m_stats.rollback(cause, m_last_exit.value("detail", std::string()), m_reload->new_flags.redacted(), std::time(nullptr));
     m_flags = m_reload->old_flags;
     // Not an exit of the running configuration: the policy does not see it (no failure, no backoff step);
     // the restart with the old flags goes at once.
@@ -925,16 +894,11 @@ void Supervisor::after_drain() {
   }
 }
 
-void Supervisor::record_rollback(const std::string& cause, const std::string& detail, const FlagList& rejected_flags) {
-  m_rollback_causes[cause]++;
-  m_recent_rollbacks.push_back({{"unix_time", std::time(nullptr)}, {"cause", cause}, {"detail", detail},
-                                {"rejected_flags", rejected_flags.redacted()}});
-  if (m_recent_rollbacks.size() > kRecentRollbacks) m_recent_rollbacks.pop_front();
-}
-
 void Supervisor::on_sighup() {
   spdlog::info("SIGHUP: re-reading {}", m_cfg.path);
-  json r = handle(json{{"op", "reload"}, {"wait", false}}, std::make_shared<std::promise<json>>());
+  // The same re-read as `fastrestartctl reload` without flags, without waiting for the engine to be ready.
+  json r = reload_refusal();
+  if (r.is_null()) r = reread_config(/*waiter=*/nullptr);
   if (!r.value("ok", false)) spdlog::error("SIGHUP: {}", r["error"].value("message", std::string("failed")));
   else spdlog::info("SIGHUP: {}", r.value("message", std::string("reloading")));
 }

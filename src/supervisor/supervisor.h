@@ -31,8 +31,9 @@
 #include "supervisor/policy.h"
 #include "supervisor/readiness.h"
 #include "supervisor/start/start_path.h"
+#include "supervisor/stats.h"
 #include "supervisor/supervised_child.h"
-#include "supervisor/status.h"
+#include "status/status.h"
 #include "supervisor/engines/engine_kind.h"
 
 namespace fr::supervisor {
@@ -145,7 +146,7 @@ class Supervisor : private StartHost, private DaemonHost {
   bool engine_serving() const;                // an engine passed readiness and nobody is stopping it
   void record_start_attempt(StartPath p, const std::string& outcome, const StartRefusal& why);
   std::string start_attempts_text() const;  // "skipped warm: ..." for STATUS=
-  std::vector<StartAttemptStatus> start_attempts() const;
+  std::vector<status::StartAttemptStatus> start_attempts() const;
   // StartHost
   std::optional<StartRefusal> daemons_refusal() const override;
   bool daemons_hold_old_weights() const override;
@@ -178,7 +179,7 @@ class Supervisor : private StartHost, private DaemonHost {
   std::map<std::string, FileIdentity> standby_model_files() const;
   uint64_t standby_reserve_bytes(const std::string& gpu) const;  // what a GPU's share leaves for a warmed standby
   void standby_after_ready(double since_spawn);
-  std::optional<StandbyStatus> standby_status() const;
+  std::optional<status::StandbyStatus> standby_status() const;
   LineHandler engine_line_handler(Engine* e);  // what the engine's output lines feed (progress, vLLM report)
 
   // snapshots (supervisor_snapshot.cc, docs/snapshot.md)
@@ -201,6 +202,15 @@ class Supervisor : private StartHost, private DaemonHost {
   // control
   nlohmann::json status_json();
   nlohmann::json handle(const nlohmann::json& req, std::shared_ptr<std::promise<nlohmann::json>> reply);
+  // reload: refused while a snapshot is created, the supervisor is stopping or failed, or a reload runs
+  // (an error reply; null when a reload may start).
+  nlohmann::json reload_refusal() const;
+  bool snapshot_creating() const;  // the helper creates a snapshot: no restart, reload or stop meanwhile
+  // Re-reads the config file (reload without flags, SIGHUP); a change of the engine's flags starts a reload.
+  nlohmann::json reread_config(std::shared_ptr<std::promise<nlohmann::json>> waiter);
+  // Starts a reload on `next`; `waiter`, when set, is answered once the engine is ready on them or rolled
+  // back (the reply is then null). Answers at once when nothing changes or the engine kind refuses them.
+  nlohmann::json start_reload(const FlagList& next, std::shared_ptr<std::promise<nlohmann::json>> waiter);
   void finish_reload(bool ok, const std::string& why);
 
   // What the engine kind says (supervisor_kind.cc; m_kind, engines/engine_kind.h).
@@ -210,8 +220,6 @@ class Supervisor : private StartHost, private DaemonHost {
   std::string refuse_push(const FlagList& next);  // "" when the engine would start
   Status persist_flags();
   void rollback_unpersisted(std::unique_ptr<PendingReload> r, const std::string& why);
-  // A rolled-back push, counted apart from the engine's failures (status `rollbacks`, /metrics).
-  void record_rollback(const std::string& cause, const std::string& detail, const FlagList& rejected_flags);
   void load_persisted_flags();
 
   Config m_cfg;
@@ -243,29 +251,12 @@ class Supervisor : private StartHost, private DaemonHost {
   };
   std::vector<StartAttempt> m_start_attempts;
   size_t m_start_index = 0;                      // the path that started the engine (restart.start index)
-  std::map<std::string, uint64_t> m_start_counts;  // "path/outcome/reason" -> count, for /metrics
 
   Timer m_poll_timer, m_deadline_timer, m_health_timer, m_drain_timer, m_backoff_timer, m_kill_timer,
       m_watchdog_timer;
   std::vector<std::unique_ptr<Signal>> m_signals;
 
-  // stats (docs/health.md: the "metrics" object of the status)
-  struct Histogram {
-    std::vector<double> bounds{0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600, 1800};
-    std::vector<uint64_t> counts = std::vector<uint64_t>(13, 0);  // per bound, not cumulative
-    uint64_t count = 0;
-    double sum = 0;
-    void add(double v);
-    nlohmann::json to_json() const;  // cumulative buckets
-    HistogramStatus status() const;  // the same, typed
-  };
-  std::map<std::string, Histogram> m_ready_hist;  // by path
-  std::map<std::string, uint64_t> m_attach_counts;  // hit | fallback | none
-  std::map<std::string, uint64_t> m_miss_reasons;
-  std::map<std::string, uint64_t> m_reload_counts;  // warm | cold | rolled_back
-  std::map<std::string, uint64_t> m_restarts;   // by cause (rejected pushes excluded: see m_rollback_causes)
-  std::map<std::string, uint64_t> m_rollback_causes;  // rolled-back pushes by the exit cause of their engine
-  std::deque<nlohmann::json> m_recent_rollbacks;      // the last few, with why
+  Stats m_stats;  // what status and /metrics count (docs/health.md: "metrics", "restarts", "rollbacks")
   nlohmann::json m_last_exit;
   nlohmann::json m_last_start;
   std::string m_status_text;

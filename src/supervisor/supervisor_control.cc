@@ -8,6 +8,7 @@
 
 #include <cerrno>
 #include <cstring>
+#include <ctime>
 #include <filesystem>
 
 #include "common/atomic_file.h"
@@ -19,7 +20,7 @@
 #include "supervisor/flags.h"
 #include "supervisor/redaction.h"
 #include "supervisor/supervisor.h"
-#include "supervisor/status.h"
+#include "status/status.h"
 #include "supervisor/supervisor_internal.h"
 #include "supervisor/engines/check.h"
 
@@ -104,12 +105,15 @@ json Supervisor::handle(const json& req, std::shared_ptr<std::promise<json>> rep
   if (op == "daemons") return {{"ok", true}, {"daemons", status_json()["daemons"]}};
   if (op == "check") return handle_check(*parsed);
   if (op == "snapshot") return handle_snapshot(req, reply);
-  const bool terminal = is_terminal(m_state);
-  if ((op == "restart" || op == "start-engine" || op == "stop-engine" || op == "reload") && m_snap->helper_pid > 0 &&
-      m_snap->job == "create")
-    return error("busy", "a snapshot is being created; try again when it is done");
+  if (op == "reload") {
+    if (json busy = reload_refusal(); !busy.is_null()) return busy;
+    std::shared_ptr<std::promise<json>> waiter = parsed->wait ? reply : nullptr;
+    if (!parsed->flags) return reread_config(waiter);  // systemctl reload: fastrestartctl reload without flags
+    return start_reload(pushed_flags(*parsed, m_flags), waiter);
+  }
   if (op == "restart" || op == "start-engine" || op == "stop-engine") {
-    if (terminal) return error("busy", std::string("the supervisor is ") + state_name(m_state));
+    if (snapshot_creating()) return error("busy", "a snapshot is being created; try again when it is done");
+    if (is_terminal(m_state)) return error("busy", std::string("the supervisor is ") + state_name(m_state));
     if (op == "stop-engine") {
       raise(Event::kHoldRequested);
       return {{"ok", true}, {"message", "stopping the engine; it stays stopped until start-engine"}};
@@ -117,62 +121,68 @@ json Supervisor::handle(const json& req, std::shared_ptr<std::promise<json>> rep
     raise(Event::kRestartRequested);
     return {{"ok", true}, {"message", op == "restart" ? "restarting the engine" : "starting the engine"}};
   }
-  if (op == "reload") {
-    if (terminal) return error("busy", std::string("the supervisor is ") + state_name(m_state));
-    if (m_reload) return error("busy", "a reload is already in progress");
-    if (!req.contains("flags")) {
-      // No flags pushed (systemctl reload, SIGHUP): re-read the config file and apply what changed.
-      auto c = load_config(m_cfg.path);
-      if (!c.ok()) return error("invalid_argument", "keeping the running config: " + c.error().message);
-      register_secrets(c->engine);
-      if (auto st = check_engine_config(*c); !st.ok())
-        return error("invalid_argument", "keeping the running config: " + st.error().message);
-      const bool flags_changed = c->engine.flags != m_cfg.engine.flags;
-      // The adapter reads the running engines' output: the kind and its rules stay until fastrestartd restarts.
-      if (!(c->engine.kind == m_cfg.engine.kind) || c->engine.vllm_rules != m_cfg.engine.vllm_rules)
-        spdlog::warn("re-read {}: engine.kind and engine.vllm_rules take effect at fastrestartd's next start (still {})",
-                     m_cfg.path, engine_kind_name(m_kind->kind()));
-      const std::string running_rules = m_cfg.engine.vllm_rules;
-      m_cfg.engine = c->engine;
-      m_cfg.engine.kind = m_kind->kind();
-      m_cfg.engine.vllm_rules = running_rules;
-      m_cfg.readiness = c->readiness;
-      m_cfg.memory = c->memory;
-      maybe_spawn_standby();  // a standby started from the old config is replaced now (docs/standby.md)
-      if (!flags_changed)
-        return {{"ok", true}, {"path", "unchanged"}, {"flags", m_flags.redacted()}, {"message", "re-read " + m_cfg.path + ": the engine's flags are unchanged"}};
-      json push = req;
-      push["flags"] = c->engine.flags.words();
-      push["mode"] = "replace";
-      return handle(push, reply);
-    }
-    const FlagList next = pushed_flags(*parsed, m_flags);  // read once, above
-    if (next == m_flags && engine_serving())
-      return {{"ok", true}, {"path", "unchanged"}, {"flags", m_flags.redacted()}, {"message", "the flags are unchanged"}};
-    // Checks before a flag push: nothing restarts when vLLM would not start with these flags.
-    if (auto why = refuse_push(next); !why.empty()) {
-      spdlog::error("reload refused: {}", escape_control_chars(why));
-      return error("refused", "refused, nothing restarted: " + why);
-    }
-    auto affecting = daemon_affecting_changes(m_kind->flag_rules(), m_flags, next);
-    m_reload = std::make_unique<PendingReload>();
-    m_reload->old_flags = m_last_ready_flags;
-    m_reload->new_flags = next;
-    m_reload->cold = !affecting.empty();
-    m_reload->started = m_loop.now_s();
-    if (parsed->wait) m_reload->waiters.push_back(reply);
-    m_flags = next;
-    spdlog::info("reload: flags now '{}' ({})", next.for_log(),
-                 affecting.empty() ? "engine only, warm cache" : "changes what the daemons hold: cold");
-    char buf[64];
-    std::snprintf(buf, sizeof buf, "%.0f", monotonic_usec());
-    m_notify->notify(std::string("RELOADING=1\nMONOTONIC_USEC=") + buf + "\nSTATUS=Reloading (" +
-                     (m_reload->cold ? "cold" : "warm") + ")");
-    raise(m_reload->cold ? Event::kColdReloadRequested : Event::kRestartRequested);
-    if (m_reload && m_reload->waiters.empty()) return {{"ok", true}, {"message", "reload started"}, {"cold", m_reload->cold}};
-    return nullptr;
-  }
   return error("protocol", "unknown op '" + op.substr(0, 64) + "'");
+}
+
+bool Supervisor::snapshot_creating() const { return m_snap->helper_pid > 0 && m_snap->job == "create"; }
+
+json Supervisor::reload_refusal() const {
+  if (snapshot_creating()) return error("busy", "a snapshot is being created; try again when it is done");
+  if (is_terminal(m_state)) return error("busy", std::string("the supervisor is ") + state_name(m_state));
+  if (m_reload) return error("busy", "a reload is already in progress");
+  return nullptr;
+}
+
+// No flags pushed (systemctl reload, SIGHUP): re-read the config file and apply what changed. The config's
+// flags, when they changed, start a reload as a push that replaces the flags would.
+json Supervisor::reread_config(std::shared_ptr<std::promise<json>> waiter) {
+  auto c = load_config(m_cfg.path);
+  if (!c.ok()) return error("invalid_argument", "keeping the running config: " + c.error().message);
+  register_secrets(c->engine);
+  if (auto st = check_engine_config(*c); !st.ok())
+    return error("invalid_argument", "keeping the running config: " + st.error().message);
+  const bool flags_changed = c->engine.flags != m_cfg.engine.flags;
+  // The adapter reads the running engines' output: the kind and its rules stay until fastrestartd restarts.
+  if (!(c->engine.kind == m_cfg.engine.kind) || c->engine.vllm_rules != m_cfg.engine.vllm_rules)
+    spdlog::warn("re-read {}: engine.kind and engine.vllm_rules take effect at fastrestartd's next start (still {})",
+                 m_cfg.path, engine_kind_name(m_kind->kind()));
+  const std::string running_rules = m_cfg.engine.vllm_rules;
+  m_cfg.engine = c->engine;
+  m_cfg.engine.kind = m_kind->kind();
+  m_cfg.engine.vllm_rules = running_rules;
+  m_cfg.readiness = c->readiness;
+  m_cfg.memory = c->memory;
+  maybe_spawn_standby();  // a standby started from the old config is replaced now (docs/standby.md)
+  if (!flags_changed)
+    return {{"ok", true}, {"path", "unchanged"}, {"flags", m_flags.redacted()}, {"message", "re-read " + m_cfg.path + ": the engine's flags are unchanged"}};
+  return start_reload(m_cfg.engine.flags, std::move(waiter));
+}
+
+json Supervisor::start_reload(const FlagList& next, std::shared_ptr<std::promise<json>> waiter) {
+  if (next == m_flags && engine_serving())
+    return {{"ok", true}, {"path", "unchanged"}, {"flags", m_flags.redacted()}, {"message", "the flags are unchanged"}};
+  // Checks before a flag push: nothing restarts when vLLM would not start with these flags.
+  if (auto why = refuse_push(next); !why.empty()) {
+    spdlog::error("reload refused: {}", escape_control_chars(why));
+    return error("refused", "refused, nothing restarted: " + why);
+  }
+  auto affecting = daemon_affecting_changes(m_kind->flag_rules(), m_flags, next);
+  m_reload = std::make_unique<PendingReload>();
+  m_reload->old_flags = m_last_ready_flags;
+  m_reload->new_flags = next;
+  m_reload->cold = !affecting.empty();
+  m_reload->started = m_loop.now_s();
+  if (waiter) m_reload->waiters.push_back(std::move(waiter));
+  m_flags = next;
+  spdlog::info("reload: flags now '{}' ({})", next.for_log(),
+               affecting.empty() ? "engine only, warm cache" : "changes what the daemons hold: cold");
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "%.0f", monotonic_usec());
+  m_notify->notify(std::string("RELOADING=1\nMONOTONIC_USEC=") + buf + "\nSTATUS=Reloading (" +
+                   (m_reload->cold ? "cold" : "warm") + ")");
+  raise(m_reload->cold ? Event::kColdReloadRequested : Event::kRestartRequested);
+  if (m_reload && m_reload->waiters.empty()) return {{"ok", true}, {"message", "reload started"}, {"cold", m_reload->cold}};
+  return nullptr;
 }
 
 void Supervisor::finish_reload(bool ok, const std::string& why) {
@@ -189,7 +199,7 @@ void Supervisor::finish_reload(bool ok, const std::string& why) {
     // the push fails, and the engine goes back to the flags that are on disk.
     if (auto st = persist_flags(); !st.ok()) return rollback_unpersisted(std::move(r), st.error().message);
   }
-  m_reload_counts[r->rolled_back ? "rolled_back" : r->cold ? "cold" : "warm"]++;
+  m_stats.reload(r->rolled_back ? "rolled_back" : r->cold ? "cold" : "warm");
   if (ok) {
     spdlog::info("reload done in {:.2f} s ({})", took, reply["path"].get<std::string>());
   } else {
@@ -206,7 +216,7 @@ void Supervisor::rollback_unpersisted(std::unique_ptr<PendingReload> r, const st
   spdlog::error("reload failed ({}); rolling back to: {}", escape_control_chars(why), r->old_flags.for_log());
   r->rolled_back = r->unpersisted = true;
   r->rollback_reason = why;
-  record_rollback("unpersisted", why, r->new_flags);
+  m_stats.rollback("unpersisted", why, r->new_flags.redacted(), std::time(nullptr));
   m_flags = m_last_ready_flags = r->old_flags;
   const bool cold = r->cold;  // the daemons were reloaded for the new flags: reload them for the old ones
   m_reload = std::move(r);
@@ -258,13 +268,13 @@ void Supervisor::load_persisted_flags() {
 }
 
 json Supervisor::status_json() {
-  SupervisorStatus st;
+  status::SupervisorStatus st;
   st.daemons = m_daemons->rows();
   if (m_cfg.weights.backend != "host") {
     measure_standby_memory(/*at_park=*/false);  // current: a parked standby's processes may have grown since its park
     const auto shares = gpu_fractions(/*for_standby=*/false, /*warn=*/false);
     for (const auto& gpu : m_cfg.gpus) {
-      MemoryRowStatus row;
+      status::MemoryRowStatus row;
       row.gpu = gpu;
       auto m = m_gpus->memory(gpu);
       if (!m.ok()) {
@@ -285,7 +295,7 @@ json Supervisor::status_json() {
   }
   if (!m_share_refused.empty()) st.engine_share_refused = m_share_refused;
   if (m_engine) {
-    EngineStatus e;
+    status::EngineStatus e;
     e.pid = m_engine->pid;
     e.uptime_s = m_loop.now_s() - m_engine->spawned_at;
     e.path = m_engine->path;
@@ -295,31 +305,8 @@ json Supervisor::status_json() {
     e.vllm = m_engine->report->to_json();  // the kind's own report (null for generic)
     st.engine = std::move(e);
   }
-  for (const auto& [k, v] : m_restarts) st.restarts[k] = v;
-  MetricsStatus& mt = st.metrics;
-  for (const auto& [path, h] : m_ready_hist) mt.time_to_ready[path] = h.status();
-  for (const auto& [k, v] : m_attach_counts) {
-    if (k == "hit") mt.attaches_hit = v;
-    else if (k == "fallback") mt.attaches_fallback = v;
-    else if (k == "none") mt.attaches_none = v;
-  }
-  for (const auto& [k, v] : m_miss_reasons) mt.attach_misses[k] = v;
-  for (const auto& [k, v] : m_reload_counts) {
-    if (k == "warm") mt.reloads_warm = v;
-    else if (k == "cold") mt.reloads_cold = v;
-    else if (k == "rolled_back") mt.reloads_rolled_back = v;
-  }
-  for (const auto& [k, v] : m_rollback_causes) {
-    st.rollbacks.by_cause[k] = v;
-    st.rollbacks.count += v;
-  }
-  mt.rollbacks = st.rollbacks.by_cause;
-  for (const auto& r : m_recent_rollbacks) st.rollbacks.recent.push_back(r);
-  for (const auto& [key, n] : m_start_counts) {
-    const size_t a = key.find('/'), b = key.find('/', a + 1);
-    mt.start_paths.push_back({key.substr(0, a), key.substr(a + 1, b - a - 1), key.substr(b + 1), n});
-  }
-  mt.snapshots = SnapshotCounts{m_snap->created, m_snap->create_failures, m_snap->restored, m_snap->fallbacks};
+  m_stats.fill(st);
+  st.metrics.snapshots = status::SnapshotCounts{m_snap->created, m_snap->create_failures, m_snap->restored, m_snap->fallbacks};
   st.name = m_cfg.name;
   st.config = m_cfg.path;
   st.state = reported_state_name(m_state);

@@ -12,8 +12,8 @@ using nlohmann::json;
 
 std::string Supervisor::path_from_engine_report(Engine& e) {
   const AttachWord w = e.report->attach_word();
-  for (const auto& m : w.misses) m_miss_reasons[m]++;
-  m_attach_counts[w.counted]++;
+  for (const auto& m : w.misses) m_stats.attach_miss(m);
+  m_stats.attach(w.counted);
   if (e.miss_reason.empty()) e.miss_reason = w.miss_reason;
   return w.path;
 }

@@ -380,7 +380,7 @@ json Supervisor::handle_snapshot(const json& req, std::shared_ptr<std::promise<j
     if (!m.ok()) return error(errc_name(m.error().code), m.error().message);
     // Break-even: restores needed before the time saved pays back the creation, from measured times.
     json hist = json::object();
-    for (const auto& [path, h] : m_ready_hist) hist[path] = h.to_json();
+    for (const auto& [path, h] : m_stats.time_to_ready()) hist[path] = h.to_json();
     const double restore = hist.contains("snapshot") ? mean(hist["snapshot"]) : 0.0;
     double normal = 0;
     std::string normal_path;

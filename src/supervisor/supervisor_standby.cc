@@ -453,9 +453,9 @@ void Supervisor::standby_after_ready(double since_release) {
   if (s.released_after_death_s >= 0) s.death_to_ready_s = s.released_after_death_s + since_release;
 }
 
-std::optional<StandbyStatus> Supervisor::standby_status() const {
+std::optional<status::StandbyStatus> Supervisor::standby_status() const {
   if (!standby_wanted()) return std::nullopt;
-  StandbyStatus st;
+  status::StandbyStatus st;
   st.level = standby_level_name(m_cfg.standby.level);
   for (const auto& gpu : m_cfg.gpus) st.reserve_bytes += standby_reserve_bytes(gpu);  // per GPU: status.memory[]
   if (!m_standby) {

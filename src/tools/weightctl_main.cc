@@ -7,7 +7,7 @@
 #include <random>
 
 #include "common/safetensors.h"
-#include "engine_loader/client.h"
+#include "daemon_client/daemon_client.h"
 #include "fastrestart/engine_loader.h"
 #include "protocol/daemon_status.h"
 
@@ -22,9 +22,9 @@ struct Common {
   double timeout_s = 5;
 };
 
-fr::Result<fr::loader::DaemonClient> connect(const Common& c) {
+fr::Result<fr::DaemonClient> connect(const Common& c) {
   FR_ASSIGN(std::string path, fastrestart::daemon_socket_path(c.device, c.socket_dir));
-  return fr::loader::DaemonClient::connect(path, c.timeout_s, "fastrestart-weightctl");
+  return fr::DaemonClient::connect(path, c.timeout_s, "fastrestart-weightctl");
 }
 
 int fail(const fr::Error& e) {

@@ -13,7 +13,7 @@
 #include <optional>
 #include <thread>
 
-#include "engine_loader/client.h"
+#include "daemon_client/daemon_client.h"
 #include "protocol/daemon_status.h"
 #include "support/harness.h"
 
@@ -24,7 +24,7 @@ using proto::json;
 
 constexpr uint64_t kMiB = 1u << 20;
 
-Result<loader::DaemonClient> connect(const test::Daemon& d) { return loader::DaemonClient::connect(d.socket(), 5, "arena test"); }
+Result<DaemonClient> connect(const test::Daemon& d) { return DaemonClient::connect(d.socket(), 5, "arena test"); }
 
 json lease_req(const std::string& name, uint64_t bytes, double wait_s) {
   return {{"op", "arena_lease"}, {"name", name}, {"bytes", bytes}, {"wait_s", wait_s}};

@@ -10,7 +10,7 @@
 #include <thread>
 
 #include "common/unix_socket.h"
-#include "engine_loader/client.h"
+#include "daemon_client/daemon_client.h"
 #include "fastrestart/engine_loader.h"
 #include "support/harness.h"
 

@@ -14,7 +14,7 @@
 #include <vector>
 
 #include "common/unix_socket.h"
-#include "engine_loader/client.h"
+#include "daemon_client/daemon_client.h"
 #include "engine_loader/key.h"
 #include "fastrestart/engine_loader.h"
 #include "protocol/frame.h"
@@ -75,7 +75,7 @@ long rss_kib(pid_t pid) {
 }
 
 json status(const std::string& sock) {
-  auto c = loader::DaemonClient::connect(sock, 5, "test");
+  auto c = DaemonClient::connect(sock, 5, "test");
   EXPECT_TRUE(c.ok());
   if (!c.ok()) return json();
   auto r = c->call({{"op", "status"}}, 5);

@@ -12,7 +12,7 @@
 #include <thread>
 
 #include "common/private_dir.h"
-#include "engine_loader/client.h"
+#include "daemon_client/daemon_client.h"
 #include "fastrestart/engine_loader.h"
 #include "support/harness.h"
 
@@ -32,19 +32,19 @@ TEST(EngineLoaderConnect, NoSocketIsAFastMissNamingIt) {
   test::TempDir d;
   auto ck = test::make_checkpoint(d.path(), 1, 1, 1024, 1);
   ::mkdir((d / "run").c_str(), 0700);
-  const uint64_t retries = loader::DaemonClient::connect_retries();
+  const uint64_t retries = DaemonClient::connect_retries();
   auto r = fastrestart::attach(key_of(ck), patient(d / "run"));
   ASSERT_TRUE(r.ok()) << r.error().message;
   EXPECT_FALSE(r->hit);
   EXPECT_NE(r->reason.find("weightd-host.sock does not exist and no daemon is starting"), std::string::npos) << r->reason;
-  EXPECT_EQ(loader::DaemonClient::connect_retries(), retries);
+  EXPECT_EQ(DaemonClient::connect_retries(), retries);
   // The publish that follows a miss is as quick to give up.
   std::vector<float> data(4, 1.0f);
   std::vector<fastrestart::PublishTensor> ts{{"w", "F32", {4}, data.data()}};
   auto pub = fastrestart::publish(r->key, ts, patient(d / "run"));
   ASSERT_FALSE(pub.ok());
   EXPECT_EQ(pub.error().code, Errc::kNotFound);
-  EXPECT_EQ(loader::DaemonClient::connect_retries(), retries);
+  EXPECT_EQ(DaemonClient::connect_retries(), retries);
 }
 
 TEST(EngineLoaderConnect, AStaleSocketWithoutALockHolderIsAFastMiss) {
@@ -59,11 +59,11 @@ TEST(EngineLoaderConnect, AStaleSocketWithoutALockHolderIsAFastMiss) {
     std::strncpy(a.sun_path, p.c_str(), sizeof a.sun_path - 1);
     ASSERT_EQ(::bind(s.get(), reinterpret_cast<sockaddr*>(&a), sizeof a), 0);
   }
-  const uint64_t retries = loader::DaemonClient::connect_retries();
+  const uint64_t retries = DaemonClient::connect_retries();
   auto r = fastrestart::attach(key_of(ck), patient(d / "run"));
   ASSERT_TRUE(r.ok());
   EXPECT_NE(r->reason.find("refuses connections and no daemon holds"), std::string::npos) << r->reason;
-  EXPECT_EQ(loader::DaemonClient::connect_retries(), retries);
+  EXPECT_EQ(DaemonClient::connect_retries(), retries);
 }
 
 // A daemon that holds its lock but is not listening yet is waited for, and then answers.
@@ -73,9 +73,9 @@ TEST(EngineLoaderConnect, AStartingDaemonIsWaitedFor) {
   ::mkdir((d / "run").c_str(), 0700);
   auto lock = LockFile::acquire(d / "run/weightd-host.lock");  // as a daemon does before it binds
   ASSERT_TRUE(lock.ok());
-  const uint64_t retries = loader::DaemonClient::connect_retries();
+  const uint64_t retries = DaemonClient::connect_retries();
   auto fut = std::async(std::launch::async, [&] { return fastrestart::attach(key_of(ck), patient(d / "run")); });
-  while (loader::DaemonClient::connect_retries() == retries) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  while (DaemonClient::connect_retries() == retries) std::this_thread::sleep_for(std::chrono::milliseconds(5));
   *lock = LockFile();  // the "starting daemon" goes; the real one takes over
   test::Daemon daemon(d / "run");
   auto r = fut.get();

@@ -21,7 +21,7 @@
 #include "supervisor/lifecycle.h"
 #include "supervisor/loop.h"
 #include "supervisor/start/start_path.h"
-#include "supervisor/status.h"
+#include "status/status.h"
 
 namespace fr::supervisor {
 
@@ -66,7 +66,7 @@ class DaemonSet {
   // engine's memory share), the live processes (not engine leftovers: orphans.h), the status rows.
   virtual uint64_t held_bytes(const std::string& gpu) const = 0;
   virtual void add_known_pids(std::set<pid_t>& known) const = 0;
-  virtual std::vector<DaemonRowStatus> rows() const = 0;
+  virtual std::vector<status::DaemonRowStatus> rows() const = 0;
 
   // What the start paths ask (StartHost): nullopt when the daemons hold weights an engine can attach to
   // now, else why not; whether live daemons hold weights an earlier engine loaded or used.

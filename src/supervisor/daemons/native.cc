@@ -9,7 +9,7 @@
 #include <spdlog/spdlog.h>
 
 #include "common/private_dir.h"
-#include "engine_loader/client.h"
+#include "daemon_client/daemon_client.h"
 #include "protocol/daemon_status.h"
 #include "supervisor/child.h"
 #include "supervisor/daemons/daemon_set.h"
@@ -121,10 +121,10 @@ class NativeDaemons final : public DaemonSet {
       if (!d->exited && d->pid > 0) known.insert(d->pid);
   }
 
-  std::vector<DaemonRowStatus> rows() const override {
-    std::vector<DaemonRowStatus> out;
+  std::vector<status::DaemonRowStatus> rows() const override {
+    std::vector<status::DaemonRowStatus> out;
     for (const auto& d : m_daemons) {
-      DaemonRowStatus row;
+      status::DaemonRowStatus row;
       for (const auto& e : d->status.entries) {
         row.progress.done_bytes += e.progress.done_bytes;
         row.progress.total_bytes += e.progress.total_bytes;
@@ -229,7 +229,7 @@ void NativeDaemons::poll() {
     run_in_pool<Reply>(
         m_host.loop(),
         [i, sock]() -> Reply {
-          auto c = loader::DaemonClient::connect(sock, 1.0, "fastrestartd");
+          auto c = DaemonClient::connect(sock, 1.0, "fastrestartd");
           if (!c.ok()) return {i, c.error()};
           return {i, c->call({{"op", "status"}}, 5)};
         },

@@ -16,7 +16,7 @@ class NoDaemons final : public DaemonSet {
   void close() override {}
   uint64_t held_bytes(const std::string&) const override { return 0; }
   void add_known_pids(std::set<pid_t>&) const override {}
-  std::vector<DaemonRowStatus> rows() const override { return {}; }
+  std::vector<status::DaemonRowStatus> rows() const override { return {}; }
   std::optional<StartRefusal> refusal() const override { return StartRefusal{"no_daemon", m_why}; }
   bool holds_old_weights() const override { return false; }
 

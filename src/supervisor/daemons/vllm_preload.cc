@@ -141,7 +141,7 @@ class VllmPreload final : public DaemonSet {
   void add_known_pids(std::set<pid_t>& known) const override {
     if (m_preload && !m_preload->exited && m_preload->pid > 0) known.insert(m_preload->pid);  // and its ranks' group
   }
-  std::vector<DaemonRowStatus> rows() const override;
+  std::vector<status::DaemonRowStatus> rows() const override;
   std::optional<StartRefusal> refusal() const override;
   bool holds_old_weights() const override {
     // The preload's cache is also spent when an engine took it (copy) or the checkpoint changed under it.
@@ -368,15 +368,15 @@ std::optional<StartRefusal> VllmPreload::refusal() const {
   return std::nullopt;
 }
 
-std::vector<DaemonRowStatus> VllmPreload::rows() const {
+std::vector<status::DaemonRowStatus> VllmPreload::rows() const {
   if (!m_preload) return {};
   const Preload& p = *m_preload;
-  DaemonRowStatus row;
+  status::DaemonRowStatus row;
   row.gpu = row.kind = "vllm-preload";
   row.pid = p.pid;
   row.state = p.exited && p.stopping ? "stopped" : p.failed ? "failed" : p.exited ? "dead" : p.ready ? "ready" : "loading";
   row.error = p.error;
-  PreloadDetails details{"http://127.0.0.1:" + std::to_string(p.health_port) + "/health", redact_flags(p.argv), {}};
+  status::PreloadDetails details{"http://127.0.0.1:" + std::to_string(p.health_port) + "/health", redact_flags(p.argv), {}};
   for (const auto& id : p.checkpoint) details.watched_files.push_back(id.path);
   row.preload = std::move(details);
   return {std::move(row)};

@@ -1,10 +1,10 @@
-#include "engine_loader/client.h"
+#include "daemon_client/daemon_client.h"
 
 #include <thread>
 
 #include "common/private_dir.h"
 
-namespace fr::loader {
+namespace fr {
 namespace {
 
 std::atomic<uint64_t> g_connect_retries{0};
@@ -74,4 +74,4 @@ Result<proto::json> DaemonClient::call(const proto::json& req, double timeout_s,
   return std::move(r->body);
 }
 
-}  // namespace fr::loader
+}  // namespace fr

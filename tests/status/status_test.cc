@@ -1,10 +1,10 @@
-// The supervisor's status codec (supervisor/status.h): what status_json() encodes decodes to the same struct
+// The supervisor's status codec (status/status.h): what status_json() encodes decodes to the same struct
 // and re-encodes to the same JSON, and a mistyped field is named in the error.
-#include "supervisor/status.h"
+#include "status/status.h"
 
 #include <gtest/gtest.h>
 
-namespace fr::supervisor {
+namespace fr::status {
 namespace {
 
 using nlohmann::json;
@@ -178,4 +178,4 @@ TEST(SupervisorStatusCodec, MalformedStatusNamesTheField) {
 }
 
 }  // namespace
-}  // namespace fr::supervisor
+}  // namespace fr::status

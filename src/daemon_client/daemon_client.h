@@ -1,5 +1,7 @@
 // DaemonClient: one connection to a fastrestart-weightd, past the greeting (docs/protocol.md).
-// Used by engine_loader, fastrestart-weightctl and (later) fastrestartd. Not thread-safe: one per thread.
+// Used by the engine's library (engine_loader), fastrestart-weightctl, fastrestartd (the daemons' status and
+// clearing a dead engine's leases) and fastrestart-snapshot; it depends on protocol and common only, so each
+// of them links it without reaching into another's private headers. Not thread-safe: one per thread.
 #pragma once
 
 #include <atomic>
@@ -9,7 +11,7 @@
 #include "common/unix_socket.h"
 #include "protocol/frame.h"
 
-namespace fr::loader {
+namespace fr {
 
 class DaemonClient {
  public:
@@ -34,4 +36,4 @@ class DaemonClient {
   proto::json m_hello;
 };
 
-}  // namespace fr::loader
+}  // namespace fr

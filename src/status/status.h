@@ -19,7 +19,7 @@
 
 #include "common/result.h"
 
-namespace fr::supervisor {
+namespace fr::status {
 
 struct EngineStatus {
   int64_t pid = 0;
@@ -168,4 +168,4 @@ nlohmann::json to_json(const StandbyStatus& s);
 // `where` names the object in errors ("status").
 Result<SupervisorStatus> supervisor_status_from_json(const nlohmann::json& j, const std::string& where = "status");
 
-}  // namespace fr::supervisor
+}  // namespace fr::status

@@ -1,8 +1,8 @@
-#include "supervisor/status.h"
+#include "status/status.h"
 
 #include "common/json_fields.h"
 
-namespace fr::supervisor {
+namespace fr::status {
 
 using nlohmann::json;
 using json_fields::field;
@@ -321,4 +321,4 @@ Result<SupervisorStatus> supervisor_status_from_json(const json& j, const std::s
   return s;
 }
 
-}  // namespace fr::supervisor
+}  // namespace fr::status
