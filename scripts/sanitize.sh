@@ -17,7 +17,11 @@ run_kind() {
   case "$kind" in
     asan)
       # Everything but CUDA (no GPU in CI) and the systemd scripts (they install the packages).
-      dir=build-asan sanitize=address,undefined targets=all pick=(-LE 'systemd|cuda')
+      # Two timing-bound tests are left out here, each still run by the normal build's ctest: under ASan
+      # beside the rest at -j2 they missed their windows on CI's two cores (docs/reliability.md, "Sanitizers":
+      # the released standby on a handed-down socket not seen ready is an open defect under investigation).
+      dir=build-asan sanitize=address,undefined targets=all
+      pick=(-LE 'systemd|cuda' -E 'ListenSocketStandby\.TheReleasedStandbyAnswersWhatArrivedDuringTheRestart|Fastrestartd\.LoadProgressIsShownWhileTheDaemonsPreload')
       ;;
     tsan)
       dir=build-tsan sanitize=thread
