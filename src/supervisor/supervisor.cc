@@ -556,13 +556,14 @@ void Supervisor::arm_readiness(bool poll_now) {
 }
 
 // Runs a readiness (full) or health probe of the current engine on the thread pool; `on_result` runs on
-// the loop only if that engine is still the current one and the state is still `expected`.
-void Supervisor::probe_engine(bool full, std::function<void(ProbeResult)> on_result) {
+// the loop only if that engine is still the current one and the state is still `expected`. False when no
+// probe was started: none is wanted, or one is still in flight (possibly of an engine before this one).
+bool Supervisor::probe_engine(bool full, std::function<void(ProbeResult)> on_result) {
   // Readiness probes an engine not yet ready, health one that is; neither one being stopped.
   auto wanted = [this, full] {
     return m_engine && !m_engine->exited && !m_engine->stop_requested && m_engine->path.empty() == full;
   };
-  if (!wanted() || m_probe_in_flight) return;
+  if (!wanted() || m_probe_in_flight) return false;
   m_probe_in_flight = true;
   const pid_t pid = m_engine->pid;
   auto host = m_cfg.engine.host;
@@ -580,10 +581,11 @@ void Supervisor::probe_engine(bool full, std::function<void(ProbeResult)> on_res
         if (!wanted() || m_engine->pid != pid) return;
         on_result(std::move(r));
       });
+  return true;
 }
 
 void Supervisor::poll_readiness() {
-  probe_engine(true, [this](ProbeResult r) {
+  const bool started = probe_engine(true, [this](ProbeResult r) {
     if (r.ok) {
       spdlog::info("readiness passed: {} answered {}", m_cfg.readiness.request_path, json(r.detail).dump());
       raise(Event::kEngineReady);
@@ -599,6 +601,12 @@ void Supervisor::poll_readiness() {
     }
     m_poll_timer.start(readiness_poll_interval(), [this] { poll_readiness(); });
   });
+  // A probe still in flight is of the engine before this one: a health check of an engine that died
+  // while its connection waited in the queue of a socket fastrestartd owns, answered only once the next
+  // engine accepts. Its result is dropped, so poll again, or readiness would never be looked at (the
+  // start would run out its deadline and fall through to the next path).
+  if (!started && m_engine && !m_engine->exited && m_engine->path.empty())
+    m_poll_timer.start(readiness_poll_interval(), [this] { poll_readiness(); });
 }
 
 void Supervisor::decide_path_after_ready() {

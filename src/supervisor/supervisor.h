@@ -117,7 +117,7 @@ class Supervisor : private StartHost, private DaemonHost {
   void stop_engine(bool kill_now);
   void on_engine_exit(int status);
   void poll_readiness();
-  void probe_engine(bool full, std::function<void(ProbeResult)> on_result);  // full: readiness, else health
+  bool probe_engine(bool full, std::function<void(ProbeResult)> on_result);  // full: readiness, else health
   void check_health();
   void wait_drain();
   void after_drain();

@@ -32,6 +32,7 @@ struct Options {
   std::string engine_flags;           // appended to the engine's flags
   std::vector<std::string> command;   // replaces the tiny engine's command
   int crash_loop_limit = 50;
+  double check_timeout_s = 0.5;       // readiness.check_timeout_s
 };
 
 // connect(2) to 127.0.0.1:port: 0 when it connected (the socket is returned in *out), else the errno.
@@ -66,7 +67,7 @@ class ListenSocketTest : public ::testing::Test {
     }
     f << "port = " << m_port << "\nstop_grace_s = 3\nlisten = \"supervisor\"\nlisten_backlog = 64\n"
       << "[weights]\nbackend = \"host\"\ncheckpoint = \"" << (m_dir / "model") << "\"\nsocket_dir = \"" << run << "\"\n"
-      << "[readiness]\nmodel = \"t\"\npoll_interval_s = 0.05\ncheck_interval_s = 0.3\ncheck_timeout_s = 0.5\n"
+      << "[readiness]\nmodel = \"t\"\npoll_interval_s = 0.05\ncheck_interval_s = 0.3\ncheck_timeout_s = " << o.check_timeout_s << "\n"
       << "[restart]\nbackoff_initial_s = 0.05\nbackoff_max_s = 0.2\ncrash_loop_limit = " << o.crash_loop_limit
       << "\nwarm_failures_before_cold = 0\nstart = "
       << (o.standby_level.empty() ? o.start : "[\"standby\", \"warm\", \"cold\"]") << "\n"
@@ -174,6 +175,31 @@ TEST_P(ListenSocketStandby, TheReleasedStandbyAnswersWhatArrivedDuringTheRestart
 }
 
 INSTANTIATE_TEST_SUITE_P(Levels, ListenSocketStandby, ::testing::Values("pre_gpu", "warmed"));
+
+// A health check of the live engine that is still waiting when the engine dies: its connection sits in the
+// queue of fastrestartd's socket and is answered by the released standby, after the standby's first
+// readiness poll found a probe in flight. That stale probe must not stop readiness polling: the standby is
+// ready through the standby path, not after the start deadline on another path. (Most often seen with
+// pre_gpu: its release loads the model before it accepts, so its first polls all find the probe waiting.)
+TEST_P(ListenSocketStandby, AHealthCheckInFlightAtTheDeathDoesNotStallTheRelease) {
+  Options o;
+  o.standby_level = GetParam();
+  o.check_timeout_s = 5;  // the stopped engine's health check waits this long
+  launch(o);
+  ready();
+  const json st = parked();
+  const pid_t engine = st["engine"]["pid"], standby = st["standby"]["pid"];
+  // Stopped, the engine accepts nothing: the next health check (every 0.3 s) waits in the socket's queue.
+  ASSERT_EQ(::kill(engine, SIGSTOP), 0);
+  std::this_thread::sleep_for(std::chrono::milliseconds(800));
+  ASSERT_EQ(::kill(engine, SIGKILL), 0);
+  json after;
+  ASSERT_TRUE(m_sup->wait_ready(&after, engine, 20)) << "readiness stalled behind the dead engine's health check: "
+                                                     << m_sup->log();
+  EXPECT_EQ(after["engine"]["pid"], standby) << after.dump();
+  EXPECT_EQ(after["last_start"]["path"], "standby") << after.dump();
+  EXPECT_EQ(m_sup->stop(SIGTERM), 0) << m_sup->log();
+}
 
 // An engine that ignores LISTEN_FDS and binds the port itself: its "Address already in use" is named as
 // what it is, in status and in one log line naming the option.
