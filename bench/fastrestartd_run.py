@@ -1,7 +1,8 @@
 """What the benchmark drivers of a running fastrestartd share (bench/standby_cycles.py, bench/tp_cycles.py;
-bench/e2e_restart.py uses ctl() and readies()): its control socket (fastrestartctl), its log's READY lines,
-its engine's HTTP API, nvidia-smi, and the loop of kill -9 cycles that saves the results after every cycle,
-so that a run cut short by its timeout keeps what it measured.
+bench/e2e_restart.py uses ctl() and readies(); bench/socket_restart.py log() and the reference engine's
+weights key): its control socket (fastrestartctl), its log's READY lines, its engine's HTTP API,
+nvidia-smi, and the loop of kill -9 cycles that saves the results after every cycle, so that a run cut
+short by its timeout keeps what it measured.
 
 The drivers import it from their own folder (python3 puts a script's folder first on sys.path).
 """
@@ -14,6 +15,16 @@ import time
 import urllib.request
 
 PROMPT = "The capital of France is"  # the oracle prompt
+
+# The [weights.key] of the PyTorch reference engine at TP=1 (docs/refengine.md; bench/gpu_standby.sh writes
+# the same in bash): the key under which it publishes and attaches its weights.
+REFENGINE_WEIGHTS_KEY = """[weights.key]
+arch = "LlamaForCausalLM"
+dtype = "BF16"
+engine = "fastrestart-refengine 0.1.0"
+tp_size = "1"
+tp_rank = "0"
+"""
 
 
 def log(msg):

@@ -2,30 +2,47 @@
 """What a client sees across a kill -9 of the engine, with the listening socket owned by the engine and by
 fastrestartd (issue 29; docs/benchmarks.md, "No refused connection across a restart").
 
-fastrestartd supervises fastrestart-tinyengine on the CPU. A load generator outside the engine (N client
-threads, each sending completions back to back through http.client, a new connection per request) runs
-while the engine is killed with -9 K times, for each listen mode (engine.listen = "engine": the engine
-binds the port; "supervisor": fastrestartd binds it once and passes it down) and each start path:
+fastrestartd supervises an engine: --engine tiny (default), fastrestart-tinyengine on the CPU with a host
+weight daemon; --engine ref, the PyTorch reference engine (python/refengine) on GPU 0 with a CUDA weight
+daemon, as bench/gpu_standby.sh runs it (--checkpoint: a Llama directory, e.g. bench/gen_llama_checkpoint.py
+--shape 8b; --ref-flags: its engine flags, by default the single-request engine, --max-num-seqs 1
+--enforce-eager). A load generator outside the engine (N client threads, each sending completions back to
+back through http.client, a new connection per request) runs while the engine is killed with -9 K times,
+for each listen mode (engine.listen = "engine": the engine binds the port; "supervisor": fastrestartd binds
+it once and passes it down) and each start path:
 
   cold     weights.mode = "off": the engine reads the checkpoint from disk (page cache warm)
-  warm     a host fastrestart-weightd holds the weights: the engine attaches them
+  warm     a weight daemon holds the weights: the engine attaches them
   pre_gpu  a standby parked at its pre_gpu gate is released (start = ["standby", "warm", "cold"])
   warmed   a standby parked at its warmed gate (weights attached, warm-up forward done) is released
 
 --startup-delay (tinyengine --fault-startup-delay) stands for the work before the pre_gpu gate that a real
-engine does on every start (imports, config: 14 s for the 16 GB PyTorch engine on the H200).
+engine does on every start (imports, config: 14 s for the 16 GB PyTorch engine on the H200); the reference
+engine does that work itself.
+
+Runs go path by path, each path in every listen mode before the next path, so that a run cut by the time
+budget still leaves whole comparisons. --kills-per-path (e.g. warmed=3,pre_gpu=2,warm=1) sets the paths and
+their kill counts (--kills and --paths otherwise). --budget-s: a run that would not fit in what is left
+(its time estimated from the same path's earlier run, else from a prior per engine and path) is skipped,
+and a run stops killing when its next kill would not fit; both are said in the output and the JSON.
 
 Per kill: requests refused; failed requests by kind (refused, reset, timeout, http_<code>), split into those
 in flight in the killed process and those that started after the kill; the service gap (kill to the end of
 the first successful request that started after it, and when that request started); and the latency of the
 requests that started between the kill and the READY, against the median under the same load before the
-first kill. Needs fastrestartd, fastrestartctl, fastrestart-tinyengine and fastrestart-weightd (--bin, or
+first kill. Needs fastrestartd, fastrestartctl, fastrestart-weightd and, for --engine tiny,
+fastrestart-tinyengine (--bin: a build tree or a folder holding them, such as the GPU bundle's bin/; else
 on PATH).
 
-    bench/socket_restart.py --out DIR [--bin BUILD] [--kills 3] [--clients 4] [--listen engine,supervisor]
-                            [--paths cold,warm,pre_gpu,warmed] [--size 64M] [--startup-delay 1.0]
-Writes DIR/socket_restart.json (after every run), DIR/socket_restart.md (the table rows) and
-DIR/socket_restart.svg (requests over time around the first kill of --chart-path, per listen mode).
+    bench/socket_restart.py --out DIR [--bin BUILD] [--engine tiny|ref] [--checkpoint DIR] [--kills 3]
+                            [--kills-per-path PATH=N,...] [--clients 4] [--listen engine,supervisor]
+                            [--paths cold,warm,pre_gpu,warmed] [--budget-s S] [--size 64M]
+                            [--startup-delay 1.0] [--chart-path warm[,PATH...]] [--print-config]
+Writes DIR/socket_restart.json and DIR/socket_restart.md (the table rows) after every run, DIR/logs/
+(each run's config and fastrestartd's log, with the engine's output) and, per --chart-path, an SVG of the
+requests over time around that path's first kill, per listen mode: DIR/socket_restart.svg for one chart
+path, DIR/socket_restart-PATH.svg for several. --print-config prints each run's fastrestartd config and
+exits (nothing is started).
 """
 import argparse
 import http.client
@@ -41,16 +58,27 @@ import tempfile
 import threading
 import time
 
+from fastrestartd_run import PROMPT, REFENGINE_WEIGHTS_KEY, log
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
+REFENGINE = os.path.join(ROOT, "python", "refengine", "fastrestart_refengine.py")
 BINARIES = {"fastrestartd": "src/supervisor", "fastrestartctl": "src/supervisor",
             "fastrestart-tinyengine": "src/tinyengine", "fastrestart-weightd": "src/daemon"}
 PATHS = ("cold", "warm", "pre_gpu", "warmed")
-BODY = json.dumps({"model": "t", "prompt": "The capital of France is", "max_tokens": 4}).encode()
+BODY = json.dumps({"model": "t", "prompt": PROMPT, "max_tokens": 4}).encode()
 
-
-def log(msg):
-    print(f"[{time.strftime('%H:%M:%S')}] {msg}", flush=True)
+# The time budget's priors, s, until the same path has run once (then its measured times are used): "first",
+# fastrestartd's start to the steady state (ready, and the standby parked); "kill", one kill to the next
+# steady state; "stop", fastrestartd's stop. The reference engine's from the H200 (docs/benchmarks.md,
+# "Standby engines": a warm start 16.5 s, a standby parks ~16 s after its spawn; the first start also loads
+# the 16 GB checkpoint into the daemon).
+PRIORS = {
+    "tiny": {"first": {"cold": 8, "warm": 8, "pre_gpu": 10, "warmed": 10},
+             "kill": {"cold": 5, "warm": 5, "pre_gpu": 6, "warmed": 6}, "stop": 3},
+    "ref": {"first": {"cold": 60, "warm": 50, "pre_gpu": 75, "warmed": 75},
+            "kill": {"cold": 40, "warm": 22, "pre_gpu": 20, "warmed": 20}, "stop": 10},
+}
 
 
 def free_port():
@@ -115,42 +143,47 @@ class Load:
 
 
 # --- fastrestartd ------------------------------------------------------------------------------------------
-class Supervisor:
-    def __init__(self, work, listen, path, a, ckpt):
-        self.dir = os.path.join(work, f"{listen}-{path}")
-        shutil.rmtree(self.dir, ignore_errors=True)
-        os.makedirs(self.dir)
-        self.port = free_port()
-        self.sock = os.path.join(self.dir, "ctl", "t.ctl")
-        run = os.path.join(self.dir, "run")
-        q = json.dumps
-        warm = path != "cold"
-        flags = ["--host", "127.0.0.1", "--port", str(self.port), "--served-model-name", "t",
-                 "--load-format", "fastrestart" if warm else "disk", "--fastrestart-socket-dir", run,
-                 "--shutdown-grace", "2", "--fault-startup-delay", str(a.startup_delay)]
-        start = {"cold": ["cold"], "warm": ["warm", "cold"]}.get(path, ["standby", "warm", "cold"])
-        toml = f"""[model]
+def config_toml(a, listen, path, port, d, ckpt):
+    """The fastrestartd config of one run (its files under d): engine "t" on 127.0.0.1:port."""
+    q = json.dumps
+    warm = path != "cold"
+    run = os.path.join(d, "run")
+    flags = ["--host", "127.0.0.1", "--port", str(port), "--served-model-name", "t",
+             "--load-format", "fastrestart" if warm else "disk", "--fastrestart-socket-dir", run]
+    if a.engine == "ref":
+        # bench/gpu_standby.sh's config() for the reference engine: its flags in the command, GPU 0, CUDA daemon
+        command = [a.python, REFENGINE, "serve", ckpt] + a.ref_flags.split()
+        top, backend, grace, check = f"gpus = {q(a.gpus)}\n", "cuda", 20, 30
+    else:
+        command = [a.which["fastrestart-tinyengine"], "serve", ckpt]
+        flags += ["--shutdown-grace", "2", "--fault-startup-delay", str(a.startup_delay)]
+        top, backend, grace, check = "", "host", 5, 5
+    start = {"cold": ["cold"], "warm": ["warm", "cold"]}.get(path, ["standby", "warm", "cold"])
+    toml = top + f"""[model]
 name = "t"
 [engine]
 kind = "generic"
-command = {q([a.which["fastrestart-tinyengine"], "serve", ckpt])}
+command = {q(command)}
 flags = {q(flags)}
 host = "127.0.0.1"
-port = {self.port}
-stop_grace_s = 5
+port = {port}
+stop_grace_s = {grace}
 """
-        if listen == "supervisor":
-            toml += f'listen = "supervisor"\nlisten_backlog = {a.backlog}\n'
-        toml += f"""[weights]
+    if listen == "supervisor":
+        toml += f'listen = "supervisor"\nlisten_backlog = {a.backlog}\n'
+    toml += f"""[weights]
 mode = "{'zero_copy' if warm else 'off'}"
-backend = "host"
+backend = "{backend}"
 checkpoint = {q(ckpt)}
 socket_dir = "{run}"
 daemon_path = "{a.which['fastrestart-weightd']}"
-[readiness]
+"""
+    if a.engine == "ref" and warm:
+        toml += REFENGINE_WEIGHTS_KEY
+    toml += f"""[readiness]
 model = "t"
 poll_interval_s = 0.02
-check_interval_s = 5
+check_interval_s = {check}
 startup_timeout_s = 300
 [restart]
 backoff_initial_s = 0.01
@@ -159,17 +192,27 @@ crash_loop_limit = 1000
 warm_failures_before_cold = 0
 start = {q(start)}
 """
-        if path in ("pre_gpu", "warmed"):
-            toml += f'[standby]\nlevel = "{path}"\n'
-        toml += f"""[control]
-socket = "{self.sock}"
-state_dir = "{self.dir}/state"
+    if path in ("pre_gpu", "warmed"):
+        toml += f'[standby]\nlevel = "{path}"\n'
+    toml += f"""[control]
+socket = "{os.path.join(d, 'ctl', 't.ctl')}"
+state_dir = "{d}/state"
 [http]
 listen = "none"
 """
+    return toml
+
+
+class Supervisor:
+    def __init__(self, work, listen, path, a, ckpt):
+        self.dir = os.path.join(work, f"{listen}-{path}")
+        shutil.rmtree(self.dir, ignore_errors=True)
+        os.makedirs(self.dir)
+        self.port = free_port()
+        self.sock = os.path.join(self.dir, "ctl", "t.ctl")
         self.config = os.path.join(self.dir, "t.toml")
         with open(self.config, "w") as f:
-            f.write(toml)
+            f.write(config_toml(a, listen, path, self.port, self.dir, ckpt))
         self.a = a
         self.logpath = os.path.join(self.dir, "fastrestartd.log")
         self.proc = None
@@ -229,38 +272,67 @@ def ready_with(path):
 
 
 # --- one run: a listen mode, a start path, K kills ------------------------------------------------------------
-def run_one(a, work, listen, path, ckpt):
+def run_one(a, work, listen, path, ckpt, kills, deadline, est):
+    """K kills of one run; before each, a kill whose cycle (est["kill"]) and the stop would end past
+    `deadline` (time.monotonic()) is not made, and res["cut"] says so. res["timing"]: the run's measured
+    first (start to the steady state) and kill cycle times, for the next run's estimate."""
     sup = Supervisor(work, listen, path, a, ckpt)
-    res = {"listen": listen, "path": path, "kills": []}
+    res = {"listen": listen, "path": path, "kills": [], "kills_asked": kills}
     why = sup.check()
     if why is not None:
         res["skipped"] = why
         return res, []
+
+    def timeout():  # a wait ends at the deadline (a run never outlives the budget by more than its stop)
+        return max(5.0, min(a.ready_timeout, deadline - time.monotonic() - est["stop"]))
+
+    t_start = time.monotonic()
     sup.start()
     load = None
+    cycles = []
     try:
         st = sup.wait(ready_with(path), "ready engine" + (" and parked standby" if path in ("pre_gpu", "warmed") else ""),
-                      a.ready_timeout)
+                      timeout())
+        res["timing"] = {"first_s": round(time.monotonic() - t_start, 2)}
         load = Load(sup.port, a.clients, a.timeout, a.retry_pause)
         load.start()
         time.sleep(a.steady_s)
         res["steady_until"] = time.monotonic()
-        for i in range(a.kills):
+        for i in range(kills):
+            guess = cycles and max(cycles) or est["kill"]
+            if time.monotonic() + guess + est["stop"] > deadline:
+                res["cut"] = (f"{i} of {kills} kills: the time budget (the next kill's cycle takes about {guess:.0f} s, "
+                              f"{deadline - time.monotonic():.0f} s left)")
+                log(f"{listen}/{path}: {res['cut']}")
+                break
             pid = st["engine"]["pid"]
             t_kill = time.monotonic()
             os.kill(pid, signal.SIGKILL)
             st = sup.wait(lambda s: s.get("state") == "ready" and (s.get("engine") or {}).get("pid") not in (None, pid),
-                          f"READY after kill #{i + 1}", a.ready_timeout)
+                          f"READY after kill #{i + 1}", timeout())
             t_ready = time.monotonic()
             ls = st.get("last_start") or {}
             res["kills"].append({"t_kill": t_kill, "t_ready_seen": t_ready, "path": ls.get("path"),
                                  "death_to_ready_s": ls.get("since_previous_exit_s")})
             log(f"{listen}/{path} kill #{i + 1}: READY seen after {t_ready - t_kill:.3f} s (path {ls.get('path')})")
-            st = sup.wait(ready_with(path), "steady state", a.ready_timeout)  # the next standby parked
+            st = sup.wait(ready_with(path), "steady state", timeout())  # the next standby parked
             time.sleep(a.between_s)
+            cycles.append(time.monotonic() - t_kill)
+            res["timing"]["kill_cycle_s"] = [round(c, 2) for c in cycles]
+    except Exception as e:  # keep the kills measured so far; the row and the exit status say it failed
+        res["error"] = f"{type(e).__name__}: {e}"
+        log(f"{listen}/{path}: {res['error']}")
     finally:
         records = load.finish() if load is not None else []
+        t_stop = time.monotonic()
         sup.stop()
+        if "timing" in res:
+            res["timing"]["stop_s"] = round(time.monotonic() - t_stop, 2)
+        keep = os.path.join(a.out, "logs", f"{listen}-{path}")
+        os.makedirs(keep, exist_ok=True)
+        for f in (sup.config, sup.logpath):
+            if os.path.exists(f):
+                shutil.copy(f, keep)
     return res, records
 
 
@@ -315,6 +387,11 @@ def md_rows(runs):
             rows.append(f"| {r['listen']} | {r['path']} | not run: {r['skipped'][:120]} | | | | | |")
             continue
         ks = [k for k in r["kills"] if "gap_s" in k]
+        done = str(len(ks))
+        if len(ks) < r.get("kills_asked", len(ks)):
+            done += f" of {r['kills_asked']} ({'time budget' if r.get('cut') else 'error'})"
+        if r.get("error"):
+            done += f"; error: {r['error'][:100]}"
         kinds = {}
         for k in ks:
             for o, n in k["failed_after_kill"].items():
@@ -322,7 +399,7 @@ def md_rows(runs):
         failed = ", ".join(f"{o} {rng(v, '{:d}')}" for o, v in sorted(kinds.items()) if o != "refused") or "0"
         inflight = [sum(k["in_flight_failed"].values()) for k in ks]
         med = r.get("baseline", {}).get("median_latency_s")
-        rows.append(f"| {r['listen']} | {r['path']} | {len(ks)} | {rng([k['refused'] for k in ks], '{:d}')} | {failed} | "
+        rows.append(f"| {r['listen']} | {r['path']} | {done} | {rng([k['refused'] for k in ks], '{:d}')} | {failed} | "
                     f"{rng(inflight, '{:d}')} | {rng([k['gap_s'] for k in ks])} ({rng([k['first_ok_started_after_s'] for k in ks])}) | "
                     f"{rng([k['during_restart_max_latency_s'] for k in ks])} ({rng([k['during_restart_max_excess_s'] for k in ks], '{:+.2f}')}; median {med}) |")
     return "\n".join(rows) + "\n"
@@ -379,66 +456,185 @@ def svg_chart(panels, out, before=1.0, after=4.0):
         f.write("\n".join(parts) + "\n")
 
 
+def parse_kills(a):
+    """[(path, kills)] from --kills-per-path (PATH=N,...) or --paths and --kills; exits naming a bad entry."""
+    if a.kills_per_path:
+        plan = []
+        for item in a.kills_per_path.split(","):
+            path, _, n = item.partition("=")
+            if path not in PATHS or not n.isdigit() or int(n) < 1:
+                sys.exit(f"socket_restart: --kills-per-path: bad entry {item!r} (PATH=N, PATH one of {', '.join(PATHS)}, N >= 1)")
+            plan.append((path, int(n)))
+        return plan
+    bad = [p for p in a.paths.split(",") if p not in PATHS]
+    if bad:
+        sys.exit(f"socket_restart: --paths: unknown path {bad[0]!r} (one of {', '.join(PATHS)})")
+    return [(p, a.kills) for p in a.paths.split(",")]
+
+
+def find_binaries(a):
+    """a.which: each program from --bin (a build tree, or a folder holding the programs such as the GPU
+    bundle's bin/), else PATH; exits naming one not found (with --print-config its name stands in)."""
+    a.which = {}
+    needed = [n for n in BINARIES if a.engine == "tiny" or n != "fastrestart-tinyengine"]
+    for name in needed:
+        for p in (os.path.join(a.bin, BINARIES[name], name), os.path.join(a.bin, name)):
+            if os.access(p, os.X_OK):
+                a.which[name] = p
+                break
+        else:
+            a.which[name] = shutil.which(name) or (name if a.print_config else None)
+        if not a.which[name]:
+            sys.exit(f"socket_restart: {name} not found in {a.bin} (as a build tree or a folder) or on PATH")
+
+
+def save(a, out):
+    """socket_restart.json, and socket_restart.md with the rows in --listen then path order."""
+    with open(os.path.join(a.out, "socket_restart.json"), "w") as f:
+        json.dump(out, f, indent=1)
+    lo, po = a.listen.split(","), [p for p, _ in a.plan]
+    rows = md_rows(sorted(out["runs"], key=lambda r: (lo.index(r["listen"]), po.index(r["path"]))))
+    with open(os.path.join(a.out, "socket_restart.md"), "w") as f:
+        f.write(rows)
+    return rows
+
+
+def chart(a, out, records_of):
+    """One SVG per --chart-path: the first kill of that path in each listen mode; the window reaches past
+    the slowest READY of the panels. Each charted run keeps its records of the window (chart_records)."""
+    paths = [p for p in a.chart_path.split(",") if p]
+    for path in paths:
+        panels, runs = [], [r for r in out["runs"] if r["path"] == path and r["kills"]]
+        if not runs:
+            continue
+        after = max(4, int(max(r["kills"][0]["t_ready_seen"] - r["kills"][0]["t_kill"] for r in runs) + 2))
+        for r in runs:
+            k, records = r["kills"][0], records_of[(r["listen"], path)]
+            panels.append((f"engine.listen = \"{r['listen']}\", {path} start", records, k["t_kill"], k["t_ready_seen"]))
+            r["chart_records"] = [(round(t0 - k["t_kill"], 4), round(t1 - t0, 4), o) for t0, t1, o in records
+                                  if -1.0 <= t0 - k["t_kill"] <= after]
+        name = "socket_restart.svg" if len(paths) == 1 else f"socket_restart-{path}.svg"
+        svg_chart(panels, os.path.join(a.out, name), before=1.0, after=after)
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--out", required=True)
-    ap.add_argument("--bin", default=os.path.join(ROOT, "build"), help="a build tree with the four programs")
+    ap.add_argument("--bin", default=os.path.join(ROOT, "build"),
+                    help="a build tree with the programs, or a folder holding them (the GPU bundle's bin/)")
+    ap.add_argument("--engine", choices=["tiny", "ref"], default="tiny",
+                    help="tiny: fastrestart-tinyengine on the CPU; ref: the PyTorch reference engine on GPU 0")
+    ap.add_argument("--checkpoint", help="the engine's checkpoint (required for ref; tiny: generated, --size)")
+    ap.add_argument("--ref-flags", default="--max-num-seqs 1 --enforce-eager",
+                    help="the reference engine's serve flags (default: the single-request engine, as gpu_standby.sh)")
+    ap.add_argument("--python", default=sys.executable, help="the interpreter of the reference engine")
+    ap.add_argument("--gpus", default="0", help="fastrestartd's gpus with --engine ref, comma-separated")
     ap.add_argument("--kills", type=int, default=3)
+    ap.add_argument("--kills-per-path", help="PATH=N,... (e.g. warmed=3,pre_gpu=2,warm=1): the paths, in order, "
+                    "and their kills; overrides --paths and --kills")
     ap.add_argument("--clients", type=int, default=4)
     ap.add_argument("--listen", default="engine,supervisor")
     ap.add_argument("--paths", default=",".join(PATHS))
+    ap.add_argument("--budget-s", type=float, default=0,
+                    help="the whole run's time, s: runs and kills that would not fit are left out (0: none)")
     ap.add_argument("--size", default="64M", help="the tiny engine's checkpoint (fastrestart-tinyengine gen --size)")
-    ap.add_argument("--startup-delay", type=float, default=1.0, help="the engine's work before its pre_gpu gate, s")
+    ap.add_argument("--startup-delay", type=float, default=1.0, help="the tiny engine's work before its pre_gpu gate, s")
     ap.add_argument("--backlog", type=int, default=1024, help="engine.listen_backlog with listen = supervisor")
-    ap.add_argument("--timeout", type=float, default=30.0, help="the clients' timeout, s")
+    ap.add_argument("--timeout", type=float, help="the clients' timeout, s (tiny 30, ref 60: a warm start takes 17 s "
+                    "and the requests queued behind it are served one at a time)")
     ap.add_argument("--retry-pause", type=float, default=0.05, help="a client's pause after a failed request, s")
-    ap.add_argument("--steady-s", type=float, default=3.0, help="load before the first kill (the median), s")
+    ap.add_argument("--steady-s", type=float, help="load before the first kill (the median), s (tiny 3, ref 6)")
     ap.add_argument("--between-s", type=float, default=1.5, help="load after each steady state before the next kill, s")
-    ap.add_argument("--ready-timeout", type=float, default=120.0)
-    ap.add_argument("--chart-path", default="warm", help="the start path whose first kill the chart shows")
+    ap.add_argument("--ready-timeout", type=float, help="s (tiny 120, ref 240)")
+    ap.add_argument("--chart-path", default="warm",
+                    help="the start paths whose first kill is charted (comma-separated: one SVG each)")
+    ap.add_argument("--print-config", action="store_true", help="print each run's fastrestartd config and exit")
     a = ap.parse_args()
-    a.which = {}
-    for name, sub in BINARIES.items():
-        p = os.path.join(a.bin, sub, name)
-        a.which[name] = p if os.access(p, os.X_OK) else shutil.which(name)
-        if not a.which[name]:
-            sys.exit(f"socket_restart: {name} not found in {os.path.join(a.bin, sub)} or on PATH")
+    ref = a.engine == "ref"
+    a.timeout = a.timeout or (60.0 if ref else 30.0)
+    a.steady_s = a.steady_s if a.steady_s is not None else (6.0 if ref else 3.0)
+    a.ready_timeout = a.ready_timeout or (240.0 if ref else 120.0)
+    a.gpus = [g for g in a.gpus.split(",") if g]
+    a.plan = parse_kills(a)
+    listens = a.listen.split(",")
+    if any(m not in ("engine", "supervisor") for m in listens):
+        sys.exit(f"socket_restart: --listen: engine and/or supervisor, not {a.listen!r}")
+    if ref and not a.checkpoint:
+        sys.exit("socket_restart: --engine ref needs --checkpoint (a Llama directory: bench/gen_llama_checkpoint.py)")
+    if a.checkpoint and not os.path.isdir(a.checkpoint) and not a.print_config:
+        sys.exit(f"socket_restart: --checkpoint {a.checkpoint}: not a directory")
+    find_binaries(a)
+    if a.print_config:
+        # Each config as a run writes it (in a folder removed afterwards), with fastrestartd --check's verdict
+        # where fastrestartd was found.
+        ckpt = os.path.abspath(a.checkpoint) if a.checkpoint else "<generated by fastrestart-tinyengine gen>"
+        work = tempfile.mkdtemp(prefix="fr-socket-bench-")
+        try:
+            for path, n in a.plan:
+                for listen in listens:
+                    sup = Supervisor(work, listen, path, a, ckpt)
+                    with open(sup.config) as f:
+                        print(f"# {listen}/{path}: {n} kills\n{f.read()}", end="")
+                    if os.path.isabs(a.which["fastrestartd"]):
+                        why = sup.check()
+                        print(f"# fastrestartd --check: {'ok' if why is None else why}\n")
+        finally:
+            shutil.rmtree(work, ignore_errors=True)
+        return 0
     os.makedirs(a.out, exist_ok=True)
+    t_begin = time.monotonic()
+    deadline = t_begin + a.budget_s if a.budget_s > 0 else float("inf")
     work = tempfile.mkdtemp(prefix="fr-socket-bench-")
-    ckpt = os.path.join(work, "model")
-    subprocess.run([a.which["fastrestart-tinyengine"], "gen", "--out", ckpt, "--size", a.size], check=True,
-                   stdout=subprocess.DEVNULL)
-    out = {"args": {k: v for k, v in vars(a).items() if k != "which"}, "runs": [],
-           "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "cpus": os.cpu_count()}
-    chart = []
+    if a.checkpoint:
+        ckpt = os.path.abspath(a.checkpoint)
+    else:
+        ckpt = os.path.join(work, "model")
+        subprocess.run([a.which["fastrestart-tinyengine"], "gen", "--out", ckpt, "--size", a.size], check=True,
+                       stdout=subprocess.DEVNULL)
+    out = {"args": {k: v for k, v in vars(a).items() if k not in ("which", "plan")}, "plan": a.plan, "runs": [],
+           "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "cpus": os.cpu_count(), "skipped": []}
+    prior = PRIORS[a.engine]
+    measured = {}  # path: {"first", "kill", "stop"} of its last run
+    records_of = {}
     status = 0
-    for listen in a.listen.split(","):
-        for path in a.paths.split(","):
-            log(f"{listen}/{path}: {a.kills} kills, {a.clients} clients")
-            try:
-                res, records = run_one(a, work, listen, path, ckpt)
-            except Exception as e:  # keep what the other runs measured
-                res, records = {"listen": listen, "path": path, "kills": [], "error": f"{type(e).__name__}: {e}"}, []
-                log(f"{listen}/{path}: {res['error']}")
-                status = 1
-            analyse(res, records)
-            res["requests"] = {o: sum(1 for r in records if r[2] == o) for o in sorted({r[2] for r in records})}
-            out["runs"].append(res)
-            if path == a.chart_path and res["kills"]:
-                k = res["kills"][0]
-                chart.append((f"engine.listen = \"{listen}\", {path} start", records, k["t_kill"], k["t_ready_seen"]))
-                # The records of the charted kill, relative to it (the chart can be redrawn from the JSON).
-                res["chart_records"] = [(round(t0 - k["t_kill"], 4), round(t1 - t0, 4), o) for t0, t1, o in records
-                                        if -1.0 <= t0 - k["t_kill"] <= 4.0]
-            with open(os.path.join(a.out, "socket_restart.json"), "w") as f:
-                json.dump(out, f, indent=1)
-    rows = md_rows(out["runs"])
-    with open(os.path.join(a.out, "socket_restart.md"), "w") as f:
-        f.write(rows)
-    print(rows)
-    if chart:
-        svg_chart(chart, os.path.join(a.out, "socket_restart.svg"))
-    shutil.rmtree(work, ignore_errors=True)
+    # A SIGTERM (the caller's timeout) stops the running fastrestartd through run_one's finally and keeps
+    # what was measured.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
+    try:
+        for path, kills in a.plan:
+            for listen in listens:
+                est = measured.get(path) or {"first": prior["first"][path], "kill": prior["kill"][path],
+                                             "stop": prior["stop"]}
+                need = est["first"] + a.steady_s + est["kill"] + est["stop"]
+                left = deadline - time.monotonic()
+                if need > left:
+                    why = (f"time budget: one kill needs about {need:.0f} s, {left:.0f} s of {a.budget_s:.0f} s left")
+                    log(f"{listen}/{path}: SKIPPED ({why})")
+                    out["runs"].append({"listen": listen, "path": path, "kills": [], "kills_asked": kills, "skipped": why})
+                    out["skipped"].append(f"{listen}/{path}: {why}")
+                    save(a, out)
+                    continue
+                log(f"{listen}/{path}: {kills} kills, {a.clients} clients (at {time.monotonic() - t_begin:.0f} s)")
+                res, records = run_one(a, work, listen, path, ckpt, kills, deadline, est)
+                if res.get("error"):
+                    status = 1
+                t = res.get("timing") or {}
+                if t.get("kill_cycle_s"):
+                    measured[path] = {"first": t["first_s"], "kill": max(t["kill_cycle_s"]),
+                                      "stop": max(t.get("stop_s", 0), prior["stop"])}
+                analyse(res, records)
+                res["requests"] = {o: sum(1 for r in records if r[2] == o) for o in sorted({r[2] for r in records})}
+                out["runs"].append(res)
+                records_of[(listen, path)] = records
+                chart(a, out, records_of)
+                save(a, out)
+    finally:
+        out["elapsed_s"] = round(time.monotonic() - t_begin, 1)
+        rows = save(a, out)
+        print(rows)
+        for line in out["skipped"]:
+            print(f"not run: {line}")
+        shutil.rmtree(work, ignore_errors=True)
     return status
 
 
