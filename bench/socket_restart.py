@@ -87,6 +87,14 @@ def free_port():
         return s.getsockname()[1]
 
 
+class Terminated(Exception):
+    """SIGTERM (the caller's timeout): the running run stops, keeps what it measured, and no run follows."""
+
+
+def on_sigterm(*_):
+    raise Terminated("SIGTERM")
+
+
 # --- the load generator ----------------------------------------------------------------------------------
 class Load:
     """N threads sending completions back to back; every request recorded as (t0, t1, outcome): ok,
@@ -597,9 +605,9 @@ def main():
     measured = {}  # path: {"first", "kill", "stop"} of its last run
     records_of = {}
     status = 0
-    # A SIGTERM (the caller's timeout) stops the running fastrestartd through run_one's finally and keeps
-    # what was measured.
-    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
+    # A SIGTERM (the caller's timeout) ends the running run as an error (its fastrestartd stopped, its
+    # kills kept) and the loop.
+    signal.signal(signal.SIGTERM, on_sigterm)
     try:
         for path, kills in a.plan:
             for listen in listens:
@@ -628,6 +636,8 @@ def main():
                 records_of[(listen, path)] = records
                 chart(a, out, records_of)
                 save(a, out)
+                if res.get("error", "").startswith("Terminated"):
+                    return 143
     finally:
         out["elapsed_s"] = round(time.monotonic() - t_begin, 1)
         rows = save(a, out)
