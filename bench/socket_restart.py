@@ -48,6 +48,7 @@ import argparse
 import http.client
 import json
 import os
+import re
 import shutil
 import signal
 import socket
@@ -244,16 +245,42 @@ class Supervisor:
             return None
         return json.loads(r.stdout)
 
+    # An engine exit that the bench's kill -9 did not cause: the engine cannot start (fastrestartd would
+    # go on restarting it until the run's time is spent).
+    CRASH = re.compile(r"engine pid \d+ exited: (?!crash \(signal 9 )")
+
+    def crashes(self):
+        """The engine exits that were no kill -9, and the engine's last line of output before the last."""
+        with open(self.logpath, errors="replace") as f:
+            lines = f.read().splitlines()
+        n, last, said = 0, None, None
+        for line in lines:
+            if "[engine]" in line:
+                said = line.split("[engine]", 1)[1].strip()
+            elif self.CRASH.search(line) and "as requested" not in line:
+                n, last = n + 1, said
+        return n, last
+
     def wait(self, pred, what, timeout):
         deadline = time.monotonic() + timeout
+        where = f"its log: logs/{os.path.basename(self.dir)}/fastrestartd.log"
+        next_crash_check = 0.0
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
-                raise RuntimeError(f"fastrestartd exited {self.proc.returncode}; see {self.logpath}")
+                raise RuntimeError(f"fastrestartd exited {self.proc.returncode}; {where}")
             st = self.status()
             if st is not None and pred(st):
                 return st
+            if time.monotonic() < next_crash_check:  # the log is read twice a second, not on every poll
+                time.sleep(0.02)
+                continue
+            next_crash_check = time.monotonic() + 0.5
+            n, said = self.crashes()
+            if n >= 2:
+                raise RuntimeError(f"the engine exited {n} times on its own while waiting for {what}; its last output: "
+                                   f"{said!r}; {where}")
             time.sleep(0.02)
-        raise RuntimeError(f"no {what} within {timeout} s; see {self.logpath}")
+        raise RuntimeError(f"no {what} within {timeout:.0f} s; {where}")
 
     def stop(self):
         if self.proc is not None and self.proc.poll() is None:

@@ -2,7 +2,7 @@
 # Runs on the GPU machine, from the repository root, with .bundle/ (scripts/gpu-bundle.sh) carried:
 # the CUDA tests, then the weight-store benchmark (bench/h200_weights.py), results under $OUT.
 #
-# usage: scripts/gpu-run.sh [smoke|full|e2e-smoke|e2e|snapshot-plugin|snapshot-refengine|snapshot-weightless|standby|vshape|vshape-smoke|tp|tp-smoke]
+# usage: scripts/gpu-run.sh [smoke|full|e2e-smoke|e2e|snapshot-plugin|snapshot-refengine|snapshot-weightless|standby|vshape|vshape-smoke|tp|tp-smoke|socket]
 #   smoke: machine facts, the CUDA tests, and the benchmark on a 1% checkpoint (about 160 MB)
 #   full:  the CUDA tests and the benchmark on the full Llama-3.1-8B-shaped checkpoint (16 GB)
 #   e2e-smoke: the Python tests with torch (binding, reference engine), then bench/e2e_restart.py on small
@@ -38,6 +38,13 @@
 #   tp-smoke: the quick check: test_refengine's TP test under torch (tiny Llama: disk, cold, warm, a rank's shard
 #          evicted), then bench/gpu_tp.sh on the tiny shape (TP=2: one kill of each rank; TP=1: 2 kills); at most
 #          about 420 s
+#   socket: what a client sees across kill -9 with the listening socket owned by the engine and by fastrestartd
+#          (bench/socket_restart.py --engine ref; docs/benchmarks.md "No refused connection across a restart"):
+#          the 16 GB reference engine (Llama-3.1-8B shape, generated into /var/tmp/frstandby/llama unless there,
+#          SOCKET_SHAPE 8b), 4 clients, listen SOCKET_LISTEN (supervisor,engine), kills SOCKET_KILLS
+#          (warmed=3,pre_gpu=2,warm=1), path by path; a run or kill that would end past SOCKET_BUDGET_S (500 s
+#          from the script's start) is left out and says so; at most about 535 s. Files: summary.txt (with the
+#          table), socket_restart.json, socket_restart-PATH.svg per path, socket-out.gz, socket-logs.tar.gz
 # Files in $OUT (at most 8 come back): summary.txt, tests.log, bench.log, results.json, weightd*.log.
 set -uo pipefail
 mode=${1:-full}
@@ -145,6 +152,41 @@ case "$mode" in
     say "gpu_standby: exit $src"
     tail -c 20000 "$OUT/standby.out" | gzip >"$OUT/standby-out.gz"
     rm -f "$OUT/standby.out" "$OUT/standby-summary.txt"
+    exit $src
+    ;;
+  socket)
+    # The 8b checkpoint is bench/gpu_standby.sh's (/var/tmp/frstandby/llama): one generated earlier in this
+    # lease is reused (its config.json is written last, so it marks a whole checkpoint).
+    shape=${SOCKET_SHAPE:-8b}
+    ck=/var/tmp/frstandby/llama
+    [ "$shape" = 8b ] || ck=/var/tmp/frstandby/llama-$shape
+    say "$(timeout 60 python3 -c 'import torch, transformers; print("torch", torch.__version__, "transformers", transformers.__version__)' 2>&1 | tail -1)"
+    if [ ! -f "$ck/config.json" ]; then
+      t0=$SECONDS
+      rm -rf "$ck"
+      timeout 180 python3 bench/gen_llama_checkpoint.py "$ck" --shape "$shape" >"$OUT/gen.log" 2>&1 ||
+        { say "gen_llama_checkpoint --shape $shape failed: $(tail -2 "$OUT/gen.log")"; exit 1; }
+      rm -f "$OUT/gen.log"
+      say "checkpoint ($shape): $(du -sh "$ck" | cut -f1) in $((SECONDS - t0)) s"
+    else
+      say "checkpoint ($shape): $ck, already there"
+    fi
+    budget=$((${SOCKET_BUDGET_S:-500} - SECONDS))
+    say "== a client across kill -9, engine.listen ${SOCKET_LISTEN:-supervisor,engine} (bench/socket_restart.py --engine ref, ${SOCKET_KILLS:-warmed=3,pre_gpu=2,warm=1}, budget $budget s at $SECONDS s)"
+    # the runs end within the budget; a stop running past it gets 20 s more, then SIGTERM (the running run
+    # stops its fastrestartd and keeps its kills), then SIGKILL
+    PYTHONUNBUFFERED=1 timeout -k 10 $((budget + 20)) python3 bench/socket_restart.py --engine ref \
+      --checkpoint "$ck" --bin "$bundle/bin" --out "$OUT" --listen "${SOCKET_LISTEN:-supervisor,engine}" \
+      --kills-per-path "${SOCKET_KILLS:-warmed=3,pre_gpu=2,warm=1}" --chart-path warmed,pre_gpu,warm \
+      --budget-s "$budget" >"$OUT/socket.out" 2>&1
+    src=$?
+    cat "$OUT/socket_restart.md" >>"$summary" 2>/dev/null
+    # the bench's own lines (skipped runs, cut kills, errors, each READY), not the table again
+    grep -E '^\[[0-9:]{8}\] ' "$OUT/socket.out" | tail -40 | tee -a "$summary"
+    say "socket_restart: exit $src (at $SECONDS s)"
+    tar czf "$OUT/socket-logs.tar.gz" -C "$OUT" logs 2>/dev/null
+    tail -c 20000 "$OUT/socket.out" | gzip >"$OUT/socket-out.gz"
+    rm -rf "$OUT/logs" "$OUT/socket.out" "$OUT/socket_restart.md"
     exit $src
     ;;
   vshape|vshape-smoke)
