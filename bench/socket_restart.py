@@ -250,7 +250,8 @@ class Supervisor:
     CRASH = re.compile(r"engine pid \d+ exited: (?!crash \(signal 9 )")
 
     def crashes(self):
-        """The engine exits that were no kill -9, and the engine's last line of output before the last."""
+        """How often the engine exited in this run other than by the bench's kill -9 or a requested stop, and
+        its last line of output before the latest such exit."""
         with open(self.logpath, errors="replace") as f:
             lines = f.read().splitlines()
         n, last, said = 0, None, None
@@ -277,7 +278,7 @@ class Supervisor:
             next_crash_check = time.monotonic() + 0.5
             n, said = self.crashes()
             if n >= 2:
-                raise RuntimeError(f"the engine exited {n} times on its own while waiting for {what}; its last output: "
+                raise RuntimeError(f"the engine exited {n} times on its own (waiting for {what}); its last output: "
                                    f"{said!r}; {where}")
             time.sleep(0.02)
         raise RuntimeError(f"no {what} within {timeout:.0f} s; {where}")
