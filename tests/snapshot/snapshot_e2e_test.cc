@@ -86,6 +86,14 @@ class Supervised {
     int st;
     ::waitpid(m_pid, &st, 0);
   }
+  // Stops fastrestartd (SIGTERM: it stops the engine and exits) and starts it again on the same config,
+  // state and port; its log goes on in the same file.
+  void restart_daemon() {
+    ::kill(m_pid, SIGTERM);
+    int st;
+    ::waitpid(m_pid, &st, 0);
+    m_pid = test::spawn_logged({FR_FASTRESTARTD_BIN, "--config", m_cfg}, m_dir / "fastrestartd.log");
+  }
   test::RunResult ctl(std::vector<std::string> args) {
     std::vector<std::string> argv{FR_FASTRESTARTCTL_BIN, "--socket", m_dir / "ctl/t.ctl"};
     argv.insert(argv.end(), args.begin(), args.end());
@@ -670,6 +678,29 @@ TEST(SnapshotListenSocket, AClientConnectingDuringTheRestoreGetsItsAnswer) {
     EXPECT_EQ(body["choices"][0]["token_ids"], oracle["token_ids"]);
   }
   std::printf("connected during the restore as well: %s\n", restoring ? "yes" : "no (it ended between two polls)");
+}
+
+// The artifact names the socket of the fastrestartd that made it; a new fastrestartd binds a new socket
+// (another inode) and the restore hands that one in its place.
+TEST(SnapshotListenSocket, AnArtifactIsRestoredOntoTheSocketOfTheNextFastrestartd) {
+  SKIP_WITHOUT_CRIU();
+  Supervised d(with_listen_socket());
+  ASSERT_TRUE(d.wait_ready_path("cold")) << d.log();
+  const std::string id = d.create();
+  ASSERT_TRUE(d.wait_ready_path("snapshot")) << d.log();
+  const json m = d.ctl_json({"snapshot", "inspect", id})["manifest"];
+  d.restart_daemon();
+  // The first start of the new fastrestartd restores the artifact.
+  ASSERT_TRUE(d.wait_status([](const json& st) { return settled(st) && snapshot_of(st)["restored"] == 1; })) << d.log();
+  auto s = d.status();
+  EXPECT_EQ(s["last_start"]["path"], "snapshot") << s.dump();
+  EXPECT_EQ(s["last_start"]["snapshot_id"], id);
+  const std::string now = fd_link(s["engine"]["pid"], 3);
+  EXPECT_EQ(now.rfind("socket:[", 0), 0u) << now;
+  EXPECT_NE(now, m["listen_socket"].get<std::string>()) << "a new fastrestartd, a new socket";
+  auto answer = d.complete(m["oracle"]);
+  ASSERT_TRUE(answer.contains("choices")) << answer.dump();
+  EXPECT_EQ(answer["choices"][0]["token_ids"], m["oracle"]["token_ids"]);
 }
 
 void set_manifest_listen_socket(Supervised& d, const std::string& id, const std::string& value) {
