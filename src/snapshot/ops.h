@@ -20,13 +20,13 @@ struct CreateRequest {
   std::string criu;            // path of criu
   EngineSpec spec;
   std::string stdout_pipe;     // "pipe:[inode]" of the engine's stdout/stderr, or ""
+  std::string version;         // fastrestart's
+  std::string id;              // empty: a new time-based id
   // "socket:[inode]" of fastrestartd's listening socket, which the engine holds (engine.listen =
   // "supervisor"), or "". Set: the tree must hold it (checked before anything stops), the dump skips
   // connections waiting in its queue (they stay there, in fastrestartd's socket), and the images are
   // rewritten so that a restore takes the socket from its caller (listen_image.h).
   std::string listen_socket;
-  std::string version;         // fastrestart's
-  std::string id;              // empty: a new time-based id
 };
 
 // Records the oracle, checkpoints the GPU state (if the engine holds any), `criu dump`s the tree (which

@@ -113,7 +113,7 @@ int main(int argc, char** argv) {
   auto spec = load_spec(spec_path);
   if (!spec.ok()) return finish(result, failure(spec.error()));
   if (create->parsed()) {
-    CreateRequest r{pid, dir, criu, *spec, stdout_pipe, listen_socket, FASTRESTART_VERSION, id};
+    CreateRequest r{pid, dir, criu, *spec, stdout_pipe, FASTRESTART_VERSION, id, listen_socket};
     auto m = create_snapshot(r, *gpu);
     if (!m.ok()) return finish(result, failure(m.error()));
     return finish(result, {{"ok", true}, {"manifest", to_json(*m)}});
