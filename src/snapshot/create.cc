@@ -4,9 +4,11 @@
 #include <ctime>
 #include <filesystem>
 #include <fstream>
+#include <optional>
 
 #include "snapshot/criu.h"
 #include "snapshot/exchange.h"
+#include "snapshot/listen_image.h"
 #include "snapshot/ops.h"
 #include "snapshot/oracle.h"
 #include "snapshot/store.h"
@@ -26,6 +28,18 @@ void resume_gpu(GpuCheckpointer& gpu, const std::vector<pid_t>& pids, bool check
   }
 }
 
+// Whether a process of the tree has `name` ("socket:[inode]") open.
+bool tree_holds(pid_t root, const std::string& name) {
+  for (pid_t p : process_tree(root)) {
+    std::error_code ec;
+    for (const auto& e : std::filesystem::directory_iterator("/proc/" + std::to_string(p) + "/fd", ec)) {
+      std::error_code link_ec;
+      if (std::filesystem::read_symlink(e.path(), link_ec).string() == name) return true;
+    }
+  }
+  return false;
+}
+
 std::string env_of(const EngineSpec& s, const char* name) {
   auto it = s.env.find(name);
   return it == s.env.end() ? "" : it->second;
@@ -43,6 +57,12 @@ Result<Manifest> create_snapshot(const CreateRequest& r, GpuCheckpointer& gpu) {
   if (!valid_id(m.id)) return make_error(Errc::kInvalidArgument, "invalid snapshot id \"" + m.id + "\"");
   m.fastrestart_version = r.version;
   m.stdout_pipe = r.stdout_pipe;
+  std::optional<uint64_t> listen_inode;
+  if (!r.listen_socket.empty()) {
+    listen_inode = parse_socket_name(r.listen_socket);
+    if (!listen_inode)
+      return make_error(Errc::kInvalidArgument, "invalid listening socket \"" + r.listen_socket + "\" (expected socket:[<inode>])");
+  }
   m.host = r.spec.host;
   m.port = r.spec.port;
   FR_ASSIGN(m.identity, collect_identity(r.spec, criu.version));
@@ -50,6 +70,13 @@ Result<Manifest> create_snapshot(const CreateRequest& r, GpuCheckpointer& gpu) {
   double t = now_s();
   FR_ASSIGN(m.oracle, request_oracle(r.spec.host, r.spec.port, r.spec.prompt, r.spec.model, r.spec.oracle_tokens, 60));
   m.timings["oracle_s"] = now_s() - t;
+
+  // Checked before anything stops: the images of an engine that closed fastrestartd's socket could not be
+  // given it back, and such an engine cannot serve on the port anyway.
+  if (listen_inode && !tree_holds(r.pid, r.listen_socket))
+    return make_error(Errc::kInvalidArgument, "the engine does not hold fastrestartd's listening socket " + r.listen_socket +
+                                                  " (engine.listen = \"supervisor\"): it must accept on the descriptor "
+                                                  "it was handed (LISTEN_FDS; docs/listen-socket.md)");
 
   // A process holds CUDA state when it has the NVIDIA devices open or mapped, or when the driver knows it
   // (a sandbox such as gVisor may not show device mappings in /proc). Without a driver, neither.
@@ -121,12 +148,15 @@ Result<Manifest> create_snapshot(const CreateRequest& r, GpuCheckpointer& gpu) {
   // (--tcp-close). --external mnt[]: the engine's mount namespace holds the host's mounts plus its own
   // /proc (supervisor/child.h); CRIU records the host's as external, so no tmpfs content (/dev/shm, /run)
   // goes into the images and the restore binds the host's mounts again. The tree is killed once its
-  // images are written.
+  // images are written. --skip-in-flight with fastrestartd's listening socket: connections waiting in its
+  // accept queue (clients keep connecting during the dump) would fail the dump; they stay queued in
+  // fastrestartd's socket, which is the one the restore hands back.
   t = now_s();
   const std::string images = tmp + "/images";
-  auto st = run_program({criu.path, "dump", "-t", std::to_string(r.pid), "-D", images, "-o", "dump.log",
-                         "--tcp-established", "--external", "mnt[]"},
-                        images + "/criu-dump.out");
+  std::vector<std::string> dump{criu.path, "dump", "-t", std::to_string(r.pid), "-D", images, "-o", "dump.log",
+                                "--tcp-established", "--external", "mnt[]"};
+  if (listen_inode) dump.push_back("--skip-in-flight");
+  auto st = run_program(dump, images + "/criu-dump.out");
   if (!st.ok()) return fail(st.error(), true);
   if (*st != 0) {
     // The images go with the failed artifact, but the log is kept beside the artifacts (read into memory
@@ -144,6 +174,16 @@ Result<Manifest> create_snapshot(const CreateRequest& r, GpuCheckpointer& gpu) {
     return e;
   }
   m.timings["criu_dump_s"] = now_s() - t;
+  if (listen_inode) {
+    // The dump ended the engine: a failure here leaves no artifact, and fastrestartd restarts the engine.
+    auto rewritten = hand_down_listen_socket(images, *listen_inode);
+    if (!rewritten.ok()) {
+      store.abandon(m.id);
+      return make_error(rewritten.error().code,
+                        "cannot make the images take fastrestartd's listening socket: " + rewritten.error().message);
+    }
+    m.listen_socket = r.listen_socket;
+  }
   m.image_bytes = tree_bytes(images);
   m.created_unix = static_cast<double>(std::time(nullptr));
   m.create_s = now_s() - t0;

@@ -8,6 +8,7 @@
 #include "common/fd.h"
 #include "common/io.h"
 #include "snapshot/json_fields.h"
+#include "snapshot/listen_image.h"
 
 namespace fr::snapshot {
 
@@ -25,6 +26,7 @@ json to_json(const Manifest& m) {
           {"create_s", m.create_s},
           {"image_bytes", m.image_bytes},
           {"stdout_pipe", m.stdout_pipe},
+          {"listen_socket", m.listen_socket},
           {"host", m.host},
           {"port", m.port},
           {"identity", to_json(m.identity)},
@@ -48,6 +50,12 @@ Result<Manifest> manifest_from_json(const json& j, const std::string& where) {
   FR_ASSIGN(m.stdout_pipe, f.str("stdout_pipe"));
   if (!m.stdout_pipe.empty() && m.stdout_pipe.rfind("pipe:[", 0) != 0)
     return f.fail("stdout_pipe", "expected \"pipe:[<inode>]\" or \"\"");
+  // Absent in manifests written before snapshots could hold fastrestartd's socket: read as "".
+  if (auto l = j.find("listen_socket"); l != j.end()) {
+    FR_ASSIGN(m.listen_socket, f.str("listen_socket"));
+    if (!m.listen_socket.empty() && !parse_socket_name(m.listen_socket))
+      return f.fail("listen_socket", "expected \"socket:[<inode>]\" or \"\"");
+  }
   FR_ASSIGN(m.host, f.str("host"));
   FR_ASSIGN(int64_t port, f.integer("port"));
   if (port < 1 || port > 65535) return f.fail("port", "must be in 1..65535");

@@ -28,6 +28,11 @@ struct Manifest {
   double create_s = 0;          // request to artifact committed (engine downtime excluded)
   uint64_t image_bytes = 0;     // bytes under images/
   std::string stdout_pipe;      // "pipe:[inode]": the engine's stdout/stderr, re-plugged on restore
+  // "socket:[inode]" of fastrestartd's listening socket (engine.listen = "supervisor") as the engine held it
+  // at the dump, or "": the images were rewritten to take it from --inherit-fd (listen_image.h), so a
+  // restore needs fastrestartd's socket, and an artifact without it cannot be restored where the port is
+  // fastrestartd's.
+  std::string listen_socket;
   std::string host;             // where the engine serves
   int port = 0;
   Identity identity;

@@ -22,6 +22,11 @@ struct CreateRequest {
   std::string stdout_pipe;     // "pipe:[inode]" of the engine's stdout/stderr, or ""
   std::string version;         // fastrestart's
   std::string id;              // empty: a new time-based id
+  // "socket:[inode]" of fastrestartd's listening socket, which the engine holds (engine.listen =
+  // "supervisor"), or "". Set: the tree must hold it (checked before anything stops), the dump skips
+  // connections waiting in its queue (they stay there, in fastrestartd's socket), and the images are
+  // rewritten so that a restore takes the socket from its caller (listen_image.h).
+  std::string listen_socket;
 };
 
 // Records the oracle, checkpoints the GPU state (if the engine holds any), `criu dump`s the tree (which
@@ -35,6 +40,9 @@ struct RestoreRequest {
   std::string criu;
   EngineSpec spec;             // today's engine: its identity must equal the recorded one
   int stdout_fd = 1;           // becomes the restored engine's stdout/stderr
+  // fastrestartd's listening socket (engine.listen = "supervisor"), or -1. It takes the place of the one
+  // the artifact recorded; an artifact that recorded none, or one given none, is refused before CRIU runs.
+  int listen_fd = -1;
   double oracle_timeout_s = 60;
 };
 

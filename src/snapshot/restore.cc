@@ -54,6 +54,19 @@ Result<Restored> restore_snapshot(const RestoreRequest& r, GpuCheckpointer& gpu)
   FR_ASSIGN(LockFile held, store.lock(out.id));
   const std::string dir = store.path(out.id);
   FR_ASSIGN(Manifest m, read_manifest(dir));
+  // The listening socket, before anything else runs: an artifact made with fastrestartd's socket must be
+  // given it (its images hold no socket of their own), and one made without it would bind the engine's
+  // port, which fastrestartd's socket holds (EADDRINUSE).
+  if (!m.listen_socket.empty() && r.listen_fd < 0)
+    return make_error(Errc::kInvalidArgument,
+                      "snapshot " + out.id + " was made with fastrestartd's listening socket (engine.listen = \"supervisor\") "
+                      "and this fastrestartd hands none (engine.listen = \"engine\"): the restored engine would have "
+                      "no socket to accept on; create a new snapshot");
+  if (m.listen_socket.empty() && r.listen_fd >= 0)
+    return make_error(Errc::kInvalidArgument,
+                      "snapshot " + out.id + " was made with the engine binding its own port (engine.listen = \"engine\"); "
+                      "with engine.listen = \"supervisor\" its restore would bind " + m.host + ":" + std::to_string(m.port) +
+                      " again, where fastrestartd's socket listens (address in use); create a new snapshot");
 
   // Identity first: nothing runs when anything differs.
   FR_ASSIGN(CriuInfo criu, probe_criu(r.criu));
@@ -76,7 +89,8 @@ Result<Restored> restore_snapshot(const RestoreRequest& r, GpuCheckpointer& gpu)
   // CRIU: the tree comes back as our child (--restore-sibling), PID 1 of a new PID namespace, in a new
   // mount namespace rooted at / whose mounts are the host's, bound again (--ext-mount-map auto: the dump
   // recorded them as external), with a fresh /proc; its stdout/stderr pipe is replaced by ours;
-  // connections that were open at the dump come back closed.
+  // connections that were open at the dump come back closed; fastrestartd's listening socket, when the
+  // artifact holds it, is ours, duplicated at each descriptor the engine had it on (listen_image.h).
   const std::string images = dir + "/images";
   const std::string pidfile = images + "/restored.pid";
   ::unlink(pidfile.c_str());
@@ -90,6 +104,13 @@ Result<Restored> restore_snapshot(const RestoreRequest& r, GpuCheckpointer& gpu)
     if (!out_fd) return sys_error("dup stdout");
     argv.insert(argv.end(), {"--inherit-fd", "fd[" + std::to_string(out_fd.get()) + "]:" + m.stdout_pipe});
     keep.push_back(out_fd.get());
+  }
+  UniqueFd listen_fd;
+  if (!m.listen_socket.empty()) {
+    listen_fd.reset(::fcntl(r.listen_fd, F_DUPFD_CLOEXEC, 10));
+    if (!listen_fd) return sys_error("dup the listening socket");
+    argv.insert(argv.end(), {"--inherit-fd", "fd[" + std::to_string(listen_fd.get()) + "]:" + m.listen_socket});
+    keep.push_back(listen_fd.get());
   }
   double t = now_s();
   FR_ASSIGN(int st, run_program(argv, images + "/criu-restore.out", keep));

@@ -2,6 +2,7 @@
 // It is a process of its own so that CUDA (the driver's checkpoint API) and CRIU never run inside
 // fastrestartd. Exit codes: 0 done, 1 failed (the reason is in --result and on stderr), 2 usage.
 #include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <CLI/CLI.hpp>
@@ -51,8 +52,8 @@ json failure(const fr::Error& e) { return {{"ok", false}, {"error", e.message}, 
 int main(int argc, char** argv) {
   CLI::App app{"fastrestart-snapshot: create and restore engine snapshots for fastrestartd (docs/snapshot.md)"};
   app.require_subcommand(1);
-  std::string dir, criu = "criu", spec_path, id, result, stdout_pipe;
-  int pid = -1;
+  std::string dir, criu = "criu", spec_path, id, result, stdout_pipe, listen_socket;
+  int pid = -1, listen_fd = -1;
   double oracle_timeout = 60;
 
   auto* create = app.add_subcommand("create", "checkpoint and dump a running engine into a new artifact");
@@ -61,6 +62,8 @@ int main(int argc, char** argv) {
   create->add_option("--pid", pid, "the engine (PID 1 of its PID namespace)")->required();
   create->add_option("--spec", spec_path, "engine spec JSON written by fastrestartd")->required();
   create->add_option("--stdout-pipe", stdout_pipe, "pipe:[inode] of the engine's stdout");
+  create->add_option("--listen-socket", listen_socket,
+                     "socket:[inode] of fastrestartd's listening socket, which the engine holds (docs/listen-socket.md)");
   create->add_option("--id", id, "artifact id (default: the UTC time)");
   create->add_option("--result", result, "write the result JSON here (default: stdout)");
 
@@ -69,6 +72,8 @@ int main(int argc, char** argv) {
   restore->add_option("--criu", criu, "path of criu (>= 4.1)");
   restore->add_option("--spec", spec_path, "engine spec JSON written by fastrestartd")->required();
   restore->add_option("--id", id, "artifact id (default: the newest)");
+  restore->add_option("--listen-fd", listen_fd,
+                      "descriptor of fastrestartd's listening socket, handed to the restored engine (docs/listen-socket.md)");
   restore->add_option("--oracle-timeout", oracle_timeout, "seconds for the oracle request");
   restore->add_option("--result", result, "write the result JSON here (default: stdout)");
 
@@ -108,7 +113,7 @@ int main(int argc, char** argv) {
   auto spec = load_spec(spec_path);
   if (!spec.ok()) return finish(result, failure(spec.error()));
   if (create->parsed()) {
-    CreateRequest r{pid, dir, criu, *spec, stdout_pipe, FASTRESTART_VERSION, id};
+    CreateRequest r{pid, dir, criu, *spec, stdout_pipe, FASTRESTART_VERSION, id, listen_socket};
     auto m = create_snapshot(r, *gpu);
     if (!m.ok()) return finish(result, failure(m.error()));
     return finish(result, {{"ok", true}, {"manifest", to_json(*m)}});
@@ -119,6 +124,14 @@ int main(int argc, char** argv) {
   r.criu = criu;
   r.spec = *spec;
   r.oracle_timeout_s = oracle_timeout;
+  if (listen_fd >= 0) {
+    struct stat st {};
+    if (::fstat(listen_fd, &st) != 0 || !S_ISSOCK(st.st_mode))
+      return finish(result, failure(fr::make_error(fr::Errc::kInvalidArgument,
+                                                   "--listen-fd " + std::to_string(listen_fd) + " is not an open socket")));
+    ::fcntl(listen_fd, F_SETFD, FD_CLOEXEC);  // only CRIU gets it, through run_program's keep list
+    r.listen_fd = listen_fd;
+  }
   auto restored = restore_snapshot(r, *gpu);
   if (!restored.ok()) return finish(result, failure(restored.error()));
   return finish(result, {{"ok", true}, {"pid", restored->pid}, {"id", restored->id}, {"timings", restored->timings}});

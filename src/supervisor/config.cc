@@ -589,14 +589,6 @@ Status check_cross_fields(const Config& c, const Lines& lines) {
                      "\"snapshot\" needs at most one GPU (snapshots are tensor-parallel 1 only), gpus lists " +
                          std::to_string(c.gpus.size()));
     }
-    // A snapshot would hold fastrestartd's listening socket, which CRIU can neither dump as the engine's
-    // own nor re-bind at restore while fastrestartd holds the port (docs/listen-socket.md, "Snapshots").
-    if (c.engine.listen == EngineListen::kSupervisor) {
-      return fail_at(c.path, lines.first({"restart.start", "engine.listen", "restart"}), "restart.start",
-                     "\"snapshot\" cannot be combined with engine.listen = \"supervisor\" yet: a restored engine "
-                     "would not get fastrestartd's listening socket back; remove \"snapshot\" or set "
-                     "engine.listen = \"engine\"");
-    }
   }
   if (c.memory.min_share >= c.memory.utilization) {
     return fail_at(c.path, lines.first({"memory.min_share", "memory.utilization"}), "memory.min_share",

@@ -119,6 +119,12 @@ bool Supervisor::spawn_helper(const std::string& job, std::vector<std::string> a
   SpawnSpec hs;
   hs.argv = {s.helper, job, "--dir", s.dir, "--criu", s.criu, "--spec", spec_path, "--result", s.result_path};
   hs.argv.insert(hs.argv.end(), args.begin(), args.end());
+  if (m_listen_fd >= 0) {
+    // fastrestartd's listening socket (docs/listen-socket.md, "Snapshots"): a create names it, so that the
+    // images take it from the restore; a restore is handed it (as fd 3) for the restored engine.
+    if (job == "create") hs.argv.insert(hs.argv.end(), {"--listen-socket", "socket:[" + std::to_string(m_listen_inode) + "]"});
+    if (job == "restore") hs.listen_fd = m_listen_fd, hs.argv.insert(hs.argv.end(), {"--listen-fd", "3"});
+  }
   hs.env = spec.env;  // CUDA_VISIBLE_DEVICES: the helper sees the engine's GPU as device 0
   auto child = spawn_child(hs);
   if (!child.ok()) {

@@ -174,5 +174,40 @@ TEST_F(Ops, ACpuEngineSkipsTheDriver) {
   engine_reaped();
 }
 
+// A create told that the engine holds fastrestartd's listening socket refuses, before anything stops,
+// an engine that does not: its images could not be given the socket back. The engine keeps serving.
+TEST_F(Ops, AnEngineWithoutTheNamedListeningSocketIsRefusedAndKeepsServing) {
+  FakeGpu gpu;
+  gpu.states[m_engine] = "running";
+  CreateRequest r = create_request();
+  r.listen_socket = "socket:[4242]";
+  auto m = create_snapshot(r, gpu);
+  ASSERT_FALSE(m.ok());
+  EXPECT_NE(m.error().message.find("the engine does not hold fastrestartd's listening socket socket:[4242]"),
+            std::string::npos) << m.error().message;
+  EXPECT_TRUE(gpu.calls.empty()) << "nothing was locked or checkpointed";
+  EXPECT_TRUE(answers());
+  EXPECT_TRUE(Store(m_dir / "snaps").ids().empty());
+  r.listen_socket = "pipe:[1]";
+  m = create_snapshot(r, gpu);
+  ASSERT_FALSE(m.ok());
+  EXPECT_NE(m.error().message.find("invalid listening socket \"pipe:[1]\""), std::string::npos) << m.error().message;
+  EXPECT_TRUE(answers());
+}
+
+// A restore given a listening socket refuses, before CRIU runs, an artifact made without one.
+TEST_F(Ops, AnArtifactWithoutASocketIsRefusedWhenOneIsHanded) {
+  FakeGpu gpu;
+  ASSERT_TRUE(create_snapshot(create_request(), gpu).ok());
+  engine_reaped();
+  RestoreRequest r = restore_request();
+  r.listen_fd = 0;  // any descriptor: the refusal comes before it is used
+  auto restored = restore_snapshot(r, gpu);
+  ASSERT_FALSE(restored.ok());
+  EXPECT_NE(restored.error().message.find("snapshot a was made with the engine binding its own port"), std::string::npos)
+      << restored.error().message;
+  EXPECT_FALSE(std::filesystem::exists(m_dir / "snaps/a/images/restore.log"));  // CRIU never ran
+}
+
 }  // namespace
 }  // namespace fr::snapshot

@@ -16,9 +16,12 @@
 #include <filesystem>
 #include <fstream>
 #include <functional>
+#include <future>
+#include <memory>
 #include <nlohmann/json.hpp>
 #include <thread>
 
+#include "common/fd.h"
 #include "support/harness.h"
 
 namespace fr {
@@ -45,6 +48,7 @@ struct Options {
   std::string mode = "copy";     // weights.mode; zero_copy: the daemon preloads the checkpoint (weights.key)
   std::string engine_flags;      // more tiny engine flags, as TOML array items (`, "--x"`)
   std::string start = "\"snapshot\", \"warm\", \"cold\"";  // restart.start's items
+  std::string listen = "engine";  // engine.listen; "supervisor": fastrestartd owns the port (docs/listen-socket.md)
 };
 
 // fastrestartd over a tiny engine in weights mode copy (host backend), start = snapshot, warm, cold. In
@@ -62,7 +66,7 @@ class Supervised {
       << "flags = [\"--host\", \"127.0.0.1\", \"--port\", \"" << m_port << "\", \"--served-model-name\", \"t\", "
       << "\"--load-format\", \"fastrestart\", \"--fastrestart-mode\", \"" << o.mode << "\", \"--fastrestart-socket-dir\", \""
       << (m_dir / "run") << "\", \"--shutdown-grace\", \"2\"" << o.engine_flags << "]\n"
-      << "host = \"127.0.0.1\"\nport = " << m_port << "\nstop_grace_s = 3\n"
+      << "host = \"127.0.0.1\"\nport = " << m_port << "\nstop_grace_s = 3\nlisten = \"" << o.listen << "\"\n"
       << "[weights]\nmode = \"" << o.mode << "\"\nbackend = \"host\"\ncheckpoint = \"" << m_model << "\"\nsocket_dir = \""
       << (m_dir / "run") << "\"\n"
       << (o.mode == "zero_copy" ? "key = {arch = \"tinyengine\", dtype = \"F32\", engine = \"fastrestart-tinyengine " FR_VERSION
@@ -81,6 +85,14 @@ class Supervised {
     ::kill(m_pid, SIGTERM);
     int st;
     ::waitpid(m_pid, &st, 0);
+  }
+  // Stops fastrestartd (SIGTERM: it stops the engine and exits) and starts it again on the same config,
+  // state and port; its log goes on in the same file.
+  void restart_daemon() {
+    ::kill(m_pid, SIGTERM);
+    int st;
+    ::waitpid(m_pid, &st, 0);
+    m_pid = test::spawn_logged({FR_FASTRESTARTD_BIN, "--config", m_cfg}, m_dir / "fastrestartd.log");
   }
   test::RunResult ctl(std::vector<std::string> args) {
     std::vector<std::string> argv{FR_FASTRESTARTCTL_BIN, "--socket", m_dir / "ctl/t.ctl"};
@@ -136,6 +148,7 @@ class Supervised {
     ASSERT_EQ(::kill(engine, SIGKILL), 0);
   }
   const std::string& model() const { return m_model; }
+  uint16_t port() const { return m_port; }
   std::string socket_dir() const { return m_dir / "run"; }
   std::string metrics() {
     return test::run({"/usr/bin/curl", "-s", "http://127.0.0.1:" + std::to_string(m_http) + "/metrics"}).output;
@@ -533,6 +546,200 @@ TEST(WeightlessSnapshot, AnEngineThatDoesNotAnswerPrepareIsRefusedAndKeepsServin
   EXPECT_EQ(d.ctl_json({"snapshot", "list"})["snapshots"].size(), 0u);
   auto answer = d.complete(json{{"prompt", "The capital of France is"}, {"max_tokens", 1}});
   EXPECT_TRUE(answer.contains("choices")) << answer.dump();
+}
+
+// ---- With fastrestartd's listening socket (engine.listen = "supervisor") ----
+
+Options with_listen_socket() {
+  Options o;
+  o.listen = "supervisor";
+  return o;
+}
+
+// What /proc shows for a descriptor ("socket:[inode]"), or "" when it is not open.
+std::string fd_link(pid_t pid, int fd) {
+  std::error_code ec;
+  return std::filesystem::read_symlink("/proc/" + std::to_string(pid) + "/fd/" + std::to_string(fd), ec).string();
+}
+
+// connect(2) to 127.0.0.1:port, then a completion with the oracle's request written on that connection
+// (HTTP/1.1, the connection closed after the answer). Returns the answer, or "" with errno's text.
+struct RawAnswer {
+  int connect_errno = 0;
+  std::string text;  // status line, headers and body
+};
+RawAnswer connect_now(uint16_t port, UniqueFd* out) {
+  UniqueFd fd(::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_port = htons(port);
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  if (::connect(fd.get(), reinterpret_cast<sockaddr*>(&a), sizeof a) != 0) return {errno, ""};
+  *out = std::move(fd);
+  return {};
+}
+std::string complete_on(UniqueFd fd, const json& oracle) {
+  const std::string body = json{{"prompt", oracle["prompt"]}, {"max_tokens", oracle["max_tokens"]}, {"temperature", 0},
+                                {"logprobs", 1}, {"model", "t"}}.dump();
+  const std::string req = "POST /v1/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+                          "Connection: close\r\nContent-Length: " + std::to_string(body.size()) + "\r\n\r\n" + body;
+  if (::send(fd.get(), req.data(), req.size(), MSG_NOSIGNAL) != static_cast<ssize_t>(req.size())) return "";
+  timeval tv{120, 0};  // far above any restore here: what a patient client gets
+  ::setsockopt(fd.get(), SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+  std::string out;
+  char buf[4096];
+  for (ssize_t n; (n = ::recv(fd.get(), buf, sizeof buf, 0)) > 0;) out.append(buf, static_cast<size_t>(n));
+  return out;
+}
+json body_of(const std::string& http) {
+  auto at = http.find("\r\n\r\n");
+  if (at == std::string::npos) return json{{"unparsed", http}};
+  auto j = json::parse(http.substr(at + 4), nullptr, false);
+  return j.is_discarded() ? json{{"unparsed", http}} : j;
+}
+
+// The snapshot of an engine that accepts on fastrestartd's socket records it, and every restore (the
+// create's own, then a crash's) hands that same socket to the restored engine: the port never changes
+// hands, no bind happens, and the oracle is answered on it.
+TEST(SnapshotListenSocket, ARestoredEngineAcceptsOnFastrestartdsSocket) {
+  SKIP_WITHOUT_CRIU();
+  Supervised d(with_listen_socket());
+  ASSERT_TRUE(d.wait_ready_path("cold")) << d.log();
+  const pid_t cold = d.status()["engine"]["pid"];
+  const std::string socket = fd_link(cold, 3);
+  ASSERT_EQ(socket.rfind("socket:[", 0), 0u) << "the engine holds fastrestartd's socket as fd 3: " << socket;
+  const std::string id = d.create();
+  ASSERT_FALSE(id.empty());
+  auto inspect = d.ctl_json({"snapshot", "inspect", id});
+  ASSERT_TRUE(inspect.value("ok", false)) << inspect.dump();
+  const json m = inspect["manifest"];
+  EXPECT_EQ(m["listen_socket"], socket) << m.dump();
+  auto s = d.status();
+  EXPECT_EQ(s["last_start"]["path"], "snapshot") << s.dump() << d.log();
+  EXPECT_EQ(fd_link(s["engine"]["pid"], 3), socket) << "the restored engine's fd 3 is fastrestartd's socket";
+
+  d.kill_engine();
+  ASSERT_TRUE(d.wait_status([](const json& st) {
+    return settled(st) && snapshot_of(st)["restored"] == 2 && st["restarts"].value("crash", 0) == 1;
+  })) << d.log();
+  s = d.status();
+  EXPECT_EQ(s["last_start"]["path"], "snapshot") << s.dump();
+  EXPECT_EQ(snapshot_of(s)["fallbacks"], 0) << snapshot_of(s).dump();
+  EXPECT_EQ(fd_link(s["engine"]["pid"], 3), socket);
+  auto answer = d.complete(m["oracle"]);
+  ASSERT_TRUE(answer.contains("choices")) << answer.dump();
+  EXPECT_EQ(answer["choices"][0]["token_ids"], m["oracle"]["token_ids"]);
+  EXPECT_EQ(answer["choices"][0]["logprobs"]["token_logprobs"], m["oracle"]["logprobs"]);
+  EXPECT_EQ(d.log().find("Address already in use"), std::string::npos) << d.log();
+}
+
+// Clients that connect while the engine is dead and while its snapshot is being restored are not
+// refused: they wait in fastrestartd's accept queue and the restored engine answers them.
+TEST(SnapshotListenSocket, AClientConnectingDuringTheRestoreGetsItsAnswer) {
+  SKIP_WITHOUT_CRIU();
+  Options o = with_listen_socket();
+  o.size = "256M";  // a restore long enough to connect while it runs
+  Supervised d(o);
+  ASSERT_TRUE(d.wait_ready_path("cold")) << d.log();
+  const std::string id = d.create();
+  ASSERT_FALSE(id.empty());
+  ASSERT_TRUE(d.wait_ready_path("snapshot")) << d.log();
+  const json oracle = d.ctl_json({"snapshot", "inspect", id})["manifest"]["oracle"];
+  const pid_t engine = d.status()["engine"]["pid"];
+
+  ASSERT_EQ(::kill(engine, SIGKILL), 0);
+  UniqueFd early;
+  auto c = connect_now(d.port(), &early);
+  ASSERT_EQ(c.connect_errno, 0) << "a connection right after the kill was refused: " << std::strerror(c.connect_errno);
+  auto early_answer = std::async(std::launch::async, [&] { return complete_on(std::move(early), oracle); });
+  // One more once the helper is seen restoring (the restore may also finish between two polls).
+  std::future<std::string> during;
+  bool restoring = false;
+  ASSERT_TRUE(d.wait_status([&](const json& st) {
+    if (!restoring && snapshot_of(st)["job"] == "restore") {
+      restoring = true;
+      UniqueFd fd;
+      auto r = connect_now(d.port(), &fd);
+      EXPECT_EQ(r.connect_errno, 0) << "a connection during the restore was refused";
+      if (r.connect_errno == 0)
+        during = std::async(std::launch::async, [&, f = std::make_shared<UniqueFd>(std::move(fd))]() mutable {
+          return complete_on(std::move(*f), oracle);
+        });
+    }
+    return settled(st) && snapshot_of(st)["restored"] == 2;
+  })) << d.log();
+  EXPECT_EQ(d.status()["last_start"]["path"], "snapshot");
+  for (auto* f : {&early_answer, &during}) {
+    if (!f->valid()) continue;
+    const std::string http = f->get();
+    EXPECT_EQ(http.rfind("HTTP/1.1 200", 0), 0u) << http << d.log();
+    const json body = body_of(http);
+    ASSERT_TRUE(body.contains("choices")) << body.dump();
+    EXPECT_EQ(body["choices"][0]["token_ids"], oracle["token_ids"]);
+  }
+  std::printf("connected during the restore as well: %s\n", restoring ? "yes" : "no (it ended between two polls)");
+}
+
+// The artifact names the socket of the fastrestartd that made it; a new fastrestartd binds a new socket
+// (another inode) and the restore hands that one in its place.
+TEST(SnapshotListenSocket, AnArtifactIsRestoredOntoTheSocketOfTheNextFastrestartd) {
+  SKIP_WITHOUT_CRIU();
+  Supervised d(with_listen_socket());
+  ASSERT_TRUE(d.wait_ready_path("cold")) << d.log();
+  const std::string id = d.create();
+  ASSERT_TRUE(d.wait_ready_path("snapshot")) << d.log();
+  const json m = d.ctl_json({"snapshot", "inspect", id})["manifest"];
+  d.restart_daemon();
+  // The first start of the new fastrestartd restores the artifact.
+  ASSERT_TRUE(d.wait_status([](const json& st) { return settled(st) && snapshot_of(st)["restored"] == 1; })) << d.log();
+  auto s = d.status();
+  EXPECT_EQ(s["last_start"]["path"], "snapshot") << s.dump();
+  EXPECT_EQ(s["last_start"]["snapshot_id"], id);
+  const std::string now = fd_link(s["engine"]["pid"], 3);
+  EXPECT_EQ(now.rfind("socket:[", 0), 0u) << now;
+  EXPECT_NE(now, m["listen_socket"].get<std::string>()) << "a new fastrestartd, a new socket";
+  auto answer = d.complete(m["oracle"]);
+  ASSERT_TRUE(answer.contains("choices")) << answer.dump();
+  EXPECT_EQ(answer["choices"][0]["token_ids"], m["oracle"]["token_ids"]);
+}
+
+void set_manifest_listen_socket(Supervised& d, const std::string& id, const std::string& value) {
+  edit_manifest(d.artifact(id), [&](json& m) { m["listen_socket"] = value; });
+}
+
+// An artifact whose socket does not match the configuration is refused before CRIU runs, with the reason,
+// and the restart falls back to the next start path.
+TEST(SnapshotListenSocket, AnArtifactWithoutTheSocketFallsBackWhenTheConfigHandsOne) {
+  SKIP_WITHOUT_CRIU();
+  Supervised d(with_listen_socket());
+  ASSERT_TRUE(d.wait_ready_path("cold")) << d.log();
+  const std::string id = d.create();
+  ASSERT_TRUE(d.wait_ready_path("snapshot")) << d.log();
+  set_manifest_listen_socket(d, id, "");  // as an artifact made with engine.listen = "engine" records it
+  d.kill_engine();
+  ASSERT_TRUE(d.wait_status([](const json& st) { return settled(st) && snapshot_of(st)["fallbacks"] == 1; })) << d.log();
+  auto s = d.status();
+  EXPECT_EQ(s["last_start"]["path"], "warm") << s.dump();
+  const std::string reason = snapshot_of(s)["last_failure"].value("reason", std::string());
+  EXPECT_NE(reason.find("snapshot " + id + " was made with the engine binding its own port"), std::string::npos) << reason;
+  EXPECT_NE(reason.find("address in use"), std::string::npos) << reason;
+  auto answer = d.complete(json{{"prompt", "The capital of France is"}, {"max_tokens", 1}});
+  EXPECT_TRUE(answer.contains("choices")) << answer.dump();
+}
+
+TEST(SnapshotListenSocket, AnArtifactWithTheSocketFallsBackWhenTheEngineBindsItsPort) {
+  SKIP_WITHOUT_CRIU();
+  Supervised d;
+  ASSERT_TRUE(d.wait_ready_path("cold")) << d.log();
+  const std::string id = d.create();
+  ASSERT_TRUE(d.wait_ready_path("snapshot")) << d.log();
+  set_manifest_listen_socket(d, id, "socket:[4242]");  // as an artifact made with engine.listen = "supervisor"
+  d.kill_engine();
+  ASSERT_TRUE(d.wait_status([](const json& st) { return settled(st) && snapshot_of(st)["fallbacks"] == 1; })) << d.log();
+  auto s = d.status();
+  EXPECT_EQ(s["last_start"]["path"], "warm") << s.dump();
+  const std::string reason = snapshot_of(s)["last_failure"].value("reason", std::string());
+  EXPECT_NE(reason.find("snapshot " + id + " was made with fastrestartd's listening socket"), std::string::npos) << reason;
 }
 
 }  // namespace

@@ -297,9 +297,15 @@ TEST(ConfigError, EngineListenKeysAreChecked) {
   expect_error(head + "listen = \"systemd\"\n" + tail, 3, "engine.listen", {"engine", "supervisor"});
   expect_error(head + "listen_backlog = 0\n" + tail, 3, "engine.listen_backlog", {"got 0"});
   expect_error(head + "listen_backlog = 70000\n" + tail, 3, "engine.listen_backlog");
-  // A restored snapshot would not get the socket back: refused with the way out.
-  expect_error(head + "listen = \"supervisor\"\n" + tail + "[restart]\nstart = [\"snapshot\", \"warm\"]\n", 7, "restart.start",
-               {"engine.listen = \"supervisor\"", "remove \"snapshot\""});
+}
+
+// A restored snapshot gets fastrestartd's socket like any other start (docs/listen-socket.md, "Snapshots").
+TEST(Config, SnapshotWithTheSupervisorsListeningSocketIsValid) {
+  auto r = parse("[engine]\ncommand = [\"x\"]\nlisten = \"supervisor\"\n[weights]\nmode = \"off\"\n"
+                 "[restart]\nstart = [\"snapshot\", \"warm\"]\n");
+  ASSERT_TRUE(r.ok()) << r.error().message;
+  EXPECT_EQ(r->engine.listen, EngineListen::kSupervisor);
+  EXPECT_EQ(r->restart.start.front(), StartPath::kSnapshot);
 }
 
 TEST(Config, SnapshotWithoutGpuIsValidForCpuEngines) {
