@@ -195,5 +195,52 @@ class ArenaTest(unittest.TestCase):
             a.view(0, (-1,), "F32")
 
 
+try:
+    import torch
+    HAVE_CUDA = torch.cuda.is_available()
+    WHY_NO_CUDA = "no CUDA device visible to torch"
+except ImportError:
+    HAVE_CUDA, WHY_NO_CUDA = False, "torch is not installed"
+
+
+@unittest.skipUnless(WEIGHTD and os.access(WEIGHTD, os.X_OK), "FR_WEIGHTD_BIN is not set to fastrestart-weightd")
+@unittest.skipUnless(HAVE_CUDA, WHY_NO_CUDA)
+class CudaArenaTorchTest(unittest.TestCase):
+    """On the GPU (scripts/gpu-run.sh tests): a torch tensor over a cuda:0 arena, a CUDA graph captured over
+    the placeholder, and the same graph writing into the leased arena at the same address."""
+
+    def setUp(self):
+        self.tmp = tempfile.mkdtemp(prefix="fr-arena-cuda-")
+        self.run_dir = os.path.join(self.tmp, "run")
+        os.mkdir(self.run_dir, 0o700)
+        self.daemon = Weightd(WEIGHTD, self.run_dir, os.path.join(self.tmp, "weightd.log"), backend="cuda").start(self)
+
+    def tearDown(self):
+        self.daemon.stop()
+        gc.collect()
+        shutil.rmtree(self.tmp, ignore_errors=True)
+
+    def test_a_graph_captured_over_the_placeholder_writes_the_leased_arena(self):
+        a = fastrestart.reserve_arena("kv", 64 << 20, device="cuda:0", socket_dir=self.run_dir)
+        n = a.placeholder_bytes // 4
+        t = torch.from_dlpack(a.view(0, (a.bytes // 4,), "float32"))
+        self.assertEqual((t.device, t.data_ptr()), (torch.device("cuda:0"), a.base))
+        t[:n].fill_(3)
+        torch.cuda.synchronize()
+        self.assertTrue(bool((t[-n:] == 3).all()))  # the placeholder aliases: every chunk is the same memory
+        x = t[:1024]
+        g = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(g):
+            x.add_(1)
+        lease = a.swap_in()
+        self.assertTrue(lease["created"])
+        self.assertEqual(t.data_ptr(), a.base)
+        self.assertEqual(float(t.abs().sum()), 0.0)  # the new arena, zero-filled by the daemon
+        g.replay()
+        torch.cuda.synchronize()
+        self.assertTrue(bool((x == 1).all()))
+        self.assertEqual(float(t[1024:].abs().sum()), 0.0)  # no longer aliased
+
+
 if __name__ == "__main__":
     unittest.main()
