@@ -523,11 +523,15 @@ class Engine:
         the engine's own (the lease then replaces the daemon's arena by one of that size, once its holder has
         exited; a standby parks first, as without an arena). Every failure is logged and falls back to KV
         tensors of the engine's own (the standby's after its release). Returns the KV dict."""
-        import fastrestart
         a = self.args
         info = self.batch_info["kv_arena"] = {"name": a.kv_arena, "own_positions": own_positions}
         try:
+            import fastrestart
             held = fastrestart.find_arena(a.kv_arena, **self._arena_opts())
+        except (ImportError, AttributeError) as e:  # no binding, or one without arenas
+            if standby:
+                self.gate("warmed")
+            return self._arena_fallback(r, slots, own_positions, f"the fastrestart binding has no KV arenas: {e}")
         except (RuntimeError, ValueError) as e:
             if standby:
                 self.gate("warmed")
