@@ -4,6 +4,7 @@ static slots, and the flag rules. The GPU side (the profile, the KV cache, the g
 test_refengine's test_batched_engine_... on the GPU machine: without torch it skips with the reason."""
 
 import contextlib
+import importlib.util
 import io
 import os
 import sys
@@ -349,12 +350,7 @@ class KvArena(unittest.TestCase):
         self.assertEqual(used, rb.bytes_per_position(4, 2, 8, 2) * 3 * 32)
 
 
-try:
-    import torch  # noqa: F401
-    import transformers  # noqa: F401
-    HAVE_TORCH = True
-except ImportError:
-    HAVE_TORCH = False
+HAVE_TORCH = all(importlib.util.find_spec(m) is not None for m in ("torch", "transformers"))
 WEIGHTD = os.environ.get("FR_WEIGHTD_BIN", "")
 
 
