@@ -14,12 +14,21 @@
 #   warmed    the same with level = "warmed": this engine's warmed gate is after the weights and the oracle,
 #             before the profile, the KV cache and the graphs (a second KV cache of the share does not fit
 #             beside the live engine's), so those run after the release
+#   warmed_arena  the same with level = "warmed" and --kv-arena kv (docs/refengine.md, "The KV cache in an
+#             arena"): the KV cache is the weight daemon's arena; the standby profiles, captures its graphs over
+#             the arena's placeholder and parks after them; at its release it leases the arena (waiting for the
+#             dead engine's exit) and maps it at the same address. Recorded besides the rest: the lease wait
+#             and swap_in (the release timeline), fallbacks to a KV cache of its own, the KV cache against
+#             the cold path's (run cold in the same call for that), the parked standby's GPU memory.
+#             memory.check_free is off on it: fastrestartd does not count the arena as the engine's memory
+#             yet, so a warm or cold fallback start would be refused for the memory the arena holds.
 # No snapshot path: a snapshot of this engine would carry its KV cache (the whole share) and graphs; the
 # weightless snapshot releases only the attached pool (docs/snapshot.md).
 #
 # usage (repository root, .bundle/ from scripts/gpu-bundle.sh carried; scripts/gpu-run.sh vshape):
 #   bench/gpu_vllm_shape.sh
-# VSHAPE_RUNS ("warm pre_gpu warmed cold"), VSHAPE_<PATH>_KILLS (1 each: COLD, WARM, PREGPU, WARMED),
+# VSHAPE_RUNS ("warm pre_gpu warmed cold"; warmed_arena on request: scripts/gpu-run.sh vshape-arena runs
+# "warmed_arena cold"), VSHAPE_<PATH>_KILLS (1 each: COLD, WARM, PREGPU, WARMED; WARMEDARENA 2),
 # VSHAPE_BUDGET_S (470: a run whose limit would end past it is skipped and says so; with the 16 GB
 # checkpoint to generate, about three paths at one kill each fit: run the rest, or more kills, in a second
 # call, e.g. VSHAPE_RUNS="warm pre_gpu warmed" then VSHAPE_RUNS="cold" VSHAPE_WARM_KILLS=...), VSHAPE_SHAPE (8b; tiny for a dry run), VSHAPE_FLAGS (more engine flags, e.g.
@@ -55,10 +64,12 @@ config() {
     cold) start='["cold"]' ;;
     warm) start='["warm", "cold"]' ;;
     pre_gpu|warmed) start='["standby", "warm", "cold"]'; level=$path ;;
+    warmed_arena) start='["standby", "warm", "cold"]'; level=warmed; extra=', "--kv-arena", "kv"' ;;
   esac
   for x in ${VSHAPE_FLAGS:-}; do extra="$extra, \"$x\""; done
   local standby_section=""
   [ -n "$level" ] && standby_section=$(printf '[standby]\nlevel = "%s"' "$level")
+  [ "$path" = warmed_arena ] && standby_section=$(printf '%s\n[memory]\ncheck_free = false' "$standby_section")
   local expect=""
   [ -f "$w/oracle.json" ] &&
     expect="expect_text = $(python3 -c 'import json,sys; print(json.dumps(json.load(open(sys.argv[1]))["text_1"]))' "$w/oracle.json")"
@@ -101,7 +112,8 @@ for path in $runs; do
     warm) kills=${VSHAPE_WARM_KILLS:-1} ;;
     pre_gpu) kills=${VSHAPE_PREGPU_KILLS:-1} ;;
     warmed) kills=${VSHAPE_WARMED_KILLS:-1} ;;
-    *) say "unknown run $path (cold|warm|pre_gpu|warmed)"; continue ;;
+    warmed_arena) kills=${VSHAPE_WARMEDARENA_KILLS:-2} ;;
+    *) say "unknown run $path (cold|warm|pre_gpu|warmed|warmed_arena)"; continue ;;
   esac
   lim=$(limit "$path" "$kills")
   if [ $(($(elapsed) + lim)) -gt "$budget" ]; then
@@ -166,7 +178,25 @@ for f in sorted(glob.glob(os.path.join(res, "*.json"))):
           f"{many.get('clients', '-'):>5} {str(many.get('differ_from_batch1', '-')) + '/' + str(many.get('compared_with_batch1', '-')):>6}")
     ph = (st.get("startup") or {}).get("phases") or {}
     print("   phases: " + " ".join(f"{k[:-2]}={v:.2f}" for k, v in ph.items() if isinstance(v, (int, float))))
-    out[path] = {"cycles": r, "stats": st, "engine_mib": mib, "load": lo}
+    ka = b.get("kv_arena")
+    arena = None
+    if ka:
+        # The KV cache's memory is the daemon's (nvidia-smi counts it there, not in "engine GiB" above).
+        cold_kv = ((load("cold-stats.json", {}) or {}).get("batch") or {}).get("kv_cache") or {}
+        ratio = kv.get("bytes", 0) / cold_kv["bytes"] if cold_kv.get("bytes") else None
+        lease = ka.get("lease") or {}
+        arena = {"source": ka.get("source"), "arena_bytes": ka.get("bytes"), "kv_bytes": kv.get("bytes"),
+                 "kv_vs_cold": round(ratio, 4) if ratio else None, "fallback": ka.get("fallback"),
+                 "live_lease": lease, "wait_median_s": s.get("kv_arena_wait_median_s"),
+                 "wait_max_s": s.get("kv_arena_wait_max_s"), "swap_in_median_s": s.get("kv_arena_swap_in_median_s"),
+                 "fallbacks": s.get("kv_arena_fallbacks", [])}
+        print(f"   kv arena: {(ka.get('bytes') or 0) / 2**30:.1f} GiB ({ka.get('source')}), KV vs cold "
+              + (f"{ratio:.1%}" if ratio else "- (no cold run)")
+              + f"; release: lease wait median {s.get('kv_arena_wait_median_s', '-')} s (max {s.get('kv_arena_wait_max_s', '-')}),"
+              f" swap_in {s.get('kv_arena_swap_in_median_s', '-')} s; live engine's lease generation {lease.get('generation', '-')}"
+              + (f"; FELL BACK: {ka['fallback']}" if ka.get("fallback") else "")
+              + (f"; fallbacks over the kills: {s['kv_arena_fallbacks']}" if s.get("kv_arena_fallbacks") else ""))
+    out[path] = {"cycles": r, "stats": st, "engine_mib": mib, "load": lo, "kv_arena": arena}
 json.dump(out, open(os.path.join(os.path.dirname(res), "vshape-results.json"), "w"), indent=1)
 PY
 tar czf "$OUT/vshape-logs.tar.gz" -C "$w" sup 2>/dev/null

@@ -55,7 +55,8 @@ class Run(fr.Driver):
              "logits_sha256": (stats.get("oracle") or {}).get("logits_sha256"),
              "graph_check": (stats.get("cuda_graph") or {}).get("graph_check"),
              "batched": bool((stats.get("batch") or {}).get("enabled")),
-             "standby": stats.get("standby"), "phases": (stats.get("startup") or {}).get("phases")}
+             "standby": stats.get("standby"), "phases": (stats.get("startup") or {}).get("phases"),
+             "kv_arena": (stats.get("batch") or {}).get("kv_arena")}
         return o
 
     def compare(self, o):
@@ -103,7 +104,7 @@ class Run(fr.Driver):
             log(f"oracle reference: {first['text']!r} (logits {str(first.get('logits_sha256'))[:16]})")
         self.res["first_start"]["oracle_differs"] = self.compare(first)
         self.save()
-        standby = a.path in ("warmed", "pre_gpu", "warmed-graph")
+        standby = a.path in ("warmed", "pre_gpu", "warmed-graph", "warmed_arena")
 
         def one(_, k):
             if standby:
@@ -143,6 +144,17 @@ class Run(fr.Driver):
                if isinstance(k.get("last_release"), dict) and k["last_release"].get("release_to_ready_s") is not None]
         if rel:
             s["release_to_ready_median_s"] = round(statistics.median(rel), 4)
+        # --kv-arena: the released standby's lease wait (for the dead engine's exit) and its swap_in, and
+        # any start that fell back to a KV cache of its own (with the reason)
+        arena = [(k.get("oracle") or {}).get("standby") or {} for k in ks]
+        waits = [x["kv_arena_wait_s"] for x in arena if x.get("kv_arena_wait_s") is not None]
+        swaps = [x["kv_arena_swap_in_s"] for x in arena if x.get("kv_arena_swap_in_s") is not None]
+        if waits:
+            s.update(kv_arena_wait_median_s=round(statistics.median(waits), 4), kv_arena_wait_max_s=round(max(waits), 4),
+                     kv_arena_swap_in_median_s=round(statistics.median(swaps), 4))
+        fell = [((k.get("oracle") or {}).get("kv_arena") or {}).get("fallback") for k in ks]
+        if any(fell):
+            s["kv_arena_fallbacks"] = [f for f in fell if f]
         s["oracle_mismatches"] = sum(1 for k in ks if k.get("oracle_differs"))
         s["graph_checks"] = sorted({str(k["oracle"].get("graph_check")) for k in ks if k.get("oracle")})
         self.res["summary"] = s
@@ -151,7 +163,7 @@ class Run(fr.Driver):
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     fr.add_daemon_args(ap)
-    ap.add_argument("--path", required=True, choices=["cold", "warm", "warmed", "warmed-graph", "pre_gpu"])
+    ap.add_argument("--path", required=True, choices=["cold", "warm", "warmed", "warmed-graph", "warmed_arena", "pre_gpu"])
     ap.add_argument("--kills", type=int, required=True)
     ap.add_argument("--out", required=True)
     ap.add_argument("--reference")

@@ -2,7 +2,7 @@
 # Runs on the GPU machine, from the repository root, with .bundle/ (scripts/gpu-bundle.sh) carried:
 # the CUDA tests, then the weight-store benchmark (bench/h200_weights.py), results under $OUT.
 #
-# usage: scripts/gpu-run.sh [smoke|full|e2e-smoke|e2e|snapshot-plugin|snapshot-refengine|snapshot-weightless|standby|vshape|vshape-smoke|tp|tp-smoke|socket]
+# usage: scripts/gpu-run.sh [smoke|full|e2e-smoke|e2e|snapshot-plugin|snapshot-refengine|snapshot-weightless|standby|vshape|vshape-smoke|vshape-arena|tp|tp-smoke|socket]
 #   smoke: machine facts, the CUDA tests, and the benchmark on a 1% checkpoint (about 160 MB)
 #   full:  the CUDA tests and the benchmark on the full Llama-3.1-8B-shaped checkpoint (16 GB)
 #   e2e-smoke: the Python tests with torch (binding, reference engine), then bench/e2e_restart.py on small
@@ -31,7 +31,9 @@
 #          docs/refengine.md "Batched serving") under fastrestartd on the 16 GB shape at memory.utilization 0.9,
 #          kill -9 per start path (warm, standby pre_gpu, standby warmed, cold): death to READY, the live
 #          engine's phases, GPU memory, KV cache and graphs, tokens/s at 1 and max-num-seqs clients, the oracle
-#          (bench/gpu_vllm_shape.sh; VSHAPE_* variables); at most about 540 s. vshape-smoke: the tiny shape
+#          (bench/gpu_vllm_shape.sh; VSHAPE_* variables); at most about 540 s. vshape-smoke: the tiny shape.
+#          vshape-arena: the same script on VSHAPE_RUNS "warmed_arena cold" (the KV cache in the daemon's arena,
+#          a warmed standby parked over its placeholder; cold for the KV cache without a standby)
 #   tp:    the tensor-parallel reference engine on this one GPU under fastrestartd (bench/gpu_tp.sh; docs/refengine.md
 #          "Tensor parallel"): the 16 GB Llama-3.1-8B shape at TP=2 (--share-device, gloo; kill -9 of rank 0 twice
 #          and of rank 1 twice, each restart attaching both shards) then TP=1 (5 warm kills); at most 405 s
@@ -189,12 +191,13 @@ case "$mode" in
     rm -rf "$OUT/logs" "$OUT/socket.out" "$OUT/socket_restart.md"
     exit $src
     ;;
-  vshape|vshape-smoke)
+  vshape|vshape-smoke|vshape-arena)
     # vshape-smoke: the same script on the tiny shape (a dry run of it, about 3 minutes)
     say "== the vLLM-shaped reference engine on every start path (bench/gpu_vllm_shape.sh)"
     if [ "$mode" = vshape-smoke ]; then
       export VSHAPE_SHAPE=${VSHAPE_SHAPE:-tiny} VSHAPE_FLAGS=${VSHAPE_FLAGS:---max-model-len 2048}
     fi
+    [ "$mode" = vshape-arena ] && export VSHAPE_RUNS=${VSHAPE_RUNS:-"warmed_arena cold"}
     timeout 540 bench/gpu_vllm_shape.sh >"$OUT/vshape.out" 2>&1
     src=$?
     cat "$OUT/vshape-summary.txt" >>"$summary" 2>/dev/null
@@ -228,7 +231,8 @@ case "$mode" in
   tests)
     say "== Python tests with torch (binding, torch, reference engine)"
     (cd python/tests && FR_WEIGHTD_BIN=$bundle/bin/fastrestart-weightd timeout 200 \
-      python3 -m unittest -v test_binding test_torch test_refengine) >"$OUT/python-tests.log" 2>&1
+      python3 -m unittest -v test_binding test_torch test_refengine test_arena test_refengine_batch) \
+      >"$OUT/python-tests.log" 2>&1
     prc=$?
     say "python tests: exit $prc; $(tail -3 "$OUT/python-tests.log" | tr '\n' ' ')"
     grep -E '(FAIL|ERROR|skipped)' "$OUT/python-tests.log" | head -20 | tee -a "$summary"
@@ -277,6 +281,8 @@ rm -f "$OUT/te.tmp"
 [ $rc -eq 0 ] || failed=1
 grep -E 'GPU digest of 2 GiB|16 GiB VMM pool|cuMemExportToShareableHandle|cuMemHostAlloc' "$OUT/tests.log" | tee -a "$summary"
 grep -E '^\[  FAILED  \]' "$OUT/tests.log" | tee -a "$summary"
+# The KV arena on the GPU (vmm_share_test): the placeholder aliases, the swap keeps the address.
+grep -E '^\[ +(OK|FAILED|SKIPPED) +\] CudaDevice\.Arena' "$OUT/tests.log" | tee -a "$summary"
 
 if [ "$mode" = tests ]; then
   say "== supervisor on the GPU (fastrestartd + tinyengine CUDA + weightd cuda)"

@@ -11,11 +11,13 @@ Tensors export themselves through DLPack (``__dlpack__``/``__dlpack_device__``);
 numpy view with ``.numpy()``. In zero_copy mode the memory is a read-only mapping of the daemon's pool.
 A standby engine waits at ``fastrestart.standby.gate(level)`` (docs/standby.md). An engine serves on the
 listening socket fastrestartd passes, when it passes one: ``fastrestart.inherited_socket()`` (docs/python.md).
+An engine's KV cache can live in a KV arena the daemon holds: ``reserve_arena``/``lease_arena``
+(docs/engine_loader.md, "KV arenas").
 """
 
 import os as _os
 
-from ._fastrestart import AttachResult, Key, SnapshotAgent, Tensor
+from ._fastrestart import Arena, ArenaView, AttachResult, Key, SnapshotAgent, Tensor
 from . import _fastrestart
 from . import standby
 from . import listen
@@ -23,7 +25,8 @@ from .listen import inherited_socket
 
 __all__ = ["identify", "open_checkpoint", "OpenCheckpoint", "attach", "publish", "snapshot_agent", "standby",
            "listen", "inherited_socket",
-           "AttachResult", "Key", "SnapshotAgent", "Tensor"]
+           "reserve_arena", "lease_arena", "find_arena",
+           "Arena", "ArenaView", "AttachResult", "Key", "SnapshotAgent", "Tensor"]
 
 
 def _files(files):
@@ -195,3 +198,52 @@ def snapshot_agent(results, *, quiesce=None, resume=None, socket_path=None):
         if f is not None and not callable(f):
             raise TypeError(f"snapshot_agent: {name} must be callable or None")
     return _fastrestart.snapshot_agent(list(results), quiesce, resume, _str_or_none("socket_path", socket_path) or "")
+
+
+def _arena_args(name, nbytes, wait_s, connect_timeout_s, device, socket_dir):
+    if not isinstance(name, str):
+        raise ValueError("name: expected str")
+    if isinstance(nbytes, bool) or not isinstance(nbytes, int) or nbytes <= 0:
+        raise ValueError("bytes: expected a positive int, got %r" % (nbytes,))
+    if not isinstance(device, str):
+        raise ValueError("device: expected 'host', 'host:<name>' or 'cuda:<ordinal>'")
+    return (name, nbytes, _number("wait_s", wait_s), _number("connect_timeout_s", connect_timeout_s), device,
+            _str_or_none("socket_dir", socket_dir))
+
+
+def reserve_arena(name="kv", bytes=None, *, wait_s=30.0, device="host", socket_dir=None,  # noqa: A002
+                  connect_timeout_s=5.0):
+    """Reserve a KV arena's address range in this process, backed by the placeholder (docs/engine_loader.md,
+    "KV arenas"); the daemon is not asked yet. Returns an Arena: ``base``, ``bytes`` (rounded up to the page
+    or VMM granule), ``leased``, ``placeholder_bytes``, ``lease`` (the last swap_in's dict, or None),
+    ``view(offset, shape, dtype)`` (a DLPack tensor over the range: ``torch.from_dlpack(arena.view(...))``)
+    and ``swap_in()``, which leases the arena from the daemon of `device` (waiting at most `wait_s` for the
+    previous holder's exit, without the GIL) and maps it at the same address; it returns the lease's fields
+    (created, resized, previous_bytes, previous_holder_pid, waited_s, leases, generation, seconds).
+
+    The placeholder aliases: until swap_in(), only memory rewritten before it is read after the swap may
+    live in the range. Errors: ValueError naming the argument, TimeoutError for a lease that waited
+    `wait_s`, RuntimeError with the library's message otherwise (no daemon, another size held by this
+    process, ...). A failed swap_in() leaves the placeholder; it can be retried.
+    """
+    return _fastrestart.reserve_arena(*_arena_args(name, bytes, wait_s, connect_timeout_s, device, socket_dir))
+
+
+def lease_arena(name="kv", bytes=None, *, wait_s=30.0, device="host", socket_dir=None,  # noqa: A002
+                connect_timeout_s=5.0):
+    """reserve_arena() then swap_in(): the arena's memory at once (a live start). The lease's fields are in
+    the returned Arena's ``lease``."""
+    a = reserve_arena(name, bytes, wait_s=wait_s, device=device, socket_dir=socket_dir,
+                      connect_timeout_s=connect_timeout_s)
+    a.swap_in()
+    return a
+
+
+def find_arena(name="kv", *, device="host", socket_dir=None, connect_timeout_s=5.0):
+    """What the daemon of `device` holds under `name`, from its status (nothing is leased or made): a dict
+    with name, bytes (reserve exactly this many to lease it without a resize), holder_pid (None: none),
+    leases and waiting (leases waiting now for the holder's exit); None when it holds no such arena. RuntimeError when there is no daemon."""
+    if not isinstance(name, str):
+        raise ValueError("name: expected str")
+    return _fastrestart.find_arena(name, _number("connect_timeout_s", connect_timeout_s), device,
+                                   _str_or_none("socket_dir", socket_dir))

@@ -96,6 +96,11 @@ class Engine:
             if os.environ.get("FASTRESTART_SNAPSHOT_SOCKET"):
                 raise SystemExit("refengine: FASTRESTART_SNAPSHOT_SOCKET is set: snapshots are for "
                                  f"--tensor-parallel-size 1 only (this engine has {self.tp} ranks)")
+        if args.kv_arena and os.environ.get("FASTRESTART_SNAPSHOT_SOCKET"):
+            # The snapshot exchange unmaps the attached weights, not the arena (not built yet): the
+            # artifact would hold the KV cache's mapping.
+            raise SystemExit("refengine: FASTRESTART_SNAPSHOT_SOCKET is set: snapshots of an engine with "
+                             "--kv-arena are not supported yet (docs/refengine.md)")
         self.workers = None  # rank 0 of N > 1: tp.Workers
         self.dist = None  # torch.distributed once the process group is up (N > 1)
         self.tp_info = None  # every rank's load, gathered on rank 0 (N > 1)
@@ -114,6 +119,7 @@ class Engine:
         self.runner = None  # the batched engine (refengine_runner.Runner), unless single-request
         self.batch_info = {"enabled": args.batched}
         self.mem_init = None  # device memory right after the CUDA context: the profile's baseline
+        self.arena = None  # fastrestart.Arena holding the KV cache (--kv-arena)
         # fastrestart.standby when fastrestartd started this process as a standby (docs/standby.md); the
         # gates are rank 0's: the workers inherit no standby socket.
         self.standby = standby_module() if self.rank == 0 else None
@@ -156,9 +162,14 @@ class Engine:
         if a.batched:
             # vLLM's KV cache fills the engine's share and its graphs are captured over it: a second copy
             # of either does not fit beside a live engine, so a warmed standby parks before them and does
-            # them after its release (docs/refengine.md, "As a standby").
-            self.gate("warmed")
-            self._start_batched()
+            # them after its release (docs/refengine.md, "As a standby"). With --kv-arena it need not: it
+            # profiles, captures its graphs over the arena's placeholder and parks after them
+            # (_start_batched), unless the daemon's arena does not fit it.
+            over_arena = bool(a.kv_arena) and self.standby is not None and \
+                os.environ.get("FASTRESTART_STANDBY_LEVEL") == "warmed"
+            if not over_arena:
+                self.gate("warmed")
+            self._start_batched(over_arena)
         elif a.cuda_graph:
             # Before the warmed gate: the graph reads the weights and its own static KV cache, both
             # allocated by now; nothing it depends on is allocated after the gate (docs/refengine.md).
@@ -176,7 +187,9 @@ class Engine:
             + (f" reason=\"{self.load['reason']}\"" if self.load.get("reason") else ""))
         log(f"ready in {self.ready_s:.3f} s (path={self.load['path']}) logits_sha256={self.oracle['logits_sha256'][:16]}"
             + (f" release_to_ready={self.standby_info['release_to_ready_s']:.3f}s"
-               if "release_to_ready_s" in self.standby_info else ""))
+               if "release_to_ready_s" in self.standby_info else "")
+            + "".join(f" {k}={self.standby_info[k]:.3f}s" for k in ("kv_arena_wait_s", "kv_arena_swap_in_s")
+                      if k in self.standby_info))
 
     # --- the standby gates (docs/standby.md, "The gate protocol") --------------------------------------
     def gate(self, level):
@@ -420,7 +433,8 @@ class Engine:
         return missed[0] if missed else None
 
     # --- the batched engine (docs/refengine.md, "Batched serving") --------------------------------------
-    def _start_batched(self):
+    def _start_batched(self, over_arena=False):
+        """over_arena: a warmed standby with --kv-arena, which parks at the warmed gate after its graphs."""
         a, torch = self.args, self.torch
         import refengine_runner
         total = self.mem_init["total"]
@@ -445,11 +459,16 @@ class Engine:
         excludes = os.environ.get("FASTRESTART_WEIGHTS_MODE") == "zero_copy" and self.attached is not None
         budget, terms = self.phase("profile_s", lambda: r.profile(seqs, tokens, excludes))
         self.batch_info["memory"] = terms
+        least = len(ORACLE_PROMPT.encode()) + 1  # a slot must hold the oracle prompt and a token
         try:
-            least = len(ORACLE_PROMPT.encode()) + 1  # a slot must hold the oracle prompt and a token
-            kv = self.phase("kv_alloc_s", lambda: r.allocate_kv(budget, slots, max_len, least))
+            per, positions = r.kv_geometry(budget, slots, max_len, least)
         except ValueError as e:
             raise SystemExit(f"refengine: {e}")
+        if a.kv_arena:
+            kv = self._kv_in_arena(r, slots, per, positions, max_len, least, over_arena)
+            over_arena = self.arena is not None and not self.arena.leased
+        else:
+            kv = self.phase("kv_alloc_s", lambda: r.place_kv(slots, positions))
         self.batch_info["kv_cache"] = kv
         # fastrestartd shows the last such line as the status text while the engine starts
         print(f"fastrestart-progress: phase=kv_cache done={kv['bytes']} total={kv['bytes']} unit=bytes "
@@ -470,6 +489,16 @@ class Engine:
             self.graph_info.update(enabled=True, sizes=g["sizes"], count=g["count"], pool_bytes=g["pool_bytes"])
             log(f"cuda graphs: {g['count']} batch sizes captured ({g['sizes'][0]}..{g['sizes'][-1]}), pool "
                 f"{g['pool_bytes'] / 2**20:.1f} MiB, in {self.phases['graph_capture_s']:.3f} s")
+        if over_arena:
+            # Parked with the graphs captured over the placeholder; the released standby leases the arena
+            # (waiting for the dead engine's exit) and maps it at the same address: the graphs stay valid.
+            self.gate("warmed")
+            why = self._arena_swap_in(r)
+            if why:
+                self._arena_fallback(r, slots, positions, why)
+                if sizes:  # the graphs captured over the placeholder read the arena's range: again
+                    g = self.phase("graph_capture_s", lambda: r.capture(sizes))
+                    self.graph_info.update(pool_bytes=g["pool_bytes"], recaptured=True)
         ids = list(ORACLE_PROMPT.encode())
         chk = self.phase("batched_check_s", lambda: r.check(ids, self._logits(ids)))
         self.batch_info["check"] = chk
@@ -480,6 +509,93 @@ class Engine:
                              f"transformers forward's by {chk['max_abs_diff']:.4g} "
                              f"(logits up to {chk['max_abs_logit']:.4g})")
         r.start_loop(seqs, log)
+
+    # --- the KV cache in an arena of the weight daemon (docs/refengine.md, "The KV cache in an arena") -----
+    def _arena_opts(self):
+        a = self.args
+        return dict(device=self.device_name, socket_dir=a.fastrestart_socket_dir,
+                    connect_timeout_s=a.fastrestart_connect_timeout)
+
+    def _kv_in_arena(self, r, slots, per, own_positions, max_len, least, standby):
+        """The KV tensors as views into the arena --kv-arena names. A live start leases it at once; a warmed
+        standby (`standby`) reserves it with the placeholder and leases it after its release. Its size: the
+        daemon's arena when it is within refengine_batch.ARENA_TOLERANCE of this engine's own budget, else
+        the engine's own (the lease then replaces the daemon's arena by one of that size, once its holder has
+        exited; a standby parks first, as without an arena). Every failure is logged and falls back to KV
+        tensors of the engine's own (the standby's after its release). Returns the KV dict."""
+        a = self.args
+        info = self.batch_info["kv_arena"] = {"name": a.kv_arena, "own_positions": own_positions}
+        try:
+            import fastrestart
+            held = fastrestart.find_arena(a.kv_arena, **self._arena_opts())
+        except (ImportError, AttributeError) as e:  # no binding, or one without arenas
+            if standby:
+                self.gate("warmed")
+            return self._arena_fallback(r, slots, own_positions, f"the fastrestart binding has no KV arenas: {e}")
+        except (RuntimeError, ValueError) as e:
+            if standby:
+                self.gate("warmed")
+            return self._arena_fallback(r, slots, own_positions, f"asking the daemon for the arena: {e}")
+        positions, why = rb.kv_arena_plan(own_positions, slots, per, max_len, least, held and held["bytes"])
+        info.update(daemon_bytes=held and held["bytes"], source="daemon" if why is None else "own")
+        if why is not None:
+            info["own_size_reason"] = why
+            log(f"kv arena '{a.kv_arena}': sized from this engine's budget ({own_positions} positions per slot): {why}")
+            if standby:
+                info["parked_before_kv"] = True
+                self.gate("warmed")
+                standby = False
+        nbytes = held["bytes"] if why is None else per * slots * positions
+        try:
+            self.arena = self.phase("kv_arena_reserve_s", lambda: fastrestart.reserve_arena(
+                a.kv_arena, nbytes, wait_s=a.kv_arena_wait, **self._arena_opts()))
+            kv = self.phase("kv_alloc_s", lambda: r.place_kv(slots, positions, self.arena))
+        except (RuntimeError, ValueError) as e:
+            self.arena = None
+            if standby:  # its own KV cache does not fit beside the live engine's: after the release
+                self.gate("warmed")
+            return self._arena_fallback(r, slots, own_positions, f"reserving {nbytes} bytes: {e}")
+        info.update(bytes=self.arena.bytes, base=self.arena.base, placeholder_bytes=self.arena.placeholder_bytes)
+        log(f"kv arena '{a.kv_arena}': {self.arena.bytes / rb.GIB:.2f} GiB reserved at 0x{self.arena.base:x} "
+            f"(placeholder {self.arena.placeholder_bytes / 2**20:.1f} MiB), {positions} positions per slot "
+            f"(own budget: {own_positions})")
+        if not standby:
+            why = self._arena_swap_in(r)
+            if why:
+                return self._arena_fallback(r, slots, own_positions, why)
+        return kv
+
+    def _arena_swap_in(self, r):
+        """Leases the arena and maps it over the KV tensors' range; None, or why it failed."""
+        info, t = self.batch_info["kv_arena"], time.monotonic()
+        try:
+            lease = self.arena.swap_in()
+        except (RuntimeError, OSError) as e:  # OSError: TimeoutError, a lease that waited --kv-arena-wait
+            self.phases["kv_arena_swap_in_s"] = round(time.monotonic() - t, 6)
+            return f"leasing the arena: {e}"
+        self.phases["kv_arena_swap_in_s"] = round(time.monotonic() - t, 6)
+        info.update(lease=lease, placeholder_bytes=0)
+        if self.standby_info.get("released_at") is not None:  # the release timeline (/stats standby)
+            self.standby_info.update(kv_arena_wait_s=lease["waited_s"], kv_arena_swap_in_s=lease["seconds"])
+        if self.args.kv_arena_zero:
+            self.phase("kv_arena_zero_s", r.zero_kv)
+        prev = lease["previous_holder_pid"]
+        log(f"kv arena '{self.args.kv_arena}': leased ({'new, zero-filled' if lease['created'] else 'generation %d' % lease['generation']}"
+            f"{', resized from %d bytes' % lease['previous_bytes'] if lease['resized'] else ''}); "
+            + (f"waited {lease['waited_s']:.3f} s for pid {prev} to exit; " if prev is not None else "")
+            + f"swap_in {lease['seconds']:.3f} s")
+        return None
+
+    def _arena_fallback(self, r, slots, positions, why):
+        """KV tensors of the engine's own, sized from its own budget, instead of the arena."""
+        log(f"kv arena '{self.args.kv_arena}': not used, allocating the KV cache: {why}")
+        self.batch_info["kv_arena"]["fallback"] = why
+        r.drop_graphs()
+        r.kv = None
+        self.arena = None  # the range is unmapped once no tensor over it is left
+        kv = self.phase("kv_alloc_s", lambda: r.place_kv(slots, positions))
+        self.batch_info["kv_cache"] = kv
+        return kv
 
     def check_length(self, ids, max_tokens):
         """None, or why the request does not fit a KV-cache slot (the batched engine only)."""
@@ -876,6 +992,13 @@ def parse_args(argv):
     s.add_argument("--cuda-graph-sizes", metavar="LIST",
                    help="batch sizes to capture, e.g. 1,2,4,8 (default vLLM's rule for --max-num-seqs)")
     s.add_argument("--enforce-eager", action="store_true", help="no CUDA graphs")
+    s.add_argument("--kv-arena", metavar="NAME",
+                   help="the KV cache in the weight daemon's KV arena NAME (docs/refengine.md); a warmed standby "
+                        "captures its graphs over the arena's placeholder and leases the arena at its release")
+    s.add_argument("--kv-arena-wait", type=float, default=30.0, metavar="S",
+                   help="how long the lease waits for the previous holder's exit (default 30)")
+    s.add_argument("--kv-arena-zero", action="store_true",
+                   help="zero the KV cache at every lease (default: only a new arena is zero-filled, by the daemon)")
     s.add_argument("--compile", action="store_true", help="torch.compile the decode step before the capture")
     s.add_argument("--tensor-parallel-size", type=int, default=1, metavar="N",
                    help="ranks: this process is rank 0 and starts ranks 1..N-1 (one per GPU of FASTRESTART_DEVICES)")
@@ -915,6 +1038,11 @@ def parse_args(argv):
         except ValueError as e:
             ap.error(str(e))
     a.batched = not single
+    if a.kv_arena is not None and not a.batched:
+        ap.error("--kv-arena is the batched engine's KV cache (not with --max-num-seqs 1 --enforce-eager, "
+                 "--cuda-graph or --tensor-parallel-size > 1)")
+    if a.kv_arena is not None and not (0 <= a.kv_arena_wait <= 3600):
+        ap.error("--kv-arena-wait must be within 0..3600 seconds")
     if a.cuda_graph_max_len < len(ORACLE_PROMPT.encode()) + 1:
         ap.error(f"--cuda-graph-max-len must be at least {len(ORACLE_PROMPT.encode()) + 1}")
     if not 0 < a.gpu_memory_utilization <= 1:

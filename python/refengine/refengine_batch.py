@@ -99,6 +99,45 @@ def kv_shape(budget, slots, per_position, max_model_len, min_positions):
     return positions
 
 
+# A standby takes the daemon's arena as it is when its KV cache would be within this fraction of the one the
+# engine sizes for itself (NVIDIA Dynamo's shadow-engine tests accept a promoted engine within 5%).
+ARENA_TOLERANCE = 0.05
+
+
+def kv_arena_plan(own_positions, slots, per_position, max_model_len, min_positions, daemon_bytes,
+                  tolerance=ARENA_TOLERANCE):
+    """The KV cache in an arena the daemon already holds (docs/refengine.md, "The KV cache in an arena").
+
+    own_positions: what kv_shape gives this engine's own budget; daemon_bytes: the daemon's arena (None: it
+    holds none). Returns (positions, None) to take the arena as it is: positions per slot that fit in it,
+    a whole number of BLOCKs, at most max_model_len, within `tolerance` of own_positions (so the cache is
+    within that much of the engine's own); else (own_positions, why) to size the arena from the engine's own
+    budget, `why` saying what did not fit."""
+    if daemon_bytes is None:
+        return own_positions, "the daemon holds no such arena"
+    fit = daemon_bytes // (slots * per_position)
+    positions = min(fit, max_model_len)
+    if positions >= BLOCK:
+        positions -= positions % BLOCK
+    gib = daemon_bytes / GIB
+    if positions < min_positions:
+        return own_positions, (f"the daemon's arena of {gib:.2f} GiB holds {positions} positions per slot for "
+                               f"{slots} slots, fewer than {min_positions}")
+    if abs(positions - own_positions) > tolerance * own_positions:
+        return own_positions, (f"the daemon's arena of {gib:.2f} GiB holds {positions} positions per slot, this "
+                               f"engine's budget {own_positions}: more than {tolerance:.0%} apart")
+    return positions, None
+
+
+def kv_arena_layout(layers, slots, kv_heads, positions, head_dim, dtype_bytes):
+    """Where each layer's KV tensor [2, slots, kv_heads, positions, head_dim] lies in the arena, back to
+    back from offset 0: (offsets, shape, bytes used). Only these tensors live in the arena: they are the
+    only memory every step writes before it reads it (docs/refengine.md)."""
+    shape = [2, slots, kv_heads, positions, head_dim]
+    layer_bytes = 2 * slots * kv_heads * positions * head_dim * dtype_bytes
+    return [i * layer_bytes for i in range(layers)], shape, layers * layer_bytes
+
+
 class Request:
     """One completion: its prompt, what it wants, and what decoding produced so far."""
 

@@ -141,18 +141,56 @@ class Runner:
         torch.cuda.empty_cache()
         return budget, terms
 
+    def kv_geometry(self, budget, slots, max_model_len, min_positions):
+        """(bytes per position, positions per slot) of the KV cache `budget` holds (refengine_batch.kv_shape)."""
+        per = rb.bytes_per_position(self.layers_n, self.hkv, self.head_dim, self._esize())
+        return per, rb.kv_shape(budget, slots, per, max_model_len, min_positions)
+
+    def _esize(self):
+        return self.torch.empty((), dtype=self.e.dtype).element_size()
+
     def allocate_kv(self, budget, slots, max_model_len, min_positions):
         """One tensor per layer (K and V of every slot), allocated once; never grown."""
+        _, positions = self.kv_geometry(budget, slots, max_model_len, min_positions)
+        return self.place_kv(slots, positions)
+
+    def place_kv(self, slots, positions, arena=None):
+        """The KV tensors of `positions` per slot: allocated by torch (zero-filled), or views into `arena`
+        (a fastrestart.Arena; refengine_batch.kv_arena_layout), no copy. Nothing else of the engine goes in
+        the arena: while it is the placeholder, every chunk of it is the same memory, and only the KV blocks
+        are rewritten (by the step that fills a slot's position) before anything reads them."""
         torch = self.torch
-        esize = torch.empty((), dtype=self.e.dtype).element_size()
+        esize = self._esize()
         per = rb.bytes_per_position(self.layers_n, self.hkv, self.head_dim, esize)
-        self.positions = rb.kv_shape(budget, slots, per, max_model_len, min_positions)
-        self.slots = slots
-        self.kv = [torch.zeros((2, slots, self.hkv, self.positions, self.head_dim), dtype=self.e.dtype,
-                               device=self.device) for _ in range(self.layers_n)]
-        torch.cuda.synchronize(self.device)
-        return {"bytes": per * slots * self.positions, "slots": slots, "positions": self.positions,
-                "bytes_per_position": per, "layers": self.layers_n, "tensor_shape": list(self.kv[0].shape)}
+        offsets, shape, used = rb.kv_arena_layout(self.layers_n, slots, self.hkv, positions, self.head_dim, esize)
+        if arena is None:
+            self.kv = [torch.zeros(shape, dtype=self.e.dtype, device=self.device) for _ in offsets]
+        else:
+            if used > arena.bytes:
+                raise ValueError(f"the KV cache of {used} bytes does not fit the arena's {arena.bytes}")
+            dtype = str(self.e.dtype).replace("torch.", "")
+            self.kv = [torch.from_dlpack(arena.view(off, shape, dtype)) for off in offsets]
+            if self.kv[0].device != self.device:
+                raise ValueError(f"the arena is on {self.kv[0].device}, the engine on {self.device}")
+        self.slots, self.positions = slots, positions
+        self._sync()
+        return {"bytes": per * slots * positions, "slots": slots, "positions": positions,
+                "bytes_per_position": per, "layers": self.layers_n, "tensor_shape": list(shape),
+                "placement": "torch" if arena is None else "arena"}
+
+    def zero_kv(self):
+        for t in self.kv:
+            t.zero_()
+        self._sync()
+
+    def drop_graphs(self):
+        """Forgets the captured graphs (before the KV cache they were captured over is replaced)."""
+        self.graphs = {}
+        self.sizes = []
+
+    def _sync(self):
+        if self.device.type == "cuda":
+            self.torch.cuda.synchronize(self.device)
 
     def compile(self):
         """torch.compile of the decode step. Dynamo's automatic dynamic shapes: the first batch size is

@@ -10,11 +10,13 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <string>
 #include <vector>
 
 #include "dlpack.h"
+#include "fastrestart/arena.h"
 #include "fastrestart/engine_loader.h"
 #include "fastrestart/standby.h"
 
@@ -26,6 +28,10 @@ namespace {
 
 [[noreturn]] void raise_error(const fastrestart::Error& e) {
   if (e.code == fastrestart::Errc::kInvalidArgument) throw py::value_error(e.message);
+  if (e.code == fastrestart::Errc::kTimeout) {  // TimeoutError: an arena lease that waited wait_s in vain
+    PyErr_SetString(PyExc_TimeoutError, e.to_string().c_str());
+    throw py::error_already_set();
+  }
   throw std::runtime_error(e.to_string());
 }
 
@@ -102,9 +108,10 @@ Device parse_device(const std::string& device) {
   throw py::value_error("device: '" + device + "': expected host or cuda:<ordinal>");
 }
 
-// What a DLPack capsule owns: the Weights (keeps the mapping) and the shape/strides arrays it points into.
+// What a DLPack capsule owns: what keeps the memory mapped (the Weights, or an Arena) and the shape/strides
+// arrays it points into.
 struct ExportCtx {
-  std::shared_ptr<fastrestart::Weights> weights;
+  std::shared_ptr<const void> owner;
   std::vector<int64_t> shape, strides;
 };
 
@@ -145,6 +152,25 @@ py::object to_capsule(M* m) {
   return py::reinterpret_steal<py::object>(cap);
 }
 
+// A DLPack capsule of `dl` (whose shape/strides point into ctx): versioned (DLPack 1.0) when the consumer
+// asks for max_version >= 1.
+py::object export_capsule(const DLTensor& dl, std::unique_ptr<ExportCtx> ctx, const py::object& max_version, bool readonly) {
+  bool versioned = false;
+  if (!max_version.is_none()) versioned = max_version.cast<std::pair<int, int>>().first >= 1;
+  if (versioned) {
+    auto* m = new DLManagedTensorVersioned{};
+    m->version = DLPackVersion{1, 0};
+    m->dl_tensor = dl;
+    m->flags = readonly ? kDLPackFlagReadOnly : 0;
+    m->manager_ctx = ctx.release();
+    return to_capsule(m);
+  }
+  auto* m = new DLManagedTensor{};
+  m->dl_tensor = dl;
+  m->manager_ctx = ctx.release();
+  return to_capsule(m);
+}
+
 class PyTensor {
  public:
   PyTensor(std::shared_ptr<fastrestart::Weights> w, const fastrestart::Tensor* t, Device dev)
@@ -157,7 +183,7 @@ class PyTensor {
   DLTensor fill(ExportCtx* ctx) const {
     const DTypeInfo* d = dtype_by_name(m_t->dtype);
     if (!d) throw py::buffer_error("tensor '" + m_t->name + "': dtype " + m_t->dtype + " has no DLPack type");
-    ctx->weights = m_weights;
+    ctx->owner = m_weights;
     ctx->shape = m_t->shape;
     ctx->strides = m_t->strides;
     if (ctx->strides.size() != ctx->shape.size()) {  // row-major contiguous, in elements
@@ -186,22 +212,9 @@ class PyTensor {
     if (m_dev.type == kDLCPU && !stream.is_none())
       throw py::buffer_error("__dlpack__: stream must be None for a host tensor");
     // The weights are immutable and complete when attach returns: no stream ordering is needed.
-    bool versioned = false;
-    if (!max_version.is_none()) versioned = max_version.cast<std::pair<int, int>>().first >= 1;
     auto ctx = std::make_unique<ExportCtx>();
     DLTensor dl = fill(ctx.get());
-    if (versioned) {
-      auto* m = new DLManagedTensorVersioned{};
-      m->version = DLPackVersion{1, 0};
-      m->dl_tensor = dl;
-      m->flags = readonly() ? kDLPackFlagReadOnly : 0;
-      m->manager_ctx = ctx.release();
-      return to_capsule(m);
-    }
-    auto* m = new DLManagedTensor{};
-    m->dl_tensor = dl;
-    m->manager_ctx = ctx.release();
-    return to_capsule(m);
+    return export_capsule(dl, std::move(ctx), max_version, readonly());
   }
 
   // A numpy view of a host tensor (base: this object); read-only in zero_copy mode.
@@ -502,6 +515,184 @@ py::dict publish(const PyKey& key, const py::dict& tensors, const std::string& s
   return out;
 }
 
+// ---- KV arenas (fastrestart/arena.h; docs/engine_loader.md, "KV arenas") ----
+
+// The Arena shared by its Python object and every view exported from it: the range stays reserved (and
+// mapped) while a consumer's tensor over it lives, also after the PyArena is gone. The mutex serializes
+// swap_in() (called without the GIL) against another thread's.
+struct ArenaHolder {
+  std::unique_ptr<fastrestart::Arena> arena;
+  Device dev;
+  std::mutex mu;
+  std::optional<fastrestart::ArenaLease> lease;
+};
+
+py::dict lease_dict(const fastrestart::ArenaLease& l) {
+  py::dict d;
+  d["created"] = l.created;
+  d["resized"] = l.resized;
+  d["previous_bytes"] = l.previous_bytes;
+  d["previous_holder_pid"] = l.previous_holder_pid < 0 ? py::none() : py::cast(l.previous_holder_pid);
+  d["waited_s"] = l.waited_s;
+  d["leases"] = l.leases;
+  d["generation"] = l.generation;
+  d["seconds"] = l.seconds;
+  return d;
+}
+
+// dtype names: safetensors' (F16, BF16) or numpy/torch's (float16, bfloat16).
+const DTypeInfo* arena_dtype(const std::string& name) {
+  if (const DTypeInfo* d = dtype_by_name(name)) return d;
+  std::string n = name.rfind("torch.", 0) == 0 ? name.substr(6) : name;
+  if (n == "bfloat16") return dtype_by_name("BF16");
+  for (const auto& d : kDTypes)
+    if (d.numpy && n == d.numpy) return &d;
+  return nullptr;
+}
+
+// [offset, offset + prod(shape) * itemsize) of an arena as a row-major tensor, exported through DLPack.
+class PyArenaView {
+ public:
+  PyArenaView(std::shared_ptr<ArenaHolder> h, uint64_t offset, std::vector<int64_t> shape, const DTypeInfo* d)
+      : m_h(std::move(h)), m_offset(offset), m_shape(std::move(shape)), m_dtype(d) {}
+
+  void* data() const { return static_cast<char*>(m_h->arena->base()) + m_offset; }
+  uint64_t nbytes() const {
+    uint64_t n = m_dtype->bits / 8;
+    for (int64_t s : m_shape) n *= static_cast<uint64_t>(s);
+    return n;
+  }
+  const std::vector<int64_t>& shape() const { return m_shape; }
+  const DTypeInfo& dtype() const { return *m_dtype; }
+  Device device() const { return m_h->dev; }
+
+  py::object dlpack(const py::object& stream, const py::object& max_version, const py::object& dl_device,
+                    const py::object& copy) const {
+    if (!copy.is_none() && copy.cast<bool>()) throw py::buffer_error("__dlpack__: copy=True is not supported (a view of the arena)");
+    if (!dl_device.is_none()) {
+      auto t = dl_device.cast<std::pair<int, int>>();
+      if (t.first != m_h->dev.type || t.second != m_h->dev.id) throw py::buffer_error("__dlpack__: dl_device differs from the arena's device");
+    }
+    if (m_h->dev.type == kDLCPU && !stream.is_none()) throw py::buffer_error("__dlpack__: stream must be None for a host arena");
+    // No stream ordering: swap_in() synchronizes the context, and what runs over the range is the consumer's.
+    auto ctx = std::make_unique<ExportCtx>();
+    ctx->owner = m_h;
+    ctx->shape = m_shape;
+    ctx->strides.assign(m_shape.size(), 1);
+    for (size_t i = m_shape.size(); i-- > 1;) ctx->strides[i - 1] = ctx->strides[i] * m_shape[i];
+    DLTensor dl{};
+    dl.data = data();
+    dl.device = DLDevice{m_h->dev.type, m_h->dev.id};
+    dl.ndim = static_cast<int32_t>(m_shape.size());
+    dl.dtype = DLDataType{m_dtype->code, m_dtype->bits, 1};
+    dl.shape = ctx->shape.empty() ? nullptr : ctx->shape.data();
+    dl.strides = ctx->strides.empty() ? nullptr : ctx->strides.data();
+    return export_capsule(dl, std::move(ctx), max_version, false);
+  }
+
+  py::array numpy(py::object self) const {
+    if (m_h->dev.type != kDLCPU) throw py::type_error("numpy(): the arena lives on the GPU (use torch.from_dlpack)");
+    if (!m_dtype->numpy) throw py::type_error(std::string("numpy(): numpy has no dtype for ") + m_dtype->name);
+    std::vector<py::ssize_t> shape(m_shape.begin(), m_shape.end());
+    return py::array(py::dtype(m_dtype->numpy), shape, data(), self);
+  }
+
+ private:
+  std::shared_ptr<ArenaHolder> m_h;
+  uint64_t m_offset;
+  std::vector<int64_t> m_shape;
+  const DTypeInfo* m_dtype;
+};
+
+struct PyArena {
+  std::shared_ptr<ArenaHolder> h;
+
+  py::dict swap_in() {
+    std::optional<fastrestart::Result<fastrestart::ArenaLease>> r;
+    {
+      py::gil_scoped_release nogil;  // the lease may wait up to wait_s for the previous holder's exit
+      std::lock_guard lock(h->mu);
+      r.emplace(h->arena->swap_in());
+      if (r->ok()) h->lease = r->value();
+    }
+    if (!r->ok()) raise_error(r->error());
+    return lease_dict(r->value());
+  }
+
+  PyArenaView view(uint64_t offset, const std::vector<int64_t>& shape, const std::string& dtype) const {
+    const DTypeInfo* d = arena_dtype(dtype);
+    if (!d) throw py::value_error("dtype: '" + dtype + "': not a dtype name (F16, BF16, F32, float16, bfloat16, ...)");
+    uint64_t n = d->bits / 8;
+    for (int64_t s : shape) {
+      if (s < 0) throw py::value_error("shape: negative dimension " + std::to_string(s));
+      if (s != 0 && n > UINT64_MAX / static_cast<uint64_t>(s)) throw py::value_error("shape: too large");
+      n *= static_cast<uint64_t>(s);
+    }
+    const uint64_t size = h->arena->bytes();
+    if (offset > size || n > size - offset)
+      throw py::value_error("view [" + std::to_string(offset) + ", " + std::to_string(offset) + " + " + std::to_string(n) +
+                            ") is outside the arena's " + std::to_string(size) + " bytes");
+    if (offset % (d->bits / 8)) throw py::value_error("offset: " + std::to_string(offset) + " is not a multiple of the dtype's size");
+    return PyArenaView(h, offset, shape, d);
+  }
+};
+
+fastrestart::ArenaOptions arena_options(const std::string& name, uint64_t bytes, double wait_s, double connect_timeout_s,
+                                        const std::string& device, const std::string& socket_dir) {
+  check_timeout("wait_s", wait_s);
+  check_timeout("connect_timeout_s", connect_timeout_s);
+  fastrestart::ArenaOptions o;
+  o.name = name;
+  o.bytes = bytes;
+  o.wait_s = wait_s;
+  o.connect_timeout_s = connect_timeout_s;
+  o.device = device;
+  o.socket_dir = socket_dir;
+  return o;
+}
+
+// host and host:<name> are host memory; cuda:<ordinal> the GPU's.
+Device arena_device(const std::string& device) {
+  if (device == "host" || device.rfind("host:", 0) == 0) return {kDLCPU, 0};
+  return parse_device(device);
+}
+
+PyArena reserve_arena(const std::string& name, uint64_t bytes, double wait_s, double connect_timeout_s,
+                      const std::string& device, const std::string& socket_dir) {
+  const auto o = arena_options(name, bytes, wait_s, connect_timeout_s, device, socket_dir);
+  const Device dev = arena_device(device);
+  std::optional<fastrestart::Result<std::unique_ptr<fastrestart::Arena>>> r;
+  {
+    py::gil_scoped_release nogil;
+    r.emplace(fastrestart::reserve_arena(o));
+  }
+  if (!r->ok()) raise_error(r->error());
+  auto h = std::make_shared<ArenaHolder>();
+  h->arena = std::move(r->value());
+  h->dev = dev;
+  return PyArena{std::move(h)};
+}
+
+std::optional<py::dict> find_arena(const std::string& name, double connect_timeout_s, const std::string& device,
+                                   const std::string& socket_dir) {
+  const auto o = arena_options(name, 1, 0, connect_timeout_s, device, socket_dir);
+  std::optional<fastrestart::Result<std::optional<fastrestart::ArenaInfo>>> r;
+  {
+    py::gil_scoped_release nogil;
+    r.emplace(fastrestart::find_arena(o));
+  }
+  if (!r->ok()) raise_error(r->error());
+  if (!r->value()) return std::nullopt;
+  const fastrestart::ArenaInfo& i = *r->value();
+  py::dict d;
+  d["name"] = name;
+  d["bytes"] = i.bytes;
+  d["holder_pid"] = i.holder_pid < 0 ? py::none() : py::cast(i.holder_pid);
+  d["leases"] = i.leases;
+  d["waiting"] = i.waiting;
+  return d;
+}
+
 // The standby gate (fastrestart/standby.h): True released, False passed. It blocks without the GIL; told to
 // exit (or with fastrestartd gone) the process exits 0 from inside, without unwinding Python.
 bool standby_gate(const std::string& level) {
@@ -588,6 +779,39 @@ PYBIND11_MODULE(_fastrestart, m) {
         py::arg("device"));
   m.def("publish", &publish, py::arg("key"), py::arg("tensors"), py::arg("socket_dir"),
         py::arg("device"), py::arg("connect_timeout_s"));
+
+  py::class_<PyArenaView>(m, "ArenaView", "Bytes of a KV arena as a row-major tensor; export it without a copy through DLPack.")
+      .def_property_readonly("shape", [](const PyArenaView& v) { return py::tuple(py::cast(v.shape())); })
+      .def_property_readonly("dtype", [](const PyArenaView& v) { return std::string(v.dtype().name); })
+      .def_property_readonly("nbytes", &PyArenaView::nbytes)
+      .def_property_readonly("data_ptr", [](const PyArenaView& v) { return reinterpret_cast<uintptr_t>(v.data()); })
+      .def("__dlpack__", &PyArenaView::dlpack, py::kw_only(), py::arg("stream") = py::none(), py::arg("max_version") = py::none(),
+           py::arg("dl_device") = py::none(), py::arg("copy") = py::none())
+      .def("__dlpack_device__", [](const PyArenaView& v) { return py::make_tuple(static_cast<int>(v.device().type), v.device().id); })
+      .def("numpy", [](py::object self) { return self.cast<const PyArenaView&>().numpy(self); },
+           "A writable numpy view of a host arena's bytes (no copy).");
+
+  py::class_<PyArena>(m, "Arena", "A KV arena's address range: the placeholder until swap_in(), then the leased arena.")
+      .def_property_readonly("base", [](const PyArena& a) { return reinterpret_cast<uintptr_t>(a.h->arena->base()); })
+      .def_property_readonly("bytes", [](const PyArena& a) { return a.h->arena->bytes(); })
+      .def_property_readonly("leased", [](const PyArena& a) { return a.h->arena->leased(); })
+      .def_property_readonly("placeholder_bytes", [](const PyArena& a) { return a.h->arena->placeholder_bytes(); })
+      .def_property_readonly("device", [](const PyArena& a) {
+        return a.h->dev.type == kDLCPU ? std::string("host") : "cuda:" + std::to_string(a.h->dev.id);
+      })
+      .def_property_readonly("lease", [](const PyArena& a) -> py::object {
+        return a.h->lease ? py::object(lease_dict(*a.h->lease)) : py::none();
+      })
+      .def("swap_in", &PyArena::swap_in,
+           "Lease the arena (waiting for the previous holder's exit, without the GIL) and map it over the range "
+           "at the same address. Returns the lease: created, resized, previous_bytes, previous_holder_pid, "
+           "waited_s, leases, generation, seconds.")
+      .def("view", &PyArena::view, py::arg("offset"), py::arg("shape"), py::arg("dtype"),
+           "The bytes at [offset, offset + prod(shape) * itemsize) as a row-major tensor (DLPack, no copy).");
+  m.def("reserve_arena", &reserve_arena, py::arg("name"), py::arg("bytes"), py::arg("wait_s"),
+        py::arg("connect_timeout_s"), py::arg("device"), py::arg("socket_dir"));
+  m.def("find_arena", &find_arena, py::arg("name"), py::arg("connect_timeout_s"), py::arg("device"),
+        py::arg("socket_dir"));
   m.def("standby_gate", &standby_gate, py::arg("level"));
   m.def("is_standby", &fastrestart::is_standby);
 }

@@ -4,6 +4,7 @@ static slots, and the flag rules. The GPU side (the profile, the KV cache, the g
 test_refengine's test_batched_engine_... on the GPU machine: without torch it skips with the reason."""
 
 import contextlib
+import importlib.util
 import io
 import os
 import sys
@@ -295,6 +296,9 @@ class Flags(unittest.TestCase):
         self.assertTrue(a.batched)
         a, _ = self.parse("--tensor-parallel-size", "2")
         self.assertFalse(a.batched)
+        self.assertIsNone(a.kv_arena)  # the KV cache is the engine's own unless --kv-arena names an arena
+        a, _ = self.parse("--kv-arena", "kv")
+        self.assertEqual((a.kv_arena, a.kv_arena_wait, a.kv_arena_zero), ("kv", 30.0, False))
 
     def test_errors_name_the_flag(self):
         for argv, text in [(("--cuda-graph",), "--cuda-graph is the single-request engine's graph"),
@@ -302,10 +306,126 @@ class Flags(unittest.TestCase):
                            (("--max-model-len", "0"), "--max-model-len must be at least 1"),
                            (("--cuda-graph-sizes", "1,x"), "--cuda-graph-sizes"),
                            (("--max-num-seqs", "1", "--enforce-eager", "--compile"), "--compile"),
-                           (("--tensor-parallel-size", "2", "--max-num-seqs", "8"), "--tensor-parallel-size > 1")]:
+                           (("--tensor-parallel-size", "2", "--max-num-seqs", "8"), "--tensor-parallel-size > 1"),
+                           (("--max-num-seqs", "1", "--enforce-eager", "--kv-arena", "kv"), "--kv-arena is the batched"),
+                           (("--kv-arena", "kv", "--kv-arena-wait", "-1"), "--kv-arena-wait must be within")]:
             a, err = self.parse(*argv)
             self.assertIsNone(a, argv)
             self.assertIn(text, err)
+
+
+class KvArena(unittest.TestCase):
+    """Sizing the KV cache from the daemon's arena, and the layers' places in it."""
+    PER = 2 * 4 * 2 * 8 * 2  # bytes_per_position(4 layers, 2 kv heads, head_dim 8, 2 bytes)
+
+    def test_no_arena_in_the_daemon_sizes_from_the_own_budget(self):
+        self.assertEqual(rb.kv_arena_plan(640, 4, self.PER, 4096, 7, None), (640, "the daemon holds no such arena"))
+
+    def test_the_daemons_arena_within_five_percent_is_taken_as_it_is(self):
+        # The live engine's arena: 4 slots x 656 positions, rounded up to a granule by the range.
+        held = 4 * 656 * self.PER + 1000
+        self.assertEqual(rb.kv_arena_plan(640, 4, self.PER, 4096, 7, held), (656, None))  # 2.5% more
+        self.assertEqual(rb.kv_arena_plan(672, 4, self.PER, 4096, 7, held), (656, None))  # 2.4% less
+        # A whole number of blocks, at most max_model_len.
+        self.assertEqual(rb.kv_arena_plan(640, 4, self.PER, 4096, 7, 4 * 650 * self.PER), (640, None))
+        self.assertEqual(rb.kv_arena_plan(608, 4, self.PER, 608, 7, held), (608, None))
+
+    def test_an_arena_more_than_five_percent_off_falls_back_with_the_reason(self):
+        positions, why = rb.kv_arena_plan(640, 4, self.PER, 4096, 7, 4 * 704 * self.PER)  # 10% more
+        self.assertEqual(positions, 640)
+        self.assertIn("704 positions per slot, this engine's budget 640: more than 5% apart", why)
+        positions, why = rb.kv_arena_plan(640, 4, self.PER, 4096, 7, 4 * 576 * self.PER)  # 10% less
+        self.assertEqual(positions, 640)
+        self.assertIn("576 positions", why)
+        positions, why = rb.kv_arena_plan(8, 4, self.PER, 4096, 7, 4 * 3 * self.PER)
+        self.assertEqual(positions, 8)
+        self.assertIn("fewer than 7", why)
+
+    def test_layout_puts_the_layers_back_to_back(self):
+        offsets, shape, used = rb.kv_arena_layout(4, 3, 2, 32, 8, 2)
+        layer = 2 * 3 * 2 * 32 * 8 * 2
+        self.assertEqual(offsets, [0, layer, 2 * layer, 3 * layer])
+        self.assertEqual(shape, [2, 3, 2, 32, 8])
+        self.assertEqual(used, 4 * layer)
+        self.assertEqual(used, rb.bytes_per_position(4, 2, 8, 2) * 3 * 32)
+
+
+HAVE_TORCH = all(importlib.util.find_spec(m) is not None for m in ("torch", "transformers"))
+WEIGHTD = os.environ.get("FR_WEIGHTD_BIN", "")
+
+
+@unittest.skipUnless(HAVE_TORCH, "torch is not installed (python_refengine_batch's arena forward runs where it is)")
+@unittest.skipUnless(WEIGHTD and os.access(WEIGHTD, os.X_OK), "FR_WEIGHTD_BIN is not set to fastrestart-weightd")
+class KvArenaForward(unittest.TestCase):
+    """The batched forward (refengine_runner.Runner) on the CPU over a tiny random Llama: its KV cache as views
+    into a host arena gives the tokens of a torch.zeros KV cache, after the placeholder was written through
+    and with stale values of an earlier holder in the arena (masked positions weigh 0 in the attention)."""
+
+    def setUp(self):
+        import tempfile
+        import types
+        import torch
+        import transformers
+        import fastrestart
+        import refengine_runner
+        from weightd_support import Weightd
+        self.torch, self.fastrestart = torch, fastrestart
+        self.tmp = tempfile.TemporaryDirectory(prefix="fr-kvarena-")
+        self.run_dir = os.path.join(self.tmp.name, "run")
+        os.mkdir(self.run_dir, 0o700)
+        self.daemon = Weightd(WEIGHTD, self.run_dir, os.path.join(self.tmp.name, "weightd.log")).start(self)
+        torch.manual_seed(0)
+        cfg = transformers.LlamaConfig(vocab_size=128, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+                                       num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64)
+        model = transformers.LlamaForCausalLM(cfg).eval()
+        self.engine = types.SimpleNamespace(torch=torch, args=None, device=torch.device("cpu"), model_config=cfg,
+                                            model=model, dtype=torch.float32)
+        self.Runner = refengine_runner.Runner
+
+    def tearDown(self):
+        self.daemon.stop()
+        self.tmp.cleanup()
+
+    def greedy(self, r, prompt, n):
+        torch = self.torch
+        with torch.inference_mode():
+            ids = torch.tensor([prompt])
+            tok, _ = r._step(ids, torch.arange(len(prompt))[None], 1)  # slot 1: slot 0 holds the stale values
+            out = [int(tok[0])]
+            for i in range(n - 1):
+                t, _ = r._step(torch.tensor([[out[-1]]]), torch.tensor([[len(prompt) + i]]), 1)
+                out.append(int(t[0]))
+        return out
+
+    def test_tokens_over_the_arena_equal_those_over_zeros(self):
+        prompt = [5, 17, 99, 3, 64, 12]
+        own = self.Runner(self.engine)
+        kv = own.place_kv(3, 32)
+        self.assertEqual(kv["placement"], "torch")
+        want = self.greedy(own, prompt, 8)
+
+        r = self.Runner(self.engine)
+        arena = self.fastrestart.reserve_arena("kv", kv["bytes"], socket_dir=self.run_dir)
+        kv2 = r.place_kv(3, 32, arena)
+        self.assertEqual((kv2["placement"], kv2["bytes"]), ("arena", kv["bytes"]))
+        self.assertEqual(r.kv[0].data_ptr(), arena.base)
+        self.greedy(r, [1, 2, 3], 4)  # over the placeholder: what it computes is garbage, and unread later
+        lease = arena.swap_in()
+        self.assertTrue(lease["created"])
+        self.assertEqual(r.kv[0].data_ptr(), arena.base)
+        # An earlier holder's values everywhere (finite, as a KV cache's are): masked, they change nothing.
+        for t in r.kv:
+            t.copy_(self.torch.randn_like(t) * 100)
+        self.assertEqual(self.greedy(r, prompt, 8), want)
+        r.zero_kv()
+        self.assertEqual(float(r.kv[1].abs().sum()), 0.0)
+        self.assertEqual(self.greedy(r, prompt, 8), want)
+
+    def test_a_cache_larger_than_the_arena_is_refused(self):
+        r = self.Runner(self.engine)
+        arena = self.fastrestart.reserve_arena("kv", 4096, socket_dir=self.run_dir)
+        with self.assertRaisesRegex(ValueError, "does not fit the arena"):
+            r.place_kv(3, 32, arena)
 
 
 if __name__ == "__main__":

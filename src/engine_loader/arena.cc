@@ -78,6 +78,31 @@ Result<std::unique_ptr<Arena>> reserve_arena(const ArenaOptions& o) {
   return std::unique_ptr<Arena>(new ArenaImpl(o, std::move(dev), std::move(range)));
 }
 
+Result<std::optional<ArenaInfo>> find_arena(const ArenaOptions& o) {
+  FR_ASSIGN(auto dev, fr::loader::open_device(o.device));
+  const std::string path = fr::loader::daemon_socket(*dev, o.socket_dir);
+  auto fail = [&](const Error& e) { return Error{e.code, "arena '" + o.name + "' at " + path + ": " + e.message}; };
+  auto c = DaemonClient::connect(path, o.connect_timeout_s, "engine_loader " FASTRESTART_VERSION);
+  if (!c.ok()) return fail(c.error());
+  auto r = c->call(fr::proto::json{{"op", "status"}}, o.connect_timeout_s + 30);
+  if (!r.ok()) return fail(r.error());
+  try {
+    for (const auto& a : r->value("arenas", fr::proto::json::array())) {
+      if (a.at("name").get<std::string>() != o.name) continue;
+      ArenaInfo info;
+      info.bytes = a.at("bytes").get<uint64_t>();
+      const auto& holder = a.at("holder_pid");
+      info.holder_pid = holder.is_null() ? -1 : holder.get<int64_t>();
+      info.leases = a.at("leases").get<uint64_t>();
+      info.waiting = a.value("waiting", uint64_t{0});
+      return std::optional<ArenaInfo>(info);
+    }
+  } catch (const std::exception& e) {
+    return fail(Error{Errc::kProtocol, std::string("malformed status reply: ") + e.what()});
+  }
+  return std::optional<ArenaInfo>();
+}
+
 Result<std::unique_ptr<Arena>> lease_arena(const ArenaOptions& o, ArenaLease* lease) {
   FR_ASSIGN(auto a, reserve_arena(o));
   FR_ASSIGN(ArenaLease l, a->swap_in());

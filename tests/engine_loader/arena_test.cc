@@ -85,6 +85,39 @@ TEST(Arena, ThePlaceholderAliasesAndTheSwapKeepsTheAddress) {
   EXPECT_EQ(again.error().code, Errc::kBusy);
 }
 
+TEST(Arena, FindArenaReportsTheDaemonsArenaWithoutLeasingIt) {
+  test::TempDir d;
+  {
+    auto none = fastrestart::find_arena(opts(d / "run"));
+    ASSERT_FALSE(none.ok());
+    EXPECT_EQ(none.error().code, Errc::kNotFound) << none.error().message;
+    EXPECT_NE(none.error().message.find("arena 'kv'"), std::string::npos) << none.error().message;
+  }
+  test::Daemon daemon(d / "run");
+  auto before = fastrestart::find_arena(opts(d / "run"));
+  ASSERT_TRUE(before.ok()) << before.error().message;
+  EXPECT_FALSE(before->has_value()) << "no lease has made it yet";
+
+  auto a = fastrestart::lease_arena(opts(d / "run"));
+  ASSERT_TRUE(a.ok()) << a.error().message;
+  auto found = fastrestart::find_arena(opts(d / "run"));
+  ASSERT_TRUE(found.ok()) << found.error().message;
+  ASSERT_TRUE(found->has_value());
+  EXPECT_EQ((*found)->bytes, (*a)->bytes());
+  EXPECT_EQ((*found)->holder_pid, ::getpid());
+  EXPECT_EQ((*found)->leases, 1u);
+  EXPECT_EQ((*found)->waiting, 0u);
+  auto other = opts(d / "run");
+  other.name = "other";
+  auto missing = fastrestart::find_arena(other);
+  ASSERT_TRUE(missing.ok()) << missing.error().message;
+  EXPECT_FALSE(missing->has_value());
+  // Asking leased nothing: still the one lease.
+  auto again = fastrestart::find_arena(opts(d / "run"));
+  ASSERT_TRUE(again.ok() && again->has_value());
+  EXPECT_EQ((*again)->leases, 1u);
+}
+
 TEST(Arena, ALeaseHeldByALiveProcessTimesOutNamingWaitSAndThePid) {
   test::TempDir d;
   test::Daemon daemon(d / "run");

@@ -26,6 +26,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "fastrestart/result.h"
@@ -68,6 +69,20 @@ class Arena {
   // Leases the arena and maps it over the range at base(). Errc::kBusy when already leased.
   virtual Result<ArenaLease> swap_in() = 0;
 };
+
+// An arena the daemon holds, as its status lists it (docs/protocol.md, "status").
+struct ArenaInfo {
+  uint64_t bytes = 0;        // the arena's size: reserve exactly this many bytes to lease it unchanged
+  int64_t holder_pid = -1;   // the process holding its lease; -1: none
+  uint64_t leases = 0;
+  uint64_t waiting = 0;      // leases waiting now for the holder's exit
+};
+
+// Asks the daemon of options.device for the arena options.name (a status request: nothing is leased or
+// made; options.bytes and wait_s are not used). std::nullopt: the daemon holds no arena of that name. An
+// engine that would rather take the arena as it is than resize it (a standby sizing its KV cache before
+// the live engine exits) asks this first. Errors: no daemon (Errc::kNotFound), a malformed status.
+Result<std::optional<ArenaInfo>> find_arena(const ArenaOptions& options);
 
 // Reserves the range and backs it with the placeholder; the daemon is not asked yet.
 Result<std::unique_ptr<Arena>> reserve_arena(const ArenaOptions& options);
