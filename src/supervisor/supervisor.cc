@@ -493,7 +493,7 @@ Status Supervisor::spawn_engine(StartPath expected) {
   if (m_cfg.weights.backend != "host")
     for (const auto& gpu : m_cfg.gpus)
       if (auto m = m_gpus->memory(gpu); m.ok())
-        m_baseline_used[gpu] = static_cast<double>(m->used) - static_cast<double>(held_bytes(gpu));
+        m_baseline_used[gpu] = static_cast<double>(m->used) - static_cast<double>(daemon_gpu_bytes(gpu));
   const std::string skipped = start_attempts_text();
   set_status(std::string("Starting the engine (") + (e.warm_expected ? "warm" : "cold") + ")" +
              (skipped.empty() ? "" : "; " + skipped));
@@ -531,6 +531,7 @@ LineHandler Supervisor::engine_line_handler(Engine* raw) {
     if (!progress) progress = m_kind->progress(l);  // the kind's own lines (vLLM: data/vllm.toml)
     if (progress && m_state == State::kStarting)
       set_status(std::string("Starting the engine (") + (raw->warm_expected ? "warm" : "cold") + "): " + progress->text());
+    observe_arena_line(*raw, l);
   };
 }
 
@@ -835,7 +836,8 @@ void Supervisor::wait_drain() {
           auto h = m_standby->held_by_gpu.find(gpu);
           standby = std::max(h == m_standby->held_by_gpu.end() ? uint64_t{0} : h->second, standby_reserve_bytes(gpu));
         }
-        double expected = (base != m_baseline_used.end() ? base->second : 0.0) + static_cast<double>(held_bytes(gpu)) +
+        // The daemon's arenas stay after the engine's exit, waiting for the next lease: not a leak.
+        double expected = (base != m_baseline_used.end() ? base->second : 0.0) + static_cast<double>(daemon_gpu_bytes(gpu)) +
                           static_cast<double>(standby);
         double extra = static_cast<double>(m->used) - expected;
         if (extra > m_cfg.memory.leak_tolerance_mib * 1048576.0) {
@@ -844,7 +846,7 @@ void Supervisor::wait_drain() {
             return;
           }
           spdlog::warn("GPU {}: {} still used after the engine exited, beyond the daemons' {} and what was used "
-                       "before it started (a leak: orphaned workers?)", gpu, fmt_bytes(extra), fmt_bytes(double(held_bytes(gpu))));
+                       "before it started (a leak: orphaned workers?)", gpu, fmt_bytes(extra), fmt_bytes(double(daemon_gpu_bytes(gpu))));
         }
       }
     }
