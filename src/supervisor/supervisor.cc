@@ -307,14 +307,17 @@ std::vector<double> Supervisor::gpu_fractions(bool for_standby, bool warn) const
     if (!m.ok() || m->total == 0 || !warn || !m_cfg.memory.check_free) continue;
     const std::string& gpu = s.in.gpu;
     const double held = static_cast<double>(s.in.held), reserve = static_cast<double>(s.in.reserve);
-    const double need = std::max(0.0, s.share) * static_cast<double>(m->total);
+    // What the engine must allocate anew: its share but its KV arenas, which are allocated already (the
+    // daemon's, mapped by the engine) and so not in the free memory (docs/supervisor.md, "KV arenas").
+    const double need = static_cast<double>(s.own_bytes);
     if (for_standby) {
       if (reserve > static_cast<double>(m->free))
         spdlog::warn("GPU {}: the warmed standby's reserve {} does not fit in the free {} (used {})", gpu,
                      fmt_bytes(reserve), fmt_bytes(double(m->free)), fmt_bytes(double(m->used)));
     } else if (need > static_cast<double>(m->free)) {
-      spdlog::warn("GPU {}: the engine's share {} does not fit in the free {} (used {}, of which the weight daemon holds {})",
-                   gpu, fmt_bytes(need), fmt_bytes(double(m->free)), fmt_bytes(double(m->used)), fmt_bytes(held));
+      spdlog::warn("GPU {}: the engine's share {}{} does not fit in the free {} (used {}, of which the weight daemon holds {})",
+                   gpu, fmt_bytes(need), s.in.arena ? " beyond its KV arenas' " + fmt_bytes(double(s.in.arena)) : std::string(),
+                   fmt_bytes(double(m->free)), fmt_bytes(double(m->used)), fmt_bytes(held));
     }
   }
   return out;
