@@ -192,6 +192,7 @@ std::vector<proto::DaemonArenaStatus> ArenaTable::status() {
     s.pool_bytes = a.pool->size();
     if (a.holder) s.holder_pid = *a.holder;
     s.leases = a.leases;
+    s.generation = a.generation;
     s.waiting = a.waiting;
     s.last_wait_s = a.last_wait_s;
     v.push_back(std::move(s));

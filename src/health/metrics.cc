@@ -258,6 +258,32 @@ void daemon_families(Writer& w, const SupervisorStatus& status) {
   for (const auto& [gpu, d] : ds) w.sample({{"gpu", gpu}}, d->progress.rate_bytes_per_s);
 }
 
+// KV arenas (docs/supervisor.md, "KV arenas"): each native daemon's arenas by GPU and name, and what the
+// current (or last) engine said of its own. Families without an arena keep their HELP and TYPE lines.
+void arena_families(Writer& w, const SupervisorStatus& status) {
+  std::vector<std::pair<Labels, const status::ArenaStatus*>> as;
+  for (size_t i = 0; i < status.daemons.size(); ++i) {
+    const auto& d = status.daemons[i];
+    for (const auto& a : d.arenas) as.push_back({{{"gpu", d.gpu.empty() ? std::to_string(i) : d.gpu}, {"name", a.name}}, &a});
+  }
+  w.family("arena_bytes", "gauge",
+           "GPU memory a daemon's KV arena holds (allocated): the engine's KV cache, counted inside its share.");
+  for (const auto& [l, a] : as) w.sample(l, count(a->pool_bytes));
+  w.family("arena_leases_total", "counter", "Leases granted on the arena since the daemon made it.");
+  for (const auto& [l, a] : as) w.sample(l, count(a->leases));
+  w.family("arena_generation", "gauge", "The arena's last lease's generation (1 for a new arena).");
+  for (const auto& [l, a] : as) w.sample(l, count(a->generation));
+  w.family("arena_held", "gauge", "1 while a process holds the arena's lease, else 0.");
+  for (const auto& [l, a] : as) w.sample(l, a->holder_pid ? 1.0 : 0.0);
+  w.family("arena_lease_wait_seconds", "gauge",
+           "The arena's last lease's wait for its previous holder's exit (no sample until a lease waited).");
+  for (const auto& [l, a] : as)
+    if (a->waited_s) w.sample(l, *a->waited_s);
+  w.family("engine_arena_outcome", "gauge",
+           "1, labelled with what the current (or last) engine said of its KV arena as it started: leased or fallback.");
+  if (status.arena_outcome) w.sample({{"outcome", status.arena_outcome->outcome == "leased" ? "leased" : "fallback"}}, 1.0);
+}
+
 void memory_families(Writer& w, const SupervisorStatus& status) {
   std::vector<std::pair<std::string, const status::MemoryRowStatus*>> ms;
   for (size_t i = 0; i < status.memory.size(); ++i) {
@@ -273,6 +299,8 @@ void memory_families(Writer& w, const SupervisorStatus& status) {
       {"gpu_memory_budget_bytes", &status::MemoryRowStatus::budget_bytes, "GPU memory the model may use (memory.utilization x total)."},
       {"gpu_standby_reserve_bytes", &status::MemoryRowStatus::standby_reserve_bytes,
        "GPU memory the engine's share leaves for a warmed standby on this GPU (measured at its last park, or standby.reserve_mib)."},
+      {"gpu_arena_bytes", &status::MemoryRowStatus::arena_bytes,
+       "GPU memory the daemon's KV arenas hold on this GPU: the engine's KV cache, inside its share, not held outside it."},
   };
   for (const auto& f : kFamilies) {
     w.family(f.name, "gauge", f.help);
@@ -282,6 +310,10 @@ void memory_families(Writer& w, const SupervisorStatus& status) {
            "The engine's share of the GPU's memory (what its rank there is given; the daemon's pool and a standby's reserve aside).");
   for (const auto& [gpu, m] : ms)
     if (m->engine_share) w.sample({{"gpu", gpu}}, *m->engine_share);
+  w.family("gpu_engine_memory_share_bytes", "gauge",
+           "The engine's share of the GPU in bytes (total x share, exactly), its KV arenas included.");
+  for (const auto& [gpu, m] : ms)
+    if (m->engine_share_bytes) w.sample({{"gpu", gpu}}, count(*m->engine_share_bytes));
 }
 
 // engine.kind = "vllm": what the engine reported about itself, and the loader plugin's attach times
@@ -356,6 +388,7 @@ std::string render_metrics(const json& status_json, const std::string& version) 
   snapshot_families(w, status.metrics);
   standby_families(w, status);
   daemon_families(w, status);
+  arena_families(w, status);
   memory_families(w, status);
   vllm_families(w, status);
   return w.take();

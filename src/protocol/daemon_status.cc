@@ -58,6 +58,7 @@ static Status read(const json& j, const std::string& w, DaemonArenaStatus& a) {
   FR_TRY(field(j, "pool_bytes", w, a.pool_bytes));
   FR_TRY(field(j, "holder_pid", w, a.holder_pid));
   FR_TRY(field(j, "leases", w, a.leases));
+  FR_TRY(field(j, "generation", w, a.generation));
   FR_TRY(field(j, "waiting", w, a.waiting));
   FR_TRY(field(j, "last_wait_s", w, a.last_wait_s));
   return {};
@@ -88,7 +89,7 @@ json to_json(const DaemonStatus& s) {
   for (const auto& a : s.arenas)
     arenas.push_back({{"name", a.name}, {"bytes", a.bytes}, {"pool_bytes", a.pool_bytes},
                       {"holder_pid", a.holder_pid ? json(*a.holder_pid) : json(nullptr)}, {"leases", a.leases},
-                      {"waiting", a.waiting}, {"last_wait_s", a.last_wait_s ? json(*a.last_wait_s) : json(nullptr)}});
+                      {"generation", a.generation}, {"waiting", a.waiting}, {"last_wait_s", a.last_wait_s ? json(*a.last_wait_s) : json(nullptr)}});
   return {{"backend", s.backend}, {"gpu_uuid", s.gpu_uuid}, {"gpu_name", s.gpu_name}, {"pid", s.pid},
           {"held_bytes", s.held_bytes}, {"clients", s.clients}, {"stale_dropped", s.stale_dropped}, {"entries", std::move(entries)},
           {"misses", std::move(misses)}, {"arena_bytes", s.arena_bytes}, {"arenas", std::move(arenas)}};

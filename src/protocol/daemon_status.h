@@ -54,6 +54,7 @@ struct DaemonArenaStatus {
   uint64_t pool_bytes = 0;  // allocated
   std::optional<int64_t> holder_pid;  // null on the wire when unleased (no holder, or it exited)
   uint64_t leases = 0;      // granted since the arena was made
+  uint64_t generation = 0;  // the last lease's generation (1 for a new arena, +1 per lease); 0: never leased
   uint64_t waiting = 0;     // leases waiting now for the holder's exit
   std::optional<double> last_wait_s;  // the last lease's wait for its previous holder's exit; null: none waited
 };

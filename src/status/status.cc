@@ -10,6 +10,33 @@ using json_fields::object;
 
 // The readers below are found by argument-dependent lookup from json_fields' vector and map readers.
 
+static Status read(const json& j, const std::string& w, ArenaStatus& a) {
+  FR_TRY(object(j, w));
+  FR_TRY(field(j, "name", w, a.name));
+  FR_TRY(field(j, "bytes", w, a.bytes));
+  FR_TRY(field(j, "pool_bytes", w, a.pool_bytes));
+  FR_TRY(field(j, "holder_pid", w, a.holder_pid));
+  FR_TRY(field(j, "leases", w, a.leases));
+  FR_TRY(field(j, "generation", w, a.generation));
+  FR_TRY(field(j, "waiting", w, a.waiting));
+  FR_TRY(field(j, "waited_s", w, a.waited_s));
+  return {};
+}
+
+static Status read_arena_outcome(const json& j, const std::string& w, ArenaOutcomeStatus& a) {
+  FR_TRY(object(j, w));
+  FR_TRY(field(j, "outcome", w, a.outcome));
+  FR_TRY(field(j, "pid", w, a.pid));
+  FR_TRY(field(j, "unix_time", w, a.unix_time));
+  FR_TRY(field(j, "name", w, a.name));
+  FR_TRY(field(j, "bytes", w, a.bytes));
+  FR_TRY(field(j, "waited_s", w, a.waited_s));
+  FR_TRY(field(j, "swap_s", w, a.swap_s));
+  FR_TRY(field(j, "generation", w, a.generation));
+  FR_TRY(field(j, "reason", w, a.reason));
+  return {};
+}
+
 static Status read(const json& j, const std::string& w, DaemonRowStatus& d) {
   FR_TRY(object(j, w));
   FR_TRY(field(j, "gpu", w, d.gpu));
@@ -20,6 +47,8 @@ static Status read(const json& j, const std::string& w, DaemonRowStatus& d) {
   FR_TRY(field(j, "error", w, d.error));
   FR_TRY(field(j, "held_bytes", w, d.held_bytes));
   FR_TRY(field(j, "entries", w, d.entries));
+  FR_TRY(field(j, "arena_bytes", w, d.arena_bytes));
+  FR_TRY(field(j, "arenas", w, d.arenas));
   if (auto it = j.find("progress"); it != j.end() && !it->is_null()) {
     const std::string pw = w + ".progress";
     FR_TRY(object(*it, pw));
@@ -51,6 +80,9 @@ static Status read(const json& j, const std::string& w, MemoryRowStatus& m) {
   FR_TRY(field(j, "daemon_held_bytes", w, m.daemon_held_bytes));
   FR_TRY(field(j, "standby_reserve_bytes", w, m.standby_reserve_bytes));
   FR_TRY(field(j, "engine_share", w, m.engine_share));
+  FR_TRY(field(j, "arena_bytes", w, m.arena_bytes));
+  FR_TRY(field(j, "engine_share_bytes", w, m.engine_share_bytes));
+  FR_TRY(field(j, "engine_own_bytes", w, m.engine_own_bytes));
   return {};
 }
 
@@ -164,6 +196,28 @@ static Status read_metrics(const json& j, const std::string& w, MetricsStatus& m
   return {};
 }
 
+json to_json(const ArenaStatus& a) {
+  return {{"name", a.name},
+          {"bytes", a.bytes},
+          {"pool_bytes", a.pool_bytes},
+          {"holder_pid", a.holder_pid ? json(*a.holder_pid) : json(nullptr)},
+          {"leases", a.leases},
+          {"generation", a.generation},
+          {"waiting", a.waiting},
+          {"waited_s", a.waited_s ? json(*a.waited_s) : json(nullptr)}};
+}
+
+json to_json(const ArenaOutcomeStatus& a) {
+  json j{{"outcome", a.outcome}, {"pid", a.pid}, {"unix_time", a.unix_time}};
+  if (a.outcome == "fallback") {
+    j["reason"] = a.reason;
+  } else {
+    j.update({{"name", a.name}, {"bytes", a.bytes}, {"waited_s", a.waited_s}, {"swap_s", a.swap_s},
+              {"generation", a.generation}});
+  }
+  return j;
+}
+
 json to_json(const DaemonRowStatus& d) {
   json j{{"gpu", d.gpu},
          {"pid", d.pid},
@@ -174,7 +228,13 @@ json to_json(const DaemonRowStatus& d) {
          {"progress", {{"done_bytes", d.progress.done_bytes}, {"total_bytes", d.progress.total_bytes},
                        {"rate_bytes_per_s", d.progress.rate_bytes_per_s}}}};
   if (!d.kind.empty()) j["kind"] = d.kind;
-  if (d.socket) j["socket"] = *d.socket;
+  if (d.socket) {  // a native daemon: its arenas (none for the other kinds)
+    j["socket"] = *d.socket;
+    json arenas = json::array();
+    for (const auto& a : d.arenas) arenas.push_back(to_json(a));
+    j["arena_bytes"] = d.arena_bytes;
+    j["arenas"] = std::move(arenas);
+  }
   if (d.preload) {
     j["health"] = d.preload->health;
     j["argv"] = d.preload->argv;
@@ -196,7 +256,10 @@ json to_json(const MemoryRowStatus& m) {
   json j = {{"gpu", m.gpu}, {"uuid", m.uuid}, {"name", m.name}, {"total_bytes", m.total_bytes},
             {"used_bytes", m.used_bytes}, {"free_bytes", m.free_bytes}, {"budget_bytes", m.budget_bytes},
             {"daemon_held_bytes", m.daemon_held_bytes}, {"standby_reserve_bytes", m.standby_reserve_bytes}};
+  j["arena_bytes"] = m.arena_bytes;
   if (m.engine_share) j["engine_share"] = *m.engine_share;
+  if (m.engine_share_bytes) j["engine_share_bytes"] = *m.engine_share_bytes;
+  if (m.engine_own_bytes) j["engine_own_bytes"] = *m.engine_own_bytes;
   return j;
 }
 
@@ -257,6 +320,7 @@ json to_json(const SupervisorStatus& s) {
           {"memory", memory},
           {"memory_utilization", s.memory_utilization},
           {"engine_share_refused", s.engine_share_refused ? json(*s.engine_share_refused) : json(nullptr)},
+          {"arena_outcome", s.arena_outcome ? to_json(*s.arena_outcome) : json(nullptr)},
           {"backoff_s", s.backoff_s},
           {"failure", s.failure},
           {"reload_in_progress", s.reload_in_progress},
@@ -308,6 +372,11 @@ Result<SupervisorStatus> supervisor_status_from_json(const json& j, const std::s
   FR_TRY(field(j, "memory", w, s.memory));
   FR_TRY(field(j, "memory_utilization", w, s.memory_utilization));
   FR_TRY(field(j, "engine_share_refused", w, s.engine_share_refused));
+  if (auto it = j.find("arena_outcome"); it != j.end() && !it->is_null()) {
+    ArenaOutcomeStatus a;
+    FR_TRY(read_arena_outcome(*it, w + ".arena_outcome", a));
+    s.arena_outcome = std::move(a);
+  }
   FR_TRY(field(j, "backoff_s", w, s.backoff_s));
   FR_TRY(field(j, "failure", w, s.failure));
   FR_TRY(field(j, "reload_in_progress", w, s.reload_in_progress));

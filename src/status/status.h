@@ -44,6 +44,19 @@ struct PreloadDetails {
   std::vector<std::string> watched_files;
 };
 
+// One KV arena a native daemon holds (docs/weightd.md, "KV arenas"): the engine's KV cache, counted
+// inside the engine's share of its GPU, not as memory held outside it (docs/supervisor.md, "KV arenas").
+struct ArenaStatus {
+  std::string name;
+  uint64_t bytes = 0;       // as leased
+  uint64_t pool_bytes = 0;  // allocated on the GPU (bytes rounded up to the page or granule): what is counted
+  std::optional<int64_t> holder_pid;  // null when no process holds it (never leased, or its holder exited)
+  uint64_t leases = 0;      // granted since the arena was made
+  uint64_t generation = 0;  // the last lease's (1 for a new arena)
+  uint64_t waiting = 0;     // leases waiting now for the holder's exit
+  std::optional<double> waited_s;  // the last wait of a lease for its previous holder's exit; null: none waited
+};
+
 struct DaemonRowStatus {
   std::string gpu;  // "host", a GPU index, or "vllm-preload"
   std::string kind;  // empty (omitted) for native daemons
@@ -51,9 +64,11 @@ struct DaemonRowStatus {
   std::optional<std::string> socket;  // native daemons
   std::string state;  // loading | ready | failed | dead | stopped
   std::string error;
-  uint64_t held_bytes = 0;
+  uint64_t held_bytes = 0;  // weights: held outside the engine
   uint64_t entries = 0;
   DaemonProgressStatus progress;
+  uint64_t arena_bytes = 0;  // the sum of arenas[].pool_bytes: the daemon's memory inside the engine's share
+  std::vector<ArenaStatus> arenas;
   std::optional<PreloadDetails> preload;
 };
 
@@ -66,13 +81,34 @@ struct MemoryRowStatus {
   uint64_t used_bytes = 0;
   uint64_t free_bytes = 0;
   uint64_t budget_bytes = 0;
-  uint64_t daemon_held_bytes = 0;
+  uint64_t daemon_held_bytes = 0;  // the daemon's memory outside the engine: all of it but its arenas
+  uint64_t arena_bytes = 0;        // the daemon's KV arenas on this GPU: inside the engine's share
   // What this GPU's share leaves for a warmed standby: standby.reserve_mib, or what the standby's own
   // processes held on this GPU at its last park (docs/standby.md, "Memory"). 0 without one.
   uint64_t standby_reserve_bytes = 0;
   // The engine's share of this GPU (the rank on it is told it in FASTRESTART_GPU_MEMORY_UTILIZATION):
   // memory.utilization minus what the daemon holds (zero_copy) and a warmed standby's reserve.
   std::optional<double> engine_share;
+  // The share in bytes, exactly (floor(total x engine_share)), and what it leaves the engine beyond its
+  // arenas (engine_share_bytes - arena_bytes, at least 0). Set with engine_share.
+  std::optional<uint64_t> engine_share_bytes;
+  std::optional<uint64_t> engine_own_bytes;
+};
+
+// What the current (or last) engine said about its KV arena as it started: its `fastrestart-arena:` line
+// (docs/supervisor.md, "KV arenas"). Absent until an engine prints one; cleared at every engine spawn.
+struct ArenaOutcomeStatus {
+  std::string outcome;  // leased | fallback
+  int64_t pid = 0;      // the engine that printed it
+  double unix_time = 0;
+  // leased: the arena's name and size, the lease's wait for the previous holder, the swap's own time, and
+  // the lease's generation. Zero/empty for a fallback.
+  std::string name;
+  uint64_t bytes = 0;
+  double waited_s = 0;
+  double swap_s = 0;
+  uint64_t generation = 0;
+  std::string reason;  // fallback: why the engine allocates its KV cache itself; empty when leased
 };
 
 // One start path asked at the current (or last) engine start.
@@ -153,6 +189,7 @@ struct SupervisorStatus {
   double memory_utilization = 0;
   // Why the last engine start was refused: a GPU's share below memory.min_share, with its figures.
   std::optional<std::string> engine_share_refused;
+  std::optional<ArenaOutcomeStatus> arena_outcome;
   double backoff_s = 0;
   std::string failure;
   bool reload_in_progress = false;
@@ -165,6 +202,8 @@ nlohmann::json to_json(const SupervisorStatus& s);
 nlohmann::json to_json(const DaemonRowStatus& d);
 nlohmann::json to_json(const StartAttemptStatus& a);
 nlohmann::json to_json(const StandbyStatus& s);
+nlohmann::json to_json(const ArenaStatus& a);
+nlohmann::json to_json(const ArenaOutcomeStatus& a);
 // `where` names the object in errors ("status").
 Result<SupervisorStatus> supervisor_status_from_json(const nlohmann::json& j, const std::string& where = "status");
 

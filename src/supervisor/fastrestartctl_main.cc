@@ -7,6 +7,7 @@
 #include <iostream>
 #include <thread>
 
+#include "common/control_chars.h"
 #include "common/unix_socket.h"
 #include "protocol/frame.h"
 #include "supervisor/config.h"
@@ -107,15 +108,37 @@ bool print_status(const json& j) {
                   rate / 1e9, rate > 0 ? (total - done) / rate : 0.0);
     if (!d.error.empty()) std::printf("  error: %s", d.error.c_str());
     std::printf("\n");
+    // Its KV arenas: the engine's memory, exact bytes (docs/supervisor.md, "KV arenas").
+    for (const auto& a : d.arenas) {
+      std::printf("%-18s %s %llu bytes (%s), ", ("arena " + d.gpu).c_str(), a.name.c_str(),
+                  static_cast<unsigned long long>(a.pool_bytes), gb(double(a.pool_bytes)).c_str());
+      if (a.holder_pid) std::printf("held by pid %lld", static_cast<long long>(*a.holder_pid));
+      else std::printf("unheld");
+      std::printf(", %llu lease(s), generation %llu", static_cast<unsigned long long>(a.leases),
+                  static_cast<unsigned long long>(a.generation));
+      if (a.waited_s) std::printf(", last lease waited %.3f s", *a.waited_s);
+      if (a.waiting) std::printf(", %llu waiting", static_cast<unsigned long long>(a.waiting));
+      std::printf("\n");
+    }
+  }
+  if (const auto& o = s.arena_outcome) {
+    if (o->outcome == "leased")
+      std::printf("%-18s pid %lld leased %s, %llu bytes, generation %llu, waited %.3f s, swap %.3f s\n", "engine arena",
+                  static_cast<long long>(o->pid), o->name.c_str(), static_cast<unsigned long long>(o->bytes),
+                  static_cast<unsigned long long>(o->generation), o->waited_s, o->swap_s);
+    else
+      std::printf("%-18s pid %lld fallback: %s\n", "engine arena", static_cast<long long>(o->pid),
+                  fr::escape_control_chars(o->reason).c_str());
   }
   for (const auto& m : s.memory) {
     if (m.error) {
       std::printf("%-18s %s\n", ("gpu " + m.gpu).c_str(), m.error->c_str());
       continue;
     }
-    std::printf("%-18s used %s of %s, budget %s, daemons hold %s%s%s\n", ("gpu " + m.gpu).c_str(),
+    std::printf("%-18s used %s of %s, budget %s, daemons hold %s%s%s%s\n", ("gpu " + m.gpu).c_str(),
                 gb(double(m.used_bytes)).c_str(), gb(double(m.total_bytes)).c_str(), gb(double(m.budget_bytes)).c_str(),
                 gb(double(m.daemon_held_bytes)).c_str(),
+                m.arena_bytes ? (" + KV arenas " + gb(double(m.arena_bytes)) + " (the engine's)").c_str() : "",
                 m.standby_reserve_bytes ? (", standby reserve " + gb(double(m.standby_reserve_bytes))).c_str() : "",
                 m.engine_share ? (", engine share " + std::to_string(*m.engine_share).substr(0, 6)).c_str() : "");
   }

@@ -307,14 +307,17 @@ std::vector<double> Supervisor::gpu_fractions(bool for_standby, bool warn) const
     if (!m.ok() || m->total == 0 || !warn || !m_cfg.memory.check_free) continue;
     const std::string& gpu = s.in.gpu;
     const double held = static_cast<double>(s.in.held), reserve = static_cast<double>(s.in.reserve);
-    const double need = std::max(0.0, s.share) * static_cast<double>(m->total);
+    // What the engine must allocate anew: its share but its KV arenas, which are allocated already (the
+    // daemon's, mapped by the engine) and so not in the free memory (docs/supervisor.md, "KV arenas").
+    const double need = static_cast<double>(s.own_bytes);
     if (for_standby) {
       if (reserve > static_cast<double>(m->free))
         spdlog::warn("GPU {}: the warmed standby's reserve {} does not fit in the free {} (used {})", gpu,
                      fmt_bytes(reserve), fmt_bytes(double(m->free)), fmt_bytes(double(m->used)));
     } else if (need > static_cast<double>(m->free)) {
-      spdlog::warn("GPU {}: the engine's share {} does not fit in the free {} (used {}, of which the weight daemon holds {})",
-                   gpu, fmt_bytes(need), fmt_bytes(double(m->free)), fmt_bytes(double(m->used)), fmt_bytes(held));
+      spdlog::warn("GPU {}: the engine's share {}{} does not fit in the free {} (used {}, of which the weight daemon holds {})",
+                   gpu, fmt_bytes(need), s.in.arena ? " beyond its KV arenas' " + fmt_bytes(double(s.in.arena)) : std::string(),
+                   fmt_bytes(double(m->free)), fmt_bytes(double(m->used)), fmt_bytes(held));
     }
   }
   return out;
@@ -493,7 +496,7 @@ Status Supervisor::spawn_engine(StartPath expected) {
   if (m_cfg.weights.backend != "host")
     for (const auto& gpu : m_cfg.gpus)
       if (auto m = m_gpus->memory(gpu); m.ok())
-        m_baseline_used[gpu] = static_cast<double>(m->used) - static_cast<double>(held_bytes(gpu));
+        m_baseline_used[gpu] = static_cast<double>(m->used) - static_cast<double>(daemon_gpu_bytes(gpu));
   const std::string skipped = start_attempts_text();
   set_status(std::string("Starting the engine (") + (e.warm_expected ? "warm" : "cold") + ")" +
              (skipped.empty() ? "" : "; " + skipped));
@@ -531,6 +534,7 @@ LineHandler Supervisor::engine_line_handler(Engine* raw) {
     if (!progress) progress = m_kind->progress(l);  // the kind's own lines (vLLM: data/vllm.toml)
     if (progress && m_state == State::kStarting)
       set_status(std::string("Starting the engine (") + (raw->warm_expected ? "warm" : "cold") + "): " + progress->text());
+    observe_arena_line(*raw, l);
   };
 }
 
@@ -843,7 +847,8 @@ void Supervisor::wait_drain() {
           auto h = m_standby->held_by_gpu.find(gpu);
           standby = std::max(h == m_standby->held_by_gpu.end() ? uint64_t{0} : h->second, standby_reserve_bytes(gpu));
         }
-        double expected = (base != m_baseline_used.end() ? base->second : 0.0) + static_cast<double>(held_bytes(gpu)) +
+        // The daemon's arenas stay after the engine's exit, waiting for the next lease: not a leak.
+        double expected = (base != m_baseline_used.end() ? base->second : 0.0) + static_cast<double>(daemon_gpu_bytes(gpu)) +
                           static_cast<double>(standby);
         double extra = static_cast<double>(m->used) - expected;
         if (extra > m_cfg.memory.leak_tolerance_mib * 1048576.0) {
@@ -852,7 +857,7 @@ void Supervisor::wait_drain() {
             return;
           }
           spdlog::warn("GPU {}: {} still used after the engine exited, beyond the daemons' {} and what was used "
-                       "before it started (a leak: orphaned workers?)", gpu, fmt_bytes(extra), fmt_bytes(double(held_bytes(gpu))));
+                       "before it started (a leak: orphaned workers?)", gpu, fmt_bytes(extra), fmt_bytes(double(daemon_gpu_bytes(gpu))));
         }
       }
     }

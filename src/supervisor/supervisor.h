@@ -102,6 +102,9 @@ class Supervisor : private StartHost, private DaemonHost {
   void start_daemons();
   void stop_daemons();  // after a standby's group is gone (a warmed one maps their weights)
   uint64_t held_bytes(const std::string& gpu) const { return m_daemons->held_bytes(gpu); }
+  // All the daemon's memory on `gpu`, its KV arenas with its weights: what stays used after an engine's
+  // exit (the leak check), where held_bytes() is only what is held outside the engine's share.
+  uint64_t daemon_gpu_bytes(const std::string& gpu) const { return held_bytes(gpu) + m_daemons->arena_bytes(gpu); }
   // DaemonHost
   Loop& loop() override { return m_loop; }
   const Config& config() const override { return m_cfg; }
@@ -181,6 +184,9 @@ class Supervisor : private StartHost, private DaemonHost {
   void standby_after_ready(double since_spawn);
   std::optional<status::StandbyStatus> standby_status() const;
   LineHandler engine_line_handler(Engine* e);  // what the engine's output lines feed (progress, vLLM report)
+  // An engine's `fastrestart-arena:` line into its record (supervisor_arena.cc); others are ignored.
+  void observe_arena_line(Engine& e, const std::string& line);
+  std::optional<status::ArenaOutcomeStatus> arena_outcome() const;  // status `arena_outcome`
 
   // snapshots (supervisor_snapshot.cc, docs/snapshot.md)
   void snapshot_init();
@@ -268,6 +274,8 @@ class Supervisor : private StartHost, private DaemonHost {
   // Per GPU: memory used before the engine started, minus the daemons' pools then (contexts, driver
   // reserve, other processes). After an exit, used must fall back to this plus the pools held now.
   std::map<std::string, double> m_baseline_used;
+  // What the last engine that was m_engine said of its KV arena (arena_line.h), for status once it is gone.
+  std::optional<status::ArenaOutcomeStatus> m_arena_outcome;
   std::string m_share_refused;  // engine_share_refusal() at the last start: memory.min_share not met
   std::atomic<bool> m_running{false};                    // stop-engine: do not restart until start-engine
 

@@ -272,7 +272,7 @@ json Supervisor::status_json() {
   st.daemons = m_daemons->rows();
   if (m_cfg.weights.backend != "host") {
     measure_standby_memory(/*at_park=*/false);  // current: a parked standby's processes may have grown since its park
-    const auto shares = gpu_fractions(/*for_standby=*/false, /*warn=*/false);
+    const auto shares = gpu_shares();
     for (const auto& gpu : m_cfg.gpus) {
       status::MemoryRowStatus row;
       row.gpu = gpu;
@@ -288,12 +288,19 @@ json Supervisor::status_json() {
         row.budget_bytes = static_cast<uint64_t>(m_cfg.memory.utilization * static_cast<double>(m->total));
         row.daemon_held_bytes = held_bytes(gpu);
         row.standby_reserve_bytes = standby_reserve_bytes(gpu);
-        if (st.memory.size() < shares.size()) row.engine_share = shares[st.memory.size()];
+        if (st.memory.size() < shares.size()) {
+          const GpuShare& sh = shares[st.memory.size()];
+          row.arena_bytes = sh.in.arena;
+          row.engine_share = sh.share;
+          row.engine_share_bytes = sh.share_bytes;
+          row.engine_own_bytes = sh.own_bytes;
+        }
       }
       st.memory.push_back(std::move(row));
     }
   }
   if (!m_share_refused.empty()) st.engine_share_refused = m_share_refused;
+  st.arena_outcome = arena_outcome();
   if (m_engine) {
     status::EngineStatus e;
     e.pid = m_engine->pid;

@@ -54,6 +54,7 @@ struct Supervisor::Engine : SupervisedChild {
   std::string snapshot_id;     // restored from this snapshot (pid -1 while the helper restores it)
   double attach_since_unix = 0;  // attach records by its pid from this time on are its own (a standby attached early)
   std::string standby_level;     // released from a standby parked at this level
+  std::optional<status::ArenaOutcomeStatus> arena;  // its `fastrestart-arena:` line, once it printed one
 };
 
 enum class StandbyPhase { kOff, kStarting, kParked, kStopping, kBackoff, kDisabled };

@@ -65,7 +65,10 @@ std::vector<GpuShare> Supervisor::gpu_shares() const {
     GpuShareInput in;
     in.gpu = gpu;
     if (auto m = m_gpus->memory(gpu); m.ok()) in.total = m->total;
+    // The daemon's GPU memory is its weights (held_bytes) and its KV arenas: only the weights are held
+    // outside the engine; an arena is the engine's KV cache, inside its share (docs/supervisor.md, "KV arenas").
     in.held = held_bytes(gpu);
+    in.arena = m_daemons->arena_bytes(gpu);
     in.reserve = standby_reserve_bytes(gpu);
     out.push_back(engine_share(in, m_cfg.memory.utilization, m_cfg.weights.mode == WeightsMode::kZeroCopy));
   }

@@ -39,6 +39,11 @@ void add_serve_flags(CLI::App& app, ServeOptions& o, std::string& format, std::s
   app.add_flag_callback("--cuda-graph-check", [&o] { o.cuda_graph_check = true; },
                         "CUDA forward: capture a CUDA graph over the weights once ready, and check after every snapshot "
                         "resume that it reads the same (a test of re-mapping at the same address)");
+  app.add_option("--kv-arena-bytes", o.kv_arena_bytes,
+                 "lease a KV arena of N bytes from the weight daemon before serving; prints a fastrestart-arena: line")
+      ->capture_default_str();
+  app.add_option("--kv-arena-wait", o.kv_arena_wait_s, "seconds the arena lease may wait for its previous holder's exit")
+      ->capture_default_str();
   app.add_option("--load-format", format, "disk|fastrestart")->check(CLI::IsMember({"disk", "fastrestart"}))
       ->capture_default_str();
   app.add_option("--fastrestart-mode", mode, "zero_copy|copy")->check(CLI::IsMember({"zero_copy", "copy"}))

@@ -122,6 +122,19 @@ bool is_standby();
 Result<int> inherited_listen_socket();
 // The socket of the weight daemon `options.device` attaches through.
 Result<std::string> daemon_socket_of(const LoadOptions& options);
+
+// --kv-arena-bytes (docs/tinyengine.md, "KV arena"): a KV arena of `bytes` leased from the weight daemon of
+// `options.device` (engine_loader's lease_arena, waiting at most `wait_s` for its previous holder's exit).
+// `arena` keeps it mapped; the lease itself is this process's until it exits.
+struct KvArenaLease {
+  std::shared_ptr<void> arena;
+  std::string name;
+  uint64_t bytes = 0;  // as leased: the mapped range's size (the request rounded up), the daemon's `bytes`
+  double waited_s = 0;
+  double swap_s = 0;
+  uint64_t generation = 0;
+};
+Result<KvArenaLease> lease_kv_arena(uint64_t bytes, double wait_s, const LoadOptions& options);
 // The config half of the key: arch, dtype, engine version, tp size/rank.
 std::map<std::string, std::string> key_config(const CheckpointInfo& info, const TpPlan& tp = {});
 

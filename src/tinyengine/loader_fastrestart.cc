@@ -1,6 +1,7 @@
 // The fastrestart side of loading, through engine_loader's public API (fastrestart/engine_loader.h).
 #include <memory>
 
+#include "fastrestart/arena.h"
 #include "fastrestart/engine_loader.h"
 #include "fastrestart/listen_socket.h"
 #include "fastrestart/standby.h"
@@ -98,6 +99,26 @@ Result<bool> standby_gate(const std::string& level) {
 }
 
 bool is_standby() { return fastrestart::is_standby(); }
+
+Result<KvArenaLease> lease_kv_arena(uint64_t bytes, double wait_s, const LoadOptions& options) {
+  fastrestart::ArenaOptions a;
+  a.name = "kv";
+  a.bytes = bytes;
+  a.wait_s = wait_s;
+  a.connect_timeout_s = options.connect_timeout_s;
+  a.socket_dir = options.socket_dir;
+  a.device = options.device;
+  fastrestart::ArenaLease lease;
+  FR_ASSIGN(auto arena, fastrestart::lease_arena(a, &lease));
+  KvArenaLease out;
+  out.name = a.name;
+  out.bytes = arena->bytes();  // as leased: the range, rounded up to the page or granule (the daemon's `bytes`)
+  out.waited_s = lease.waited_s;
+  out.swap_s = lease.seconds;
+  out.generation = lease.generation;
+  out.arena = std::shared_ptr<fastrestart::Arena>(std::move(arena));
+  return out;
+}
 
 Result<int> inherited_listen_socket() { return fastrestart::inherited_listen_socket(); }
 

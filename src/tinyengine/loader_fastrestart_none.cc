@@ -22,6 +22,10 @@ Result<std::string> daemon_socket_of(const LoadOptions&) {
   return make_error(Errc::kUnsupported, "built without engine_loader");
 }
 
+Result<KvArenaLease> lease_kv_arena(uint64_t, double, const LoadOptions&) {
+  return make_error(Errc::kUnsupported, "built without engine_loader");
+}
+
 Result<bool> standby_gate(const std::string&) { return false; }
 bool is_standby() { return false; }
 Result<int> inherited_listen_socket() { return -1; }

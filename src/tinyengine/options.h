@@ -51,6 +51,10 @@ struct ServeOptions {
   int threads = 8;                // HTTP worker threads
   bool snapshot_agent = true;
   bool cuda_graph_check = false;  // capture a CUDA graph over the weights; check it replays the same after a resume     // serve the snapshot exchange when $FASTRESTART_SNAPSHOT_SOCKET is set
+  // A KV arena of this many bytes leased from the weight daemon before serving (0: none; docs/tinyengine.md,
+  // "KV arena"). The tiny engine keeps no KV cache in it: it only holds it, as a real engine's cache would.
+  uint64_t kv_arena_bytes = 0;
+  double kv_arena_wait_s = 30;  // how long the lease may wait for the previous holder's exit
   LoadOptions load;
   FaultOptions faults;
 };

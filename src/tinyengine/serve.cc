@@ -329,6 +329,26 @@ int run_serve(const ServeOptions& o) {
     std::fflush(nullptr);
     std::_Exit(kExitFailure);
   }
+  // --kv-arena-bytes: leased after the warmed gate (a standby at its release, once the engine before it is
+  // gone; a live start at once) and before serving. Either way one fastrestart-arena: line says what came of
+  // it (docs/supervisor.md, "KV arenas"); a lease that fails is a fallback, and the engine serves without.
+  std::optional<KvArenaLease> kv_arena;
+  if (o.kv_arena_bytes > 0) {
+    LoadOptions al = o.load;
+    if (auto dev = rank_device(0, 1, al.device)) al.device = *dev;  // host:<gpu> under fastrestartd
+    if (auto l = lease_kv_arena(o.kv_arena_bytes, o.kv_arena_wait_s, al)) {
+      spdlog::info("fastrestart-arena: leased name={} bytes={} waited_s={:.6f} swap_s={:.6f} generation={}", l->name,
+                   l->bytes, l->waited_s, l->swap_s, l->generation);
+      kv_arena = std::move(*l);
+    } else {
+      std::string reason;  // quoted: \ and " escaped
+      for (char c : l.error().message) {
+        if (c == '"' || c == '\\') reason += '\\';
+        reason += c;
+      }
+      spdlog::warn("fastrestart-arena: fallback reason=\"{}\"", reason);
+    }
+  }
   if (!listening) {
     if (auto s = listen("released standby"); !s) {
       spdlog::error("{}", s.error().message);

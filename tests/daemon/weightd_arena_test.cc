@@ -154,6 +154,7 @@ TEST(WeightdArena, TheNextLeaseWaitsForTheKilledWritersExitAndSeesItsBytes) {
   EXPECT_EQ(before->waiting, 1u);
   EXPECT_EQ(before->holder_pid, h1.pid);
   EXPECT_EQ(before->leases, 1u);
+  EXPECT_EQ(before->generation, 1u);
   EXPECT_FALSE(has_line(h2)) << "granted while the holder lives: " << next_line(h2);
 
   kill_and_reap(h1.pid);
@@ -171,6 +172,7 @@ TEST(WeightdArena, TheNextLeaseWaitsForTheKilledWritersExitAndSeesItsBytes) {
   ASSERT_TRUE(after);
   EXPECT_EQ(after->holder_pid, h2.pid);
   EXPECT_EQ(after->leases, 2u);
+  EXPECT_EQ(after->generation, 2u);  // status says the last grant's generation
   EXPECT_EQ(after->waiting, 0u);
   ASSERT_TRUE(after->last_wait_s);
   EXPECT_DOUBLE_EQ(*after->last_wait_s, g2["waited_s"].get<double>());

@@ -23,14 +23,20 @@ json sample_status() {
     "restarts": {"crash": 3, "kernel_oom": 1, "hung": 0},
     "daemons": [
       {"gpu": "0", "state": "ready", "held_bytes": 18446744073709551615, "entries": 2,
-       "progress": {"done_bytes": 50, "total_bytes": 100, "rate_bytes_per_s": 1.5e9}},
+       "progress": {"done_bytes": 50, "total_bytes": 100, "rate_bytes_per_s": 1.5e9},
+       "socket": "/run/fastrestart/weightd-0.sock", "arena_bytes": 107376279553,
+       "arenas": [{"name": "kv", "bytes": 107374182400, "pool_bytes": 107374182401, "holder_pid": 4321, "leases": 3,
+                   "generation": 3, "waiting": 0, "waited_s": 0.083},
+                  {"name": "kv.1", "bytes": 1, "pool_bytes": 2097152, "holder_pid": null, "leases": 1,
+                   "generation": 1, "waiting": 0, "waited_s": null}]},
       {"gpu": "1", "state": "dead", "held_bytes": 0, "progress": {"done_bytes": 0, "total_bytes": 0, "rate_bytes_per_s": 0}}
     ],
     "memory": [
       {"gpu": "0", "total_bytes": 100, "used_bytes": 60, "free_bytes": 40, "budget_bytes": 90, "engine_share": 0.8125,
-       "standby_reserve_bytes": 7},
+       "standby_reserve_bytes": 7, "arena_bytes": 9007199254740993, "engine_share_bytes": 18446744073709551615},
       {"gpu": "1", "error": "nvml: GPU lost"}
     ],
+    "arena_outcome": {"outcome": "fallback", "pid": 42, "unix_time": 1764480000, "reason": "lease timed out"},
     "metrics": {
       "time_to_ready": {
         "warm": {"buckets": [[0.5, 1], [1, 3], [2.5, 4]], "count": 5, "sum": 7.5},
@@ -154,6 +160,31 @@ TEST(RenderMetrics, DaemonsPerGpu) {
   EXPECT_EQ(value_of(text, "fastrestart_daemon_up{gpu=\"1\"}"), "0");
   EXPECT_EQ(value_of(text, "fastrestart_daemon_load_progress_ratio{gpu=\"0\"}"), "0.5");
   EXPECT_EQ(value_of(text, "fastrestart_daemon_load_rate_bytes_per_second{gpu=\"0\"}"), "1500000000");
+}
+
+// docs/health.md, "KV arenas": every byte figure exact (integers printed whole, above 2^53 too).
+TEST(RenderMetrics, ArenasPerGpuAndName) {
+  const std::string text = render_metrics(sample_status(), "0.1.0");
+  EXPECT_EQ(value_of(text, "fastrestart_arena_bytes{gpu=\"0\",name=\"kv\"}"), "107374182401");
+  EXPECT_EQ(value_of(text, "fastrestart_arena_bytes{gpu=\"0\",name=\"kv.1\"}"), "2097152");
+  EXPECT_EQ(value_of(text, "fastrestart_arena_leases_total{gpu=\"0\",name=\"kv\"}"), "3");
+  EXPECT_EQ(value_of(text, "fastrestart_arena_generation{gpu=\"0\",name=\"kv.1\"}"), "1");
+  EXPECT_EQ(value_of(text, "fastrestart_arena_held{gpu=\"0\",name=\"kv\"}"), "1");
+  EXPECT_EQ(value_of(text, "fastrestart_arena_held{gpu=\"0\",name=\"kv.1\"}"), "0");
+  EXPECT_EQ(value_of(text, "fastrestart_arena_lease_wait_seconds{gpu=\"0\",name=\"kv\"}"), "0.083");
+  EXPECT_EQ(value_of(text, "fastrestart_arena_lease_wait_seconds{gpu=\"0\",name=\"kv.1\"}"), "<absent>");
+  EXPECT_EQ(value_of(text, "fastrestart_gpu_arena_bytes{gpu=\"0\"}"), "9007199254740993");
+  EXPECT_EQ(value_of(text, "fastrestart_gpu_engine_memory_share_bytes{gpu=\"0\"}"), "18446744073709551615");
+  EXPECT_EQ(value_of(text, "fastrestart_engine_arena_outcome{outcome=\"fallback\"}"), "1");
+  // No arenas and no engine word: the families stay, without samples.
+  json bare = sample_status();
+  bare["daemons"][0].erase("arenas");
+  bare.erase("arena_outcome");
+  const std::string none = render_metrics(bare, "0.1.0");
+  EXPECT_NE(none.find("# TYPE fastrestart_arena_bytes gauge\n# HELP"), std::string::npos) << none;
+  EXPECT_EQ(none.find("fastrestart_arena_bytes{"), std::string::npos);
+  EXPECT_EQ(none.find("fastrestart_engine_arena_outcome{"), std::string::npos);
+  expect_valid(none);
 }
 
 TEST(RenderMetrics, GpuMemorySkipsErrors) {

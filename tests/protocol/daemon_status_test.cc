@@ -41,6 +41,7 @@ DaemonStatus sample() {
   a.bytes = a.pool_bytes = 107374182400ull;
   a.holder_pid = 4321;
   a.leases = 3;
+  a.generation = 3;
   a.last_wait_s = 0.083;
   s.arenas.push_back(a);
   a.name = "kv.1";
@@ -70,6 +71,7 @@ TEST(DaemonStatusCodec, ArenasOnTheWire) {
   EXPECT_EQ(j["arenas"][0]["name"], "kv");
   EXPECT_EQ(j["arenas"][0]["holder_pid"], 4321);
   EXPECT_EQ(j["arenas"][0]["last_wait_s"], 0.083);
+  EXPECT_EQ(j["arenas"][0]["generation"], 3);
   EXPECT_TRUE(j["arenas"][1]["holder_pid"].is_null());
   EXPECT_TRUE(j["arenas"][1]["last_wait_s"].is_null());
   j["arenas"][0]["leases"] = -1;

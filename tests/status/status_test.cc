@@ -40,6 +40,9 @@ SupervisorStatus sample() {
   d.held_bytes = 18446744073709551615ull;  // every digit survives
   d.entries = 1;
   d.progress = {50, 100, 1.5e9};
+  d.arena_bytes = 107374182400ull + 2097152;
+  d.arenas.push_back({"kv", 107374182400ull, 107374182400ull, 4321, 3, 3, 0, 0.083});
+  d.arenas.push_back({"kv.1", 1, 2097152, std::nullopt, 1, 1, 0, std::nullopt});
   s.daemons.push_back(d);
   DaemonRowStatus p;
   p.gpu = p.kind = "vllm-preload";
@@ -58,6 +61,9 @@ SupervisorStatus sample() {
   m.daemon_held_bytes = 30;
   m.standby_reserve_bytes = 2;
   m.engine_share = 0.5625;
+  m.arena_bytes = 20;
+  m.engine_share_bytes = 56;
+  m.engine_own_bytes = 36;
   s.memory.push_back(m);
   MemoryRowStatus lost;
   lost.gpu = "1";
@@ -65,6 +71,16 @@ SupervisorStatus sample() {
   s.memory.push_back(lost);
   s.memory_utilization = 0.9;
   s.engine_share_refused = "GPU 1: share -0.0288 is below memory.min_share 0.0500";
+  ArenaOutcomeStatus o;
+  o.outcome = "leased";
+  o.pid = 42;
+  o.unix_time = 1764480000;
+  o.name = "kv";
+  o.bytes = 107374182400ull;
+  o.waited_s = 0.081;
+  o.swap_s = 0.003;
+  o.generation = 3;
+  s.arena_outcome = o;
   s.backoff_s = 2;
   s.reload_in_progress = true;
   s.snapshot = {{"enabled", false}, {"problem", "snapshot.enabled is false"}};
@@ -100,6 +116,17 @@ TEST(SupervisorStatusCodec, RoundTrips) {
   ASSERT_TRUE(back.ok()) << back.error().message;
   EXPECT_EQ(to_json(*back), wire);
   EXPECT_EQ(back->daemons[0].held_bytes, 18446744073709551615ull);
+  ASSERT_EQ(back->daemons[0].arenas.size(), 2u);
+  EXPECT_EQ(back->daemons[0].arena_bytes, 107376279552ull);
+  EXPECT_EQ(back->daemons[0].arenas[0].holder_pid.value_or(0), 4321);
+  EXPECT_EQ(back->daemons[0].arenas[0].waited_s.value_or(0), 0.083);
+  EXPECT_FALSE(back->daemons[0].arenas[1].holder_pid);
+  EXPECT_EQ(back->daemons[0].arenas[1].pool_bytes, 2097152u);
+  EXPECT_EQ(back->memory[0].engine_share_bytes.value_or(0), 56u);
+  EXPECT_EQ(back->memory[0].engine_own_bytes.value_or(0), 36u);
+  ASSERT_TRUE(back->arena_outcome.has_value());
+  EXPECT_EQ(back->arena_outcome->bytes, 107374182400ull);
+  EXPECT_EQ(back->arena_outcome->generation, 3u);
   ASSERT_TRUE(back->daemons[1].preload.has_value());
   EXPECT_EQ(back->daemons[1].preload->watched_files.front(), "/models/a.safetensors");
   EXPECT_FALSE(back->daemons[1].socket.has_value());
@@ -128,6 +155,21 @@ TEST(SupervisorStatusCodec, WireFormKeepsTheDocumentedFields) {
   EXPECT_EQ(j["metrics"]["attaches"]["miss"]["no entries"], 2);
   EXPECT_EQ(j["start_paths"][1], (json{{"path", "warm"}, {"outcome", "started"}}));
   EXPECT_EQ(j["rollbacks"]["count"], 1);
+  EXPECT_EQ(j["daemons"][0]["arenas"][0], (json{{"name", "kv"}, {"bytes", 107374182400ull}, {"pool_bytes", 107374182400ull},
+                                               {"holder_pid", 4321}, {"leases", 3}, {"generation", 3}, {"waiting", 0},
+                                               {"waited_s", 0.083}}));
+  EXPECT_TRUE(j["daemons"][0]["arenas"][1]["holder_pid"].is_null());
+  EXPECT_TRUE(j["daemons"][0]["arenas"][1]["waited_s"].is_null());
+  EXPECT_FALSE(j["daemons"][1].contains("arenas"));  // vllm preload has none
+  EXPECT_EQ(j["memory"][0]["arena_bytes"], 20);
+  EXPECT_EQ(j["arena_outcome"], (json{{"outcome", "leased"}, {"pid", 42}, {"unix_time", 1764480000.0}, {"name", "kv"},
+                                      {"bytes", 107374182400ull}, {"waited_s", 0.081}, {"swap_s", 0.003}, {"generation", 3}}));
+  SupervisorStatus fell = sample();
+  fell.arena_outcome = ArenaOutcomeStatus{"fallback", 43, 1764480001, "", 0, 0, 0, 0, "arena_lease.wait_s: timed out"};
+  EXPECT_EQ(to_json(fell)["arena_outcome"], (json{{"outcome", "fallback"}, {"pid", 43}, {"unix_time", 1764480001.0},
+                                                  {"reason", "arena_lease.wait_s: timed out"}}));
+  fell.arena_outcome.reset();
+  EXPECT_TRUE(to_json(fell)["arena_outcome"].is_null());
   for (const char* k : {"state", "level", "pid", "age_s", "gpu_bytes", "reserve_bytes", "spawns", "releases", "failures",
                         "disabled", "last_failure", "failures_in_row", "backoff_s", "last_release"})
     EXPECT_TRUE(j["standby"].contains(k)) << k;
@@ -167,6 +209,12 @@ TEST(SupervisorStatusCodec, MalformedStatusNamesTheField) {
   j = to_json(sample());
   j["memory"][0]["used_bytes"] = 1.5;
   expect_error(j, "status.memory[0].used_bytes: not an unsigned integer");
+  j = to_json(sample());
+  j["daemons"][0]["arenas"][1]["pool_bytes"] = "2097152";
+  expect_error(j, "status.daemons[0].arenas[1].pool_bytes: not an unsigned integer");
+  j = to_json(sample());
+  j["arena_outcome"]["generation"] = -3;
+  expect_error(j, "status.arena_outcome.generation: not an unsigned integer");
   j = to_json(sample());
   j["standby"]["gpu_bytes"] = "1";
   expect_error(j, "status.standby.gpu_bytes: not an unsigned integer");

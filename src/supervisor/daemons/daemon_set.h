@@ -65,6 +65,10 @@ class DaemonSet {
   // What the supervisor reads: bytes held on `gpu` (as configured in gpus; the leak check and the
   // engine's memory share), the live processes (not engine leftovers: orphans.h), the status rows.
   virtual uint64_t held_bytes(const std::string& gpu) const = 0;
+  // The KV arenas the daemon on `gpu` holds, allocated bytes (docs/weightd.md, "KV arenas"): not in
+  // held_bytes. Also the daemon's GPU memory, but the engine's own in the budget (memory_share.h); 0 for a
+  // kind without arenas.
+  virtual uint64_t arena_bytes(const std::string& /*gpu*/) const { return 0; }
   virtual void add_known_pids(std::set<pid_t>& known) const = 0;
   virtual std::vector<status::DaemonRowStatus> rows() const = 0;
 

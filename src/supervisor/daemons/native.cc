@@ -116,6 +116,12 @@ class NativeDaemons final : public DaemonSet {
     return 0;
   }
 
+  uint64_t arena_bytes(const std::string& gpu) const override {
+    for (const auto& d : m_daemons)
+      if (d->gpu == gpu && !d->exited) return d->status.arena_bytes;
+    return 0;
+  }
+
   void add_known_pids(std::set<pid_t>& known) const override {
     for (const auto& d : m_daemons)
       if (!d->exited && d->pid > 0) known.insert(d->pid);
@@ -137,6 +143,9 @@ class NativeDaemons final : public DaemonSet {
       row.error = d->error;
       row.held_bytes = d->status.held_bytes;
       row.entries = d->status.entries.size();
+      row.arena_bytes = d->status.arena_bytes;
+      for (const auto& a : d->status.arenas)
+        row.arenas.push_back({a.name, a.bytes, a.pool_bytes, a.holder_pid, a.leases, a.generation, a.waiting, a.last_wait_s});
       out.push_back(std::move(row));
     }
     return out;
