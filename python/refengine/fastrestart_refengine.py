@@ -584,11 +584,15 @@ class Engine:
             f"{', resized from %d bytes' % lease['previous_bytes'] if lease['resized'] else ''}); "
             + (f"waited {lease['waited_s']:.3f} s for pid {prev} to exit; " if prev is not None else "")
             + f"swap_in {lease['seconds']:.3f} s")
+        # fastrestartd's record of the lease (docs/supervisor.md, "The engine's arena line")
+        print(f"fastrestart-arena: leased name={self.args.kv_arena} bytes={self.arena.bytes} "
+              f"waited_s={lease['waited_s']:.6f} swap_s={lease['seconds']:.6f} generation={lease['generation']}", flush=True)
         return None
 
     def _arena_fallback(self, r, slots, positions, why):
         """KV tensors of the engine's own, sized from its own budget, instead of the arena."""
         log(f"kv arena '{self.args.kv_arena}': not used, allocating the KV cache: {why}")
+        print(f"fastrestart-arena: fallback reason={arena_line_quote(why)}", flush=True)
         self.batch_info["kv_arena"]["fallback"] = why
         r.drop_graphs()
         r.kv = None
@@ -824,6 +828,12 @@ class Engine:
                 "batch": dict(self.batch_info, **({"serving": self.runner.stats} if self.runner else {})),
                 "tensor_parallel": {"size": self.tp, "ranks": self.tp_info or []},
                 "standby": {k: v for k, v in self.standby_info.items() if k != "released_at"}}
+
+
+def arena_line_quote(text):
+    """A reason for the arena line: one line, quoted, `"` and `\\` escaped, at most 512 characters."""
+    text = " ".join(str(text).split())[:512]
+    return '"' + text.replace("\\", "\\\\").replace('"', '\\"') + '"'
 
 
 def standby_module():
