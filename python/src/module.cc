@@ -594,7 +594,12 @@ class PyArenaView {
     if (m_h->dev.type != kDLCPU) throw py::type_error("numpy(): the arena lives on the GPU (use torch.from_dlpack)");
     if (!m_dtype->numpy) throw py::type_error(std::string("numpy(): numpy has no dtype for ") + m_dtype->name);
     std::vector<py::ssize_t> shape(m_shape.begin(), m_shape.end());
-    return py::array(py::dtype(m_dtype->numpy), shape, data(), self);
+    // Strides in bytes from our own item size: pybind11 before 2.12 reads a numpy 2 dtype's item size from
+    // numpy 1's descriptor layout, and the strides it derives from it would be wrong (every element at the
+    // first one's address).
+    std::vector<py::ssize_t> strides(shape.size(), m_dtype->bits / 8);
+    for (size_t i = shape.size(); i-- > 1;) strides[i - 1] = strides[i] * shape[i];
+    return py::array(py::dtype(m_dtype->numpy), shape, strides, data(), self);
   }
 
  private:
