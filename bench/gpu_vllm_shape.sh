@@ -20,8 +20,9 @@
 #             dead engine's exit) and maps it at the same address. Recorded besides the rest: the lease wait
 #             and swap_in (the release timeline), fallbacks to a KV cache of its own, the KV cache against
 #             the cold path's (run cold in the same call for that), the parked standby's GPU memory.
-#             memory.check_free is off on it: fastrestartd does not count the arena as the engine's memory
-#             yet, so a warm or cold fallback start would be refused for the memory the arena holds.
+#             memory.check_free is off on it, as when its figures were measured (docs/benchmarks.md): the
+#             arena's accounting in fastrestartd's free-memory check (docs/supervisor.md, "KV arenas") came
+#             after and has not been run on the GPU yet.
 # No snapshot path: a snapshot of this engine would carry its KV cache (the whole share) and graphs; the
 # weightless snapshot releases only the attached pool (docs/snapshot.md).
 #

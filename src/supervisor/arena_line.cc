@@ -7,13 +7,13 @@
 namespace fr::supervisor {
 namespace {
 
-constexpr std::string_view kMarker = "fastrestart-arena:";
+constexpr std::string_view kArenaMarker = "fastrestart-arena:";
 
-Error bad(const std::string& what) { return make_error(Errc::kInvalidArgument, "fastrestart-arena: " + what); }
+Error arena_bad(const std::string& what) { return make_error(Errc::kInvalidArgument, "fastrestart-arena: " + what); }
 
-bool is_space(char c) { return c == ' ' || c == '\t' || c == '\r'; }
+bool arena_space(char c) { return c == ' ' || c == '\t' || c == '\r'; }
 
-bool valid_name(std::string_view s) {
+bool arena_valid_name(std::string_view s) {
   if (s.empty() || s.size() > 64) return false;
   for (char c : s)
     if (!((c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '_' || c == '.' || c == '-'))
@@ -21,14 +21,14 @@ bool valid_name(std::string_view s) {
   return true;
 }
 
-std::optional<uint64_t> positive_integer(std::string_view s) {
+std::optional<uint64_t> arena_positive_integer(std::string_view s) {
   uint64_t v = 0;
   auto [p, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
   if (s.empty() || ec != std::errc() || p != s.data() + s.size() || v == 0) return std::nullopt;
   return v;
 }
 
-std::optional<double> seconds(std::string_view s) {
+std::optional<double> arena_seconds(std::string_view s) {
   double v = 0;
   auto [p, ec] = std::from_chars(s.data(), s.data() + s.size(), v, std::chars_format::fixed);
   if (s.empty() || ec != std::errc() || p != s.data() + s.size() || !std::isfinite(v) || v < 0) return std::nullopt;
@@ -37,17 +37,17 @@ std::optional<double> seconds(std::string_view s) {
 
 // Reads the `key=value` words after the outcome; a quoted value may hold spaces. Values are kept as read
 // (quotes removed, escapes resolved).
-Result<std::map<std::string, std::string>> read_pairs(std::string_view rest) {
+Result<std::map<std::string, std::string>> arena_read_pairs(std::string_view rest) {
   std::map<std::string, std::string> out;
   size_t i = 0;
   while (i < rest.size()) {
-    while (i < rest.size() && is_space(rest[i])) ++i;
+    while (i < rest.size() && arena_space(rest[i])) ++i;
     if (i == rest.size()) break;
     const size_t key_at = i;
-    while (i < rest.size() && rest[i] != '=' && !is_space(rest[i])) ++i;
-    if (i == rest.size() || rest[i] != '=') return bad("a word without '=': \"" + std::string(rest.substr(key_at, std::min<size_t>(i - key_at, 64))) + "\"");
+    while (i < rest.size() && rest[i] != '=' && !arena_space(rest[i])) ++i;
+    if (i == rest.size() || rest[i] != '=') return arena_bad("a word without '=': \"" + std::string(rest.substr(key_at, std::min<size_t>(i - key_at, 64))) + "\"");
     const std::string key(rest.substr(key_at, i - key_at));
-    if (key.empty()) return bad("a value without a key");
+    if (key.empty()) return arena_bad("a value without a key");
     ++i;  // '='
     std::string value;
     if (i < rest.size() && rest[i] == '"') {
@@ -65,14 +65,14 @@ Result<std::map<std::string, std::string>> read_pairs(std::string_view rest) {
         }
         value += c;
       }
-      if (!closed) return bad(key + ": unterminated quote");
-      if (i < rest.size() && !is_space(rest[i])) return bad(key + ": text after the closing quote");
+      if (!closed) return arena_bad(key + ": unterminated quote");
+      if (i < rest.size() && !arena_space(rest[i])) return arena_bad(key + ": text after the closing quote");
     } else {
       const size_t at = i;
-      while (i < rest.size() && !is_space(rest[i])) ++i;
+      while (i < rest.size() && !arena_space(rest[i])) ++i;
       value = std::string(rest.substr(at, i - at));
     }
-    if (!out.emplace(key, std::move(value)).second) return bad(key + ": given twice");
+    if (!out.emplace(key, std::move(value)).second) return arena_bad(key + ": given twice");
   }
   return out;
 }
@@ -80,19 +80,19 @@ Result<std::map<std::string, std::string>> read_pairs(std::string_view rest) {
 }  // namespace
 
 Result<std::optional<ArenaLine>> parse_arena_line(std::string_view line) {
-  const size_t at = line.find(kMarker);
+  const size_t at = line.find(kArenaMarker);
   if (at == std::string_view::npos) return std::optional<ArenaLine>();
-  if (line.size() > kMaxArenaLine) return bad("line of " + std::to_string(line.size()) + " bytes, over " + std::to_string(kMaxArenaLine));
-  if (line.find('\0') != std::string_view::npos) return bad("line holds a NUL byte");
-  std::string_view rest = line.substr(at + kMarker.size());
+  if (line.size() > kMaxArenaLine) return arena_bad("line of " + std::to_string(line.size()) + " bytes, over " + std::to_string(kMaxArenaLine));
+  if (line.find('\0') != std::string_view::npos) return arena_bad("line holds a NUL byte");
+  std::string_view rest = line.substr(at + kArenaMarker.size());
   size_t i = 0;
-  while (i < rest.size() && is_space(rest[i])) ++i;
+  while (i < rest.size() && arena_space(rest[i])) ++i;
   size_t end = i;
-  while (end < rest.size() && !is_space(rest[end])) ++end;
+  while (end < rest.size() && !arena_space(rest[end])) ++end;
   const std::string_view outcome = rest.substr(i, end - i);
   if (outcome != "leased" && outcome != "fallback")
-    return bad("outcome \"" + std::string(outcome.substr(0, 32)) + "\" is neither leased nor fallback");
-  auto pairs = read_pairs(rest.substr(end));
+    return arena_bad("outcome \"" + std::string(outcome.substr(0, 32)) + "\" is neither leased nor fallback");
+  auto pairs = arena_read_pairs(rest.substr(end));
   if (!pairs.ok()) return pairs.error();
   auto get = [&](const char* k) -> const std::string* {
     auto it = pairs->find(k);
@@ -101,7 +101,7 @@ Result<std::optional<ArenaLine>> parse_arena_line(std::string_view line) {
   ArenaLine a;
   if (outcome == "fallback") {
     const std::string* reason = get("reason");
-    if (!reason || reason->empty()) return bad("fallback: reason is missing or empty");
+    if (!reason || reason->empty()) return arena_bad("fallback: reason is missing or empty");
     a.reason = *reason;
     if (a.reason.size() > kMaxArenaReason) {
       a.reason.resize(kMaxArenaReason);
@@ -114,20 +114,20 @@ Result<std::optional<ArenaLine>> parse_arena_line(std::string_view line) {
   }
   a.leased = true;
   const std::string* name = get("name");
-  if (!name || !valid_name(*name)) return bad("leased: name: missing, or not 1-64 of A-Z a-z 0-9 _ . -");
+  if (!name || !arena_valid_name(*name)) return arena_bad("leased: name: missing, or not 1-64 of A-Z a-z 0-9 _ . -");
   a.name = *name;
   const std::string* bytes = get("bytes");
-  auto b = bytes ? positive_integer(*bytes) : std::nullopt;
-  if (!b) return bad("leased: bytes: missing, or not an integer > 0");
+  auto b = bytes ? arena_positive_integer(*bytes) : std::nullopt;
+  if (!b) return arena_bad("leased: bytes: missing, or not an integer > 0");
   a.bytes = *b;
   const std::string* generation = get("generation");
-  auto g = generation ? positive_integer(*generation) : std::nullopt;
-  if (!g) return bad("leased: generation: missing, or not an integer > 0");
+  auto g = generation ? arena_positive_integer(*generation) : std::nullopt;
+  if (!g) return arena_bad("leased: generation: missing, or not an integer > 0");
   a.generation = *g;
   for (auto [key, out] : {std::pair{"waited_s", &a.waited_s}, std::pair{"swap_s", &a.swap_s}}) {
     const std::string* v = get(key);
-    auto s = v ? seconds(*v) : std::nullopt;
-    if (!s) return bad(std::string("leased: ") + key + ": missing, or not a decimal >= 0");
+    auto s = v ? arena_seconds(*v) : std::nullopt;
+    if (!s) return arena_bad(std::string("leased: ") + key + ": missing, or not a decimal >= 0");
     *out = *s;
   }
   return std::optional<ArenaLine>(std::move(a));
