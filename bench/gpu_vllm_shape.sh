@@ -30,7 +30,8 @@
 #   bench/gpu_vllm_shape.sh
 # VSHAPE_RUNS ("warm pre_gpu warmed cold"; warmed_arena on request: scripts/gpu-run.sh vshape-arena runs
 # "warmed_arena cold"), VSHAPE_<PATH>_KILLS (1 each: COLD, WARM, PREGPU, WARMED; WARMEDARENA 2),
-# VSHAPE_BUDGET_S (470: a run whose limit would end past it is skipped and says so; with the 16 GB
+# VSHAPE_PER_KILL_S (45: each kill's share of a run's limit; a `warmed_arena` cycle, the standby's re-warm
+# included, took about 20 s on the H200), VSHAPE_BUDGET_S (470: a run whose limit would end past it is skipped and says so; with the 16 GB
 # checkpoint to generate, about three paths at one kill each fit: run the rest, or more kills, in a second
 # call, e.g. VSHAPE_RUNS="warm pre_gpu warmed" then VSHAPE_RUNS="cold" VSHAPE_WARM_KILLS=...), VSHAPE_SHAPE (8b; tiny for a dry run), VSHAPE_FLAGS (more engine flags, e.g.
 # "--max-model-len 2048" on the tiny shape, whose 1 KiB positions would otherwise give each slot the
@@ -87,7 +88,7 @@ tp_rank = "0"' "$expect" "$standby_section"
 # limit PATH KILLS: the run's time limit: the first start (an attach: the daemon preloads [weights.key]),
 # the kills, then 60 s for the live engine's load test and the stop
 limit() {
-  local per=45
+  local per=${VSHAPE_PER_KILL_S:-45}
   [ "$1" = cold ] && per=60
   echo $((60 + per * $2 + 60))
 }
@@ -177,6 +178,12 @@ for f in sorted(glob.glob(os.path.join(res, "*.json"))):
           f"{kv.get('bytes', 0) / 2**30:>7.1f} {str(kv.get('slots', '-')) + 'x' + str(kv.get('positions', '-')):>12} "
           f"{g.get('count', '-'):>6} {one.get('tokens_per_s', '-'):>8} {many.get('tokens_per_s', '-'):>9} "
           f"{many.get('clients', '-'):>5} {str(many.get('differ_from_batch1', '-')) + '/' + str(many.get('compared_with_batch1', '-')):>6}")
+    used = [(k.get("parked") or {}).get("gpu_used_mib") for k in r.get("kills", []) if "error" not in k]
+    used = [u for u in used if u is not None]
+    if len(used) > 1:
+        # GPU memory over the cycles: the GPU's used memory with the standby parked, before each kill
+        print(f"   GPU used, standby parked, over {len(used)} cycles: first {used[0]}, last {used[-1]}, "
+              f"min {min(used)}, max {max(used)} MiB")
     ph = (st.get("startup") or {}).get("phases") or {}
     print("   phases: " + " ".join(f"{k[:-2]}={v:.2f}" for k, v in ph.items() if isinstance(v, (int, float))))
     ka = b.get("kv_arena")

@@ -33,7 +33,8 @@
 #          engine's phases, GPU memory, KV cache and graphs, tokens/s at 1 and max-num-seqs clients, the oracle
 #          (bench/gpu_vllm_shape.sh; VSHAPE_* variables); at most about 540 s. vshape-smoke: the tiny shape.
 #          vshape-arena: the same script on VSHAPE_RUNS "warmed_arena cold" (the KV cache in the daemon's arena,
-#          a warmed standby parked over its placeholder; cold for the KV cache without a standby)
+#          a warmed standby parked over its placeholder; cold for the KV cache without a standby);
+#          VSHAPE_TIMEOUT_S (540) bounds the script, for a call with a larger VSHAPE_BUDGET_S
 #   tp:    the tensor-parallel reference engine on this one GPU under fastrestartd (bench/gpu_tp.sh; docs/refengine.md
 #          "Tensor parallel"): the 16 GB Llama-3.1-8B shape at TP=2 (--share-device, gloo; kill -9 of rank 0 twice
 #          and of rank 1 twice, each restart attaching both shards) then TP=1 (5 warm kills); at most 405 s
@@ -198,7 +199,7 @@ case "$mode" in
       export VSHAPE_SHAPE=${VSHAPE_SHAPE:-tiny} VSHAPE_FLAGS=${VSHAPE_FLAGS:---max-model-len 2048}
     fi
     [ "$mode" = vshape-arena ] && export VSHAPE_RUNS=${VSHAPE_RUNS:-"warmed_arena cold"}
-    timeout 540 bench/gpu_vllm_shape.sh >"$OUT/vshape.out" 2>&1
+    timeout "${VSHAPE_TIMEOUT_S:-540}" bench/gpu_vllm_shape.sh >"$OUT/vshape.out" 2>&1
     src=$?
     cat "$OUT/vshape-summary.txt" >>"$summary" 2>/dev/null
     say "gpu_vllm_shape: exit $src"
