@@ -41,8 +41,8 @@ run_kind() {
   # nlohmann::json, gtest and fmt templates it uses, and a batch generates it once instead of once per file
   # (about 30% less here; docs/build-time.md). Not with ccache (CMAKE_CXX_COMPILER_LAUNCHER set): a unity
   # file #includes its sources by absolute path, which would tie every cache hit to one checkout's path.
-  # FR_UNITY_BUILD=ON|OFF overrides. Only these trees, never installed: the normal build compiles each
-  # file on its own, so a missing #include still fails there.
+  # FR_UNITY_BUILD=ON|OFF overrides. A developer's build (ccache) compiles each file on its own, so a
+  # missing #include still fails there.
   local unity="${FR_UNITY_BUILD:-$([ -z "${CMAKE_CXX_COMPILER_LAUNCHER:-}" ] && echo ON || echo OFF)}"
   cmake -S . -B "$dir" -G Ninja -DCMAKE_BUILD_TYPE=Sanitize -DFASTRESTART_SANITIZE="$sanitize" \
     "-DCMAKE_C_FLAGS_SANITIZE=$flags" "-DCMAKE_CXX_FLAGS_SANITIZE=$flags" -DCMAKE_UNITY_BUILD="$unity" \
