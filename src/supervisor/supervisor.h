@@ -93,6 +93,7 @@ class Supervisor : private StartHost, private DaemonHost {
   struct PendingReload;
   struct Snapshots;
   struct Standby;
+  class PartOf;  // a StartPart answered by two of its methods (supervisor.cc)
 
   void raise(Event e) override;
   void perform(Action a);
@@ -155,10 +156,12 @@ class Supervisor : private StartHost, private DaemonHost {
   bool daemons_hold_old_weights() const override;
   void reload_daemons_for_start() override;
   Status spawn_engine(StartPath expected) override;
-  std::optional<StartRefusal> snapshot_refusal() const override;
-  Status restore_snapshot() override;
-  std::optional<StartRefusal> standby_refusal() const override;
-  Status release_standby() override;
+  StartPart* part(StartPath path) const override;  // m_parts: the standby's and the snapshots'
+  // What those parts answer (supervisor_snapshot.cc, supervisor_standby.cc).
+  std::optional<StartRefusal> snapshot_refusal() const;
+  Status restore_snapshot();  // a restore that fails later makes the supervisor try the next path
+  std::optional<StartRefusal> standby_refusal() const;
+  Status release_standby();   // opens the gate: the standby becomes the engine, readiness runs as for any start
 
   // the standby engine (supervisor_standby.cc, docs/standby.md)
   bool standby_wanted() const;             // restart.start lists "standby"
@@ -247,6 +250,8 @@ class Supervisor : private StartHost, private DaemonHost {
   std::unique_ptr<Snapshots> m_snap;
   uint64_t m_daemon_generation = 0;              // counts the daemons' (re)starts: a warmed standby maps one's weights
   std::unique_ptr<Standby> m_standby;
+  // The StartParts (start/start_path.h) of the paths standby and snapshot, by path; built once.
+  std::map<StartPath, std::unique_ptr<StartPart>> m_parts;
   bool m_stop_daemons_after_standby = false;     // stop_daemons waits for the standby's group to be gone
 
   // The current (or last) start: each listed path asked, in order, and what it answered.
