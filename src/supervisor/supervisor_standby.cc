@@ -1,6 +1,6 @@
 // The standby engine (docs/standby.md): one copy of the engine, started after the live one is ready, that
 // does its slow GPU-free work (and at level warmed its attach and warm-up) and parks at a gate. The start
-// path "standby" (start/standby.cc) releases it; everything it needs from the supervisor is here.
+// path "standby" (standby/path.cc) releases it; everything it needs from the supervisor is here.
 #include "supervisor/supervisor.h"
 #include "supervisor/supervisor_internal.h"
 
