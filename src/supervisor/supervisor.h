@@ -171,9 +171,7 @@ class Supervisor : private StartHost, private DaemonHost {
   void on_gate_line(const std::string& line);
   void on_standby_parked();
   void standby_failed(const std::string& reason, const std::string& detail);
-  void note_standby_failure(const std::string& what);  // counts it, sets the backoff, disables at max_failures
-  void reset_standby_streak();
-  void standby_streak_after(double now);   // resets the streak when the standby stayed parked reset_after_s
+  void note_standby_failure(const std::string& what);  // counts it in the streak (standby/streak.h), logs a disable
   void retry_standby_later();              // kBackoff, then a spawn after the backoff
   void discard_standby(const std::string& why);  // stops its group; none is spawned until the next ready
   bool standby_alive() const;
