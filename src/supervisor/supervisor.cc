@@ -16,7 +16,6 @@
 #include "common/control_chars.h"
 #include "common/io.h"
 #include "common/private_dir.h"
-#include "common/secrets.h"
 #include "daemon_client/daemon_client.h"
 #include "supervisor/child.h"
 #include "supervisor/engine_group_record.h"
@@ -36,23 +35,6 @@ namespace {
 
 constexpr size_t kTailLines = 200;
 constexpr double kExtendEveryS = 10;  // EXTEND_TIMEOUT_USEC cadence while the first engine starts
-
-class SdNotifier final : public Notifier {
- public:
-  void notify(const std::string& state) override { sd_notify(0, state.c_str()); }
-};
-
-// STATUS= is read by anyone who may run systemctl status: every known secret scrubbed first.
-class ScrubbingNotifier final : public Notifier {
- public:
-  explicit ScrubbingNotifier(std::unique_ptr<Notifier> inner) : m_inner(std::move(inner)) {}
-  void notify(const std::string& state) override {
-    if (m_inner) m_inner->notify(process_scrubber().scrub(state));
-  }
-
- private:
-  std::unique_ptr<Notifier> m_inner;
-};
 
 std::string fmt_s(double s) {
   char b[32];
@@ -94,7 +76,6 @@ std::vector<std::string> expand_checkpoint_paths(const std::vector<std::string>&
 }
 
 
-std::unique_ptr<Notifier> make_sd_notifier() { return std::make_unique<SdNotifier>(); }
 
 // A StartPart whose refusal and start are two of the Supervisor's methods: the standby's and the
 // snapshots' state still live in the Supervisor (supervisor_standby.cc, supervisor_snapshot.cc).
@@ -115,7 +96,7 @@ class Supervisor::PartOf final : public StartPart {
 Supervisor::Supervisor(Config config, std::unique_ptr<GpuProbe> gpus, std::unique_ptr<Notifier> notifier)
     : m_cfg(std::move(config)),
       m_gpus(std::move(gpus)),
-      m_notify(std::make_unique<ScrubbingNotifier>(std::move(notifier))),
+      m_notify(make_scrubbing_notifier(std::move(notifier))),
       m_policy(m_cfg.restart),
       m_oom(m_cfg.engine.cgroup),
       m_poll_timer(m_loop),

@@ -25,6 +25,7 @@
 #include "supervisor/control_request.h"
 #include "supervisor/host_probe.h"
 #include "supervisor/memory_share.h"
+#include "supervisor/notifier.h"
 #include "supervisor/lifecycle.h"
 #include "supervisor/loop.h"
 #include "supervisor/orphans.h"
@@ -44,13 +45,6 @@ inline constexpr int kExitFailure = 1;
 inline constexpr int kExitConfig = 2;
 inline constexpr int kExitCrashLoop = 3;
 inline constexpr int kExitAlreadyRunning = 4;  // another fastrestartd holds the state directory's lock
-
-class Notifier {
- public:
-  virtual ~Notifier() = default;
-  virtual void notify(const std::string& state) = 0;  // "READY=1\nSTATUS=..."
-};
-std::unique_ptr<Notifier> make_sd_notifier();  // sd_notify(3); a no-op without NOTIFY_SOCKET
 
 // The signals the supervisor's loop handles: SIGCHLD, SIGTERM, SIGINT, SIGHUP. fastrestartd blocks them
 // (block_handled_signals) before it starts any thread, and run() unblocks them once its handlers are in:
