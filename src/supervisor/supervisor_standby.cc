@@ -17,6 +17,7 @@
 #include "supervisor/standby/gate_message.h"
 #include "supervisor/standby/model_files.h"
 #include "supervisor/standby/port_owner.h"
+#include "supervisor/standby/stale.h"
 
 namespace fr::supervisor {
 
@@ -40,16 +41,6 @@ const char* phase_name(Phase p) {
   return "off";
 }
 
-// What shapes a start besides the flags, by config key. A re-read config (reload without flags, SIGHUP)
-// changes these under the running engine, which keeps them until its next start: a standby must start as
-// that next engine would.
-std::map<std::string, std::string> launch_config(const Config& c) {
-  using nlohmann::json;
-  return {{"engine.command", json(c.engine.command).dump()}, {"engine.env", json(c.engine.env).dump()},
-          {"engine.working_dir", c.engine.working_dir},      {"engine.cgroup", c.engine.cgroup},
-          {"memory.utilization", json(c.memory.utilization).dump()}};
-}
-
 }  // namespace
 
 std::map<std::string, FileIdentity> Supervisor::standby_model_files() const {
@@ -62,15 +53,7 @@ std::map<std::string, FileIdentity> Supervisor::standby_model_files() const {
 std::string Supervisor::standby_stale() const {
   if (!m_standby) return {};
   const Standby& s = *m_standby;
-  if (s.flags != m_flags) return "the standby was started on other flags";
-  const auto now = launch_config(m_cfg);
-  for (const auto& [key, value] : s.launch)
-    if (now.at(key) != value) return key + " changed since the standby started (the config was re-read)";
-  // It read the model's config, tokenizer and chat template (and, warmed, mapped its weights): a changed
-  // file is a new model.
-  if (auto c = model_files_change(s.checkpoint, standby_model_files()); !c.empty())
-    return "the checkpoint changed since the standby started (" + c + ")";
-  return {};
+  return standby_stale_reason(s.flags, s.launch, s.checkpoint, m_flags, m_cfg, [this] { return standby_model_files(); });
 }
 
 bool Supervisor::standby_wanted() const {
@@ -180,7 +163,7 @@ void Supervisor::spawn_standby() {
   s.flags = m_flags;
   s.daemon_generation = m_daemon_generation;
   s.checkpoint = standby_model_files();
-  s.launch = launch_config(m_cfg);
+  s.launch = standby_launch_config(m_cfg);
   s.gpu_bytes = 0;
   s.parked_at = 0;
   s.spawns++;
