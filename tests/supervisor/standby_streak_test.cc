@@ -18,11 +18,11 @@ Config streak_config() {
   return c;
 }
 
-FlagList flags_of(std::vector<std::string> words) { return *FlagList::from_words(std::move(words), "flags"); }
+FlagList streak_flags(std::vector<std::string> words) { return *FlagList::from_words(std::move(words), "flags"); }
 
 TEST(StandbyStreak, EachFailureBacksOffLongerAndMaxFailuresInARowDisableThePath) {
   const Config c = streak_config();
-  const FlagList flags = flags_of({"--model", "m"});
+  const FlagList flags = streak_flags({"--model", "m"});
   StandbyStreak s(c.restart);
   EXPECT_FALSE(s.fail(10, 0, "died before parking", c, flags));
   EXPECT_EQ(s.in_row(), 1);
