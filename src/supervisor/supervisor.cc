@@ -16,7 +16,6 @@
 #include "common/control_chars.h"
 #include "common/io.h"
 #include "common/private_dir.h"
-#include "common/secrets.h"
 #include "daemon_client/daemon_client.h"
 #include "supervisor/child.h"
 #include "supervisor/engine_group_record.h"
@@ -36,23 +35,6 @@ namespace {
 
 constexpr size_t kTailLines = 200;
 constexpr double kExtendEveryS = 10;  // EXTEND_TIMEOUT_USEC cadence while the first engine starts
-
-class SdNotifier final : public Notifier {
- public:
-  void notify(const std::string& state) override { sd_notify(0, state.c_str()); }
-};
-
-// STATUS= is read by anyone who may run systemctl status: every known secret scrubbed first.
-class ScrubbingNotifier final : public Notifier {
- public:
-  explicit ScrubbingNotifier(std::unique_ptr<Notifier> inner) : m_inner(std::move(inner)) {}
-  void notify(const std::string& state) override {
-    if (m_inner) m_inner->notify(process_scrubber().scrub(state));
-  }
-
- private:
-  std::unique_ptr<Notifier> m_inner;
-};
 
 std::string fmt_s(double s) {
   char b[32];
@@ -94,12 +76,27 @@ std::vector<std::string> expand_checkpoint_paths(const std::vector<std::string>&
 }
 
 
-std::unique_ptr<Notifier> make_sd_notifier() { return std::make_unique<SdNotifier>(); }
+
+// A StartPart whose refusal and start are two of the Supervisor's methods: the standby's and the
+// snapshots' state still live in the Supervisor (supervisor_standby.cc, supervisor_snapshot.cc).
+class Supervisor::PartOf final : public StartPart {
+ public:
+  using Refusal = std::optional<StartRefusal> (Supervisor::*)() const;
+  using Start = Status (Supervisor::*)();
+  PartOf(Supervisor& s, Refusal why_not, Start begin) : m_s(s), m_refusal(why_not), m_start(begin) {}
+  std::optional<StartRefusal> refusal() const override { return (m_s.*m_refusal)(); }
+  Status start() override { return (m_s.*m_start)(); }
+
+ private:
+  Supervisor& m_s;
+  Refusal m_refusal;
+  Start m_start;
+};
 
 Supervisor::Supervisor(Config config, std::unique_ptr<GpuProbe> gpus, std::unique_ptr<Notifier> notifier)
     : m_cfg(std::move(config)),
       m_gpus(std::move(gpus)),
-      m_notify(std::make_unique<ScrubbingNotifier>(std::move(notifier))),
+      m_notify(make_scrubbing_notifier(std::move(notifier))),
       m_policy(m_cfg.restart),
       m_oom(m_cfg.engine.cgroup),
       m_poll_timer(m_loop),
@@ -117,12 +114,19 @@ Supervisor::Supervisor(Config config, std::unique_ptr<GpuProbe> gpus, std::uniqu
   m_output_rules = m_kind->failure_rules();
   m_daemons = make_daemon_set(*this);
   m_snap = std::make_unique<Snapshots>();
+  m_parts.emplace(StartPath::kStandby, std::make_unique<PartOf>(*this, &Supervisor::standby_refusal, &Supervisor::release_standby));
+  m_parts.emplace(StartPath::kSnapshot, std::make_unique<PartOf>(*this, &Supervisor::snapshot_refusal, &Supervisor::restore_snapshot));
   load_persisted_flags();
   register_secret_words(m_flags.words(), m_cfg.engine.secret_flags);
   m_last_ready_flags = m_flags;
 }
 
 Supervisor::~Supervisor() = default;
+
+StartPart* Supervisor::part(StartPath path) const {
+  auto it = m_parts.find(path);
+  return it == m_parts.end() ? nullptr : it->second.get();
+}
 
 // ---------------------------------------------------------------------------------------------------
 // The table driver

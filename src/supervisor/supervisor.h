@@ -25,6 +25,7 @@
 #include "supervisor/control_request.h"
 #include "supervisor/host_probe.h"
 #include "supervisor/memory_share.h"
+#include "supervisor/notifier.h"
 #include "supervisor/lifecycle.h"
 #include "supervisor/loop.h"
 #include "supervisor/orphans.h"
@@ -44,13 +45,6 @@ inline constexpr int kExitFailure = 1;
 inline constexpr int kExitConfig = 2;
 inline constexpr int kExitCrashLoop = 3;
 inline constexpr int kExitAlreadyRunning = 4;  // another fastrestartd holds the state directory's lock
-
-class Notifier {
- public:
-  virtual ~Notifier() = default;
-  virtual void notify(const std::string& state) = 0;  // "READY=1\nSTATUS=..."
-};
-std::unique_ptr<Notifier> make_sd_notifier();  // sd_notify(3); a no-op without NOTIFY_SOCKET
 
 // The signals the supervisor's loop handles: SIGCHLD, SIGTERM, SIGINT, SIGHUP. fastrestartd blocks them
 // (block_handled_signals) before it starts any thread, and run() unblocks them once its handlers are in:
@@ -93,6 +87,7 @@ class Supervisor : private StartHost, private DaemonHost {
   struct PendingReload;
   struct Snapshots;
   struct Standby;
+  class PartOf;  // a StartPart answered by two of its methods (supervisor.cc)
 
   void raise(Event e) override;
   void perform(Action a);
@@ -155,10 +150,12 @@ class Supervisor : private StartHost, private DaemonHost {
   bool daemons_hold_old_weights() const override;
   void reload_daemons_for_start() override;
   Status spawn_engine(StartPath expected) override;
-  std::optional<StartRefusal> snapshot_refusal() const override;
-  Status restore_snapshot() override;
-  std::optional<StartRefusal> standby_refusal() const override;
-  Status release_standby() override;
+  StartPart* part(StartPath path) const override;  // m_parts: the standby's and the snapshots'
+  // What those parts answer (supervisor_snapshot.cc, supervisor_standby.cc).
+  std::optional<StartRefusal> snapshot_refusal() const;
+  Status restore_snapshot();  // a restore that fails later makes the supervisor try the next path
+  std::optional<StartRefusal> standby_refusal() const;
+  Status release_standby();   // opens the gate: the standby becomes the engine, readiness runs as for any start
 
   // the standby engine (supervisor_standby.cc, docs/standby.md)
   bool standby_wanted() const;             // restart.start lists "standby"
@@ -168,9 +165,7 @@ class Supervisor : private StartHost, private DaemonHost {
   void on_gate_line(const std::string& line);
   void on_standby_parked();
   void standby_failed(const std::string& reason, const std::string& detail);
-  void note_standby_failure(const std::string& what);  // counts it, sets the backoff, disables at max_failures
-  void reset_standby_streak();
-  void standby_streak_after(double now);   // resets the streak when the standby stayed parked reset_after_s
+  void note_standby_failure(const std::string& what);  // counts it in the streak (standby/streak.h), logs a disable
   void retry_standby_later();              // kBackoff, then a spawn after the backoff
   void discard_standby(const std::string& why);  // stops its group; none is spawned until the next ready
   bool standby_alive() const;
@@ -247,6 +242,8 @@ class Supervisor : private StartHost, private DaemonHost {
   std::unique_ptr<Snapshots> m_snap;
   uint64_t m_daemon_generation = 0;              // counts the daemons' (re)starts: a warmed standby maps one's weights
   std::unique_ptr<Standby> m_standby;
+  // The StartParts (start/start_path.h) of the paths standby and snapshot, by path; built once.
+  std::map<StartPath, std::unique_ptr<StartPart>> m_parts;
   bool m_stop_daemons_after_standby = false;     // stop_daemons waits for the standby's group to be gone
 
   // The current (or last) start: each listed path asked, in order, and what it answered.

@@ -15,6 +15,7 @@
 #include "protocol/daemon_status.h"
 #include "supervisor/loop.h"
 #include "supervisor/policy.h"
+#include "supervisor/standby/streak.h"
 #include "supervisor/supervised_child.h"
 #include "supervisor/supervisor.h"
 #include "supervisor/engines/engine_kind.h"
@@ -62,8 +63,8 @@ enum class StandbyPhase { kOff, kStarting, kParked, kStopping, kBackoff, kDisabl
 // The standby engine (supervisor_standby.cc, docs/standby.md): at most one, parked at its gate.
 struct Supervisor::Standby {
   using Phase = StandbyPhase;
-  Standby(Loop& loop, const RestartConfig& backoff)
-      : policy(backoff), park_timer(loop), backoff_timer(loop), port_timer(loop) {}
+  Standby(Loop& loop, const RestartConfig& restart)
+      : streak(restart), park_timer(loop), backoff_timer(loop), port_timer(loop) {}
   Phase phase = Phase::kOff;
   std::unique_ptr<Engine> proc;          // its process; becomes m_engine at the release
   UniqueFd gate;                         // our end of the gate socket
@@ -81,15 +82,9 @@ struct Supervisor::Standby {
   // reserve_mib = 0, a warmed standby's reserve on that GPU. Kept across its release (the next one's too).
   std::map<std::string, uint64_t> held_by_gpu;
   uint64_t spawns = 0, releases = 0;
-  // Every end we did not ask for is a failure, whatever stage it came at; the streak ends only when a
-  // standby stayed parked restart.reset_after_s or was released. max_failures in a row disable the path.
-  int failures_in_row = 0;
-  RestartPolicy policy;                  // the engine's backoff (restart.backoff_*), see standby_backoff_config
-  double backoff_s = 0;                  // the delay before the next spawn after the last failure
+  StandbyStreak streak;                  // failures in a row, the backoff, why the path is off (standby/streak.h)
   std::map<std::string, uint64_t> failures;  // by reason
   std::string last_failure;
-  std::string disabled;                  // why the path is off (until the flags change)
-  FlagList disabled_flags;
   double released_at = 0, released_after_death_s = -1;  // the last release, for its timeline
   std::optional<double> release_to_ready_s, death_to_ready_s;
   Timer park_timer, backoff_timer, port_timer;

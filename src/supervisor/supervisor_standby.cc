@@ -1,6 +1,6 @@
 // The standby engine (docs/standby.md): one copy of the engine, started after the live one is ready, that
 // does its slow GPU-free work (and at level warmed its attach and warm-up) and parks at a gate. The start
-// path "standby" (start/standby.cc) releases it; everything it needs from the supervisor is here.
+// path "standby" (standby/path.cc) releases it; everything it needs from the supervisor is here.
 #include "supervisor/supervisor.h"
 #include "supervisor/supervisor_internal.h"
 
@@ -9,7 +9,6 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <limits>
 #include <spdlog/spdlog.h>
 
 #include "common/control_chars.h"
@@ -18,6 +17,7 @@
 #include "supervisor/standby/gate_message.h"
 #include "supervisor/standby/model_files.h"
 #include "supervisor/standby/port_owner.h"
+#include "supervisor/standby/stale.h"
 
 namespace fr::supervisor {
 
@@ -41,25 +41,6 @@ const char* phase_name(Phase p) {
   return "off";
 }
 
-// The engine's backoff (restart.backoff_*, reset_after_s) for the standby's spawns, without the engine's
-// crash-loop give-up and cold escalation: standby.max_failures in a row disable the standby instead.
-RestartConfig standby_backoff_config(const RestartConfig& r) {
-  RestartConfig c = r;
-  c.crash_loop_limit = std::numeric_limits<int>::max();
-  c.warm_failures_before_cold = 0;
-  return c;
-}
-
-// What shapes a start besides the flags, by config key. A re-read config (reload without flags, SIGHUP)
-// changes these under the running engine, which keeps them until its next start: a standby must start as
-// that next engine would.
-std::map<std::string, std::string> launch_config(const Config& c) {
-  using nlohmann::json;
-  return {{"engine.command", json(c.engine.command).dump()}, {"engine.env", json(c.engine.env).dump()},
-          {"engine.working_dir", c.engine.working_dir},      {"engine.cgroup", c.engine.cgroup},
-          {"memory.utilization", json(c.memory.utilization).dump()}};
-}
-
 }  // namespace
 
 std::map<std::string, FileIdentity> Supervisor::standby_model_files() const {
@@ -72,15 +53,7 @@ std::map<std::string, FileIdentity> Supervisor::standby_model_files() const {
 std::string Supervisor::standby_stale() const {
   if (!m_standby) return {};
   const Standby& s = *m_standby;
-  if (s.flags != m_flags) return "the standby was started on other flags";
-  const auto now = launch_config(m_cfg);
-  for (const auto& [key, value] : s.launch)
-    if (now.at(key) != value) return key + " changed since the standby started (the config was re-read)";
-  // It read the model's config, tokenizer and chat template (and, warmed, mapped its weights): a changed
-  // file is a new model.
-  if (auto c = model_files_change(s.checkpoint, standby_model_files()); !c.empty())
-    return "the checkpoint changed since the standby started (" + c + ")";
-  return {};
+  return standby_stale_reason(s.flags, s.launch, s.checkpoint, m_flags, m_cfg, [this] { return standby_model_files(); });
 }
 
 bool Supervisor::standby_wanted() const {
@@ -92,14 +65,13 @@ bool Supervisor::standby_alive() const { return m_standby && m_standby->proc && 
 
 void Supervisor::maybe_spawn_standby() {
   if (!standby_wanted() || is_terminal(m_state) || !engine_serving()) return;
-  if (!m_standby) m_standby = std::make_unique<Standby>(m_loop, standby_backoff_config(m_cfg.restart));
+  if (!m_standby) m_standby = std::make_unique<Standby>(m_loop, m_cfg.restart);
   Standby& s = *m_standby;
   switch (s.phase) {
     case Phase::kDisabled:
-      if (s.disabled_flags == m_flags) return;
+      if (s.streak.disabled_flags() == m_flags) return;
       spdlog::info("standby: the flags changed since it was disabled; trying again");
-      s.disabled.clear();
-      reset_standby_streak();
+      s.streak.enable(m_cfg.restart);
       break;
     case Phase::kStopping:
     case Phase::kBackoff:
@@ -191,7 +163,7 @@ void Supervisor::spawn_standby() {
   s.flags = m_flags;
   s.daemon_generation = m_daemon_generation;
   s.checkpoint = standby_model_files();
-  s.launch = launch_config(m_cfg);
+  s.launch = standby_launch_config(m_cfg);
   s.gpu_bytes = 0;
   s.parked_at = 0;
   s.spawns++;
@@ -250,40 +222,17 @@ void Supervisor::on_standby_parked() {
   if (m_standby && m_standby->phase == Phase::kParked) s.port_timer.start(kPortCheckEveryS, check_port, kPortCheckEveryS);
 }
 
-void Supervisor::reset_standby_streak() {
-  Standby& s = *m_standby;
-  s.failures_in_row = 0;
-  s.policy = RestartPolicy(standby_backoff_config(m_cfg.restart));
-  s.backoff_s = 0;
-}
-
-// A standby that stayed parked restart.reset_after_s proved it starts: its end starts a new streak.
-void Supervisor::standby_streak_after(double now) {
-  Standby& s = *m_standby;
-  if (s.parked_at > 0 && now - s.parked_at >= m_cfg.restart.reset_after_s) reset_standby_streak();
-}
-
 void Supervisor::note_standby_failure(const std::string& what) {
   Standby& s = *m_standby;
-  const double now = m_loop.now_s();
-  standby_streak_after(now);
-  s.failures_in_row++;
-  (void)s.policy.on_exit(now, /*failure=*/true, /*warm=*/false);  // never gives up: see standby_backoff_config
-  s.backoff_s = s.policy.backoff_s();
-  if (s.failures_in_row >= m_cfg.standby.max_failures && s.disabled.empty()) {
-    s.disabled = std::to_string(s.failures_in_row) + " standbys in a row failed (standby.max_failures " +
-                 std::to_string(m_cfg.standby.max_failures) + "); last: " + what + "; off until the flags change";
-    s.disabled_flags = m_flags;
-    spdlog::error("standby: disabled: {}", s.disabled);
-  }
+  if (s.streak.fail(m_loop.now_s(), s.parked_at, what, m_cfg, m_flags)) spdlog::error("standby: disabled: {}", s.streak.disabled());
 }
 
 void Supervisor::retry_standby_later() {
   Standby& s = *m_standby;
   s.phase = Phase::kBackoff;
-  spdlog::info("standby: starting another in {:.2f} s ({} failure(s) in a row of standby.max_failures {})", s.backoff_s,
-               s.failures_in_row, m_cfg.standby.max_failures);
-  s.backoff_timer.start(s.backoff_s, [this] {
+  spdlog::info("standby: starting another in {:.2f} s ({} failure(s) in a row of standby.max_failures {})", s.streak.backoff_s(),
+               s.streak.in_row(), m_cfg.standby.max_failures);
+  s.backoff_timer.start(s.streak.backoff_s(), [this] {
     if (!m_standby || m_standby->phase != Phase::kBackoff) return;
     m_standby->phase = Phase::kOff;
     maybe_spawn_standby();
@@ -307,7 +256,7 @@ void Supervisor::standby_failed(const std::string& reason, const std::string& de
   s.proc.reset();
   s.gate_reader.reset();
   s.gate.reset();
-  if (!s.disabled.empty()) {
+  if (!s.streak.disabled().empty()) {
     s.phase = Phase::kDisabled;
     return;
   }
@@ -362,7 +311,7 @@ void Supervisor::on_standby_exit(int status) {
   if (stopped) {
     spdlog::info("standby pid {} stopped ({}: {})", pgid, s.stop_reason, c.detail);
     // Discarded (new flags, config, daemons, model) is no failure, but ends the streak if it proved itself.
-    if (!failed_kill) standby_streak_after(m_loop.now_s());
+    if (!failed_kill) s.streak.end_of_parked(s.parked_at, m_loop.now_s(), m_cfg);
   } else {
     s.failures["died"]++;
     s.last_failure = std::string(was_parked ? "died while parked: " : "died before parking: ") + exit_cause_name(c.cause) +
@@ -372,11 +321,11 @@ void Supervisor::on_standby_exit(int status) {
   }
   if (m_stop_daemons_after_standby) {
     m_stop_daemons_after_standby = false;
-    s.phase = s.disabled.empty() ? Phase::kOff : Phase::kDisabled;
+    s.phase = s.streak.disabled().empty() ? Phase::kOff : Phase::kDisabled;
     stop_daemons();
     return;
   }
-  if (!s.disabled.empty()) {
+  if (!s.streak.disabled().empty()) {
     s.phase = Phase::kDisabled;
     return;
   }
@@ -397,7 +346,7 @@ std::optional<StartRefusal> Supervisor::standby_refusal() const {
       return StartRefusal{"not_parked", "the standby (pid " + std::to_string(s.proc ? s.proc->pid : 0) + ") has not parked yet"};
     case Phase::kStopping: return StartRefusal{"not_parked", "the standby is being stopped (" + s.stop_reason + ")"};
     case Phase::kBackoff: return StartRefusal{"not_parked", "the standby is being started again after: " + s.last_failure};
-    case Phase::kDisabled: return StartRefusal{"unavailable", s.disabled};
+    case Phase::kDisabled: return StartRefusal{"unavailable", s.streak.disabled()};
     case Phase::kParked: break;
   }
   if (!standby_alive()) return StartRefusal{"not_parked", "the standby is gone"};
@@ -421,7 +370,7 @@ Status Supervisor::release_standby() {
   s.gate.reset();
   s.releases++;
   s.released_at = now;
-  reset_standby_streak();  // it became the engine: the standby path works
+  s.streak.reset(m_cfg.restart);  // it became the engine: the standby path works
   s.released_after_death_s = m_last_exit.contains("died_at_s") ? now - m_last_exit["died_at_s"].get<double>() : -1;
   s.phase = Phase::kOff;
   s.release_to_ready_s.reset();
@@ -472,10 +421,10 @@ std::optional<status::StandbyStatus> Supervisor::standby_status() const {
   st.spawns = s.spawns;
   st.releases = s.releases;
   st.failures = s.failures;
-  st.disabled = s.disabled;
+  st.disabled = s.streak.disabled();
   st.last_failure = s.last_failure;
-  st.failures_in_row = s.failures_in_row;
-  st.backoff_s = s.phase == Phase::kBackoff ? s.backoff_s : 0;
+  st.failures_in_row = s.streak.in_row();
+  st.backoff_s = s.phase == Phase::kBackoff ? s.streak.backoff_s() : 0;
   if (s.releases > 0 && s.released_after_death_s >= 0) st.death_to_release_s = s.released_after_death_s;
   st.release_to_ready_s = s.release_to_ready_s;
   st.death_to_ready_s = s.death_to_ready_s;

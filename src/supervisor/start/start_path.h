@@ -3,8 +3,10 @@
 // whether it can serve now and starts the first that can, recording why each earlier one was skipped or
 // failed (status "start_paths", /metrics fastrestart_start_path_total, STATUS=).
 //
-// A path is one file in this folder (standby.cc, snapshot.cc, warm.cc, cold.cc) and one line in registry.cc. It
-// decides from facts the StartHost gives it and acts only through the StartHost, so it owns no process.
+// A path is one file (warm.cc and cold.cc in this folder; standby/path.cc and snapshots/path.cc beside the
+// part that serves them) and one line in registry.cc. It decides from facts the StartHost gives it and acts
+// only through the StartHost, so it owns no process. A path that needs state of its own (a parked standby,
+// a snapshot artifact) reaches it as a StartPart: StartHost::part(id) names no path.
 #pragma once
 
 #include <optional>
@@ -21,6 +23,23 @@ struct StartRefusal {
   std::string detail;  // for the operator: status, the log and STATUS=
 };
 
+enum class StartOutcome {
+  kStarted,  // the engine (or its restore) is under way
+  kWaiting,  // the path asked for fresh daemons first (StartHost::reload_daemons_for_start)
+};
+
+// The part of the supervisor that serves one start path (the standby, the snapshots): what that path asks
+// of it. The paths every start shares (warm, cold) need none: they spawn an engine through the StartHost.
+class StartPart {
+ public:
+  virtual ~StartPart() = default;
+  // nullopt when the part can serve the next start now; else why not.
+  virtual std::optional<StartRefusal> refusal() const = 0;
+  // Begins the start (a restore, a release). An error: it failed at once, and the next listed path is
+  // tried; one that fails later makes the supervisor try the next path itself.
+  virtual Status start() = 0;
+};
+
 // What the paths need from the supervisor (implemented by Supervisor).
 class StartHost {
  public:
@@ -34,20 +53,15 @@ class StartHost {
   virtual void reload_daemons_for_start() = 0;
   // Spawns the engine process; `expected` is the path it is expected to take ("warm" attaches).
   virtual Status spawn_engine(StartPath expected) = 0;
-  // nullopt when a snapshot artifact can be restored now; else why not.
-  virtual std::optional<StartRefusal> snapshot_refusal() const = 0;
-  // Starts restoring an artifact. A restore that fails later makes the supervisor try the next path.
-  virtual Status restore_snapshot() = 0;
-  // nullopt when a standby is parked at its gate on the current flags and daemons; else why not.
-  virtual std::optional<StartRefusal> standby_refusal() const = 0;
-  // Opens the standby's gate: it becomes the engine, and readiness runs as for any start.
-  virtual Status release_standby() = 0;
+  // The part that serves `path` (the standby for "standby", the snapshots for "snapshot"); nullptr for a
+  // path that has none (warm, cold). The host owns it; it lives as long as the host.
+  virtual StartPart* part(StartPath path) const = 0;
 };
 
-enum class StartOutcome {
-  kStarted,  // the engine (or its restore) is under way
-  kWaiting,  // the path asked for fresh daemons first (StartHost::reload_daemons_for_start)
-};
+// The refusal and start of a path served by a part: `host.part(path)`'s, or `unavailable` when the host
+// has no such part.
+std::optional<StartRefusal> part_refusal(const StartHost& host, StartPath path);
+Result<StartOutcome> start_part(StartHost& host, StartPath path);
 
 class StartPathImpl {
  public:
@@ -63,9 +77,9 @@ class StartPathImpl {
 const StartPathImpl& start_path(StartPath id);
 
 // One implementation per file.
-const StartPathImpl& snapshot_start_path();
-const StartPathImpl& warm_start_path();
-const StartPathImpl& cold_start_path();
-const StartPathImpl& standby_start_path();
+const StartPathImpl& snapshot_start_path();  // snapshots/path.cc
+const StartPathImpl& warm_start_path();      // start/warm.cc
+const StartPathImpl& cold_start_path();      // start/cold.cc
+const StartPathImpl& standby_start_path();   // standby/path.cc
 
 }  // namespace fr::supervisor

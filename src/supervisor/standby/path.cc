@@ -9,11 +9,8 @@ namespace {
 class StandbyPath final : public StartPathImpl {
  public:
   StartPath id() const override { return StartPath::kStandby; }
-  std::optional<StartRefusal> refusal(const StartHost& host) const override { return host.standby_refusal(); }
-  Result<StartOutcome> start(StartHost& host) const override {
-    FR_TRY(host.release_standby());
-    return StartOutcome::kStarted;
-  }
+  std::optional<StartRefusal> refusal(const StartHost& host) const override { return part_refusal(host, id()); }
+  Result<StartOutcome> start(StartHost& host) const override { return start_part(host, id()); }
 };
 
 }  // namespace

@@ -8,11 +8,8 @@ namespace {
 class SnapshotPath final : public StartPathImpl {
  public:
   StartPath id() const override { return StartPath::kSnapshot; }
-  std::optional<StartRefusal> refusal(const StartHost& host) const override { return host.snapshot_refusal(); }
-  Result<StartOutcome> start(StartHost& host) const override {
-    FR_TRY(host.restore_snapshot());
-    return StartOutcome::kStarted;
-  }
+  std::optional<StartRefusal> refusal(const StartHost& host) const override { return part_refusal(host, id()); }
+  Result<StartOutcome> start(StartHost& host) const override { return start_part(host, id()); }
 };
 
 }  // namespace
