@@ -6,6 +6,6 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 unset CMAKE_CXX_COMPILER_LAUNCHER CMAKE_C_COMPILER_LAUNCHER
 cmake -S . -B build-unity -G Ninja -DCMAKE_BUILD_TYPE=Debug -DCMAKE_CXX_FLAGS_DEBUG=-O0 -DCMAKE_UNITY_BUILD=ON \
-  -DFASTRESTART_CUDA=OFF -DFASTRESTART_PYTHON=OFF >/dev/null
+  -DFASTRESTART_CUDA=OFF >/dev/null
 cmake --build build-unity -j"$(nproc)" -- -k 0
 echo "scripts/check-unity.sh: every target compiles as a unity build"
