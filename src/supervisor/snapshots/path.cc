@@ -3,19 +3,9 @@
 #include "supervisor/start/start_path.h"
 
 namespace fr::supervisor {
-namespace {
-
-class SnapshotPath final : public StartPathImpl {
- public:
-  StartPath id() const override { return StartPath::kSnapshot; }
-  std::optional<StartRefusal> refusal(const StartHost& host) const override { return part_refusal(host, id()); }
-  Result<StartOutcome> start(StartHost& host) const override { return start_part(host, id()); }
-};
-
-}  // namespace
 
 const StartPathImpl& snapshot_start_path() {
-  static const SnapshotPath p;
+  static const PartStartPath<StartPath::kSnapshot> p;
   return p;
 }
 

@@ -4,19 +4,9 @@
 #include "supervisor/start/start_path.h"
 
 namespace fr::supervisor {
-namespace {
-
-class StandbyPath final : public StartPathImpl {
- public:
-  StartPath id() const override { return StartPath::kStandby; }
-  std::optional<StartRefusal> refusal(const StartHost& host) const override { return part_refusal(host, id()); }
-  Result<StartOutcome> start(StartHost& host) const override { return start_part(host, id()); }
-};
-
-}  // namespace
 
 const StartPathImpl& standby_start_path() {
-  static const StandbyPath p;
+  static const PartStartPath<StartPath::kStandby> p;
   return p;
 }
 

@@ -73,6 +73,15 @@ class StartPathImpl {
   virtual Result<StartOutcome> start(StartHost& host) const = 0;
 };
 
+// A path served entirely by its part: its refusal and start are the part's (part_refusal, start_part).
+template <StartPath Id>
+class PartStartPath final : public StartPathImpl {
+ public:
+  StartPath id() const override { return Id; }
+  std::optional<StartRefusal> refusal(const StartHost& host) const override { return part_refusal(host, Id); }
+  Result<StartOutcome> start(StartHost& host) const override { return start_part(host, Id); }
+};
+
 // The registered implementation of `id` (registry.cc).
 const StartPathImpl& start_path(StartPath id);
 
