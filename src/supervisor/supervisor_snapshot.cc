@@ -152,12 +152,9 @@ bool Supervisor::spawn_helper(const std::string& job, std::vector<std::string> a
     return c;
   }());
   if (job == "restore") {
-    // The helper's output pipe becomes the restored engine's stdout/stderr (criu --inherit-fd).
-    Engine* raw = m_engine.get();
-    read_child_output(m_loop, std::move(child->output), "engine", [raw](const std::string& l) {
-      raw->tail.push_back(l);
-      if (raw->tail.size() > 200) raw->tail.pop_front();
-    }, *raw);
+    // The helper's output pipe becomes the restored engine's stdout/stderr (criu --inherit-fd): read as any
+    // engine's (its tail, progress, and the arena line of the lease its resume takes).
+    read_child_output(m_loop, std::move(child->output), "engine", engine_line_handler(m_engine.get()), *m_engine);
   } else {
     s.helper_output = std::move(child->output);
     s.helper_reader = std::make_unique<LineReader>(
@@ -234,6 +231,9 @@ void Supervisor::after_restore_job(const json& result) {
   if (result.value("ok", false)) {
     e.pid = result.value("pid", -1);
     e.pidfd.reset(static_cast<int>(::syscall(SYS_pidfd_open, e.pid, 0)));
+    // A restored engine leases its KV arena again in the helper's resume, before its pid is known here.
+    if (e.arena) e.arena->pid = e.pid;
+    if (e.arena && m_engine.get() == &e) m_arena_outcome = e.arena;
     // As for a spawned engine: if fastrestartd dies, the next one kills what is left of this group
     // (a restored engine leads its own session, as it did when it was dumped).
     if (auto st = write_private_file(state_path(m_cfg, "engine.pgid"), engine_group_record(e.pid)); !st.ok())
