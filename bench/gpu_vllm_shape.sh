@@ -145,6 +145,7 @@ for path in $runs; do
   rc=$?
   tail -n "$((kills + 3))" "$d/cycles.out" | sed 's/^/  /' | tee -a "$summary"
   [ $rc -eq 124 ] && say "  (cycles cut at their limit)"
+  [ "$path" = snapshot_arena ] && grep -h "snapshot prepare: host RSS" "$log" | tail -1 | sed 's/^/  /' | tee -a "$summary"
   [ $rc -ne 124 ] && live "$path" "$port"
   fastrestartd_stop 60 || { say "  fastrestartd did not stop in 60 s: SIGKILL"; kill -KILL "$sup"; }
   wait "$sup" 2>/dev/null
