@@ -136,6 +136,7 @@ class Run(fr.Driver):
         """snapshot_arena: `fastrestartctl snapshot create` of the live engine (weights and KV arena left
         out: docs/snapshot.md), which restores it as the live engine at once; its answer (create time,
         artifact size, the restore's time to ready) and the manifest's arenas into res["create"]."""
+        memory = self.engine_memory(self.status()["engine"]["pid"])
         n = self.readies()
         t = time.monotonic()
         out = json.loads(fr.ctl(self.a.socket, "snapshot", "create", "--json", timeout=600))
@@ -143,15 +144,53 @@ class Run(fr.Driver):
         created = out.get("created") or {}
         inspect = json.loads(fr.ctl(self.a.socket, "snapshot", "inspect", created.get("id", ""), "--json"))
         m = inspect.get("manifest") or {}
+        images = {}
+        st = self.status()
+        sdir = ((st.get("snapshot") or {}).get("dir")) or ""
+        idir = os.path.join(sdir, created.get("id", ""), "images")
+        if os.path.isdir(idir):
+            for f in os.listdir(idir):  # by kind: pages-*.img (memory), pagemap-*, files, ...
+                kind = f.split("-")[0].split(".")[0]
+                images[kind] = images.get(kind, 0) + os.path.getsize(os.path.join(idir, f))
         self.res["create"] = {"answer": out, "wall_s": round(time.monotonic() - t, 3), "image_bytes": m.get("image_bytes"),
                               "timings": m.get("timings"), "arenas": (m.get("weights") or {}).get("arenas"),
-                              "weights_excluded": (m.get("weights") or {}).get("excluded")}
+                              "weights_excluded": (m.get("weights") or {}).get("excluded"),
+                              "engine_memory_before": memory,
+                              "images_by_kind": dict(sorted(images.items(), key=lambda x: -x[1])[:6])}
+        log(f"engine memory before the create: {memory}; images by kind: {self.res['create']['images_by_kind']}")
         self.save()
         log(f"snapshot created: {created.get('id')} {(m.get('image_bytes') or 0) / 1e9:.2f} GB, "
             f"arenas {[(x.get('name'), x.get('bytes')) for x in self.res['create']['arenas'] or []]}, "
             f"create+restore {self.res['create']['wall_s']} s")
         if not out.get("ok", False):
             raise RuntimeError(f"snapshot create: {out}")
+
+    @staticmethod
+    def engine_memory(pid):
+        """The engine's host memory as a dump sees it (/proc/PID/smaps): anonymous and file-backed resident
+        bytes, and the largest anonymous mappings by name (what an artifact carries besides GPU memory)."""
+        out = {"anon_mib": 0, "file_mib": 0, "largest_anon": []}
+        try:
+            cur, maps = None, []
+            with open(f"/proc/{pid}/smaps") as f:
+                for line in f:
+                    head = line.split()
+                    if head and "-" in head[0] and len(head) >= 5 and not head[0].endswith(":"):
+                        cur = {"name": head[5] if len(head) > 5 else "[anon]", "rss": 0, "anon": 0}
+                        maps.append(cur)
+                    elif line.startswith("Rss:") and cur is not None:
+                        cur["rss"] = int(head[1])
+                    elif line.startswith("Anonymous:") and cur is not None:
+                        cur["anon"] = int(head[1])
+            out["anon_mib"] = sum(x["anon"] for x in maps) // 1024
+            out["file_mib"] = (sum(x["rss"] for x in maps) - sum(x["anon"] for x in maps)) // 1024
+            by = {}
+            for x in maps:
+                by[x["name"]] = by.get(x["name"], 0) + x["anon"]
+            out["largest_anon"] = [(k, v // 1024) for k, v in sorted(by.items(), key=lambda x: -x[1])[:6]]
+        except OSError as e:
+            out["error"] = str(e)
+        return out
 
     def summarize(self):
         ks = [k for k in self.res["kills"] if "error" not in k]
