@@ -11,6 +11,8 @@
 
 #include <gtest/gtest.h>
 
+#include "fastrestart/arena.h"
+
 #include <algorithm>
 #include <chrono>
 #include <cstring>
@@ -529,6 +531,54 @@ TEST(WeightlessSnapshot, TheKvArenaIsLeftOutAndLeasedAgainAtTheSameAddress) {
               "%.3f s, arena lease wait %.3f s\n",
               m["image_bytes"].get<double>() / 1e6, s["last_start"]["time_to_ready_s"].get<double>(),
               snapshot_of(s)["last_restore"]["timings"].value("arena_wait_s", -1.0));
+}
+
+// A restore whose arena lease does not come in time (another process took the arena when the engine died)
+// fails in its resume and falls back to the next path, with the lease's reason.
+TEST(WeightlessSnapshot, ARestoreWhoseArenaLeaseDoesNotComeInTimeFallsBackWithTheReason) {
+  SKIP_WITHOUT_CRIU();
+  Options o = weightless("64M");
+  constexpr uint64_t kArena = 64ull << 20;
+  o.engine_flags = ", \"--kv-arena-bytes\", \"" + std::to_string(kArena) + "\", \"--kv-arena-wait\", \"1\"";
+  Supervised d(o);
+  ASSERT_TRUE(d.wait_ready_path("warm")) << d.log();
+  const std::string id = d.create();
+  ASSERT_FALSE(id.empty());
+  ASSERT_TRUE(d.wait_status([](const json& st) { return settled(st) && st["last_start"]["path"] == "snapshot"; })) << d.log();
+  // A process that asks for the arena now waits for the restored engine's exit and then holds it.
+  int ready[2];
+  ASSERT_EQ(::pipe(ready), 0);
+  const pid_t holder = ::fork();
+  if (holder == 0) {
+    ::close(ready[0]);
+    fastrestart::ArenaOptions a;
+    a.name = "kv";
+    a.bytes = kArena;
+    a.wait_s = 60;
+    a.socket_dir = d.socket_dir();
+    auto l = fastrestart::lease_arena(a);
+    const char c = l.ok() ? 'y' : 'n';
+    (void)!::write(ready[1], &c, 1);
+    ::pause();
+    _exit(0);
+  }
+  ::close(ready[1]);
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));  // its lease is queued behind the engine
+  d.kill_engine();
+  char got = 0;
+  ASSERT_EQ(::read(ready[0], &got, 1), 1);
+  ::close(ready[0]);
+  EXPECT_EQ(got, 'y');
+  ASSERT_TRUE(d.wait_status([](const json& st) { return settled(st) && snapshot_of(st)["fallbacks"] == 1; })) << d.log();
+  auto s = d.status();
+  EXPECT_EQ(s["last_start"]["path"], "warm") << s.dump();
+  const std::string reason = snapshot_of(s)["last_failure"].value("reason", std::string());
+  EXPECT_NE(reason.find("lease"), std::string::npos) << reason;
+  EXPECT_NE(reason.find("wait_s"), std::string::npos) << reason;
+  // The warm start's engine could not lease it either: it serves without, and says so.
+  EXPECT_EQ(s["arena_outcome"]["outcome"], "fallback") << s.dump();
+  ::kill(holder, SIGKILL);
+  ::waitpid(holder, nullptr, 0);
 }
 
 TEST(WeightlessSnapshot, ARestoreWhoseDaemonLostTheEntryFallsBackBeforeCriu) {
