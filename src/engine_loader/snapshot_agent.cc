@@ -46,7 +46,7 @@ json arena_json(const Arena& a, double seconds) {
   return j;
 }
 
-double seconds_since(std::chrono::steady_clock::time_point t) {
+double agent_seconds_since(std::chrono::steady_clock::time_point t) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t).count();
 }
 
@@ -147,7 +147,7 @@ class Agent final : public SnapshotAgent {
       const auto t = std::chrono::steady_clock::now();
       if (auto s = a->unmap(); !s.ok()) return undo("unmap: " + s.error().message);
       unmapped.push_back(a);
-      arenas.push_back(arena_json(*a, seconds_since(t)));
+      arenas.push_back(arena_json(*a, agent_seconds_since(t)));
     }
     m_released = released;
     m_released_arenas = arenas;
