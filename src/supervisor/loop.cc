@@ -153,7 +153,15 @@ void LineReader::pump(H* h) {
   }
 }
 
-void LineReader::drain() { pump(m_h); }
+// The child is reaped: a last line without its newline is its last word, handed on now (a worker that
+// still holds the pipe would otherwise hold it back until EOF); what a worker writes later is a new line.
+void LineReader::drain() {
+  pump(m_h);
+  if (m_h->done || m_h->buf.empty()) return;
+  std::string rest;
+  rest.swap(m_h->buf);
+  guard("output line", [&] { m_h->on_line(rest); });
+}
 
 LineReader::~LineReader() {
   uv_poll_stop(&m_h->p);

@@ -73,10 +73,10 @@ class LineReader {
   LineReader(const LineReader&) = delete;
   LineReader& operator=(const LineReader&) = delete;
 
-  // Reads now, without waiting for the loop, whatever the pipe holds, and hands on each complete line.
-  // Called when a child is reaped: SIGCHLD can be handled before the poll has read the child's last
-  // lines (its dying words, which classify its exit), and a worker that keeps the pipe open means no
-  // EOF is coming to flush them.
+  // Reads now, without waiting for the loop, whatever the pipe holds, and hands on each line, a last one
+  // without its newline included. Called when a child is reaped: SIGCHLD can be handled before the poll
+  // has read the child's last lines (its dying words, which classify its exit), and a worker that keeps
+  // the pipe open means no EOF is coming to flush them.
   void drain();
 
  private:

@@ -180,5 +180,22 @@ TEST(SupervisedChild, DrainHandsOnTheLastLinesOfAReapedChildAtOnce) {
   signal_group(child.pid, -1, SIGKILL);  // the worker (`sleep 30`) still in its group
 }
 
+// The same with dying words that end without a newline: drain() hands them on too, as one line.
+TEST(SupervisedChild, DrainHandsOnALastLineWithoutItsNewline) {
+  CapturedLog log;
+  Loop loop;
+  SupervisedChild child;
+  std::vector<std::string> lines;
+  auto s = spawn_supervised(loop, shell("sleep 30 & echo starting; printf 'CUDA error: out of memory' >&2; exit 1"),
+                            "engine", [&lines](const std::string& l) { lines.push_back(l); }, child);
+  ASSERT_TRUE(s.ok()) << s.error().message;
+  (void)reap(child.pid);
+  child.reader->drain();
+  EXPECT_EQ(lines, (std::vector<std::string>{"starting", "CUDA error: out of memory"}));
+  child.reader->drain();
+  EXPECT_EQ(lines.size(), 2u);
+  signal_group(child.pid, -1, SIGKILL);
+}
+
 }  // namespace
 }  // namespace fr::supervisor
