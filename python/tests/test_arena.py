@@ -20,7 +20,7 @@ import unittest
 import numpy as np
 
 import fastrestart
-from weightd_support import Weightd
+from weightd_support import Weightd, snapshot_exchange
 
 WEIGHTD = os.environ.get("FR_WEIGHTD_BIN", "")
 
@@ -123,7 +123,6 @@ class ArenaTest(unittest.TestCase):
     def test_the_snapshot_agent_unmaps_the_arena_and_leases_it_again_at_its_address(self):
         """docs/snapshot.md, "Snapshots without the KV cache": prepare unmaps the arena (its range stays
         reserved and inaccessible), resume leases it again and maps it where it was, with its bytes."""
-        import socket as socketlib
         a = fastrestart.lease_arena("kv", 1 << 20, socket_dir=self.run_dir)
         view = a.view(0, (4,), "I32").numpy()
         view[:] = [7, 8, 9, 10]
@@ -133,17 +132,7 @@ class ArenaTest(unittest.TestCase):
                                            arenas=[a])
 
         def exchange(op):
-            with socketlib.socket(socketlib.AF_UNIX, socketlib.SOCK_STREAM) as c:
-                c.settimeout(30)
-                c.connect(sock)
-                c.sendall((json.dumps({"op": op}) + "\n").encode())
-                data = b""
-                while not data.endswith(b"\n"):
-                    chunk = c.recv(65536)
-                    if not chunk:
-                        break
-                    data += chunk
-            return json.loads(data)
+            return snapshot_exchange(sock, op)
 
         def maps_line():
             with open("/proc/self/maps") as f:
@@ -344,13 +333,8 @@ class CudaArenaTorchTest(unittest.TestCase):
         torch.cuda.synchronize()
         agent = fastrestart.snapshot_agent([], socket_path=os.path.join(self.tmp, "x.sock"), arenas=[a])
         try:
-            import socket as socketlib
             for op in ("prepare", "resume"):
-                with socketlib.socket(socketlib.AF_UNIX, socketlib.SOCK_STREAM) as c:
-                    c.settimeout(30)
-                    c.connect(os.path.join(self.tmp, "x.sock"))
-                    c.sendall((json.dumps({"op": op}) + "\n").encode())
-                    reply = json.loads(c.makefile().readline())
+                reply = snapshot_exchange(os.path.join(self.tmp, "x.sock"), op)
                 self.assertTrue(reply["ok"], reply)
                 self.assertEqual(reply["arenas"][0]["mapped"], op == "resume")
         finally:

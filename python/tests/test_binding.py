@@ -19,7 +19,7 @@ import numpy as np
 
 import fastrestart
 import fastrestart.standby
-from weightd_support import Weightd, write_safetensors
+from weightd_support import Weightd, snapshot_exchange, write_safetensors
 
 WEIGHTD = os.environ.get("FR_WEIGHTD_BIN", "")
 
@@ -129,18 +129,7 @@ class BindingTest(unittest.TestCase):
         return ""
 
     def _exchange(self, path, op):
-        import socket
-        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
-            s.settimeout(30)
-            s.connect(path)
-            s.sendall((json.dumps({"op": op}) + "\n").encode())
-            data = b""
-            while not data.endswith(b"\n"):
-                chunk = s.recv(65536)
-                if not chunk:
-                    break
-                data += chunk
-        return json.loads(data)
+        return snapshot_exchange(path, op)
 
     def test_release_and_reattach_keep_the_address(self):
         self.start_daemon()

@@ -20,6 +20,7 @@ import urllib.error
 import urllib.request
 
 from test_torch import HAVE_CUDA, IMPORT_ERROR, WEIGHTD, TorchBase, torch
+from weightd_support import snapshot_exchange
 
 try:
     import fastrestart.standby  # noqa: F401
@@ -194,8 +195,6 @@ class RefEngineTest(TorchBase):
     def test_snapshot_exchange_releases_and_remaps_the_pool(self):
         """docs/snapshot.md: prepare releases the daemon's pool keeping the address range (torch's tensors keep
         their pointers), resume re-maps it there; the answers before and after are the same."""
-        import json
-        import socket
         self.start()
         self.run_path("--load-format", "fastrestart")  # a miss: loads from disk and publishes
         sock = os.path.join(self.tmp, "x.sock")
@@ -203,17 +202,7 @@ class RefEngineTest(TorchBase):
         self.assertIsNone(err)
 
         def exchange(op):
-            with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
-                s.settimeout(60)
-                s.connect(sock)
-                s.sendall((json.dumps({"op": op}) + "\n").encode())
-                data = b""
-                while not data.endswith(b"\n"):
-                    chunk = s.recv(65536)
-                    if not chunk:
-                        break
-                    data += chunk
-            return json.loads(data)
+            return snapshot_exchange(sock, op, timeout=60)
 
         try:
             req = {"model": "tiny", "prompt": "Hello", "max_tokens": 4, "logprobs": 0}
@@ -237,7 +226,6 @@ class RefEngineTest(TorchBase):
     def test_snapshot_exchange_unmaps_the_kv_arena_and_leases_it_again(self):
         """The batched engine with --kv-arena under the snapshot exchange: prepare unmaps the arena (after the
         pool), resume leases it again at the same address; the graphs captured over it answer as before."""
-        import socket
         self.start()
         self.run_path("--load-format", "fastrestart")  # a miss: loads from disk and publishes
         sock = os.path.join(self.tmp, "a.sock")
@@ -246,11 +234,7 @@ class RefEngineTest(TorchBase):
         self.assertIsNone(err, err)
 
         def exchange(op):
-            with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as c:
-                c.settimeout(60)
-                c.connect(sock)
-                c.sendall((json.dumps({"op": op}) + "\n").encode())
-                return json.loads(c.makefile().readline())
+            return snapshot_exchange(sock, op, timeout=60)
 
         try:
             stats = get(port, "/stats")

@@ -17,6 +17,22 @@ DTYPES = {np.dtype("float32"): "F32", np.dtype("float16"): "F16", np.dtype("int6
           np.dtype("uint8"): "U8", np.dtype("bool"): "BOOL", np.dtype("float64"): "F64"}
 
 
+def snapshot_exchange(path, op, timeout=30):
+    """One request of the snapshot exchange (docs/snapshot.md, "The prepare/resume exchange") on the Unix
+    socket `path`: {"op": op}, and the reply line parsed."""
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
+        s.settimeout(timeout)
+        s.connect(path)
+        s.sendall((json.dumps({"op": op}) + "\n").encode())
+        data = b""
+        while not data.endswith(b"\n"):
+            chunk = s.recv(65536)
+            if not chunk:
+                break
+            data += chunk
+    return json.loads(data)
+
+
 def write_safetensors(path, tensors):
     """The safetensors format by hand (numpy arrays): u64 LE header length, JSON header, then the data."""
     header, blobs, offset = {}, [], 0
