@@ -56,29 +56,8 @@ std::string join(const std::vector<std::string>& v, const char* sep = " ") {
 
 }  // namespace
 
-std::vector<std::string> checkpoint_files(const Config& c) { return expand_checkpoint_paths(c.weights.checkpoint); }
-
-std::vector<std::string> expand_checkpoint_paths(const std::vector<std::string>& paths) {
-  std::vector<std::string> out;
-  for (const auto& p : paths) {
-    std::error_code ec;
-    if (std::filesystem::is_directory(p, ec)) {
-      std::vector<std::string> v;
-      for (const auto& e : std::filesystem::directory_iterator(p, ec))
-        if (e.path().extension() == ".safetensors") v.push_back(e.path().string());
-      std::sort(v.begin(), v.end());
-      out.insert(out.end(), v.begin(), v.end());
-    } else {
-      out.push_back(p);
-    }
-  }
-  return out;
-}
-
-
-
-// A StartPart whose refusal and start are two of the Supervisor's methods: the standby's and the
-// snapshots' state still live in the Supervisor (supervisor_standby.cc, supervisor_snapshot.cc).
+// A StartPart whose refusal and start are two of the Supervisor's methods: the standby's state still
+// lives in the Supervisor (supervisor_standby.cc).
 class Supervisor::PartOf final : public StartPart {
  public:
   using Refusal = std::optional<StartRefusal> (Supervisor::*)() const;
@@ -113,9 +92,8 @@ Supervisor::Supervisor(Config config, std::unique_ptr<GpuProbe> gpus, std::uniqu
   m_kind = kind.ok() ? std::move(*kind) : make_builtin_engine_adapter(m_cfg.engine.kind);
   m_output_rules = m_kind->failure_rules();
   m_daemons = make_daemon_set(*this);
-  m_snap = std::make_unique<Snapshots>();
-  m_parts.emplace(StartPath::kStandby, std::make_unique<PartOf>(*this, &Supervisor::standby_refusal, &Supervisor::release_standby));
-  m_parts.emplace(StartPath::kSnapshot, std::make_unique<PartOf>(*this, &Supervisor::snapshot_refusal, &Supervisor::restore_snapshot));
+  m_snapshots = std::make_unique<Snapshots>(static_cast<SnapshotHost&>(*this));
+  m_standby_part = std::make_unique<PartOf>(*this, &Supervisor::standby_refusal, &Supervisor::release_standby);
   load_persisted_flags();
   register_secret_words(m_flags.words(), m_cfg.engine.secret_flags);
   m_last_ready_flags = m_flags;
@@ -124,8 +102,13 @@ Supervisor::Supervisor(Config config, std::unique_ptr<GpuProbe> gpus, std::uniqu
 Supervisor::~Supervisor() = default;
 
 StartPart* Supervisor::part(StartPath path) const {
-  auto it = m_parts.find(path);
-  return it == m_parts.end() ? nullptr : it->second.get();
+  switch (path) {
+    case StartPath::kStandby: return m_standby_part.get();
+    case StartPath::kSnapshot: return m_snapshots.get();
+    case StartPath::kWarm:
+    case StartPath::kCold: return nullptr;
+  }
+  return nullptr;
 }
 
 // ---------------------------------------------------------------------------------------------------
@@ -220,7 +203,7 @@ int Supervisor::run() {
     m_watchdog_timer.start(every, [this] { m_notify->notify("WATCHDOG=1"); }, every);
   }
   spdlog::info("fastrestartd {} serving '{}' from {}", FASTRESTART_VERSION, m_cfg.name, m_cfg.path);
-  snapshot_init();
+  m_snapshots->init();
   kill_leftover_groups();
   start_daemons();  // m_state starts as kLoading
   m_running = true;
@@ -234,9 +217,7 @@ int Supervisor::run() {
   m_standby.reset();
   m_engine.reset();
   m_daemons->close();
-  if (m_snap->helper_pid > 0) signal_group(m_snap->helper_pid, -1, SIGKILL);  // a job cut short by the stop
-  m_snap->helper_reader.reset();
-  m_snap->job_timer.reset();
+  m_snapshots->close();
   for (Timer* t : {&m_poll_timer, &m_deadline_timer, &m_health_timer, &m_drain_timer, &m_backoff_timer,
                    &m_kill_timer, &m_watchdog_timer})
     t->stop();
@@ -267,12 +248,8 @@ void Supervisor::reap() {
       on_standby_exit(status);
       continue;
     }
-    if (m_snap->helper_pid > 0 && pid == m_snap->helper_pid) {
-      on_helper_exit(status);
-      continue;
-    }
-    // Possibly a restored engine that died before its helper's result was read: kept for after_restore_job.
-    if (m_snap->orphans.size() < 64) m_snap->orphans[pid] = status;
+    if (m_snapshots->on_exit(pid, status)) continue;
+    m_snapshots->keep_exit(pid, status);  // perhaps a restored engine its helper has not named yet
     spdlog::debug("reaped orphan pid {}", pid);
   }
 }
@@ -361,17 +338,13 @@ std::map<std::string, std::string> Supervisor::engine_env(bool for_standby) {
   }
   if (!m_cfg.weights.socket_dir.empty()) env["FASTRESTART_SOCKET_DIR"] = m_cfg.weights.socket_dir;
   env["FASTRESTART_WEIGHTS_MODE"] = weights_mode_name(m_cfg.weights.mode);
-  // A snapshottable engine must not use io_uring, which CRIU cannot dump (libuv/uvloop turn it on).
-  if (m_snap->wanted) env["UV_USE_IO_URING"] = "0";
-  // A snapshottable engine in zero_copy must release the daemon's pools before a dump: the snapshot
-  // helper asks it there (docs/snapshot.md, "The prepare/resume exchange").
-  if (m_snap->wanted && m_cfg.weights.mode == WeightsMode::kZeroCopy) env["FASTRESTART_SNAPSHOT_SOCKET"] = m_snap->dir + "/.engine.sock";
+  m_snapshots->add_engine_env(env);
   return env;
 }
 
 void Supervisor::start_engine() {
   m_backoff_timer.stop();
-  if (m_snap->helper_pid > 0 && m_snap->job == "create") {
+  if (m_snapshots->creating()) {
     // The dump ended the engine; the next start restores the artifact the dump is writing
     // (kSnapshotCreated walks the paths again).
     m_start_attempts = {{StartPath::kSnapshot, "waiting", {"snapshot_create", "waiting for the snapshot being created"}}};
@@ -396,7 +369,7 @@ bool Supervisor::engine_serving() const {
 }
 
 std::optional<StartPath> Supervisor::requested_start_path() const {
-  if (m_snap->force_id.empty()) return std::nullopt;
+  if (!m_snapshots->requested()) return std::nullopt;
   const auto& order = m_cfg.restart.start;
   if (std::find(order.begin(), order.end(), StartPath::kSnapshot) == order.end()) return std::nullopt;
   return StartPath::kSnapshot;
@@ -420,7 +393,7 @@ void Supervisor::walk_start_paths(size_t from) {
         // The request cannot be served now: it does not stay pending for some later, unrelated start.
         spdlog::warn("the requested start path {} cannot serve this start ({}); dropping the request", start_path_name(*requested),
                      why->detail);
-        m_snap->force_id.clear();
+        m_snapshots->drop_request();
       }
       continue;
     }
@@ -491,7 +464,7 @@ Status Supervisor::spawn_engine(StartPath expected) {
   spec.listen_fd = m_listen_fd;
   spec.listen_fd_name = kListenFdName;
   spec.working_dir = m_cfg.engine.working_dir;
-  spec.new_pid_namespace = m_snap->wanted;
+  spec.new_pid_namespace = m_snapshots->wanted();
   if (!m_cfg.engine.cgroup.empty()) spec.cgroup_procs = m_cfg.engine.cgroup + "/cgroup.procs";
   e.in_pid_ns = spec.new_pid_namespace;
   e.oom_before = m_oom.read();
@@ -655,7 +628,10 @@ void Supervisor::decide_path_after_ready() {
     m_status_text = text;
     spdlog::info("READY: path {} in {} (engine pid {})", path, fmt_s(since_spawn), m_engine->pid);
     if (m_reload) finish_reload(!m_reload->rolled_back, m_reload->rollback_reason);
-    snapshot_after_ready(path);
+    std::string restore_outcome, restore_detail;  // this start's attempt on the path "snapshot"
+    for (const auto& a : m_start_attempts)
+      if (a.path == StartPath::kSnapshot) restore_outcome = a.outcome, restore_detail = a.why.detail;
+    m_snapshots->after_ready(path, restore_outcome, restore_detail, m_last_start);
     m_health_timer.start(m_cfg.readiness.check_interval_s, [this] { check_health(); }, m_cfg.readiness.check_interval_s);
     standby_after_ready(since_spawn);
     if (!m_engine->standby_level.empty()) m_last_start["standby_level"] = m_engine->standby_level;

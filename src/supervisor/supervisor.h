@@ -31,6 +31,8 @@
 #include "supervisor/orphans.h"
 #include "supervisor/policy.h"
 #include "supervisor/readiness.h"
+#include "supervisor/snapshots/snapshot_host.h"
+#include "supervisor/snapshots/snapshots.h"
 #include "supervisor/start/start_path.h"
 #include "supervisor/stats.h"
 #include "supervisor/supervised_child.h"
@@ -56,7 +58,7 @@ inline constexpr int kExitAlreadyRunning = 4;  // another fastrestartd holds the
 sigset_t handled_signals();
 void block_handled_signals();
 
-class Supervisor : private StartHost, private DaemonHost {
+class Supervisor : private StartHost, private DaemonHost, private SnapshotHost {
  public:
   Supervisor(Config config, std::unique_ptr<GpuProbe> gpus, std::unique_ptr<Notifier> notifier);
   ~Supervisor() override;
@@ -85,11 +87,10 @@ class Supervisor : private StartHost, private DaemonHost {
   struct Child;
   struct Engine;
   struct PendingReload;
-  struct Snapshots;
   struct Standby;
   class PartOf;  // a StartPart answered by two of its methods (supervisor.cc)
 
-  void raise(Event e) override;
+  void raise(Event e) override;  // DaemonHost, SnapshotHost
   void perform(Action a);
   void set_status(const std::string& s, const std::string& extra = {}) override;
 
@@ -122,8 +123,8 @@ class Supervisor : private StartHost, private DaemonHost {
   // Changes nothing: spawn_engine records what a start uses. for_standby: the share is allocated after the
   // release, once the engine is gone, so only a warmed standby's reserve is checked against free memory.
   void learn_pushed_secrets(const nlohmann::json& req);  // redaction.h
-  std::vector<std::string> engine_argv(bool for_standby = false) const;
-  std::map<std::string, std::string> engine_env(bool for_standby = false);
+  std::vector<std::string> engine_argv(bool for_standby = false) const override;
+  std::map<std::string, std::string> engine_env(bool for_standby = false) override;
   // The engine's memory fraction of each GPU of gpus, in order; empty without GPUs (or the host backend).
   std::vector<double> gpu_fractions(bool for_standby, bool warn) const;
   // memory (supervisor_memory.cc, docs/supervisor.md "Memory"): each GPU's share from its own figures
@@ -141,7 +142,7 @@ class Supervisor : private StartHost, private DaemonHost {
   // start paths (start/start_path.h): walk restart.start from index `from`, recording each skip or failure
   void walk_start_paths(size_t from);
   bool walk_waiting(const char* code) const;  // the current start waits (reloading_daemons, snapshot_create)
-  bool engine_serving() const;                // an engine passed readiness and nobody is stopping it
+  bool engine_serving() const override;       // an engine passed readiness and nobody is stopping it
   void record_start_attempt(StartPath p, const std::string& outcome, const StartRefusal& why);
   std::string start_attempts_text() const;  // "skipped warm: ..." for STATUS=
   std::vector<status::StartAttemptStatus> start_attempts() const;
@@ -150,10 +151,8 @@ class Supervisor : private StartHost, private DaemonHost {
   bool daemons_hold_old_weights() const override;
   void reload_daemons_for_start() override;
   Status spawn_engine(StartPath expected) override;
-  StartPart* part(StartPath path) const override;  // m_parts: the standby's and the snapshots'
-  // What those parts answer (supervisor_snapshot.cc, supervisor_standby.cc).
-  std::optional<StartRefusal> snapshot_refusal() const;
-  Status restore_snapshot();  // a restore that fails later makes the supervisor try the next path
+  StartPart* part(StartPath path) const override;  // the standby's and the snapshots'
+  // What the standby's part answers (supervisor_standby.cc).
   std::optional<StartRefusal> standby_refusal() const;
   Status release_standby();   // opens the gate: the standby becomes the engine, readiness runs as for any start
 
@@ -183,16 +182,23 @@ class Supervisor : private StartHost, private DaemonHost {
   void observe_arena_line(Engine& e, const std::string& line);
   std::optional<status::ArenaOutcomeStatus> arena_outcome() const;  // status `arena_outcome`
 
-  // snapshots (supervisor_snapshot.cc, docs/snapshot.md)
-  void snapshot_init();
-  std::string next_snapshot_id() const;  // the artifact the path "snapshot" would restore ("" none)
-  bool spawn_helper(const std::string& job, std::vector<std::string> args);
-  void on_helper_exit(int status);
-  void after_restore_job(const nlohmann::json& result);
-  void after_create_job(const nlohmann::json& result);
-  void snapshot_after_ready(const std::string& path);
-  nlohmann::json snapshot_status();
-  nlohmann::json handle_snapshot(const nlohmann::json& req, std::shared_ptr<std::promise<nlohmann::json>> reply);
+  // SnapshotHost (supervisor_snapshot.cc): the snapshots part's steps on the live engine
+  int listen_fd() const override { return m_listen_fd; }
+  uint64_t listen_inode() const override { return m_listen_inode; }
+  const Stats& stats() const override { return m_stats; }
+  std::string reported_state() const override { return reported_state_name(m_state); }
+  bool reload_running() const override { return m_reload != nullptr; }
+  void restoring_engine(const std::string& id) override;
+  void restore_spawned(UniqueFd output) override;
+  void restore_not_spawned() override;
+  bool engine_present() const override { return m_engine != nullptr; }
+  void restored(pid_t pid, std::optional<int> exited) override;
+  void restore_failed(const std::string& detail) override;
+  DumpTarget dump_target() const override;
+  void dump_begins() override;
+  void dump_failed() override;
+  void create_finished() override;
+
   void decide_path_after_ready();
 
   // signals and reaping
@@ -206,7 +212,6 @@ class Supervisor : private StartHost, private DaemonHost {
   // reload: refused while a snapshot is created, the supervisor is stopping or failed, or a reload runs
   // (an error reply; null when a reload may start).
   nlohmann::json reload_refusal() const;
-  bool snapshot_creating() const;  // the helper creates a snapshot: no restart, reload or stop meanwhile
   // Re-reads the config file (reload without flags, SIGHUP); a change of the engine's flags starts a reload.
   nlohmann::json reread_config(std::shared_ptr<std::promise<nlohmann::json>> waiter);
   // Starts a reload on `next`; `waiter`, when set, is answered once the engine is ready on them or rolled
@@ -239,11 +244,11 @@ class Supervisor : private StartHost, private DaemonHost {
   FlagList m_last_ready_flags;  // for rollback
   std::unique_ptr<Engine> m_engine;
   std::unique_ptr<PendingReload> m_reload;
-  std::unique_ptr<Snapshots> m_snap;
+  // The snapshots (snapshots/snapshots.h): the StartPart of the path "snapshot".
+  std::unique_ptr<Snapshots> m_snapshots;
   uint64_t m_daemon_generation = 0;              // counts the daemons' (re)starts: a warmed standby maps one's weights
   std::unique_ptr<Standby> m_standby;
-  // The StartParts (start/start_path.h) of the paths standby and snapshot, by path; built once.
-  std::map<StartPath, std::unique_ptr<StartPart>> m_parts;
+  std::unique_ptr<StartPart> m_standby_part;  // the standby's answers as a StartPart (supervisor.cc)
   bool m_stop_daemons_after_standby = false;     // stop_daemons waits for the standby's group to be gone
 
   // The current (or last) start: each listed path asked, in order, and what it answered.

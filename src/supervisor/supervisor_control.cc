@@ -44,24 +44,6 @@ double monotonic_usec() {
 
 }  // namespace
 
-std::string state_dir(const Config& c) {
-  if (!c.control.state_dir.empty()) return c.control.state_dir;
-  if (const char* d = std::getenv("STATE_DIRECTORY"); d && *d) return std::string(d) + "/" + c.name;
-  if (::geteuid() == 0) return "/var/lib/fastrestart/" + c.name;
-  return std::string(std::getenv("HOME") ? std::getenv("HOME") : "/tmp") + "/.local/state/fastrestart/" + c.name;
-}
-
-std::string state_path(const Config& c, const std::string& name) { return state_dir(c) + "/" + name; }
-
-Status write_private_file(const std::string& path, const std::string& text) {
-  // Pushed flags may hold secrets (--api-key): the directory is created 0700 and the file is 0600.
-  const auto dir = std::filesystem::path(path).parent_path();
-  std::error_code ec;
-  std::filesystem::create_directories(dir.parent_path(), ec);
-  if (::mkdir(dir.c_str(), 0700) != 0 && errno != EEXIST) return sys_error("mkdir " + dir.string());
-  return write_file_atomic(path, text, 0600);  // fsync'ed; no half-written file or stray .tmp on failure
-}
-
 // A push's secrets are known before anything reads it: a refusal, a rollback or the engine's own output
 // may quote them. Read as leniently as possible (the request may be invalid).
 void Supervisor::learn_pushed_secrets(const json& req) {
@@ -104,7 +86,7 @@ json Supervisor::handle(const json& req, std::shared_ptr<std::promise<json>> rep
   if (op == "status") return {{"ok", true}, {"status", status_json()}};
   if (op == "daemons") return {{"ok", true}, {"daemons", status_json()["daemons"]}};
   if (op == "check") return handle_check(*parsed);
-  if (op == "snapshot") return handle_snapshot(req, reply);
+  if (op == "snapshot") return m_snapshots->handle(req, reply);
   if (op == "reload") {
     if (json busy = reload_refusal(); !busy.is_null()) return busy;
     std::shared_ptr<std::promise<json>> waiter = parsed->wait ? reply : nullptr;
@@ -112,7 +94,7 @@ json Supervisor::handle(const json& req, std::shared_ptr<std::promise<json>> rep
     return start_reload(pushed_flags(*parsed, m_flags), waiter);
   }
   if (op == "restart" || op == "start-engine" || op == "stop-engine") {
-    if (snapshot_creating()) return error("busy", "a snapshot is being created; try again when it is done");
+    if (m_snapshots->creating()) return error("busy", "a snapshot is being created; try again when it is done");
     if (is_terminal(m_state)) return error("busy", std::string("the supervisor is ") + state_name(m_state));
     if (op == "stop-engine") {
       raise(Event::kHoldRequested);
@@ -124,10 +106,8 @@ json Supervisor::handle(const json& req, std::shared_ptr<std::promise<json>> rep
   return error("protocol", "unknown op '" + op.substr(0, 64) + "'");
 }
 
-bool Supervisor::snapshot_creating() const { return m_snap->helper_pid > 0 && m_snap->job == "create"; }
-
 json Supervisor::reload_refusal() const {
-  if (snapshot_creating()) return error("busy", "a snapshot is being created; try again when it is done");
+  if (m_snapshots->creating()) return error("busy", "a snapshot is being created; try again when it is done");
   if (is_terminal(m_state)) return error("busy", std::string("the supervisor is ") + state_name(m_state));
   if (m_reload) return error("busy", "a reload is already in progress");
   return nullptr;
@@ -313,7 +293,7 @@ json Supervisor::status_json() {
     st.engine = std::move(e);
   }
   m_stats.fill(st);
-  st.metrics.snapshots = status::SnapshotCounts{m_snap->created, m_snap->create_failures, m_snap->restored, m_snap->fallbacks};
+  st.metrics.snapshots = m_snapshots->counts();
   st.name = m_cfg.name;
   st.config = m_cfg.path;
   st.state = reported_state_name(m_state);
@@ -327,7 +307,7 @@ json Supervisor::status_json() {
   st.backoff_s = m_policy.backoff_s();
   st.failure = m_failure;
   st.reload_in_progress = m_reload != nullptr;
-  st.snapshot = snapshot_status();
+  st.snapshot = m_snapshots->status();
   st.standby = standby_status();
   return to_json(st);
 }

@@ -13,6 +13,8 @@
 #include "common/fd.h"
 #include "common/file_identity.h"
 #include "protocol/daemon_status.h"
+#include "supervisor/checkpoint_files.h"
+#include "supervisor/state_files.h"
 #include "supervisor/loop.h"
 #include "supervisor/policy.h"
 #include "supervisor/standby/streak.h"
@@ -21,18 +23,6 @@
 #include "supervisor/engines/engine_kind.h"
 
 namespace fr::supervisor {
-
-// <control.state_dir>, or its default (/var/lib/fastrestart/<name>, $STATE_DIRECTORY/<name>, ~/.local/state/...).
-std::string state_dir(const Config& c);
-// weights.checkpoint with directories expanded to their *.safetensors, sorted.
-std::vector<std::string> checkpoint_files(const Config& c);
-// Files as given; a directory becomes its *.safetensors files, sorted (what the engines load).
-std::vector<std::string> expand_checkpoint_paths(const std::vector<std::string>& paths);
-// A file in the state directory (control.state_dir, else $STATE_DIRECTORY/<name>, /var/lib/fastrestart/<name>
-// for root, ~/.local/state/fastrestart/<name>).
-std::string state_path(const Config& c, const std::string& name);
-// Writes `text` to `path` atomically, mode 0600, creating its directory 0700 if needed.
-Status write_private_file(const std::string& path, const std::string& text);
 
 // The children's records extend SupervisedChild (supervised_child.h): pid, pidfd, output and its reader.
 struct Supervisor::Engine : SupervisedChild {
@@ -88,29 +78,6 @@ struct Supervisor::Standby {
   double released_at = 0, released_after_death_s = -1;  // the last release, for its timeline
   std::optional<double> release_to_ready_s, death_to_ready_s;
   Timer park_timer, backoff_timer, port_timer;
-};
-
-// Snapshot jobs (supervisor_snapshot.cc): at most one helper (fastrestart-snapshot) at a time.
-struct Supervisor::Snapshots {
-  bool wanted = false;           // restart.start lists "snapshot"
-  bool usable = false;           // and criu is there and new enough
-  std::string criu;              // resolved path
-  std::string criu_version;
-  std::string problem;           // why snapshots are unusable, for status
-  std::string dir, helper;
-  pid_t helper_pid = -1;
-  std::string job;               // "create" | "restore" while helper_pid > 0
-  std::string result_path;
-  double job_started = 0;
-  std::string force_id;          // restore this artifact next (a fresh create, or `snapshot restore ID`)
-  std::set<std::string> failed_ids;  // artifacts whose restore failed: not tried again
-  std::map<pid_t, int> orphans;  // exits reaped before the restored pid was known
-  nlohmann::json last_create, last_restore, last_failure;
-  uint64_t created = 0, restored = 0, fallbacks = 0, create_failures = 0;
-  std::vector<std::shared_ptr<std::promise<nlohmann::json>>> create_waiters;
-  UniqueFd helper_output;        // a create helper's output (a restore's becomes the engine's)
-  std::unique_ptr<LineReader> helper_reader;
-  std::unique_ptr<Timer> job_timer;  // snapshot.timeout_s
 };
 
 struct Supervisor::PendingReload {

@@ -116,7 +116,7 @@ void Supervisor::spawn_standby() {
   spec.listen_fd = m_listen_fd;  // held without accepting until the release (docs/listen-socket.md)
   spec.listen_fd_name = kListenFdName;
   spec.working_dir = m_cfg.engine.working_dir;
-  spec.new_pid_namespace = m_snap->wanted;
+  spec.new_pid_namespace = m_snapshots->wanted();
   if (!m_cfg.engine.cgroup.empty()) spec.cgroup_procs = m_cfg.engine.cgroup + "/cgroup.procs";
   e->in_pid_ns = spec.new_pid_namespace;
   e->spawned_at = m_loop.now_s();
