@@ -56,22 +56,6 @@ std::string join(const std::vector<std::string>& v, const char* sep = " ") {
 
 }  // namespace
 
-// A StartPart whose refusal and start are two of the Supervisor's methods: the standby's state still
-// lives in the Supervisor (supervisor_standby.cc).
-class Supervisor::PartOf final : public StartPart {
- public:
-  using Refusal = std::optional<StartRefusal> (Supervisor::*)() const;
-  using Start = Status (Supervisor::*)();
-  PartOf(Supervisor& s, Refusal why_not, Start begin) : m_s(s), m_refusal(why_not), m_start(begin) {}
-  std::optional<StartRefusal> refusal() const override { return (m_s.*m_refusal)(); }
-  Status start() override { return (m_s.*m_start)(); }
-
- private:
-  Supervisor& m_s;
-  Refusal m_refusal;
-  Start m_start;
-};
-
 Supervisor::Supervisor(Config config, std::unique_ptr<GpuProbe> gpus, std::unique_ptr<Notifier> notifier)
     : m_cfg(std::move(config)),
       m_gpus(std::move(gpus)),
@@ -93,7 +77,7 @@ Supervisor::Supervisor(Config config, std::unique_ptr<GpuProbe> gpus, std::uniqu
   m_output_rules = m_kind->failure_rules();
   m_daemons = make_daemon_set(*this);
   m_snapshots = std::make_unique<Snapshots>(static_cast<SnapshotHost&>(*this));
-  m_standby_part = std::make_unique<PartOf>(*this, &Supervisor::standby_refusal, &Supervisor::release_standby);
+  m_standby = std::make_unique<Standby>(static_cast<StandbyHost&>(*this));
   load_persisted_flags();
   register_secret_words(m_flags.words(), m_cfg.engine.secret_flags);
   m_last_ready_flags = m_flags;
@@ -103,7 +87,7 @@ Supervisor::~Supervisor() = default;
 
 StartPart* Supervisor::part(StartPath path) const {
   switch (path) {
-    case StartPath::kStandby: return m_standby_part.get();
+    case StartPath::kStandby: return m_standby.get();
     case StartPath::kSnapshot: return m_snapshots.get();
     case StartPath::kWarm:
     case StartPath::kCold: return nullptr;
@@ -140,13 +124,13 @@ void Supervisor::perform(Action a) {
     case Action::kWaitDrain: wait_drain(); break;
     case Action::kCancelBackoff: m_backoff_timer.stop(); break;
     case Action::kNotifyHeld:
-      discard_standby("the engine is held");
+      m_standby->discard("the engine is held");
       set_status("Engine stopped by the operator (fastrestartctl start-engine to start it)");
       break;
     case Action::kScheduleBackoff: {
       // The backoff spaces out failing starts; a parked standby's start was paid for while the engine
       // served, and none is started again before an engine is ready, so it goes at once (docs/standby.md).
-      double b = standby_refusal() ? m_policy.backoff_s() : 0.0;
+      double b = m_standby->refusal() ? m_policy.backoff_s() : 0.0;
       if (b > 0) set_status("Restarting in " + fmt_s(b) + " (after " + m_last_exit.value("cause", std::string("exit")) + ")");
       m_backoff_timer.start(b, [this] { raise(Event::kBackoffElapsed); });
       break;
@@ -155,7 +139,7 @@ void Supervisor::perform(Action a) {
     case Action::kNotifyStopping:
       m_notify->notify("STOPPING=1\nSTATUS=Stopping: engine first, then the weight daemons");
       spdlog::info("stopping: engine first, then the weight daemons");
-      discard_standby("fastrestartd is stopping");
+      m_standby->discard("fastrestartd is stopping");
       break;
     case Action::kNotifyFailed:
       m_exit_code = kExitCrashLoop;
@@ -214,7 +198,7 @@ int Supervisor::run() {
   m_reload.reset();
   // Close every handle we own before the loop goes away.
   m_signals.clear();
-  m_standby.reset();
+  m_standby->close();
   m_engine.reset();
   m_daemons->close();
   m_snapshots->close();
@@ -244,10 +228,7 @@ void Supervisor::reap() {
       continue;
     }
     if (m_daemons->on_exit(pid, status)) continue;
-    if (standby_alive() && pid == m_standby->proc->pid) {
-      on_standby_exit(status);
-      continue;
-    }
+    if (m_standby->on_exit(pid, status)) continue;
     if (m_snapshots->on_exit(pid, status)) continue;
     m_snapshots->keep_exit(pid, status);  // perhaps a restored engine its helper has not named yet
     spdlog::debug("reaped orphan pid {}", pid);
@@ -264,12 +245,7 @@ void Supervisor::start_daemons() {
 
 void Supervisor::stop_daemons() {
   // The standby's group goes before the daemons, like the engine's (a warmed one maps their weights).
-  if (standby_alive()) {
-    discard_standby("the weight daemons are stopping");
-    m_stop_daemons_after_standby = true;  // on_standby_exit comes back here
-    return;
-  }
-  discard_standby("the weight daemons are stopping");  // a pending respawn
+  if (m_standby->stop_before_daemons("the weight daemons are stopping")) return;  // standby_gone comes back here
   m_daemons->stop();
 }
 
@@ -356,8 +332,8 @@ void Supervisor::start_engine() {
   walk_start_paths(0);
   // A standby on flags the engine no longer runs (or a checkpoint that changed) is of no use: its successor
   // starts once this engine is ready.
-  if (standby_alive())
-    if (auto stale = standby_stale(); !stale.empty()) discard_standby(stale);
+  if (m_standby->alive())
+    if (auto stale = m_standby->stale(); !stale.empty()) m_standby->discard(stale);
 }
 
 bool Supervisor::walk_waiting(const char* code) const {
@@ -452,10 +428,8 @@ bool Supervisor::daemons_hold_old_weights() const { return m_daemons->holds_old_
 void Supervisor::reload_daemons_for_start() { m_loop.post([this] { raise(Event::kFreshDaemonsNeeded); }); }
 
 Status Supervisor::spawn_engine(StartPath expected) {
-  m_engine = std::make_unique<Engine>();
+  m_engine = new_engine_record();
   Engine& e = *m_engine;
-  e.flags = m_flags;
-  e.report = m_kind->new_report();
   e.warm_expected = expected == StartPath::kWarm;
   SpawnSpec spec;
   spec.argv = engine_argv();
@@ -633,9 +607,9 @@ void Supervisor::decide_path_after_ready() {
       if (a.path == StartPath::kSnapshot) restore_outcome = a.outcome, restore_detail = a.why.detail;
     m_snapshots->after_ready(path, restore_outcome, restore_detail, m_last_start);
     m_health_timer.start(m_cfg.readiness.check_interval_s, [this] { check_health(); }, m_cfg.readiness.check_interval_s);
-    standby_after_ready(since_spawn);
+    if (!m_engine->standby_level.empty()) m_standby->after_ready(since_spawn);
     if (!m_engine->standby_level.empty()) m_last_start["standby_level"] = m_engine->standby_level;
-    maybe_spawn_standby();  // one standby behind the engine, never before it is ready
+    m_standby->maybe_spawn();  // one standby behind the engine, never before it is ready
   };
   if (!e.snapshot_id.empty()) return finish("snapshot");
   if (!e.standby_level.empty()) return finish("standby");
@@ -815,18 +789,14 @@ void Supervisor::wait_drain() {
     // hold (and a standby, when one runs). Not before a standby's release, which waits for no memory
     // (docs/standby.md, "Memory"): only a drain that restarts releases one (holding discards it, reloading
     // the daemons does too).
-    const bool release_next = m_state == State::kDraining && !standby_refusal() && !requested_start_path();
+    const bool release_next = m_state == State::kDraining && !m_standby->refusal() && !requested_start_path();
     if (!release_next && !m_cfg.gpus.empty() && m_cfg.weights.backend != "host") {
       for (const auto& gpu : m_cfg.gpus) {
         auto m = m_gpus->memory(gpu);
         if (!m.ok()) continue;
         // What the engine left behind: used beyond what was used before it started, pools aside.
         auto base = m_baseline_used.find(gpu);
-        uint64_t standby = 0;
-        if (standby_alive()) {
-          auto h = m_standby->held_by_gpu.find(gpu);
-          standby = std::max(h == m_standby->held_by_gpu.end() ? uint64_t{0} : h->second, standby_reserve_bytes(gpu));
-        }
+        const uint64_t standby = m_standby->present_bytes(gpu);
         // The daemon's arenas stay after the engine's exit, waiting for the next lease: not a leak.
         double expected = (base != m_baseline_used.end() ? base->second : 0.0) + static_cast<double>(daemon_gpu_bytes(gpu)) +
                           static_cast<double>(standby);

@@ -31,8 +31,11 @@
 #include "supervisor/orphans.h"
 #include "supervisor/policy.h"
 #include "supervisor/readiness.h"
+#include "supervisor/engine.h"
 #include "supervisor/snapshots/snapshot_host.h"
 #include "supervisor/snapshots/snapshots.h"
+#include "supervisor/standby/standby.h"
+#include "supervisor/standby/standby_host.h"
 #include "supervisor/start/start_path.h"
 #include "supervisor/stats.h"
 #include "supervisor/supervised_child.h"
@@ -58,7 +61,10 @@ inline constexpr int kExitAlreadyRunning = 4;  // another fastrestartd holds the
 sigset_t handled_signals();
 void block_handled_signals();
 
-class Supervisor : private StartHost, private DaemonHost, private SnapshotHost {
+// The parts reach it through their hosts, which it implements privately: the start paths (StartHost), the
+// weight daemons (DaemonHost), the snapshots (SnapshotHost), the standby (StandbyHost). A method of the
+// same name in several hosts (loop, config, raise, ...) is one answer for all.
+class Supervisor : private StartHost, private DaemonHost, private SnapshotHost, private StandbyHost {
  public:
   Supervisor(Config config, std::unique_ptr<GpuProbe> gpus, std::unique_ptr<Notifier> notifier);
   ~Supervisor() override;
@@ -84,11 +90,7 @@ class Supervisor : private StartHost, private DaemonHost, private SnapshotHost {
   }
 
  private:
-  struct Child;
-  struct Engine;
   struct PendingReload;
-  struct Standby;
-  class PartOf;  // a StartPart answered by two of its methods (supervisor.cc)
 
   void raise(Event e) override;  // DaemonHost, SnapshotHost
   void perform(Action a);
@@ -96,7 +98,7 @@ class Supervisor : private StartHost, private DaemonHost, private SnapshotHost {
 
   // the weight daemons (m_daemons: daemons/daemon_set.h, one set of the configured kind)
   void start_daemons();
-  void stop_daemons();  // after a standby's group is gone (a warmed one maps their weights)
+  void stop_daemons();  // after a standby's group is gone (a warmed one maps their weights): standby_gone
   uint64_t held_bytes(const std::string& gpu) const { return m_daemons->held_bytes(gpu); }
   // All the daemon's memory on `gpu`, its KV arenas with its weights: what stays used after an engine's
   // exit (the leak check), where held_bytes() is only what is held outside the engine's share.
@@ -131,11 +133,7 @@ class Supervisor : private StartHost, private DaemonHost, private SnapshotHost {
   std::vector<GpuShare> gpu_shares() const;
   // Why no engine (or standby) may start on the shares now, with the figures; "" when it may. Sets
   // status's engine_share_refused and logs it once per change.
-  std::string engine_share_refusal();
-  // What a parked standby's processes hold on each GPU now, into the Standby (its reserve from then on).
-  // `at_park`: where the probe gives no per-process figures, used memory minus at its spawn stands in,
-  // only right at the park (later it would count whatever else changed on the GPU since).
-  void measure_standby_memory(bool at_park);
+  std::string engine_share_refusal() override;
   void arm_readiness(bool poll_now);
   double readiness_poll_interval() const;
 
@@ -151,32 +149,20 @@ class Supervisor : private StartHost, private DaemonHost, private SnapshotHost {
   bool daemons_hold_old_weights() const override;
   void reload_daemons_for_start() override;
   Status spawn_engine(StartPath expected) override;
-  StartPart* part(StartPath path) const override;  // the standby's and the snapshots'
-  // What the standby's part answers (supervisor_standby.cc).
-  std::optional<StartRefusal> standby_refusal() const;
-  Status release_standby();   // opens the gate: the standby becomes the engine, readiness runs as for any start
+  StartPart* part(StartPath path) const override;  // the standby and the snapshots
 
-  // the standby engine (supervisor_standby.cc, docs/standby.md)
-  bool standby_wanted() const;             // restart.start lists "standby"
-  void maybe_spawn_standby();              // after the engine is ready: one standby, on its flags
-  void spawn_standby();
-  void on_standby_exit(int status);
-  void on_gate_line(const std::string& line);
-  void on_standby_parked();
-  void standby_failed(const std::string& reason, const std::string& detail);
-  void note_standby_failure(const std::string& what);  // counts it in the streak (standby/streak.h), logs a disable
-  void retry_standby_later();              // kBackoff, then a spawn after the backoff
-  void discard_standby(const std::string& why);  // stops its group; none is spawned until the next ready
-  bool standby_alive() const;
+  // StandbyHost (supervisor_standby.cc): the standby part's view of the engine, and its hand-over
+  const std::vector<OutputRule>& output_rules() const override { return m_output_rules; }
+  std::unique_ptr<Engine> new_engine_record() override;
+  uint64_t daemon_generation() const override { return m_daemon_generation; }
+  bool snapshottable() const override { return m_snapshots->wanted(); }
+  std::optional<double> engine_died_at() const override;
+  void adopt_engine(std::unique_ptr<Engine> engine) override;
+  void standby_gone() override { stop_daemons(); }
+
   // The path an explicit request asked the next start to take (a pending `snapshot restore` or created
   // artifact), when restart.start lists it.
   std::optional<StartPath> requested_start_path() const;
-  std::string standby_stale() const;       // why the standby no longer matches a start now ("" when it does)
-  // The identities of the files under weights.checkpoint, else under the engine kind's local model path.
-  std::map<std::string, FileIdentity> standby_model_files() const;
-  uint64_t standby_reserve_bytes(const std::string& gpu) const;  // what a GPU's share leaves for a warmed standby
-  void standby_after_ready(double since_spawn);
-  std::optional<status::StandbyStatus> standby_status() const;
   LineHandler engine_line_handler(Engine* e);  // what the engine's output lines feed (progress, vLLM report)
   // An engine's `fastrestart-arena:` line into its record (supervisor_arena.cc); others are ignored.
   void observe_arena_line(Engine& e, const std::string& line);
@@ -247,9 +233,9 @@ class Supervisor : private StartHost, private DaemonHost, private SnapshotHost {
   // The snapshots (snapshots/snapshots.h): the StartPart of the path "snapshot".
   std::unique_ptr<Snapshots> m_snapshots;
   uint64_t m_daemon_generation = 0;              // counts the daemons' (re)starts: a warmed standby maps one's weights
+  // The standby (standby/standby.h): the StartPart of the path "standby". Declared after m_engine: a
+  // release moves its process there.
   std::unique_ptr<Standby> m_standby;
-  std::unique_ptr<StartPart> m_standby_part;  // the standby's answers as a StartPart (supervisor.cc)
-  bool m_stop_daemons_after_standby = false;     // stop_daemons waits for the standby's group to be gone
 
   // The current (or last) start: each listed path asked, in order, and what it answered.
   struct StartAttempt {

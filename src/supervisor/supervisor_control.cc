@@ -132,7 +132,7 @@ json Supervisor::reread_config(std::shared_ptr<std::promise<json>> waiter) {
   m_cfg.engine.vllm_rules = running_rules;
   m_cfg.readiness = c->readiness;
   m_cfg.memory = c->memory;
-  maybe_spawn_standby();  // a standby started from the old config is replaced now (docs/standby.md)
+  m_standby->maybe_spawn();  // a standby started from the old config is replaced now (docs/standby.md)
   if (!flags_changed)
     return {{"ok", true}, {"path", "unchanged"}, {"flags", m_flags.redacted()}, {"message", "re-read " + m_cfg.path + ": the engine's flags are unchanged"}};
   return start_reload(m_cfg.engine.flags, std::move(waiter));
@@ -251,7 +251,7 @@ json Supervisor::status_json() {
   status::SupervisorStatus st;
   st.daemons = m_daemons->rows();
   if (m_cfg.weights.backend != "host") {
-    measure_standby_memory(/*at_park=*/false);  // current: a parked standby's processes may have grown since its park
+    m_standby->measure_memory(/*at_park=*/false);  // current: a parked standby's processes may have grown since its park
     const auto shares = gpu_shares();
     for (const auto& gpu : m_cfg.gpus) {
       status::MemoryRowStatus row;
@@ -267,7 +267,7 @@ json Supervisor::status_json() {
         row.free_bytes = m->free;
         row.budget_bytes = static_cast<uint64_t>(m_cfg.memory.utilization * static_cast<double>(m->total));
         row.daemon_held_bytes = held_bytes(gpu);
-        row.standby_reserve_bytes = standby_reserve_bytes(gpu);
+        row.standby_reserve_bytes = m_standby->reserve_bytes(gpu);
         if (st.memory.size() < shares.size()) {
           const GpuShare& sh = shares[st.memory.size()];
           row.arena_bytes = sh.in.arena;
@@ -308,7 +308,7 @@ json Supervisor::status_json() {
   st.failure = m_failure;
   st.reload_in_progress = m_reload != nullptr;
   st.snapshot = m_snapshots->status();
-  st.standby = standby_status();
+  st.standby = m_standby->status();
   return to_json(st);
 }
 

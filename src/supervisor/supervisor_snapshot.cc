@@ -17,10 +17,8 @@ namespace fr::supervisor {
 using nlohmann::json;
 
 void Supervisor::restoring_engine(const std::string& id) {
-  m_engine = std::make_unique<Engine>();
+  m_engine = new_engine_record();
   Engine& e = *m_engine;
-  e.flags = m_flags;
-  e.report = m_kind->new_report();
   e.in_pid_ns = true;
   e.snapshot_id = id;
   e.spawned_at = m_loop.now_s();
