@@ -32,10 +32,12 @@
 #include "supervisor/policy.h"
 #include "supervisor/readiness.h"
 #include "supervisor/engine.h"
+#include "supervisor/engine_launch.h"
 #include "supervisor/snapshots/snapshot_host.h"
 #include "supervisor/snapshots/snapshots.h"
 #include "supervisor/standby/standby.h"
 #include "supervisor/standby/standby_host.h"
+#include "supervisor/start/attempts.h"
 #include "supervisor/start/start_path.h"
 #include "supervisor/stats.h"
 #include "supervisor/supervised_child.h"
@@ -122,13 +124,10 @@ class Supervisor : private StartHost, private DaemonHost, private SnapshotHost, 
   void check_health();
   void wait_drain();
   void after_drain();
-  // Changes nothing: spawn_engine records what a start uses. for_standby: the share is allocated after the
-  // release, once the engine is gone, so only a warmed standby's reserve is checked against free memory.
-  void learn_pushed_secrets(const nlohmann::json& req);  // redaction.h
+  // What an engine (or a standby) is started with now (engine_launch.h); changes nothing.
+  EngineLaunch launch() const;
   std::vector<std::string> engine_argv(bool for_standby = false) const override;
   std::map<std::string, std::string> engine_env(bool for_standby = false) override;
-  // The engine's memory fraction of each GPU of gpus, in order; empty without GPUs (or the host backend).
-  std::vector<double> gpu_fractions(bool for_standby, bool warn) const;
   // memory (supervisor_memory.cc, docs/supervisor.md "Memory"): each GPU's share from its own figures
   std::vector<GpuShare> gpu_shares() const;
   // Why no engine (or standby) may start on the shares now, with the figures; "" when it may. Sets
@@ -136,14 +135,13 @@ class Supervisor : private StartHost, private DaemonHost, private SnapshotHost, 
   std::string engine_share_refusal() override;
   void arm_readiness(bool poll_now);
   double readiness_poll_interval() const;
+  // READY: which path the start took (the daemons' records by its pid, else the engine's own word), then
+  // what follows it (a pending reload or snapshot create answered, health checks, the next standby).
+  void decide_path_after_ready();
 
   // start paths (start/start_path.h): walk restart.start from index `from`, recording each skip or failure
   void walk_start_paths(size_t from);
-  bool walk_waiting(const char* code) const;  // the current start waits (reloading_daemons, snapshot_create)
   bool engine_serving() const override;       // an engine passed readiness and nobody is stopping it
-  void record_start_attempt(StartPath p, const std::string& outcome, const StartRefusal& why);
-  std::string start_attempts_text() const;  // "skipped warm: ..." for STATUS=
-  std::vector<status::StartAttemptStatus> start_attempts() const;
   // StartHost
   std::optional<StartRefusal> daemons_refusal() const override;
   bool daemons_hold_old_weights() const override;
@@ -184,8 +182,6 @@ class Supervisor : private StartHost, private DaemonHost, private SnapshotHost, 
   void dump_begins() override;
   void dump_failed() override;
   void create_finished() override;
-
-  void decide_path_after_ready();
 
   // signals and reaping
   void reap();
@@ -237,13 +233,6 @@ class Supervisor : private StartHost, private DaemonHost, private SnapshotHost, 
   // release moves its process there.
   std::unique_ptr<Standby> m_standby;
 
-  // The current (or last) start: each listed path asked, in order, and what it answered.
-  struct StartAttempt {
-    StartPath path;
-    std::string outcome;  // skipped | failed | waiting | started
-    StartRefusal why;
-  };
-  std::vector<StartAttempt> m_start_attempts;
   size_t m_start_index = 0;                      // the path that started the engine (restart.start index)
 
   Timer m_poll_timer, m_deadline_timer, m_health_timer, m_drain_timer, m_backoff_timer, m_kill_timer,
@@ -251,6 +240,8 @@ class Supervisor : private StartHost, private DaemonHost, private SnapshotHost, 
   std::vector<std::unique_ptr<Signal>> m_signals;
 
   Stats m_stats;  // what status and /metrics count (docs/health.md: "metrics", "restarts", "rollbacks")
+  // The current (or last) start: each listed path asked, in order, and what it answered (start/attempts.h).
+  StartAttempts m_attempts{m_stats};
   nlohmann::json m_last_exit;
   nlohmann::json m_last_start;
   std::string m_status_text;

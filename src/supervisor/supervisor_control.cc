@@ -18,6 +18,7 @@
 #include "common/secrets.h"
 #include "supervisor/control_request.h"
 #include "supervisor/flags.h"
+#include "supervisor/flags_file.h"
 #include "supervisor/redaction.h"
 #include "supervisor/supervisor.h"
 #include "status/status.h"
@@ -44,22 +45,6 @@ double monotonic_usec() {
 
 }  // namespace
 
-// A push's secrets are known before anything reads it: a refusal, a rollback or the engine's own output
-// may quote them. Read as leniently as possible (the request may be invalid).
-void Supervisor::learn_pushed_secrets(const json& req) {
-  if (!req.is_object() || !req.contains("flags")) return;
-  const json& f = req["flags"];
-  std::vector<std::string> words;
-  if (f.is_string()) {
-    // An unsplittable one (an open quote) is refused with a message that does not quote it.
-    if (auto split = split_flags(f.get<std::string>()); split.ok()) words = std::move(*split);
-  } else if (f.is_array()) {
-    for (const auto& w : f)
-      if (w.is_string()) words.push_back(w.get<std::string>());
-  }
-  register_secret_words(words, m_cfg.engine.secret_flags);
-}
-
 json Supervisor::request(const json& req) {
   auto p = std::make_shared<std::promise<json>>();
   auto fut = p->get_future();
@@ -79,7 +64,7 @@ json Supervisor::request(const json& req) {
 
 // Returns the reply, or null when it will come later through `reply` (reload --wait).
 json Supervisor::handle(const json& req, std::shared_ptr<std::promise<json>> reply) {
-  learn_pushed_secrets(req);
+  register_pushed_secrets(req, m_cfg.engine.secret_flags);
   auto parsed = parse_control_request(req);
   if (!parsed.ok()) return error("invalid_argument", parsed.error().message);
   const std::string op = parsed->op;
@@ -203,48 +188,14 @@ void Supervisor::rollback_unpersisted(std::unique_ptr<PendingReload> r, const st
   m_loop.post([this, cold] { raise(cold ? Event::kColdReloadRequested : Event::kRestartRequested); });
 }
 
-Status Supervisor::persist_flags() {
-  const std::string path = flags_file(m_cfg);
-  const std::string text = json{{"flags", m_flags.words()}, {"config_flags", m_cfg.engine.flags.words()}}.dump(2) + "\n";
-  if (auto st = write_private_file(path, text); !st.ok()) {
-    spdlog::error("could not persist the flags to {}: {}", path, st.error().message);
-    return st.error().context("cannot persist the pushed flags to " + path);
-  }
-  return {};
-}
+Status Supervisor::persist_flags() { return save_pushed_flags(flags_file(m_cfg), m_flags, m_cfg.engine.flags); }
 
 void Supervisor::load_persisted_flags() {
   const std::string path = flags_file(m_cfg);
-  auto text = read_file(path, 1 << 20);
-  if (!text.ok()) return;
-  auto j = json::parse(*text, nullptr, false);
-  if (j.is_discarded() || !j.contains("flags") || !j["flags"].is_array()) {
-    spdlog::warn("{}: not a flags file; ignoring it", path);
-    return;
+  if (auto pushed = load_pushed_flags(path, m_cfg.engine.flags)) {
+    m_flags = std::move(*pushed);
+    spdlog::info("using the pushed flags from {}", path);
   }
-  // Overrides apply to the config they were pushed on; a config whose own flags changed since wins.
-  if (j.value("config_flags", json::array()) != json(m_cfg.engine.flags.words())) {
-    spdlog::info("{}: the config's flags changed since the last push; using the config", path);
-    return;
-  }
-  // The file is read like a push: every word a string of printable text. One that is not is named, and the
-  // file stays as it is (the config's flags run until the next push rewrites it).
-  std::vector<std::string> words;
-  const json& list = j["flags"];
-  for (size_t i = 0; i < list.size(); ++i) {
-    if (!list[i].is_string()) {
-      spdlog::warn("{}: flags[{}] is not a string; using the config's flags", path, i);
-      return;
-    }
-    words.push_back(list[i].get<std::string>());
-  }
-  auto flags = FlagList::from_words(std::move(words), "flags");
-  if (!flags.ok()) {
-    spdlog::warn("{}: {}; using the config's flags", path, flags.error().message);
-    return;
-  }
-  m_flags = std::move(*flags);
-  spdlog::info("using the pushed flags from {}", path);
 }
 
 json Supervisor::status_json() {
@@ -302,7 +253,7 @@ json Supervisor::status_json() {
   st.flags = m_flags.redacted();
   st.last_exit = m_last_exit;
   st.last_start = m_last_start;
-  st.start_paths = start_attempts();
+  st.start_paths = m_attempts.rows();
   st.memory_utilization = m_cfg.memory.utilization;
   st.backoff_s = m_policy.backoff_s();
   st.failure = m_failure;

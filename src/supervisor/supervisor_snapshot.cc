@@ -69,7 +69,7 @@ void Supervisor::restore_failed(const std::string& detail) {
   }
   m_deadline_timer.stop();
   m_engine.reset();
-  record_start_attempt(StartPath::kSnapshot, "failed", {"failed", detail});
+  m_attempts.record(StartPath::kSnapshot, "failed", {"failed", detail});
   walk_start_paths(m_start_index + 1);
 }
 
@@ -90,7 +90,7 @@ void Supervisor::dump_failed() {
 }
 
 void Supervisor::create_finished() {
-  if (walk_waiting("snapshot_create")) raise(Event::kSnapshotCreated);
+  if (m_attempts.waiting("snapshot_create")) raise(Event::kSnapshotCreated);
 }
 
 }  // namespace fr::supervisor
