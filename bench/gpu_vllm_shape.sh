@@ -23,8 +23,11 @@
 #             memory.check_free is off on it, as when its figures were measured (docs/benchmarks.md): the
 #             arena's accounting in fastrestartd's free-memory check (docs/supervisor.md, "KV arenas") came
 #             after and has not been run on the GPU yet.
-# No snapshot path: a snapshot of this engine would carry its KV cache (the whole share) and graphs; the
-# weightless snapshot releases only the attached pool (docs/snapshot.md).
+#   snapshot_arena  restart.start = ["snapshot", "cold"] with --kv-arena kv: after the first start a
+#             `fastrestartctl snapshot create` (docs/snapshot.md, "Snapshots without the KV cache": the weights
+#             and the KV arena are left out of the artifact, the graphs and the engine's own memory are in it),
+#             then each kill -9 restores it: death to READY, the artifact's size, each restore's steps (the
+#             arena's lease wait for the dead engine's exit among them). CRIU is the bundle's (scripts/gpu-bundle.sh).
 #
 # usage (repository root, .bundle/ from scripts/gpu-bundle.sh carried; scripts/gpu-run.sh vshape):
 #   bench/gpu_vllm_shape.sh
@@ -67,11 +70,15 @@ config() {
     warm) start='["warm", "cold"]' ;;
     pre_gpu|warmed) start='["standby", "warm", "cold"]'; level=$path ;;
     warmed_arena) start='["standby", "warm", "cold"]'; level=warmed; extra=', "--kv-arena", "kv"' ;;
+    snapshot_arena) start='["snapshot", "cold"]'; extra=', "--kv-arena", "kv"' ;;
   esac
   for x in ${VSHAPE_FLAGS:-}; do extra="$extra, \"$x\""; done
   local standby_section=""
   [ -n "$level" ] && standby_section=$(printf '[standby]\nlevel = "%s"' "$level")
-  [ "$path" = warmed_arena ] && standby_section=$(printf '%s\n[memory]\ncheck_free = false' "$standby_section")
+  [ "$path" = warmed_arena ] && [ "${VSHAPE_ARENA_CHECK_FREE:-false}" = false ] &&
+    standby_section=$(printf '%s\n[memory]\ncheck_free = false' "$standby_section")
+  [ "$path" = snapshot_arena ] &&
+    standby_section=$(printf '[snapshot]\ncriu = "%s"\noracle_tokens = 4' "$(command -v criu)")
   local expect=""
   [ -f "$w/oracle.json" ] &&
     expect="expect_text = $(python3 -c 'import json,sys; print(json.dumps(json.load(open(sys.argv[1]))["text_1"]))' "$w/oracle.json")"
@@ -90,6 +97,9 @@ tp_rank = "0"' "$expect" "$standby_section"
 limit() {
   local per=${VSHAPE_PER_KILL_S:-45}
   [ "$1" = cold ] && per=60
+  # snapshot_arena: the create (the driver's checkpoint of the engine's own GPU memory, the dump, the
+  # first restore) before the kills
+  [ "$1" = snapshot_arena ] && { echo $((60 + 120 + per * $2 + 60)); return; }
   echo $((60 + per * $2 + 60))
 }
 
@@ -115,7 +125,8 @@ for path in $runs; do
     pre_gpu) kills=${VSHAPE_PREGPU_KILLS:-1} ;;
     warmed) kills=${VSHAPE_WARMED_KILLS:-1} ;;
     warmed_arena) kills=${VSHAPE_WARMEDARENA_KILLS:-2} ;;
-    *) say "unknown run $path (cold|warm|pre_gpu|warmed|warmed_arena)"; continue ;;
+    snapshot_arena) kills=${VSHAPE_SNAPSHOTARENA_KILLS:-3} ;;
+    *) say "unknown run $path (cold|warm|pre_gpu|warmed|warmed_arena|snapshot_arena)"; continue ;;
   esac
   lim=$(limit "$path" "$kills")
   if [ $(($(elapsed) + lim)) -gt "$budget" ]; then
@@ -134,6 +145,7 @@ for path in $runs; do
   rc=$?
   tail -n "$((kills + 3))" "$d/cycles.out" | sed 's/^/  /' | tee -a "$summary"
   [ $rc -eq 124 ] && say "  (cycles cut at their limit)"
+  [ "$path" = snapshot_arena ] && grep -h "snapshot prepare: host RSS" "$log" | tail -1 | sed 's/^/  /' | tee -a "$summary"
   [ $rc -ne 124 ] && live "$path" "$port"
   fastrestartd_stop 60 || { say "  fastrestartd did not stop in 60 s: SIGKILL"; kill -KILL "$sup"; }
   wait "$sup" 2>/dev/null
@@ -184,6 +196,10 @@ for f in sorted(glob.glob(os.path.join(res, "*.json"))):
         # GPU memory over the cycles: the GPU's used memory with the standby parked, before each kill
         print(f"   GPU used, standby parked, over {len(used)} cycles: first {used[0]}, last {used[-1]}, "
               f"min {min(used)}, max {max(used)} MiB")
+    if s.get("image_gb") is not None:
+        print(f"   snapshot: artifact {s['image_gb']} GB; restore steps (median s): "
+              + " ".join(f"{k[8:-8]}={s[k]}" for k in sorted(s) if k.startswith("restore_") and k.endswith("_median_s"))
+              + (f"; GPU used before each kill {s['gpu_used_before_kill_mib']} MiB" if s.get("gpu_used_before_kill_mib") else ""))
     ph = (st.get("startup") or {}).get("phases") or {}
     print("   phases: " + " ".join(f"{k[:-2]}={v:.2f}" for k, v in ph.items() if isinstance(v, (int, float))))
     ka = b.get("kv_arena")

@@ -105,6 +105,9 @@ class Run(fr.Driver):
         self.res["first_start"]["oracle_differs"] = self.compare(first)
         self.save()
         standby = a.path in ("warmed", "pre_gpu", "warmed-graph", "warmed_arena")
+        snapshot = a.path == "snapshot_arena"
+        if snapshot:
+            self.create_snapshot()
 
         def one(_, k):
             if standby:
@@ -113,8 +116,12 @@ class Run(fr.Driver):
                 k["parked"] = {"pid": sb.get("pid"), "level": sb.get("level"), "gpu_bytes": sb.get("gpu_bytes"),
                                "age_s": sb.get("age_s"), "nvidia_smi_mib": per.get(sb.get("pid"), 0)
                                if per else None, "gpu_used_mib": used}
+            if snapshot:
+                k["gpu_used_before_kill_mib"], _ = self.gpu()
             st = self.kill_and_wait(self.status()["engine"]["pid"], k)
             k["last_release"] = (st.get("standby") or {}).get("last_release")
+            if snapshot:
+                k["last_restore"] = (st.get("snapshot") or {}).get("last_restore")
             k["gpu_used_mib"], _ = self.gpu()
             o = self.oracle()
             k["oracle"] = o
@@ -124,6 +131,66 @@ class Run(fr.Driver):
                 + (f", ORACLE DIFFERS {k['oracle_differs']}" if k["oracle_differs"] else ""))
 
         return self.cycles(range(a.kills), one)
+
+    def create_snapshot(self):
+        """snapshot_arena: `fastrestartctl snapshot create` of the live engine (weights and KV arena left
+        out: docs/snapshot.md), which restores it as the live engine at once; its answer (create time,
+        artifact size, the restore's time to ready) and the manifest's arenas into res["create"]."""
+        memory = self.engine_memory(self.status()["engine"]["pid"])
+        n = self.readies()
+        t = time.monotonic()
+        out = json.loads(fr.ctl(self.a.socket, "snapshot", "create", "--json", timeout=600))
+        self.wait_ready(n + 1, self.a.ready_timeout)
+        created = out.get("created") or {}
+        inspect = json.loads(fr.ctl(self.a.socket, "snapshot", "inspect", created.get("id", ""), "--json"))
+        m = inspect.get("manifest") or {}
+        images = {}
+        st = self.status()
+        sdir = ((st.get("snapshot") or {}).get("dir")) or ""
+        idir = os.path.join(sdir, created.get("id", ""), "images")
+        if os.path.isdir(idir):
+            for f in os.listdir(idir):  # by kind: pages-*.img (memory), pagemap-*, files, ...
+                kind = f.split("-")[0].split(".")[0]
+                images[kind] = images.get(kind, 0) + os.path.getsize(os.path.join(idir, f))
+        self.res["create"] = {"answer": out, "wall_s": round(time.monotonic() - t, 3), "image_bytes": m.get("image_bytes"),
+                              "timings": m.get("timings"), "arenas": (m.get("weights") or {}).get("arenas"),
+                              "weights_excluded": (m.get("weights") or {}).get("excluded"),
+                              "engine_memory_before": memory,
+                              "images_by_kind": dict(sorted(images.items(), key=lambda x: -x[1])[:6])}
+        log(f"engine memory before the create: {memory}; images by kind: {self.res['create']['images_by_kind']}")
+        self.save()
+        log(f"snapshot created: {created.get('id')} {(m.get('image_bytes') or 0) / 1e9:.2f} GB, "
+            f"arenas {[(x.get('name'), x.get('bytes')) for x in self.res['create']['arenas'] or []]}, "
+            f"create+restore {self.res['create']['wall_s']} s")
+        if not out.get("ok", False):
+            raise RuntimeError(f"snapshot create: {out}")
+
+    @staticmethod
+    def engine_memory(pid):
+        """The engine's host memory as a dump sees it (/proc/PID/smaps): anonymous and file-backed resident
+        bytes, and the largest anonymous mappings by name (what an artifact carries besides GPU memory)."""
+        out = {"anon_mib": 0, "file_mib": 0, "largest_anon": []}
+        try:
+            cur, maps = None, []
+            with open(f"/proc/{pid}/smaps") as f:
+                for line in f:
+                    head = line.split()
+                    if head and "-" in head[0] and len(head) >= 5 and not head[0].endswith(":"):
+                        cur = {"name": head[5] if len(head) > 5 else "[anon]", "rss": 0, "anon": 0}
+                        maps.append(cur)
+                    elif line.startswith("Rss:") and cur is not None:
+                        cur["rss"] = int(head[1])
+                    elif line.startswith("Anonymous:") and cur is not None:
+                        cur["anon"] = int(head[1])
+            out["anon_mib"] = sum(x["anon"] for x in maps) // 1024
+            out["file_mib"] = (sum(x["rss"] for x in maps) - sum(x["anon"] for x in maps)) // 1024
+            by = {}
+            for x in maps:
+                by[x["name"]] = by.get(x["name"], 0) + x["anon"]
+            out["largest_anon"] = [(k, v // 1024) for k, v in sorted(by.items(), key=lambda x: -x[1])[:6]]
+        except OSError as e:
+            out["error"] = str(e)
+        return out
 
     def summarize(self):
         ks = [k for k in self.res["kills"] if "error" not in k]
@@ -155,6 +222,18 @@ class Run(fr.Driver):
         fell = [((k.get("oracle") or {}).get("kv_arena") or {}).get("fallback") for k in ks]
         if any(fell):
             s["kv_arena_fallbacks"] = [f for f in fell if f]
+        # snapshot_arena: the artifact, each restore's helper timings (the arena's lease wait among them) and
+        # the GPU's used memory before each kill
+        if self.res.get("create"):
+            s["image_gb"] = round((self.res["create"].get("image_bytes") or 0) / 1e9, 3)
+        rs = [k["last_restore"].get("timings") or {} for k in ks if isinstance(k.get("last_restore"), dict)]
+        for key in ("arena_wait_s", "criu_restore_s", "cuda_restore_s", "reattach_s", "oracle_s", "total_s"):
+            vals = [r[key] for r in rs if isinstance(r.get(key), (int, float))]
+            if vals:
+                s[f"restore_{key[:-2]}_median_s"] = round(statistics.median(vals), 4)
+        used = [k["gpu_used_before_kill_mib"] for k in ks if k.get("gpu_used_before_kill_mib") is not None]
+        if used:
+            s["gpu_used_before_kill_mib"] = used
         s["oracle_mismatches"] = sum(1 for k in ks if k.get("oracle_differs"))
         s["graph_checks"] = sorted({str(k["oracle"].get("graph_check")) for k in ks if k.get("oracle")})
         self.res["summary"] = s
@@ -163,7 +242,8 @@ class Run(fr.Driver):
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     fr.add_daemon_args(ap)
-    ap.add_argument("--path", required=True, choices=["cold", "warm", "warmed", "warmed-graph", "warmed_arena", "pre_gpu"])
+    ap.add_argument("--path", required=True, choices=["cold", "warm", "warmed", "warmed-graph", "warmed_arena", "pre_gpu",
+                                                      "snapshot_arena"])
     ap.add_argument("--kills", type=int, required=True)
     ap.add_argument("--out", required=True)
     ap.add_argument("--reference")

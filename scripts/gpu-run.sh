@@ -2,7 +2,7 @@
 # Runs on the GPU machine, from the repository root, with .bundle/ (scripts/gpu-bundle.sh) carried:
 # the CUDA tests, then the weight-store benchmark (bench/h200_weights.py), results under $OUT.
 #
-# usage: scripts/gpu-run.sh [smoke|full|e2e-smoke|e2e|snapshot-plugin|snapshot-refengine|snapshot-weightless|standby|vshape|vshape-smoke|vshape-arena|tp|tp-smoke|socket]
+# usage: scripts/gpu-run.sh [smoke|full|arena-snapshot|e2e-smoke|e2e|snapshot-plugin|snapshot-refengine|snapshot-weightless|standby|vshape|vshape-smoke|vshape-arena|tp|tp-smoke|socket]
 #   smoke: machine facts, the CUDA tests, and the benchmark on a 1% checkpoint (about 160 MB)
 #   full:  the CUDA tests and the benchmark on the full Llama-3.1-8B-shaped checkpoint (16 GB)
 #   e2e-smoke: the Python tests with torch (binding, reference engine), then bench/e2e_restart.py on small
@@ -35,6 +35,10 @@
 #          vshape-arena: the same script on VSHAPE_RUNS "warmed_arena cold" (the KV cache in the daemon's arena,
 #          a warmed standby parked over its placeholder; cold for the KV cache without a standby);
 #          VSHAPE_TIMEOUT_S (540) bounds the script, for a call with a larger VSHAPE_BUDGET_S
+#   arena-snapshot: the KV arena's GPU tests (python test_arena's CUDA tests: a killed writer and the next
+#          holder's canary, a graph over the arena across unmap and new lease; test_refengine's exchange with
+#          --kv-arena), then bench/gpu_vllm_shape.sh on VSHAPE_RUNS "snapshot_arena cold" (the snapshot
+#          without weights and KV cache: artifact size, kill -9 to READY by restore); at most about 575 s
 #   tp:    the tensor-parallel reference engine on this one GPU under fastrestartd (bench/gpu_tp.sh; docs/refengine.md
 #          "Tensor parallel"): the 16 GB Llama-3.1-8B shape at TP=2 (--share-device, gloo; kill -9 of rank 0 twice
 #          and of rank 1 twice, each restart attaching both shards) then TP=1 (5 warm kills); at most 405 s
@@ -191,6 +195,33 @@ case "$mode" in
     tail -c 20000 "$OUT/socket.out" | gzip >"$OUT/socket-out.gz"
     rm -rf "$OUT/logs" "$OUT/socket.out" "$OUT/socket_restart.md"
     exit $src
+    ;;
+  arena-snapshot)
+    # The KV arena's GPU tests (a killed writer and the next holder's canary; a graph over the arena across
+    # a snapshot's unmap and new lease; the reference engine's exchange with --kv-arena), then the
+    # vLLM-shaped engine's snapshot without weights and KV cache beside the cold path (VSHAPE_RUNS
+    # "snapshot_arena cold"), the whole inside about 570 s.
+    rc=0
+    say "== the KV arena under torch on cuda:0 (test_arena CudaArenaTorchTest, test_refengine kv-arena exchange)"
+    (cd python/tests && FR_WEIGHTD_BIN=$bundle/bin/fastrestart-weightd timeout 150 python3 -m unittest -v \
+      test_arena.CudaArenaTorchTest \
+      test_refengine.RefEngineTest.test_snapshot_exchange_unmaps_the_kv_arena_and_leases_it_again) \
+      >"$OUT/python-tests.log" 2>&1
+    trc=$?
+    say "arena GPU tests: exit $trc; $(tail -3 "$OUT/python-tests.log" | tr '\n' ' ')"
+    grep -E '^(killed writer|FAIL|ERROR)|skipped' "$OUT/python-tests.log" | head -10 | tee -a "$summary"
+    [ $trc -eq 0 ] || rc=1
+    say "== the vLLM-shaped engine: snapshot without weights and KV cache, and cold (bench/gpu_vllm_shape.sh, at $SECONDS s)"
+    export VSHAPE_RUNS=${VSHAPE_RUNS:-"snapshot_arena cold"} VSHAPE_PER_KILL_S=${VSHAPE_PER_KILL_S:-25}
+    export VSHAPE_BUDGET_S=${VSHAPE_BUDGET_S:-$((555 - SECONDS))}
+    timeout $((575 - SECONDS)) bench/gpu_vllm_shape.sh >"$OUT/vshape.out" 2>&1
+    src=$?
+    cat "$OUT/vshape-summary.txt" >>"$summary" 2>/dev/null
+    say "gpu_vllm_shape: exit $src (at $SECONDS s)"
+    [ $src -eq 0 ] || rc=1
+    tail -c 20000 "$OUT/vshape.out" | gzip >"$OUT/vshape-out.gz"
+    rm -f "$OUT/vshape.out" "$OUT/vshape-summary.txt"
+    exit $rc
     ;;
   vshape|vshape-smoke|vshape-arena)
     # vshape-smoke: the same script on the tiny shape (a dry run of it, about 3 minutes)

@@ -186,18 +186,22 @@ def publish(key, tensors, *, socket_dir=None, device="host", connect_timeout_s=5
                                 device, _number("connect_timeout_s", connect_timeout_s))
 
 
-def snapshot_agent(results, *, quiesce=None, resume=None, socket_path=None):
+def snapshot_agent(results, *, quiesce=None, resume=None, socket_path=None, arenas=()):
     """Serves the snapshot prepare/resume exchange (docs/snapshot.md) for the weights of `results` (hits of
-    attach()). `quiesce()` runs before the release (stop reading the weights, drop caches); `resume()` after
-    the re-attach; both on the agent's thread. socket_path None: $FASTRESTART_SNAPSHOT_SOCKET; when that is
-    unset too, returns None (the engine is not asked to take part). Keep the returned agent alive."""
+    attach()) and the KV arenas `arenas` (Arena objects: a prepare unmaps them after the weights, keeping
+    their address ranges; a resume leases and maps them again at the same addresses). `quiesce()` runs
+    before the release (stop reading the weights and the arenas, drop caches); `resume()` after the
+    re-attach and the leases; both on the agent's thread. socket_path None: $FASTRESTART_SNAPSHOT_SOCKET;
+    when that is unset too, returns None (the engine is not asked to take part). Keep the returned agent
+    alive."""
     for r in results:
         if not isinstance(r, AttachResult):
             raise TypeError("snapshot_agent: results must be AttachResult objects")
     for name, f in (("quiesce", quiesce), ("resume", resume)):
         if f is not None and not callable(f):
             raise TypeError(f"snapshot_agent: {name} must be callable or None")
-    return _fastrestart.snapshot_agent(list(results), quiesce, resume, _str_or_none("socket_path", socket_path) or "")
+    return _fastrestart.snapshot_agent(list(results), quiesce, resume, _str_or_none("socket_path", socket_path) or "",
+                                       list(arenas))
 
 
 def _arena_args(name, nbytes, wait_s, connect_timeout_s, device, socket_dir):

@@ -47,6 +47,8 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 import argparse  # noqa: E402
 import copy  # noqa: E402
 import glob  # noqa: E402
+import ctypes  # noqa: E402
+import gc  # noqa: E402
 import hashlib  # noqa: E402
 import json  # noqa: E402
 import signal  # noqa: E402
@@ -96,11 +98,6 @@ class Engine:
             if os.environ.get("FASTRESTART_SNAPSHOT_SOCKET"):
                 raise SystemExit("refengine: FASTRESTART_SNAPSHOT_SOCKET is set: snapshots are for "
                                  f"--tensor-parallel-size 1 only (this engine has {self.tp} ranks)")
-        if args.kv_arena and os.environ.get("FASTRESTART_SNAPSHOT_SOCKET"):
-            # The snapshot exchange unmaps the attached weights, not the arena (not built yet): the
-            # artifact would hold the KV cache's mapping.
-            raise SystemExit("refengine: FASTRESTART_SNAPSHOT_SOCKET is set: snapshots of an engine with "
-                             "--kv-arena are not supported yet (docs/refengine.md)")
         self.workers = None  # rank 0 of N > 1: tp.Workers
         self.dist = None  # torch.distributed once the process group is up (N > 1)
         self.tp_info = None  # every rank's load, gathered on rank 0 (N > 1)
@@ -610,27 +607,47 @@ class Engine:
 
     def _start_snapshot_agent(self):
         """The snapshot exchange (docs/snapshot.md): when fastrestartd gave us $FASTRESTART_SNAPSHOT_SOCKET, a
-        prepare holds inference back (self.lock), empties torch's caching allocator and releases the pool's
-        mapping, keeping its address range: every tensor, and anything compiled or captured over them, keeps
-        its pointer. A resume re-maps the daemon's entry there and lets inference run again."""
+        prepare holds inference back (self.lock: the step loop takes it for every step), empties torch's
+        caching allocator and releases the pool's mapping, keeping its address range, and unmaps the KV
+        arena (--kv-arena) the same way: every tensor, and every graph captured over them, keeps its
+        pointer. A resume re-maps the daemon's entry there, leases the arena again at its address (after the
+        dumped process's exit: docs/snapshot.md, "Snapshots without the KV cache") and lets inference run."""
         if not os.environ.get("FASTRESTART_SNAPSHOT_SOCKET"):
             return
         import fastrestart
         torch = self.torch
         results = [self.attached] if self.attached is not None and self.attached.mode == "zero_copy" else []
+        arenas = [self.arena] if self.arena is not None and self.arena.leased else []
 
         def quiesce():
             self.lock.acquire()
             if self.device.type == "cuda":
                 torch.cuda.synchronize(self.device)
                 torch.cuda.empty_cache()
+            # What the process frees but the C heap keeps (imports, the profile's host buffers) would be
+            # dumped with it: give it back first, and say how much the artifact's host part is.
+            before = host_rss_bytes()
+            gc.collect()
+            try:
+                ctypes.CDLL("libc.so.6").malloc_trim(0)
+            except (OSError, AttributeError):
+                pass
+            log(f"snapshot prepare: host RSS {before / 2**20:.0f} MiB, {host_rss_bytes() / 2**20:.0f} MiB after "
+                "gc and malloc_trim")
 
         def resume():
+            if arenas and arenas[0].lease is not None:
+                lease = arenas[0].lease
+                # A restored engine is another process holding a new lease: fastrestartd's record of it
+                print(f"fastrestart-arena: leased name={self.args.kv_arena} bytes={arenas[0].bytes} "
+                      f"waited_s={lease['waited_s']:.6f} swap_s={lease['seconds']:.6f} "
+                      f"generation={lease['generation']}", flush=True)
             self.lock.release()
 
-        self.snapshot_agent = fastrestart.snapshot_agent(results, quiesce=quiesce, resume=resume)
+        self.snapshot_agent = fastrestart.snapshot_agent(results, quiesce=quiesce, resume=resume, arenas=arenas)
         if self.snapshot_agent is not None:
-            log(f"snapshot exchange on {self.snapshot_agent.socket_path} ({len(results)} pool(s) to release)")
+            log(f"snapshot exchange on {self.snapshot_agent.socket_path} ({len(results)} pool(s) and "
+                f"{len(arenas)} KV arena(s) to release)")
 
     def _bind(self, state):
         model = self.model
@@ -828,6 +845,18 @@ class Engine:
                 "batch": dict(self.batch_info, **({"serving": self.runner.stats} if self.runner else {})),
                 "tensor_parallel": {"size": self.tp, "ranks": self.tp_info or []},
                 "standby": {k: v for k, v in self.standby_info.items() if k != "released_at"}}
+
+
+def host_rss_bytes():
+    """This process's resident host memory (VmRSS), 0 where /proc does not say."""
+    try:
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith("VmRSS:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return 0
 
 
 def arena_line_quote(text):

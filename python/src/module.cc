@@ -315,13 +315,17 @@ struct PySnapshotAgent {
   }
 };
 
+// The arenas of snapshot_agent(arenas=...): the Arena objects' C++ arenas (defined with them, below).
+std::vector<std::shared_ptr<fastrestart::Arena>> arenas_of(const py::list& arenas);
+
 std::optional<std::shared_ptr<PySnapshotAgent>> snapshot_agent(const std::vector<PyAttachResult*>& results,
                                                                 const py::object& quiesce, const py::object& resume,
-                                                                const std::string& socket_path) {
+                                                                const std::string& socket_path, const py::list& arenas) {
   std::vector<std::shared_ptr<fastrestart::Weights>> ws;
   for (const auto* r : results)
     if (r && r->weights) ws.push_back(r->weights);
-  auto a = fastrestart::SnapshotAgent::start(std::move(ws), {py_hook(quiesce, "quiesce"), py_hook(resume, "resume")}, socket_path);
+  auto a = fastrestart::SnapshotAgent::start(std::move(ws), {py_hook(quiesce, "quiesce"), py_hook(resume, "resume")}, socket_path,
+                                             arenas_of(arenas));
   if (!a.ok()) raise_error(a.error());
   if (!*a) return std::nullopt;
   auto out = std::make_shared<PySnapshotAgent>();
@@ -521,10 +525,9 @@ py::dict publish(const PyKey& key, const py::dict& tensors, const std::string& s
 // mapped) while a consumer's tensor over it lives, also after the PyArena is gone. The mutex serializes
 // swap_in() (called without the GIL) against another thread's.
 struct ArenaHolder {
-  std::unique_ptr<fastrestart::Arena> arena;
+  std::shared_ptr<fastrestart::Arena> arena;  // shared with a snapshot agent that unmaps and re-leases it
   Device dev;
   std::mutex mu;
-  std::optional<fastrestart::ArenaLease> lease;
 };
 
 py::dict lease_dict(const fastrestart::ArenaLease& l) {
@@ -618,7 +621,6 @@ struct PyArena {
       py::gil_scoped_release nogil;  // the lease may wait up to wait_s for the previous holder's exit
       std::lock_guard lock(h->mu);
       r.emplace(h->arena->swap_in());
-      if (r->ok()) h->lease = r->value();
     }
     if (!r->ok()) raise_error(r->error());
     return lease_dict(r->value());
@@ -641,6 +643,15 @@ struct PyArena {
     return PyArenaView(h, offset, shape, d);
   }
 };
+
+std::vector<std::shared_ptr<fastrestart::Arena>> arenas_of(const py::list& arenas) {
+  std::vector<std::shared_ptr<fastrestart::Arena>> out;
+  for (const auto& a : arenas) {
+    if (!py::isinstance<PyArena>(a)) throw py::type_error("snapshot_agent: arenas must be Arena objects");
+    out.push_back(a.cast<const PyArena&>().h->arena);
+  }
+  return out;
+}
 
 fastrestart::ArenaOptions arena_options(const std::string& name, uint64_t bytes, double wait_s, double connect_timeout_s,
                                         const std::string& device, const std::string& socket_dir) {
@@ -777,7 +788,8 @@ PYBIND11_MODULE(_fastrestart, m) {
       .def_property_readonly("socket_path", [](const PySnapshotAgent& a) { return a.agent ? a.agent->socket_path() : ""; })
       .def_property_readonly("prepared", [](const PySnapshotAgent& a) { return a.agent && a.agent->prepared(); })
       .def("stop", &PySnapshotAgent::stop);
-  m.def("snapshot_agent", &snapshot_agent, py::arg("results"), py::arg("quiesce"), py::arg("resume"), py::arg("socket_path"));
+  m.def("snapshot_agent", &snapshot_agent, py::arg("results"), py::arg("quiesce"), py::arg("resume"), py::arg("socket_path"),
+        py::arg("arenas"));
   m.def("identify", &identify, py::arg("files"), py::arg("config"), py::arg("fds") = py::none());
   m.def("attach", &attach, py::arg("key"), py::arg("mode"), py::arg("fallback"),
         py::arg("connect_timeout_s"), py::arg("state_timeout_s"), py::arg("verify"), py::arg("socket_dir"),
@@ -804,8 +816,11 @@ PYBIND11_MODULE(_fastrestart, m) {
       .def_property_readonly("device", [](const PyArena& a) {
         return a.h->dev.type == kDLCPU ? std::string("host") : "cuda:" + std::to_string(a.h->dev.id);
       })
+      .def_property_readonly("unmapped", [](const PyArena& a) { return a.h->arena->unmapped(); })
       .def_property_readonly("lease", [](const PyArena& a) -> py::object {
-        return a.h->lease ? py::object(lease_dict(*a.h->lease)) : py::none();
+        // the last swap_in()'s, a snapshot agent's resume included
+        const auto l = a.h->arena->last_lease();
+        return l ? py::object(lease_dict(*l)) : py::none();
       })
       .def("swap_in", &PyArena::swap_in,
            "Lease the arena (waiting for the previous holder's exit, without the GIL) and map it over the range "

@@ -47,6 +47,21 @@ HOLDER = textwrap.dedent("""
 """)
 
 
+# A process that leases the arena on cuda:0 and keeps queuing kernels that write into it until killed.
+KILLED_WRITER = textwrap.dedent("""
+    import sys
+    import fastrestart
+    import torch
+    a = fastrestart.lease_arena("kv", int(sys.argv[2]), device="cuda:0", socket_dir=sys.argv[1])
+    t = torch.from_dlpack(a.view(0, (a.bytes // 4,), "float32"))
+    t.add_(1)
+    torch.cuda.synchronize()
+    print("writing", flush=True)
+    while True:
+        t.add_(1)
+""")
+
+
 @unittest.skipUnless(WEIGHTD and os.access(WEIGHTD, os.X_OK), "FR_WEIGHTD_BIN is not set to fastrestart-weightd")
 class ArenaTest(unittest.TestCase):
     def setUp(self):
@@ -104,6 +119,54 @@ class ArenaTest(unittest.TestCase):
         self.assertEqual(info["leases"], 1)
         with self.assertRaisesRegex(RuntimeError, "already leased"):
             a.swap_in()
+
+    def test_the_snapshot_agent_unmaps_the_arena_and_leases_it_again_at_its_address(self):
+        """docs/snapshot.md, "Snapshots without the KV cache": prepare unmaps the arena (its range stays
+        reserved and inaccessible), resume leases it again and maps it where it was, with its bytes."""
+        import socket as socketlib
+        a = fastrestart.lease_arena("kv", 1 << 20, socket_dir=self.run_dir)
+        view = a.view(0, (4,), "I32").numpy()
+        view[:] = [7, 8, 9, 10]
+        sock = os.path.join(self.tmp, "x.sock")
+        leased_at_resume = []
+        agent = fastrestart.snapshot_agent([], resume=lambda: leased_at_resume.append(a.leased), socket_path=sock,
+                                           arenas=[a])
+
+        def exchange(op):
+            with socketlib.socket(socketlib.AF_UNIX, socketlib.SOCK_STREAM) as c:
+                c.settimeout(30)
+                c.connect(sock)
+                c.sendall((json.dumps({"op": op}) + "\n").encode())
+                data = b""
+                while not data.endswith(b"\n"):
+                    chunk = c.recv(65536)
+                    if not chunk:
+                        break
+                    data += chunk
+            return json.loads(data)
+
+        def maps_line():
+            with open("/proc/self/maps") as f:
+                return next((l for l in f if l.startswith("%x-" % a.base)), "")
+
+        try:
+            prep = exchange("prepare")
+            self.assertTrue(prep["ok"], prep)
+            self.assertEqual(len(prep["arenas"]), 1, prep)
+            self.assertEqual((prep["arenas"][0]["base"], prep["arenas"][0]["mapped"]), (a.base, False))
+            self.assertTrue(a.unmapped)
+            self.assertIn(" ---p ", maps_line())
+            self.assertNotIn("memfd", maps_line())
+            res = exchange("resume")
+            self.assertTrue(res["ok"], res)
+            self.assertEqual(res["arenas"][0]["mapped"], True)
+            self.assertEqual(leased_at_resume, [True])
+            self.assertEqual(view.tolist(), [7, 8, 9, 10])  # the daemon's memory, through the same array
+            self.assertEqual(a.lease["generation"], res["arenas"][0]["generation"])
+        finally:
+            agent.stop()
+        with self.assertRaisesRegex(TypeError, "arenas must be Arena objects"):
+            fastrestart.snapshot_agent([], socket_path=sock, arenas=["kv"])
 
     def test_view_is_a_dlpack_tensor_that_outlives_the_arena_object(self):
         a = fastrestart.lease_arena("kv", 4096 * 3, socket_dir=self.run_dir)
@@ -240,6 +303,63 @@ class CudaArenaTorchTest(unittest.TestCase):
         torch.cuda.synchronize()
         self.assertTrue(bool((x == 1).all()))
         self.assertEqual(float(t[1024:].abs().sum()), 0.0)  # no longer aliased
+
+
+    def test_a_killed_writer_never_writes_over_the_next_holders_canary(self):
+        """The lease waits for the holder's exit, not its connection's close: a process whose kernels keep
+        writing into the arena is killed with -9; the next lease is granted after its exit, and a canary the
+        new holder writes is intact afterwards (no kernel of the dead process wrote after the grant)."""
+        nbytes = 1 << 30
+        writer = subprocess.Popen([sys.executable, "-c", KILLED_WRITER, self.run_dir, str(nbytes)],
+                                  stdout=subprocess.PIPE, text=True)
+        try:
+            self.assertEqual(writer.stdout.readline().strip(), "writing")
+            time.sleep(0.2)  # kernels queued and running
+            writer.send_signal(9)
+            a = fastrestart.reserve_arena("kv", nbytes, device="cuda:0", socket_dir=self.run_dir)
+            lease = a.swap_in()  # granted once the writer has exited
+        finally:
+            writer.kill()
+            writer.wait()
+            writer.stdout.close()
+        self.assertFalse(lease["created"])
+        t = torch.from_dlpack(a.view(0, (a.bytes // 4,), "float32"))
+        self.assertGreater(float(t[:1024].mean()), 0.0)  # what the writer wrote before it died is there
+        t.fill_(7.0)
+        torch.cuda.synchronize()
+        time.sleep(0.5)
+        self.assertTrue(bool((t == 7.0).all()), "a write landed after the lease was granted")
+        print(f"killed writer: lease waited {lease['waited_s']:.3f} s for pid {lease['previous_holder_pid']}")
+
+    def test_a_graph_over_the_arena_reads_it_again_after_an_unmap_and_a_new_lease(self):
+        """The snapshot's prepare/resume on the GPU: a graph captured over the leased arena still reads and
+        writes it after the arena was unmapped (range kept) and leased again at the same address."""
+        a = fastrestart.lease_arena("kv", 64 << 20, device="cuda:0", socket_dir=self.run_dir)
+        t = torch.from_dlpack(a.view(0, (a.bytes // 4,), "float32"))
+        t.fill_(2)
+        x = t[:4096]
+        g = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(g):
+            x.mul_(3)
+        torch.cuda.synchronize()
+        agent = fastrestart.snapshot_agent([], socket_path=os.path.join(self.tmp, "x.sock"), arenas=[a])
+        try:
+            import socket as socketlib
+            for op in ("prepare", "resume"):
+                with socketlib.socket(socketlib.AF_UNIX, socketlib.SOCK_STREAM) as c:
+                    c.settimeout(30)
+                    c.connect(os.path.join(self.tmp, "x.sock"))
+                    c.sendall((json.dumps({"op": op}) + "\n").encode())
+                    reply = json.loads(c.makefile().readline())
+                self.assertTrue(reply["ok"], reply)
+                self.assertEqual(reply["arenas"][0]["mapped"], op == "resume")
+        finally:
+            agent.stop()
+        self.assertEqual(t.data_ptr(), a.base)
+        self.assertTrue(bool((t == 2).all()))  # the daemon's memory again
+        g.replay()
+        torch.cuda.synchronize()
+        self.assertTrue(bool((x == 6).all()))
 
 
 if __name__ == "__main__":

@@ -234,6 +234,45 @@ class RefEngineTest(TorchBase):
         finally:
             self.stop(p)
 
+    def test_snapshot_exchange_unmaps_the_kv_arena_and_leases_it_again(self):
+        """The batched engine with --kv-arena under the snapshot exchange: prepare unmaps the arena (after the
+        pool), resume leases it again at the same address; the graphs captured over it answer as before."""
+        import socket
+        self.start()
+        self.run_path("--load-format", "fastrestart")  # a miss: loads from disk and publishes
+        sock = os.path.join(self.tmp, "a.sock")
+        p, port, err = self.serve("--load-format", "fastrestart", "--max-num-seqs", "8", "--max-model-len", "256",
+                                  "--kv-arena", "kv", env=dict(os.environ, FASTRESTART_SNAPSHOT_SOCKET=sock))
+        self.assertIsNone(err, err)
+
+        def exchange(op):
+            with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as c:
+                c.settimeout(60)
+                c.connect(sock)
+                c.sendall((json.dumps({"op": op}) + "\n").encode())
+                return json.loads(c.makefile().readline())
+
+        try:
+            stats = get(port, "/stats")
+            self.assertIsNone(stats["batch"]["kv_arena"].get("fallback"), stats["batch"]["kv_arena"])
+            req = {"model": "tiny", "prompt": "Hello", "max_tokens": 8, "logprobs": 0}
+            code, before = post(port, req)
+            self.assertEqual(code, 200, before)
+            prep = exchange("prepare")
+            self.assertTrue(prep["ok"], prep)
+            self.assertEqual([w["mapped"] for w in prep["weights"]], [False])
+            self.assertEqual(len(prep["arenas"]), 1, prep)
+            self.assertEqual((prep["arenas"][0]["mapped"], prep["arenas"][0]["base"]),
+                             (False, stats["batch"]["kv_arena"]["base"]))
+            res = exchange("resume")
+            self.assertTrue(res["ok"], res)
+            self.assertEqual((res["arenas"][0]["mapped"], res["arenas"][0]["base"]), (True, prep["arenas"][0]["base"]))
+            code, after = post(port, req)
+            self.assertEqual(code, 200, after)
+            self.assertEqual(before["choices"][0]["token_ids"], after["choices"][0]["token_ids"])
+        finally:
+            self.stop(p)
+
     def test_cuda_graph_decode_step_is_bitwise_the_eager_step(self):
         """--cuda-graph: the engine checks at startup that the replayed decode step's logits are bitwise
         those of the same step run eagerly; the oracle (a prefill, never graphed) and the greedy answer are

@@ -25,11 +25,20 @@ class ArenaImpl final : public Arena {
   uint64_t bytes() const override { return m_range->size(); }
   bool leased() const override { return m_range->swapped(); }
   uint64_t placeholder_bytes() const override { return m_range->placeholder_bytes(); }
+  bool unmapped() const override { return m_range->unmapped(); }
+  const ArenaOptions& options() const override { return m_opts; }
+  std::string daemon_socket() const override { return fr::loader::daemon_socket(*m_dev, m_opts.socket_dir); }
+  std::optional<ArenaLease> last_lease() const override { return m_lease; }
+  Status unmap() override {
+    if (auto s = m_range->unmap(); !s.ok())
+      return Error{s.error().code, "arena '" + m_opts.name + "': " + s.error().message};
+    return {};
+  }
 
   Result<ArenaLease> swap_in() override {
     if (m_range->swapped()) return Error{Errc::kBusy, "arena '" + m_opts.name + "' is already leased and mapped"};
     const auto t0 = std::chrono::steady_clock::now();
-    const std::string path = fr::loader::daemon_socket(*m_dev, m_opts.socket_dir);
+    const std::string path = daemon_socket();
     auto fail = [&](const Error& e) { return Error{e.code, "arena '" + m_opts.name + "' from " + path + ": " + e.message}; };
     auto c = DaemonClient::connect(path, m_opts.connect_timeout_s, "engine_loader " FASTRESTART_VERSION);
     if (!c.ok()) return fail(c.error());
@@ -57,6 +66,7 @@ class ArenaImpl final : public Arena {
       return fail(Error{Errc::kProtocol, std::string("malformed arena_lease reply: ") + e.what()});
     }
     l.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    m_lease = l;
     return l;
   }
 
@@ -64,6 +74,7 @@ class ArenaImpl final : public Arena {
   ArenaOptions m_opts;
   std::unique_ptr<DeviceApi> m_dev;
   std::unique_ptr<ArenaRange> m_range;
+  std::optional<ArenaLease> m_lease;
 };
 
 }  // namespace

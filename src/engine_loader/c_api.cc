@@ -17,7 +17,7 @@ struct fr_snapshot_agent {
 };
 
 struct fr_arena {
-  std::unique_ptr<fastrestart::Arena> a;
+  std::shared_ptr<fastrestart::Arena> a;  // shared with a snapshot agent that reports it
 };
 
 struct fr_key {
@@ -162,7 +162,13 @@ int fr_weights_reattach(fr_weights_t* w, char* err, size_t errlen) try {
 }
 
 int fr_snapshot_agent_start(fr_weights_t* const* weights, size_t n, fr_snapshot_hook_t quiesce, fr_snapshot_hook_t resume,
-                            void* user, const char* socket_path, fr_snapshot_agent_t** out, char* err, size_t errlen) try {
+                            void* user, const char* socket_path, fr_snapshot_agent_t** out, char* err, size_t errlen) {
+  return fr_snapshot_agent_start_arenas(weights, n, nullptr, 0, quiesce, resume, user, socket_path, out, err, errlen);
+}
+
+int fr_snapshot_agent_start_arenas(fr_weights_t* const* weights, size_t n, fr_arena_t* const* arenas, size_t narenas,
+                                   fr_snapshot_hook_t quiesce, fr_snapshot_hook_t resume, void* user,
+                                   const char* socket_path, fr_snapshot_agent_t** out, char* err, size_t errlen) try {
   if (!out) return set_err(err, errlen, "out is NULL"), FR_EINVAL;
   *out = nullptr;
   if (!weights && n) return set_err(err, errlen, "weights is NULL"), FR_EINVAL;
@@ -170,6 +176,12 @@ int fr_snapshot_agent_start(fr_weights_t* const* weights, size_t n, fr_snapshot_
   for (size_t i = 0; i < n; ++i) {
     if (!weights[i]) return set_err(err, errlen, "weights[" + std::to_string(i) + "] is NULL"), FR_EINVAL;
     ws.push_back(weights[i]->w);
+  }
+  if (!arenas && narenas) return set_err(err, errlen, "arenas is NULL"), FR_EINVAL;
+  std::vector<std::shared_ptr<fastrestart::Arena>> as;
+  for (size_t i = 0; i < narenas; ++i) {
+    if (!arenas[i]) return set_err(err, errlen, "arenas[" + std::to_string(i) + "] is NULL"), FR_EINVAL;
+    as.push_back(arenas[i]->a);
   }
   auto hook = [user](fr_snapshot_hook_t f, const char* what) -> std::function<fastrestart::Status()> {
     if (!f) return {};
@@ -180,7 +192,7 @@ int fr_snapshot_agent_start(fr_weights_t* const* weights, size_t n, fr_snapshot_
     };
   };
   auto r = fastrestart::SnapshotAgent::start(std::move(ws), {hook(quiesce, "quiesce"), hook(resume, "resume")},
-                                             socket_path ? socket_path : "");
+                                             socket_path ? socket_path : "", std::move(as));
   if (!r.ok()) return set_err(err, errlen, r.error().message), code_of(r.error());
   if (!*r) return set_err(err, errlen, "FASTRESTART_SNAPSHOT_SOCKET is not set"), FR_MISS;
   *out = new fr_snapshot_agent{std::move(*r)};

@@ -92,8 +92,22 @@ class CudaArenaRange final : public ArenaRange {
 
   std::byte* base() const override { return reinterpret_cast<std::byte*>(m_range.get().ptr); }
   uint64_t size() const override { return m_range.get().size; }
-  uint64_t placeholder_bytes() const override { return m_swapped ? 0 : m_placeholder_bytes; }
+  uint64_t placeholder_bytes() const override { return m_swapped || m_unmapped ? 0 : m_placeholder_bytes; }
   bool swapped() const override { return m_swapped; }
+  bool unmapped() const override { return m_unmapped; }
+
+  // cuMemUnmap with the range left reserved (as for released weights): the driver's checkpoint then has
+  // nothing of the arena to copy, and graphs captured over the range keep their addresses.
+  Status unmap() override {
+    ScopedContext scope(m_dev->context());
+    FR_TRY(scope.status());
+    FR_TRY(check(m_dev->driver().cuCtxSynchronize(), "cuCtxSynchronize(before the arena's unmap)"));
+    m_maps.clear();
+    m_placeholder.reset();
+    m_swapped = false;
+    m_unmapped = true;
+    return {};
+  }
 
   Status swap_in(UniqueFd fd, uint64_t pool_bytes) override {
     if (m_swapped) return make_error(Errc::kBusy, "the arena is already swapped in");
@@ -113,6 +127,7 @@ class CudaArenaRange final : public ArenaRange {
     m_maps.emplace_back(m_dev->context(), r);
     FR_TRY(set_access());
     m_swapped = true;  // `arena`'s handle goes on return: the mapping holds the memory
+    m_unmapped = false;
     return {};
   }
 
@@ -132,6 +147,7 @@ class CudaArenaRange final : public ArenaRange {
   std::vector<cuda::Mapping> m_maps;
   uint64_t m_placeholder_bytes = 0;
   bool m_swapped = false;
+  bool m_unmapped = false;
 };
 
 class CudaDevice final : public DeviceApi {

@@ -40,8 +40,14 @@ class ArenaRange {
   virtual uint64_t placeholder_bytes() const = 0;  // the placeholder's own memory (0 once swapped)
   // Replaces the placeholder by the arena `fd` (a pool of pool_bytes >= size()). Waits for this process's
   // queued device work first (CUDA): nothing in flight may still touch the placeholder.
+  // Also from the unmapped state (after unmap()): the arena is mapped again at the same address.
   virtual Status swap_in(UniqueFd fd, uint64_t pool_bytes) = 0;
   virtual bool swapped() const = 0;
+  // Unmaps what backs the range (the arena or the placeholder) and keeps the range reserved with nothing
+  // behind it, for a snapshot (docs/snapshot.md, "Snapshots without the KV cache"). Waits for this
+  // process's queued device work first (CUDA). swapped() is false afterwards; swap_in() maps again.
+  virtual Status unmap() = 0;
+  virtual bool unmapped() const = 0;
 };
 
 // At most this many placeholder mappings per range: the placeholder grows with the range (range/1024,

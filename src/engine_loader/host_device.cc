@@ -76,8 +76,19 @@ class HostArenaRange final : public ArenaRange {
 
   std::byte* base() const override { return m_base; }
   uint64_t size() const override { return m_size; }
-  uint64_t placeholder_bytes() const override { return m_swapped ? 0 : m_placeholder; }
+  uint64_t placeholder_bytes() const override { return m_swapped || m_unmapped ? 0 : m_placeholder; }
   bool swapped() const override { return m_swapped; }
+  bool unmapped() const override { return m_unmapped; }
+
+  // PROT_NONE over the whole range, as at the reservation: the memfd's (or placeholder's) pages go with
+  // their last mapping here, and a read or write of the range faults until the next swap_in().
+  Status unmap() override {
+    if (::mmap(m_base, m_size, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_FIXED, -1, 0) == MAP_FAILED)
+      return sys_error("mmap(PROT_NONE, MAP_FIXED) over the arena's range");
+    m_swapped = false;
+    m_unmapped = true;
+    return {};
+  }
 
   Status swap_in(UniqueFd fd, uint64_t pool_bytes) override {
     if (m_swapped) return make_error(Errc::kBusy, "the arena is already swapped in");
@@ -89,6 +100,7 @@ class HostArenaRange final : public ArenaRange {
     if (::mmap(m_base, m_size, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_FIXED, fd.get(), 0) == MAP_FAILED)
       return sys_error("mmap(MAP_FIXED) of the leased arena over its placeholder");
     m_swapped = true;  // the placeholder memfd went with its last mapping
+    m_unmapped = false;
     return {};
   }
 
@@ -98,6 +110,7 @@ class HostArenaRange final : public ArenaRange {
   uint64_t m_size;
   uint64_t m_placeholder = 0;
   bool m_swapped = false;
+  bool m_unmapped = false;
 };
 
 class HeapPool final : public MappedPool {

@@ -35,12 +35,27 @@ json to_json(const MappingInfo& i) {
           {"mapped", i.mapped}, {"seconds", i.seconds}};
 }
 
+// A KV arena as the exchange reports it (docs/snapshot.md, "Snapshots without the KV cache").
+json arena_json(const Arena& a, double seconds) {
+  json j{{"name", a.options().name}, {"device", a.options().device}, {"daemon_socket", a.daemon_socket()},
+         {"base", reinterpret_cast<uintptr_t>(a.base())}, {"bytes", a.bytes()}, {"mapped", a.leased()},
+         {"seconds", seconds}};
+  if (auto l = a.last_lease(); l && a.leased())
+    j.update({{"created", l->created}, {"waited_s", l->waited_s}, {"previous_holder_pid", l->previous_holder_pid},
+              {"generation", l->generation}});
+  return j;
+}
+
+double seconds_since(std::chrono::steady_clock::time_point t) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t).count();
+}
+
 class Agent final : public SnapshotAgent {
  public:
-  Agent(std::vector<std::shared_ptr<Weights>> w, SnapshotHooks h, std::string path, fr::UniqueFd listener,
-        fr::UniqueFd stop_r, fr::UniqueFd stop_w)
-      : m_weights(std::move(w)), m_hooks(std::move(h)), m_path(std::move(path)), m_listener(std::move(listener)),
-        m_stop_r(std::move(stop_r)), m_stop_w(std::move(stop_w)) {
+  Agent(std::vector<std::shared_ptr<Weights>> w, std::vector<std::shared_ptr<Arena>> arenas, SnapshotHooks h,
+        std::string path, fr::UniqueFd listener, fr::UniqueFd stop_r, fr::UniqueFd stop_w)
+      : m_weights(std::move(w)), m_arenas(std::move(arenas)), m_hooks(std::move(h)), m_path(std::move(path)),
+        m_listener(std::move(listener)), m_stop_r(std::move(stop_r)), m_stop_w(std::move(stop_w)) {
     m_thread = std::thread([this] { loop(); });
   }
   ~Agent() override {
@@ -99,55 +114,79 @@ class Agent final : public SnapshotAgent {
       if (op == "prepare") reply = prepare();
       else if (op == "resume") reply = resume();
       else if (op == "hello") reply = {{"ok", true}, {"agent", "engine_loader " FASTRESTART_VERSION}, {"prepared", m_prepared.load()},
-                                       {"weights", m_weights.size()}, {"pid", ::getpid()}};
+                                       {"weights", m_weights.size()}, {"arenas", m_arenas.size()}, {"pid", ::getpid()}};
       else reply = {{"ok", false}, {"error", "unknown op \"" + op + "\""}};
     }
     const std::string out = reply.dump() + "\n";
     (void)fr::send_all(c, out.data(), out.size(), {}, fr::deadline_in(kIoTimeoutS));
   }
 
+  // The weights, then the arenas; an error puts back what was released (in reverse) and resumes.
   json prepare() {
     std::lock_guard lk(m_mutex);
-    if (m_prepared) return {{"ok", true}, {"weights", m_released}, {"already", true}};
+    if (m_prepared) return {{"ok", true}, {"weights", m_released}, {"arenas", m_released_arenas}, {"already", true}};
     if (m_hooks.quiesce)
       if (auto s = m_hooks.quiesce(); !s.ok()) return {{"ok", false}, {"error", "quiesce: " + s.error().message}};
-    json released = json::array();
+    json released = json::array(), arenas = json::array();
     std::vector<std::shared_ptr<Weights>> done;
+    std::vector<std::shared_ptr<Arena>> unmapped;
+    auto undo = [&](const std::string& why) -> json {
+      for (const auto& a : unmapped) (void)a->swap_in();
+      for (const auto& d : done) (void)d->reattach();
+      if (m_hooks.resume) (void)m_hooks.resume();
+      return {{"ok", false}, {"error", why}};
+    };
     for (const auto& w : m_weights) {
       if (w->mode() != Mode::kZeroCopy) continue;
       auto r = w->release_mapping();
-      if (!r.ok()) {
-        for (const auto& d : done) (void)d->reattach();
-        if (m_hooks.resume) (void)m_hooks.resume();
-        return {{"ok", false}, {"error", "release: " + r.error().message}};
-      }
+      if (!r.ok()) return undo("release: " + r.error().message);
       done.push_back(w);
       released.push_back(to_json(*r));
     }
+    for (const auto& a : m_arenas) {
+      const auto t = std::chrono::steady_clock::now();
+      if (auto s = a->unmap(); !s.ok()) return undo("unmap: " + s.error().message);
+      unmapped.push_back(a);
+      arenas.push_back(arena_json(*a, seconds_since(t)));
+    }
     m_released = released;
+    m_released_arenas = arenas;
     m_prepared = true;
     m_prepared_at = std::chrono::steady_clock::now();
-    return {{"ok", true}, {"weights", released}};
+    return {{"ok", true}, {"weights", released}, {"arenas", arenas}};
   }
 
+  // The weights, then the arenas (a lease waits for the holder before this process, the one dumped, to
+  // have exited), then the resume hook: the engine serves again only with all of them mapped.
   json resume() {
     std::lock_guard lk(m_mutex);
-    if (!m_prepared) return {{"ok", true}, {"weights", json::array()}, {"already", true}};
-    json mapped = json::array();
+    if (!m_prepared) return {{"ok", true}, {"weights", json::array()}, {"arenas", json::array()}, {"already", true}};
+    json mapped = json::array(), arenas = json::array();
     for (const auto& w : m_weights) {
       if (w->mode() != Mode::kZeroCopy) continue;
       auto r = w->reattach();
       if (!r.ok()) return {{"ok", false}, {"error", "re-attach: " + r.error().message}};
       mapped.push_back(to_json(*r));
     }
+    for (const auto& a : m_arenas) {
+      if (a->leased()) {  // a resume tried before, which failed later
+        arenas.push_back(arena_json(*a, 0));
+        continue;
+      }
+      auto l = a->swap_in();
+      if (!l.ok()) return {{"ok", false}, {"error", "lease: " + l.error().message}};
+      arenas.push_back(arena_json(*a, l->seconds));
+    }
     if (m_hooks.resume)
       if (auto s = m_hooks.resume(); !s.ok()) return {{"ok", false}, {"error", "resume: " + s.error().message}};
     m_prepared = false;
     m_released = json::array();
-    return {{"ok", true}, {"weights", mapped}};
+    m_released_arenas = json::array();
+    return {{"ok", true}, {"weights", mapped}, {"arenas", arenas}};
   }
 
   std::vector<std::shared_ptr<Weights>> m_weights;
+  std::vector<std::shared_ptr<Arena>> m_arenas;
   SnapshotHooks m_hooks;
   std::string m_path;
   fr::UniqueFd m_listener, m_stop_r, m_stop_w;
@@ -155,13 +194,15 @@ class Agent final : public SnapshotAgent {
   std::atomic<bool> m_prepared{false};
   std::chrono::steady_clock::time_point m_prepared_at;
   json m_released = json::array();
+  json m_released_arenas = json::array();
   std::thread m_thread;
 };
 
 }  // namespace
 
 Result<std::unique_ptr<SnapshotAgent>> SnapshotAgent::start(std::vector<std::shared_ptr<Weights>> weights,
-                                                            SnapshotHooks hooks, const std::string& socket_path) {
+                                                            SnapshotHooks hooks, const std::string& socket_path,
+                                                            std::vector<std::shared_ptr<Arena>> arenas) {
   std::string path = socket_path;
   if (path.empty()) {
     const char* env = std::getenv(kSnapshotSocketEnv);
@@ -170,6 +211,8 @@ Result<std::unique_ptr<SnapshotAgent>> SnapshotAgent::start(std::vector<std::sha
   }
   for (const auto& w : weights)
     if (!w) return Error{Errc::kInvalidArgument, "SnapshotAgent: a null Weights"};
+  for (const auto& a : arenas)
+    if (!a) return Error{Errc::kInvalidArgument, "SnapshotAgent: a null Arena"};
   // A socket left by the engine this one replaces (it died without removing it); never anything else.
   struct stat st{};
   if (::lstat(path.c_str(), &st) == 0) {
@@ -182,7 +225,7 @@ Result<std::unique_ptr<SnapshotAgent>> SnapshotAgent::start(std::vector<std::sha
   if (::pipe2(p, O_CLOEXEC) != 0) return fr::sys_error("pipe2");
   fr::UniqueFd r(p[0]), w(p[1]);
   return std::unique_ptr<SnapshotAgent>(
-      new Agent(std::move(weights), std::move(hooks), path, std::move(*l), std::move(r), std::move(w)));
+      new Agent(std::move(weights), std::move(arenas), std::move(hooks), path, std::move(*l), std::move(r), std::move(w)));
 }
 
 }  // namespace fastrestart

@@ -129,11 +129,12 @@ Result<Manifest> create_snapshot(const CreateRequest& r, GpuCheckpointer& gpu) {
     m.timings["release_s"] = now_s() - t;
     json entries = json::array();
     for (const auto& w : (*x)["weights"]) entries.push_back(w);
-    // Checked, not trusted: a pool still mapped would be checkpointed and never restored.
+    const json arenas = (*x)["arenas"];
+    // Checked, not trusted: a pool or arena still mapped would be checkpointed and never restored.
     for (pid_t p : process_tree(r.pid))
-      if (auto s = verify_released(p, p == r.pid ? entries : json::array()); !s.ok())
+      if (auto s = verify_released(p, p == r.pid ? entries : json::array(), p == r.pid ? arenas : json::array()); !s.ok())
         return fail(make_error(s.error().code, "the engine answered prepare but " + s.error().message), false);
-    m.weights = {{"excluded", !entries.empty()}, {"exchange", exchange_socket}, {"entries", entries}};
+    m.weights = {{"excluded", !entries.empty()}, {"exchange", exchange_socket}, {"entries", entries}, {"arenas", arenas}};
   }
   t = now_s();
   for (pid_t p : gpu_pids)

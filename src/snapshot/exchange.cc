@@ -46,10 +46,18 @@ Result<json> exchange(const std::string& socket, const std::string& op, double t
     return make_error(Errc::kIo, "the engine refused " + op + ": " + j.value("error", std::string("no reason given")));
   if (!j.contains("weights") || !j["weights"].is_array())
     return make_error(Errc::kProtocol, "snapshot exchange " + op + " at " + socket + ": the reply has no \"weights\" array");
+  // "arenas" came later: an engine without KV arenas may leave it out.
+  if (!j.contains("arenas")) j["arenas"] = json::array();
+  if (!j["arenas"].is_array())
+    return make_error(Errc::kProtocol, "snapshot exchange " + op + " at " + socket + ": \"arenas\" is not an array");
+  for (const auto& a : j["arenas"])
+    if (!a.is_object() || !a.contains("name") || !a["name"].is_string() || !a.contains("mapped") || !a["mapped"].is_boolean())
+      return make_error(Errc::kProtocol, "snapshot exchange " + op + " at " + socket + ": an \"arenas\" entry without a name or mapped: " +
+                                             a.dump().substr(0, 200));
   return j;
 }
 
-Status verify_released(pid_t pid, const json& released) {
+Status verify_released(pid_t pid, const json& released, const json& arenas) {
   const std::string base = "/proc/" + std::to_string(pid);
   struct Line {
     uintptr_t lo, hi;
@@ -85,15 +93,17 @@ Status verify_released(pid_t pid, const json& released) {
     ::closedir(d);
     if (!held.empty()) return make_error(Errc::kUnsupported, "pid " + std::to_string(pid) + " holds a weight pool open: fd " + held);
   }
-  for (const auto& w : released) {
-    const std::string what = "weights " + w.value("fingerprint", std::string("?"));
+  auto check = [&](const json& w, const std::string& what) -> Status {
     if (w.value("mapped", true)) return make_error(Errc::kUnsupported, "the engine reports " + what + " still mapped");
-    if (w.value("device", std::string()) != "host") continue;
+    if (w.value("device", std::string()).rfind("host", 0) != 0) return {};
     const uintptr_t lo = w.value("base", uintptr_t{0}), hi = lo + w.value("bytes", uint64_t{0});
     for (const auto& l : lines)
       if (l.lo < hi && lo < l.hi && l.perms.rfind("---", 0) != 0)
         return make_error(Errc::kUnsupported, what + " released, but its range is still accessible: " + l.text);
-  }
+    return {};
+  };
+  for (const auto& w : released) FR_TRY(check(w, "weights " + w.value("fingerprint", std::string("?"))));
+  for (const auto& a : arenas) FR_TRY(check(a, "KV arena '" + a.value("name", std::string("?")) + "'"));
   return {};
 }
 

@@ -20,11 +20,12 @@ inline constexpr const char* kWeightsModeEnv = "FASTRESTART_WEIGHTS_MODE";
 // message names the socket) or answers {"ok": false} (with its reason).
 Result<nlohmann::json> exchange(const std::string& socket, const std::string& op, double timeout_s);
 
-// Fails, naming the mapping, when `pid` still maps or holds open a weight pool: a memfd of the host
-// daemon ("/memfd:fastrestart-pool") anywhere in its maps or descriptors, or anything but an inaccessible
-// reservation at a released host range; for CUDA pools the engine's answer must say unmapped (the device
-// mapping is not visible in /proc). `released` is the prepare reply's "weights".
-Status verify_released(pid_t pid, const nlohmann::json& released);
+// Fails, naming the mapping, when `pid` still maps or holds open a weight pool or KV arena: a memfd of the
+// host daemon ("/memfd:fastrestart-pool", which arenas share) anywhere in its maps or descriptors, or
+// anything but an inaccessible reservation at a released host range; for CUDA the engine's answer must say
+// unmapped (device mappings are not visible in /proc). `released` and `arenas` are the prepare reply's
+// "weights" and "arenas" (docs/snapshot.md, "Snapshots without the KV cache").
+Status verify_released(pid_t pid, const nlohmann::json& released, const nlohmann::json& arenas = nlohmann::json::array());
 
 // Whether the daemon at entry["daemon_socket"] holds entry["fingerprint"] ready with entry["digest"]; the
 // error says what it holds instead (or why it cannot be asked).

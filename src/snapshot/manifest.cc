@@ -82,6 +82,21 @@ Result<Manifest> manifest_from_json(const json& j, const std::string& where) {
       FR_TRY(ef.unsigned_int("bytes"));
     }
     if (excluded != !entries->empty()) return wf.fail("excluded", "must be true exactly when entries is not empty");
+    // The KV arenas the engine unmapped (absent before arenas): named, on a device, at an address.
+    if (auto a = weights->find("arenas"); a != weights->end()) {
+      FR_ASSIGN(const json* arenas, wf.child("arenas", json::value_t::array));
+      for (size_t i = 0; i < arenas->size(); ++i) {
+        const json& e = (*arenas)[i];
+        const std::string at = "arenas[" + std::to_string(i) + "]";
+        if (!e.is_object()) return wf.fail(at, "expected an object");
+        Fields ef(e, wf.path(at));
+        for (const char* k : {"name", "device", "daemon_socket"}) FR_TRY(ef.str(k));
+        FR_TRY(ef.unsigned_int("base"));
+        FR_TRY(ef.unsigned_int("bytes"));
+        FR_ASSIGN(bool mapped, ef.boolean("mapped"));
+        if (mapped) return ef.fail("mapped", "an arena the snapshot holds mapped cannot be restored");
+      }
+    }
     m.weights = *weights;
   }
   FR_ASSIGN(const json* timings, f.child("timings", json::value_t::object));

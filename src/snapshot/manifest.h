@@ -40,7 +40,9 @@ struct Manifest {
   // Snapshots without the weights (docs/snapshot.md): null for an engine that takes no part in the exchange,
   // else {"excluded": bool, "exchange": "<engine's socket>", "entries": [{"fingerprint", "digest", "device",
   // "daemon_socket", "key" (file identities and config), "base", "bytes", "mapped": false}]}: the weights the
-  // engine released before the dump, which the restore must find in the daemon and re-attach.
+  // engine released before the dump, which the restore must find in the daemon and re-attach; "arenas":
+  // [{"name", "device", "daemon_socket", "base", "bytes", "mapped": false}], the KV arenas it unmapped,
+  // which the resume leases again (a daemon that lost one makes a new one).
   nlohmann::json weights = nullptr;
   nlohmann::json timings = nlohmann::json::object();  // cuda_lock_s, cuda_checkpoint_s, criu_dump_s, ...
 };

@@ -3,6 +3,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <fstream>
 
@@ -158,6 +159,16 @@ Result<Restored> restore_snapshot(const RestoreRequest& r, GpuCheckpointer& gpu)
     auto x = exchange(m.weights.value("exchange", std::string()), "resume", r.oracle_timeout_s);
     if (!x.ok()) return fail(x.error().message);
     out.timings["reattach_s"] = now_s() - t;
+    // The KV arenas' leases waited for the dumped engine's exit: that wait, and the leases' own time.
+    double waited = 0, lease = 0;
+    for (const auto& a : (*x)["arenas"]) {
+      waited = std::max(waited, a.value("waited_s", 0.0));
+      lease += a.value("seconds", 0.0);
+    }
+    if (!(*x)["arenas"].empty()) {
+      out.timings["arena_wait_s"] = waited;
+      out.timings["arena_lease_s"] = lease;
+    }
   }
   t = now_s();
   auto got = request_oracle(m.host, m.port, m.oracle.prompt, m.oracle.model, m.oracle.max_tokens, r.oracle_timeout_s);

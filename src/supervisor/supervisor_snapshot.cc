@@ -27,11 +27,9 @@ void Supervisor::restoring_engine(const std::string& id) {
 }
 
 void Supervisor::restore_spawned(UniqueFd output) {
-  Engine* raw = m_engine.get();
-  read_child_output(m_loop, std::move(output), "engine", [raw](const std::string& l) {
-    raw->tail.push_back(l);
-    if (raw->tail.size() > 200) raw->tail.pop_front();
-  }, *raw);
+  // The helper's output pipe becomes the restored engine's stdout/stderr (criu --inherit-fd): read as any
+  // engine's (its tail, progress, and the arena line of the lease its resume takes).
+  read_child_output(m_loop, std::move(output), "engine", engine_line_handler(m_engine.get()), *m_engine);
   arm_readiness(false);
 }
 
@@ -41,6 +39,9 @@ void Supervisor::restored(pid_t pid, std::optional<int> exited) {
   Engine& e = *m_engine;
   e.pid = pid;
   e.pidfd.reset(static_cast<int>(::syscall(SYS_pidfd_open, e.pid, 0)));
+  // A restored engine leases its KV arena again in the helper's resume, before its pid is known here.
+  if (e.arena) e.arena->pid = e.pid;
+  if (e.arena && m_engine.get() == &e) m_arena_outcome = e.arena;
   // As for a spawned engine: if fastrestartd dies, the next one kills what is left of this group
   // (a restored engine leads its own session, as it did when it was dumped).
   if (auto st = write_private_file(state_path(m_cfg, "engine.pgid"), engine_group_record(e.pid)); !st.ok())

@@ -42,6 +42,8 @@ void add_serve_flags(CLI::App& app, ServeOptions& o, std::string& format, std::s
   app.add_option("--kv-arena-bytes", o.kv_arena_bytes,
                  "lease a KV arena of N bytes from the weight daemon before serving; prints a fastrestart-arena: line")
       ->capture_default_str();
+  app.add_flag("--kv-arena-touch", o.kv_arena_touch,
+               "write every page of a leased host arena (as a KV cache in use would): what a snapshot must leave out");
   app.add_option("--kv-arena-wait", o.kv_arena_wait_s, "seconds the arena lease may wait for its previous holder's exit")
       ->capture_default_str();
   app.add_option("--load-format", format, "disk|fastrestart")->check(CLI::IsMember({"disk", "fastrestart"}))

@@ -110,8 +110,11 @@ Result<AttachOutcome> fastrestart_attach_published(const PublishKey* key, const 
 // $FASTRESTART_SNAPSHOT_SOCKET, releasing and re-attaching `m`'s weights when they were attached in
 // zero_copy (weights loaded from disk or copied are private memory: nothing to release). nullptr when the
 // variable is unset. The hooks run on the exchange's thread (fastrestart::SnapshotHooks).
-Result<std::shared_ptr<void>> start_snapshot_agent(const LoadedModel& m, std::function<Status()> quiesce,
-                                                   std::function<Status()> resume);
+struct KvArenaLease;
+// With `kv_arena` (a lease_kv_arena() result, or nullptr) the exchange unmaps that arena too and leases it
+// again at the same address before `resume`, logging a new fastrestart-arena: line for it.
+Result<std::shared_ptr<void>> start_snapshot_agent(const LoadedModel& m, const KvArenaLease* kv_arena,
+                                                   std::function<Status()> quiesce, std::function<Status()> resume);
 // The standby gate (docs/standby.md, "The gate protocol") through engine_loader: true when released, false
 // when it passed (not a standby, another level; also in a build without engine_loader, which cannot park).
 // Exits the process when told to exit or when fastrestartd is gone.
@@ -127,7 +130,9 @@ Result<std::string> daemon_socket_of(const LoadOptions& options);
 // `options.device` (engine_loader's lease_arena, waiting at most `wait_s` for its previous holder's exit).
 // `arena` keeps it mapped; the lease itself is this process's until it exits.
 struct KvArenaLease {
-  std::shared_ptr<void> arena;
+  std::shared_ptr<void> arena;  // the fastrestart::Arena
+  void* base = nullptr;         // the range's address
+  bool host = false;            // host memory (the host backend): base is readable here
   std::string name;
   uint64_t bytes = 0;  // as leased: the mapped range's size (the request rounded up), the daemon's `bytes`
   double waited_s = 0;

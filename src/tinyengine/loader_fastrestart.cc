@@ -1,6 +1,8 @@
 // The fastrestart side of loading, through engine_loader's public API (fastrestart/engine_loader.h).
 #include <memory>
 
+#include <spdlog/spdlog.h>
+
 #include "fastrestart/arena.h"
 #include "fastrestart/engine_loader.h"
 #include "fastrestart/listen_socket.h"
@@ -116,19 +118,35 @@ Result<KvArenaLease> lease_kv_arena(uint64_t bytes, double wait_s, const LoadOpt
   out.waited_s = lease.waited_s;
   out.swap_s = lease.seconds;
   out.generation = lease.generation;
+  out.base = arena->base();
+  out.host = a.device == "host" || a.device.rfind("host:", 0) == 0;
   out.arena = std::shared_ptr<fastrestart::Arena>(std::move(arena));
   return out;
 }
 
 Result<int> inherited_listen_socket() { return fastrestart::inherited_listen_socket(); }
 
-Result<std::shared_ptr<void>> start_snapshot_agent(const LoadedModel& m, std::function<Status()> quiesce,
-                                                   std::function<Status()> resume) {
+Result<std::shared_ptr<void>> start_snapshot_agent(const LoadedModel& m, const KvArenaLease* kv_arena,
+                                                   std::function<Status()> quiesce, std::function<Status()> resume) {
   std::vector<std::shared_ptr<fastrestart::Weights>> weights;
   // set.owner is the attached Weights whenever the path is "attach" (fastrestart_attach put it there).
   if ((m.report.path == "attach" || m.report.adopted) && m.report.mode == "zero_copy" && m.set.owner)
     weights.push_back(std::static_pointer_cast<fastrestart::Weights>(m.set.owner));
-  FR_ASSIGN(auto agent, fastrestart::SnapshotAgent::start(std::move(weights), {std::move(quiesce), std::move(resume)}));
+  std::vector<std::shared_ptr<fastrestart::Arena>> arenas;
+  if (kv_arena && kv_arena->arena) {
+    auto arena = std::static_pointer_cast<fastrestart::Arena>(kv_arena->arena);
+    arenas.push_back(arena);
+    // A restored engine is another process holding a new lease: fastrestartd's record of it follows this
+    // line (docs/supervisor.md, "The engine's arena line").
+    resume = [arena, inner = std::move(resume)]() -> Status {
+      if (auto l = arena->last_lease())
+        spdlog::info("fastrestart-arena: leased name={} bytes={} waited_s={:.6f} swap_s={:.6f} generation={}",
+                     arena->options().name, arena->bytes(), l->waited_s, l->seconds, l->generation);
+      return inner ? inner() : Status{};
+    };
+  }
+  FR_ASSIGN(auto agent, fastrestart::SnapshotAgent::start(std::move(weights), {std::move(quiesce), std::move(resume)}, "",
+                                                          std::move(arenas)));
   return std::shared_ptr<void>(std::move(agent));
 }
 

@@ -30,7 +30,8 @@ Result<bool> standby_gate(const std::string&) { return false; }
 bool is_standby() { return false; }
 Result<int> inherited_listen_socket() { return -1; }
 
-Result<std::shared_ptr<void>> start_snapshot_agent(const LoadedModel&, std::function<Status()>, std::function<Status()>) {
+Result<std::shared_ptr<void>> start_snapshot_agent(const LoadedModel&, const KvArenaLease*, std::function<Status()>,
+                                                   std::function<Status()>) {
   return std::shared_ptr<void>();
 }
 

@@ -55,6 +55,7 @@ struct ServeOptions {
   // "KV arena"). The tiny engine keeps no KV cache in it: it only holds it, as a real engine's cache would.
   uint64_t kv_arena_bytes = 0;
   double kv_arena_wait_s = 30;  // how long the lease may wait for the previous holder's exit
+  bool kv_arena_touch = false;  // write every page of a leased host arena, as a KV cache in use would
   LoadOptions load;
   FaultOptions faults;
 };

@@ -8,6 +8,7 @@
 #include <chrono>
 #include <cstdlib>
 #include <cstdio>
+#include <cstring>
 #include <fstream>
 #include <optional>
 #include <string_view>
@@ -340,6 +341,8 @@ int run_serve(const ServeOptions& o) {
       spdlog::info("fastrestart-arena: leased name={} bytes={} waited_s={:.6f} swap_s={:.6f} generation={}", l->name,
                    l->bytes, l->waited_s, l->swap_s, l->generation);
       kv_arena = std::move(*l);
+      if (o.kv_arena_touch && kv_arena->host)
+        std::memset(kv_arena->base, 0x6b, kv_arena->bytes);
     } else {
       std::string reason;  // quoted: \ and " escaped
       for (char c : l.error().message) {
@@ -361,7 +364,7 @@ int run_serve(const ServeOptions& o) {
     spdlog::warn("snapshot exchange unavailable: snapshots are tensor-parallel 1 only");
   if (o.snapshot_agent && !group) {
     auto a = start_snapshot_agent(
-        *model, [&server]() -> Status { server.pause_for_snapshot(); return {}; },
+        *model, kv_arena ? &*kv_arena : nullptr, [&server]() -> Status { server.pause_for_snapshot(); return {}; },
         [&server, cuda, graph_sum]() -> Status {
           if (!graph_sum.empty()) {
             auto now = cuda->replay_weight_graph();

@@ -7,8 +7,12 @@
 #include <gtest/gtest.h>
 
 #include <cstring>
+#include <fstream>
+#include <nlohmann/json.hpp>
 
+#include "common/unix_socket.h"
 #include "fastrestart/arena.h"
+#include "fastrestart/engine_loader.h"
 #include "fastrestart/engine_loader_c.h"
 #include "support/harness.h"
 
@@ -198,6 +202,143 @@ TEST(Arena, TheCAbiReservesAndSwapsAtTheSameAddress) {
   o.bytes = 0;
   EXPECT_EQ(fr_arena_reserve(&o, &a, err, sizeof err), FR_EINVAL);
   EXPECT_NE(std::strstr(err, "ArenaOptions.bytes"), nullptr) << err;
+}
+
+
+// /proc/self/maps' line for the mapping that starts at `p` ("" when none does).
+std::string arena_maps_line(const void* p) {
+  char start[32];
+  std::snprintf(start, sizeof start, "%lx-", static_cast<unsigned long>(reinterpret_cast<uintptr_t>(p)));
+  std::ifstream maps("/proc/self/maps");
+  for (std::string l; std::getline(maps, l);)
+    if (l.rfind(start, 0) == 0) return l;
+  return "";
+}
+
+// One request line on the snapshot exchange at `sock`, its reply parsed.
+nlohmann::json arena_exchange(const std::string& sock, const std::string& op) {
+  auto fd = connect_unix(sock, deadline_in(5));
+  if (!fd.ok()) return {{"connect", fd.error().message}};
+  const std::string line = nlohmann::json{{"op", op}}.dump() + "\n";
+  if (!send_all(fd->get(), line.data(), line.size(), {}, deadline_in(5)).ok()) return {{"send", false}};
+  std::string reply;
+  char c = 0;
+  while (recv_exact(fd->get(), &c, 1, nullptr, deadline_in(30)).ok() && c != '\n') reply += c;
+  return nlohmann::json::parse(reply, nullptr, false);
+}
+
+// What a snapshot's prepare does to a KV arena: the memory goes, the address stays reserved; the next
+// swap_in maps the daemon's arena there again, with what was written before.
+TEST(Arena, UnmapKeepsTheRangeReservedAndSwapInMapsTheSameMemoryAgain) {
+  test::TempDir d;
+  test::Daemon daemon(d / "run");
+  auto a = fastrestart::lease_arena(opts(d / "run"));
+  ASSERT_TRUE(a.ok()) << a.error().message;
+  auto& arena = **a;
+  auto* p = static_cast<volatile uint64_t*>(arena.base());
+  for (size_t i = 0; i < kBytes / 8; ++i) p[i] = word(i);
+  const std::string mapped = arena_maps_line(arena.base());
+  EXPECT_NE(mapped.find("memfd:fastrestart-pool"), std::string::npos) << mapped;
+
+  ASSERT_TRUE(arena.unmap().ok());
+  EXPECT_FALSE(arena.leased());
+  EXPECT_TRUE(arena.unmapped());
+  EXPECT_EQ(arena.placeholder_bytes(), 0u);
+  const std::string reserved = arena_maps_line(arena.base());
+  EXPECT_EQ(reserved.find("memfd"), std::string::npos) << reserved;
+  EXPECT_NE(reserved.find(" ---p "), std::string::npos) << "inaccessible, still reserved: " << reserved;
+
+  auto l = arena.swap_in();  // this process still holds the lease: granted at once
+  ASSERT_TRUE(l.ok()) << l.error().message;
+  EXPECT_FALSE(l->created);
+  EXPECT_EQ(l->waited_s, 0.0);
+  EXPECT_EQ(arena.base(), static_cast<void*>(const_cast<uint64_t*>(p)));
+  EXPECT_FALSE(arena.unmapped());
+  ASSERT_TRUE(arena.last_lease().has_value());
+  EXPECT_EQ(arena.last_lease()->generation, l->generation);
+  size_t bad = 0;
+  for (size_t i = 0; i < kBytes / 8; ++i) bad += p[i] != word(i);
+  EXPECT_EQ(bad, 0u) << "the daemon's memory, not a copy";
+
+  // From the placeholder too (a standby that is snapshotted before its release).
+  auto b = fastrestart::reserve_arena([&] { auto o = opts(d / "run"); o.name = "kv2"; return o; }());
+  ASSERT_TRUE(b.ok()) << b.error().message;
+  ASSERT_TRUE((*b)->unmap().ok());
+  EXPECT_EQ(arena_maps_line((*b)->base()).find("memfd"), std::string::npos);
+  ASSERT_TRUE((*b)->swap_in().ok());
+  EXPECT_TRUE((*b)->leased());
+}
+
+// The snapshot exchange with a KV arena: prepare unmaps it (after quiesce) and reports where; resume
+// leases it again, maps it at the same address and only then calls the resume hook.
+TEST(Arena, TheSnapshotAgentUnmapsItsArenaAndLeasesItAgainBeforeTheResumeHook) {
+  test::TempDir d;
+  test::Daemon daemon(d / "run");
+  auto a = fastrestart::lease_arena(opts(d / "run"));
+  ASSERT_TRUE(a.ok()) << a.error().message;
+  std::shared_ptr<fastrestart::Arena> arena(std::move(*a));
+  auto* p = static_cast<volatile uint64_t*>(arena->base());
+  p[3] = word(3);
+  bool leased_at_resume = false;
+  const std::string sock = d / "ex.sock";
+  auto agent = fastrestart::SnapshotAgent::start(
+      {}, {nullptr, [&]() -> fastrestart::Status { leased_at_resume = arena->leased(); return {}; }}, sock, {arena});
+  ASSERT_TRUE(agent.ok()) << agent.error().message;
+
+  const auto prepared = arena_exchange(sock, "prepare");
+  ASSERT_TRUE(prepared.value("ok", false)) << prepared.dump();
+  ASSERT_EQ(prepared["arenas"].size(), 1u) << prepared.dump();
+  const auto& e = prepared["arenas"][0];
+  EXPECT_EQ(e["name"], "kv");
+  EXPECT_EQ(e["device"], "host");
+  EXPECT_EQ(e["mapped"], false);
+  EXPECT_EQ(e["base"].get<uintptr_t>(), reinterpret_cast<uintptr_t>(arena->base()));
+  EXPECT_EQ(e["bytes"].get<uint64_t>(), arena->bytes());
+  EXPECT_EQ(e["daemon_socket"].get<std::string>().rfind(std::string(d / "run"), 0), 0u) << e.dump();
+  EXPECT_NE(arena_maps_line(arena->base()).find(" ---p "), std::string::npos);
+  EXPECT_TRUE((*agent)->prepared());
+  const auto again = arena_exchange(sock, "prepare");
+  EXPECT_EQ(again.value("already", false), true) << again.dump();
+
+  const auto resumed = arena_exchange(sock, "resume");
+  ASSERT_TRUE(resumed.value("ok", false)) << resumed.dump();
+  ASSERT_EQ(resumed["arenas"].size(), 1u);
+  EXPECT_EQ(resumed["arenas"][0]["mapped"], true);
+  EXPECT_EQ(resumed["arenas"][0]["created"], false);
+  EXPECT_TRUE(resumed["arenas"][0].contains("waited_s"));
+  EXPECT_TRUE(leased_at_resume) << "the hook ran before the arena was back";
+  EXPECT_EQ(p[3], word(3));
+  EXPECT_FALSE((*agent)->prepared());
+}
+
+TEST(Arena, TheCAbiSnapshotAgentTakesArenas) {
+  test::TempDir d;
+  test::Daemon daemon(d / "run");
+  const std::string dir = d / "run";
+  fr_arena_options_t o;
+  fr_arena_options_init(&o);
+  o.bytes = kBytes;
+  o.socket_dir = dir.c_str();
+  fr_arena_t* a = nullptr;
+  char err[256] = {};
+  ASSERT_EQ(fr_arena_reserve(&o, &a, err, sizeof err), FR_OK) << err;
+  ASSERT_EQ(fr_arena_swap_in(a, nullptr, nullptr, err, sizeof err), FR_OK) << err;
+  const std::string sock = d / "c.sock";
+  fr_snapshot_agent_t* agent = nullptr;
+  fr_arena_t* const* none = nullptr;
+  EXPECT_EQ(fr_snapshot_agent_start_arenas(nullptr, 0, none, 1, nullptr, nullptr, nullptr, sock.c_str(), &agent, err, sizeof err),
+            FR_EINVAL);
+  EXPECT_NE(std::strstr(err, "arenas is NULL"), nullptr) << err;
+  ASSERT_EQ(fr_snapshot_agent_start_arenas(nullptr, 0, &a, 1, nullptr, nullptr, nullptr, sock.c_str(), &agent, err, sizeof err),
+            FR_OK) << err;
+  void* base = fr_arena_base(a);
+  fr_arena_release(a);  // the agent keeps the range
+  const auto prepared = arena_exchange(sock, "prepare");
+  ASSERT_EQ(prepared["arenas"].size(), 1u) << prepared.dump();
+  EXPECT_EQ(prepared["arenas"][0]["base"].get<uintptr_t>(), reinterpret_cast<uintptr_t>(base));
+  const auto resumed = arena_exchange(sock, "resume");
+  EXPECT_EQ(resumed["arenas"][0]["mapped"], true) << resumed.dump();
+  fr_snapshot_agent_stop(agent);
 }
 
 }  // namespace

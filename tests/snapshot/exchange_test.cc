@@ -95,6 +95,49 @@ TEST(VerifyReleased, HoldingThePoolOpenIsRefused) {
   EXPECT_NE(s.error().message.find("holds a weight pool open"), std::string::npos) << s.error().message;
 }
 
+json arena_entry() {
+  return {{"name", "kv"}, {"device", "host"}, {"daemon_socket", "/run/w.sock"}, {"base", 1 << 20}, {"bytes", 1 << 16},
+          {"mapped", false}, {"seconds", 0.001}};
+}
+
+TEST(WeightsManifest, ArenasReadBackAndOneStillMappedIsRefused) {
+  json w{{"excluded", true}, {"exchange", "/s/.engine.sock"}, {"entries", json::array({entry()})},
+         {"arenas", json::array({arena_entry()})}};
+  auto m = manifest_from_json(manifest_json(w), "m.json: ");
+  ASSERT_TRUE(m.ok()) << m.error().message;
+  EXPECT_EQ(m->weights["arenas"], w["arenas"]);
+  w["arenas"][0]["mapped"] = true;
+  m = manifest_from_json(manifest_json(w), "m.json: ");
+  ASSERT_FALSE(m.ok());
+  EXPECT_NE(m.error().message.find("manifest.weights.arenas[0].mapped"), std::string::npos) << m.error().message;
+  w["arenas"][0] = arena_entry();
+  w["arenas"][0].erase("name");
+  m = manifest_from_json(manifest_json(w), "m.json: ");
+  ASSERT_FALSE(m.ok());
+  EXPECT_NE(m.error().message.find("manifest.weights.arenas[0].name"), std::string::npos) << m.error().message;
+}
+
+// A KV arena is checked as a pool is: reported unmapped, and its host range inaccessible.
+TEST(VerifyReleased, AnArenaStillMappedOrAccessibleIsNamed) {
+  const size_t n = 1 << 16;
+  void* p = ::mmap(nullptr, n, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  ASSERT_NE(p, MAP_FAILED);
+  json arenas = json::array({arena_entry()});
+  arenas[0]["base"] = reinterpret_cast<uintptr_t>(p);
+  arenas[0]["bytes"] = n;
+  auto s = verify_released(::getpid(), json::array(), arenas);
+  ASSERT_FALSE(s.ok());
+  EXPECT_NE(s.error().message.find("KV arena 'kv' released, but its range is still accessible"), std::string::npos)
+      << s.error().message;
+  ASSERT_EQ(::mprotect(p, n, PROT_NONE), 0);
+  EXPECT_TRUE(verify_released(::getpid(), json::array(), arenas).ok());
+  arenas[0]["mapped"] = true;
+  s = verify_released(::getpid(), json::array(), arenas);
+  ASSERT_FALSE(s.ok());
+  EXPECT_NE(s.error().message.find("the engine reports KV arena 'kv' still mapped"), std::string::npos) << s.error().message;
+  ::munmap(p, n);
+}
+
 TEST(Exchange, AnEngineWithoutTheSocketDoesNotAnswer) {
   test::TempDir dir;
   auto r = exchange(dir.path() + "/none.sock", "prepare", 1);

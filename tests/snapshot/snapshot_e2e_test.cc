@@ -11,6 +11,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstring>
 #include <filesystem>
@@ -469,6 +470,65 @@ TEST(WeightlessSnapshot, ReleasesTheHostPoolBeforeTheDumpAndMapsItAgainAtTheSame
   std::printf("weightless create %.3f s (%.1f MB of images for 256 MiB of weights); restore to ready %.3f s\n",
               m["create_s"].get<double>(), m["image_bytes"].get<double>() / 1e6,
               s["last_start"]["time_to_ready_s"].get<double>());
+}
+
+// The KV arena leased from the daemon is left out like the weights: the engine unmaps it at the prepare
+// (its range stays reserved), the images hold none of its pages, and every restore leases it again and
+// maps it at the same address; fastrestartd and the daemon see the restored process as its holder.
+TEST(WeightlessSnapshot, TheKvArenaIsLeftOutAndLeasedAgainAtTheSameAddress) {
+  SKIP_WITHOUT_CRIU();
+  Options o = weightless("64M");
+  constexpr uint64_t kArena = 256ull << 20;
+  o.engine_flags = ", \"--kv-arena-bytes\", \"" + std::to_string(kArena) + "\", \"--kv-arena-touch\"";
+  Supervised d(o);
+  ASSERT_TRUE(d.wait_ready_path("warm")) << d.log();
+  ASSERT_TRUE(d.wait_status([](const json& st) { return st["arena_outcome"].is_object(); }, 30)) << d.log();
+  const pid_t engine = d.status()["engine"]["pid"];
+  const auto before = pool_mappings(engine);
+  ASSERT_EQ(before.size(), 2u) << "the weights and the arena";
+  const std::string id = d.create();
+  ASSERT_FALSE(id.empty());
+  const json m = d.ctl_json({"snapshot", "inspect", id})["manifest"];
+  ASSERT_EQ(m["weights"]["arenas"].size(), 1u) << m.dump();
+  const json a = m["weights"]["arenas"][0];
+  EXPECT_EQ(a["name"], "kv");
+  EXPECT_EQ(a["mapped"], false);
+  EXPECT_EQ(a["bytes"].get<uint64_t>(), kArena);
+  EXPECT_NE(std::find(before.begin(), before.end(), hex(a["base"].get<uint64_t>())), before.end()) << a.dump();
+  // Neither the 64 MiB of weights nor the 256 MiB of written arena are in the images.
+  EXPECT_LT(m["image_bytes"].get<uint64_t>(), 128ull << 20) << m["image_bytes"];
+
+  auto restored_holds_it = [&](const json& st) {
+    if (!settled(st) || st["last_start"]["path"] != "snapshot" || !st["arena_outcome"].is_object()) return false;
+    const pid_t pid = st["engine"]["pid"];
+    if (st["arena_outcome"]["pid"] != pid || st["arena_outcome"]["outcome"] != "leased") return false;
+    for (const auto& dm : st.value("daemons", json::array()))
+      for (const auto& ar : dm.value("arenas", json::array()))
+        if (ar.value("name", "") == "kv") return ar["holder_pid"] == pid;
+    return false;
+  };
+  ASSERT_TRUE(d.wait_status(restored_holds_it, 30)) << d.status().dump(1) << d.log();
+  auto s = d.status();
+  const pid_t restored = s["engine"]["pid"];
+  EXPECT_NE(restored, engine);
+  EXPECT_EQ(pool_mappings(restored), before) << "the weights and the arena where they were";
+  const json timings = snapshot_of(s)["last_restore"]["timings"];
+  EXPECT_TRUE(timings.contains("arena_wait_s")) << timings.dump();
+  auto answer = d.complete(m["oracle"]);
+  ASSERT_TRUE(answer.contains("choices")) << answer.dump();
+  EXPECT_EQ(answer["choices"][0]["token_ids"], m["oracle"]["token_ids"]);
+
+  // kill -9: the next restore's lease is granted once the killed engine has exited, at the same address.
+  d.kill_engine();
+  ASSERT_TRUE(d.wait_status([&](const json& st) { return snapshot_of(st)["restored"] == 2 && restored_holds_it(st); }))
+      << d.log();
+  s = d.status();
+  EXPECT_NE(s["engine"]["pid"], restored);
+  EXPECT_EQ(pool_mappings(s["engine"]["pid"]), before);
+  std::printf("arena snapshot: %.1f MB of images for 64 MiB of weights and a 256 MiB written arena; restore to ready "
+              "%.3f s, arena lease wait %.3f s\n",
+              m["image_bytes"].get<double>() / 1e6, s["last_start"]["time_to_ready_s"].get<double>(),
+              snapshot_of(s)["last_restore"]["timings"].value("arena_wait_s", -1.0));
 }
 
 TEST(WeightlessSnapshot, ARestoreWhoseDaemonLostTheEntryFallsBackBeforeCriu) {

@@ -37,6 +37,7 @@ using fr::Errc;
 using fr::Error;
 template <typename T>
 using Result = fr::Result<T>;
+using Status = fr::Status;
 
 struct ArenaOptions {
   std::string name = "kv";         // the daemon's name for it: 1-64 of A-Z a-z 0-9 _ . -
@@ -64,10 +65,21 @@ class Arena {
   virtual ~Arena() = default;  // unmaps (placeholder or arena) and frees the range
   virtual void* base() const = 0;         // fixed for the Arena's life
   virtual uint64_t bytes() const = 0;     // the range's size (>= ArenaOptions::bytes)
-  virtual bool leased() const = 0;        // false: the placeholder backs the range
-  virtual uint64_t placeholder_bytes() const = 0;  // the placeholder's memory; 0 once leased
-  // Leases the arena and maps it over the range at base(). Errc::kBusy when already leased.
+  virtual bool leased() const = 0;        // false: the placeholder backs the range, or nothing (unmapped())
+  virtual uint64_t placeholder_bytes() const = 0;  // the placeholder's memory; 0 once leased or unmapped
+  // Leases the arena and maps it over the range at base(). Errc::kBusy when already leased. After unmap()
+  // it leases again (this process still holds the lease: granted at once; a process restored from a
+  // snapshot is another process: granted once the dumped one has exited) and maps at the same address.
   virtual Result<ArenaLease> swap_in() = 0;
+  // For a snapshot (docs/snapshot.md, "Snapshots without the KV cache"): unmaps the arena (or the
+  // placeholder) and keeps the range reserved with nothing behind it, so that the checkpoint holds none of
+  // it. Nothing may touch the range until swap_in() (a read or write faults); device work queued over it
+  // is waited for first. The lease is not given back: it ends with the process, as always.
+  virtual Status unmap() = 0;
+  virtual bool unmapped() const = 0;
+  virtual const ArenaOptions& options() const = 0;
+  virtual std::string daemon_socket() const = 0;            // the daemon swap_in() asks
+  virtual std::optional<ArenaLease> last_lease() const = 0;  // what the last swap_in() was granted
 };
 
 // An arena the daemon holds, as its status lists it (docs/protocol.md, "status").

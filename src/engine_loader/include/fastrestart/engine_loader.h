@@ -33,6 +33,7 @@
 #include <string>
 #include <vector>
 
+#include "fastrestart/arena.h"
 #include "fastrestart/result.h"
 
 namespace fastrestart {
@@ -192,10 +193,12 @@ struct SnapshotHooks {
 class SnapshotAgent {
  public:
   // Listens on `socket_path` (empty: $FASTRESTART_SNAPSHOT_SOCKET) for `weights` (zero_copy ones are
-  // released; others are reported and left alone). Returns nullptr when no path is given and the variable
-  // is unset or empty: the engine is not asked to take part.
+  // released; others are reported and left alone) and `arenas` (KV arenas, fastrestart/arena.h: unmapped
+  // after the weights, leased and mapped again at the same address before the resume hook). Returns nullptr
+  // when no path is given and the variable is unset or empty: the engine is not asked to take part.
   static Result<std::unique_ptr<SnapshotAgent>> start(std::vector<std::shared_ptr<Weights>> weights, SnapshotHooks hooks,
-                                                      const std::string& socket_path = "");
+                                                      const std::string& socket_path = "",
+                                                      std::vector<std::shared_ptr<Arena>> arenas = {});
   virtual ~SnapshotAgent() = default;  // stops the thread, closes and removes the socket
   virtual std::string socket_path() const = 0;
   virtual bool prepared() const = 0;   // between a prepare and its resume

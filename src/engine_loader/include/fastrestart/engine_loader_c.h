@@ -133,6 +133,14 @@ uint64_t fr_arena_bytes(const fr_arena_t* a);
 int fr_arena_leased(const fr_arena_t* a);
 void fr_arena_release(fr_arena_t* a);
 
+/* fr_snapshot_agent_start with KV arenas as well (docs/snapshot.md, "Snapshots without the KV cache"): a
+ * prepare unmaps them after the weights, keeping their ranges; a resume leases and maps them again at the
+ * same addresses before the resume hook. The agent keeps each arena's range reserved until it is stopped,
+ * also after fr_arena_release. */
+int fr_snapshot_agent_start_arenas(fr_weights_t* const* weights, size_t nweights, fr_arena_t* const* arenas,
+                                   size_t narenas, fr_snapshot_hook_t quiesce, fr_snapshot_hook_t resume, void* user,
+                                   const char* socket_path, fr_snapshot_agent_t** out, char* err, size_t errlen);
+
 #ifdef __cplusplus
 }
 #endif
