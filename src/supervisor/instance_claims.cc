@@ -12,7 +12,7 @@
 #include "common/unix_socket.h"
 #include "supervisor/proc_stat.h"
 #include "supervisor/standby/port_owner.h"
-#include "supervisor/supervisor_internal.h"
+#include "supervisor/state_files.h"
 
 namespace fr::supervisor {
 namespace {

@@ -6,7 +6,7 @@
 #include <filesystem>
 
 #include "common/io.h"
-#include "supervisor/supervisor_internal.h"
+#include "supervisor/state_files.h"
 
 namespace fr::supervisor {
 

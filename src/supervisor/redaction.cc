@@ -7,11 +7,26 @@
 #include <mutex>
 
 #include "common/secrets.h"
+#include "supervisor/flags.h"
 
 namespace fr::supervisor {
 
 void register_secret_words(const std::vector<std::string>& words, const std::vector<std::string>& secret_flags) {
   process_scrubber().add(secret_values(words, secret_flags));
+}
+
+void register_pushed_secrets(const nlohmann::json& req, const std::vector<std::string>& secret_flags) {
+  if (!req.is_object() || !req.contains("flags")) return;
+  const nlohmann::json& f = req["flags"];
+  std::vector<std::string> words;
+  if (f.is_string()) {
+    // An unsplittable one (an open quote) is refused with a message that does not quote it.
+    if (auto split = split_flags(f.get<std::string>()); split.ok()) words = std::move(*split);
+  } else if (f.is_array()) {
+    for (const auto& w : f)
+      if (w.is_string()) words.push_back(w.get<std::string>());
+  }
+  register_secret_words(words, secret_flags);
 }
 
 void register_secrets(const EngineConfig& engine) {

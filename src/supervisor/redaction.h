@@ -4,6 +4,7 @@
 #pragma once
 
 #include <memory>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
 
@@ -13,6 +14,9 @@ namespace fr::supervisor {
 
 // The secret values of `words` (the rule, and `secret_flags`: engine.secret_flags) into process_scrubber.
 void register_secret_words(const std::vector<std::string>& words, const std::vector<std::string>& secret_flags);
+// A control request's pushed flags, before anything reads it: a refusal, a rollback or the engine's own
+// output may quote them. Read as leniently as possible (the request may be invalid).
+void register_pushed_secrets(const nlohmann::json& req, const std::vector<std::string>& secret_flags);
 // An engine config's: its command and flags by the rule, and every engine.env value not in public_env.
 void register_secrets(const EngineConfig& engine);
 

@@ -53,7 +53,7 @@ class Stats {
   // One start path's answer at a start (started | skipped | failed | waiting) and its reason code.
   void start_attempt(std::string_view path, const std::string& outcome, const std::string& reason);
 
-  // By start path, for a snapshot's break-even (supervisor_snapshot.cc).
+  // By start path, for a snapshot's break-even (snapshots/snapshots_control.cc).
   const std::map<std::string, Histogram>& time_to_ready() const { return m_ready; }
 
   // Sets the status's restarts, rollbacks and metrics; metrics.snapshots is the snapshot side's.

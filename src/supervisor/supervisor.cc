@@ -16,9 +16,10 @@
 #include "common/control_chars.h"
 #include "common/io.h"
 #include "common/private_dir.h"
-#include "daemon_client/daemon_client.h"
+#include "supervisor/attach_seen.h"
 #include "supervisor/child.h"
 #include "supervisor/engine_group_record.h"
+#include "supervisor/engine_launch.h"
 #include "supervisor/engine_progress.h"
 #include "supervisor/flags.h"
 #include "supervisor/listen_socket.h"
@@ -48,50 +49,7 @@ std::string fmt_bytes(double b) {
   return buf;
 }
 
-std::string join(const std::vector<std::string>& v, const char* sep = " ") {
-  std::string s;
-  for (const auto& x : v) s += (s.empty() ? "" : sep) + x;
-  return s;
-}
-
 }  // namespace
-
-std::vector<std::string> checkpoint_files(const Config& c) { return expand_checkpoint_paths(c.weights.checkpoint); }
-
-std::vector<std::string> expand_checkpoint_paths(const std::vector<std::string>& paths) {
-  std::vector<std::string> out;
-  for (const auto& p : paths) {
-    std::error_code ec;
-    if (std::filesystem::is_directory(p, ec)) {
-      std::vector<std::string> v;
-      for (const auto& e : std::filesystem::directory_iterator(p, ec))
-        if (e.path().extension() == ".safetensors") v.push_back(e.path().string());
-      std::sort(v.begin(), v.end());
-      out.insert(out.end(), v.begin(), v.end());
-    } else {
-      out.push_back(p);
-    }
-  }
-  return out;
-}
-
-
-
-// A StartPart whose refusal and start are two of the Supervisor's methods: the standby's and the
-// snapshots' state still live in the Supervisor (supervisor_standby.cc, supervisor_snapshot.cc).
-class Supervisor::PartOf final : public StartPart {
- public:
-  using Refusal = std::optional<StartRefusal> (Supervisor::*)() const;
-  using Start = Status (Supervisor::*)();
-  PartOf(Supervisor& s, Refusal why_not, Start begin) : m_s(s), m_refusal(why_not), m_start(begin) {}
-  std::optional<StartRefusal> refusal() const override { return (m_s.*m_refusal)(); }
-  Status start() override { return (m_s.*m_start)(); }
-
- private:
-  Supervisor& m_s;
-  Refusal m_refusal;
-  Start m_start;
-};
 
 Supervisor::Supervisor(Config config, std::unique_ptr<GpuProbe> gpus, std::unique_ptr<Notifier> notifier)
     : m_cfg(std::move(config)),
@@ -113,9 +71,8 @@ Supervisor::Supervisor(Config config, std::unique_ptr<GpuProbe> gpus, std::uniqu
   m_kind = kind.ok() ? std::move(*kind) : make_builtin_engine_adapter(m_cfg.engine.kind);
   m_output_rules = m_kind->failure_rules();
   m_daemons = make_daemon_set(*this);
-  m_snap = std::make_unique<Snapshots>();
-  m_parts.emplace(StartPath::kStandby, std::make_unique<PartOf>(*this, &Supervisor::standby_refusal, &Supervisor::release_standby));
-  m_parts.emplace(StartPath::kSnapshot, std::make_unique<PartOf>(*this, &Supervisor::snapshot_refusal, &Supervisor::restore_snapshot));
+  m_snapshots = std::make_unique<Snapshots>(static_cast<SnapshotHost&>(*this));
+  m_standby = std::make_unique<Standby>(static_cast<StandbyHost&>(*this));
   load_persisted_flags();
   register_secret_words(m_flags.words(), m_cfg.engine.secret_flags);
   m_last_ready_flags = m_flags;
@@ -124,8 +81,13 @@ Supervisor::Supervisor(Config config, std::unique_ptr<GpuProbe> gpus, std::uniqu
 Supervisor::~Supervisor() = default;
 
 StartPart* Supervisor::part(StartPath path) const {
-  auto it = m_parts.find(path);
-  return it == m_parts.end() ? nullptr : it->second.get();
+  switch (path) {
+    case StartPath::kStandby: return m_standby.get();
+    case StartPath::kSnapshot: return m_snapshots.get();
+    case StartPath::kWarm:
+    case StartPath::kCold: return nullptr;
+  }
+  return nullptr;
 }
 
 // ---------------------------------------------------------------------------------------------------
@@ -157,13 +119,13 @@ void Supervisor::perform(Action a) {
     case Action::kWaitDrain: wait_drain(); break;
     case Action::kCancelBackoff: m_backoff_timer.stop(); break;
     case Action::kNotifyHeld:
-      discard_standby("the engine is held");
+      m_standby->discard("the engine is held");
       set_status("Engine stopped by the operator (fastrestartctl start-engine to start it)");
       break;
     case Action::kScheduleBackoff: {
       // The backoff spaces out failing starts; a parked standby's start was paid for while the engine
       // served, and none is started again before an engine is ready, so it goes at once (docs/standby.md).
-      double b = standby_refusal() ? m_policy.backoff_s() : 0.0;
+      double b = m_standby->refusal() ? m_policy.backoff_s() : 0.0;
       if (b > 0) set_status("Restarting in " + fmt_s(b) + " (after " + m_last_exit.value("cause", std::string("exit")) + ")");
       m_backoff_timer.start(b, [this] { raise(Event::kBackoffElapsed); });
       break;
@@ -172,7 +134,7 @@ void Supervisor::perform(Action a) {
     case Action::kNotifyStopping:
       m_notify->notify("STOPPING=1\nSTATUS=Stopping: engine first, then the weight daemons");
       spdlog::info("stopping: engine first, then the weight daemons");
-      discard_standby("fastrestartd is stopping");
+      m_standby->discard("fastrestartd is stopping");
       break;
     case Action::kNotifyFailed:
       m_exit_code = kExitCrashLoop;
@@ -220,7 +182,7 @@ int Supervisor::run() {
     m_watchdog_timer.start(every, [this] { m_notify->notify("WATCHDOG=1"); }, every);
   }
   spdlog::info("fastrestartd {} serving '{}' from {}", FASTRESTART_VERSION, m_cfg.name, m_cfg.path);
-  snapshot_init();
+  m_snapshots->init();
   kill_leftover_groups();
   start_daemons();  // m_state starts as kLoading
   m_running = true;
@@ -231,12 +193,10 @@ int Supervisor::run() {
   m_reload.reset();
   // Close every handle we own before the loop goes away.
   m_signals.clear();
-  m_standby.reset();
+  m_standby->close();
   m_engine.reset();
   m_daemons->close();
-  if (m_snap->helper_pid > 0) signal_group(m_snap->helper_pid, -1, SIGKILL);  // a job cut short by the stop
-  m_snap->helper_reader.reset();
-  m_snap->job_timer.reset();
+  m_snapshots->close();
   for (Timer* t : {&m_poll_timer, &m_deadline_timer, &m_health_timer, &m_drain_timer, &m_backoff_timer,
                    &m_kill_timer, &m_watchdog_timer})
     t->stop();
@@ -263,16 +223,9 @@ void Supervisor::reap() {
       continue;
     }
     if (m_daemons->on_exit(pid, status)) continue;
-    if (standby_alive() && pid == m_standby->proc->pid) {
-      on_standby_exit(status);
-      continue;
-    }
-    if (m_snap->helper_pid > 0 && pid == m_snap->helper_pid) {
-      on_helper_exit(status);
-      continue;
-    }
-    // Possibly a restored engine that died before its helper's result was read: kept for after_restore_job.
-    if (m_snap->orphans.size() < 64) m_snap->orphans[pid] = status;
+    if (m_standby->on_exit(pid, status)) continue;
+    if (m_snapshots->on_exit(pid, status)) continue;
+    m_snapshots->keep_exit(pid, status);  // perhaps a restored engine its helper has not named yet
     spdlog::debug("reaped orphan pid {}", pid);
   }
 }
@@ -287,108 +240,41 @@ void Supervisor::start_daemons() {
 
 void Supervisor::stop_daemons() {
   // The standby's group goes before the daemons, like the engine's (a warmed one maps their weights).
-  if (standby_alive()) {
-    discard_standby("the weight daemons are stopping");
-    m_stop_daemons_after_standby = true;  // on_standby_exit comes back here
-    return;
-  }
-  discard_standby("the weight daemons are stopping");  // a pending respawn
+  if (m_standby->stop_before_daemons("the weight daemons are stopping")) return;  // standby_gone comes back here
   m_daemons->stop();
 }
 
 // ---------------------------------------------------------------------------------------------------
 // Engine
 
-std::vector<double> Supervisor::gpu_fractions(bool for_standby, bool warn) const {
-  std::vector<double> out;
-  if (m_cfg.gpus.empty() || m_cfg.weights.backend == "host") return out;
-  // In zero_copy the daemon's pool is already used memory, so the engine's fraction of a GPU is the
-  // budget minus what that GPU's daemon holds; a warmed standby's memory on that GPU is set aside too
-  // (docs/standby.md, "Memory"). Each GPU's own: the ranks of a tensor-parallel engine each get theirs.
-  for (const GpuShare& s : gpu_shares()) {
-    out.push_back(s.share);
-    auto m = m_gpus->memory(s.in.gpu);
-    if (!m.ok() || m->total == 0 || !warn || !m_cfg.memory.check_free) continue;
-    const std::string& gpu = s.in.gpu;
-    const double held = static_cast<double>(s.in.held), reserve = static_cast<double>(s.in.reserve);
-    // What the engine must allocate anew: its share but its KV arenas, which are allocated already (the
-    // daemon's, mapped by the engine) and so not in the free memory (docs/supervisor.md, "KV arenas").
-    const double need = static_cast<double>(s.own_bytes);
-    if (for_standby) {
-      if (reserve > static_cast<double>(m->free))
-        spdlog::warn("GPU {}: the warmed standby's reserve {} does not fit in the free {} (used {})", gpu,
-                     fmt_bytes(reserve), fmt_bytes(double(m->free)), fmt_bytes(double(m->used)));
-    } else if (need > static_cast<double>(m->free)) {
-      spdlog::warn("GPU {}: the engine's share {}{} does not fit in the free {} (used {}, of which the weight daemon holds {})",
-                   gpu, fmt_bytes(need), s.in.arena ? " beyond its KV arenas' " + fmt_bytes(double(s.in.arena)) : std::string(),
-                   fmt_bytes(double(m->free)), fmt_bytes(double(m->used)), fmt_bytes(held));
-    }
-  }
-  return out;
+EngineLaunch Supervisor::launch() const {
+  return {m_cfg, m_flags, *m_kind, *m_gpus, m_daemons->preload_use(), m_daemons->loader_protocol(), gpu_shares()};
 }
 
-std::vector<std::string> Supervisor::engine_argv(bool for_standby) const {
-  std::vector<std::string> argv = m_cfg.engine.command;
-  FlagList flags = m_flags;
-  if (auto use = m_daemons->preload_use()) m_kind->flags_for_preload(flags, *use);  // vLLM: --load-format ipc_cache, ...
-  if (const auto fr = gpu_fractions(for_standby, /*warn=*/true); !fr.empty()) {
-    // One flag for every rank: the smallest share (each rank's own is in $FASTRESTART_GPU_MEMORY_UTILIZATION),
-    // in place of the one the flags hold, however they spell it.
-    const double frac = *std::min_element(fr.begin(), fr.end());
-    const std::string flag = m_kind->memory_flag();
-    flags = flags.without(canonical_flag_name(flag)).with({flag, {std::to_string(frac)}, false});
-  }
-  argv.insert(argv.end(), flags.words().begin(), flags.words().end());
-  return argv;
-}
+std::vector<std::string> Supervisor::engine_argv(bool for_standby) const { return engine_launch_argv(launch(), for_standby); }
 
 std::map<std::string, std::string> Supervisor::engine_env(bool for_standby) {
-  std::map<std::string, std::string> env = m_cfg.engine.env;
-  if (!m_cfg.gpus.empty() && m_cfg.weights.backend != "host") env["CUDA_VISIBLE_DEVICES"] = join(m_cfg.gpus, ",");
-  // The engine_loader device of each GPU, in gpus order: rank r of a tensor-parallel engine attaches
-  // through entry r (docs/engine_loader.md, "Devices"). CUDA numbers the visible GPUs from 0; the host
-  // backend's daemons stand for the listed GPUs by name.
-  const bool host = m_cfg.weights.backend == "host";
-  if (!m_cfg.gpus.empty() && (!host || m_daemons->loader_protocol())) {
-    std::vector<std::string> devices;
-    for (size_t i = 0; i < m_cfg.gpus.size(); ++i) devices.push_back(host ? "host:" + m_cfg.gpus[i] : "cuda:" + std::to_string(i));
-    env["FASTRESTART_DEVICES"] = join(devices, ",");
-  }
-  if (const auto fr = gpu_fractions(for_standby, /*warn=*/false); !fr.empty()) {
-    std::vector<std::string> v;
-    for (double f : fr) v.push_back(std::to_string(f));
-    env["FASTRESTART_GPU_MEMORY_UTILIZATION"] = join(v, ",");
-  }
-  if (!m_cfg.weights.socket_dir.empty()) env["FASTRESTART_SOCKET_DIR"] = m_cfg.weights.socket_dir;
-  env["FASTRESTART_WEIGHTS_MODE"] = weights_mode_name(m_cfg.weights.mode);
-  // A snapshottable engine must not use io_uring, which CRIU cannot dump (libuv/uvloop turn it on).
-  if (m_snap->wanted) env["UV_USE_IO_URING"] = "0";
-  // A snapshottable engine in zero_copy must release the daemon's pools before a dump: the snapshot
-  // helper asks it there (docs/snapshot.md, "The prepare/resume exchange").
-  if (m_snap->wanted && m_cfg.weights.mode == WeightsMode::kZeroCopy) env["FASTRESTART_SNAPSHOT_SOCKET"] = m_snap->dir + "/.engine.sock";
+  std::map<std::string, std::string> env = engine_launch_env(launch(), for_standby);
+  m_snapshots->add_engine_env(env);
   return env;
 }
 
 void Supervisor::start_engine() {
   m_backoff_timer.stop();
-  if (m_snap->helper_pid > 0 && m_snap->job == "create") {
+  if (m_snapshots->creating()) {
     // The dump ended the engine; the next start restores the artifact the dump is writing
     // (kSnapshotCreated walks the paths again).
-    m_start_attempts = {{StartPath::kSnapshot, "waiting", {"snapshot_create", "waiting for the snapshot being created"}}};
+    m_attempts.wait_first(StartPath::kSnapshot, {"snapshot_create", "waiting for the snapshot being created"});
     set_status("Waiting for the snapshot being created");
     return;
   }
   // A walk that waited for fresh daemons goes on with what it recorded before the reload.
-  if (!walk_waiting("reloading_daemons") && !walk_waiting("snapshot_create")) m_start_attempts.clear();
+  if (!m_attempts.waiting("reloading_daemons") && !m_attempts.waiting("snapshot_create")) m_attempts.clear();
   walk_start_paths(0);
   // A standby on flags the engine no longer runs (or a checkpoint that changed) is of no use: its successor
   // starts once this engine is ready.
-  if (standby_alive())
-    if (auto stale = standby_stale(); !stale.empty()) discard_standby(stale);
-}
-
-bool Supervisor::walk_waiting(const char* code) const {
-  return !m_start_attempts.empty() && m_start_attempts.back().outcome == "waiting" && m_start_attempts.back().why.code == code;
+  if (m_standby->alive())
+    if (auto stale = m_standby->stale(); !stale.empty()) m_standby->discard(stale);
 }
 
 bool Supervisor::engine_serving() const {
@@ -396,7 +282,7 @@ bool Supervisor::engine_serving() const {
 }
 
 std::optional<StartPath> Supervisor::requested_start_path() const {
-  if (m_snap->force_id.empty()) return std::nullopt;
+  if (!m_snapshots->requested()) return std::nullopt;
   const auto& order = m_cfg.restart.start;
   if (std::find(order.begin(), order.end(), StartPath::kSnapshot) == order.end()) return std::nullopt;
   return StartPath::kSnapshot;
@@ -409,67 +295,38 @@ void Supervisor::walk_start_paths(size_t from) {
   const std::optional<StartPath> requested = from == 0 ? requested_start_path() : std::nullopt;
   if (requested) {
     const WalkBegin b = walk_begin(order, requested);
-    for (StartPath p : b.skipped) record_start_attempt(p, "skipped", requested_refusal(*requested));
+    for (StartPath p : b.skipped) m_attempts.record(p, "skipped", requested_refusal(*requested));
     from = b.first;
   }
   for (size_t i = from; i < order.size(); ++i) {
     const StartPathImpl& path = start_path(order[i]);
     if (auto why = path.refusal(*this)) {
-      record_start_attempt(order[i], "skipped", *why);
+      m_attempts.record(order[i], "skipped", *why);
       if (requested && order[i] == *requested) {
         // The request cannot be served now: it does not stay pending for some later, unrelated start.
         spdlog::warn("the requested start path {} cannot serve this start ({}); dropping the request", start_path_name(*requested),
                      why->detail);
-        m_snap->force_id.clear();
+        m_snapshots->drop_request();
       }
       continue;
     }
     m_start_index = i;
     auto r = path.start(*this);
     if (!r.ok()) {
-      record_start_attempt(order[i], "failed", {"failed", r.error().message});
+      m_attempts.record(order[i], "failed", {"failed", r.error().message});
       continue;
     }
     if (*r == StartOutcome::kWaiting) {
-      record_start_attempt(order[i], "waiting", {"reloading_daemons", "reloading the weight daemons first"});
+      m_attempts.record(order[i], "waiting", {"reloading_daemons", "reloading the weight daemons first"});
       return;
     }
-    record_start_attempt(order[i], "started", {});
+    m_attempts.record(order[i], "started", {});
     return;
   }
   // No listed path could serve: the engine can still load from disk, so start it rather than not at all.
-  spdlog::error("no start path of restart.start could serve ({}); starting the engine as configured", start_attempts_text());
+  spdlog::error("no start path of restart.start could serve ({}); starting the engine as configured", m_attempts.text());
   m_start_index = order.size();
   if (auto st = spawn_engine(StartPath::kCold); !st.ok()) spdlog::error("engine: {}", st.error().message);
-}
-
-void Supervisor::record_start_attempt(StartPath p, const std::string& outcome, const StartRefusal& why) {
-  m_start_attempts.push_back({p, outcome, why});
-  m_stats.start_attempt(start_path_name(p), outcome, why.code);
-  if (outcome == "skipped" || outcome == "failed")
-    spdlog::info("start path {} {}: {}", start_path_name(p), outcome, why.detail);
-}
-
-std::string Supervisor::start_attempts_text() const {
-  std::string s;
-  for (const auto& a : m_start_attempts) {
-    if (a.outcome != "skipped" && a.outcome != "failed") continue;
-    s += (s.empty() ? "" : "; ") + a.outcome + " " + start_path_name(a.path) + ": " + a.why.detail;
-  }
-  return s;
-}
-
-std::vector<status::StartAttemptStatus> Supervisor::start_attempts() const {
-  std::vector<status::StartAttemptStatus> out;
-  for (const auto& a : m_start_attempts) {
-    status::StartAttemptStatus row{start_path_name(a.path), a.outcome, std::nullopt, {}};
-    if (!a.why.code.empty()) {
-      row.reason = a.why.code;
-      row.detail = a.why.detail;
-    }
-    out.push_back(std::move(row));
-  }
-  return out;
 }
 
 std::optional<StartRefusal> Supervisor::daemons_refusal() const { return m_daemons->refusal(); }
@@ -479,10 +336,8 @@ bool Supervisor::daemons_hold_old_weights() const { return m_daemons->holds_old_
 void Supervisor::reload_daemons_for_start() { m_loop.post([this] { raise(Event::kFreshDaemonsNeeded); }); }
 
 Status Supervisor::spawn_engine(StartPath expected) {
-  m_engine = std::make_unique<Engine>();
+  m_engine = new_engine_record();
   Engine& e = *m_engine;
-  e.flags = m_flags;
-  e.report = m_kind->new_report();
   e.warm_expected = expected == StartPath::kWarm;
   SpawnSpec spec;
   spec.argv = engine_argv();
@@ -491,7 +346,7 @@ Status Supervisor::spawn_engine(StartPath expected) {
   spec.listen_fd = m_listen_fd;
   spec.listen_fd_name = kListenFdName;
   spec.working_dir = m_cfg.engine.working_dir;
-  spec.new_pid_namespace = m_snap->wanted;
+  spec.new_pid_namespace = m_snapshots->wanted();
   if (!m_cfg.engine.cgroup.empty()) spec.cgroup_procs = m_cfg.engine.cgroup + "/cgroup.procs";
   e.in_pid_ns = spec.new_pid_namespace;
   e.oom_before = m_oom.read();
@@ -501,7 +356,7 @@ Status Supervisor::spawn_engine(StartPath expected) {
     for (const auto& gpu : m_cfg.gpus)
       if (auto m = m_gpus->memory(gpu); m.ok())
         m_baseline_used[gpu] = static_cast<double>(m->used) - static_cast<double>(daemon_gpu_bytes(gpu));
-  const std::string skipped = start_attempts_text();
+  const std::string skipped = m_attempts.text();
   set_status(std::string("Starting the engine (") + (e.warm_expected ? "warm" : "cold") + ")" +
              (skipped.empty() ? "" : "; " + skipped));
   spdlog::info("engine: {}", words_for_log(spec.argv));
@@ -633,7 +488,7 @@ void Supervisor::decide_path_after_ready() {
     m_stats.ready(path, since_spawn);
     m_last_start = {{"path", path}, {"time_to_ready_s", since_spawn}, {"since_previous_exit_s", since_death},
                     {"unix_time", std::time(nullptr)}, {"pid", m_engine->pid}, {"start_paths", json::array()}};
-    for (const auto& a : start_attempts()) m_last_start["start_paths"].push_back(to_json(a));
+    for (const auto& a : m_attempts.rows()) m_last_start["start_paths"].push_back(to_json(a));
     if (!m_engine->snapshot_id.empty()) m_last_start["snapshot_id"] = m_engine->snapshot_id;
     // A start on the warm path that did not attach: say why (the daemons' miss record, the engine's own
     // result line, or that the engine never asked the daemons).
@@ -650,16 +505,17 @@ void Supervisor::decide_path_after_ready() {
     }
     std::string text = "Ready (" + path + ") in " + fmt_s(since_spawn);
     if (!why_cold.empty()) text += "; expected warm: " + why_cold;
-    else if (const std::string skipped = start_attempts_text(); !skipped.empty()) text += "; " + skipped;
+    else if (const std::string skipped = m_attempts.text(); !skipped.empty()) text += "; " + skipped;
     m_notify->notify("READY=1\nSTATUS=" + text + "; engine pid " + std::to_string(m_engine->pid));
     m_status_text = text;
     spdlog::info("READY: path {} in {} (engine pid {})", path, fmt_s(since_spawn), m_engine->pid);
     if (m_reload) finish_reload(!m_reload->rolled_back, m_reload->rollback_reason);
-    snapshot_after_ready(path);
+    const StartAttempt* restore = m_attempts.last_on(StartPath::kSnapshot);  // this start's, if any
+    m_snapshots->after_ready(path, restore ? restore->outcome : "", restore ? restore->why.detail : "", m_last_start);
     m_health_timer.start(m_cfg.readiness.check_interval_s, [this] { check_health(); }, m_cfg.readiness.check_interval_s);
-    standby_after_ready(since_spawn);
+    if (!m_engine->standby_level.empty()) m_standby->after_ready(since_spawn);
     if (!m_engine->standby_level.empty()) m_last_start["standby_level"] = m_engine->standby_level;
-    maybe_spawn_standby();  // one standby behind the engine, never before it is ready
+    m_standby->maybe_spawn();  // one standby behind the engine, never before it is ready
   };
   if (!e.snapshot_id.empty()) return finish("snapshot");
   if (!e.standby_level.empty()) return finish("standby");
@@ -669,42 +525,13 @@ void Supervisor::decide_path_after_ready() {
     return finish(path_from_engine_report(e) == "warm" ? "warm" : "cold");
   }
   if (!m_daemons->loader_protocol()) return finish("cold");
-  // Did the engine really attach? The daemons record attaches and misses by client pid (docs/protocol.md,
-  // status): that is the engine's own attach result, with no need to parse its output.
-  struct Seen {
-    bool hit = false;
-    std::string miss;  // the daemon's reason, when the engine asked and missed
-  };
+  // Did the engine really attach? The daemons' records by its pid say (attach_seen.h).
   const std::vector<std::string> socks = m_daemons->attach_sockets();
   const pid_t pgid = e.pid;
   const double since = e.attach_since_unix - 1;
-  run_in_pool<Seen>(
-      m_loop,
-      [socks, pgid, since]() {
-        Seen seen;
-        auto ours = [&](const proto::DaemonClientRecord& rec) {
-          const auto p = static_cast<pid_t>(rec.pid);
-          return rec.unix_time >= since && (p == pgid || (p > 0 && ::getpgid(p) == pgid));
-        };
-        for (const auto& s : socks) {
-          auto c = DaemonClient::connect(s, 1.0, "fastrestartd");
-          if (!c.ok()) continue;
-          auto reply = c->call({{"op", "status"}}, 5);
-          if (!reply.ok()) continue;
-          auto st = proto::daemon_status_from_json(*reply);
-          if (!st.ok()) {
-            spdlog::warn("{}: unreadable status: {}", s, st.error().message);
-            continue;
-          }
-          for (const auto& en : st->entries)
-            for (const auto& a : en.attaches)
-              if (ours(a)) seen.hit = true;
-          for (const auto& m : st->misses)
-            if (ours(m)) seen.miss = m.mode.empty() ? "miss" : m.mode;
-        }
-        return seen;
-      },
-      [this, finish](Seen seen) {
+  run_in_pool<AttachSeen>(
+      m_loop, [socks, pgid, since] { return attach_seen(socks, pgid, since); },
+      [this, finish](AttachSeen seen) {
         // A miss by the engine decides even when an attach by it follows: an engine that loaded from disk
         // and published then adopts the daemon's copy (docs/tinyengine.md, "Loading"); its start was cold.
         if (!seen.miss.empty()) seen.hit = false;
@@ -839,18 +666,14 @@ void Supervisor::wait_drain() {
     // hold (and a standby, when one runs). Not before a standby's release, which waits for no memory
     // (docs/standby.md, "Memory"): only a drain that restarts releases one (holding discards it, reloading
     // the daemons does too).
-    const bool release_next = m_state == State::kDraining && !standby_refusal() && !requested_start_path();
+    const bool release_next = m_state == State::kDraining && !m_standby->refusal() && !requested_start_path();
     if (!release_next && !m_cfg.gpus.empty() && m_cfg.weights.backend != "host") {
       for (const auto& gpu : m_cfg.gpus) {
         auto m = m_gpus->memory(gpu);
         if (!m.ok()) continue;
         // What the engine left behind: used beyond what was used before it started, pools aside.
         auto base = m_baseline_used.find(gpu);
-        uint64_t standby = 0;
-        if (standby_alive()) {
-          auto h = m_standby->held_by_gpu.find(gpu);
-          standby = std::max(h == m_standby->held_by_gpu.end() ? uint64_t{0} : h->second, standby_reserve_bytes(gpu));
-        }
+        const uint64_t standby = m_standby->present_bytes(gpu);
         // The daemon's arenas stay after the engine's exit, waiting for the next lease: not a leak.
         double expected = (base != m_baseline_used.end() ? base->second : 0.0) + static_cast<double>(daemon_gpu_bytes(gpu)) +
                           static_cast<double>(standby);

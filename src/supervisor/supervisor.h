@@ -31,6 +31,13 @@
 #include "supervisor/orphans.h"
 #include "supervisor/policy.h"
 #include "supervisor/readiness.h"
+#include "supervisor/engine.h"
+#include "supervisor/engine_launch.h"
+#include "supervisor/snapshots/snapshot_host.h"
+#include "supervisor/snapshots/snapshots.h"
+#include "supervisor/standby/standby.h"
+#include "supervisor/standby/standby_host.h"
+#include "supervisor/start/attempts.h"
 #include "supervisor/start/start_path.h"
 #include "supervisor/stats.h"
 #include "supervisor/supervised_child.h"
@@ -56,7 +63,10 @@ inline constexpr int kExitAlreadyRunning = 4;  // another fastrestartd holds the
 sigset_t handled_signals();
 void block_handled_signals();
 
-class Supervisor : private StartHost, private DaemonHost {
+// The parts reach it through their hosts, which it implements privately: the start paths (StartHost), the
+// weight daemons (DaemonHost), the snapshots (SnapshotHost), the standby (StandbyHost). A method of the
+// same name in several hosts (loop, config, raise, ...) is one answer for all.
+class Supervisor : private StartHost, private DaemonHost, private SnapshotHost, private StandbyHost {
  public:
   Supervisor(Config config, std::unique_ptr<GpuProbe> gpus, std::unique_ptr<Notifier> notifier);
   ~Supervisor() override;
@@ -82,20 +92,15 @@ class Supervisor : private StartHost, private DaemonHost {
   }
 
  private:
-  struct Child;
-  struct Engine;
   struct PendingReload;
-  struct Snapshots;
-  struct Standby;
-  class PartOf;  // a StartPart answered by two of its methods (supervisor.cc)
 
-  void raise(Event e) override;
+  void raise(Event e) override;  // DaemonHost, SnapshotHost
   void perform(Action a);
   void set_status(const std::string& s, const std::string& extra = {}) override;
 
   // the weight daemons (m_daemons: daemons/daemon_set.h, one set of the configured kind)
   void start_daemons();
-  void stop_daemons();  // after a standby's group is gone (a warmed one maps their weights)
+  void stop_daemons();  // after a standby's group is gone (a warmed one maps their weights): standby_gone
   uint64_t held_bytes(const std::string& gpu) const { return m_daemons->held_bytes(gpu); }
   // All the daemon's memory on `gpu`, its KV arenas with its weights: what stays used after an engine's
   // exit (the leak check), where held_bytes() is only what is held outside the engine's share.
@@ -119,81 +124,64 @@ class Supervisor : private StartHost, private DaemonHost {
   void check_health();
   void wait_drain();
   void after_drain();
-  // Changes nothing: spawn_engine records what a start uses. for_standby: the share is allocated after the
-  // release, once the engine is gone, so only a warmed standby's reserve is checked against free memory.
-  void learn_pushed_secrets(const nlohmann::json& req);  // redaction.h
-  std::vector<std::string> engine_argv(bool for_standby = false) const;
-  std::map<std::string, std::string> engine_env(bool for_standby = false);
-  // The engine's memory fraction of each GPU of gpus, in order; empty without GPUs (or the host backend).
-  std::vector<double> gpu_fractions(bool for_standby, bool warn) const;
+  // What an engine (or a standby) is started with now (engine_launch.h); changes nothing.
+  EngineLaunch launch() const;
+  std::vector<std::string> engine_argv(bool for_standby = false) const override;
+  std::map<std::string, std::string> engine_env(bool for_standby = false) override;
   // memory (supervisor_memory.cc, docs/supervisor.md "Memory"): each GPU's share from its own figures
   std::vector<GpuShare> gpu_shares() const;
   // Why no engine (or standby) may start on the shares now, with the figures; "" when it may. Sets
   // status's engine_share_refused and logs it once per change.
-  std::string engine_share_refusal();
-  // What a parked standby's processes hold on each GPU now, into the Standby (its reserve from then on).
-  // `at_park`: where the probe gives no per-process figures, used memory minus at its spawn stands in,
-  // only right at the park (later it would count whatever else changed on the GPU since).
-  void measure_standby_memory(bool at_park);
+  std::string engine_share_refusal() override;
   void arm_readiness(bool poll_now);
   double readiness_poll_interval() const;
+  // READY: which path the start took (the daemons' records by its pid, else the engine's own word), then
+  // what follows it (a pending reload or snapshot create answered, health checks, the next standby).
+  void decide_path_after_ready();
 
   // start paths (start/start_path.h): walk restart.start from index `from`, recording each skip or failure
   void walk_start_paths(size_t from);
-  bool walk_waiting(const char* code) const;  // the current start waits (reloading_daemons, snapshot_create)
-  bool engine_serving() const;                // an engine passed readiness and nobody is stopping it
-  void record_start_attempt(StartPath p, const std::string& outcome, const StartRefusal& why);
-  std::string start_attempts_text() const;  // "skipped warm: ..." for STATUS=
-  std::vector<status::StartAttemptStatus> start_attempts() const;
+  bool engine_serving() const override;       // an engine passed readiness and nobody is stopping it
   // StartHost
   std::optional<StartRefusal> daemons_refusal() const override;
   bool daemons_hold_old_weights() const override;
   void reload_daemons_for_start() override;
   Status spawn_engine(StartPath expected) override;
-  StartPart* part(StartPath path) const override;  // m_parts: the standby's and the snapshots'
-  // What those parts answer (supervisor_snapshot.cc, supervisor_standby.cc).
-  std::optional<StartRefusal> snapshot_refusal() const;
-  Status restore_snapshot();  // a restore that fails later makes the supervisor try the next path
-  std::optional<StartRefusal> standby_refusal() const;
-  Status release_standby();   // opens the gate: the standby becomes the engine, readiness runs as for any start
+  StartPart* part(StartPath path) const override;  // the standby and the snapshots
 
-  // the standby engine (supervisor_standby.cc, docs/standby.md)
-  bool standby_wanted() const;             // restart.start lists "standby"
-  void maybe_spawn_standby();              // after the engine is ready: one standby, on its flags
-  void spawn_standby();
-  void on_standby_exit(int status);
-  void on_gate_line(const std::string& line);
-  void on_standby_parked();
-  void standby_failed(const std::string& reason, const std::string& detail);
-  void note_standby_failure(const std::string& what);  // counts it in the streak (standby/streak.h), logs a disable
-  void retry_standby_later();              // kBackoff, then a spawn after the backoff
-  void discard_standby(const std::string& why);  // stops its group; none is spawned until the next ready
-  bool standby_alive() const;
+  // StandbyHost (supervisor_standby.cc): the standby part's view of the engine, and its hand-over
+  const std::vector<OutputRule>& output_rules() const override { return m_output_rules; }
+  std::unique_ptr<Engine> new_engine_record() override;
+  uint64_t daemon_generation() const override { return m_daemon_generation; }
+  bool snapshottable() const override { return m_snapshots->wanted(); }
+  std::optional<double> engine_died_at() const override;
+  void adopt_engine(std::unique_ptr<Engine> engine) override;
+  void standby_gone() override { stop_daemons(); }
+
   // The path an explicit request asked the next start to take (a pending `snapshot restore` or created
   // artifact), when restart.start lists it.
   std::optional<StartPath> requested_start_path() const;
-  std::string standby_stale() const;       // why the standby no longer matches a start now ("" when it does)
-  // The identities of the files under weights.checkpoint, else under the engine kind's local model path.
-  std::map<std::string, FileIdentity> standby_model_files() const;
-  uint64_t standby_reserve_bytes(const std::string& gpu) const;  // what a GPU's share leaves for a warmed standby
-  void standby_after_ready(double since_spawn);
-  std::optional<status::StandbyStatus> standby_status() const;
   LineHandler engine_line_handler(Engine* e);  // what the engine's output lines feed (progress, vLLM report)
   // An engine's `fastrestart-arena:` line into its record (supervisor_arena.cc); others are ignored.
   void observe_arena_line(Engine& e, const std::string& line);
   std::optional<status::ArenaOutcomeStatus> arena_outcome() const;  // status `arena_outcome`
 
-  // snapshots (supervisor_snapshot.cc, docs/snapshot.md)
-  void snapshot_init();
-  std::string next_snapshot_id() const;  // the artifact the path "snapshot" would restore ("" none)
-  bool spawn_helper(const std::string& job, std::vector<std::string> args);
-  void on_helper_exit(int status);
-  void after_restore_job(const nlohmann::json& result);
-  void after_create_job(const nlohmann::json& result);
-  void snapshot_after_ready(const std::string& path);
-  nlohmann::json snapshot_status();
-  nlohmann::json handle_snapshot(const nlohmann::json& req, std::shared_ptr<std::promise<nlohmann::json>> reply);
-  void decide_path_after_ready();
+  // SnapshotHost (supervisor_snapshot.cc): the snapshots part's steps on the live engine
+  int listen_fd() const override { return m_listen_fd; }
+  uint64_t listen_inode() const override { return m_listen_inode; }
+  const Stats& stats() const override { return m_stats; }
+  std::string reported_state() const override { return reported_state_name(m_state); }
+  bool reload_running() const override { return m_reload != nullptr; }
+  void restoring_engine(const std::string& id) override;
+  void restore_spawned(UniqueFd output) override;
+  void restore_not_spawned() override;
+  bool engine_present() const override { return m_engine != nullptr; }
+  void restored(pid_t pid, std::optional<int> exited) override;
+  void restore_failed(const std::string& detail) override;
+  DumpTarget dump_target() const override;
+  void dump_begins() override;
+  void dump_failed() override;
+  void create_finished() override;
 
   // signals and reaping
   void reap();
@@ -206,7 +194,6 @@ class Supervisor : private StartHost, private DaemonHost {
   // reload: refused while a snapshot is created, the supervisor is stopping or failed, or a reload runs
   // (an error reply; null when a reload may start).
   nlohmann::json reload_refusal() const;
-  bool snapshot_creating() const;  // the helper creates a snapshot: no restart, reload or stop meanwhile
   // Re-reads the config file (reload without flags, SIGHUP); a change of the engine's flags starts a reload.
   nlohmann::json reread_config(std::shared_ptr<std::promise<nlohmann::json>> waiter);
   // Starts a reload on `next`; `waiter`, when set, is answered once the engine is ready on them or rolled
@@ -239,20 +226,13 @@ class Supervisor : private StartHost, private DaemonHost {
   FlagList m_last_ready_flags;  // for rollback
   std::unique_ptr<Engine> m_engine;
   std::unique_ptr<PendingReload> m_reload;
-  std::unique_ptr<Snapshots> m_snap;
+  // The snapshots (snapshots/snapshots.h): the StartPart of the path "snapshot".
+  std::unique_ptr<Snapshots> m_snapshots;
   uint64_t m_daemon_generation = 0;              // counts the daemons' (re)starts: a warmed standby maps one's weights
+  // The standby (standby/standby.h): the StartPart of the path "standby". Declared after m_engine: a
+  // release moves its process there.
   std::unique_ptr<Standby> m_standby;
-  // The StartParts (start/start_path.h) of the paths standby and snapshot, by path; built once.
-  std::map<StartPath, std::unique_ptr<StartPart>> m_parts;
-  bool m_stop_daemons_after_standby = false;     // stop_daemons waits for the standby's group to be gone
 
-  // The current (or last) start: each listed path asked, in order, and what it answered.
-  struct StartAttempt {
-    StartPath path;
-    std::string outcome;  // skipped | failed | waiting | started
-    StartRefusal why;
-  };
-  std::vector<StartAttempt> m_start_attempts;
   size_t m_start_index = 0;                      // the path that started the engine (restart.start index)
 
   Timer m_poll_timer, m_deadline_timer, m_health_timer, m_drain_timer, m_backoff_timer, m_kill_timer,
@@ -260,6 +240,8 @@ class Supervisor : private StartHost, private DaemonHost {
   std::vector<std::unique_ptr<Signal>> m_signals;
 
   Stats m_stats;  // what status and /metrics count (docs/health.md: "metrics", "restarts", "rollbacks")
+  // The current (or last) start: each listed path asked, in order, and what it answered (start/attempts.h).
+  StartAttempts m_attempts{m_stats};
   nlohmann::json m_last_exit;
   nlohmann::json m_last_start;
   std::string m_status_text;

@@ -18,6 +18,7 @@
 #include "common/secrets.h"
 #include "supervisor/control_request.h"
 #include "supervisor/flags.h"
+#include "supervisor/flags_file.h"
 #include "supervisor/redaction.h"
 #include "supervisor/supervisor.h"
 #include "status/status.h"
@@ -44,40 +45,6 @@ double monotonic_usec() {
 
 }  // namespace
 
-std::string state_dir(const Config& c) {
-  if (!c.control.state_dir.empty()) return c.control.state_dir;
-  if (const char* d = std::getenv("STATE_DIRECTORY"); d && *d) return std::string(d) + "/" + c.name;
-  if (::geteuid() == 0) return "/var/lib/fastrestart/" + c.name;
-  return std::string(std::getenv("HOME") ? std::getenv("HOME") : "/tmp") + "/.local/state/fastrestart/" + c.name;
-}
-
-std::string state_path(const Config& c, const std::string& name) { return state_dir(c) + "/" + name; }
-
-Status write_private_file(const std::string& path, const std::string& text) {
-  // Pushed flags may hold secrets (--api-key): the directory is created 0700 and the file is 0600.
-  const auto dir = std::filesystem::path(path).parent_path();
-  std::error_code ec;
-  std::filesystem::create_directories(dir.parent_path(), ec);
-  if (::mkdir(dir.c_str(), 0700) != 0 && errno != EEXIST) return sys_error("mkdir " + dir.string());
-  return write_file_atomic(path, text, 0600);  // fsync'ed; no half-written file or stray .tmp on failure
-}
-
-// A push's secrets are known before anything reads it: a refusal, a rollback or the engine's own output
-// may quote them. Read as leniently as possible (the request may be invalid).
-void Supervisor::learn_pushed_secrets(const json& req) {
-  if (!req.is_object() || !req.contains("flags")) return;
-  const json& f = req["flags"];
-  std::vector<std::string> words;
-  if (f.is_string()) {
-    // An unsplittable one (an open quote) is refused with a message that does not quote it.
-    if (auto split = split_flags(f.get<std::string>()); split.ok()) words = std::move(*split);
-  } else if (f.is_array()) {
-    for (const auto& w : f)
-      if (w.is_string()) words.push_back(w.get<std::string>());
-  }
-  register_secret_words(words, m_cfg.engine.secret_flags);
-}
-
 json Supervisor::request(const json& req) {
   auto p = std::make_shared<std::promise<json>>();
   auto fut = p->get_future();
@@ -97,14 +64,14 @@ json Supervisor::request(const json& req) {
 
 // Returns the reply, or null when it will come later through `reply` (reload --wait).
 json Supervisor::handle(const json& req, std::shared_ptr<std::promise<json>> reply) {
-  learn_pushed_secrets(req);
+  register_pushed_secrets(req, m_cfg.engine.secret_flags);
   auto parsed = parse_control_request(req);
   if (!parsed.ok()) return error("invalid_argument", parsed.error().message);
   const std::string op = parsed->op;
   if (op == "status") return {{"ok", true}, {"status", status_json()}};
   if (op == "daemons") return {{"ok", true}, {"daemons", status_json()["daemons"]}};
   if (op == "check") return handle_check(*parsed);
-  if (op == "snapshot") return handle_snapshot(req, reply);
+  if (op == "snapshot") return m_snapshots->handle(req, reply);
   if (op == "reload") {
     if (json busy = reload_refusal(); !busy.is_null()) return busy;
     std::shared_ptr<std::promise<json>> waiter = parsed->wait ? reply : nullptr;
@@ -112,7 +79,7 @@ json Supervisor::handle(const json& req, std::shared_ptr<std::promise<json>> rep
     return start_reload(pushed_flags(*parsed, m_flags), waiter);
   }
   if (op == "restart" || op == "start-engine" || op == "stop-engine") {
-    if (snapshot_creating()) return error("busy", "a snapshot is being created; try again when it is done");
+    if (m_snapshots->creating()) return error("busy", "a snapshot is being created; try again when it is done");
     if (is_terminal(m_state)) return error("busy", std::string("the supervisor is ") + state_name(m_state));
     if (op == "stop-engine") {
       raise(Event::kHoldRequested);
@@ -124,10 +91,8 @@ json Supervisor::handle(const json& req, std::shared_ptr<std::promise<json>> rep
   return error("protocol", "unknown op '" + op.substr(0, 64) + "'");
 }
 
-bool Supervisor::snapshot_creating() const { return m_snap->helper_pid > 0 && m_snap->job == "create"; }
-
 json Supervisor::reload_refusal() const {
-  if (snapshot_creating()) return error("busy", "a snapshot is being created; try again when it is done");
+  if (m_snapshots->creating()) return error("busy", "a snapshot is being created; try again when it is done");
   if (is_terminal(m_state)) return error("busy", std::string("the supervisor is ") + state_name(m_state));
   if (m_reload) return error("busy", "a reload is already in progress");
   return nullptr;
@@ -152,7 +117,7 @@ json Supervisor::reread_config(std::shared_ptr<std::promise<json>> waiter) {
   m_cfg.engine.vllm_rules = running_rules;
   m_cfg.readiness = c->readiness;
   m_cfg.memory = c->memory;
-  maybe_spawn_standby();  // a standby started from the old config is replaced now (docs/standby.md)
+  m_standby->maybe_spawn();  // a standby started from the old config is replaced now (docs/standby.md)
   if (!flags_changed)
     return {{"ok", true}, {"path", "unchanged"}, {"flags", m_flags.redacted()}, {"message", "re-read " + m_cfg.path + ": the engine's flags are unchanged"}};
   return start_reload(m_cfg.engine.flags, std::move(waiter));
@@ -223,55 +188,21 @@ void Supervisor::rollback_unpersisted(std::unique_ptr<PendingReload> r, const st
   m_loop.post([this, cold] { raise(cold ? Event::kColdReloadRequested : Event::kRestartRequested); });
 }
 
-Status Supervisor::persist_flags() {
-  const std::string path = flags_file(m_cfg);
-  const std::string text = json{{"flags", m_flags.words()}, {"config_flags", m_cfg.engine.flags.words()}}.dump(2) + "\n";
-  if (auto st = write_private_file(path, text); !st.ok()) {
-    spdlog::error("could not persist the flags to {}: {}", path, st.error().message);
-    return st.error().context("cannot persist the pushed flags to " + path);
-  }
-  return {};
-}
+Status Supervisor::persist_flags() { return save_pushed_flags(flags_file(m_cfg), m_flags, m_cfg.engine.flags); }
 
 void Supervisor::load_persisted_flags() {
   const std::string path = flags_file(m_cfg);
-  auto text = read_file(path, 1 << 20);
-  if (!text.ok()) return;
-  auto j = json::parse(*text, nullptr, false);
-  if (j.is_discarded() || !j.contains("flags") || !j["flags"].is_array()) {
-    spdlog::warn("{}: not a flags file; ignoring it", path);
-    return;
+  if (auto pushed = load_pushed_flags(path, m_cfg.engine.flags)) {
+    m_flags = std::move(*pushed);
+    spdlog::info("using the pushed flags from {}", path);
   }
-  // Overrides apply to the config they were pushed on; a config whose own flags changed since wins.
-  if (j.value("config_flags", json::array()) != json(m_cfg.engine.flags.words())) {
-    spdlog::info("{}: the config's flags changed since the last push; using the config", path);
-    return;
-  }
-  // The file is read like a push: every word a string of printable text. One that is not is named, and the
-  // file stays as it is (the config's flags run until the next push rewrites it).
-  std::vector<std::string> words;
-  const json& list = j["flags"];
-  for (size_t i = 0; i < list.size(); ++i) {
-    if (!list[i].is_string()) {
-      spdlog::warn("{}: flags[{}] is not a string; using the config's flags", path, i);
-      return;
-    }
-    words.push_back(list[i].get<std::string>());
-  }
-  auto flags = FlagList::from_words(std::move(words), "flags");
-  if (!flags.ok()) {
-    spdlog::warn("{}: {}; using the config's flags", path, flags.error().message);
-    return;
-  }
-  m_flags = std::move(*flags);
-  spdlog::info("using the pushed flags from {}", path);
 }
 
 json Supervisor::status_json() {
   status::SupervisorStatus st;
   st.daemons = m_daemons->rows();
   if (m_cfg.weights.backend != "host") {
-    measure_standby_memory(/*at_park=*/false);  // current: a parked standby's processes may have grown since its park
+    m_standby->measure_memory(/*at_park=*/false);  // current: a parked standby's processes may have grown since its park
     const auto shares = gpu_shares();
     for (const auto& gpu : m_cfg.gpus) {
       status::MemoryRowStatus row;
@@ -287,7 +218,7 @@ json Supervisor::status_json() {
         row.free_bytes = m->free;
         row.budget_bytes = static_cast<uint64_t>(m_cfg.memory.utilization * static_cast<double>(m->total));
         row.daemon_held_bytes = held_bytes(gpu);
-        row.standby_reserve_bytes = standby_reserve_bytes(gpu);
+        row.standby_reserve_bytes = m_standby->reserve_bytes(gpu);
         if (st.memory.size() < shares.size()) {
           const GpuShare& sh = shares[st.memory.size()];
           row.arena_bytes = sh.in.arena;
@@ -313,7 +244,7 @@ json Supervisor::status_json() {
     st.engine = std::move(e);
   }
   m_stats.fill(st);
-  st.metrics.snapshots = status::SnapshotCounts{m_snap->created, m_snap->create_failures, m_snap->restored, m_snap->fallbacks};
+  st.metrics.snapshots = m_snapshots->counts();
   st.name = m_cfg.name;
   st.config = m_cfg.path;
   st.state = reported_state_name(m_state);
@@ -322,13 +253,13 @@ json Supervisor::status_json() {
   st.flags = m_flags.redacted();
   st.last_exit = m_last_exit;
   st.last_start = m_last_start;
-  st.start_paths = start_attempts();
+  st.start_paths = m_attempts.rows();
   st.memory_utilization = m_cfg.memory.utilization;
   st.backoff_s = m_policy.backoff_s();
   st.failure = m_failure;
   st.reload_in_progress = m_reload != nullptr;
-  st.snapshot = snapshot_status();
-  st.standby = standby_status();
+  st.snapshot = m_snapshots->status();
+  st.standby = m_standby->status();
   return to_json(st);
 }
 

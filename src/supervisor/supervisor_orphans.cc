@@ -8,10 +8,10 @@ namespace fr::supervisor {
 std::set<pid_t> Supervisor::known_children() const {
   std::set<pid_t> known;
   m_daemons->add_known_pids(known);  // the weight daemons (vllm preload: its launcher, and so its ranks' group)
-  if (m_snap->helper_pid > 0) known.insert(m_snap->helper_pid);
+  m_snapshots->add_known_pids(known);  // the snapshot helper
   // The engine, spawned or restored from a snapshot and adopted: its group is handled as the engine's.
   if (m_engine && !m_engine->exited && m_engine->pid > 0) known.insert(m_engine->pid);
-  if (standby_alive()) known.insert(m_standby->proc->pid);
+  m_standby->add_known_pids(known);
   return known;
 }
 

@@ -14,7 +14,7 @@
 #include "supervisor/child.h"
 #include "supervisor/daemons/daemon_set.h"
 #include "supervisor/supervised_child.h"
-#include "supervisor/supervisor_internal.h"
+#include "supervisor/checkpoint_files.h"
 
 namespace fr::supervisor {
 

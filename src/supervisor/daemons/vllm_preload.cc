@@ -21,7 +21,7 @@
 #include "supervisor/flags.h"
 #include "supervisor/readiness.h"
 #include "supervisor/supervised_child.h"
-#include "supervisor/supervisor_internal.h"
+#include "supervisor/checkpoint_files.h"
 #include "supervisor/engines/vllm/vllm_adapter.h"
 
 namespace fr::supervisor {

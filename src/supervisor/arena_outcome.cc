@@ -1,0 +1,38 @@
+#include "supervisor/arena_outcome.h"
+
+#include <ctime>
+
+#include <spdlog/spdlog.h>
+
+#include "common/control_chars.h"
+#include "supervisor/arena_line.h"
+
+namespace fr::supervisor {
+
+std::optional<status::ArenaOutcomeStatus> arena_outcome_of_line(const std::string& line, pid_t pid) {
+  auto parsed = parse_arena_line(line);
+  if (!parsed.ok()) {
+    spdlog::debug("engine pid {}: ignored a malformed arena line: {}", pid, escape_control_chars(parsed.error().message));
+    return std::nullopt;
+  }
+  if (!*parsed) return std::nullopt;
+  const ArenaLine& a = **parsed;
+  status::ArenaOutcomeStatus o;
+  o.outcome = a.leased ? "leased" : "fallback";
+  o.pid = pid;
+  o.unix_time = static_cast<double>(std::time(nullptr));
+  o.name = a.name;
+  o.bytes = a.bytes;
+  o.waited_s = a.waited_s;
+  o.swap_s = a.swap_s;
+  o.generation = a.generation;
+  o.reason = a.reason;
+  if (a.leased)
+    spdlog::info("engine pid {}: leased KV arena {} ({} bytes, generation {}) after waiting {:.3f} s; swap {:.3f} s", pid,
+                 a.name, a.bytes, a.generation, a.waited_s, a.swap_s);
+  else
+    spdlog::warn("engine pid {}: no KV arena, it allocates its KV cache itself: {}", pid, escape_control_chars(a.reason));
+  return o;
+}
+
+}  // namespace fr::supervisor

@@ -1,0 +1,59 @@
+// What the standby part (standby.h) needs from the supervisor: the loop, the config, the GPU probe, the
+// engine's command line and flags as a start would run them now, whether an engine serves, the daemons'
+// generation (a warmed standby maps one's weights), the memory floor, and the hand-over of a released
+// standby as the live engine. Implemented by Supervisor; tests give their own. Loop thread only.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "supervisor/classify.h"
+#include "supervisor/config.h"
+#include "supervisor/engine.h"
+#include "supervisor/engines/engine_kind.h"
+#include "supervisor/flags.h"
+#include "supervisor/host_probe.h"
+#include "supervisor/loop.h"
+
+namespace fr::supervisor {
+
+class StandbyHost {
+ public:
+  virtual ~StandbyHost() = default;
+  virtual Loop& loop() = 0;
+  virtual const Config& config() const = 0;
+  virtual GpuProbe& gpus() = 0;
+  virtual const FlagList& engine_flags() const = 0;  // the engine's current flags
+  virtual const EngineAdapter& engine_kind() const = 0;
+  // The failure lines of the engine kind, which classify a standby's exit as an engine's.
+  virtual const std::vector<OutputRule>& output_rules() const = 0;
+  // A new engine record on the current flags, with the kind's report.
+  virtual std::unique_ptr<Engine> new_engine_record() = 0;
+  virtual bool terminal() const = 0;        // stopping or failed: no standby is started
+  virtual bool engine_serving() const = 0;  // a standby is started only behind an engine that serves
+  // Counts the daemons' (re)starts: a standby started on an earlier generation is of no use at warmed.
+  virtual uint64_t daemon_generation() const = 0;
+  // The standby's command line and environment (for_standby: only a warmed standby's reserve is checked
+  // against free memory), the listening socket it holds without accepting (-1: none), whether engines
+  // start in their own PID namespace (snapshots).
+  virtual std::vector<std::string> engine_argv(bool for_standby) const = 0;
+  virtual std::map<std::string, std::string> engine_env(bool for_standby) = 0;
+  virtual int listen_fd() const = 0;
+  virtual uint64_t listen_inode() const = 0;
+  virtual bool snapshottable() const = 0;
+  // Why no engine (nor standby) may start on the GPUs' shares now; "" when it may.
+  virtual std::string engine_share_refusal() = 0;
+  // When the last engine died (loop time), for the release's timeline; nullopt when none died yet.
+  virtual std::optional<double> engine_died_at() const = 0;
+  // The release: the standby's process becomes the live engine. The host reads its output as the
+  // engine's from now on, records its group, and runs readiness as for any start.
+  virtual void adopt_engine(std::unique_ptr<Engine> engine) = 0;
+  // The standby's group is gone after stop_before_daemons (standby.h): the daemons may stop now.
+  virtual void standby_gone() = 0;
+};
+
+}  // namespace fr::supervisor
