@@ -99,7 +99,7 @@ limit() {
   [ "$1" = cold ] && per=60
   # snapshot_arena: the create (the driver's checkpoint of the engine's own GPU memory, the dump, the
   # first restore) before the kills
-  [ "$1" = snapshot_arena ] && { echo $((60 + 120 + per * $2 + 60)); return; }
+  [ "$1" = snapshot_arena ] && { echo $((60 + 60 + per * $2 + 60)); return; }
   echo $((60 + per * $2 + 60))
 }
 
