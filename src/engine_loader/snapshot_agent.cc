@@ -131,8 +131,8 @@ class Agent final : public SnapshotAgent {
     std::vector<std::shared_ptr<Weights>> done;
     std::vector<std::shared_ptr<Arena>> unmapped;
     auto undo = [&](const std::string& why) -> json {
-      for (const auto& a : unmapped) (void)a->swap_in();
-      for (const auto& d : done) (void)d->reattach();
+      for (auto a = unmapped.rbegin(); a != unmapped.rend(); ++a) (void)(*a)->swap_in();
+      for (auto d = done.rbegin(); d != done.rend(); ++d) (void)(*d)->reattach();
       if (m_hooks.resume) (void)m_hooks.resume();
       return {{"ok", false}, {"error", why}};
     };

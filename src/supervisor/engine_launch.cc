@@ -4,15 +4,11 @@
 #include <cstdio>
 #include <spdlog/spdlog.h>
 
+#include "supervisor/memory_share.h"
+
 namespace fr::supervisor {
 
 namespace {
-
-std::string launch_gb(double b) {
-  char buf[32];
-  std::snprintf(buf, sizeof buf, "%.2f GB", b / 1e9);
-  return buf;
-}
 
 std::string launch_join(const std::vector<std::string>& v) {
   std::string s;
@@ -41,11 +37,11 @@ std::vector<double> engine_gpu_fractions(const EngineLaunch& in, bool for_standb
     if (for_standby) {
       if (reserve > static_cast<double>(m->free))
         spdlog::warn("GPU {}: the warmed standby's reserve {} does not fit in the free {} (used {})", gpu,
-                     launch_gb(reserve), launch_gb(double(m->free)), launch_gb(double(m->used)));
+                     gb_text(reserve), gb_text(double(m->free)), gb_text(double(m->used)));
     } else if (need > static_cast<double>(m->free)) {
       spdlog::warn("GPU {}: the engine's share {}{} does not fit in the free {} (used {}, of which the weight daemon holds {})",
-                   gpu, launch_gb(need), s.in.arena ? " beyond its KV arenas' " + launch_gb(double(s.in.arena)) : std::string(),
-                   launch_gb(double(m->free)), launch_gb(double(m->used)), launch_gb(held));
+                   gpu, gb_text(need), s.in.arena ? " beyond its KV arenas' " + gb_text(double(s.in.arena)) : std::string(),
+                   gb_text(double(m->free)), gb_text(double(m->used)), gb_text(held));
     }
   }
   return out;

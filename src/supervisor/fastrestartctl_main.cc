@@ -12,12 +12,14 @@
 #include "protocol/frame.h"
 #include "supervisor/config.h"
 #include "supervisor/control.h"
+#include "supervisor/memory_share.h"
 #include "supervisor/control_discovery.h"
 #include "supervisor/engines/check.h"
 #include "status/status.h"
 
 namespace {
 
+using fr::supervisor::gb_text;
 using nlohmann::json;
 constexpr int kOk = 0, kFail = 1, kUsage = 2, kRolledBack = 3, kCheckFailed = 4;
 
@@ -33,12 +35,6 @@ fr::Result<json> call(const std::string& sock, const json& req, double timeout_s
   }
   FR_ASSIGN(fr::proto::Frame f, fr::proto::read_frame(fd.get(), fr::deadline_in(timeout_s)));
   return std::move(f.body);
-}
-
-std::string gb(double b) {
-  char s[32];
-  std::snprintf(s, sizeof s, "%.2f GB", b / 1e9);
-  return s;
 }
 
 std::string bar(double done, double total, int width = 30) {
@@ -102,16 +98,16 @@ bool print_status(const json& j) {
     const auto& p = d.progress;
     const double done = double(p.done_bytes), total = double(p.total_bytes), rate = p.rate_bytes_per_s;
     std::printf("%-18s pid %lld %-8s held %s", ("daemon " + d.gpu).c_str(), static_cast<long long>(d.pid), d.state.c_str(),
-                gb(double(d.held_bytes)).c_str());
+                gb_text(double(d.held_bytes)).c_str());
     if (d.state == "loading" && total > 0)
-      std::printf("  %s %s / %s, %.2f GB/s, ETA %.0f s", bar(done, total).c_str(), gb(done).c_str(), gb(total).c_str(),
+      std::printf("  %s %s / %s, %.2f GB/s, ETA %.0f s", bar(done, total).c_str(), gb_text(done).c_str(), gb_text(total).c_str(),
                   rate / 1e9, rate > 0 ? (total - done) / rate : 0.0);
     if (!d.error.empty()) std::printf("  error: %s", d.error.c_str());
     std::printf("\n");
     // Its KV arenas: the engine's memory, exact bytes (docs/supervisor.md, "KV arenas").
     for (const auto& a : d.arenas) {
       std::printf("%-18s %s %llu bytes (%s), ", ("arena " + d.gpu).c_str(), a.name.c_str(),
-                  static_cast<unsigned long long>(a.pool_bytes), gb(double(a.pool_bytes)).c_str());
+                  static_cast<unsigned long long>(a.pool_bytes), gb_text(double(a.pool_bytes)).c_str());
       if (a.holder_pid) std::printf("held by pid %lld", static_cast<long long>(*a.holder_pid));
       else std::printf("unheld");
       std::printf(", %llu lease(s), generation %llu", static_cast<unsigned long long>(a.leases),
@@ -136,10 +132,10 @@ bool print_status(const json& j) {
       continue;
     }
     std::printf("%-18s used %s of %s, budget %s, daemons hold %s%s%s%s\n", ("gpu " + m.gpu).c_str(),
-                gb(double(m.used_bytes)).c_str(), gb(double(m.total_bytes)).c_str(), gb(double(m.budget_bytes)).c_str(),
-                gb(double(m.daemon_held_bytes)).c_str(),
-                m.arena_bytes ? (" + KV arenas " + gb(double(m.arena_bytes)) + " (the engine's)").c_str() : "",
-                m.standby_reserve_bytes ? (", standby reserve " + gb(double(m.standby_reserve_bytes))).c_str() : "",
+                gb_text(double(m.used_bytes)).c_str(), gb_text(double(m.total_bytes)).c_str(), gb_text(double(m.budget_bytes)).c_str(),
+                gb_text(double(m.daemon_held_bytes)).c_str(),
+                m.arena_bytes ? (" + KV arenas " + gb_text(double(m.arena_bytes)) + " (the engine's)").c_str() : "",
+                m.standby_reserve_bytes ? (", standby reserve " + gb_text(double(m.standby_reserve_bytes))).c_str() : "",
                 m.engine_share ? (", engine share " + std::to_string(*m.engine_share).substr(0, 6)).c_str() : "");
   }
   if (s.engine_share_refused) std::printf("%-18s %s\n", "engine refused", s.engine_share_refused->c_str());
@@ -160,7 +156,7 @@ bool print_status(const json& j) {
     const fr::status::StandbyStatus& sb = *s.standby;
     std::printf("%-18s %s at %s", "standby", sb.state.c_str(), sb.level.c_str());
     if (sb.pid > 0) std::printf(", pid %lld, age %.1f s", static_cast<long long>(sb.pid), sb.age_s);
-    if (sb.state == "parked") std::printf(", holds %s of GPU memory", gb(double(sb.gpu_bytes)).c_str());
+    if (sb.state == "parked") std::printf(", holds %s of GPU memory", gb_text(double(sb.gpu_bytes)).c_str());
     std::printf(", %llu spawn(s), %llu release(s)", static_cast<unsigned long long>(sb.spawns),
                 static_cast<unsigned long long>(sb.releases));
     if (sb.failures_in_row > 0) std::printf(", %lld failure(s) in a row", static_cast<long long>(sb.failures_in_row));
@@ -227,7 +223,7 @@ void print_snapshot(const std::string& action, const json& r) {
       }
       std::string note = s.contains("error") ? s["error"].get<std::string>()
                          : s.value("failed_here", false) ? "restore failed here" : s.value("cuda", false) ? "gpu" : "cpu";
-      std::printf("%-22s %-20s %10s %8.2f s %s\n", s.value("id", "").c_str(), when, gb(s.value("image_bytes", 0.0)).c_str(),
+      std::printf("%-22s %-20s %10s %8.2f s %s\n", s.value("id", "").c_str(), when, gb_text(s.value("image_bytes", 0.0)).c_str(),
                   s.value("create_s", 0.0), note.c_str());
     }
     return;
@@ -250,7 +246,7 @@ void print_snapshot(const std::string& action, const json& r) {
   if (action == "create") {
     const json& c = r["created"];
     std::printf("created snapshot %s in %.2f s (%s); restored as the live engine in %.2f s (oracle matched)\n",
-                c.value("id", "").c_str(), c.value("create_s", 0.0), gb(c.value("image_bytes", 0.0)).c_str(),
+                c.value("id", "").c_str(), c.value("create_s", 0.0), gb_text(c.value("image_bytes", 0.0)).c_str(),
                 r["start"].value("time_to_ready_s", 0.0));
     return;
   }

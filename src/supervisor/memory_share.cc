@@ -5,6 +5,13 @@
 #include <cstdio>
 
 namespace fr::supervisor {
+
+std::string gb_text(double bytes) {
+  char b[32];
+  std::snprintf(b, sizeof b, "%.2f GB", bytes / 1e9);
+  return b;
+}
+
 namespace {
 
 std::string share_gb(double bytes) {

@@ -10,6 +10,9 @@
 namespace fr::supervisor {
 
 // One GPU's figures, all read for this GPU alone and now (not summed over GPUs, not remembered).
+// Bytes as the supervisor's messages and fastrestartctl show them: "12.34 GB" (decimal, two places).
+std::string gb_text(double bytes);
+
 struct GpuShareInput {
   std::string gpu;
   uint64_t total = 0;    // the GPU's memory

@@ -43,12 +43,6 @@ std::string fmt_s(double s) {
   return b;
 }
 
-std::string fmt_bytes(double b) {
-  char buf[32];
-  std::snprintf(buf, sizeof buf, "%.2f GB", b / 1e9);
-  return buf;
-}
-
 }  // namespace
 
 Supervisor::Supervisor(Config config, std::unique_ptr<GpuProbe> gpus, std::unique_ptr<Notifier> notifier)
@@ -684,7 +678,7 @@ void Supervisor::wait_drain() {
             return;
           }
           spdlog::warn("GPU {}: {} still used after the engine exited, beyond the daemons' {} and what was used "
-                       "before it started (a leak: orphaned workers?)", gpu, fmt_bytes(extra), fmt_bytes(double(daemon_gpu_bytes(gpu))));
+                       "before it started (a leak: orphaned workers?)", gpu, gb_text(extra), gb_text(double(daemon_gpu_bytes(gpu))));
         }
       }
     }

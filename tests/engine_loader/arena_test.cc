@@ -32,6 +32,15 @@ fastrestart::ArenaOptions opts(const std::string& dir, double wait_s = 10) {
 
 uint64_t word(size_t i) { return 0x2545f4914f6cdd1dull * (i + 3); }
 
+// The C ABI's options for kBytes on the daemon at `dir` (which must outlive them).
+fr_arena_options_t c_arena_options(const std::string& dir) {
+  fr_arena_options_t o;
+  fr_arena_options_init(&o);
+  o.bytes = kBytes;
+  o.socket_dir = dir.c_str();
+  return o;
+}
+
 // A process that leases the arena, fills it with word(i) and exits.
 void fill_in_another_process(const std::string& dir) {
   pid_t pid = ::fork();
@@ -181,10 +190,7 @@ TEST(Arena, TheCAbiReservesAndSwapsAtTheSameAddress) {
   test::Daemon daemon(d / "run");
   fill_in_another_process(d / "run");
   const std::string dir = d / "run";
-  fr_arena_options_t o;
-  fr_arena_options_init(&o);
-  o.bytes = kBytes;
-  o.socket_dir = dir.c_str();
+  fr_arena_options_t o = c_arena_options(dir);
   fr_arena_t* a = nullptr;
   char err[256] = {};
   ASSERT_EQ(fr_arena_reserve(&o, &a, err, sizeof err), FR_OK) << err;
@@ -315,10 +321,7 @@ TEST(Arena, TheCAbiSnapshotAgentTakesArenas) {
   test::TempDir d;
   test::Daemon daemon(d / "run");
   const std::string dir = d / "run";
-  fr_arena_options_t o;
-  fr_arena_options_init(&o);
-  o.bytes = kBytes;
-  o.socket_dir = dir.c_str();
+  fr_arena_options_t o = c_arena_options(dir);
   fr_arena_t* a = nullptr;
   char err[256] = {};
   ASSERT_EQ(fr_arena_reserve(&o, &a, err, sizeof err), FR_OK) << err;

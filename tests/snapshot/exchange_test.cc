@@ -129,6 +129,10 @@ TEST(VerifyReleased, AnArenaStillMappedOrAccessibleIsNamed) {
   ASSERT_FALSE(s.ok());
   EXPECT_NE(s.error().message.find("KV arena 'kv' released, but its range is still accessible"), std::string::npos)
       << s.error().message;
+  // The host backend standing in for a GPU ("host:<name>", as under fastrestartd) is a host range too.
+  arenas[0]["device"] = "host:GPU-0";
+  EXPECT_FALSE(verify_released(::getpid(), json::array(), arenas).ok());
+  arenas[0]["device"] = "host";
   ASSERT_EQ(::mprotect(p, n, PROT_NONE), 0);
   EXPECT_TRUE(verify_released(::getpid(), json::array(), arenas).ok());
   arenas[0]["mapped"] = true;

@@ -12,6 +12,7 @@
 #include "daemon_client/daemon_client.h"
 #include "protocol/daemon_status.h"
 #include "supervisor/child.h"
+#include "supervisor/memory_share.h"
 #include "supervisor/daemons/daemon_set.h"
 #include "supervisor/supervised_child.h"
 #include "supervisor/checkpoint_files.h"
@@ -23,12 +24,6 @@ using nlohmann::json;
 namespace {
 
 constexpr double kDaemonStopGraceS = 30;
-
-std::string fmt_bytes(double b) {
-  char buf[32];
-  std::snprintf(buf, sizeof buf, "%.2f GB", b / 1e9);
-  return buf;
-}
 
 std::string daemon_binary(const Config& c) {
   return c.weights.daemon_path.empty() ? find_companion("fastrestart-weightd", "daemon") : c.weights.daemon_path;
@@ -294,8 +289,8 @@ void NativeDaemons::poll() {
             if (total > 0) {
               double eta = rate > 0 ? static_cast<double>(total - done) / rate : 0;
               char b[160];
-              std::snprintf(b, sizeof b, "Loading weights: %s / %s (%.2f GB/s, ETA %.0f s)", fmt_bytes(double(done)).c_str(),
-                            fmt_bytes(double(total)).c_str(), rate / 1e9, eta);
+              std::snprintf(b, sizeof b, "Loading weights: %s / %s (%.2f GB/s, ETA %.0f s)", gb_text(double(done)).c_str(),
+                            gb_text(double(total)).c_str(), rate / 1e9, eta);
               // Progress is being made: keep systemd's start timeout from firing.
               m_host.set_status(b, "EXTEND_TIMEOUT_USEC=" + std::to_string(30'000'000) + "\n");
             }
