@@ -7,7 +7,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 out="${1:?usage: fuzz/make-seeds.sh DIR}"
 rm -rf "$out"
-mkdir -p "$out"/{fuzz_frame,fuzz_safetensors,fuzz_config,fuzz_control,fuzz_readiness,fuzz_gate}
+mkdir -p "$out"/{fuzz_frame,fuzz_safetensors,fuzz_config,fuzz_control,fuzz_readiness,fuzz_gate,fuzz_arena_lease}
 seed() {  # seed TARGET < content: named by its hash (pipelines run in subshells: no counters)
   local tmp
   tmp=$(mktemp "$out/.seed-XXXXXX")
@@ -34,6 +34,16 @@ for j in '{"op":"status"}' '{"op":"daemons"}' '{"op":"restart"}' '{"op":"stop-en
   '{"op":"reload","wait":true,"flags":"--max-num-seqs 128 --dtype '"'"'bfloat16'"'"'","mode":"replace"}' \
   '{"op":"reload","wait":true,"flags":["--dtype"],"mode":"remove"}'; do
   printf '%s' "$j" | seed fuzz_control
+done
+
+# Arena requests and replies (docs/protocol.md, "arena_lease"): each arena object the doc quotes, and near misses.
+{ grep -oE '`\{"op":"arena_[^`]*\}`' docs/protocol.md || true; } | sed 's/^`//; s/`$//' | while IFS= read -r j; do
+  printf '%s' "$j" | seed fuzz_arena_lease
+done
+for j in '{"op":"arena_lease","name":"kv","bytes":1073741824,"wait_s":30}' '{"op":"arena_lease","name":"kv","bytes":1125899906842625}' \
+  '{"op":"arena_release","name":"kv.0-_A"}' '{"op":"arena_lease","name":"","bytes":1,"wait_s":86400.5}' \
+  '{"ok":true,"name":"kv","bytes":4096,"pool_bytes":4096,"backend":"host","created":true,"resized":false,"zeroed":false,"waited_s":0,"leases":1,"generation":1,"previous_holder_pid":null}'; do
+  printf '%s' "$j" | seed fuzz_arena_lease
 done
 
 # Safetensors: 8 bytes (the claimed size, little-endian) and a header like tinyengine gen writes.

@@ -11,7 +11,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 secs="${1:-20}"
-targets="${FUZZ_TARGETS:-fuzz_frame fuzz_safetensors fuzz_config fuzz_control fuzz_readiness fuzz_gate}"
+targets="${FUZZ_TARGETS:-fuzz_frame fuzz_safetensors fuzz_config fuzz_control fuzz_readiness fuzz_gate fuzz_arena_lease}"
 san="-fsanitize=fuzzer-no-link,address,undefined -fno-sanitize-recover=undefined"
 # A unity build (batches of up to 8 sources of a target compiled as one file: the json and fmt template
 # code they share is generated once; docs/build-time.md) when no compiler launcher is set, as on CI's cold
