@@ -35,7 +35,7 @@ void check_release(const json& j) {
   if (!back.ok() || back->name != r->name) __builtin_trap();
 }
 
-void check_reply(const json& j) {
+void check_lease_reply(const json& j) {
   auto r = arena_lease_reply_from_json(j);
   if (!r.ok()) return;
   if (r->pool_bytes < r->bytes) __builtin_trap();
@@ -53,7 +53,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (!j.ok()) return 0;
   check_lease(*j);
   check_release(*j);
-  check_reply(*j);
+  check_lease_reply(*j);
   // The arena-name rule alone, on the raw bytes (a name from a flag or an engine's options).
   if (valid_arena_name(s) != check_arena_name(s, "name").ok()) __builtin_trap();
   return 0;

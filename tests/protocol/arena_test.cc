@@ -29,11 +29,11 @@ TEST(ArenaCodec, TheLeaseRequestRoundTripsAndNamesTheFieldAtFault) {
   EXPECT_EQ(back->name, "kv");
   EXPECT_EQ(back->bytes, 1u << 30);
   EXPECT_EQ(back->wait_s, 12.5);
-  EXPECT_EQ(arena_lease_from_json(json{{"name", "kv"}, {"bytes", 1}})->wait_s, kDefaultArenaWaitS);
+  EXPECT_EQ(arena_lease_from_json(json{{"name", "kv"}, {"bytes", 1u}})->wait_s, kDefaultArenaWaitS);
   auto big = arena_lease_from_json(json{{"name", "kv"}, {"bytes", kMaxArenaBytes + 1}});
   ASSERT_FALSE(big.ok());
   EXPECT_EQ(big.error().message.rfind("arena_lease.bytes:", 0), 0u);
-  auto wait = arena_lease_from_json(json{{"name", "kv"}, {"bytes", 1}, {"wait_s", 86401}});
+  auto wait = arena_lease_from_json(json{{"name", "kv"}, {"bytes", 1u}, {"wait_s", 86401}});
   ASSERT_FALSE(wait.ok());
   EXPECT_EQ(wait.error().message.rfind("arena_lease.wait_s:", 0), 0u);
 }
