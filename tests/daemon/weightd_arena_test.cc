@@ -377,6 +377,17 @@ pid_t fork_group_member(Body body) {
   return pid;
 }
 
+// Kills (and, if it is our child, reaps) a process when the test ends, also on a failed ASSERT.
+struct KillAtEnd {
+  pid_t pid;
+  ~KillAtEnd() {
+    if (pid <= 0) return;
+    ::kill(pid, SIGKILL);
+    int st = 0;
+    ::waitpid(pid, &st, 0);
+  }
+};
+
 int fail_with(int code, const std::string& why) {
   std::fprintf(stderr, "%s\n", why.c_str());
   return code;
@@ -452,6 +463,7 @@ TEST(WeightdArena, TheHolderIsTheProcessThatSentTheRequestNotTheOneThatConnected
   const std::string line = next_line(child);
   ASSERT_EQ(line.rfind("granted ", 0), 0u) << line;
   child.pid = static_cast<pid_t>(std::stol(line.substr(8)));
+  KillAtEnd child_end{child.pid};  // not our child (init reaps it): killed only
 
   auto a = arena_of(daemon, "kv");
   ASSERT_TRUE(a);
@@ -463,6 +475,7 @@ TEST(WeightdArena, TheHolderIsTheProcessThatSentTheRequestNotTheOneThatConnected
   EXPECT_EQ(r.error().code, Errc::kTimeout);
   EXPECT_NE(r.error().message.find("pid " + std::to_string(child.pid)), std::string::npos) << r.error().message;
   ::kill(child.pid, SIGKILL);  // not our child: reaped by init; its pidfd says it exited all the same
+  child_end.pid = -1;
   UniqueFd fd;
   auto after = c->call(lease_req("kv", kMiB, 30), 40, &fd);
   EXPECT_TRUE(after.ok()) << after.error().message;
@@ -517,8 +530,8 @@ TEST(WeightdArena, AHolderCannotResizeOrSealTheArenaAndAStaleWaiterIsSuperseded)
     std::this_thread::sleep_for(std::chrono::milliseconds(10));
   }
   ASSERT_EQ(arena_of(daemon, "kv")->waiting, 1u);
-  auto engine = spawn_holder(daemon, "kv", kMiB, 60, [](volatile uint64_t*, auto) { return true; });
-  const std::string superseded = next_line(stale);
+  auto engine = spawn_holder(daemon, "kv", kMiB, 10, [](volatile uint64_t*, auto) { return true; });
+  const std::string superseded = next_line(stale, 10000);  // it notices within a second
   EXPECT_EQ(superseded.rfind("error", 0), 0u) << superseded;
   EXPECT_NE(superseded.find("superseded"), std::string::npos) << superseded;
   kill_and_reap(h0.pid);
@@ -526,8 +539,7 @@ TEST(WeightdArena, AHolderCannotResizeOrSealTheArenaAndAStaleWaiterIsSuperseded)
   EXPECT_EQ(g["previous_holder_pid"], h0.pid);
   EXPECT_EQ(arena_of(daemon, "kv")->holder_pid, engine.pid);
   kill_and_reap(engine.pid);
-  int st = 0;
-  ::waitpid(stale.pid, &st, 0);
+  kill_and_reap(stale.pid);  // exited already, unless it was granted
 }
 
 TEST(WeightdArena, ArenasAreBoundedByBytesAndNamesAndCanBeReleasedAndEvicted) {
@@ -607,6 +619,7 @@ TEST(WeightdArena, WaitingLeasesLeaveTheConnectionSlotsToTheEngine) {
     return 0;
   });
   ::close(p[1]);
+  KillAtEnd flood_end{flood}, h1_end{h1.pid};
   Holder f{flood, UniqueFd(p[0])};
   ASSERT_EQ(next_line(f), "sent");
   auto st = connect(daemon);
@@ -615,8 +628,6 @@ TEST(WeightdArena, WaitingLeasesLeaveTheConnectionSlotsToTheEngine) {
   auto ctl = test::run({test::weightctl(), "--socket-dir", dir / "run", "status"});
   EXPECT_EQ(ctl.exit_code, 0) << ctl.output;
   EXPECT_EQ(arena_of(daemon, "kv")->waiting, 0u);
-  kill_and_reap(flood);
-  kill_and_reap(h1.pid);
 }
 
 }  // namespace
