@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""The end-to-end restart benchmark (issue 6; docs/benchmarks.md "End to end"): time to ready per start path
+"""The end-to-end restart benchmark (issue 6; docs/bench-notes.md "End to end"): time to ready per start path
 for a PyTorch Llama engine (python/refengine) and for fastrestart-tinyengine's CUDA build, both supervised
 by fastrestartd on GPU 0, plus the anchors (safetensors.torch.load_file to CUDA, per-tensor CUDA IPC).
 

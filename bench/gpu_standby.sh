@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Standby benchmark on the GPU machine (docs/standby.md; docs/benchmarks.md "Standby engines"):
+# Standby benchmark on the GPU machine (docs/standby.md; docs/bench-notes.md "Standby engines"):
 # fastrestartd supervising the 16 GB PyTorch reference engine (Llama-3.1-8B shape, python/refengine) and the
 # 16 GB tiny engine (CUDA forward) on GPU 0, CUDA weight daemon, weights.mode zero_copy. For each start path
 # it kill -9s the engine N times and times each restart from the kill(2) (bench/standby_cycles.py):

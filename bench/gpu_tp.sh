@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Tensor parallel reference engine on ONE GPU (docs/refengine.md "Tensor parallel"; docs/benchmarks.md):
+# Tensor parallel reference engine on ONE GPU (docs/refengine.md "Tensor parallel"; docs/bench-notes.md):
 # fastrestartd (gpus = ["0"], CUDA weight daemon, weights.mode zero_copy, no [weights.key]: the first start
 # misses, loads every rank's shard from disk and publishes it) supervising python/refengine on the 16 GB
 # Llama-3.1-8B-shaped checkpoint (bench/gen_llama_checkpoint.py), two runs:

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Every start path on the reference engine shaped like vLLM (docs/refengine.md "Batched serving";
-# docs/benchmarks.md): fastrestartd supervising the batched PyTorch reference engine on GPU 0 (the 16 GB
+# docs/bench-notes.md): fastrestartd supervising the batched PyTorch reference engine on GPU 0 (the 16 GB
 # Llama-3.1-8B shape by default), memory.utilization 0.9 (the engine's --gpu-memory-utilization is that
 # minus the daemon's pool, and minus a warmed standby's reserve), weights.mode zero_copy, vLLM's defaults for
 # the rest (--max-num-seqs 1024 on an H200, 51 CUDA graphs, the KV cache filling the share). Per path it
@@ -20,7 +20,7 @@
 #             dead engine's exit) and maps it at the same address. Recorded besides the rest: the lease wait
 #             and swap_in (the release timeline), fallbacks to a KV cache of its own, the KV cache against
 #             the cold path's (run cold in the same call for that), the parked standby's GPU memory.
-#             memory.check_free is off on it, as when its figures were measured (docs/benchmarks.md): the
+#             memory.check_free is off on it, as when its figures were measured (docs/bench-notes.md): the
 #             arena's accounting in fastrestartd's free-memory check (docs/supervisor.md, "KV arenas") came
 #             after and has not been run on the GPU yet.
 #   snapshot_arena  restart.start = ["snapshot", "cold"] with --kv-arena kv: after the first start a

@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """What a client sees across a kill -9 of the engine, with the listening socket owned by the engine and by
-fastrestartd (issue 29; docs/benchmarks.md, "No refused connection across a restart").
+fastrestartd (issue 29; docs/bench-notes.md, "No refused connection across a restart").
 
 fastrestartd supervises an engine: --engine tiny (default), fastrestart-tinyengine on the CPU with a host
 weight daemon; --engine ref, the PyTorch reference engine (python/refengine) on GPU 0 with a CUDA weight
@@ -67,7 +67,7 @@ BODY = json.dumps({"model": "t", "prompt": PROMPT, "max_tokens": 4}).encode()
 
 # The time budget's priors, s, until the same path has run once (then its measured times are used): "first",
 # fastrestartd's start to the steady state (ready, and the standby parked); "kill", one kill to the next
-# steady state; "stop", fastrestartd's stop. The reference engine's from the H200 (docs/benchmarks.md,
+# steady state; "stop", fastrestartd's stop. The reference engine's from the H200 (docs/bench-notes.md,
 # "Standby engines": a warm start 16.5 s, a standby parks ~16 s after its spawn; the first start also loads
 # the 16 GB checkpoint into the daemon).
 PRIORS = {
