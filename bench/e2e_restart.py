@@ -8,7 +8,7 @@ Paths, each over --runs starts (medians reported):
   cold_cached   the same from a warm page cache
   warm          fastrestartd's CUDA weight daemon holds the weights; the engine attaches (kill -9, then restart)
   floor         the engine with its weights merely allocated (torch.empty; refengine only)
-Also: kill -9 of the warm engine --kills times (death to READY=1), --cycles restart cycles with the GPU's used
+Also: kill -9 of the warm engine --kills times (from the kill(2): to READY=1 and to the first answered request), --cycles restart cycles with the GPU's used
 memory and the daemon's held bytes after each, bitwise-equal oracle logits on every path, the timeline of
 one warm restart, and a chart (matplotlib, when importable).
 
@@ -499,7 +499,7 @@ print(json.dumps({{"seconds": time.monotonic() - t, "hit": r.hit, "tensors": len
         self.chart(summary)
 
     def timeline(self, kind):
-        """(name, start, duration) of the median warm kill -9 restart, from the death being seen to READY=1."""
+        """(name, start, duration) of the median warm kill -9 restart, from the kill(2) to READY=1."""
         k9s = sorted((x for x in (self.res.get(kind) or {}).get("warm_kill9") or []
                       if x.get("phases") and x.get("kill_to_ready_s") is not None), key=lambda x: x["kill_to_ready_s"])
         if not k9s:

@@ -292,7 +292,8 @@ def first_answers(records, t_kill, end=float("inf")):
     out = {"kill_to_first_answer_s": None, "first_answer_sent_after_s": None, "kill_to_first_success_s": None}
     if after:
         first = min(after, key=lambda r: r[1])
-        out.update(kill_to_first_answer_s=round(first[1] - t_kill, 4), first_answer_sent_after_s=round(first[0] - t_kill, 4))
+        out.update(kill_to_first_answer_s=round(first[1] - t_kill, 4),
+                   first_answer_sent_after_s=round(first[0] - t_kill, 4))
     if ok:
         out["kill_to_first_success_s"] = round(min(r[1] for r in ok) - t_kill, 4)
     return out
@@ -314,8 +315,11 @@ class KillClock:
     A stamp that cannot be on this clock (before the kill, or minutes after it) leaves kill_to_ready_s out and
     says so in `clock_error`."""
 
-    def __init__(self, pid):
+    def __init__(self, pid, engine_pid=None):
+        """PID: the process to kill; ENGINE_PID: the engine whose exit fastrestartd reaps, when PID is one of
+        its workers (a tensor-parallel rank)."""
         self.pid = pid
+        self.engine_pid = engine_pid or pid
         self.t_kill = None
         self.rec = {"pid": pid}
 
@@ -336,7 +340,7 @@ class KillClock:
         r["path"] = ls.get("path")
         r["exec_to_ready_s"] = ls.get("time_to_ready_s")
         r["reap_to_ready_s"] = ls.get("since_previous_exit_s")
-        died = le.get("died_at_s") if le.get("pid") == self.pid else None
+        died = le.get("died_at_s") if le.get("pid") == self.engine_pid else None
         ready_at = ls.get("ready_at_s")
         if ready_at is None and died is not None and r["reap_to_ready_s"] is not None:
             ready_at = died + r["reap_to_ready_s"]
@@ -345,8 +349,8 @@ class KillClock:
             r["reap_to_release_s"] = rel.get("death_to_release_s")
             r["release_to_ready_s"] = rel.get("release_to_ready_s")
         if died is None or ready_at is None:
-            r["clock_error"] = (f"status has no reap stamp of pid {self.pid} (last_exit: {le.get('pid')}) or no READY "
-                                "stamp: kill_to_ready_s left out")
+            r["clock_error"] = (f"status has no reap stamp of pid {self.engine_pid} (last_exit: {le.get('pid')}) "
+                                "or no READY stamp: kill_to_ready_s left out")
             return r
         r["kill_to_reap_s"] = round(died - t, 4)
         r["kill_to_ready_s"] = round(ready_at - t, 4)
@@ -440,16 +444,16 @@ class Driver:
         with urllib.request.urlopen(req, timeout=120) as r:
             return json.load(r)
 
-    def kill_and_wait(self, pid, k):
-        """kill -9 PID (the kill clock: KillClock), wait for the next READY, and with --clients the first
-        answered request after the kill; the kill clock's record into k. Returns fastrestartd's status at
-        that READY."""
+    def kill_and_wait(self, pid, k, engine_pid=None):
+        """kill -9 PID (the kill clock: KillClock; ENGINE_PID: the engine, when PID is one of its workers), wait
+        for the next READY, and with --clients the first answered request after the kill; the kill clock's
+        record into k. Returns fastrestartd's status at that READY."""
         prober = None
         if getattr(self.a, "clients", 0):
             prober = Prober(self.a.port, completion_body(self.a.model), clients=self.a.clients).start()
             prober.wait_answered_since(time.monotonic(), 60)  # the engine answers before the kill
         n = self.readies()
-        c = KillClock(pid).kill()
+        c = KillClock(pid, engine_pid).kill()
         try:
             st = self.wait_ready(n + 1, self.a.ready_timeout)
             c.ready(st, self.ready_seen_at)
