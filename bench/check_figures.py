@@ -163,6 +163,22 @@ for _p in CPU_PATHS:
     FIGURES[f"cpu.{_p}.from_reap"] = (lambda p: lambda r: f"{cpu_summary(r, p, 'reap_to_ready_s')['median']:.2f} s")(_p)
     FIGURES[f"cpu.{_p}.n"] = (lambda p: lambda r: f"| {cpu_summary(r, p, 'kill_to_ready_s')['n']} |")(_p)
 
+SOCKET_CPU = f"socket-restart-cpu-{CPU_DATE}.json"
+
+
+def sock_cpu(raw, listen, path, key):
+    return [k[key] for r in raw(SOCKET_CPU)["runs"] if r["listen"] == listen and r["path"] == path for k in r["kills"]]
+
+
+for _p in ("warmed", "pre_gpu", "warm", "cold"):
+    FIGURES[f"cpu.sock.{_p}.ready"] = (lambda p: lambda r: "| " + rng(sock_cpu(r, "supervisor", p, "kill_to_ready_s")) + " |")(_p)
+    FIGURES[f"cpu.sock.{_p}.answer"] = (lambda p: lambda r: rng(sock_cpu(r, "supervisor", p, "kill_to_first_answer_s")) + " | "
+                                        + rng(sock_cpu(r, "engine", p, "kill_to_first_answer_s")) + " |")(_p)
+    FIGURES[f"cpu.sock.{_p}.refused"] = (lambda p: lambda r: "| " + rng(sock_cpu(r, "engine", p, "refused"), 0)[:-2] + " |")(_p)
+FIGURES["cpu.sock.refused_supervisor"] = lambda r: (
+    "no connection was refused" if all(k["refused"] == 0 for x in r(SOCKET_CPU)["runs"] if x["listen"] == "supervisor"
+                                       for k in x["kills"]) else "some were refused")
+
 # --- where each figure is written: (page, a text naming its line, [figures]) ----------------------------------
 BENCH = "docs/benchmarks.md"
 CHECKS = [
@@ -187,7 +203,9 @@ CHECKS = [
     ("README.md", "| new engine process, weights from the weight daemon |", ["warm.kill"]),
     ("README.md", "| C++ tiny engine, weights from the weight daemon |", ["e2e.tiny.kill.median"]),
     ("README.md", "| C++ tiny engine, cold from disk |", ["standby.tiny_cold.kill"]),
-] + [(BENCH, f"| `{p}` |", [f"cpu.{p}.kill", f"cpu.{p}.answer", f"cpu.{p}.n", f"cpu.{p}.reap", f"cpu.{p}.from_reap"])
+    (BENCH, "With fastrestartd owning the port no connection", ["cpu.sock.refused_supervisor"]),
+] + [(BENCH, f"| `{p}`, 4 clients |", [f"cpu.sock.{p}.ready", f"cpu.sock.{p}.answer", f"cpu.sock.{p}.refused"])
+     for p in ("warmed", "pre_gpu", "warm", "cold")] + [(BENCH, f"| `{p}` |", [f"cpu.{p}.kill", f"cpu.{p}.answer", f"cpu.{p}.n", f"cpu.{p}.reap", f"cpu.{p}.from_reap"])
      for p in CPU_PATHS]
 
 
