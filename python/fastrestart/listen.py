@@ -103,9 +103,10 @@ def inherited_socket(name=None):
     if _int("LISTEN_PID", pid, 1) != _os.getpid():
         # Not ours (systemd's rule). Said in one line: under fastrestartd it means a wrapper between it and
         # the engine forked instead of exec'ing, and the engine would next bind the port itself and fail.
-        _say("LISTEN_PID=%s is not this process (pid %d): the passed socket (LISTEN_FDS) is another "
-             "process's; not using it (a wrapper between the supervisor and the engine must exec it, not fork)"
-             % (pid, _os.getpid()))
+        if fds != "0":
+            _say("LISTEN_PID=%s is not this process (pid %d): the passed socket (LISTEN_FDS) is another "
+                 "process's; not using it (a wrapper between the supervisor and the engine must exec it, not fork)"
+                 % (pid, _os.getpid()))
         return None
     try:
         count = _int("LISTEN_FDS", fds, 0)

@@ -137,9 +137,10 @@ Result<int> inherited_listen_socket(std::string_view name) {
     // Meant for another process (systemd's rule: not ours). Said in one line, since with fastrestartd it
     // is nearly always a wrapper between it and the engine that forks instead of exec'ing, and the engine
     // would next bind the port itself and fail with "address in use".
-    say_line("fastrestart: LISTEN_PID=" + pid_text + " is not this process (pid " + std::to_string(::getpid()) +
-             "): the passed socket (LISTEN_FDS) is another process's; not using it (a wrapper "
-             "between the supervisor and the engine must exec it, not fork)");
+    if (fds_text != "0")
+      say_line("fastrestart: LISTEN_PID=" + pid_text + " is not this process (pid " + std::to_string(::getpid()) +
+               "): the passed socket (LISTEN_FDS) is another process's; not using it (a wrapper "
+               "between the supervisor and the engine must exec it, not fork)");
     return -1;
   }
   int count = 0;

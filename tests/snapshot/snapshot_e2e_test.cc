@@ -862,7 +862,7 @@ TEST(SnapshotStore, ARestoreRefusesADirectoryThatBecameOpenOrAnothersNamingIt) {
   const std::string dir = t / "snapshots", id = "20260101-000000", artifact = dir + "/" + id;
   ASSERT_EQ(::mkdir(dir.c_str(), 0700), 0);
   ASSERT_EQ(::mkdir(artifact.c_str(), 0700), 0);
-  std::ofstream(t / "spec.json") << json{{"argv", {"/bin/true"}}, {"env", json::object()}, {"files", json::array()},
+  std::ofstream(t / "spec.json") << json{{"argv", json::array({"/bin/true"})}, {"env", json::object()}, {"files", json::array()},
                                         {"host", "127.0.0.1"}, {"port", 1}, {"prompt", "x"}, {"model", "t"},
                                         {"oracle_tokens", 1}}.dump();
   auto restore = [&] {

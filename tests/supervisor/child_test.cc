@@ -11,6 +11,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <set>
 #include <sstream>
@@ -106,13 +107,16 @@ TEST(SpawnChild, TheListeningSocketArrivesAsDescriptor3WithTheChildsPid) {
   EXPECT_EQ(out.find("socket:[" + std::to_string(l->inode()) + "]"), std::string::npos) << "inherited: " << out;
 }
 
-// The descriptors a shell child lists in /proc/self/fd (its own, read by the glob before any command runs).
+// The descriptors a shell child holds, as its own child `ls` reads them from /proc/<the shell>/fd (a glob
+// in the shell itself would list the descriptor it reads the directory with).
 std::set<int> child_fds(SpawnSpec spec) {
-  spec.argv = {"/bin/sh", "-c", "for f in /proc/$$/fd/*; do printf '%s ' \"${f##*/}\"; done; echo"};
+  spec.argv = {"/bin/sh", "-c", "ls -m /proc/$$/fd"};
   auto s = spawn_child(spec);
   EXPECT_TRUE(s.ok()) << s.error().message;
   if (!s.ok()) return {};
-  std::istringstream in(run_to_end(*s));
+  std::string out = run_to_end(*s);
+  std::replace(out.begin(), out.end(), ',', ' ');
+  std::istringstream in(out);
   std::set<int> fds;
   for (int fd; in >> fd;) fds.insert(fd);
   return fds;
