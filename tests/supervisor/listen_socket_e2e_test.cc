@@ -262,7 +262,7 @@ INSTANTIATE_TEST_SUITE_P(Fields, ListenSocketReload,
                          ::testing::Values(AddressEdit{"engine.port", "\nport = {port}\n", "\nport = {other}\n"},
                                            AddressEdit{"engine.listen", "listen = \"supervisor\"", "listen = \"engine\""},
                                            AddressEdit{"engine.host", "[engine]\n", "[engine]\nhost = \"localhost\"\n"}),
-                         [](const auto& info) { return std::string(info.param.field).substr(7); });
+                         [](const ::testing::TestParamInfo<AddressEdit>& p) { return std::string(p.param.field).substr(7); });
 
 // The descriptors every child gets: an engine lists its own (0, 1, 2 and the socket at 3), and no process
 // fastrestartd started (the engine, the weight daemon) holds a file fastrestartd itself inherited without
