@@ -15,12 +15,46 @@ Pure Python (the socket module and os.environ): it does not use the compiled bin
 
 import os as _os
 import socket as _socket
+import stat as _stat
 
 __all__ = ["inherited_socket", "FDNAME", "FIRST_FD"]
 
 FDNAME = "fastrestart-engine"  # LISTEN_FDNAMES of the socket fastrestartd passes
 FIRST_FD = 3                   # SD_LISTEN_FDS_START: the passed descriptors are 3, 4, ...
 _VARS = ("LISTEN_PID", "LISTEN_FDS", "LISTEN_FDNAMES")
+
+
+_FAMILIES = {_socket.AF_INET: "IPv4 (AF_INET)", _socket.AF_INET6: "IPv6 (AF_INET6)", _socket.AF_UNIX: "Unix (AF_UNIX)"}
+_TYPES = {_socket.SOCK_STREAM: "stream", _socket.SOCK_DGRAM: "datagram", _socket.SOCK_SEQPACKET: "seqpacket",
+          _socket.SOCK_RAW: "raw"}
+
+
+def _say(msg):
+    # One line on fd 2, as the C++ helper writes it: the engine's output is what the supervisor logs.
+    _os.write(2, ("fastrestart: %s\n" % msg).encode("utf-8", "backslashreplace"))
+
+
+def _file_kind(mode):
+    for test, kind in ((_stat.S_ISREG, "a regular file"), (_stat.S_ISDIR, "a directory"),
+                       (_stat.S_ISCHR, "a character device"), (_stat.S_ISBLK, "a block device"),
+                       (_stat.S_ISFIFO, "a pipe")):
+        if test(mode):
+            return kind
+    return "not a socket"
+
+
+def _not_a_tcp_listener(sock):
+    """None when `sock` is a listening TCP socket (IPv4 or IPv6), else what it is ("a listening Unix (AF_UNIX)
+    stream socket"), as the C++ helper (fastrestart/listen_socket.h) words it."""
+    family, stype, proto = sock.family, sock.type, sock.proto
+    listening = bool(sock.getsockopt(_socket.SOL_SOCKET, _socket.SO_ACCEPTCONN))
+    inet = family in (_socket.AF_INET, _socket.AF_INET6)
+    if inet and stype == _socket.SOCK_STREAM and proto == _socket.IPPROTO_TCP and listening:
+        return None
+    what = ("a listening " if listening else "a non-listening ") + _FAMILIES.get(family, "family %d" % family)
+    if inet:
+        what += {_socket.IPPROTO_TCP: " TCP", _socket.IPPROTO_UDP: " UDP"}.get(proto, " protocol %d" % proto)
+    return what + " %s socket" % _TYPES.get(stype, "other")
 
 
 def _int(var, value, minimum):
@@ -56,8 +90,10 @@ def inherited_socket(name=None):
     socket.socket on the descriptor, not inheritable by processes this one starts. Once LISTEN_PID is
     this process's, the three variables are removed from the environment, on success or error, so that
     processes started afterwards (workers, the engine core) do not take the socket for theirs: call it once,
-    before starting any. A malformed variable, or a descriptor that is not a listening stream socket, raises
-    ValueError naming the variable (and the descriptor).
+    before starting any. A malformed variable, or a descriptor that is not a listening TCP socket (IPv4 or
+    IPv6), raises ValueError naming the variable, the descriptor and what it is instead ("LISTEN_FDS:
+    descriptor 3 is a listening Unix (AF_UNIX) stream socket, not a listening TCP socket"). A LISTEN_PID of
+    another process is said in one line on stderr (then None).
     """
     if name is not None and (not isinstance(name, str) or not name or ":" in name):
         raise ValueError("name: expected a non-empty str without ':', got %r" % (name,))
@@ -65,6 +101,12 @@ def inherited_socket(name=None):
     if pid is None or fds is None:
         return None
     if _int("LISTEN_PID", pid, 1) != _os.getpid():
+        # Not ours (systemd's rule). Said in one line: under fastrestartd it means a wrapper between it and
+        # the engine forked instead of exec'ing, and the engine would next bind the port itself and fail.
+        if fds != "0":
+            _say("LISTEN_PID=%s is not this process (pid %d): the passed socket (LISTEN_FDS) is another "
+                 "process's; not using it (a wrapper between the supervisor and the engine must exec it, not fork)"
+                 % (pid, _os.getpid()))
         return None
     try:
         count = _int("LISTEN_FDS", fds, 0)
@@ -72,12 +114,19 @@ def inherited_socket(name=None):
             return None
         fd = FIRST_FD + _pick(count, _os.environ.get("LISTEN_FDNAMES"), name)
         try:
+            st = _os.fstat(fd)
+        except OSError as e:
+            raise ValueError("LISTEN_FDS: descriptor %d is not open (%s)" % (fd, e.strerror)) from None
+        if not _stat.S_ISSOCK(st.st_mode):
+            raise ValueError("LISTEN_FDS: descriptor %d is %s, not a listening TCP socket" % (fd, _file_kind(st.st_mode)))
+        try:
             sock = _socket.socket(fileno=fd)
         except OSError as e:
             raise ValueError("LISTEN_FDS: descriptor %d is not a socket: %s" % (fd, e.strerror)) from None
         try:
-            if sock.type != _socket.SOCK_STREAM or not sock.getsockopt(_socket.SOL_SOCKET, _socket.SO_ACCEPTCONN):
-                raise ValueError("LISTEN_FDS: descriptor %d is not a listening stream socket" % fd)
+            why = _not_a_tcp_listener(sock)
+            if why:
+                raise ValueError("LISTEN_FDS: descriptor %d is %s, not a listening TCP socket" % (fd, why))
             sock.set_inheritable(False)
             sock.setblocking(True)
         except BaseException:

@@ -10,6 +10,7 @@ import os
 import socket
 import subprocess
 import sys
+import tempfile
 import unittest
 
 import fastrestart
@@ -52,6 +53,7 @@ class InheritedSocketTest(unittest.TestCase):
         p = popen_with_socket([sys.executable, "-c", CHILD] + list(args), sock, stdout=subprocess.PIPE,
                               stderr=subprocess.PIPE, text=True, **kw, **extra)
         out, err = p.communicate(timeout=60)
+        self.stderr = err
         lines = out.splitlines()
         self.assertTrue(lines, "no output; stderr:\n" + err)
         return p.returncode, json.loads(lines[0]), p
@@ -96,6 +98,9 @@ class InheritedSocketTest(unittest.TestCase):
             self.assertEqual(code, 0, got)
             self.assertIsNone(got["socket"])
             self.assertEqual(got["env"], {"LISTEN_PID": "1", "LISTEN_FDS": "1", "LISTEN_FDNAMES": FDNAME})
+            # ... and said in one line (a wrapper that forked instead of exec'ing the engine).
+            self.assertRegex(self.stderr, r"^fastrestart: LISTEN_PID=1 is not this process \(pid \d+\): the passed socket "
+                                          r"\(LISTEN_FDS\) is another process's; not using it \(a wrapper [^\n]*\)\n$")
             code, got, _ = self.run_child(ls, fds="0")
             self.assertEqual((code, got["socket"]), (0, None))
             self.assertEqual(got["env"], {"LISTEN_PID": None, "LISTEN_FDS": None, "LISTEN_FDNAMES": None})
@@ -123,14 +128,35 @@ class InheritedSocketTest(unittest.TestCase):
         try:
             code, got, _ = self.run_child(None, pass_fds=(r,))
             self.assertEqual(code, 3, got)
-            self.assertIn("LISTEN_FDS: descriptor 3 is not a socket", got["error"])
+            self.assertIn("LISTEN_FDS: descriptor 3 is a pipe, not a listening TCP socket", got["error"])
         finally:
             os.close(r)
             os.close(w)
         with socket.socket() as unbound:  # a stream socket that does not listen
             code, got, _ = self.run_child(unbound)
             self.assertEqual(code, 3, got)
-            self.assertIn("LISTEN_FDS: descriptor 3 is not a listening stream socket", got["error"])
+            self.assertIn("LISTEN_FDS: descriptor 3 is a non-listening IPv4 (AF_INET) TCP stream socket, not a "
+                          "listening TCP socket", got["error"])
+
+    def test_a_listening_socket_of_another_family_is_an_error_naming_it(self):
+        # A Unix socket that listens (a socket unit's, a wrapper's): not what the engine serves HTTP on.
+        with tempfile.TemporaryDirectory() as d, socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as u:
+            u.bind(os.path.join(d, "s"))
+            u.listen(4)
+            code, got, _ = self.run_child(u)
+            self.assertEqual(code, 3, got)
+            self.assertEqual(got["error"], "LISTEN_FDS: descriptor 3 is a listening Unix (AF_UNIX) stream socket, "
+                                           "not a listening TCP socket")
+            self.assertEqual(got["env"], {"LISTEN_PID": None, "LISTEN_FDS": None, "LISTEN_FDNAMES": None})
+        with socket.socket(socket.AF_INET6, socket.SOCK_STREAM) as v6:  # IPv6 TCP: the right kind
+            try:
+                v6.bind(("::1", 0))
+            except OSError as e:
+                self.skipTest("no IPv6 loopback here: %s" % e)
+            v6.listen(4)
+            code, got, _ = self.run_child(v6)
+            self.assertEqual(code, 0, got)
+            self.assertEqual(got["socket"]["fd"], 3)
 
     def test_a_bad_name_argument_is_an_error(self):
         for bad in ("", "a:b", 3):

@@ -139,6 +139,32 @@ class StandinLaunchTest(unittest.TestCase):
             with socket.create_connection(("127.0.0.1", port), timeout=30):
                 pass
 
+    def test_a_passed_socket_that_is_not_tcp_is_one_line_and_no_traceback(self):
+        # A listening Unix socket at descriptor 3: refused before vLLM runs, naming what it is.
+        with tempfile.TemporaryDirectory() as d, socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as u:
+            u.bind(os.path.join(d, "s"))
+            u.listen(4)
+            p, i = self.launch(u, free_port())
+            self.assertEqual(p.wait(60), 1, self.output(i))
+        out = self.output(i)
+        self.assertEqual(out, "fastrestart-vllm: the socket fastrestartd passed: LISTEN_FDS: descriptor 3 is a "
+                              "listening Unix (AF_UNIX) stream socket, not a listening TCP socket\n")
+
+    def test_a_listen_pid_of_another_process_is_named(self):
+        # The variables were meant for another process (a wrapper forked): said in one line, and vLLM then
+        # binds --port itself (held here: it fails at bind, as it would on fastrestartd's port).
+        with listening_socket() as held, listening_socket() as ls:
+            with open(self.log(0), "w") as out:
+                p = popen_with_socket([sys.executable, "-m", "fastrestart_vllm.launch", "serve", self.model, "--host",
+                                       "127.0.0.1", "--port", str(held.getsockname()[1])], ls, env=self.env(), pid=1,
+                                      stdout=out, stderr=subprocess.STDOUT)
+            self.procs.append(p)
+            self.assertEqual(p.wait(60), 1, self.output(0))
+        out = self.output(0)
+        self.assertRegex(out, r"(?m)^fastrestart: LISTEN_PID=1 is not this process \(pid %d\): the passed socket "
+                              r"\(LISTEN_FDS\) is another process's; not using it" % p.pid)
+        self.assertIn("Address already in use", out)
+
     def test_other_subcommands_and_a_start_without_listen_fds_are_vllm_as_is(self):
         port = free_port()
         env = self.env()

@@ -19,6 +19,30 @@
 
 namespace fr {
 
+Status check_private_dir(const std::string& what, const std::string& path, std::optional<gid_t> gid) {
+  const mode_t want = gid ? 0750 : 0700;
+  struct stat st {};
+  if (::lstat(path.c_str(), &st) != 0) {
+    if (errno == ENOENT) return make_error(Errc::kNotFound, what + " " + path + " does not exist");
+    return sys_error("stat " + path);
+  }
+  char mode[8];
+  std::snprintf(mode, sizeof mode, "%04o", st.st_mode & 07777);
+  if (S_ISLNK(st.st_mode))
+    return make_error(Errc::kPermissionDenied, what + " " + path + " is a symlink; refusing to use it");
+  if (!S_ISDIR(st.st_mode)) return make_error(Errc::kPermissionDenied, what + " " + path + " is not a directory");
+  if (st.st_uid != ::geteuid())
+    return make_error(Errc::kPermissionDenied, what + " " + path + " is owned by uid " + std::to_string(st.st_uid) +
+                                                   ", not by us (uid " + std::to_string(::geteuid()) + ")");
+  if ((st.st_mode & 07777) & ~want)
+    return make_error(Errc::kPermissionDenied, what + " " + path + " has mode " + mode + ", more open than " +
+                                                   (gid ? "0750" : "0700") + "; refusing to use it");
+  if (gid && st.st_gid != *gid)
+    return make_error(Errc::kPermissionDenied, what + " " + path + " belongs to group " + std::to_string(st.st_gid) +
+                                                   ", not the configured group " + std::to_string(*gid));
+  return {};
+}
+
 Status ensure_private_dir(const std::string& path, std::optional<gid_t> gid) {
   const mode_t want = gid ? 0750 : 0700;
   if (::mkdir(path.c_str(), want) == 0) {
@@ -28,24 +52,9 @@ Status ensure_private_dir(const std::string& path, std::optional<gid_t> gid) {
   } else if (errno != EEXIST) {
     return sys_error("create socket directory " + path);
   }
+  FR_TRY(check_private_dir("socket directory", path, gid));
   struct stat st {};
   if (::lstat(path.c_str(), &st) != 0) return sys_error("stat " + path);
-  char mode[8];
-  std::snprintf(mode, sizeof mode, "%04o", st.st_mode & 07777);
-  if (S_ISLNK(st.st_mode))
-    return make_error(Errc::kPermissionDenied, "socket directory " + path + " is a symlink; refusing to use it");
-  if (!S_ISDIR(st.st_mode)) return make_error(Errc::kPermissionDenied, "socket directory " + path + " is not a directory");
-  if (st.st_uid != ::geteuid())
-    return make_error(Errc::kPermissionDenied, "socket directory " + path + " is owned by uid " +
-                                                   std::to_string(st.st_uid) + ", not by us (uid " +
-                                                   std::to_string(::geteuid()) + ")");
-  if ((st.st_mode & 07777) & ~want)
-    return make_error(Errc::kPermissionDenied, "socket directory " + path + " has mode " + mode +
-                                                   ", more open than " + (gid ? "0750" : "0700") + "; refusing to use it");
-  if (gid && st.st_gid != *gid)
-    return make_error(Errc::kPermissionDenied, "socket directory " + path + " belongs to group " +
-                                                   std::to_string(st.st_gid) + ", not the configured group " +
-                                                   std::to_string(*gid));
   if ((st.st_mode & 07777) != want && ::chmod(path.c_str(), want) != 0) return sys_error("chmod " + path);
   return {};
 }

@@ -16,6 +16,12 @@ namespace fr {
 // or group writable, world readable) is refused rather than fixed: someone else may already have used it.
 Status ensure_private_dir(const std::string& path, std::optional<gid_t> gid);
 
+// The same rule for a directory that must already exist, creating and changing nothing: a real directory,
+// owned by our euid, no mode bit beyond 0700 (0750 and group `gid` when a group is given). `what` begins the
+// message ("snapshot directory"): "<what> <path> has mode 0770, more open than 0700; refusing to use it",
+// "<what> <path> is owned by uid 65534, not by us (uid 0)". Errc::kPermissionDenied (kNotFound: absent).
+Status check_private_dir(const std::string& what, const std::string& path, std::optional<gid_t> gid);
+
 // The default directory: /run/fastrestart for root, else $XDG_RUNTIME_DIR/fastrestart, else
 // /tmp/fastrestart-<uid>.
 std::string default_socket_dir();

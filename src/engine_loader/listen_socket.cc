@@ -4,6 +4,7 @@
 #include "fastrestart/listen_socket.h"
 
 #include <fcntl.h>
+#include <netinet/in.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -41,6 +42,74 @@ std::vector<std::string> split_names(const std::string& s) {
   }
 }
 
+const char* family_name(int family) {
+  switch (family) {
+    case AF_INET: return "IPv4 (AF_INET)";
+    case AF_INET6: return "IPv6 (AF_INET6)";
+    case AF_UNIX: return "Unix (AF_UNIX)";
+    case AF_NETLINK: return "netlink (AF_NETLINK)";
+    case AF_PACKET: return "packet (AF_PACKET)";
+    default: return nullptr;
+  }
+}
+
+const char* type_name(int type) {
+  switch (type) {
+    case SOCK_STREAM: return "stream";
+    case SOCK_DGRAM: return "datagram";
+    case SOCK_SEQPACKET: return "seqpacket";
+    case SOCK_RAW: return "raw";
+    default: return "other";
+  }
+}
+
+const char* file_kind(mode_t mode) {
+  if (S_ISREG(mode)) return "a regular file";
+  if (S_ISDIR(mode)) return "a directory";
+  if (S_ISCHR(mode)) return "a character device";
+  if (S_ISBLK(mode)) return "a block device";
+  if (S_ISFIFO(mode)) return "a pipe";
+  if (S_ISLNK(mode)) return "a symlink";
+  return "not a socket";
+}
+
+// Empty when `fd` is a listening TCP socket (IPv4 or IPv6), else one sentence naming what it is instead:
+// "descriptor 3 is a listening Unix (AF_UNIX) stream socket, not a listening TCP socket".
+std::string not_a_tcp_listener(int fd) {
+  const std::string d = "descriptor " + std::to_string(fd);
+  struct stat st {};
+  if (::fstat(fd, &st) != 0) return d + " is not open (" + std::strerror(errno) + ")";
+  if (!S_ISSOCK(st.st_mode)) return d + " is " + file_kind(st.st_mode) + ", not a listening TCP socket";
+  int family = 0, type = 0, protocol = 0, accepting = 0;
+  socklen_t len = sizeof family;
+  if (::getsockopt(fd, SOL_SOCKET, SO_DOMAIN, &family, &len) != 0) return d + ": SO_DOMAIN: " + std::strerror(errno);
+  len = sizeof type;
+  if (::getsockopt(fd, SOL_SOCKET, SO_TYPE, &type, &len) != 0) return d + ": SO_TYPE: " + std::strerror(errno);
+  len = sizeof protocol;
+  if (::getsockopt(fd, SOL_SOCKET, SO_PROTOCOL, &protocol, &len) != 0) protocol = -1;
+  len = sizeof accepting;
+  if (::getsockopt(fd, SOL_SOCKET, SO_ACCEPTCONN, &accepting, &len) != 0) accepting = 0;
+  const bool tcp = (family == AF_INET || family == AF_INET6) && type == SOCK_STREAM && protocol == IPPROTO_TCP;
+  if (tcp && accepting) return {};
+  const char* fam = family_name(family);
+  std::string what = (accepting ? "a listening " : "a non-listening ") + (fam ? std::string(fam) : "family " + std::to_string(family));
+  if (family == AF_INET || family == AF_INET6)
+    what += protocol == IPPROTO_TCP ? " TCP" : protocol == IPPROTO_UDP ? " UDP" : " protocol " + std::to_string(protocol);
+  return d + " is " + what + " " + type_name(type) + " socket, not a listening TCP socket";
+}
+
+// One line on the process's standard error: the library has no logger (engines capture fd 2).
+void say_line(const std::string& line) {
+  const std::string out = line + "\n";
+  size_t done = 0;
+  while (done < out.size()) {
+    const ssize_t n = ::write(2, out.data() + done, out.size() - done);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) return;
+    done += static_cast<size_t>(n);
+  }
+}
+
 // Unsets the variables on every return path once they were looked at.
 struct UnsetOnExit {
   ~UnsetOnExit() {
@@ -64,7 +133,16 @@ Result<int> inherited_listen_socket(std::string_view name) {
   if (!pid_env || !fds_env) return -1;
   long pid = 0;
   if (!parse_number(pid_text, pid) || pid <= 0) return bad_env("LISTEN_PID", pid_text, "not a process id");
-  if (pid != ::getpid()) return -1;  // meant for another process
+  if (pid != ::getpid()) {
+    // Meant for another process (systemd's rule: not ours). Said in one line, since with fastrestartd it
+    // is nearly always a wrapper between it and the engine that forks instead of exec'ing, and the engine
+    // would next bind the port itself and fail with "address in use".
+    if (fds_text != "0")
+      say_line("fastrestart: LISTEN_PID=" + pid_text + " is not this process (pid " + std::to_string(::getpid()) +
+               "): the passed socket (LISTEN_FDS) is another process's; not using it (a wrapper "
+               "between the supervisor and the engine must exec it, not fork)");
+    return -1;
+  }
   int count = 0;
   if (!parse_number(fds_text, count) || count < 0) return bad_env("LISTEN_FDS", fds_text, "not a descriptor count");
   if (count == 0) return -1;
@@ -83,15 +161,7 @@ Result<int> inherited_listen_socket(std::string_view name) {
     return -1;
   }
   const int fd = kListenFdsStart + index;
-  struct stat st {};
-  if (::fstat(fd, &st) != 0) return bad_env("LISTEN_FDS", fds_text, "descriptor " + std::to_string(fd) + " is not open (" + std::strerror(errno) + ")");
-  int type = 0, accepting = 0;
-  socklen_t len = sizeof type;
-  if (!S_ISSOCK(st.st_mode) || ::getsockopt(fd, SOL_SOCKET, SO_TYPE, &type, &len) != 0 || type != SOCK_STREAM)
-    return bad_env("LISTEN_FDS", fds_text, "descriptor " + std::to_string(fd) + " is not a stream socket");
-  len = sizeof accepting;
-  if (::getsockopt(fd, SOL_SOCKET, SO_ACCEPTCONN, &accepting, &len) != 0 || !accepting)
-    return bad_env("LISTEN_FDS", fds_text, "descriptor " + std::to_string(fd) + " is not listening");
+  if (auto why = not_a_tcp_listener(fd); !why.empty()) return bad_env("LISTEN_FDS", fds_text, why);
   const int flags = ::fcntl(fd, F_GETFD);
   if (flags < 0 || ::fcntl(fd, F_SETFD, flags | FD_CLOEXEC) != 0)
     return Error{Errc::kIo, "descriptor " + std::to_string(fd) + ": setting close-on-exec: " + std::strerror(errno)};

@@ -9,6 +9,7 @@
 #include <deque>
 #include <fstream>
 
+#include "common/close_fds.h"
 #include "common/fd.h"
 
 namespace fr::snapshot {
@@ -23,10 +24,13 @@ Result<int> run_program(const std::vector<std::string>& argv, const std::string&
   pid_t pid = ::fork();
   if (pid < 0) return sys_error("fork");
   if (pid == 0) {
-    int devnull = ::open("/dev/null", O_RDONLY);
-    if (devnull >= 0) ::dup2(devnull, 0);
+    const int devnull = ::open("/dev/null", O_RDONLY | O_CLOEXEC);
+    if (devnull > 0) ::dup2(devnull, 0);
     ::dup2(log.get(), 1);
     ::dup2(log.get(), 2);
+    // CRIU gets 0, 1, 2 and the descriptors it is told about (--inherit-fd), nothing the helper inherited:
+    // a restored tree must not depend on (or keep open) files of whoever started fastrestartd.
+    close_fds_except(keep_fds.data(), keep_fds.size());
     for (int fd : keep_fds) ::fcntl(fd, F_SETFD, 0);  // keep across exec
     ::execv(args[0], args.data());
     std::fprintf(stderr, "exec %s failed\n", args[0]);

@@ -47,11 +47,16 @@ Result<Restored> restore_snapshot(const RestoreRequest& r, GpuCheckpointer& gpu)
   Store store(r.dir);
   Restored out;
   out.timings = nlohmann::json::object();
+  // Checked at every restore, not only where fastrestartd created the directory: its owner or mode may
+  // have changed since, and CRIU restores whatever the images hold.
+  FR_TRY(store.check());
   if (r.id.empty()) {
     FR_ASSIGN(out.id, newest_id(store));
   } else {
     out.id = r.id;
   }
+  if (!valid_id(out.id)) return make_error(Errc::kInvalidArgument, "invalid snapshot id \"" + out.id + "\"");
+  FR_TRY(store.check(out.id));
   FR_ASSIGN(LockFile held, store.lock(out.id));
   const std::string dir = store.path(out.id);
   FR_ASSIGN(Manifest m, read_manifest(dir));

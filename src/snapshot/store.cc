@@ -29,6 +29,12 @@ Status Store::ensure() const {
   return {};
 }
 
+Status Store::check(const std::string& id) const {
+  FR_TRY(check_private_dir("snapshot directory", m_dir, std::nullopt));
+  if (!id.empty()) FR_TRY(check_private_dir("snapshot", path(id), std::nullopt));
+  return {};
+}
+
 std::string Store::new_id() const {
   std::time_t t = std::time(nullptr);
   std::tm tm{};

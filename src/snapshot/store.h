@@ -25,6 +25,11 @@ class Store {
 
   // Creates the directory 0700 (refusing one that is not ours or too open).
   Status ensure() const;
+  // The same rule, creating and changing nothing, for a restore: the directory, and the artifact <id> when
+  // `id` is not empty, must be ours (euid), real directories, no mode bit beyond 0700. A restore runs what
+  // the images say as our uid: anyone else who could write them could run code as us. The error names the
+  // path ("snapshot directory /var/lib/fastrestart/m/snapshots has mode 0770, more open than 0700; ...").
+  Status check(const std::string& id = {}) const;
   // A new id from the UTC time ("20261130-081500"), unique within the directory.
   std::string new_id() const;
   // Creates .creating-<id>/images (0700) and returns .creating-<id>.

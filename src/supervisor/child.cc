@@ -10,15 +10,13 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include <dirent.h>
-
-#include <algorithm>
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <string>
 
+#include "common/close_fds.h"
 #include "common/io.h"
 
 extern char** environ;
@@ -177,11 +175,21 @@ Result<Spawned> spawn_child(const SpawnSpec& spec) {
     }
     ::dup2(out_w.get(), 1);
     ::dup2(out_w.get(), 2);
-    int devnull = ::open("/dev/null", O_RDONLY);
-    if (devnull >= 0) ::dup2(devnull, 0);
+    // dup2 onto itself keeps close-on-exec (fastrestartd started without a stdout): clear it either way.
+    ::fcntl(1, F_SETFD, 0);
+    ::fcntl(2, F_SETFD, 0);
+    // Standard input is /dev/null; the descriptor that opened it goes at once (close-on-exec, and closed
+    // here unless it is 0 itself: fastrestartd started without a standard input).
+    const int devnull = ::open("/dev/null", O_RDONLY | O_CLOEXEC);
+    if (devnull > 0) {
+      ::dup2(devnull, 0);
+      ::close(devnull);
+    } else if (devnull == 0) {
+      ::fcntl(0, F_SETFD, 0);
+    }
     if (passes_listen) {
-      // fd 3 becomes the listening socket: the exec-error pipe moves off it first (the other pipe ends and
-      // /dev/null there are copies already made, or close-on-exec).
+      // fd 3 becomes the listening socket: the exec-error pipe moves off it first (the other pipe ends are
+      // copies already made, or close-on-exec).
       if (err_fd == kListenFdsStart) {
         const int moved = ::fcntl(err_fd, F_DUPFD_CLOEXEC, kListenFdsStart + 1);
         if (moved < 0) _exit(127);
@@ -194,22 +202,14 @@ Result<Spawned> spawn_child(const SpawnSpec& spec) {
       }
       write_decimal(listen_pid + kListenPidPrefix, static_cast<long>(::getpid()));
     }
-    if (spec.new_pid_namespace) {
-      // A snapshottable engine holds nothing from outside its tree: descriptors our own parent leaked to us
-      // (a test runner's log, a socket) would make CRIU's restore depend on files that have since changed.
-      // The exec-error pipe (CLOEXEC) stays open until exec.
-      // So does the descriptor passed on purpose (spec.pass_fd).
-      // And the listening socket at fd 3.
-      unsigned keep[3] = {static_cast<unsigned>(err_fd), static_cast<unsigned>(spec.pass_fd >= 0 ? spec.pass_fd : err_fd),
-                          static_cast<unsigned>(passes_listen ? kListenFdsStart : err_fd)};
-      std::sort(std::begin(keep), std::end(keep));
-      unsigned from = 3;
-      for (unsigned k : keep) {
-        if (k > from) ::close_range(from, k - 1, 0);
-        from = std::max(from, k + 1);
-      }
-      ::close_range(from, ~0U, 0);
-    }
+    // A child holds exactly what it is given: 0, 1, 2, the descriptor passed on purpose (spec.pass_fd) and
+    // the listening socket at fd 3. Anything else open here came from fastrestartd's own parent without
+    // close-on-exec (a shell's or a test runner's descriptors, a socket) or from a library of ours, and
+    // would be held by every engine and daemon: a file never closed, a port never freed, and for a
+    // snapshottable engine files CRIU's restore would depend on. The exec-error pipe (close-on-exec) stays
+    // open until exec.
+    const int keep[3] = {err_fd, spec.pass_fd, passes_listen ? kListenFdsStart : -1};
+    close_fds_except(keep, 3);
     if (spec.pass_fd >= 0 && ::fcntl(spec.pass_fd, F_SETFD, 0) != 0) fail(kStepPassFd);
     if (!spec.working_dir.empty() && ::chdir(spec.working_dir.c_str()) != 0) fail(kStepChdir);
     ::execve(prog.c_str(), argv.data(), envp.data());

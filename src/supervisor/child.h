@@ -1,5 +1,8 @@
 // Spawning supervised children: each in its own process group, with an explicit environment (never
 // NOTIFY_SOCKET, WATCHDOG_*, or LISTEN_* other than spawn_child's own for SpawnSpec::listen_fd), stdout+stderr on one pipe for line capture, and a pidfd.
+// A child holds exactly its descriptors: 0 (/dev/null), 1 and 2 (the pipe), SpawnSpec::pass_fd and the
+// listening socket at 3; every other one fastrestartd has open, close-on-exec or not, is closed between
+// fork and exec (close_fds_except, docs/reliability.md "Descriptors a child gets").
 #pragma once
 
 #include <sys/types.h>

@@ -764,6 +764,22 @@ const char* start_path_name(StartPath p) {
   return "cold";
 }
 
+std::string address_change(const EngineConfig& running, const EngineConfig& next) {
+  std::string changed;
+  auto note = [&](const char* field, const std::string& was, const std::string& now) {
+    if (was != now) changed += (changed.empty() ? "" : ", ") + std::string(field) + " " + was + " -> " + now;
+  };
+  note("engine.host", "\"" + running.host + "\"", "\"" + next.host + "\"");
+  note("engine.port", std::to_string(running.port), std::to_string(next.port));
+  note("engine.listen", std::string("\"") + engine_listen_name(running.listen) + "\"",
+       std::string("\"") + engine_listen_name(next.listen) + "\"");
+  if (running.listen == EngineListen::kSupervisor)
+    note("engine.listen_backlog", std::to_string(running.listen_backlog), std::to_string(next.listen_backlog));
+  if (changed.empty()) return {};
+  return changed + ": where the engine serves changes only with a restart of fastrestartd (systemctl restart), "
+                   "not by a reload; the engine keeps serving as before";
+}
+
 const char* engine_listen_name(EngineListen l) { return kListens[static_cast<int>(l)]; }
 const char* standby_level_name(StandbyLevel l) { return kStandbyLevels[static_cast<int>(l)]; }
 

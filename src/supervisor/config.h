@@ -180,6 +180,13 @@ Result<Config> load_config(const std::string& path);
 // found). Errors: Errc::kInvalidArgument, "<path>:<line>: <key>: <what>", the first problem found.
 Status check_host(Config& c);
 
+// A re-read config (SIGHUP, `fastrestartctl reload` without flags) against the running one: the fields
+// of where the engine serves that only fastrestartd's start applies (engine.host, engine.port,
+// engine.listen, and engine.listen_backlog while fastrestartd owns the socket), each named with its old and
+// new value, and that a restart of fastrestartd is what applies them (docs/config.md, "Reload"). Empty
+// when none changed.
+std::string address_change(const EngineConfig& running, const EngineConfig& next);
+
 const char* engine_kind_name(EngineKind k);
 const char* weights_mode_name(WeightsMode m);
 const char* daemon_kind_name(DaemonKind d);

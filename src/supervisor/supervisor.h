@@ -195,6 +195,8 @@ class Supervisor : private StartHost, private DaemonHost, private SnapshotHost, 
   // (an error reply; null when a reload may start).
   nlohmann::json reload_refusal() const;
   // Re-reads the config file (reload without flags, SIGHUP); a change of the engine's flags starts a reload.
+  // One that moves where the engine serves (address_change: engine.host/port/listen) is refused whole, so
+  // m_cfg.engine's address is fastrestartd's start's for its lifetime: the socket it holds and the probes agree.
   nlohmann::json reread_config(std::shared_ptr<std::promise<nlohmann::json>> waiter);
   // Starts a reload on `next`; `waiter`, when set, is answered once the engine is ready on them or rolled
   // back (the reply is then null). Answers at once when nothing changes or the engine kind refuses them.

@@ -106,6 +106,13 @@ json Supervisor::reread_config(std::shared_ptr<std::promise<json>> waiter) {
   register_secrets(c->engine);
   if (auto st = check_engine_config(*c); !st.ok())
     return error("invalid_argument", "keeping the running config: " + st.error().message);
+  // Where the engine serves is fixed at fastrestartd's start: with engine.listen = "supervisor" the socket
+  // bound then is the one every engine gets, and the probes go where the engine serves. Applying a new
+  // address here alone would probe a port nobody listens on and kill every engine as never ready.
+  if (auto why = address_change(m_cfg.engine, c->engine); !why.empty()) {
+    spdlog::error("re-read {}: refused, nothing changed: {}", m_cfg.path, why);
+    return error("refused", "keeping the running config: " + why);
+  }
   const bool flags_changed = c->engine.flags != m_cfg.engine.flags;
   // The adapter reads the running engines' output: the kind and its rules stay until fastrestartd restarts.
   if (!(c->engine.kind == m_cfg.engine.kind) || c->engine.vllm_rules != m_cfg.engine.vllm_rules)

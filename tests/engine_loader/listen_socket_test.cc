@@ -6,11 +6,14 @@
 #include <fcntl.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
+#include <sys/un.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cstdio>
 #include <cstdlib>
 #include <functional>
 #include <string>
@@ -106,7 +109,8 @@ TEST(ListenSocket, RefusesWhatIsNotAListeningSocketNamingTheVariable) {
   auto error = [](const std::string& s) { return s.rfind("error: ", 0) == 0 && s.find(" unset") != std::string::npos; };
   std::string s = in_child(bound.get(), "", "1", "fastrestart-engine", take);
   EXPECT_TRUE(error(s)) << s;
-  EXPECT_NE(s.find("LISTEN_FDS=1: descriptor 3 is not listening"), std::string::npos) << s;
+  EXPECT_NE(s.find("LISTEN_FDS=1: descriptor 3 is a non-listening IPv4 (AF_INET) TCP stream socket, not a listening TCP socket"),
+            std::string::npos) << s;
   s = in_child(-1, "", "1", "fastrestart-engine", take);
   EXPECT_NE(s.find("LISTEN_FDS=1: descriptor 3 is not open"), std::string::npos) << s;
   s = in_child(l.get(), "", "x", nullptr, take);
@@ -115,6 +119,53 @@ TEST(ListenSocket, RefusesWhatIsNotAListeningSocketNamingTheVariable) {
   EXPECT_NE(s.find("LISTEN_PID=abc: not a process id"), std::string::npos) << s;
   s = in_child(l.get(), "", "1", "a:b", take);
   EXPECT_NE(s.find("LISTEN_FDNAMES=a:b: 2 names for LISTEN_FDS=1"), std::string::npos) << s;
+}
+
+// What `body` returns, then " | " and what it wrote on its standard error.
+std::string with_stderr(const std::function<std::string()>& body) {
+  char path[] = "/tmp/fr-listen-stderr-XXXXXX";
+  const int f = ::mkstemp(path);
+  ::unlink(path);
+  ::dup2(f, 2);
+  std::string s = body() + " | ";
+  char buf[1024];
+  ssize_t n;
+  ::lseek(f, 0, SEEK_SET);
+  while ((n = ::read(f, buf, sizeof buf)) > 0) s.append(buf, static_cast<size_t>(n));
+  return s;
+}
+
+// A listening socket of another family than TCP's (a Unix socket a socket unit or a wrapper passed): the
+// error names what descriptor 3 is, in one line.
+TEST(ListenSocket, RefusesAListeningUnixSocketNamingItsFamily) {
+  char dir[] = "/tmp/fr-listen-unix-XXXXXX";
+  ASSERT_NE(::mkdtemp(dir), nullptr);
+  const std::string path = std::string(dir) + "/s";
+  UniqueFd u(::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0));
+  sockaddr_un a{};
+  a.sun_family = AF_UNIX;
+  std::snprintf(a.sun_path, sizeof a.sun_path, "%s", path.c_str());
+  ASSERT_EQ(::bind(u.get(), reinterpret_cast<sockaddr*>(&a), sizeof a), 0);
+  ASSERT_EQ(::listen(u.get(), 8), 0);
+  const std::string s = in_child(u.get(), "", "1", "fastrestart-engine", take);
+  ::unlink(path.c_str());
+  ::rmdir(dir);
+  EXPECT_EQ(s, "error: LISTEN_FDS=1: descriptor 3 is a listening Unix (AF_UNIX) stream socket, not a listening TCP socket unset");
+  // A datagram socket of the right family is not it either.
+  UniqueFd udp(::socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0));
+  const std::string d = in_child(udp.get(), "", "1", nullptr, take);
+  EXPECT_NE(d.find("descriptor 3 is a non-listening IPv4 (AF_INET) UDP datagram socket, not a listening TCP socket"),
+            std::string::npos) << d;
+}
+
+// LISTEN_PID of another process (a wrapper that forked instead of exec'ing the engine): no socket, and one
+// line on stderr says why.
+TEST(ListenSocket, ALISTENPIDOfAnotherProcessIsNamedInOneLine) {
+  UniqueFd l = tcp_socket(true);
+  const std::string s = in_child(l.get(), "1", "1", "fastrestart-engine", [] { return with_stderr(take); });
+  EXPECT_EQ(s.rfind("fd=-1 unset | fastrestart: LISTEN_PID=1 is not this process (pid ", 0), 0u) << s;
+  EXPECT_NE(s.find("the passed socket (LISTEN_FDS) is another process's; not using it"), std::string::npos) << s;
+  EXPECT_EQ(std::count(s.begin(), s.end(), '\n'), 1) << s;
 }
 
 TEST(ListenSocket, TheCAbiReturnsItAndAMissWhenNoneWasPassed) {

@@ -6,6 +6,7 @@
 #include <signal.h>
 #include <sys/mount.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -15,6 +16,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdio>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -850,6 +852,49 @@ TEST(SnapshotListenSocket, AnArtifactWithTheSocketFallsBackWhenTheEngineBindsIts
   EXPECT_EQ(s["last_start"]["path"], "warm") << s.dump();
   const std::string reason = snapshot_of(s)["last_failure"].value("reason", std::string());
   EXPECT_NE(reason.find("snapshot " + id + " was made with fastrestartd's listening socket"), std::string::npos) << reason;
+}
+
+// A restore checks the snapshot directory and the artifact as a create does (ours, no mode bit beyond
+// 0700), every time: the owner or mode may have changed since it was made, and CRIU would run what anyone
+// who could write the images put there. The helper refuses before anything runs (no CRIU needed to see it).
+TEST(SnapshotStore, ARestoreRefusesADirectoryThatBecameOpenOrAnothersNamingIt) {
+  test::TempDir t;
+  const std::string dir = t / "snapshots", id = "20260101-000000", artifact = dir + "/" + id;
+  ASSERT_EQ(::mkdir(dir.c_str(), 0700), 0);
+  ASSERT_EQ(::mkdir(artifact.c_str(), 0700), 0);
+  std::ofstream(t / "spec.json") << json{{"argv", json::array({"/bin/true"})}, {"env", json::object()}, {"files", json::array()},
+                                        {"host", "127.0.0.1"}, {"port", 1}, {"prompt", "x"}, {"model", "t"},
+                                        {"oracle_tokens", 1}}.dump();
+  auto restore = [&] {
+    const std::string result = t / "result.json";
+    ::unlink(result.c_str());
+    const auto r = test::run({FR_SNAPSHOT_BIN, "restore", "--dir", dir, "--id", id, "--criu", "/nonexistent/criu",
+                              "--spec", t / "spec.json", "--result", result});
+    std::ifstream in(result);
+    const json j = json::parse(in, nullptr, false);
+    EXPECT_EQ(r.exit_code, 1) << r.output;
+    return j.is_object() ? j.value("error", std::string()) : "no result: " + r.output;
+  };
+  // As made: the check passes (the restore fails further on, at the missing manifest).
+  std::string e = restore();
+  EXPECT_EQ(e.find("refusing"), std::string::npos) << e;
+  EXPECT_EQ(e.find("owned by"), std::string::npos) << e;
+  for (mode_t mode : {0770, 0707, 0720}) {
+    ASSERT_EQ(::chmod(dir.c_str(), mode), 0);
+    char text[8];
+    std::snprintf(text, sizeof text, "%04o", mode);
+    EXPECT_EQ(restore(), "snapshot directory " + dir + " has mode " + text + ", more open than 0700; refusing to use it");
+  }
+  ASSERT_EQ(::chmod(dir.c_str(), 0700), 0);
+  ASSERT_EQ(::chmod(artifact.c_str(), 0777), 0);
+  EXPECT_EQ(restore(), "snapshot " + artifact + " has mode 0777, more open than 0700; refusing to use it");
+  ASSERT_EQ(::chmod(artifact.c_str(), 0700), 0);
+  if (::geteuid() != 0) GTEST_SKIP() << "changing the directory's owner needs root (the mode cases ran)";
+  ASSERT_EQ(::chown(dir.c_str(), 65534, 65534), 0);
+  EXPECT_EQ(restore(), "snapshot directory " + dir + " is owned by uid 65534, not by us (uid 0)");
+  ASSERT_EQ(::chown(dir.c_str(), 0, 0), 0);
+  ASSERT_EQ(::chown(artifact.c_str(), 65534, 65534), 0);
+  EXPECT_EQ(restore(), "snapshot " + artifact + " is owned by uid 65534, not by us (uid 0)");
 }
 
 }  // namespace

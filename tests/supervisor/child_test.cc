@@ -4,14 +4,20 @@
 #include "supervisor/child.h"
 #include "supervisor/listen_socket.h"
 
+#include <fcntl.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstdlib>
+#include <set>
+#include <sstream>
 #include <string>
+
+#include "common/fd.h"
 
 namespace fr::supervisor {
 namespace {
@@ -99,6 +105,48 @@ TEST(SpawnChild, TheListeningSocketArrivesAsDescriptor3WithTheChildsPid) {
   ::unsetenv("LISTEN_FDS");
   EXPECT_NE(out.find(" env= fds= names=\n"), std::string::npos) << out;
   EXPECT_EQ(out.find("socket:[" + std::to_string(l->inode()) + "]"), std::string::npos) << "inherited: " << out;
+}
+
+// The descriptors a shell child holds, as its own child `ls` reads them from /proc/<the shell>/fd (a glob
+// in the shell itself would list the descriptor it reads the directory with).
+std::set<int> child_fds(SpawnSpec spec) {
+  spec.argv = {"/bin/sh", "-c", "ls -m /proc/$$/fd"};
+  auto s = spawn_child(spec);
+  EXPECT_TRUE(s.ok()) << s.error().message;
+  if (!s.ok()) return {};
+  std::string out = run_to_end(*s);
+  std::replace(out.begin(), out.end(), ',', ' ');
+  std::istringstream in(out);
+  std::set<int> fds;
+  for (int fd; in >> fd;) fds.insert(fd);
+  return fds;
+}
+
+// A child holds exactly 0, 1, 2 and what it is passed: not a descriptor fastrestartd inherited without
+// close-on-exec (here: the test's, as a shell or a test runner leaves them), nor the /dev/null that became
+// its standard input, on every spawn path (plain, a passed descriptor, the listening socket, a PID
+// namespace of its own).
+TEST(SpawnChild, AChildHoldsOnlyItsOwnDescriptors) {
+  UniqueFd stray(::open("/dev/null", O_RDONLY));  // inherited without close-on-exec
+  ASSERT_TRUE(stray);
+  ASSERT_EQ(::dup2(stray.get(), 40), 40);
+  UniqueFd stray40(40);
+  UniqueFd gate(::dup3(stray.get(), 9, O_CLOEXEC));  // a descriptor passed on purpose (a standby's gate)
+  ASSERT_EQ(gate.get(), 9);
+  auto l = ListenSocket::open("127.0.0.1", 0, 16);
+  ASSERT_TRUE(l.ok()) << l.error().message;
+  for (bool pid_ns : {false, true}) {
+    if (pid_ns && ::geteuid() != 0) continue;  // new PID and mount namespaces need root
+    SpawnSpec spec;
+    spec.new_pid_namespace = pid_ns;
+    EXPECT_EQ(child_fds(spec), (std::set<int>{0, 1, 2})) << "pid namespace: " << pid_ns;
+    spec.pass_fd = gate.get();
+    EXPECT_EQ(child_fds(spec), (std::set<int>{0, 1, 2, 9})) << "pid namespace: " << pid_ns;
+    spec.listen_fd = l->fd();
+    EXPECT_EQ(child_fds(spec), (std::set<int>{0, 1, 2, 3, 9})) << "pid namespace: " << pid_ns;
+    spec.pass_fd = -1;
+    EXPECT_EQ(child_fds(spec), (std::set<int>{0, 1, 2, 3})) << "pid namespace: " << pid_ns;
+  }
 }
 
 // The standby's gate and the listening socket cannot both be descriptor 3.

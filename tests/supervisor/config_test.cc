@@ -649,5 +649,36 @@ TEST(ConfigError, DefaultNameUnusable) {
       << r.error().message;
 }
 
+// ---- a re-read config against the running one (docs/config.md, "Reload")
+
+// Where the engine serves changes only with a restart of fastrestartd: each changed field is named with
+// its old and new value; the rest of [engine] is not its business.
+TEST(ConfigAddressChange, NamesEachMovedFieldAndSaysARestartAppliesIt) {
+  auto running = parse("[engine]\ncommand = [\"x\"]\nport = 8000\nlisten = \"supervisor\"\n[weights]\nmode = \"off\"\n");
+  ASSERT_TRUE(running.ok()) << running.error().message;
+  const EngineConfig& was = running->engine;
+  EngineConfig next = was;
+  next.flags = *FlagList::from_words({"--x"}, "flags");
+  next.stop_grace_s = 5;
+  EXPECT_EQ(address_change(was, next), "");
+  next.port = 8001;
+  EXPECT_EQ(address_change(was, next),
+            "engine.port 8000 -> 8001: where the engine serves changes only with a restart of fastrestartd "
+            "(systemctl restart), not by a reload; the engine keeps serving as before");
+  next.host = "::1";
+  next.listen = EngineListen::kEngine;
+  const std::string all = address_change(was, next);
+  EXPECT_EQ(all.rfind("engine.host \"127.0.0.1\" -> \"::1\", engine.port 8000 -> 8001, engine.listen \"supervisor\" -> "
+                      "\"engine\": ", 0), 0u) << all;
+  next = was;
+  next.listen_backlog = 16;  // the socket fastrestartd holds was listen()ed with the old one
+  EXPECT_NE(address_change(was, next).find("engine.listen_backlog 4096 -> 16"), std::string::npos);
+  EngineConfig own = was;
+  own.listen = EngineListen::kEngine;
+  EngineConfig own_next = own;
+  own_next.listen_backlog = 16;  // unused while the engine binds its port
+  EXPECT_EQ(address_change(own, own_next), "");
+}
+
 }  // namespace
 }  // namespace fr::supervisor

@@ -3,6 +3,7 @@
 // is dead or loading are not refused and get no 503: they wait in the kernel's queue and are answered by
 // the next engine. The socket is fastrestartd's from its startup to its exit.
 #include <arpa/inet.h>
+#include <fcntl.h>
 #include <netinet/in.h>
 #include <signal.h>
 #include <sys/socket.h>
@@ -12,7 +13,10 @@
 #include <gtest/gtest.h>
 
 #include <cerrno>
+#include <filesystem>
 #include <fstream>
+#include <map>
+#include <sstream>
 #include <future>
 #include <thread>
 #include <vector>
@@ -198,6 +202,120 @@ TEST_P(ListenSocketStandby, AHealthCheckInFlightAtTheDeathDoesNotStallTheRelease
                                                      << m_sup->log();
   EXPECT_EQ(after["engine"]["pid"], standby) << after.dump();
   EXPECT_EQ(after["last_start"]["path"], "standby") << after.dump();
+  EXPECT_EQ(m_sup->stop(SIGTERM), 0) << m_sup->log();
+}
+
+// Replaces `from` (which must be there) with `to` in the file at `path`.
+void edit_file(const std::string& path, const std::string& from, const std::string& to) {
+  std::ifstream in(path);
+  std::string text((std::istreambuf_iterator<char>(in)), {});
+  const auto pos = text.find(from);
+  ASSERT_NE(pos, std::string::npos) << "no " << from << " in " << text;
+  text.replace(pos, from.size(), to);
+  std::ofstream(path) << text;
+}
+
+struct AddressEdit {
+  const char* field;
+  std::string from, to;  // in the config file; "{port}": the engine's port
+};
+
+class ListenSocketReload : public ListenSocketTest, public ::testing::WithParamInterface<AddressEdit> {};
+
+// A re-read config (fastrestartctl reload without flags, then SIGHUP) that moves where the engine serves
+// is refused, naming the field and that it takes a restart of fastrestartd: the socket fastrestartd holds
+// stays the engine's, the probes keep going to it (a restart later is ready on it), and fastrestartd never
+// exits over it.
+TEST_P(ListenSocketReload, AChangeOfWhereTheEngineServesIsRefusedAndTheEngineKeepsServing) {
+  launch();
+  const json st = ready();
+  const pid_t engine = st["engine"]["pid"];
+  const std::string expected = text_of(complete());
+  ASSERT_FALSE(expected.empty());
+  auto subst = [&](std::string t) {
+    if (auto at = t.find("{port}"); at != std::string::npos) t.replace(at, 6, std::to_string(m_port));
+    if (auto at = t.find("{other}"); at != std::string::npos) t.replace(at, 7, std::to_string(test::free_port()));
+    return t;
+  };
+  edit_file(m_cfg, subst(GetParam().from), subst(GetParam().to));
+  const auto r = test::run({FR_FASTRESTARTCTL_BIN, "--socket", m_dir / "ctl/t.ctl", "reload"});
+  EXPECT_NE(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find(std::string("keeping the running config: ") + GetParam().field + " "), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("changes only with a restart of fastrestartd"), std::string::npos) << r.output;
+  ASSERT_EQ(::kill(m_sup->pid(), SIGHUP), 0);
+  ASSERT_TRUE(m_sup->wait_for([&](const json&) { return m_sup->log().find("SIGHUP: keeping the running config") != std::string::npos; }, 30))
+      << m_sup->log();
+  // Nothing restarted; the engine answers on the socket fastrestartd holds.
+  json now = m_sup->status();
+  EXPECT_EQ(now.value("state", ""), "ready") << now.dump();
+  EXPECT_EQ(now["engine"].value("pid", 0), engine) << now.dump();
+  EXPECT_EQ(text_of(complete()), expected);
+  // The probes still go where the engine serves: a restart is ready again, on the same socket.
+  ASSERT_EQ(test::run({FR_FASTRESTARTCTL_BIN, "--socket", m_dir / "ctl/t.ctl", "restart"}).exit_code, 0) << m_sup->log();
+  ready(engine);
+  EXPECT_EQ(text_of(complete()), expected);
+  EXPECT_EQ(::waitpid(m_sup->pid(), nullptr, WNOHANG), 0) << "fastrestartd exited: " << m_sup->log();
+  EXPECT_EQ(m_sup->stop(SIGTERM), 0) << m_sup->log();
+}
+
+INSTANTIATE_TEST_SUITE_P(Fields, ListenSocketReload,
+                         ::testing::Values(AddressEdit{"engine.port", "\nport = {port}\n", "\nport = {other}\n"},
+                                           AddressEdit{"engine.listen", "listen = \"supervisor\"", "listen = \"engine\""},
+                                           AddressEdit{"engine.host", "[engine]\n", "[engine]\nhost = \"localhost\"\n"}),
+                         [](const ::testing::TestParamInfo<AddressEdit>& p) { return std::string(p.param.field).substr(7); });
+
+// The descriptors every child gets: an engine lists its own (0, 1, 2 and the socket at 3), and no process
+// fastrestartd started (the engine, the weight daemon) holds a file fastrestartd itself inherited without
+// close-on-exec from whoever started it.
+TEST_F(ListenSocketTest, ChildrenHoldNoDescriptorFastrestartdInherited) {
+  m_port = test::free_port();
+  const std::string marker = m_dir / "inherited-by-fastrestartd";
+  std::ofstream(marker) << "x";
+  Options o;
+  o.command = {"/bin/sh", "-c",
+               "printf 'engine-fds: '; ls -m /proc/$$/fd; exec \"$0\" \"$@\"",
+               FR_TINYENGINE_BIN, "serve", m_dir / "model", "--port", std::to_string(m_port), "--served-model-name", "t",
+               "--load-format", "fastrestart", "--fastrestart-socket-dir", m_dir / "run", "--shutdown-grace", "2"};
+  UniqueFd leaked(::open(marker.c_str(), O_RDONLY));  // no O_CLOEXEC: fastrestartd inherits it
+  ASSERT_TRUE(leaked);
+  launch(o);
+  leaked.reset();
+  ready();
+  const std::string log = m_sup->log();
+  EXPECT_NE(log.find("engine-fds: 0, 1, 2, 3\n"), std::string::npos) << log;
+  // fastrestartd does hold it (else this test proves nothing); none of its descendants does.
+  auto holds = [&](pid_t pid) {
+    std::error_code ec;
+    for (const auto& e : std::filesystem::directory_iterator("/proc/" + std::to_string(pid) + "/fd", ec))
+      if (std::filesystem::read_symlink(e.path(), ec) == marker) return true;
+    return false;
+  };
+  EXPECT_TRUE(holds(m_sup->pid())) << "the test's descriptor did not reach fastrestartd";
+  std::vector<pid_t> descendants;
+  std::map<pid_t, pid_t> parent;
+  std::error_code ec;
+  for (const auto& e : std::filesystem::directory_iterator("/proc", ec)) {
+    const std::string name = e.path().filename();
+    if (name.find_first_not_of("0123456789") != std::string::npos) continue;
+    std::ifstream f(e.path() / "stat");
+    std::string text((std::istreambuf_iterator<char>(f)), {});
+    const auto close = text.rfind(')');
+    if (close == std::string::npos) continue;
+    std::istringstream rest(text.substr(close + 2));
+    char state = 0;
+    pid_t ppid = 0;
+    rest >> state >> ppid;
+    parent[std::stoi(name)] = ppid;
+  }
+  for (const auto& [pid, ppid] : parent) {
+    for (pid_t p = ppid; p > 1; p = parent.count(p) ? parent[p] : 0)
+      if (p == m_sup->pid()) {
+        descendants.push_back(pid);
+        break;
+      }
+  }
+  EXPECT_GE(descendants.size(), 2u) << "the engine and the weight daemon";
+  for (pid_t pid : descendants) EXPECT_FALSE(holds(pid)) << "pid " << pid << " holds " << marker;
   EXPECT_EQ(m_sup->stop(SIGTERM), 0) << m_sup->log();
 }
 

@@ -7,14 +7,18 @@
 //   unit passes sockets the same way, so an engine that uses this helper also runs socket-activated.
 // - inherited_listen_socket(name) returns the passed listening socket, close-on-exec, owned by the caller;
 //   -1 when none was passed to this process: LISTEN_PID or LISTEN_FDS unset, LISTEN_PID another process's
-//   pid (the variables leaked through a parent), or `name` given and LISTEN_FDNAMES set without it. With
+//   pid (the variables leaked through a parent: one line on stderr says so, naming both pids, since with
+//   fastrestartd it means a wrapper forked instead of exec'ing the engine), or `name` given and
+//   LISTEN_FDNAMES set without it. With
 //   several descriptors and no LISTEN_FDNAMES, `name` cannot pick one: -1 (an empty name takes fd 3).
 // - It removes LISTEN_PID, LISTEN_FDS and LISTEN_FDNAMES from the environment whenever LISTEN_PID or
 //   LISTEN_FDS was set, so processes the engine starts (workers) do not take the socket for theirs: call it
 //   once, in the process that serves, before starting children. A second call returns -1.
 // - Errors (Errc::kInvalidArgument naming the variable and its value): LISTEN_FDS or LISTEN_PID not a
-//   number, LISTEN_FDNAMES with another count of names; the picked descriptor not open, not a stream
-//   socket, or not listening (getsockopt SO_ACCEPTCONN). The variables are removed in these cases too.
+//   number, LISTEN_FDNAMES with another count of names; the picked descriptor not a listening TCP socket
+//   (IPv4 or IPv6, SOCK_STREAM, IPPROTO_TCP, SO_ACCEPTCONN): the message names what it is instead
+//   ("LISTEN_FDS=1: descriptor 3 is a listening Unix (AF_UNIX) stream socket, not a listening TCP socket";
+//   "... is not open", "... is a regular file"). The variables are removed in these cases too.
 // - It never changes the socket's file status flags: O_NONBLOCK is shared by every process holding it
 //   (fastrestartd and a parked standby included), so the engine sets the mode it needs itself.
 // - An engine must not accept before it can serve: until then connections wait in the kernel's queue.
