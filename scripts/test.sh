@@ -16,6 +16,9 @@ phase() { echo "scripts/test.sh: $1 (at $((SECONDS - t0)) s)"; }
 scripts/deps.sh
 # No test source names the system's /run/fastrestart (CONTRIBUTING.md, "Tests").
 scripts/check-test-isolation.sh
+# The published restart figures (docs/benchmarks.md, the README's table) against their raw files in
+# bench/results/: no build needed, under a second.
+python3 bench/check_figures.py
 # CRIU 4.2.1 for the snapshot tests (build/criu/criu; cached in ~/.cache/fastrestart, so reruns take <1 s).
 scripts/build-criu.sh >/dev/null
 phase "building build/"
