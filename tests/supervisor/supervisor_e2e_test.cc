@@ -483,9 +483,9 @@ TEST(Fastrestartd, ADeadDaemonIsRespawnedAndTheEngineKeepsServing) {
 
 TEST(Fastrestartd, ADaemonThatCannotStartDoesNotStopTheEngine) {
   Options o;
-  test::TempDir run;  // the weight daemon's socket dir: this test's own, never the system's /run/fastrestart
+  test::TempDir scratch;  // the weight daemon's socket dir (made 0700 by fastrestartd): this test's own, never the system's default
   o.gpus_and_weights = "[weights]\nbackend = \"host\"\ndaemon_path = \"/bin/false\"\ncheckpoint = \"" + checkpoint_dir() +
-                       "\"\nsocket_dir = \"" + std::string(run.path()) + "\"\n";
+                       "\"\nsocket_dir = \"" + (scratch / "run") + "\"\n";
   o.engine_flags = ", \"--fastrestart-connect-timeout\", \"0.1\"";
   Fastrestartd d(o);
   ASSERT_TRUE(d.notify().wait_for("READY=1")) << d.log();
@@ -498,7 +498,7 @@ TEST(Fastrestartd, ADaemonThatCannotStartDoesNotStopTheEngine) {
 // machine (ASan, 2 loaded cores) the preload is still running when the test looks.
 TEST(Fastrestartd, LoadProgressIsShownWhileTheDaemonsPreload) {
   Options o;
-  test::TempDir scratch;  // the daemon's socket dir and the gate: this test's own, never /run/fastrestart
+  test::TempDir scratch;  // the daemon's socket dir and the gate: this test's own, never the system's default
   const std::string gate = scratch / "release-reads";
   o.gpus_and_weights = "[weights]\nbackend = \"host\"\ncheckpoint = \"" + checkpoint_dir() + "\"\nsocket_dir = \"" +
                        (scratch / "run") + "\"\nkey = {arch = \"tinyengine\", dtype = \"F32\", engine = \"fastrestart-tinyengine " FR_PROJECT_VERSION
