@@ -483,9 +483,9 @@ TEST(Fastrestartd, ADeadDaemonIsRespawnedAndTheEngineKeepsServing) {
 
 TEST(Fastrestartd, ADaemonThatCannotStartDoesNotStopTheEngine) {
   Options o;
-  test::TempDir run;  // the weight daemon's socket dir: this test's own, never the system's default
+  test::TempDir scratch;  // the weight daemon's socket dir (made 0700 by fastrestartd): this test's own, never the system's default
   o.gpus_and_weights = "[weights]\nbackend = \"host\"\ndaemon_path = \"/bin/false\"\ncheckpoint = \"" + checkpoint_dir() +
-                       "\"\nsocket_dir = \"" + std::string(run.path()) + "\"\n";
+                       "\"\nsocket_dir = \"" + (scratch / "run") + "\"\n";
   o.engine_flags = ", \"--fastrestart-connect-timeout\", \"0.1\"";
   Fastrestartd d(o);
   ASSERT_TRUE(d.notify().wait_for("READY=1")) << d.log();
