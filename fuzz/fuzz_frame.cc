@@ -2,6 +2,8 @@
 // incremental frame reader must assemble exactly the frames of a stream, whatever the split, holding
 // memory that follows the bytes that arrived (docs/protocol.md, "Frame limits and timeouts").
 #include <fcntl.h>
+#include <poll.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -43,30 +45,55 @@ void drive_reader(std::string_view s) {
   }
 }
 
+// The descriptor numbers checked: the lowest ones, where the kernel puts every descriptor received.
+int fd_scan_limit() {
+  rlimit r{};
+  if (::getrlimit(RLIMIT_NOFILE, &r) != 0) return 256;
+  return static_cast<int>(std::min<rlim_t>(r.rlim_cur, 1024));
+}
+
+// How many descriptors are open among the lowest fd_scan_limit() numbers: one poll(2) over all of them
+// (POLLNVAL marks a number that is not open), not one fcntl(2) per number, so that the check costs a
+// microsecond or so rather than a thousand system calls.
 int open_descriptors() {
+  static const int limit = fd_scan_limit();
+  static std::vector<pollfd> p(static_cast<size_t>(limit));
+  for (int fd = 0; fd < limit; ++fd) p[static_cast<size_t>(fd)] = {fd, 0, 0};
+  if (::poll(p.data(), p.size(), 0) < 0) __builtin_trap();
   int n = 0;
-  for (int fd = 0; fd < 1024; ++fd) n += ::fcntl(fd, F_GETFD) != -1;
+  for (const pollfd& x : p) n += (x.revents & POLLNVAL) == 0;
   return n;
 }
 
 // The input as a stream on a socket, in pieces that each carry 0..3 descriptors (the byte before a piece
 // says how many): read_frame never hands out more than one, and whatever it returns, every other
 // descriptor is closed by the time it does.
+//
+// All pieces are written before the reader runs, so they must fit in the socket: the kernel queues each
+// sendmsg(2) as its own buffer and charges about a kilobyte of overhead for each against the send buffer
+// (about 208 KiB by default), so a thousand small pieces fill it long before their bytes would. At most
+// kMaxPieces pieces are written (a few KiB of the input: the descriptor rules, not the stream, are what
+// is checked here; drive_reader splits the whole input), and a piece the socket still will not take
+// ends the stream there rather than waiting for a reader that cannot run (the deadline is now).
+constexpr size_t kMaxPieces = 64;
+
 void drive_descriptors(std::string_view s) {
   int sv[2];
   if (::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) != 0) return;
   fr::UniqueFd a(sv[0]), b(sv[1]);
   static const int null_fd = ::open("/dev/null", O_RDONLY | O_CLOEXEC);
   size_t pos = 0;
-  while (pos < s.size() && pos < 32768) {  // within the socket's buffer: no reader runs yet
+  for (size_t piece = 0; pos < s.size() && piece < kMaxPieces; ++piece) {
     const auto k = static_cast<unsigned char>(s[pos]);
     const size_t n = std::min<size_t>(1 + k % 61, s.size() - pos);
     std::vector<int> fds(k % 4, null_fd);
-    if (!fr::send_all(a.get(), s.data() + pos, n, fds, fr::deadline_in(1)).ok()) break;
+    if (!fr::send_all(a.get(), s.data() + pos, n, fds, fr::Clock::now()).ok()) break;
     pos += n;
   }
   a.reset();
   const int before = open_descriptors();
+  // The writer is closed and everything it wrote is queued: read_frame never waits here (its deadlines
+  // only bound a peer that stalls).
   for (int i = 0; i < 64; ++i) {
     auto f = fr::proto::read_frame(b.get(), fr::deadline_in(1), 1);
     if (!f.ok()) break;

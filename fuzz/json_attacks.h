@@ -5,6 +5,7 @@
 #pragma once
 
 #include <algorithm>
+#include <bit>
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
@@ -48,7 +49,13 @@ inline size_t mutate_with_json_attacks(uint8_t* data, size_t size, size_t max_si
   if (seed % 8 != 0 || max_size < 64 + keep || size < keep) return LLVMFuzzerMutate(data, size, max_size);
   const size_t room = max_size - keep;
   const std::string inner(reinterpret_cast<const char*>(data + keep), std::min<size_t>(size - keep, 16));
-  const size_t n = 1 + (seed >> 6) % (room / 2);
+  // The size knob is spread evenly over the powers of two up to half the room (then evenly within one),
+  // not evenly over the room: the depth limit sits at 32, and an even spread over 1..32768 made the typical
+  // attack tens of kilobytes, each costing as much to parse as a hundred small inputs. A large one still
+  // comes one attack in a few.
+  const size_t top = std::max<size_t>(room / 2, 1);
+  const unsigned bits = 1 + (seed >> 6) % static_cast<unsigned>(std::bit_width(top));
+  const size_t n = 1 + (size_t{seed >> 11} * 2654435761u) % std::min<size_t>(top, size_t{1} << bits);
   std::string out = json_attack((seed >> 3) % 6, n, inner);
   if (out.size() > room) out.resize(room);
   std::memcpy(data + keep, out.data(), out.size());

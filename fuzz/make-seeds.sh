@@ -7,7 +7,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 out="${1:?usage: fuzz/make-seeds.sh DIR}"
 rm -rf "$out"
-mkdir -p "$out"/{fuzz_frame,fuzz_safetensors,fuzz_config,fuzz_control,fuzz_readiness,fuzz_gate}
+for f in fuzz/fuzz_*.cc; do mkdir -p "$out/$(basename "$f" .cc)"; done
 seed() {  # seed TARGET < content: named by its hash (pipelines run in subshells: no counters)
   local tmp
   tmp=$(mktemp "$out/.seed-XXXXXX")
@@ -66,6 +66,62 @@ done
 j='{"op":"parked","v":1,"level":"warmed","pid":1,"x":"'"$(nest 40 '[')"'\\"}'
 for t in fuzz_frame fuzz_control fuzz_gate; do printf '%s' "$j" | seed $t; done
 printf '{"op":"status","id":[%s0]}' "$(printf '0,%.0s' $(seq 5000))" | seed fuzz_frame
+# Engine output lines (fuzz_engine_line): every arena, loader and progress line the docs, the data files
+# and the engines' sources show, and near misses; lines as loggers prefix them.
+{
+  git grep -hoE 'fastrestart-(arena|loader|progress):[^`|]*' -- docs data python src/tinyengine | sed 's/[[:space:]]*$//' || true
+  printf '%s\n' '[2026-12-03 10:00:00.123] [info] fastrestart-arena: leased name=kv bytes=1073741824 waited_s=0.000001 swap_s=0.5 generation=1' \
+    'fastrestart-arena: fallback reason=no_daemon' 'fastrestart-arena: fallback reason="a \"quoted\" \\ reason" extra=1' \
+    'fastrestart-arena: leased name=kv bytes=1 waited_s=1e3 swap_s=0 generation=18446744073709551615' \
+    'fastrestart-progress: phase=disk_read done=18446744073709551615 total=18446744073709551615 unit=bytes' \
+    'fastrestart-progress: phase=load_shards done=2 total=4 unit=shards' \
+    $'\e[32mINFO\e[0m 12-03 10:00:00 [gpu_model_runner.py:1] Loading model weights took 14.99 GiB'
+} | sort -u | while IFS= read -r l; do printf '%s' "$l" | seed fuzz_engine_line; done
+
+# Snapshot manifests (fuzz_manifest): the one tests/snapshot writes, with weights and arenas, and without.
+man='{"format":1,"id":"20261130-081500","fastrestart_version":"0.1.0","created_unix":1796000000.5,"create_s":2.5,"image_bytes":1048576,"stdout_pipe":"pipe:[1234]","listen_socket":"socket:[4242]","host":"127.0.0.1","port":8000,"identity":{"kernel_release":"6.18","criu_version":"4.2.1","cuda":true,"gpu":{"driver_version":"580","uuid":"GPU-0","name":"H200"},"executable":"/bin/engine","executable_hash":"00","files":[{"path":"/m","dev":1,"ino":2,"size":3,"mtime_ns":4,"ctime_ns":-5}],"args":["serve","--port","8000"],"env":{"A":"1"},"arg_hashes":{"--api-key":"ab"}},"oracle":{"prompt":"The capital of France is","model":"t","max_tokens":4,"token_ids":[41,32,80,97],"text":") Pa","logprobs":[-3.38,-1.5,-0.25,-0.125]},"weights":WEIGHTS,"timings":{"criu_dump_s":1.0}}'
+printf '%s' "${man/WEIGHTS/null}" | seed fuzz_manifest
+printf '%s' "${man/WEIGHTS/'{"excluded":true,"exchange":"/run/fastrestart/x.sock","entries":[{"fingerprint":"f","digest":"d","device":"GPU-0","daemon_socket":"/run/w.sock","key":{},"base":140000000000,"bytes":4096,"mapped":false}],"arenas":[{"name":"kv","device":"GPU-0","daemon_socket":"/run/w.sock","base":1,"bytes":2,"mapped":false}]}'}" | seed fuzz_manifest
+printf '%s' "${man/WEIGHTS/'{"excluded":false,"exchange":"/x","entries":[]}'}" | seed fuzz_manifest
+
+# CRIU images (fuzz_listen_image): files.img with fastrestartd's listening socket (socket:[4242], id 7)
+# beside a regular file, and fdinfo images referring to it; each file a 16-bit length and its bytes.
+/usr/bin/python3 - "$out/fuzz_listen_image" <<'PY'
+import hashlib, os, struct, sys
+def varint(v):
+    out = b""
+    while v >= 0x80:
+        out += bytes([(v & 0x7f) | 0x80]); v >>= 7
+    return out + bytes([v])
+def field(n, v):  # int: varint; bytes: length-delimited
+    return varint(n << 3) + varint(v) if isinstance(v, int) else varint(n << 3 | 2) + varint(len(v)) + v
+def msg(*fs): return b"".join(field(n, v) for n, v in fs)
+def image(*entries): return struct.pack("<II", 0x54564319, 0x56213975) + b"".join(struct.pack("<I", len(e)) + e for e in entries)
+def inet(ino, state): return msg((1, 7), (2, ino), (3, 2), (4, 1), (5, 6), (6, state), (9, 2), (13, msg((1, 0), (2, 0))), (14, msg((1, 0))))
+files = image(msg((1, 1), (2, 3), (3, msg((1, 3), (2, 0), (3, b"/etc/hosts")))), msg((1, 4), (2, 7), (4, inet(4242, 10))))
+fd1 = image(msg((1, 3), (2, 0), (3, 1), (4, 0)), msg((1, 7), (2, 0), (3, 4), (4, 3)))
+fd2 = image(msg((1, 7), (2, 1), (3, 4), (4, 9)))
+def seed(*files):
+    data = b"".join(struct.pack("<H", len(f)) + f for f in files)
+    open(os.path.join(sys.argv[1], "repo-" + hashlib.sha1(data).hexdigest()[:16]), "wb").write(data)
+seed(files, fd1)
+seed(files, fd1, fd2)
+seed(image(msg((1, 4), (2, 7), (4, inet(4242, 1)))), fd1)                       # not listening
+seed(image(msg((1, 4), (2, 7), (4, inet(4243, 10)))), fd1)                      # another socket
+seed(files, image(msg((1, 3), (2, 0), (3, 1), (4, 0))))                        # no descriptor refers to it
+seed(files[:-3], fd1)                                                            # truncated
+PY
+
+# Arena requests and replies (docs/protocol.md, "arena_lease"): each arena object the doc quotes, and near misses.
+{ grep -oE '`\{"op":"arena_[^`]*\}`' docs/protocol.md || true; } | sed 's/^`//; s/`$//' | while IFS= read -r j; do
+  printf '%s' "$j" | seed fuzz_arena_lease
+done
+for j in '{"op":"arena_lease","name":"kv","bytes":1073741824,"wait_s":30}' '{"op":"arena_lease","name":"kv","bytes":1125899906842625}' \
+  '{"op":"arena_release","name":"kv.0-_A"}' '{"op":"arena_lease","name":"","bytes":1,"wait_s":86400.5}' \
+  '{"ok":true,"name":"kv","bytes":4096,"pool_bytes":4096,"backend":"host","created":true,"resized":false,"zeroed":false,"waited_s":0,"leases":1,"generation":1,"previous_holder_pid":null}'; do
+  printf '%s' "$j" | seed fuzz_arena_lease
+done
+
 for t in "$out"/*; do echo "fuzz/make-seeds.sh: $(ls "$t" | wc -l) seeds for $(basename "$t")"; done
 # A dictionary for the config target: every section and key the loader knows (src/supervisor/config.cc).
 {

@@ -6,10 +6,19 @@
 #include <sys/un.h>
 
 #include <cerrno>
+#include <string>
 #include <cstring>
 #include <fstream>
 #include <sstream>
 #include <thread>
+
+// Linux 6.5's names, absent from older C library headers.
+#ifndef SO_PASSPIDFD
+#define SO_PASSPIDFD 76
+#endif
+#ifndef SCM_PIDFD
+#define SCM_PIDFD 0x04
+#endif
 
 namespace fr {
 namespace {
@@ -144,6 +153,26 @@ Status recv_exact(int sock, void* data, size_t n, std::vector<UniqueFd>* fds, De
 }
 
 Result<size_t> recv_some(int sock, void* data, size_t n, std::vector<UniqueFd>* fds, Deadline deadline) {
+  return recv_some(sock, data, n, fds, deadline, nullptr);
+}
+
+Result<bool> pass_sender_credentials(int sock) {
+  int on = 1;
+  if (::setsockopt(sock, SOL_SOCKET, SO_PASSCRED, &on, sizeof on) != 0) return sys_error("setsockopt(SO_PASSCRED)");
+  return ::setsockopt(sock, SOL_SOCKET, SO_PASSPIDFD, &on, sizeof on) == 0;
+}
+
+Result<pid_t> pidfd_pid(int pidfd) {
+  std::ifstream in("/proc/self/fdinfo/" + std::to_string(pidfd));
+  if (!in) return sys_error("/proc/self/fdinfo/" + std::to_string(pidfd));
+  std::string line;
+  while (std::getline(in, line))
+    if (line.rfind("Pid:", 0) == 0) return static_cast<pid_t>(std::stol(line.substr(4)));
+  return make_error(Errc::kUnsupported, "/proc/self/fdinfo/" + std::to_string(pidfd) + ": no Pid line (not a pidfd)");
+}
+
+Result<size_t> recv_some(int sock, void* data, size_t n, std::vector<UniqueFd>* fds, Deadline deadline,
+                         MessageSender* sender) {
   auto* p = static_cast<char*>(data);
   for (;;) {
     FR_TRY(wait_fd(sock, POLLIN, deadline));
@@ -151,7 +180,8 @@ Result<size_t> recv_some(int sock, void* data, size_t n, std::vector<UniqueFd>* 
     msghdr m{};
     m.msg_iov = &iov;
     m.msg_iovlen = 1;
-    alignas(cmsghdr) char cbuf[CMSG_SPACE(sizeof(int) * kMaxFds)];
+    // Room for the descriptors, the credentials and the sender's pidfd.
+    alignas(cmsghdr) char cbuf[CMSG_SPACE(sizeof(int) * kMaxFds) + CMSG_SPACE(sizeof(ucred)) + CMSG_SPACE(sizeof(int))];
     m.msg_control = cbuf;
     m.msg_controllen = sizeof cbuf;
     ssize_t r = ::recvmsg(sock, &m, MSG_CMSG_CLOEXEC | MSG_DONTWAIT);
@@ -159,8 +189,23 @@ Result<size_t> recv_some(int sock, void* data, size_t n, std::vector<UniqueFd>* 
       if (errno == EINTR || errno == EAGAIN) continue;
       return sys_error("recv");
     }
+    if (sender) *sender = MessageSender{};
     for (cmsghdr* c = CMSG_FIRSTHDR(&m); c; c = CMSG_NXTHDR(&m, c)) {
-      if (c->cmsg_level != SOL_SOCKET || c->cmsg_type != SCM_RIGHTS) continue;
+      if (c->cmsg_level != SOL_SOCKET) continue;
+      if (c->cmsg_type == SCM_CREDENTIALS && c->cmsg_len >= CMSG_LEN(sizeof(ucred))) {
+        ucred u{};
+        std::memcpy(&u, CMSG_DATA(c), sizeof u);
+        if (sender) sender->has_cred = true, sender->pid = u.pid, sender->uid = u.uid, sender->gid = u.gid;
+        continue;
+      }
+      if (c->cmsg_type == SCM_PIDFD && c->cmsg_len >= CMSG_LEN(sizeof(int))) {
+        int fd;
+        std::memcpy(&fd, CMSG_DATA(c), sizeof fd);
+        UniqueFd owned(fd >= 0 ? fd : -1);  // a negative value is the kernel's error: no process to name
+        if (sender) sender->has_pidfd = true, sender->pidfd = std::move(owned);
+        continue;
+      }
+      if (c->cmsg_type != SCM_RIGHTS) continue;
       size_t k = (c->cmsg_len - CMSG_LEN(0)) / sizeof(int);
       for (size_t i = 0; i < k; ++i) {
         int fd;

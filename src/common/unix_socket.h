@@ -43,4 +43,26 @@ Status recv_exact(int sock, void* data, size_t n, std::vector<UniqueFd>* fds, De
 // Receives 1..n bytes (n > 0) as soon as any arrived; returns how many. Errc::kCancelled when the peer closed.
 Result<size_t> recv_some(int sock, void* data, size_t n, std::vector<UniqueFd>* fds, Deadline deadline);
 
+// Who sent the bytes one recvmsg returned, as the kernel attached them to those bytes (not to the
+// connection): SCM_CREDENTIALS once the receiver set SO_PASSCRED, SCM_PIDFD once it set SO_PASSPIDFD
+// (Linux 6.5). The kernel never joins bytes of two senders in one recvmsg, and a sender can name no pid,
+// uid or gid but its own (without CAP_SYS_ADMIN / CAP_SETUID), so these name the process that wrote them.
+struct MessageSender {
+  bool has_cred = false;  // SCM_CREDENTIALS arrived
+  pid_t pid = 0;          // 0: the sender is in a pid namespace the receiver cannot see
+  uid_t uid = 0;
+  gid_t gid = 0;
+  bool has_pidfd = false;  // SCM_PIDFD arrived (a descriptor, or the kernel's error in its place)
+  UniqueFd pidfd;          // invalid when the kernel could not make one (the sender had been reaped)
+};
+// As above, also filling `sender` from the message's credentials (left empty when none came).
+Result<size_t> recv_some(int sock, void* data, size_t n, std::vector<UniqueFd>* fds, Deadline deadline,
+                         MessageSender* sender);
+// Sets SO_PASSCRED on `sock` (a listening socket passes it to the connections it accepts) and, where the
+// kernel has it, SO_PASSPIDFD. Returns whether SO_PASSPIDFD is on.
+Result<bool> pass_sender_credentials(int sock);
+// The pid a pidfd refers to (its /proc fdinfo "Pid:" line); -1 once the process was reaped, 0 when it is
+// in a pid namespace this process cannot see.
+Result<pid_t> pidfd_pid(int pidfd);
+
 }  // namespace fr

@@ -3,11 +3,9 @@
 #include <fcntl.h>
 #include <poll.h>
 #include <sys/socket.h>
-#include <sys/syscall.h>
 #include <unistd.h>
 
 #include <algorithm>
-#include <cctype>
 
 #include <spdlog/spdlog.h>
 
@@ -24,54 +22,58 @@ double seconds_since(SteadyClock::time_point t) {
   return std::chrono::duration<double>(SteadyClock::now() - t).count();
 }
 
-bool valid_name(const std::string& s) {
-  if (s.empty() || s.size() > kMaxArenaName) return false;
-  for (char ch : s)
-    if (!(std::isalnum(static_cast<unsigned char>(ch)) || ch == '_' || ch == '.' || ch == '-')) return false;
-  return true;
-}
-
 // True when `pidfd` is readable: the process has exited.
 bool exited(int pidfd) {
   pollfd p{pidfd, POLLIN, 0};
   return ::poll(&p, 1, 0) == 1 && (p.revents & (POLLIN | POLLHUP));
 }
 
+std::string names_text(const std::set<std::string>& names) {
+  std::string s;
+  for (const auto& n : names) s += (s.empty() ? "" : ", ") + n;
+  return s;
+}
+
 }  // namespace
 
-Result<ArenaLeaseRequest> arena_lease_from_json(const proto::json& req) {
-  ArenaLeaseRequest r;
-  auto name = req.find("name");
-  if (name == req.end()) return make_error(Errc::kInvalidArgument, "arena_lease.name: missing");
-  if (!name->is_string() || !valid_name(name->get_ref<const std::string&>()))
-    return make_error(Errc::kInvalidArgument, "arena_lease.name: not 1-64 of A-Z a-z 0-9 _ . -");
-  r.name = name->get<std::string>();
-  auto bytes = req.find("bytes");
-  if (bytes == req.end()) return make_error(Errc::kInvalidArgument, "arena_lease.bytes: missing");
-  if (!bytes->is_number_unsigned() || bytes->get<uint64_t>() == 0 || bytes->get<uint64_t>() > kMaxArenaBytes)
-    return make_error(Errc::kInvalidArgument, "arena_lease.bytes: not an integer in 1.." + std::to_string(kMaxArenaBytes));
-  r.bytes = bytes->get<uint64_t>();
-  FR_ASSIGN(r.wait_s, proto::get_double(req, "wait_s", "arena_lease", 30.0));
-  if (!(r.wait_s >= 0 && r.wait_s <= proto::kMaxWaitS))
-    return make_error(Errc::kInvalidArgument, "arena_lease.wait_s: outside 0..86400");
+Result<Requester> requester_of(const MessageSender& sender, bool senders_differ, int sock, const char* op) {
+  const std::string w = op;
+  if (senders_differ)
+    return make_error(Errc::kPermissionDenied, w + ": the request's bytes came from more than one process; refused");
+  if (!sender.has_cred)
+    return make_error(Errc::kPermissionDenied, w + ": the kernel attached no credentials to the request (SO_PASSCRED); refused");
+  if (sender.pid <= 0)
+    return make_error(Errc::kPermissionDenied, w + ": the requester's pid is not visible to the daemon (another pid namespace)");
+  Requester r;
+  r.pid = sender.pid;
+  r.uid = sender.uid;
+  if (sender.has_pidfd) {
+    // SCM_PIDFD names the sender of this very message; no pidfd in it: the sender was already reaped.
+    if (!sender.pidfd) return make_error(Errc::kPermissionDenied, w + ": the requesting process (pid " + std::to_string(r.pid) + ") has exited");
+    r.pidfd.reset(::fcntl(sender.pidfd.get(), F_DUPFD_CLOEXEC, 0));
+    if (!r.pidfd) return sys_error(w + ": dup the requester's pidfd");
+  } else {
+    // No SCM_PIDFD: the connecting process's pidfd stands for the sender only when it is the same pid,
+    // which SCM_CREDENTIALS gives per message. A fork of the connector fails this, as it must.
+    int fd = -1;
+    socklen_t len = sizeof fd;
+    if (::getsockopt(sock, SOL_SOCKET, SO_PEERPIDFD, &fd, &len) != 0 || fd < 0)
+      return make_error(Errc::kPermissionDenied, w + ": this kernel cannot name the process that sent a request (no SCM_PIDFD or "
+                                                     "SO_PEERPIDFD, Linux 6.5); arena leases are refused rather than guessed");
+    r.pidfd.reset(fd);
+    ::fcntl(fd, F_SETFD, FD_CLOEXEC);
+    auto pid = pidfd_pid(fd);
+    if (!pid.ok()) return pid.error().context(w + ": the connecting process's pidfd");
+    if (*pid != r.pid)
+      return make_error(Errc::kPermissionDenied, w + ": sent by pid " + std::to_string(r.pid) + ", which is not the process that connected (pid " +
+                                                     std::to_string(*pid) + "), and this kernel has no SCM_PIDFD to name it; refused");
+  }
+  if (exited(r.pidfd.get()))
+    return make_error(Errc::kPermissionDenied, w + ": the requesting process (pid " + std::to_string(r.pid) + ") has exited");
   return r;
 }
 
-Result<UniqueFd> peer_pidfd(int sock, pid_t pid) {
-  int fd = -1;
-  socklen_t len = sizeof fd;
-  if (::getsockopt(sock, SOL_SOCKET, SO_PEERPIDFD, &fd, &len) == 0 && fd >= 0) {
-    // Not close-on-exec by default on every kernel that has it.
-    ::fcntl(fd, F_SETFD, FD_CLOEXEC);
-    return UniqueFd(fd);
-  }
-  if (pid <= 0) return make_error(Errc::kPermissionDenied, "the requester's pid is not visible to the daemon (another pid namespace)");
-  UniqueFd p(static_cast<int>(::syscall(SYS_pidfd_open, pid, 0)));
-  if (!p) return sys_error("pidfd_open(" + std::to_string(pid) + ")");
-  return p;
-}
-
-ArenaTable::ArenaTable(Backend& backend, size_t max_arenas) : m_backend(backend), m_max(max_arenas) {
+ArenaTable::ArenaTable(Backend& backend, ArenaPolicy policy) : m_backend(backend), m_policy(std::move(policy)) {
   // Without the pipe (no descriptors left) waiters still end at their deadline or their requester's hang-up.
   int p[2];
   if (::pipe2(p, O_CLOEXEC) == 0) m_stop_r.reset(p[0]), m_stop_w.reset(p[1]);
@@ -94,30 +96,48 @@ bool ArenaTable::holder_gone(Arena& a) {
   return true;
 }
 
-Result<ArenaGrant> ArenaTable::lease(const ArenaLeaseRequest& req, pid_t peer_pid, int sock) {
+Status ArenaTable::allowed(const std::string& name, const Requester& who, const char* op) const {
+  if (who.uid != m_policy.uid)
+    return make_error(Errc::kPermissionDenied, std::string(op) + ": uid " + std::to_string(who.uid) + " (pid " + std::to_string(who.pid) +
+                                                   ") may not use arenas: they belong to uid " + std::to_string(m_policy.uid) + " (--arena-uid)");
+  if (!m_policy.names.empty() && !m_policy.names.count(name))
+    return make_error(Errc::kPermissionDenied, std::string(op) + ".name '" + name + "': not one of this daemon's arenas (--arena-name: " +
+                                                   names_text(m_policy.names) + ")");
+  return {};
+}
+
+uint64_t ArenaTable::bytes_except(const std::string& name) const {
+  uint64_t n = 0;
+  for (const auto& [k, a] : m_arenas)
+    if (k != name && a.pool) n += a.pool->size();
+  return n;
+}
+
+Result<ArenaGrant> ArenaTable::lease(const proto::ArenaLeaseRequest& req, const Requester& who, int sock,
+                                     std::atomic<bool>* waiting) {
   const auto t0 = SteadyClock::now();
   const auto deadline = t0 + std::chrono::duration_cast<SteadyClock::duration>(std::chrono::duration<double>(req.wait_s));
-  // A peer in a pid namespace the daemon cannot see has pid 0: two of them would count as one holder.
-  if (peer_pid <= 0)
-    return make_error(Errc::kPermissionDenied, "arena_lease: the requester's pid is not visible to the daemon (another pid namespace)");
-  // Opened before the wait: the grant must name this process even if it hung up meanwhile.
-  FR_ASSIGN(UniqueFd mine, peer_pidfd(sock, peer_pid));
+  FR_TRY(allowed(req.name, who, "arena_lease"));
   std::optional<pid_t> waited_for;
+  uint64_t ticket = 0;
 
   std::unique_lock lk(m_mu);
   for (;;) {
     if (m_stopping) return make_error(Errc::kCancelled, "arena_lease: the daemon is shutting down");
     auto it = m_arenas.find(req.name);
     if (it == m_arenas.end()) {
-      if (m_arenas.size() >= m_max)
-        return make_error(Errc::kBusy, "arena_lease: the daemon holds its maximum of " + std::to_string(m_max) +
+      if (m_arenas.size() >= m_policy.max_arenas)
+        return make_error(Errc::kBusy, "arena_lease: the daemon holds its maximum of " + std::to_string(m_policy.max_arenas) +
                                            " arenas (--max-arenas); no arena '" + req.name + "'");
       it = m_arenas.emplace(req.name, Arena{}).first;
       it->second.name = req.name;
+      if (ticket) it->second.wait_ticket = ticket;  // released while this lease waited: still the waiter
     }
     Arena& a = it->second;
+    if (ticket && a.wait_ticket != ticket)
+      return make_error(Errc::kCancelled, "arena_lease: superseded by a newer lease request for arena '" + req.name + "'");
     if (holder_gone(a)) break;
-    if (*a.holder == peer_pid) {  // the holder itself (alive: its pidfd says so): the same memory again
+    if (*a.holder == who.pid) {  // the holder itself (alive: its pidfd says so): the same memory again
       if (a.bytes != req.bytes)
         return make_error(Errc::kBusy, "arena_lease.bytes: arena '" + req.name + "' is leased to this process with " +
                                            std::to_string(a.bytes) + " bytes; another size waits for its exit");
@@ -126,22 +146,43 @@ Result<ArenaGrant> ArenaTable::lease(const ArenaLeaseRequest& req, pid_t peer_pi
     waited_for = a.holder;
     if (SteadyClock::now() >= deadline) {
       const pid_t h = *a.holder;
+      if (ticket && a.wait_ticket == ticket) a.wait_ticket = 0;
       return make_error(Errc::kTimeout, "arena_lease.wait_s: arena '" + req.name + "' is still leased to pid " +
                                             std::to_string(h) + ", alive after " + fmt::format("{:g}", req.wait_s) + " s");
     }
+    if (!ticket) {
+      // One waiting lease per arena: this one supersedes any that waits (it notices within a second).
+      ticket = ++m_tickets;
+      if (a.wait_ticket) spdlog::info("arena {}: a lease from pid {} supersedes the one waiting", a.name, who.pid);
+      a.wait_ticket = ticket;
+    }
     auto pidfd = a.holder_pidfd;
     ++a.waiting;
+    if (waiting) *waiting = true;
     lk.unlock();
     const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - SteadyClock::now()).count();
-    pollfd fds[3] = {{pidfd->get(), POLLIN, 0}, {sock, POLLRDHUP, 0}, {m_stop_r.get(), POLLIN, 0}};
-    const int r = ::poll(fds, 3, static_cast<int>(std::clamp<int64_t>(left + 1, 0, 1000)));
+    pollfd fds[4] = {{pidfd->get(), POLLIN, 0}, {sock, POLLRDHUP, 0}, {m_stop_r.get(), POLLIN, 0}, {who.pidfd.get(), POLLIN, 0}};
+    const int r = ::poll(fds, 4, static_cast<int>(std::clamp<int64_t>(left + 1, 0, 1000)));
     lk.lock();
-    if (auto w = m_arenas.find(req.name); w != m_arenas.end()) --w->second.waiting;
-    if (r > 0 && (fds[1].revents & (POLLRDHUP | POLLHUP | POLLERR)))
-      return make_error(Errc::kCancelled, "arena_lease: the requester hung up while waiting");
+    if (waiting) *waiting = false;
+    auto w = m_arenas.find(req.name);
+    if (w != m_arenas.end()) --w->second.waiting;
+    const bool hung_up = r > 0 && (fds[1].revents & (POLLRDHUP | POLLHUP | POLLERR));
+    const bool requester_exited = r > 0 && (fds[3].revents & (POLLIN | POLLHUP));
+    if (hung_up || requester_exited) {
+      if (w != m_arenas.end() && w->second.wait_ticket == ticket) w->second.wait_ticket = 0;
+      return make_error(Errc::kCancelled, hung_up ? "arena_lease: the requester hung up while waiting"
+                                                  : "arena_lease: the requesting process exited while waiting");
+    }
   }
+  if (exited(who.pidfd.get()))
+    return make_error(Errc::kPermissionDenied, "arena_lease: the requesting process (pid " + std::to_string(who.pid) + ") has exited");
 
   Arena& a = m_arenas.at(req.name);
+  if (a.wait_ticket == ticket) a.wait_ticket = 0;
+  auto drop_if_empty = [&] {
+    if (!a.pool && !a.holder && a.waiting == 0) m_arenas.erase(req.name);
+  };
   ArenaGrant g;
   if (a.pool && a.bytes != req.bytes) {
     g.resized_from = a.bytes;
@@ -149,21 +190,49 @@ Result<ArenaGrant> ArenaTable::lease(const ArenaLeaseRequest& req, pid_t peer_pi
     a.pool.reset();
   }
   if (!a.pool) {
+    const uint64_t others = bytes_except(req.name);
+    if (others + req.bytes > m_policy.max_bytes || others + req.bytes < others) {
+      const std::string msg = "arena_lease.bytes: " + std::to_string(req.bytes) + " bytes for arena '" + req.name + "' beyond the daemon's budget of " +
+                              std::to_string(m_policy.max_bytes) + " bytes for all arenas (--max-arena-bytes; " + std::to_string(others) + " held)";
+      drop_if_empty();
+      return make_error(Errc::kBusy, msg);
+    }
     auto pool = m_backend.allocate(req.bytes);
-    if (!pool.ok()) {
-      if (!a.holder && a.waiting == 0) m_arenas.erase(req.name);
-      return pool.error().context("arena_lease: creating arena '" + req.name + "' of " + std::to_string(req.bytes) + " bytes");
+    Status fixed = pool.ok() ? (*pool)->fix_size() : Status{};
+    if (!pool.ok() || !fixed.ok()) {
+      Error e = pool.ok() ? fixed.error() : pool.error();
+      drop_if_empty();
+      return e.context("arena_lease: creating arena '" + req.name + "' of " + std::to_string(req.bytes) + " bytes");
+    }
+    if (others + (*pool)->size() > m_policy.max_bytes) {
+      drop_if_empty();
+      return make_error(Errc::kBusy, "arena_lease.bytes: arena '" + req.name + "' rounds up to " + std::to_string((*pool)->size()) +
+                                         " bytes, beyond the daemon's budget of " + std::to_string(m_policy.max_bytes) +
+                                         " bytes for all arenas (--max-arena-bytes)");
     }
     a.pool = std::move(*pool);
     a.bytes = req.bytes;
     a.generation = 0;
     a.leases = 0;
+    a.last_uid = who.uid;
     g.created = true;
   }
+  if (a.last_uid && *a.last_uid != who.uid) {
+    // Not the warm path: a lease by the same uid keeps the bytes (the restarted engine's KV cache).
+    FR_TRY(a.pool->zero());
+    spdlog::info("arena {}: cleared for uid {} (its last holder ran as uid {})", a.name, who.uid, *a.last_uid);
+    g.zeroed = true;
+  }
+  a.last_uid = who.uid;
   FR_ASSIGN(g.fd, a.pool->share_fd());
   if (!a.holder) {
-    a.holder = peer_pid;
-    a.holder_pidfd = std::make_shared<UniqueFd>(std::move(mine));
+    a.holder = who.pid;
+    a.holder_pidfd = std::make_shared<UniqueFd>(::fcntl(who.pidfd.get(), F_DUPFD_CLOEXEC, 0));
+    if (!*a.holder_pidfd) {
+      a.holder.reset();
+      a.holder_pidfd.reset();
+      return sys_error("arena_lease: keep the holder's pidfd");
+    }
   }
   ++a.leases;
   ++a.generation;
@@ -174,10 +243,43 @@ Result<ArenaGrant> ArenaTable::lease(const ArenaLeaseRequest& req, pid_t peer_pi
   g.previous_holder = waited_for;
   g.waited_s = waited_for ? seconds_since(t0) : 0.0;
   if (waited_for) a.last_wait_s = g.waited_s;
-  spdlog::info("arena {} leased to pid {} ({} bytes{}{}, lease {}{})", a.name, peer_pid, a.bytes, g.created ? ", new" : "",
+  spdlog::info("arena {} leased to pid {} uid {} ({} bytes{}{}, lease {}{})", a.name, who.pid, who.uid, a.bytes, g.created ? ", new" : "",
                g.resized_from ? ", resized" : "", a.leases,
                waited_for ? fmt::format(", after {:.3f} s waiting for pid {}'s exit", g.waited_s, *waited_for) : "");
   return g;
+}
+
+Result<uint64_t> ArenaTable::release(const std::string& name, const Requester& who) {
+  FR_TRY(allowed(name, who, "arena_release"));
+  std::lock_guard lk(m_mu);
+  auto it = m_arenas.find(name);
+  if (it == m_arenas.end() || !it->second.pool) return make_error(Errc::kNotFound, "arena_release: no arena '" + name + "'");
+  Arena& a = it->second;
+  if (!holder_gone(a) && *a.holder != who.pid)
+    return make_error(Errc::kBusy, "arena_release: arena '" + name + "' is leased to pid " + std::to_string(*a.holder) + ", which is alive");
+  const uint64_t n = a.pool->size();
+  spdlog::info("arena {} released by pid {} ({} bytes)", name, who.pid, n);
+  // A lease waiting on it makes a new arena when it wakes; the holder's own mappings stay valid.
+  m_arenas.erase(it);
+  return n;
+}
+
+ArenaEviction ArenaTable::evict_unheld() {
+  std::lock_guard lk(m_mu);
+  ArenaEviction e;
+  for (auto it = m_arenas.begin(); it != m_arenas.end();) {
+    Arena& a = it->second;
+    if (!a.pool || !holder_gone(a)) {
+      if (a.pool) e.kept.push_back(a.name);
+      ++it;
+      continue;
+    }
+    ++e.dropped;
+    e.freed_bytes += a.pool->size();
+    spdlog::info("evicted arena {} ({} bytes)", a.name, a.pool->size());
+    it = m_arenas.erase(it);
+  }
+  return e;
 }
 
 std::vector<proto::DaemonArenaStatus> ArenaTable::status() {

@@ -47,6 +47,14 @@ class Pool {
   // Makes the pool immutable (host: F_SEAL_WRITE|F_SEAL_GROW|F_SEAL_SHRINK; CUDA: nothing to seal, importers
   // map read-only). Fails while a writable mapping of it exists anywhere (host).
   virtual Status seal() = 0;
+  // For a KV arena, at its creation: fixes the pool's size and forbids further seals, so no holder can
+  // shrink the memory under another (SIGBUS) or seal it against every later lease (host: F_SEAL_SHRINK|
+  // F_SEAL_GROW|F_SEAL_SEAL; CUDA: nothing, a VMM allocation's size is fixed and its handle has no seals).
+  virtual Status fix_size() = 0;
+  // For a KV arena whose next holder runs as another uid: every byte reads as zero afterwards (host: the
+  // memfd's pages are punched out, freeing them; CUDA: cuMemsetD8 over the daemon's mapping, synchronized).
+  // REQUIRES: no process writes the pool meanwhile (its holder has exited).
+  virtual Status zero() = 0;
   // Recomputes the content digest (common/digest.h) of [0, data_bytes): CPU for host, GPU kernel for CUDA.
   virtual Result<uint64_t> digest(uint64_t data_bytes) = 0;
   // True when digest() is cheap (a GPU kernel at HBM speed): the preloader then hashes the pool once it

@@ -204,6 +204,15 @@ class CudaPool final : public Pool {
   }
 
   Status seal() override { return {}; }
+  // A VMM allocation's size is fixed at cuMemCreate and its exported handle carries no seals to add.
+  Status fix_size() override { return {}; }
+  Status zero() override {
+    const cuda::Driver& d = m_dev->driver();
+    ScopedContext scope(m_dev->context());
+    FR_TRY(scope.status());
+    FR_TRY(check(d.cuMemsetD8(m_map->ptr(), 0, m_map->size()), "cuMemsetD8(arena)"));
+    return check(d.cuStreamSynchronize(nullptr), "cuMemsetD8(arena)");
+  }
   bool digest_on_device() const override { return true; }
 
   Result<uint64_t> digest(uint64_t data_bytes) override {

@@ -1,6 +1,7 @@
 // The host backend: each pool is a memfd, sealed once filled (ARCHITECTURE.md, "A host backend
 // with the same protocol").
 #include <fcntl.h>
+#include <linux/falloc.h>
 #include <sys/mman.h>
 #include <unistd.h>
 
@@ -56,6 +57,19 @@ class HostPool final : public Pool {
       return errno == EBUSY ? make_error(Errc::kBusy, "cannot seal the pool: a writer still maps it writable")
                             : sys_error("seal memfd");
     FR_ASSIGN(m_map, Mapping::map_fd(m_fd.get(), n, PROT_READ, "memfd pool"));
+    return {};
+  }
+
+  Status fix_size() override {
+    if (::fcntl(m_fd.get(), F_ADD_SEALS, F_SEAL_GROW | F_SEAL_SHRINK | F_SEAL_SEAL) != 0) return sys_error("seal the arena's memfd");
+    return {};
+  }
+
+  Status zero() override {
+    // Punching every page out frees it and makes it read as zero, in time independent of the size
+    // (a 2^40-byte arena that was never touched costs nothing); allowed under F_SEAL_SHRINK|F_SEAL_GROW.
+    if (::fallocate(m_fd.get(), FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, 0, static_cast<off_t>(m_size)) != 0)
+      return sys_error("clear the arena's memfd (fallocate PUNCH_HOLE)");
     return {};
   }
 

@@ -32,6 +32,12 @@ struct Server::Conn {
   std::string publishing;  // fingerprint of an uncommitted publish
   Deadline publish_deadline{};  // when an uncommitted publish is aborted (--publish-timeout-s)
   std::string raw_manifest;  // set by a hit: spliced into the reply as "manifest" (serialized once per entry)
+  // A lease waiting for its arena's holder: not counted against the connection slots (at most one per
+  // arena waits, ArenaTable), so waiting leases never crowd out the engine's attach or a status poll.
+  std::atomic<bool> lease_waiting{false};
+  // The current request's sender, as the kernel named it for that frame (docs/protocol.md, "Arena security").
+  MessageSender sender;
+  bool senders_differ = false;
 };
 
 namespace {
@@ -120,6 +126,10 @@ Result<std::unique_ptr<Server>> Server::create(Backend& backend, ServerOptions o
   // Only the lock holder may remove a socket left by a daemon that died without cleaning up.
   if (::unlink(s->m_socket_path.c_str()) == 0) spdlog::info("removed stale socket {}", s->m_socket_path);
   FR_ASSIGN(s->m_listen, listen_unix(s->m_socket_path, s->m_opts.group ? 0660 : 0600));
+  // Every request then carries its sender's credentials (and pidfd), which arena requests are judged by.
+  FR_ASSIGN(s->m_pidfd_messages, pass_sender_credentials(s->m_listen.get()));
+  if (!s->m_pidfd_messages)
+    spdlog::warn("this kernel has no SO_PASSPIDFD (Linux 6.5): an arena lease is granted only to the process that connected");
   if (s->m_opts.group && ::chown(s->m_socket_path.c_str(), static_cast<uid_t>(-1), *s->m_opts.group) != 0)
     return sys_error("chown " + s->m_socket_path);
   int p[2];
@@ -129,7 +139,8 @@ Result<std::unique_ptr<Server>> Server::create(Backend& backend, ServerOptions o
   return s;
 }
 
-Server::Server(Backend& b, ServerOptions o) : m_backend(b), m_opts(std::move(o)), m_arenas(b, m_opts.max_arenas) {}
+Server::Server(Backend& b, ServerOptions o)
+    : m_backend(b), m_opts(std::move(o)), m_arenas(b, {m_opts.arena_uid, m_opts.max_arenas, m_opts.max_arena_bytes, m_opts.arena_names}) {}
 
 Server::~Server() {
   m_stopping = true;
@@ -186,6 +197,9 @@ Status Server::run() {
       spdlog::warn("accept: {}", std::strerror(errno));
       continue;
     }
+    // Accepted connections inherit SO_PASSCRED/SO_PASSPIDFD from the listener on recent kernels; set them
+    // again before the greeting, so that no request of this client comes without its sender's credentials.
+    (void)pass_sender_credentials(cfd.get());
     auto cred = peer_cred(cfd.get());
     if (!cred.ok() || !peer_allowed(*cred)) {
       spdlog::warn("refused a client: pid {} uid {} gid {} is not uid {}{}", cred.ok() ? cred->pid : -1,
@@ -227,13 +241,19 @@ Status Server::run() {
 bool Server::make_room() {
   size_t live = 0;
   Conn* oldest = nullptr;
+  size_t waiting = 0;
   for (auto& [id, c] : m_conns) {
     if (c->done || c->evicted) continue;
+    if (c->lease_waiting) {
+      ++waiting;
+      continue;
+    }
     ++live;
     if (c->idle && (!oldest || c->idle_since_ns < oldest->idle_since_ns)) oldest = c.get();
   }
-  if (live < m_opts.max_clients) return m_conns.size() < 2 * m_opts.max_clients;  // leaving ones are brief
-  if (!oldest || m_conns.size() >= 2 * m_opts.max_clients) return false;
+  const size_t others = m_conns.size() - waiting;
+  if (live < m_opts.max_clients) return others < 2 * m_opts.max_clients;  // leaving ones are brief
+  if (!oldest || others >= 2 * m_opts.max_clients) return false;
   // Its own thread tells it why (it may be writing a reply right now): SHUT_RD ends its wait for a request.
   oldest->evicted = true;
   ::shutdown(oldest->fd.get(), SHUT_RD);
@@ -266,7 +286,7 @@ json Server::hello() const {
               {"backend", m_backend.name()},
               {"gpu_uuid", m_backend.gpu_uuid()},
               {"gpu_name", m_backend.gpu_name()},
-              {"capabilities", {"status", "attach", "publish", "preload", "evict", "shutdown", "verify", "arena_lease"}},
+              {"capabilities", {"status", "attach", "publish", "preload", "evict", "shutdown", "verify", "arena_lease", "arena_release"}},
               {"max_frame", proto::kMaxFrameBytes}};
 }
 
@@ -333,6 +353,8 @@ void Server::serve_requests(Conn& c) {
     }
     UniqueFd out_fd;
     json reply;
+    c.sender = std::move(f->sender);
+    c.senders_differ = f->senders_differ;
     if (f->fd) {
       reply = proto::error_reply(make_error(Errc::kProtocol, "requests must not carry file descriptors"));
     } else {
@@ -371,6 +393,7 @@ json Server::dispatch(Conn& c, const json& req, UniqueFd* fd_out) {
   else if (op == "preload") r = do_preload(req);
   else if (op == "evict") r = do_evict(req);
   else if (op == "arena_lease") r = do_arena_lease(c, req, fd_out);
+  else if (op == "arena_release") r = do_arena_release(c, req);
   else if (op == "shutdown") { spdlog::info("shutdown requested by pid {}", c.peer.pid); r = ok(); }
   else if (op == "hello") r = make_error(Errc::kProtocol, "hello was already exchanged");
   else r = make_error(Errc::kProtocol, "unknown op '" + op.substr(0, 64) + "'");
@@ -672,31 +695,49 @@ Result<json> Server::do_evict(const json& req) {
     spdlog::info("evicted {}", e->fingerprint);
     retire(std::move(e));
   }
-  return ok({{"freed_bytes", freed}, {"evicted", gone.size()}});
+  json reply{{"freed_bytes", freed}, {"evicted", gone.size()}};
+  if (all) {
+    // Arenas no live process holds go too; a held one stays (its holder maps it).
+    ArenaEviction a = m_arenas.evict_unheld();
+    reply["freed_bytes"] = freed + a.freed_bytes;
+    reply["arenas_evicted"] = a.dropped;
+    reply["arenas_kept"] = a.kept;
+  }
+  return ok(std::move(reply));
 }
 
 Result<json> Server::do_arena_lease(Conn& c, const json& req, UniqueFd* fd_out) {
-  FR_ASSIGN(ArenaLeaseRequest r, arena_lease_from_json(req));
+  FR_ASSIGN(proto::ArenaLeaseRequest r, proto::arena_lease_from_json(req));
   const bool capped = r.wait_s > m_opts.attach_wait_limit_s;
   if (capped) r.wait_s = m_opts.attach_wait_limit_s;
-  auto g = m_arenas.lease(r, c.peer.pid, c.fd.get());
+  FR_ASSIGN(Requester who, requester_of(c.sender, c.senders_differ, c.fd.get(), "arena_lease"));
+  auto g = m_arenas.lease(r, who, c.fd.get(), &c.lease_waiting);
   if (!g.ok()) {
     if (capped && g.error().code == Errc::kTimeout) return Error{g.error().code, g.error().message + " (capped by the daemon's --attach-wait-limit-s)"};
     return g.error();
   }
   *fd_out = std::move(g->fd);
-  json reply{{"name", r.name},
-             {"bytes", g->bytes},
-             {"pool_bytes", g->pool_bytes},
-             {"backend", m_backend.name()},
-             {"created", g->created},
-             {"resized", g->resized_from.has_value()},
-             {"waited_s", g->waited_s},
-             {"leases", g->leases},
-             {"generation", g->generation}};
-  if (g->resized_from) reply["previous_bytes"] = *g->resized_from;
-  reply["previous_holder_pid"] = g->previous_holder ? json(*g->previous_holder) : json(nullptr);
-  return ok(std::move(reply));
+  proto::ArenaLeaseReply reply;
+  reply.name = r.name;
+  reply.bytes = g->bytes;
+  reply.pool_bytes = g->pool_bytes;
+  reply.backend = m_backend.name();
+  reply.created = g->created;
+  reply.resized = g->resized_from.has_value();
+  reply.zeroed = g->zeroed;
+  reply.previous_bytes = g->resized_from;
+  if (g->previous_holder) reply.previous_holder_pid = *g->previous_holder;
+  reply.waited_s = g->waited_s;
+  reply.leases = g->leases;
+  reply.generation = g->generation;
+  return ok(proto::to_json(reply));
+}
+
+Result<json> Server::do_arena_release(Conn& c, const json& req) {
+  FR_ASSIGN(proto::ArenaReleaseRequest r, proto::arena_release_from_json(req));
+  FR_ASSIGN(Requester who, requester_of(c.sender, c.senders_differ, c.fd.get(), "arena_release"));
+  FR_ASSIGN(uint64_t freed, m_arenas.release(r.name, who));
+  return ok({{"name", r.name}, {"freed_bytes", freed}});
 }
 
 }  // namespace fr::daemon

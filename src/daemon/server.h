@@ -10,6 +10,7 @@
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <set>
 #include <string>
 #include <thread>
 #include <vector>
@@ -43,6 +44,12 @@ struct ServerOptions {
   // KV arenas this daemon holds at most (docs/weightd.md, "KV arenas"). A lease's wait for the previous
   // holder is capped by attach_wait_limit_s too: it holds a slot that eviction cannot take back.
   size_t max_arenas = 4;
+  // Who may lease and release arenas, whatever the socket's group allows (docs/protocol.md, "Arena
+  // security"): the engine's uid, the daemon's own by default; the names allowed (empty: any); the pool
+  // bytes of all arenas together.
+  uid_t arena_uid = 0;
+  std::set<std::string> arena_names;
+  uint64_t max_arena_bytes = 0;
 };
 
 // Exit codes of fastrestart-weightd (docs/weightd.md).
@@ -85,6 +92,7 @@ class Server {
   Result<proto::json> do_preload(const proto::json& req);
   Result<proto::json> do_evict(const proto::json& req);
   Result<proto::json> do_arena_lease(Conn& c, const proto::json& req, UniqueFd* fd_out);
+  Result<proto::json> do_arena_release(Conn& c, const proto::json& req);
   void abort_publish(Conn& c);
   // Drops every entry (not loading) a file of which no longer has the identity the entry was made from:
   // an attach identifies the files anew, so such an entry can never match again and only holds memory.
@@ -100,6 +108,7 @@ class Server {
   LockFile m_lock;
   UniqueFd m_listen;
   UniqueFd m_wake_r, m_wake_w;  // self-pipe: shutdown requests wake run()
+  bool m_pidfd_messages = false;  // the kernel attaches the sender's pidfd to each request (SO_PASSPIDFD)
   std::atomic<bool> m_stopping{false};
   Store m_store;
   ArenaTable m_arenas;

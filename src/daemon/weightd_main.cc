@@ -1,11 +1,14 @@
 // fastrestart-weightd: keeps one GPU's (or the host's) model weights resident across engine restarts.
 // Usage and exit codes: docs/weightd.md. Protocol: docs/protocol.md.
+#include <unistd.h>
+
 #include <csignal>
 #include <cstdlib>
 #include <CLI/CLI.hpp>
 #include <spdlog/spdlog.h>
 
 #include "daemon/server.h"
+#include "protocol/arena.h"
 
 namespace {
 
@@ -18,6 +21,9 @@ int run(int argc, char** argv) {
   int threads = 8, test_delay_ms = 0;
   double publish_timeout_s = 600, attach_wait_limit_s = 3600;
   int max_arenas = 4;
+  int64_t arena_uid = -1;
+  uint64_t max_arena_bytes = 0;
+  std::vector<std::string> arena_names;
   // Tests only: the same delay from the environment, so a supervisor's tests can slow the daemons it starts.
   if (const char* e = std::getenv("FASTRESTART_TEST_READ_DELAY_MS"); e && *e) test_delay_ms = std::atoi(e);
   // Tests only: each read task waits until this file exists, so a test sees the load in progress for as
@@ -40,6 +46,10 @@ int run(int argc, char** argv) {
                  "wait at most this long in an attach for a loading entry, whatever wait_s asks (default 3600)")
       ->check(CLI::Range(0.0, 86400.0));
   app.add_option("--max-arenas", max_arenas, "hold at most this many KV arenas (default 4)")->check(CLI::Range(0, 64));
+  app.add_option("--arena-uid", arena_uid, "only processes of this uid (the engine's) lease or release KV arenas (default: the daemon's uid)")
+      ->check(CLI::Range(int64_t{0}, int64_t{4294967294}));
+  app.add_option("--arena-name", arena_names, "allow only this KV arena name (repeat; default: any valid name)");
+  app.add_option("--max-arena-bytes", max_arena_bytes, "hold at most this many bytes in all KV arenas together (default: the machine's physical memory)");
   app.add_option("--log-level", log_level, "trace|debug|info|warn|error");
   app.add_flag("--version", version, "print the version and exit");
   app.add_option("--test-read-delay-ms", test_delay_ms, "tests only: sleep this long before each 64 MiB read task")
@@ -107,6 +117,16 @@ int run(int argc, char** argv) {
   opts.publish_timeout_s = publish_timeout_s;
   opts.attach_wait_limit_s = attach_wait_limit_s;
   opts.max_arenas = static_cast<size_t>(max_arenas);
+  opts.arena_uid = arena_uid >= 0 ? static_cast<uid_t>(arena_uid) : ::geteuid();
+  for (const auto& n : arena_names) {
+    if (auto s = fr::proto::check_arena_name(n, "--arena-name"); !s.ok()) {
+      spdlog::error("{}", s.error().message);
+      return kExitUsage;
+    }
+    opts.arena_names.insert(n);
+  }
+  opts.max_arena_bytes = max_arena_bytes ? max_arena_bytes
+                                         : static_cast<uint64_t>(::sysconf(_SC_PHYS_PAGES)) * static_cast<uint64_t>(::sysconf(_SC_PAGESIZE));
   if (!group.empty()) {
     auto g = fr::resolve_group(group);
     if (!g.ok()) {

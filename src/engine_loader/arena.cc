@@ -5,6 +5,7 @@
 #include <chrono>
 
 #include "daemon_client/daemon_client.h"
+#include "protocol/arena.h"
 #include "engine_loader/device.h"
 
 namespace fastrestart {
@@ -45,26 +46,22 @@ class ArenaImpl final : public Arena {
     if (c->gpu_uuid() != m_dev->gpu_uuid())
       return fail(Error{Errc::kInvalidArgument, "the daemon serves " + c->gpu_uuid() + ", this range is on " + m_dev->gpu_uuid()});
     // The daemon rounds to the same page or granule on this device: ask for the whole range.
-    fr::proto::json req{{"op", "arena_lease"}, {"name", m_opts.name}, {"bytes", m_range->size()}, {"wait_s", m_opts.wait_s}};
     UniqueFd fd;
-    auto r = c->call(req, m_opts.wait_s + 30, &fd);
+    auto r = c->call(fr::proto::to_json(fr::proto::ArenaLeaseRequest{m_opts.name, m_range->size(), m_opts.wait_s}),
+                     m_opts.wait_s + 30, &fd);
     if (!r.ok()) return fail(r.error());
+    auto reply = fr::proto::arena_lease_reply_from_json(*r);
+    if (!reply.ok()) return fail(reply.error());
     if (!fd) return fail(Error{Errc::kProtocol, "arena_lease granted without a descriptor"});
     ArenaLease l;
-    try {
-      l.created = r->at("created").get<bool>();
-      l.resized = r->at("resized").get<bool>();
-      l.previous_bytes = r->value("previous_bytes", uint64_t{0});
-      const auto& prev = r->at("previous_holder_pid");
-      l.previous_holder_pid = prev.is_null() ? -1 : prev.get<int64_t>();
-      l.waited_s = r->at("waited_s").get<double>();
-      l.leases = r->at("leases").get<uint64_t>();
-      l.generation = r->at("generation").get<uint64_t>();
-      const uint64_t pool = r->at("pool_bytes").get<uint64_t>();
-      if (auto s = m_range->swap_in(std::move(fd), pool); !s.ok()) return fail(s.error());
-    } catch (const std::exception& e) {
-      return fail(Error{Errc::kProtocol, std::string("malformed arena_lease reply: ") + e.what()});
-    }
+    l.created = reply->created;
+    l.resized = reply->resized;
+    l.previous_bytes = reply->previous_bytes.value_or(0);
+    l.previous_holder_pid = reply->previous_holder_pid.value_or(-1);
+    l.waited_s = reply->waited_s;
+    l.leases = reply->leases;
+    l.generation = reply->generation;
+    if (auto s = m_range->swap_in(std::move(fd), reply->pool_bytes); !s.ok()) return fail(s.error());
     l.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     m_lease = l;
     return l;
@@ -81,8 +78,7 @@ class ArenaImpl final : public Arena {
 
 Result<std::unique_ptr<Arena>> reserve_arena(const ArenaOptions& o) {
   if (o.bytes == 0) return Error{Errc::kInvalidArgument, "ArenaOptions.bytes: 0"};
-  if (o.name.empty() || o.name.size() > 64 || o.name.find_first_not_of("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_.-") != std::string::npos)
-    return Error{Errc::kInvalidArgument, "ArenaOptions.name '" + o.name.substr(0, 80) + "': not 1-64 of A-Z a-z 0-9 _ . -"};
+  if (auto s = fr::proto::check_arena_name(o.name, "ArenaOptions.name"); !s.ok()) return s.error();
   if (!(o.wait_s >= 0 && o.wait_s <= 86400)) return Error{Errc::kInvalidArgument, "ArenaOptions.wait_s: outside 0..86400"};
   FR_ASSIGN(auto dev, fr::loader::open_device(o.device));
   FR_ASSIGN(auto range, dev->reserve_arena(o.bytes));

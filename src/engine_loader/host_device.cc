@@ -101,6 +101,11 @@ class HostArenaRange final : public ArenaRange {
       return sys_error("mmap(MAP_FIXED) of the leased arena over its placeholder");
     m_swapped = true;  // the placeholder memfd went with its last mapping
     m_unmapped = false;
+    // The lease is this process's: a child it forks must not keep the arena mapped after this process
+    // exits (the daemon grants the next lease on this process's exit alone). exec drops mappings anyway,
+    // and the descriptor, received close-on-exec, is closed on return.
+    if (::madvise(m_base, m_size, MADV_DONTFORK) != 0) return sys_error("madvise(MADV_DONTFORK) on the leased arena");
+    m_unmapped = false;
     return {};
   }
 

@@ -58,12 +58,14 @@ Error too_many_fds(size_t got, size_t max) {
 Result<Frame> read_frame(int sock, Deadline deadline, double frame_timeout_s, const FrameLimits& limits) {
   FrameReader reader;
   std::vector<UniqueFd> fds;
+  MessageSender first_sender, sender;
+  bool senders_differ = false;
   Deadline rest = deadline;
   for (bool done = false; !done;) {
     std::span<char> buf = reader.next();
     // The first byte alone: from it on the frame timeout runs, also for the rest of the length field.
     if (!reader.started()) buf = buf.subspan(0, 1);
-    auto got = recv_some(sock, buf.data(), buf.size(), &fds, reader.started() ? rest : deadline);
+    auto got = recv_some(sock, buf.data(), buf.size(), &fds, reader.started() ? rest : deadline, &sender);
     if (!got.ok()) {
       const Error& e = got.error();
       if (!reader.started()) return e;
@@ -80,11 +82,17 @@ Result<Frame> read_frame(int sock, Deadline deadline, double frame_timeout_s, co
       return too_many_fds(n, limits.max_fds);
     }
     const bool first = !reader.started();
+    if (first) {
+      first_sender = std::move(sender);
+    } else if (sender.has_cred != first_sender.has_cred || sender.pid != first_sender.pid || sender.uid != first_sender.uid) {
+      senders_differ = true;
+    }
+    sender.pidfd.reset();
     FR_ASSIGN(done, reader.commit(*got));
     if (first) rest = std::min(deadline, deadline_in(frame_timeout_s));
   }
   FR_ASSIGN(json body, decode_payload(reader.take(), limits.json));
-  Frame f{std::move(body), {}};
+  Frame f{std::move(body), {}, std::move(first_sender), senders_differ};
   if (!fds.empty()) f.fd = std::move(fds[0]);
   return f;
 }

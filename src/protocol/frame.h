@@ -31,6 +31,10 @@ inline constexpr FrameLimits kControlFrameLimits{0, {kSmallJsonLimits.max_depth,
 struct Frame {
   json body;
   UniqueFd fd;  // invalid when the frame carried none
+  // Who wrote the frame's bytes, where the reading socket asked for it (pass_sender_credentials): the
+  // sender of its first byte. `senders_differ`: some later bytes came from another process.
+  MessageSender sender;
+  bool senders_differ = false;
 };
 
 // Encodes `body` as a frame (header + payload). Errc::kProtocol when it exceeds kMaxFrameBytes.

@@ -5,6 +5,7 @@
 
 #include <cstdio>
 
+#include "common/bounded_json.h"
 #include "common/fd.h"
 #include "common/io.h"
 #include "snapshot/json_fields.h"
@@ -16,6 +17,8 @@ using nlohmann::json;
 
 namespace {
 constexpr size_t kMaxManifestBytes = 16 << 20;
+// A manifest nests a few levels (weights.entries[i].key); its entries are one per weight set or arena.
+constexpr JsonLimits kManifestJsonLimits{32, size_t{1} << 21, "manifest"};
 }
 
 json to_json(const Manifest& m) {
@@ -120,9 +123,16 @@ Status write_manifest(const std::string& dir, const Manifest& m) {
 Result<Manifest> read_manifest(const std::string& dir) {
   const std::string path = dir + "/manifest.json";
   FR_ASSIGN(std::string text, read_file(path, kMaxManifestBytes));
-  json j = json::parse(text, nullptr, false);
-  if (j.is_discarded()) return make_error(Errc::kCorrupt, path + ": not valid JSON");
-  auto m = manifest_from_json(j, path + ": ");
+  return manifest_from_text(text, path);
+}
+
+Result<Manifest> manifest_from_text(std::string_view text, const std::string& path) {
+  // Bounded like a frame (docs/reliability.md, "Limits on what a peer sends"): the manifest's weights and
+  // timings are copied, a recursion per level, so a value nested thousands deep would overflow the stack
+  // of fastrestartd, which reads every artifact of its snapshot directory.
+  auto j = parse_json_bounded(text, kManifestJsonLimits);
+  if (!j.ok()) return make_error(Errc::kCorrupt, path + ": " + j.error().message);
+  auto m = manifest_from_json(*j, path + ": ");
   if (!m.ok()) return make_error(Errc::kCorrupt, m.error().message);
   return m;
 }

@@ -11,6 +11,7 @@
 #include <cstdint>
 #include <nlohmann/json.hpp>
 #include <string>
+#include <string_view>
 
 #include "fastrestart/result.h"
 #include "snapshot/identity.h"
@@ -53,6 +54,10 @@ Result<Manifest> manifest_from_json(const nlohmann::json& j, const std::string& 
 
 // Writes <dir>/manifest.json atomically (temporary file, fsync, rename), mode 0600.
 Status write_manifest(const std::string& dir, const Manifest& m);
+// Reads <dir>/manifest.json: manifest_from_text of its text. Errc::kCorrupt naming the file.
 Result<Manifest> read_manifest(const std::string& dir);
+// A manifest's text as read from `path` (named in errors). The artifact may be damaged or hostile (any
+// user who can write to the snapshot directory's owner's files, a disk error): errors, never a crash.
+Result<Manifest> manifest_from_text(std::string_view text, const std::string& path);
 
 }  // namespace fr::snapshot

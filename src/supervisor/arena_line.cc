@@ -1,5 +1,7 @@
 #include "supervisor/arena_line.h"
 
+#include "protocol/arena.h"
+
 #include <charconv>
 #include <cmath>
 #include <map>
@@ -12,14 +14,6 @@ constexpr std::string_view kArenaMarker = "fastrestart-arena:";
 Error arena_bad(const std::string& what) { return make_error(Errc::kInvalidArgument, "fastrestart-arena: " + what); }
 
 bool arena_space(char c) { return c == ' ' || c == '\t' || c == '\r'; }
-
-bool arena_valid_name(std::string_view s) {
-  if (s.empty() || s.size() > 64) return false;
-  for (char c : s)
-    if (!((c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '_' || c == '.' || c == '-'))
-      return false;
-  return true;
-}
 
 std::optional<uint64_t> arena_positive_integer(std::string_view s) {
   uint64_t v = 0;
@@ -114,7 +108,7 @@ Result<std::optional<ArenaLine>> parse_arena_line(std::string_view line) {
   }
   a.leased = true;
   const std::string* name = get("name");
-  if (!name || !arena_valid_name(*name)) return arena_bad("leased: name: missing, or not 1-64 of A-Z a-z 0-9 _ . -");
+  if (!name || !proto::valid_arena_name(*name)) return arena_bad("leased: name: missing, or not 1-64 of A-Z a-z 0-9 _ . -");
   a.name = *name;
   const std::string* bytes = get("bytes");
   auto b = bytes ? arena_positive_integer(*bytes) : std::nullopt;

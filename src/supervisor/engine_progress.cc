@@ -35,7 +35,9 @@ std::string mib(uint64_t b) {
 
 std::string EngineProgress::text() const {
   if (unit == "bytes") {
-    const unsigned pct = total ? static_cast<unsigned>(done * 100 / total) : 100;
+    // In 128 bits: the engine's numbers may be anything up to 2^64 - 1, and done * 100 wrapped past 2^64.
+    __extension__ typedef unsigned __int128 Wide;
+    const unsigned pct = total ? static_cast<unsigned>(Wide{done} * 100 / total) : 100;
     return phase + " " + std::to_string(pct) + "% (" + mib(done) + " of " + mib(total) + ")";
   }
   return phase + " " + std::to_string(done) + "/" + std::to_string(total) + (unit.empty() ? "" : " " + unit);

@@ -9,6 +9,7 @@
 #include "common/safetensors.h"
 #include "daemon_client/daemon_client.h"
 #include "fastrestart/engine_loader.h"
+#include "protocol/arena.h"
 #include "protocol/daemon_status.h"
 
 namespace {
@@ -197,7 +198,7 @@ int main(int argc, char** argv) {
   app.add_option("--timeout", c.timeout_s, "connect timeout in seconds");
   bool as_json = false;
   std::vector<std::string> files, cfg, tensors;
-  std::string dtype, ck_dtype = "F32", mode = "zero_copy", fp, dir;
+  std::string dtype, ck_dtype = "F32", mode = "zero_copy", fp, dir, arena_name;
   bool wait = false, verify = false, all = false;
   double state_timeout = 300;
   int shards = 2, ntensors = 8;
@@ -233,12 +234,15 @@ int main(int argc, char** argv) {
          s->add_flag("--json", as_json);
        },
        [&] { return cmd_attach(c, files, cfg, mode, verify, state_timeout, as_json); }},
-      {"evict", "drop an entry (--all: every entry)",
+      {"evict", "drop an entry (--all: every entry and every KV arena no live process holds)",
        [&](CLI::App* s) {
          s->add_option("fingerprint", fp);
          s->add_flag("--all", all);
        },
        [&] { return cmd_simple(c, all ? json{{"op", "evict"}, {"all", true}} : json{{"op", "evict"}, {"fingerprint", fp}}); }},
+      {"arena-release", "drop a KV arena no other live process holds (as the arenas' uid)",
+       [&](CLI::App* s) { s->add_option("name", arena_name)->required(); },
+       [&] { return cmd_simple(c, fr::proto::to_json(fr::proto::ArenaReleaseRequest{arena_name})); }},
       {"shutdown", "stop the daemon", [](CLI::App*) {}, [&] { return cmd_simple(c, {{"op", "shutdown"}}); }},
       {"make-checkpoint", "write a deterministic synthetic safetensors checkpoint",
        [&](CLI::App* s) {

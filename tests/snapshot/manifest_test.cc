@@ -72,6 +72,22 @@ TEST(Manifest, RefusesAnotherFormatAndBrokenJson) {
   EXPECT_NE(m.error().message.find("not valid JSON"), std::string::npos);
 }
 
+// Found by fuzz_manifest (fuzz/regressions/fuzz_manifest/): a manifest nested 100000 deep was parsed
+// whole and then copied (timings, weights), a recursion per level: fastrestartd, which lists and reads
+// the manifests of its snapshot directory, died of a stack overflow on one damaged artifact.
+TEST(Manifest, ADeeplyNestedManifestIsCorruptNotACrash) {
+  test::TempDir dir;
+  json j = to_json(sample());
+  const std::string deep = std::string(100000, '[') + std::string(100000, ']');
+  std::string text = j.dump();
+  text.replace(text.find("{\"criu_dump_s\":1.0}"), std::string("{\"criu_dump_s\":1.0}").size(), "{\"criu_dump_s\":" + deep + "}");
+  std::ofstream(dir / "manifest.json") << text;
+  auto m = read_manifest(dir.path());
+  ASSERT_FALSE(m.ok());
+  EXPECT_EQ(m.error().code, Errc::kCorrupt);
+  EXPECT_EQ(m.error().message, dir / "manifest.json" + ": manifest nests deeper than 32 levels");
+}
+
 TEST(Oracle, MismatchesAreExplained) {
   Oracle want = sample().oracle;
   EXPECT_EQ(oracle_mismatch(want, want), std::nullopt);

@@ -26,6 +26,17 @@ TEST(EngineProgress, OtherUnitsAreCounts) {
             "w 75% (0 MiB of 0 MiB)");
 }
 
+// Found by fuzz_engine_line (fuzz/regressions/fuzz_engine_line/): done * 100 passed 2^64 and wrapped, so
+// an engine reporting sizes above 184 PB (any number it likes) showed 0% when it was done.
+TEST(EngineProgress, TheShareIsExactForSizesNear2To64) {
+  auto p = parse_engine_progress("fastrestart-progress: phase=disk_read done=184467440737095517 total=184467440737095517 unit=bytes");
+  ASSERT_TRUE(p);
+  EXPECT_EQ(p->text(), "disk_read 100% (171798692 GiB of 171798692 GiB)");
+  p = parse_engine_progress("fastrestart-progress: phase=d done=9223372036854775808 total=18446744073709551615 unit=bytes");
+  ASSERT_TRUE(p);
+  EXPECT_EQ(p->text().substr(0, 5), "d 50%");
+}
+
 TEST(EngineProgress, MalformedLinesAreIgnored) {
   for (const char* l : {"load path=disk weight_bytes=1", "fastrestart-progress:", "fastrestart-progress: done=1 total=2",
                         "fastrestart-progress: phase=a done=3 total=2", "fastrestart-progress: phase=a done=-1 total=2",

@@ -4,6 +4,7 @@
 #include "supervisor/daemons/native.h"
 
 #include <signal.h>
+#include <unistd.h>
 #include <sys/wait.h>
 
 #include <spdlog/spdlog.h>
@@ -376,6 +377,9 @@ std::vector<std::string> native_daemon_argv(const Config& c, const std::string& 
   if (!host || !gpu.empty()) argv.insert(argv.end(), {"--gpu", gpu});
   if (!c.weights.socket_dir.empty()) argv.insert(argv.end(), {"--socket-dir", c.weights.socket_dir});
   if (!c.control.group.empty()) argv.insert(argv.end(), {"--group", c.control.group});
+  // The engine runs as this process's uid: only it may lease the KV arenas, whatever the group lets connect
+  // (docs/protocol.md, "Arena security").
+  argv.insert(argv.end(), {"--arena-uid", std::to_string(::geteuid())});
   if (preload) {
     for (const auto& f : files) argv.insert(argv.end(), {"--preload", f});
     for (const auto& [k, v] : c.weights.key) argv.insert(argv.end(), {"--config", k + "=" + v});

@@ -1,5 +1,7 @@
 // The native weight daemons (daemons/native.cc): one fastrestart-weightd per GPU, its socket and its
 // command line, and what the set answers before its daemons run.
+#include <unistd.h>
+
 #include <gtest/gtest.h>
 #include <signal.h>
 #include <sys/stat.h>
@@ -40,6 +42,7 @@ TEST(NativeDaemons, TheHostBackendWithoutGpusRunsOneDaemonNamedHost) {
   EXPECT_TRUE(has(argv, {"--backend", "host"}));
   EXPECT_FALSE(has(argv, {"--gpu"})) << "the host daemon stands for no GPU";
   EXPECT_TRUE(has(argv, {"--socket-dir", "/run/fr"}));
+  EXPECT_TRUE(has(argv, {"--arena-uid", std::to_string(::geteuid())})) << "the engine's uid alone leases KV arenas";
 }
 
 TEST(NativeDaemons, TheHostBackendRunsOneDaemonPerListedGpu) {
