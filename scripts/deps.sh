@@ -1,12 +1,14 @@
 #!/usr/bin/env bash
 # Installs the Debian 12 packages fastrestart builds and tests with. Idempotent; needs root.
-# `--demo`: only what scripts/demo.sh needs (a compiler, the libraries of the four programs it builds,
-# curl and python3 for its requests); the test command installs everything.
+# `--demo`: only what scripts/demo.sh needs: a compiler and every library its configure of build-demo/
+# looks for (cmake/Dependencies.cmake, src/health and src/tinyengine: the whole tree is configured though
+# only four programs are built), curl and python3 for its requests. The test command installs everything.
+# scripts/fresh-root-check.sh proves the demo's list on a clean Debian 12 root (scripts/test.sh runs it).
 set -euo pipefail
 demo_pkgs=(
   build-essential cmake ninja-build pkg-config
   libuv1-dev libtomlplusplus-dev nlohmann-json3-dev libspdlog-dev libsystemd-dev
-  libcli11-dev libcpp-httplib-dev libxxhash-dev
+  libcli11-dev libcpp-httplib-dev libmicrohttpd-dev libxxhash-dev
   curl python3 procps
 )
 pkgs=(

@@ -7,6 +7,8 @@
 #   scripts/fuzz.sh 1800       30 min per target (before a release; docs/reliability.md)
 #   FUZZ_TARGETS="fuzz_config" scripts/fuzz.sh 600    one target
 #   FUZZ_JOBS=1 scripts/fuzz.sh                       one target at a time (default: one per core)
+#   FR_PHASE=build scripts/fuzz.sh / FR_PHASE=run scripts/fuzz.sh   only build / only fuzz (scripts/test.sh
+#                                                     builds in the background while the tests run)
 #   FUZZ_MIN_RATE=300 scripts/fuzz.sh                 a lower bar on a loaded machine (CI: 1000)
 # The targets are every fuzz/fuzz_*.cc (fuzz/CMakeLists.txt: one line each). Each prints its rate; a target
 # that runs fewer than FUZZ_MIN_RATE inputs a second fails the run: a slow target explores nothing (one
@@ -24,11 +26,15 @@ san="-fsanitize=fuzzer-no-link,address,undefined -fno-sanitize-recover=undefined
 # machine. Not with ccache: a unity file #includes its sources by absolute path, which would tie every cache
 # hit to one checkout's path. FR_UNITY_BUILD=ON|OFF overrides.
 unity="${FR_UNITY_BUILD:-$([ -z "${CMAKE_CXX_COMPILER_LAUNCHER:-}" ] && echo ON || echo OFF)}"
-CC=clang CXX=clang++ cmake -S . -B build-fuzz -G Ninja -DFASTRESTART_FUZZ=ON -DFASTRESTART_TESTS=OFF -DCMAKE_UNITY_BUILD="$unity" \
-  -DFASTRESTART_CUDA=OFF -DFASTRESTART_TINYENGINE=OFF -DFASTRESTART_PYTHON=OFF -DCMAKE_BUILD_TYPE=RelWithDebInfo \
-  -DCMAKE_C_FLAGS="$san" -DCMAKE_CXX_FLAGS="$san" >/dev/null
-# shellcheck disable=SC2086
-cmake --build build-fuzz -j"$(nproc)" --target $targets
+phase="${FR_PHASE:-all}"
+if [ "$phase" != run ]; then
+  CC=clang CXX=clang++ cmake -S . -B build-fuzz -G Ninja -DFASTRESTART_FUZZ=ON -DFASTRESTART_TESTS=OFF -DCMAKE_UNITY_BUILD="$unity" \
+    -DFASTRESTART_CUDA=OFF -DFASTRESTART_TINYENGINE=OFF -DFASTRESTART_PYTHON=OFF -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+    -DCMAKE_C_FLAGS="$san" -DCMAKE_CXX_FLAGS="$san" >/dev/null
+  # shellcheck disable=SC2086
+  cmake --build build-fuzz -j"$(nproc)" --target $targets
+fi
+[ "$phase" = build ] && exit 0
 fuzz/make-seeds.sh build-fuzz/seeds >/dev/null
 summary=build-fuzz/fuzz-summary.txt
 : >"$summary"

@@ -2,7 +2,7 @@
 # Runs on the GPU machine, from the repository root, with .bundle/ (scripts/gpu-bundle.sh) carried:
 # the CUDA tests, then the weight-store benchmark (bench/h200_weights.py), results under $OUT.
 #
-# usage: scripts/gpu-run.sh [smoke|full|arena-snapshot|e2e-smoke|e2e|snapshot-plugin|snapshot-refengine|snapshot-weightless|standby|vshape|vshape-smoke|vshape-arena|tp|tp-smoke|socket]
+# usage: scripts/gpu-run.sh [smoke|full|tests|tests-native|tests-torch|tests-vllm|arena-snapshot|e2e-smoke|e2e|snapshot-plugin|snapshot-refengine|snapshot-weightless|standby|vshape|vshape-smoke|vshape-arena|tp|tp-smoke|socket]
 #   smoke: machine facts, the CUDA tests, and the benchmark on a 1% checkpoint (about 160 MB)
 #   full:  the CUDA tests and the benchmark on the full Llama-3.1-8B-shaped checkpoint (16 GB)
 #   e2e-smoke: the Python tests with torch (binding, reference engine), then bench/e2e_restart.py on small
@@ -12,8 +12,14 @@
 #          SNAP_RESTORES default 3), then the vLLM plugin's tests and the binding's torch tests on cuda:0
 #          (python/tests/gpu_vllm_plugin.sh, test_torch); every log and CRIU's own logs (images left out)
 #          go into logs.tar.gz, so the files stay under the 8 that come back
-#   tests: every GPU test without the weight-store benchmark: the CUDA tests, the Python tests with torch
-#          (binding, torch, reference engine), the vLLM plugin on cuda:0, and bench/gpu_supervisor.sh
+#   tests: every GPU test without the weight-store benchmark, the three modes below one after the other
+#          (about 16 minutes: longer than one 10-minute device call; the three fit one call each)
+#   tests-native: the CUDA gtests (no_driver_test, gpu_digest_test, vmm_share_test, tinyengine_test's
+#          TinyEngineCuda.*) and bench/gpu_supervisor.sh; each step gets at most what is left of 560 s
+#   tests-torch: the Python tests with torch on cuda:0 (test_binding test_torch test_refengine test_arena
+#          test_refengine_batch; 362 s on the H200), under a 540 s limit
+#   tests-vllm: the vLLM plugin's tests on cuda:0 (python/tests/gpu_vllm_plugin.sh; each test starts torch:
+#          201 s on the H200 once, past 260 s since), under a 540 s limit
 #   snapshot-refengine: the same snapshot benchmark on the PyTorch reference engine, SNAP_SHAPES
 #          (default "tiny 8b": a 75 MB Llama, then the 16 GB Llama-3.1-8B shape), SNAP_RESTORES each (2)
 #   snapshot-weightless: snapshots without the weights (weights.mode zero_copy): the 8 GiB tiny engine
@@ -66,6 +72,36 @@ mkdir -p "$OUT"
 summary=$OUT/summary.txt
 : >"$summary"
 say() { echo "$*" | tee -a "$summary"; }
+# run_collect NAME LIMIT LABEL SUMMARY_FILE CMD...: the benchmark modes' run-and-collect: CMD under
+# `timeout LIMIT` with its output in $OUT/NAME.out; its summary file (in $OUT) appended to summary.txt;
+# "LABEL: exit RC (at T s)"; the output's last 20 kB kept as $OUT/NAME-out.gz (at most 8 files come back).
+# Returns CMD's exit code (124: it ran past LIMIT).
+run_collect() {
+  local name=$1 limit=$2 label=$3 sumfile=$4 rc
+  shift 4
+  timeout "$limit" "$@" >"$OUT/$name.out" 2>&1
+  rc=$?
+  cat "$OUT/$sumfile" >>"$summary" 2>/dev/null
+  say "$label: exit $rc (at $SECONDS s)"
+  tail -c 20000 "$OUT/$name.out" | gzip >"$OUT/$name-out.gz"
+  rm -f "$OUT/$name.out" "$OUT/$sumfile"
+  return $rc
+}
+# run_pytests LIMIT LOG LABEL TEST...: python -m unittest in python/tests against the bundle's weight daemon
+# under `timeout LIMIT`, its output in $OUT/LOG; "LABEL: exit RC; <its last lines>". Returns the exit code.
+run_pytests() {
+  local limit=$1 log=$2 label=$3 rc
+  shift 3
+  (cd python/tests && FR_WEIGHTD_BIN=$bundle/bin/fastrestart-weightd timeout "$limit" \
+    python3 -m unittest -v "$@") >"$OUT/$log" 2>&1
+  rc=$?
+  say "$label: exit $rc; $(tail -3 "$OUT/$log" | tr '\n' ' ')"
+  return $rc
+}
+# step_limit CAP: a step's timeout: CAP, or what is left until $deadline s after the start when that is
+# less (at least 1), so a mode's steps together stay inside one device call.
+deadline=100000
+step_limit() { local l=$((deadline - SECONDS)); l=$((l < $1 ? l : $1)); echo $((l > 0 ? l : 1)); }
 
 say "== machine"
 say "$(nvidia-smi --query-gpu=name,driver_version,memory.total,persistence_mode --format=csv,noheader 2>&1)"
@@ -73,6 +109,43 @@ export PYTHONPATH=$bundle/python${PYTHONPATH:+:$PYTHONPATH}
 say "$(nproc) cores, $(awk '/MemTotal/ {printf "%.0f GiB", $2/1048576}' /proc/meminfo) RAM (grows on use), kernel $(uname -r)"
 say "$(. /etc/os-release && echo "$PRETTY_NAME"); bundle: $(head -1 "$bundle/MANIFEST")"
 say "disk: $(df -h /var/tmp | tail -1)"
+
+# cuda_tests: the CUDA gtests, each under step_limit 150; sets failed=1 when one fails.
+failed=0
+cuda_tests() {
+  say "== CUDA tests"
+  : >"$OUT/tests.log"
+  failed=0
+  for t in no_driver_test gpu_digest_test vmm_share_test; do
+    timeout "$(step_limit 150)" "$bundle/bin/$t" >"$OUT/$t.tmp" 2>&1
+    rc=$?
+    line=$(grep -E '^\[  (PASSED|FAILED|SKIPPED) +\] [0-9]+ tests?' "$OUT/$t.tmp" | tr '\n' ' ')
+    cat "$OUT/$t.tmp" >>"$OUT/tests.log"
+    rm -f "$OUT/$t.tmp"
+    say "$t: exit $rc; $line"
+    [ $rc -eq 0 ] || failed=1
+  done
+  timeout "$(step_limit 150)" "$bundle/bin/tinyengine_test" --gtest_filter='TinyEngineCuda.*' >"$OUT/te.tmp" 2>&1
+  rc=$?
+  cat "$OUT/te.tmp" >>"$OUT/tests.log"
+  say "tinyengine_test (CUDA): exit $rc; $(grep -E '^\[  (PASSED|FAILED|SKIPPED) +\] [0-9]+ tests?' "$OUT/te.tmp" | tr '\n' ' ')"
+  rm -f "$OUT/te.tmp"
+  [ $rc -eq 0 ] || failed=1
+  grep -E 'GPU digest of 2 GiB|16 GiB VMM pool|cuMemExportToShareableHandle|cuMemHostAlloc' "$OUT/tests.log" | tee -a "$summary"
+  grep -E '^\[  FAILED  \]' "$OUT/tests.log" | tee -a "$summary"
+  # The KV arena on the GPU (vmm_share_test): the placeholder aliases, the swap keeps the address.
+  grep -E '^\[ +(OK|FAILED|SKIPPED) +\] CudaDevice\.Arena' "$OUT/tests.log" | tee -a "$summary"
+}
+# native_tests: the CUDA gtests, then fastrestartd on the GPU (bench/gpu_supervisor.sh); fails if either does.
+native_tests() {
+  deadline=560
+  cuda_tests
+  say "== supervisor on the GPU (fastrestartd + tinyengine CUDA + weightd cuda; at $SECONDS s)"
+  timeout "$(step_limit 120)" bench/gpu_supervisor.sh "$OUT" "${SUP_SIZE:-2G}" 3 2>&1 | tee -a "$summary"
+  local src=${PIPESTATUS[0]}
+  say "gpu_supervisor: exit $src"
+  [ $failed -eq 0 ] && [ "$src" -eq 0 ]
+}
 
 case "$mode" in
   snapshot-plugin)
@@ -153,13 +226,8 @@ case "$mode" in
     ;;
   standby)
     say "== standby engines (bench/gpu_standby.sh)"
-    timeout 570 bench/gpu_standby.sh >"$OUT/standby.out" 2>&1
-    src=$?
-    cat "$OUT/standby-summary.txt" >>"$summary" 2>/dev/null
-    say "gpu_standby: exit $src"
-    tail -c 20000 "$OUT/standby.out" | gzip >"$OUT/standby-out.gz"
-    rm -f "$OUT/standby.out" "$OUT/standby-summary.txt"
-    exit $src
+    run_collect standby 570 gpu_standby standby-summary.txt bench/gpu_standby.sh
+    exit
     ;;
   socket)
     # The 8b checkpoint is bench/gpu_standby.sh's (/var/tmp/frstandby/llama): one generated earlier in this
@@ -182,18 +250,16 @@ case "$mode" in
     say "== a client across kill -9, engine.listen ${SOCKET_LISTEN:-supervisor,engine} (bench/socket_restart.py --engine ref, ${SOCKET_KILLS:-warmed=3,pre_gpu=2,warm=1}, budget $budget s at $SECONDS s)"
     # the runs end within the budget; a stop running past it gets 20 s more, then SIGTERM (the running run
     # stops its fastrestartd and keeps its kills), then SIGKILL
-    PYTHONUNBUFFERED=1 timeout -k 10 $((budget + 20)) python3 bench/socket_restart.py --engine ref \
+    # (the bench's own lines: skipped runs, cut kills, errors, each READY; the table is in the summary)
+    run_collect socket $((budget + 35)) socket_restart socket_restart.md \
+      timeout -k 10 $((budget + 20)) env PYTHONUNBUFFERED=1 python3 bench/socket_restart.py --engine ref \
       --checkpoint "$ck" --bin "$bundle/bin" --out "$OUT" --listen "${SOCKET_LISTEN:-supervisor,engine}" \
       --kills-per-path "${SOCKET_KILLS:-warmed=3,pre_gpu=2,warm=1}" --chart-path warmed,pre_gpu,warm \
-      --budget-s "$budget" >"$OUT/socket.out" 2>&1
+      --budget-s "$budget"
     src=$?
-    cat "$OUT/socket_restart.md" >>"$summary" 2>/dev/null
-    # the bench's own lines (skipped runs, cut kills, errors, each READY), not the table again
-    grep -E '^\[[0-9:]{8}\] ' "$OUT/socket.out" | tail -40 | tee -a "$summary"
-    say "socket_restart: exit $src (at $SECONDS s)"
+    zcat "$OUT/socket-out.gz" | grep -E '^\[[0-9:]{8}\] ' | tail -40 | tee -a "$summary"
     tar czf "$OUT/socket-logs.tar.gz" -C "$OUT" logs 2>/dev/null
-    tail -c 20000 "$OUT/socket.out" | gzip >"$OUT/socket-out.gz"
-    rm -rf "$OUT/logs" "$OUT/socket.out" "$OUT/socket_restart.md"
+    rm -rf "$OUT/logs"
     exit $src
     ;;
   arena-snapshot)
@@ -203,24 +269,16 @@ case "$mode" in
     # "snapshot_arena cold"), the whole inside about 570 s.
     rc=0
     say "== the KV arena under torch on cuda:0 (test_arena CudaArenaTorchTest, test_refengine kv-arena exchange)"
-    (cd python/tests && FR_WEIGHTD_BIN=$bundle/bin/fastrestart-weightd timeout 150 python3 -m unittest -v \
-      test_arena.CudaArenaTorchTest \
-      test_refengine.RefEngineTest.test_snapshot_exchange_unmaps_the_kv_arena_and_leases_it_again) \
-      >"$OUT/python-tests.log" 2>&1
+    run_pytests 150 python-tests.log "arena GPU tests" test_arena.CudaArenaTorchTest \
+      test_refengine.RefEngineTest.test_snapshot_exchange_unmaps_the_kv_arena_and_leases_it_again
     trc=$?
-    say "arena GPU tests: exit $trc; $(tail -3 "$OUT/python-tests.log" | tr '\n' ' ')"
     grep -E '^(killed writer|FAIL|ERROR)|skipped' "$OUT/python-tests.log" | head -10 | tee -a "$summary"
     [ $trc -eq 0 ] || rc=1
     say "== the vLLM-shaped engine: snapshot without weights and KV cache, and cold (bench/gpu_vllm_shape.sh, at $SECONDS s)"
     export VSHAPE_RUNS=${VSHAPE_RUNS:-"snapshot_arena cold"} VSHAPE_PER_KILL_S=${VSHAPE_PER_KILL_S:-25}
     export VSHAPE_BUDGET_S=${VSHAPE_BUDGET_S:-$((555 - SECONDS))}
-    timeout $((575 - SECONDS)) bench/gpu_vllm_shape.sh >"$OUT/vshape.out" 2>&1
-    src=$?
-    cat "$OUT/vshape-summary.txt" >>"$summary" 2>/dev/null
-    say "gpu_vllm_shape: exit $src (at $SECONDS s)"
-    [ $src -eq 0 ] || rc=1
-    tail -c 20000 "$OUT/vshape.out" | gzip >"$OUT/vshape-out.gz"
-    rm -f "$OUT/vshape.out" "$OUT/vshape-summary.txt"
+    deadline=575
+    run_collect vshape "$(step_limit 575)" gpu_vllm_shape vshape-summary.txt bench/gpu_vllm_shape.sh || rc=1
     exit $rc
     ;;
   vshape|vshape-smoke|vshape-arena)
@@ -230,49 +288,39 @@ case "$mode" in
       export VSHAPE_SHAPE=${VSHAPE_SHAPE:-tiny} VSHAPE_FLAGS=${VSHAPE_FLAGS:---max-model-len 2048}
     fi
     [ "$mode" = vshape-arena ] && export VSHAPE_RUNS=${VSHAPE_RUNS:-"warmed_arena cold"}
-    timeout "${VSHAPE_TIMEOUT_S:-540}" bench/gpu_vllm_shape.sh >"$OUT/vshape.out" 2>&1
-    src=$?
-    cat "$OUT/vshape-summary.txt" >>"$summary" 2>/dev/null
-    say "gpu_vllm_shape: exit $src"
-    tail -c 20000 "$OUT/vshape.out" | gzip >"$OUT/vshape-out.gz"
-    rm -f "$OUT/vshape.out" "$OUT/vshape-summary.txt"
-    exit $src
+    run_collect vshape "${VSHAPE_TIMEOUT_S:-540}" gpu_vllm_shape vshape-summary.txt bench/gpu_vllm_shape.sh
+    exit
     ;;
   tp|tp-smoke)
     rc=0
     if [ "$mode" = tp-smoke ]; then
       say "== the reference engine's tensor parallel test under torch (test_refengine, TP=2 on cuda:0)"
-      (cd python/tests && FR_WEIGHTD_BIN=$bundle/bin/fastrestart-weightd timeout 150 python3 -m unittest -v \
-        test_refengine.RefEngineTest.test_tensor_parallel_2_on_one_gpu_attaches_both_shards_or_neither) \
-        >"$OUT/python-tests.log" 2>&1
-      trc=$?
-      say "test_refengine (tensor parallel): exit $trc; $(tail -3 "$OUT/python-tests.log" | tr '\n' ' ')"
-      [ $trc -eq 0 ] || rc=1
+      run_pytests 150 python-tests.log "test_refengine (tensor parallel)" \
+        test_refengine.RefEngineTest.test_tensor_parallel_2_on_one_gpu_attaches_both_shards_or_neither || rc=1
       export TP_SHAPE=tiny TP2_KILLS=${TP2_KILLS:-0,1} TP1_KILLS=${TP1_KILLS:-2} TP_BUDGET_S=${TP_BUDGET_S:-220}
     fi
     say "== tensor parallel reference engine on one GPU (bench/gpu_tp.sh)"
-    timeout 405 bench/gpu_tp.sh >"$OUT/tp.out" 2>&1
-    grc=$?
-    cat "$OUT/tp-summary.txt" >>"$summary" 2>/dev/null
-    say "gpu_tp: exit $grc"
-    [ $grc -eq 0 ] || rc=1
-    tail -c 20000 "$OUT/tp.out" | gzip >"$OUT/tp-out.gz"
-    rm -f "$OUT/tp.out" "$OUT/tp-summary.txt"
+    run_collect tp 405 gpu_tp tp-summary.txt bench/gpu_tp.sh || rc=1
     exit $rc
     ;;
-  tests)
-    say "== Python tests with torch (binding, torch, reference engine)"
-    (cd python/tests && FR_WEIGHTD_BIN=$bundle/bin/fastrestart-weightd timeout 200 \
-      python3 -m unittest -v test_binding test_torch test_refengine test_arena test_refengine_batch) \
-      >"$OUT/python-tests.log" 2>&1
-    prc=$?
-    say "python tests: exit $prc; $(tail -3 "$OUT/python-tests.log" | tr '\n' ' ')"
-    grep -E '(FAIL|ERROR|skipped)' "$OUT/python-tests.log" | head -20 | tee -a "$summary"
-    say "== vLLM plugin (torch, cuda:0)"
-    timeout 260 python/tests/gpu_vllm_plugin.sh >"$OUT/plugin.out" 2>&1  # 201 s on the H200 (each test starts torch)
-    vrc=$?
-    cat "$OUT/summary_vllm_plugin.txt" >>"$summary" 2>/dev/null
-    say "gpu_vllm_plugin: exit $vrc"
+  tests|tests-native|tests-torch|tests-vllm)
+    # tests: the three parts in one run (longer than one device call); each part alone fits one.
+    rc=0
+    if [ "$mode" = tests ] || [ "$mode" = tests-native ]; then
+      native_tests || rc=1
+    fi
+    if [ "$mode" = tests ] || [ "$mode" = tests-torch ]; then
+      say "== Python tests with torch (binding, torch, reference engine, KV arena, batched engine; at $SECONDS s)"
+      run_pytests "${TESTS_TORCH_TIMEOUT_S:-540}" python-tests.log "python tests" \
+        test_binding test_torch test_refengine test_arena test_refengine_batch || rc=1
+      grep -E '(FAIL|ERROR|skipped)' "$OUT/python-tests.log" | head -20 | tee -a "$summary"
+    fi
+    if [ "$mode" = tests ] || [ "$mode" = tests-vllm ]; then
+      say "== vLLM plugin (torch, cuda:0; at $SECONDS s)"
+      run_collect plugin "${TESTS_VLLM_TIMEOUT_S:-540}" gpu_vllm_plugin summary_vllm_plugin.txt \
+        python/tests/gpu_vllm_plugin.sh || rc=1
+    fi
+    exit $rc
     ;;
   e2e|e2e-smoke)
     say "== Python tests with torch (binding, torch, reference engine)"
@@ -293,37 +341,7 @@ case "$mode" in
     ;;
 esac
 
-say "== CUDA tests"
-: >"$OUT/tests.log"
-failed=0
-for t in no_driver_test gpu_digest_test vmm_share_test; do
-  timeout 150 "$bundle/bin/$t" >"$OUT/$t.tmp" 2>&1
-  rc=$?
-  line=$(grep -E '^\[  (PASSED|FAILED|SKIPPED) +\] [0-9]+ tests?' "$OUT/$t.tmp" | tr '\n' ' ')
-  cat "$OUT/$t.tmp" >>"$OUT/tests.log"
-  rm -f "$OUT/$t.tmp"
-  say "$t: exit $rc; $line"
-  [ $rc -eq 0 ] || failed=1
-done
-timeout 150 "$bundle/bin/tinyengine_test" --gtest_filter='TinyEngineCuda.*' >"$OUT/te.tmp" 2>&1
-rc=$?
-cat "$OUT/te.tmp" >>"$OUT/tests.log"
-say "tinyengine_test (CUDA): exit $rc; $(grep -E '^\[  (PASSED|FAILED|SKIPPED) +\] [0-9]+ tests?' "$OUT/te.tmp" | tr '\n' ' ')"
-rm -f "$OUT/te.tmp"
-[ $rc -eq 0 ] || failed=1
-grep -E 'GPU digest of 2 GiB|16 GiB VMM pool|cuMemExportToShareableHandle|cuMemHostAlloc' "$OUT/tests.log" | tee -a "$summary"
-grep -E '^\[  FAILED  \]' "$OUT/tests.log" | tee -a "$summary"
-# The KV arena on the GPU (vmm_share_test): the placeholder aliases, the swap keeps the address.
-grep -E '^\[ +(OK|FAILED|SKIPPED) +\] CudaDevice\.Arena' "$OUT/tests.log" | tee -a "$summary"
-
-if [ "$mode" = tests ]; then
-  say "== supervisor on the GPU (fastrestartd + tinyengine CUDA + weightd cuda)"
-  timeout 120 bench/gpu_supervisor.sh "$OUT" "${SUP_SIZE:-2G}" 3 2>&1 | tee -a "$summary"
-  src=${PIPESTATUS[0]}
-  say "gpu_supervisor: exit $src"
-  [ $failed -eq 0 ] && [ "$prc" -eq 0 ] && [ "$vrc" -eq 0 ] && [ "$src" -eq 0 ]
-  exit
-fi
+cuda_tests
 say "== benchmark ($mode)"
 case "$mode" in
   smoke) args=(--scale 0.01 --ckpt /var/tmp/fr-llama8b-small) ;;

@@ -2,21 +2,71 @@
 # The one test command (README quick start; .ci/run calls it): installs dependencies, builds, runs every
 # test (GPU tests skip with a reason on machines without one; the soak at its CI size), fuzzes every input
 # parser briefly, and runs the sanitizer builds (SANITIZE=0 skips them).
+#
+# The order keeps both of CI's two cores busy (docs/build-time.md, "The test command's schedule"): the
+# tests mostly wait on the processes they start, so while the normal tree's tests run, the ASan tree
+# builds beside them, and while the ASan tests run, the TSan and fuzz trees build; those background builds
+# run at nice 19, so the tests get a core whenever they want one. The fresh-root check (a clean Debian 12
+# root: scripts/deps.sh --demo, then the demo's four programs configure and build) runs in the background
+# too. Each background step's output goes to build/bg-<step>.log, printed when it fails.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+t0=$SECONDS
+phase() { echo "scripts/test.sh: $1 (at $((SECONDS - t0)) s)"; }
 scripts/deps.sh
+# No test source names the system's /run/fastrestart (CONTRIBUTING.md, "Tests").
+scripts/check-test-isolation.sh
 # The published restart figures (docs/benchmarks.md, the README's table) against their raw files in
 # bench/results/: no build needed, under a second.
 python3 bench/check_figures.py
 # CRIU 4.2.1 for the snapshot tests (build/criu/criu; cached in ~/.cache/fastrestart, so reruns take <1 s).
 scripts/build-criu.sh >/dev/null
+phase "building build/"
 scripts/build.sh -DCMAKE_INSTALL_PREFIX=/usr
+sanitize="${SANITIZE:-1}"
+
+# background STEP CMD...: CMD at nice 19, its output in build/bg-STEP.log; its pid in bg_STEP.
+background() {
+  local step=$1
+  shift
+  nice -n 19 "$@" >"build/bg-$step.log" 2>&1 &
+  printf -v "bg_$step" '%s' $!
+}
+# join STEP: waits for a background step; on failure prints its log's end and fails.
+join() {
+  local pid_var="bg_$1"
+  wait "${!pid_var}" || { echo "=== build/bg-$1.log"; tail -60 "build/bg-$1.log"; echo "scripts/test.sh: $1 failed"; exit 1; }
+  phase "$1 done"
+}
+if [ "$sanitize" != 0 ]; then background asan-build env FR_PHASE=build scripts/sanitize.sh asan; fi
+background fresh-root scripts/fresh-root-check.sh
+
 # The deb/rpm packages from this same build (tests/systemd installs the deb under a private systemd);
 # scripts/package.sh makes release packages from a tree of their own.
+phase "packages"
 (cd build && rm -rf packages && cpack -G "DEB;RPM" >package.log 2>&1 && rm -rf packages/_CPack_Packages) ||
   { tail -30 build/package.log; exit 1; }
-(cd build && ctest --output-on-failure -j"$(nproc)" --timeout 300)
-scripts/fuzz.sh "${FUZZ_SECONDS:-20}"
-# ASan + UBSan over the unit and end-to-end tests, TSan over the threaded ones (docs/reliability.md).
-[ "${SANITIZE:-1}" = 0 ] || scripts/sanitize.sh
-echo "scripts/test.sh: all tests passed"
+phase "ctest"
+# ... and no test made or changed /run/fastrestart while they ran.
+scripts/check-test-isolation.sh -- bash -c 'cd build && ctest --output-on-failure -j"$(nproc)" --timeout 300'
+phase "ctest done"
+
+if [ "$sanitize" != 0 ]; then
+  join asan-build
+  # The TSan and fuzz trees build while the ASan + UBSan tests run.
+  background tsan-fuzz-build bash -c 'FR_PHASE=build scripts/sanitize.sh tsan && FR_PHASE=build scripts/fuzz.sh'
+  # ASan + UBSan over the unit and end-to-end tests, TSan over the threaded ones (docs/reliability.md).
+  phase "ASan + UBSan tests"
+  FR_PHASE=run scripts/sanitize.sh asan
+  join tsan-fuzz-build
+  phase "TSan tests"
+  FR_PHASE=run scripts/sanitize.sh tsan
+  phase "fuzzing"
+  FR_PHASE=run scripts/fuzz.sh "${FUZZ_SECONDS:-20}"
+else
+  phase "fuzzing"
+  scripts/fuzz.sh "${FUZZ_SECONDS:-20}"
+fi
+join fresh-root
+cat build/bg-fresh-root.log
+echo "scripts/test.sh: all tests passed in $((SECONDS - t0)) s"

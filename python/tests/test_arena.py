@@ -258,7 +258,7 @@ except ImportError:
 @unittest.skipUnless(WEIGHTD and os.access(WEIGHTD, os.X_OK), "FR_WEIGHTD_BIN is not set to fastrestart-weightd")
 @unittest.skipUnless(HAVE_CUDA, WHY_NO_CUDA)
 class CudaArenaTorchTest(unittest.TestCase):
-    """On the GPU (scripts/gpu-run.sh tests): a torch tensor over a cuda:0 arena, a CUDA graph captured over
+    """On the GPU (scripts/gpu-run.sh tests-torch): a torch tensor over a cuda:0 arena, a CUDA graph captured over
     the placeholder, and the same graph writing into the leased arena at the same address."""
 
     def setUp(self):

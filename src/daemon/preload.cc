@@ -103,7 +103,7 @@ void for_each_segment(const PreloadPlan& plan, const Task& t, Fn&& fn) {
 }  // namespace
 
 Result<uint64_t> run_preload(const PreloadPlan& plan, Pool& pool, Progress& progress,
-                             const std::atomic<bool>& cancel, int threads, int test_delay_ms) {
+                             const std::atomic<bool>& cancel, int threads, const TestReadHold& test_hold) {
   std::vector<UniqueFd> fds;
   for (const auto& h : plan.headers) {
     UniqueFd fd(::open(h.path.c_str(), O_RDONLY | O_CLOEXEC));
@@ -138,7 +138,10 @@ Result<uint64_t> run_preload(const PreloadPlan& plan, Pool& pool, Progress& prog
       if (cancel) return fail(make_error(Errc::kCancelled, "preload cancelled"));
       if (failed()) return;
       const Task& t = tasks[i];
-      if (test_delay_ms > 0) std::this_thread::sleep_for(std::chrono::milliseconds(test_delay_ms));
+      if (test_hold.delay_ms > 0) std::this_thread::sleep_for(std::chrono::milliseconds(test_hold.delay_ms));
+      while (!test_hold.gate.empty() && ::access(test_hold.gate.c_str(), F_OK) != 0 && !cancel)
+        std::this_thread::sleep_for(std::chrono::milliseconds(20));
+      if (cancel) return fail(make_error(Errc::kCancelled, "preload cancelled"));
       const size_t n = t.end - t.begin;
       // Page-cached data goes to the GPU without a CPU copy: one pass over host memory (the DMA) instead of
       // three (pread's copy, the hash, the DMA). Data still on disk is read with pread as below.

@@ -33,9 +33,15 @@ struct PreloadPlan {
 Result<PreloadPlan> plan_preload(const std::vector<std::string>& files, const std::vector<std::string>& select,
                                  std::optional<DType> dtype);
 
+// Tests only (docs/weightd.md): hold every read task back, so a test can observe a loading entry.
+struct TestReadHold {
+  int delay_ms = 0;  // sleep this long before each 64 MiB read task
+  std::string gate;  // non-empty: before each read task, wait until this path exists (or the load is cancelled)
+};
+
 // Fills `pool` per `plan`; returns the content digest. Checks the files' identities again at the end so a
 // file changed while it was read fails the load instead of being cached under its old identity.
 Result<uint64_t> run_preload(const PreloadPlan& plan, Pool& pool, Progress& progress,
-                             const std::atomic<bool>& cancel, int threads, int test_delay_ms = 0);
+                             const std::atomic<bool>& cancel, int threads, const TestReadHold& test_hold = {});
 
 }  // namespace fr::daemon

@@ -626,7 +626,7 @@ Result<std::string> Server::preload(const PreloadRequest& req, bool wait) {
     // The thread only touches the entry through `raw`: retire() joins it before the entry can go away.
     e->loader = std::thread([this, raw, plan = std::move(plan)] {
       auto digest = run_preload(plan, *raw->pool, raw->progress, raw->cancel, m_opts.reader_threads,
-                                m_opts.test_read_delay_ms);
+                                m_opts.test_read_hold);
       Status sealed = digest.ok() ? raw->pool->seal() : Status{};
       std::lock_guard lk2(m_store.mutex());
       raw->progress.finished = std::chrono::steady_clock::now();

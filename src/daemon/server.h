@@ -18,6 +18,7 @@
 #include "common/private_dir.h"
 #include "daemon/arena.h"
 #include "daemon/backend.h"
+#include "daemon/preload.h"
 #include "daemon/store.h"
 #include "protocol/frame.h"
 
@@ -35,7 +36,7 @@ struct ServerOptions {
   std::optional<gid_t> group;        // allow this group (dir 0750, socket 0660)
   int reader_threads = 8;
   size_t max_clients = 256;
-  int test_read_delay_ms = 0;        // tests only: slow every read task down (docs/weightd.md)
+  TestReadHold test_read_hold;       // tests only: hold every read task back (docs/weightd.md)
   // A connection with a publish open is never idle (never evicted): the publish must commit within this.
   double publish_timeout_s = 600;
   // An attach waits for a loading entry at most this long, whatever its wait_s asks.

@@ -26,6 +26,9 @@ int run(int argc, char** argv) {
   std::vector<std::string> arena_names;
   // Tests only: the same delay from the environment, so a supervisor's tests can slow the daemons it starts.
   if (const char* e = std::getenv("FASTRESTART_TEST_READ_DELAY_MS"); e && *e) test_delay_ms = std::atoi(e);
+  // Tests only: each read task waits until this file exists, so a test sees the load in progress for as
+  // long as it needs and then releases it (no window to hit).
+  const char* test_gate = std::getenv("FASTRESTART_TEST_READ_GATE");
   bool version = false;
   app.add_option("--backend", backend_name, "cuda (GPU memory, CUDA VMM) or host (memfd)")->check(CLI::IsMember({"cuda", "host"}));
   auto* gpu_opt = app.add_option("--gpu", gpu, "GPU index or UUID (GPU-...); host backend: a device name (daemon host-NAME)");
@@ -110,7 +113,7 @@ int run(int argc, char** argv) {
   ServerOptions opts;
   opts.socket_dir = socket_dir;
   opts.reader_threads = threads;
-  opts.test_read_delay_ms = test_delay_ms;
+  opts.test_read_hold = {test_delay_ms, test_gate ? test_gate : ""};
   opts.publish_timeout_s = publish_timeout_s;
   opts.attach_wait_limit_s = attach_wait_limit_s;
   opts.max_arenas = static_cast<size_t>(max_arenas);

@@ -24,7 +24,7 @@ json sample_status() {
     "daemons": [
       {"gpu": "0", "state": "ready", "held_bytes": 18446744073709551615, "entries": 2,
        "progress": {"done_bytes": 50, "total_bytes": 100, "rate_bytes_per_s": 1.5e9},
-       "socket": "/run/fastrestart/weightd-0.sock", "arena_bytes": 107376279553,
+       "socket": "/srv/fr/run/weightd-0.sock", "arena_bytes": 107376279553,
        "arenas": [{"name": "kv", "bytes": 107374182400, "pool_bytes": 107374182401, "holder_pid": 4321, "leases": 3,
                    "generation": 3, "waiting": 0, "waited_s": 0.083},
                   {"name": "kv.1", "bytes": 1, "pool_bytes": 2097152, "holder_pid": null, "leases": 1,

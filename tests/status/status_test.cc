@@ -35,7 +35,7 @@ SupervisorStatus sample() {
   DaemonRowStatus d;
   d.gpu = "0";
   d.pid = 7;
-  d.socket = "/run/fastrestart/weightd-0.sock";
+  d.socket = "/srv/fr/run/weightd-0.sock";
   d.state = "ready";
   d.held_bytes = 18446744073709551615ull;  // every digit survives
   d.entries = 1;

@@ -103,7 +103,7 @@ struct Options {
   std::string gpus_and_weights;  // replaces [weights] when set
   std::string fake_nvml;         // FASTRESTART_FAKE_NVML for fastrestartd
   uint16_t http_port = 0;        // 0: [http] listen = "none"
-  int daemon_read_delay_ms = 0;  // FASTRESTART_TEST_READ_DELAY_MS for the daemons it starts
+  std::string daemon_read_gate;  // FASTRESTART_TEST_READ_GATE: the daemons' reads wait until this file exists
 };
 
 class Fastrestartd {
@@ -112,7 +112,7 @@ class Fastrestartd {
     m_cfg = m_dir / "model.toml";
     std::ofstream f(m_cfg);
     m_fake_nvml = o.fake_nvml;
-    m_read_delay_ms = o.daemon_read_delay_ms;
+    m_read_gate = o.daemon_read_gate;
     f << "gpus = " << o.gpus << "\n[model]\nname = \"t\"\n[engine]\nkind = \"" << o.kind << "\"\n"
       << "command = [\"" << o.engine_binary << "\", \"serve\", \"" << checkpoint_dir() << "\"]\n"
       << "flags = [\"--host\", \"127.0.0.1\", \"--port\", \"" << m_port << "\", \"--served-model-name\", \"t\", "
@@ -146,7 +146,7 @@ class Fastrestartd {
   void start() {
     std::map<std::string, std::string> env{{"NOTIFY_SOCKET", m_dir / "notify.sock"}};
     if (!m_fake_nvml.empty()) env["FASTRESTART_FAKE_NVML"] = m_fake_nvml;
-    if (m_read_delay_ms > 0) env["FASTRESTART_TEST_READ_DELAY_MS"] = std::to_string(m_read_delay_ms);
+    if (!m_read_gate.empty()) env["FASTRESTART_TEST_READ_GATE"] = m_read_gate;
     m_pid = test::spawn_logged({FR_FASTRESTARTD_BIN, "--config", m_cfg, "--log-level", "debug"}, m_log, env);
   }
   // SIGTERM (or `sig`) and wait; returns the exit code.
@@ -202,7 +202,7 @@ class Fastrestartd {
   test::TempDir m_dir;
   uint16_t m_port;
   std::string m_cfg, m_log, m_fake_nvml;
-  int m_read_delay_ms = 0;
+  std::string m_read_gate;
   std::unique_ptr<NotifySocket> m_notify;
   pid_t m_pid = -1;
 };
@@ -483,8 +483,9 @@ TEST(Fastrestartd, ADeadDaemonIsRespawnedAndTheEngineKeepsServing) {
 
 TEST(Fastrestartd, ADaemonThatCannotStartDoesNotStopTheEngine) {
   Options o;
-  o.gpus_and_weights =
-      "[weights]\nbackend = \"host\"\ndaemon_path = \"/bin/false\"\ncheckpoint = \"" + checkpoint_dir() + "\"\n";
+  test::TempDir scratch;  // the weight daemon's socket dir (made 0700 by fastrestartd): this test's own, never the system's default
+  o.gpus_and_weights = "[weights]\nbackend = \"host\"\ndaemon_path = \"/bin/false\"\ncheckpoint = \"" + checkpoint_dir() +
+                       "\"\nsocket_dir = \"" + (scratch / "run") + "\"\n";
   o.engine_flags = ", \"--fastrestart-connect-timeout\", \"0.1\"";
   Fastrestartd d(o);
   ASSERT_TRUE(d.notify().wait_for("READY=1")) << d.log();
@@ -493,12 +494,16 @@ TEST(Fastrestartd, ADaemonThatCannotStartDoesNotStopTheEngine) {
 }
 
 // While the daemons preload, STATUS= and fastrestartctl status show the progress (bytes, rate, ETA).
+// The daemon's reads wait at a gate the test opens once it has seen all of that, so however slow the
+// machine (ASan, 2 loaded cores) the preload is still running when the test looks.
 TEST(Fastrestartd, LoadProgressIsShownWhileTheDaemonsPreload) {
   Options o;
-  o.gpus_and_weights = "[weights]\nbackend = \"host\"\ncheckpoint = \"" + checkpoint_dir() +
-                       "\"\nkey = {arch = \"tinyengine\", dtype = \"F32\", engine = \"fastrestart-tinyengine " FR_PROJECT_VERSION
+  test::TempDir scratch;  // the daemon's socket dir and the gate: this test's own, never the system's default
+  const std::string gate = scratch / "release-reads";
+  o.gpus_and_weights = "[weights]\nbackend = \"host\"\ncheckpoint = \"" + checkpoint_dir() + "\"\nsocket_dir = \"" +
+                       (scratch / "run") + "\"\nkey = {arch = \"tinyengine\", dtype = \"F32\", engine = \"fastrestart-tinyengine " FR_PROJECT_VERSION
                        "\", tp_rank = \"0\", tp_size = \"1\"}\n";  // the tiny engine's whole key (checked at start)
-  o.daemon_read_delay_ms = 4000;  // a window wide enough for a loaded machine (ASan, 2 cores) to see the preload
+  o.daemon_read_gate = gate;
   o.engine_flags = ", \"--fastrestart-connect-timeout\", \"0.1\"";
   Fastrestartd d(o);
   ASSERT_TRUE(d.wait_status([](const json& s) { return s["state"] == "loading" && !s["daemons"].empty() &&
@@ -511,6 +516,7 @@ TEST(Fastrestartd, LoadProgressIsShownWhileTheDaemonsPreload) {
   EXPECT_NE(table.output.find("GB/s, ETA"), std::string::npos) << table.output;
   EXPECT_TRUE(d.notify().wait_for("STATUS=Loading weights: ", 1, 10)) << d.log();
   EXPECT_TRUE(d.notify().wait_for("EXTEND_TIMEOUT_USEC=", 1, 10));
+  { std::ofstream release(gate); }  // the reads go on; the load completes
   ASSERT_TRUE(d.notify().wait_for("READY=1", 1, 60)) << d.log();
 }
 
