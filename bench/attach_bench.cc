@@ -1,4 +1,4 @@
-// fr_attach_bench: times fastrestart::attach as an engine sees it (H200 benchmark, docs/benchmarks.md).
+// fr_attach_bench: times fastrestart::attach as an engine sees it (H200 benchmark, docs/bench-notes.md).
 //
 // An engine has created its CUDA context long before it attaches, so this program opens the device
 // first (timed separately as context_s) and then attaches `--repeat` times in zero_copy mode, once with

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""The end-to-end restart benchmark (issue 6; docs/benchmarks.md "End to end"): time to ready per start path
+"""The end-to-end restart benchmark (issue 6; docs/bench-notes.md "End to end"): time to ready per start path
 for a PyTorch Llama engine (python/refengine) and for fastrestart-tinyengine's CUDA build, both supervised
 by fastrestartd on GPU 0, plus the anchors (safetensors.torch.load_file to CUDA, per-tensor CUDA IPC).
 
@@ -8,7 +8,7 @@ Paths, each over --runs starts (medians reported):
   cold_cached   the same from a warm page cache
   warm          fastrestartd's CUDA weight daemon holds the weights; the engine attaches (kill -9, then restart)
   floor         the engine with its weights merely allocated (torch.empty; refengine only)
-Also: kill -9 of the warm engine --kills times (death to READY=1), --cycles restart cycles with the GPU's used
+Also: kill -9 of the warm engine --kills times (from the kill(2): to READY=1 and to the first answered request), --cycles restart cycles with the GPU's used
 memory and the daemon's held bytes after each, bitwise-equal oracle logits on every path, the timeline of
 one warm restart, and a chart (matplotlib, when importable).
 
@@ -33,7 +33,8 @@ import sys
 import time
 import urllib.request
 
-import fastrestartd_run as fr  # same folder: fastrestartctl and the log's READY lines
+import fastrestartd_run as fr  # same folder: the launcher, the kill clock, fastrestartctl
+from fastrestartd_run import free_port
 from h200_weights import drop_caches  # same folder: one definition of "cold"
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -51,30 +52,17 @@ def med(xs):
     return round(statistics.median(xs), 4) if xs else None
 
 
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def http_json(port, path, timeout=30):
     with urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=timeout) as r:
         return json.load(r)
 
 
-class Supervisor:
-    """One fastrestartd with a generated config; its control socket drives and reads it."""
-
-    def __init__(self, work, name, command, flags, port, weights, out, backend="cuda"):
-        self.dir = os.path.join(work, name)
-        shutil.rmtree(self.dir, ignore_errors=True)
-        os.makedirs(self.dir)
-        self.port, self.name, self.out = port, name, out
-        self.sock = os.path.join(self.dir, "ctl", "s.ctl")
-        q = json.dumps
-        key = "".join(f"{k} = {q(v)}\n" for k, v in weights.get("key", {}).items())
-        gpus = '["0"]' if backend == "cuda" else "[]"
-        toml = f"""gpus = {gpus}
+def config_toml(d, name, command, flags, port, weights, backend):
+    """The fastrestartd config of one stage: engine NAME on 127.0.0.1:PORT, its files under d."""
+    q = json.dumps
+    key = "".join(f"{k} = {q(v)}\n" for k, v in weights.get("key", {}).items())
+    gpus = '["0"]' if backend == "cuda" else "[]"
+    return f"""gpus = {gpus}
 [model]
 name = "{name}"
 [engine]
@@ -88,7 +76,7 @@ stop_grace_s = 20
 mode = "{weights['mode']}"
 backend = "{backend}"
 checkpoint = {q(weights['checkpoint'])}
-socket_dir = "{self.dir}/run"
+socket_dir = "{d}/run"
 daemon_path = "{shutil.which('fastrestart-weightd')}"
 [weights.key]
 {key}
@@ -102,37 +90,29 @@ backoff_initial_s = 0.01
 backoff_max_s = 0.05
 crash_loop_limit = 1000
 [control]
-socket = "{self.sock}"
-state_dir = "{self.dir}/state"
+socket = "{d}/ctl/s.ctl"
+state_dir = "{d}/state"
 [http]
 listen = "none"
 """
-        self.config = os.path.join(self.dir, "fastrestart.toml")
-        with open(self.config, "w") as f:
-            f.write(toml)
-        self.logpath = os.path.join(out, "logs", f"fastrestartd-{name}.log")
-        self.logf = open(self.logpath, "w")
-        self.proc = subprocess.Popen(["fastrestartd", "--config", self.config], stdout=self.logf,
-                                     stderr=subprocess.STDOUT)
 
-    def ctl(self, *args):
-        return fr.ctl(self.sock, *args, timeout=1200)
 
-    def status(self):
-        return json.loads(self.ctl("status", "--json"))
+class Supervisor(fr.Fastrestartd):
+    """One fastrestartd of a stage (fastrestartd_run.Fastrestartd, started), its engine's HTTP API."""
 
-    def readies(self):
-        return fr.readies(fr.read_log(self.logpath))
+    def __init__(self, work, name, command, flags, port, weights, out, backend="cuda"):
+        d = os.path.join(work, name)
+        shutil.rmtree(d, ignore_errors=True)
+        super().__init__(d, config_toml(d, name, command, flags, port, weights, backend), os.path.join(d, "ctl", "s.ctl"),
+                         log_path=os.path.join(out, "logs", f"fastrestartd-{name}.log"))
+        self.port, self.name = port, name
+        self.start()
+
+    def ctl(self, *args, timeout=1200):
+        return super().ctl(*args, timeout=timeout)
 
     def wait_ready(self, n, timeout=1200):
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if self.readies() >= n:
-                return self.status()
-            if self.proc.poll() is not None:
-                raise RuntimeError(f"fastrestartd exited {self.proc.returncode}; see {self.logpath}")
-            time.sleep(0.01)
-        raise RuntimeError(f"no READY #{n} within {timeout} s; see {self.logpath}")
+        return super().wait_ready(n, timeout)
 
     def engine_stats(self):
         return http_json(self.port, "/stats")
@@ -148,14 +128,7 @@ listen = "none"
         return hashlib.sha256(json.dumps([c["token_ids"], c["logprobs"]["token_logprobs"]]).encode()).hexdigest()
 
     def stop(self):
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(120)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-        self.logf.close()
-        return self.proc.returncode
+        return super().stop(120)
 
 
 class Bench:
@@ -231,28 +204,37 @@ class Bench:
         return out
 
     def kills(self, sup, n, label):
+        """n kill -9s of the supervised engine, each timed from the kill(2) (fastrestartd_run.KillClock), with
+        --clients clients sending requests across it (kill -> the first answered request)."""
         out = []
         for i in range(n):
             st = sup.status()
             k = sup.readies()
-            pid = st["engine"]["pid"]
-            t = time.monotonic()
-            os.kill(pid, signal.SIGKILL)
-            st = sup.wait_ready(k + 1)
-            seen = time.monotonic() - t
+            prober = fr.Prober(sup.port, fr.completion_body(sup.name), clients=self.a.clients).start() if self.a.clients else None
+            if prober:
+                prober.wait_answered_since(time.monotonic(), 60)
+            clock = fr.KillClock(st["engine"]["pid"]).kill()
+            try:
+                st = sup.wait_ready(k + 1)
+                clock.ready(st, time.monotonic())
+                if prober:
+                    prober.wait_answered_since(clock.t_kill, 600)
+            finally:
+                if prober:
+                    clock.answers(prober.finish())
+            c = clock.record()
             es = sup.engine_stats()
-            ls = st["last_start"]
             m = (st.get("memory") or [{}])[0]
-            out.append({"path": ls["path"], "death_to_ready_s": ls["since_previous_exit_s"],
-                        "exec_to_ready_s": ls["time_to_ready_s"], "kill_to_ready_seen_s": round(seen, 4),
-                        "load_path": es["load"].get("path"),
-                        "phases": es.get("startup", {}).get("phases") or es["load"].get("phases"),
-                        "attach_timings": es["load"].get("attach_timings"),
-                        "oracle": es.get("oracle"), "answer": sup.answer(), "gpu_used_bytes": m.get("used_bytes"),
-                        "daemon_held_bytes": m.get("daemon_held_bytes")})
-            log(f"{label} kill -9 #{i + 1}: {ls['path']} / engine {es['load'].get('path')}: death to READY "
-                f"{ls['since_previous_exit_s']:.3f} s, exec to READY {ls['time_to_ready_s']:.3f} s, "
-                f"GPU used {m.get('used_bytes', 0) / GB:.2f} GB, daemon holds {m.get('daemon_held_bytes', 0) / GB:.2f} GB")
+            c.update({"load_path": es["load"].get("path"),
+                      "phases": es.get("startup", {}).get("phases") or es["load"].get("phases"),
+                      "attach_timings": es["load"].get("attach_timings"),
+                      "oracle": es.get("oracle"), "answer": sup.answer(), "gpu_used_bytes": m.get("used_bytes"),
+                      "daemon_held_bytes": m.get("daemon_held_bytes")})
+            out.append(c)
+            log(f"{label} kill -9 #{i + 1}: {c['path']} / engine {es['load'].get('path')}: kill to READY "
+                f"{c.get('kill_to_ready_s')} s, to the first answer {c.get('kill_to_first_answer_s')} s (kill to reap "
+                f"{c.get('kill_to_reap_s')} s, exec to READY {c['exec_to_ready_s']:.3f} s), "
+                f"GPU used {(m.get('used_bytes') or 0) / GB:.2f} GB, daemon holds {(m.get('daemon_held_bytes') or 0) / GB:.2f} GB")
         return out
 
     def engine(self, kind):
@@ -471,8 +453,8 @@ print(json.dumps({{"seconds": time.monotonic() - t, "hit": r.hit, "tensors": len
                     s[p] = med([x["time_to_ready_s"] for x in r[p]])
             if r.get("warm_kill9"):
                 s["warm_kill9_exec_to_ready"] = med([x["exec_to_ready_s"] for x in r["warm_kill9"]])
-                s["warm_kill9_death_to_ready"] = med([x["death_to_ready_s"] for x in r["warm_kill9"]])
-                s["warm_kill9_max_death_to_ready"] = max(x["death_to_ready_s"] for x in r["warm_kill9"])
+                # from the kill(2): the headline; the reap-based figure is a row of its breakdown
+                s["warm_kill9_kill_clock"] = fr.kill_clock_summary(r["warm_kill9"])
                 s["warm_paths"] = sorted({x["load_path"] for x in r["warm_kill9"] + r.get("warm_cycles", [])})
                 cyc = r["warm_kill9"] + r.get("warm_cycles", [])
                 used = [x["gpu_used_bytes"] for x in cyc if x.get("gpu_used_bytes")]
@@ -517,19 +499,20 @@ print(json.dumps({{"seconds": time.monotonic() - t, "hit": r.hit, "tensors": len
         self.chart(summary)
 
     def timeline(self, kind):
-        """(name, start, duration) of the median warm kill -9 restart, from the death being seen to READY=1."""
-        k9s = sorted((x for x in (self.res.get(kind) or {}).get("warm_kill9") or [] if x.get("phases")),
-                     key=lambda x: x["death_to_ready_s"])
+        """(name, start, duration) of the median warm kill -9 restart, from the kill(2) to READY=1."""
+        k9s = sorted((x for x in (self.res.get(kind) or {}).get("warm_kill9") or []
+                      if x.get("phases") and x.get("kill_to_ready_s") is not None), key=lambda x: x["kill_to_ready_s"])
         if not k9s:
             return []
         k9 = k9s[len(k9s) // 2]
-        t = k9["death_to_ready_s"] - k9["exec_to_ready_s"]
-        steps = [("exit seen to engine exec", 0.0, t)]
+        reap = k9.get("kill_to_reap_s") or 0.0
+        t = reap + k9["reap_to_ready_s"] - k9["exec_to_ready_s"]
+        steps = [("kill(2) to fastrestartd's reap", 0.0, reap), ("reap to engine exec", reap, t - reap)]
         for name, v in k9["phases"].items():
             if v is not None:
                 steps.append((name[:-2] if name.endswith("_s") else name, t, v))
                 t += v
-        steps.append(("readiness probe, READY=1", t, max(0.0, k9["death_to_ready_s"] - t)))
+        steps.append(("readiness probe, READY=1", t, max(0.0, k9["kill_to_ready_s"] - t)))
         return steps
 
     NAMES = {"cold_dropped": "cold, disk (cache dropped)", "cold_cached": "cold, disk (page cache)",
@@ -559,7 +542,7 @@ print(json.dumps({{"seconds": time.monotonic() - t, "hit": r.hit, "tensors": len
             ax.text(start + dur, i, f" {n} {dur * 1e3:.0f} ms", va="center", fontsize=8)
         ax.set_yticks([])
         ax.invert_yaxis()
-        ax.set_xlabel("seconds since the engine's death was seen")
+        ax.set_xlabel("seconds since the kill(2)")
         ax.set_title(f"one warm restart ({kinds[0]}, kill -9)")
         fig.tight_layout()
         path = os.path.join(self.a.out, "e2e.png")
@@ -593,7 +576,7 @@ plot "{d}/{kind}.dat" using 1:3:xtic(2) with boxes notitle lc rgb "#4477aa", \\
             for i, (n, start, dur) in enumerate(steps):
                 f.write(f'{i} {start} {dur} "{n} {dur * 1e3:.0f} ms"\n')
         end = steps[-1][1] + steps[-1][2] if steps else 1
-        plots.append(f"""set title "one warm restart of {kinds[0]} after kill -9 (s since the death was seen)"
+        plots.append(f"""set title "one warm restart of {kinds[0]} after kill -9 (s since the kill(2))"
 set xrange [0:{end * 1.7}]
 set yrange [{len(steps)}:-1]
 unset xtics
@@ -624,6 +607,7 @@ def main():
     ap.add_argument("--restarts", type=int, default=None, help="warm restarts after the cycles (default --runs)")
     ap.add_argument("--report-from", metavar="E2E_JSON",
                     help="measure nothing: write the report and chart of an earlier run's e2e.json into --out")
+    fr.add_clock_args(ap)
     ap.add_argument("--tinyengine-device", default="cuda:0",
                     help="cpu runs the tinyengine stage on a machine without a GPU (host weight daemon)")
     a = ap.parse_args()

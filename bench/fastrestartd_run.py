@@ -1,16 +1,27 @@
-"""What the benchmark drivers of a running fastrestartd share (bench/standby_cycles.py, bench/tp_cycles.py;
-bench/e2e_restart.py uses ctl() and readies(); bench/socket_restart.py log() and the reference engine's
-weights key): its control socket (fastrestartctl), its log's READY lines, its engine's HTTP API,
-nvidia-smi, and the loop of kill -9 cycles that saves the results after every cycle, so that a run cut
-short by its timeout keeps what it measured.
+"""What the benchmark drivers share (bench/standby_cycles.py, bench/tp_cycles.py, bench/e2e_restart.py,
+bench/socket_restart.py): the one launcher of fastrestartd (Fastrestartd), its control socket
+(fastrestartctl), its log's READY lines, its engine's HTTP API, nvidia-smi, the kill clock (KillClock,
+Prober: every restart figure starts at the kill(2) the bench sends), and the loop of kill -9 cycles that
+saves the results after every cycle, so that a run cut short by its timeout keeps what it measured.
+
+The kill clock (docs/benchmarks.md, "How a restart is timed"): the bench reads time.monotonic() just
+before kill(2) (and time.time(), for the record). fastrestartd stamps the engine's reap (status
+`last_exit.died_at_s`) and the READY (`last_start.ready_at_s`) on the same clock (CLOCK_MONOTONIC, libuv's
+uv_hrtime), so kill -> reap and kill -> READY are differences on one clock of one machine. A client that
+keeps sending requests (Prober) gives kill -> the first answered request.
 
 The drivers import it from their own folder (python3 puts a script's folder first on sys.path).
 """
+import http.client
 import json
 import os
+import shutil
 import signal
+import socket
 import statistics
 import subprocess
+import sys
+import threading
 import time
 import urllib.request
 
@@ -31,10 +42,9 @@ def log(msg):
     print(f"[{time.strftime('%H:%M:%S')}] {msg}", flush=True)
 
 
-def ctl(socket, *args, timeout=60):
-    """fastrestartctl --socket SOCKET ARGS...: its stdout; a RuntimeError naming the command when it fails."""
-    r = subprocess.run(["fastrestartctl", "--socket", socket, *args], capture_output=True, text=True,
-                       timeout=timeout)
+def ctl(sock, *args, timeout=60, binary="fastrestartctl"):
+    """fastrestartctl --socket SOCK ARGS...: its stdout; a RuntimeError naming the command when it fails."""
+    r = subprocess.run([binary, "--socket", sock, *args], capture_output=True, text=True, timeout=timeout)
     if r.returncode != 0:
         raise RuntimeError(f"fastrestartctl {' '.join(args)}: exit {r.returncode}: {r.stderr.strip()}")
     return r.stdout
@@ -59,12 +69,316 @@ def nvidia_smi(*query):
         return None
 
 
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def machine_cpu():
+    """The machine of a CPU run, for its raw file: the CPU model, its count, the kernel."""
+    model = None
+    try:
+        with open("/proc/cpuinfo") as f:
+            model = next((line.split(":", 1)[1].strip() for line in f if line.startswith("model name")), None)
+    except OSError:
+        pass
+    return {"kind": "cpu", "cpu": model, "cpus": os.cpu_count(), "kernel": os.uname().release}
+
+
 def add_daemon_args(ap):
     """The options naming the running fastrestartd and its engine."""
     ap.add_argument("--socket", required=True)
     ap.add_argument("--log", required=True)
     ap.add_argument("--port", type=int, required=True)
     ap.add_argument("--model", required=True)
+
+
+class Fastrestartd:
+    """One fastrestartd that a bench starts on a config it wrote: DIR/fastrestart.toml, its output (the
+    engine's included) in LOG (default DIR/fastrestartd.log), driven through its control socket SOCK. The
+    one launcher of the Python benches (e2e_restart.py, socket_restart.py, standby_cycles.py --launch)."""
+
+    def __init__(self, d, config_text, sock, log_path=None, fastrestartd="fastrestartd", fastrestartctl="fastrestartctl"):
+        os.makedirs(d, exist_ok=True)
+        self.dir, self.sock = d, sock
+        self.bin, self.ctl_bin = fastrestartd, fastrestartctl
+        self.config = os.path.join(d, "fastrestart.toml")
+        with open(self.config, "w") as f:
+            f.write(config_text)
+        self.logpath = log_path or os.path.join(d, "fastrestartd.log")
+        self.proc = None
+        self._logf = None
+
+    def check(self):
+        """fastrestartd --check: None when the config is valid, else its message."""
+        r = subprocess.run([self.bin, "--check", "--config", self.config], capture_output=True, text=True, timeout=60)
+        return None if r.returncode == 0 else (r.stderr or r.stdout).strip()
+
+    def start(self):
+        self._logf = open(self.logpath, "w")
+        self.proc = subprocess.Popen([self.bin, "--config", self.config], stdout=self._logf, stderr=subprocess.STDOUT)
+        return self
+
+    @property
+    def pid(self):
+        return self.proc.pid if self.proc else None
+
+    def exited(self):
+        """fastrestartd's exit status once it has exited, else None."""
+        return self.proc.poll() if self.proc else None
+
+    def ctl(self, *args, timeout=60):
+        return ctl(self.sock, *args, timeout=timeout, binary=self.ctl_bin)
+
+    def status(self):
+        return json.loads(self.ctl("status", "--json"))
+
+    def try_status(self):
+        """status, or None while the control socket does not answer (starting, stopping)."""
+        try:
+            return self.status()
+        except (RuntimeError, subprocess.TimeoutExpired, ValueError):
+            return None
+
+    def text(self):
+        return read_log(self.logpath)
+
+    def readies(self):
+        return readies(self.text())
+
+    def wait(self, pred, what, timeout, between=None):
+        """Until pred(status) holds: that status. fastrestartd's exit ends the wait at once (naming its log);
+        between(): called on every poll that did not hold (it may raise to end the wait)."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.exited() is not None:
+                raise RuntimeError(f"fastrestartd exited {self.exited()} (waiting for {what}); its log: {self.logpath}")
+            st = self.try_status()
+            if st is not None and pred(st):
+                return st
+            if between is not None:
+                between()
+            time.sleep(0.01)
+        raise RuntimeError(f"no {what} within {timeout:.0f} s; its log: {self.logpath}")
+
+    def wait_ready(self, n, timeout):
+        """Until READY #n in the log: then fastrestartd's status."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.readies() >= n:
+                return self.status()
+            if self.exited() is not None:
+                raise RuntimeError(f"fastrestartd exited {self.exited()}; its log: {self.logpath}")
+            time.sleep(0.01)
+        raise RuntimeError(f"no READY #{n} within {timeout} s; its log: {self.logpath}")
+
+    def stop(self, grace=60):
+        """SIGTERM (the ordered stop), SIGKILL after GRACE s; its exit status."""
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(grace)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        if self._logf is not None:
+            self._logf.close()
+            self._logf = None
+        return self.proc.returncode if self.proc else None
+
+
+# Where each program lies in a build tree (a folder holding the programs, such as the GPU bundle's bin/, has
+# them at its top).
+PROGRAMS = {"fastrestartd": "src/supervisor", "fastrestartctl": "src/supervisor",
+            "fastrestart-tinyengine": "src/tinyengine", "fastrestart-weightd": "src/daemon"}
+
+
+def find_programs(bin_dir, names):
+    """{name: path} of each program: BIN_DIR as a build tree, else BIN_DIR's top, else PATH; None where none."""
+    found = {}
+    for name in names:
+        found[name] = None
+        for p in ((os.path.join(bin_dir, PROGRAMS[name], name), os.path.join(bin_dir, name)) if bin_dir else ()):
+            if os.access(p, os.X_OK):
+                found[name] = os.path.abspath(p)
+                break
+        else:
+            found[name] = shutil.which(name)
+    return found
+
+
+def completion_body(model, max_tokens=1):
+    """The request the kill clock's client sends: one greedy completion of the oracle prompt."""
+    return json.dumps({"model": model, "prompt": PROMPT, "max_tokens": max_tokens, "temperature": 0}).encode()
+
+
+class Prober:
+    """CLIENTS threads sending BODY to POST /v1/completions on 127.0.0.1:PORT back to back, a new connection
+    per request; every request recorded as (sent, ended, outcome) on time.monotonic(): ok, refused (connect
+    failed), reset (the connection broke), timeout, http_<code>, or os_<errno>. After a failure a client
+    waits PAUSE s before its next request (a client that retries at once would count its own loop)."""
+
+    def __init__(self, port, body, clients=1, timeout=60.0, pause=0.01):
+        self.port, self.body, self.timeout, self.pause = port, body, timeout, pause
+        self.records, self.lock, self.halt = [], threading.Lock(), threading.Event()
+        self.threads = [threading.Thread(target=self.client, daemon=True) for _ in range(clients)]
+
+    def start(self):
+        for t in self.threads:
+            t.start()
+        return self
+
+    def finish(self):
+        """Stops the clients (each after its request in flight): the records, by send time."""
+        self.halt.set()
+        for t in self.threads:
+            t.join(self.timeout + 5)
+        with self.lock:
+            return sorted(self.records)
+
+    def one(self):
+        conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=self.timeout)
+        try:
+            try:
+                conn.connect()
+            except ConnectionRefusedError:
+                return "refused"
+            conn.request("POST", "/v1/completions", body=self.body, headers={"Content-Type": "application/json"})
+            r = conn.getresponse()
+            r.read()
+            return "ok" if r.status == 200 else f"http_{r.status}"
+        except socket.timeout:
+            return "timeout"
+        except (ConnectionResetError, BrokenPipeError, http.client.RemoteDisconnected, http.client.IncompleteRead,
+                ConnectionAbortedError):
+            return "reset"
+        except OSError as e:
+            return f"os_{e.errno}"
+        finally:
+            conn.close()
+
+    def client(self):
+        while not self.halt.is_set():
+            t0 = time.monotonic()
+            outcome = self.one()
+            t1 = time.monotonic()
+            with self.lock:
+                self.records.append((t0, t1, outcome))
+            if outcome != "ok":
+                time.sleep(self.pause)
+
+    def answered_since(self, t):
+        """An ok request sent at or after t has ended (the first answered request after a kill at t)."""
+        with self.lock:
+            return any(o == "ok" and t0 >= t for t0, _, o in self.records)
+
+    def wait_answered_since(self, t, timeout):
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.answered_since(t):
+                return True
+            time.sleep(0.005)
+        return False
+
+
+def first_answers(records, t_kill, end=float("inf")):
+    """From a client's records (sent, ended, outcome): kill -> the first answered request sent after the kill
+    (kill_to_first_answer_s, and when it was sent: first_answer_sent_after_s), and kill -> the first answer
+    at all, whenever its request was sent (kill_to_first_success_s: a request queued before the kill may be
+    answered by the next engine). Requests ending at or after END belong to the next kill."""
+    ok = [r for r in records if r[2] == "ok" and t_kill < r[1] < end]
+    after = [r for r in ok if r[0] >= t_kill]
+    out = {"kill_to_first_answer_s": None, "first_answer_sent_after_s": None, "kill_to_first_success_s": None}
+    if after:
+        first = min(after, key=lambda r: r[1])
+        out.update(kill_to_first_answer_s=round(first[1] - t_kill, 4),
+                   first_answer_sent_after_s=round(first[0] - t_kill, 4))
+    if ok:
+        out["kill_to_first_success_s"] = round(min(r[1] for r in ok) - t_kill, 4)
+    return out
+
+
+class KillClock:
+    """One kill -9 of an engine process, timed from the kill(2) call on this bench's time.monotonic().
+
+    ready(status) reads fastrestartd's stamps of the engine's reap (`last_exit.died_at_s`) and of the next
+    READY (`last_start.ready_at_s`), which are on the same clock (CLOCK_MONOTONIC), into record():
+      kill_to_ready_s         kill(2) -> READY (the headline)
+      kill_to_reap_s          kill(2) -> fastrestartd's waitpid of the dead engine (the kernel's teardown of it)
+      reap_to_ready_s         the reap -> READY (status last_start.since_previous_exit_s; the figure older
+                              runs reported as "death to READY")
+      reap_to_release_s, release_to_ready_s   a standby's release (status standby.last_release)
+      kill_to_ready_seen_s    kill(2) -> this bench seeing READY in the log (its polls and a status call
+                              included: an upper bound)
+    A fastrestartd without `ready_at_s` (older than the kill clock): READY = died_at_s + since_previous_exit_s.
+    A stamp that cannot be on this clock (before the kill, or minutes after it) leaves kill_to_ready_s out and
+    says so in `clock_error`."""
+
+    def __init__(self, pid, engine_pid=None):
+        """PID: the process to kill; ENGINE_PID: the engine whose exit fastrestartd reaps, when PID is one of
+        its workers (a tensor-parallel rank)."""
+        self.pid = pid
+        self.engine_pid = engine_pid or pid
+        self.t_kill = None
+        self.rec = {"pid": pid}
+
+    def kill(self):
+        self.rec["kill_unix_s"] = round(time.time(), 6)
+        self.t_kill = time.monotonic()
+        os.kill(self.pid, signal.SIGKILL)
+        self.rec["kill_monotonic_s"] = round(self.t_kill, 6)
+        return self
+
+    def ready(self, st, seen_at=None):
+        """Fills the record from fastrestartd's status at the READY after the kill; seen_at: when the bench
+        saw that READY (time.monotonic())."""
+        r, t = self.rec, self.t_kill
+        if seen_at is not None:
+            r["kill_to_ready_seen_s"] = round(seen_at - t, 4)
+        ls, le = st.get("last_start") or {}, st.get("last_exit") or {}
+        r["path"] = ls.get("path")
+        r["exec_to_ready_s"] = ls.get("time_to_ready_s")
+        r["reap_to_ready_s"] = ls.get("since_previous_exit_s")
+        died = le.get("died_at_s") if le.get("pid") == self.engine_pid else None
+        ready_at = ls.get("ready_at_s")
+        if ready_at is None and died is not None and r["reap_to_ready_s"] is not None:
+            ready_at = died + r["reap_to_ready_s"]
+        rel = (st.get("standby") or {}).get("last_release") or {}
+        if ls.get("path") == "standby" and rel:
+            r["reap_to_release_s"] = rel.get("death_to_release_s")
+            r["release_to_ready_s"] = rel.get("release_to_ready_s")
+        if died is None or ready_at is None:
+            r["clock_error"] = (f"status has no reap stamp of pid {self.engine_pid} (last_exit: {le.get('pid')}) "
+                                "or no READY stamp: kill_to_ready_s left out")
+            return r
+        r["kill_to_reap_s"] = round(died - t, 4)
+        r["kill_to_ready_s"] = round(ready_at - t, 4)
+        if not 0 <= died - t < 600:
+            r["clock_error"] = f"the reap stamp is {died - t:.3f} s from the kill: not this clock; kill_to_ready_s left out"
+            del r["kill_to_ready_s"]
+        return r
+
+    def answers(self, records, end=float("inf")):
+        """Fills kill -> the first answered request from a client's records (first_answers)."""
+        self.rec.update(first_answers(records, self.t_kill, end))
+        return self.rec
+
+    def record(self):
+        return self.rec
+
+
+def kill_clock_summary(ks):
+    """Median, max and min of each kill-clock figure over the kills ks (records of KillClock), n per figure."""
+    out = {}
+    for key in ("kill_to_ready_s", "kill_to_first_answer_s", "kill_to_first_success_s", "kill_to_reap_s",
+                "reap_to_ready_s", "reap_to_release_s", "kv_arena_wait_s", "kv_arena_swap_in_s", "release_to_ready_s",
+                "kill_to_ready_seen_s"):
+        v = [k[key] for k in ks if isinstance(k.get(key), (int, float))]
+        if v:
+            out[key] = {"n": len(v), "median": round(statistics.median(v), 4), "max": round(max(v), 4),
+                        "min": round(min(v), 4)}
+    return out
 
 
 class Driver:
@@ -78,6 +392,7 @@ class Driver:
     def __init__(self, a, res):
         self.a = a
         self.res = res
+        self.ready_seen_at = None  # when wait_ready saw its READY line
 
     def save(self):
         with open(self.a.out, "w") as f:
@@ -113,6 +428,7 @@ class Driver:
         while time.monotonic() < deadline:
             text = self.text()
             if readies(text) >= n:
+                self.ready_seen_at = time.monotonic()
                 return self.status()
             if self.stop_on_load_failures and text.count("load failed:") >= failed0 + 2:
                 last = [line for line in text.splitlines() if "load failed:" in line][-1]
@@ -128,17 +444,25 @@ class Driver:
         with urllib.request.urlopen(req, timeout=120) as r:
             return json.load(r)
 
-    def kill_and_wait(self, pid, k):
-        """kill -9 PID, wait for the next READY; into k: kill_to_ready_seen_s and last_start's path,
-        death_to_ready_s and exec_to_ready_s. Returns fastrestartd's status at that READY."""
+    def kill_and_wait(self, pid, k, engine_pid=None):
+        """kill -9 PID (the kill clock: KillClock; ENGINE_PID: the engine, when PID is one of its workers), wait
+        for the next READY, and with --clients the first answered request after the kill; the kill clock's
+        record into k. Returns fastrestartd's status at that READY."""
+        prober = None
+        if getattr(self.a, "clients", 0):
+            prober = Prober(self.a.port, completion_body(self.a.model), clients=self.a.clients).start()
+            prober.wait_answered_since(time.monotonic(), 60)  # the engine answers before the kill
         n = self.readies()
-        t = time.monotonic()
-        os.kill(pid, signal.SIGKILL)
-        st = self.wait_ready(n + 1, self.a.ready_timeout)
-        k["kill_to_ready_seen_s"] = round(time.monotonic() - t, 4)
-        ls = st.get("last_start") or {}
-        k.update(path=ls.get("path"), death_to_ready_s=ls.get("since_previous_exit_s"),
-                 exec_to_ready_s=ls.get("time_to_ready_s"))
+        c = KillClock(pid, engine_pid).kill()
+        try:
+            st = self.wait_ready(n + 1, self.a.ready_timeout)
+            c.ready(st, self.ready_seen_at)
+            if prober is not None and not prober.wait_answered_since(c.t_kill, self.a.ready_timeout):
+                k["answer_error"] = f"no request answered within {self.a.ready_timeout} s of the READY"
+        finally:
+            if prober is not None:
+                c.answers(prober.finish())
+            k.update(c.record())
         return st
 
     def cycles(self, items, one):
@@ -174,10 +498,38 @@ class Driver:
             return 1
 
 
-def death_to_ready_summary(ks):
-    """The summary's n, paths and death to READY median_s, max_s, min_s over the kills ks."""
-    d = [k["death_to_ready_s"] for k in ks if k.get("death_to_ready_s") is not None]
+def restart_summary(ks):
+    """The summary of the kills ks: n, the paths, and per kill-clock figure its n, median, max and min
+    (kill_clock_summary)."""
     s = {"n": len(ks), "paths": sorted({str(k.get("path")) for k in ks})}
-    if d:
-        s.update(median_s=round(statistics.median(d), 4), max_s=round(max(d), 4), min_s=round(min(d), 4))
+    s.update(kill_clock_summary(ks))
     return s
+
+
+def add_clock_args(ap):
+    """--clients: the kill clock's client (Prober) threads, 0 for none."""
+    ap.add_argument("--clients", type=int, default=1,
+                    help="clients sending requests across each kill (kill -> first answered request); 0: none")
+
+
+def main(argv):
+    """The kill clock for shell benches (bench/gpu_snapshot.sh):
+      fastrestartd_run.py kill PID             kill -9 PID; prints the kill's time.monotonic() and time.time()
+      fastrestartd_run.py clock T_KILL PID     reads fastrestartd's status --json (stdin) at the READY after
+                                               that kill; prints KillClock's record as JSON"""
+    if len(argv) == 3 and argv[1] == "kill":
+        c = KillClock(int(argv[2])).kill()
+        print(c.rec["kill_monotonic_s"], c.rec["kill_unix_s"])
+        return 0
+    if len(argv) == 4 and argv[1] == "clock":
+        c = KillClock(int(argv[3]))
+        c.t_kill = float(argv[2])
+        c.rec["kill_monotonic_s"] = c.t_kill
+        print(json.dumps(c.ready(json.load(sys.stdin))))
+        return 0
+    print(main.__doc__, file=sys.stderr)
+    return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))

@@ -1,7 +1,7 @@
 // Peak memory of one 16 MiB frame payload of tiny values (`{"id":[0,0,...]}`) parsed the way frames were
 // before the value limit (nlohmann::json::parse, unbounded) and through decode_payload (docs/protocol.md,
 // "Frame limits and timeouts"). Each runs in a child process of its own; the figure is the child's peak
-// resident set (ru_maxrss) less that of a child that does nothing (the text, shared with the parent). Results: docs/benchmarks.md, "Frame JSON memory".
+// resident set (ru_maxrss) less that of a child that does nothing (the text, shared with the parent). Results: docs/bench-notes.md, "Frame JSON memory".
 // Usage: fr_frame_json_memory [MiB]   (default 16)
 #include <sys/resource.h>
 #include <sys/wait.h>

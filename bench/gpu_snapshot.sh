@@ -4,7 +4,8 @@
 # start = ["snapshot", "warm", "cold"]. Measures, one command:
 #   1. the cold start (disk), then a warm restart (the daemon's cache, copied device to device);
 #   2. `fastrestartctl snapshot create`: create time, artifact size, and the restore that follows it;
-#   3. RESTORES x kill -9 of the engine: snapshot restore to READY (and since the death);
+#   3. RESTORES x kill -9 of the engine: kill(2) to READY (bench/fastrestartd_run.py's kill clock; and the
+#      restore's own exec to READY);
 #   4. where CRIU cannot run (`criu check` fails, or a gVisor sandbox reports kernel 4.4.0), it says so
 #      and still measures the driver's checkpoint API alone on the live engine (lock, checkpoint, restore,
 #      unlock by pid through fastrestart-snapshot cuda ...), which needs no CRIU.
@@ -172,16 +173,18 @@ if [ $create_rc -eq 0 ]; then
   n=$(readies)
   for i in $(seq "$restores"); do
     pid=$(ctl status --json | python3 -c 'import json,sys; print(json.load(sys.stdin)["engine"]["pid"])')
-    kill -9 "$pid"
+    # the kill clock: kill(2) at time.monotonic() T, then READY on fastrestartd's stamps of the same clock
+    t_kill=$(python3 "$root/bench/fastrestartd_run.py" kill "$pid" | cut -d' ' -f1)
     n=$((n + 1))
     wait_ready "$n" || { say "restore $i never ready"; break; }
     s=$(last)
-    echo "$s" | python3 -c '
+    clock=$(echo "$s" | python3 "$root/bench/fastrestartd_run.py" clock "$t_kill" "$pid")
+    echo "$clock" | python3 -c '
 import json, sys
-s = json.load(sys.stdin); ls = s["last_start"]
-print("restore: path %s, %.3f s to READY, %.3f s since the death" % (ls["path"], ls["time_to_ready_s"],
-      ls.get("since_previous_exit_s", 0)))' | tee -a "$summary"
-    record "restore_$i" "$(echo "$s" | python3 -c 'import json,sys; s=json.load(sys.stdin); print(json.dumps({"last_start": s["last_start"], "snapshot": s["snapshot"]}))')"
+c = json.load(sys.stdin)
+print("restore: path %s, kill to READY %s s (kill to reap %s s, reap to READY %s s, restore exec to READY %s s)" % (
+      c.get("path"), c.get("kill_to_ready_s"), c.get("kill_to_reap_s"), c.get("reap_to_ready_s"), c.get("exec_to_ready_s")))' | tee -a "$summary"
+    record "restore_$i" "$(echo "$s" | python3 -c 'import json,sys; s=json.load(sys.stdin); c=json.loads(sys.argv[1]); print(json.dumps({"kill_clock": c, "last_start": s["last_start"], "snapshot": s["snapshot"]}))' "$clock")"
   done
   ctl snapshot inspect --json >"$OUT/snapshot-inspect.json" 2>&1
   python3 -c 'import json,sys; b=json.load(open(sys.argv[1]))["break_even"]; print("break-even:", json.dumps(b))' "$OUT/snapshot-inspect.json" | tee -a "$summary"

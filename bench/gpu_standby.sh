@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
-# Standby benchmark on the GPU machine (docs/standby.md; docs/benchmarks.md "Standby engines"):
+# Standby benchmark on the GPU machine (docs/standby.md; docs/bench-notes.md "Standby engines"):
 # fastrestartd supervising the 16 GB PyTorch reference engine (Llama-3.1-8B shape, python/refengine) and the
 # 16 GB tiny engine (CUDA forward) on GPU 0, CUDA weight daemon, weights.mode zero_copy. For each start path
-# it kill -9s the engine N times and measures death to READY (status last_start.since_previous_exit_s):
+# it kill -9s the engine N times and times each restart from the kill(2) (bench/standby_cycles.py):
 #   standby warmed     restart.start = ["standby", "warm", "cold"], [standby] level = "warmed"
 #   standby warmed + --cuda-graph (reference engine only: its decode step captured before the gate)
 #   standby pre_gpu    the same with level = "pre_gpu"
@@ -152,7 +152,7 @@ for run in $runs; do
   say "  GPU used after stop: $(nvidia-smi --query-gpu=memory.used --format=csv,noheader | head -1)"
 done
 
-say "== summary (death to READY = status last_start.since_previous_exit_s, from fastrestartd's reap; kill = from the kill(2) call to this script seeing READY; at $(elapsed) s)"
+say "== summary (kill -> READY: from the kill(2) this bench sent to fastrestartd's READY stamp; kill -> answer: to the first answered request sent after the kill; reap -> READY: status last_start.since_previous_exit_s, a breakdown row; at $(elapsed) s)"
 python3 - "$res" <<'PY' | tee -a "$summary"
 import glob, json, os, sys
 rows, allres = [], {}
@@ -161,15 +161,15 @@ for f in sorted(glob.glob(os.path.join(sys.argv[1], "*.json"))):
     r = json.load(open(f)); allres[name] = r
     s = r.get("summary") or {}
     rows.append((name, s))
-print(f"{'run':22} {'n':>3} {'median s':>9} {'max s':>8} {'kill med/max s':>15} {'paths':18} {'parked MiB':>12} {'GPU used first/last MiB':>24} {'oracle':>8}")
+def mm(s, key):
+    x = s.get(key) or {}
+    return f"{x['median']:.3f}/{x['max']:.3f}" if x else "-"
+print(f"{'run':22} {'n':>3} {'kill->READY med/max s':>22} {'kill->answer med/max s':>23} {'reap->READY med/max s':>22} {'paths':18} {'parked MiB':>12} {'GPU used first/last MiB':>24} {'oracle':>8}")
 for name, s in rows:
-    med = f"{s['median_s']:.3f}" if "median_s" in s else "-"
-    mx = f"{s['max_s']:.3f}" if "max_s" in s else "-"
-    km = f"{s['kill_to_ready_seen_median_s']:.3f}/{s['kill_to_ready_seen_max_s']:.3f}" if "kill_to_ready_seen_median_s" in s else "-"
     pk = ",".join(str(x) for x in s.get("parked_mib", [])) or "-"
     gu = "/".join(str(x) for x in s.get("gpu_used_parked_first_last_mib", [])) or "-"
     orc = "-" if not s.get("n") else "ok" if s.get("oracle_mismatches") == 0 else f"{s['oracle_mismatches']} bad"
-    print(f"{name:22} {s.get('n', 0):>3} {med:>9} {mx:>8} {km:>15} {','.join(s.get('paths', [])):18} {pk:>12} {gu:>24} {orc:>8}")
+    print(f"{name:22} {s.get('n', 0):>3} {mm(s, 'kill_to_ready_s'):>22} {mm(s, 'kill_to_first_answer_s'):>23} {mm(s, 'reap_to_ready_s'):>22} {','.join(s.get('paths', [])):18} {pk:>12} {gu:>24} {orc:>8}")
 for name, r in allres.items():
     for e in r.get("errors", []):
         print(f"{name}: ERROR {e}")

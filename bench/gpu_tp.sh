@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Tensor parallel reference engine on ONE GPU (docs/refengine.md "Tensor parallel"; docs/benchmarks.md):
+# Tensor parallel reference engine on ONE GPU (docs/refengine.md "Tensor parallel"; docs/bench-notes.md):
 # fastrestartd (gpus = ["0"], CUDA weight daemon, weights.mode zero_copy, no [weights.key]: the first start
 # misses, loads every rank's shard from disk and publishes it) supervising python/refengine on the 16 GB
 # Llama-3.1-8B-shaped checkpoint (bench/gen_llama_checkpoint.py), two runs:
@@ -104,7 +104,7 @@ print([(x.get("gpu"), x.get("state"), x.get("held_bytes"), x.get("entries")) for
   say "  GPU used after stop: $(nvidia-smi --query-gpu=memory.used --format=csv,noheader | tr '\n' ' ')"
 done
 
-say "== summary (death to READY = status last_start.since_previous_exit_s; at $(elapsed) s)"
+say "== summary (kill to READY: from the kill(2) this bench sent to fastrestartd's READY stamp; reap: status last_start.since_previous_exit_s; at $(elapsed) s)"
 timeout 30 python3 - "$res" "$OUT/tp-results.json" <<'PY' | tee -a "$summary"
 import glob, json, os, sys
 allres = {}
@@ -112,7 +112,8 @@ for f in sorted(glob.glob(os.path.join(sys.argv[1], "*.json"))):
     allres[os.path.basename(f)[:-5]] = json.load(open(f))
 for name, r in allres.items():
     s = r.get("summary") or {}
-    print(f"{name}: n={s.get('n')} median={s.get('median_s')} s max={s.get('max_s')} s "
+    kr, rr = s.get("kill_to_ready_s") or {}, s.get("reap_to_ready_s") or {}
+    print(f"{name}: n={s.get('n')} kill to READY median={kr.get('median')} s max={kr.get('max')} s (reap to READY median={rr.get('median')} s) "
           + " ".join(f"{k}={v}" for k, v in s.items() if k.endswith("_kill_median_s"))
           + f" cold={s.get('cold_paths')} all_attached={s.get('all_attached')} oracle_mismatches={s.get('oracle_mismatches')}"
           + f" logits={str(s.get('logits_sha256'))[:16]} gpu_used_mib(first,last,max,min)={s.get('gpu_used_mib_first_last_max_min')}"

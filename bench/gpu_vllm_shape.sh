@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
 # Every start path on the reference engine shaped like vLLM (docs/refengine.md "Batched serving";
-# docs/benchmarks.md): fastrestartd supervising the batched PyTorch reference engine on GPU 0 (the 16 GB
+# docs/bench-notes.md): fastrestartd supervising the batched PyTorch reference engine on GPU 0 (the 16 GB
 # Llama-3.1-8B shape by default), memory.utilization 0.9 (the engine's --gpu-memory-utilization is that
 # minus the daemon's pool, and minus a warmed standby's reserve), weights.mode zero_copy, vLLM's defaults for
 # the rest (--max-num-seqs 1024 on an H200, 51 CUDA graphs, the KV cache filling the share). Per path it
-# kill -9s the engine N times (bench/standby_cycles.py: death to READY, the oracle on every start, a parked
+# kill -9s the engine N times (bench/standby_cycles.py: kill to READY, the oracle on every start, a parked
 # standby's GPU memory), then measures the live engine: its startup phases (/stats), its GPU memory
 # (nvidia-smi for its pid), its KV cache and graphs, and tokens/s at 1 and --max-num-seqs concurrent clients
 # (bench/vshape_load.py, with how many answers under load differ from the same prompt alone).
@@ -20,7 +20,7 @@
 #             dead engine's exit) and maps it at the same address. Recorded besides the rest: the lease wait
 #             and swap_in (the release timeline), fallbacks to a KV cache of its own, the KV cache against
 #             the cold path's (run cold in the same call for that), the parked standby's GPU memory.
-#             memory.check_free is off on it, as when its figures were measured (docs/benchmarks.md): the
+#             memory.check_free is off on it, as when its figures were measured (docs/bench-notes.md): the
 #             arena's accounting in fastrestartd's free-memory check (docs/supervisor.md, "KV arenas") came
 #             after and has not been run on the GPU yet.
 #   snapshot_arena  restart.start = ["snapshot", "cold"] with --kv-arena kv: after the first start a
@@ -31,6 +31,9 @@
 #
 # usage (repository root, .bundle/ from scripts/gpu-bundle.sh carried; scripts/gpu-run.sh vshape):
 #   bench/gpu_vllm_shape.sh
+# Every kill is timed from the kill(2) (bench/standby_cycles.py: kill -> READY, kill -> the first answered
+# request of VSHAPE_CLIENTS_KILL clients (4) sending requests across it, and the breakdown kill -> reap ->
+# release -> lease -> swap_in -> READY).
 # VSHAPE_RUNS ("warm pre_gpu warmed cold"; warmed_arena on request: scripts/gpu-run.sh vshape-arena runs
 # "warmed_arena cold"), VSHAPE_<PATH>_KILLS (1 each: COLD, WARM, PREGPU, WARMED; WARMEDARENA 2),
 # VSHAPE_PER_KILL_S (45: each kill's share of a run's limit; a `warmed_arena` cycle, the standby's re-warm
@@ -141,7 +144,7 @@ for path in $runs; do
   fastrestartd_start "$d"
   timeout "$((lim - 60))" python3 "$root/bench/standby_cycles.py" --socket "$d/ctl/s.ctl" --log "$log" \
     --port "$port" --model ref --path "$path" --kills "$kills" --out "$res/$path.json" \
-    --reference "$w/oracle.json" --pid "$sup" >"$d/cycles.out" 2>&1
+    --reference "$w/oracle.json" --pid "$sup" --clients "${VSHAPE_CLIENTS_KILL:-4}" >"$d/cycles.out" 2>&1
   rc=$?
   tail -n "$((kills + 3))" "$d/cycles.out" | sed 's/^/  /' | tee -a "$summary"
   [ $rc -eq 124 ] && say "  (cycles cut at their limit)"
@@ -152,7 +155,7 @@ for path in $runs; do
   say "  fastrestartd exit $? ($(grep -c 'READY: path' "$log") READY lines); GPU used after stop: $(nvidia-smi --query-gpu=memory.used --format=csv,noheader | head -1)"
 done
 
-say "== summary (death to READY: status last_start.since_previous_exit_s; phases: the live engine's start; at $(elapsed) s)"
+say "== summary (kill->READY: from the kill(2) this bench sent to fastrestartd's READY stamp; kill->answer: to the first answered request sent after the kill; reap->READY: status last_start.since_previous_exit_s, a breakdown row; phases: the live engine's start; at $(elapsed) s)"
 python3 - "$res" <<'PY' | tee -a "$summary"
 import csv, glob, json, os, sys
 res = sys.argv[1]
@@ -162,7 +165,10 @@ def load(name, default=None):
     except (OSError, ValueError):
         return default
 out = {}
-print(f"{'path':8} {'n':>2} {'median s':>9} {'max s':>7} {'oracle':>7} {'engine GiB':>10} {'parked MiB':>10} {'KV GiB':>7} "
+def mm(s, key):
+    x = s.get(key) or {}
+    return f"{x['median']:.3f}/{x['max']:.3f}" if x else "-"
+print(f"{'path':8} {'n':>2} {'kill->READY med/max s':>21} {'kill->answer med/max s':>22} {'reap->READY med/max s':>21} {'oracle':>7} {'engine GiB':>10} {'parked MiB':>10} {'KV GiB':>7} "
       f"{'seqs x pos':>12} {'graphs':>6} {'tok/s 1':>8} {'tok/s N':>9} {'N':>5} {'differ':>6}")
 for f in sorted(glob.glob(os.path.join(res, "*.json"))):
     path = os.path.basename(f)[:-5]
@@ -185,7 +191,7 @@ for f in sorted(glob.glob(os.path.join(res, "*.json"))):
     one = next((x for x in runs if x["clients"] == 1), {})
     many = max(runs, key=lambda x: x["clients"]) if runs else {}
     orc = "-" if not s.get("n") else "ok" if s.get("oracle_mismatches") == 0 else f"{s['oracle_mismatches']}bad"
-    print(f"{path:8} {s.get('n', 0):>2} {s.get('median_s', '-'):>9} {s.get('max_s', '-'):>7} {orc:>7} "
+    print(f"{path:8} {s.get('n', 0):>2} {mm(s, 'kill_to_ready_s'):>21} {mm(s, 'kill_to_first_answer_s'):>22} {mm(s, 'reap_to_ready_s'):>21} {orc:>7} "
           f"{(mib or 0) / 1024:>10.1f} {','.join(str(x) for x in s.get('parked_mib', [])) or '-':>10} "
           f"{kv.get('bytes', 0) / 2**30:>7.1f} {str(kv.get('slots', '-')) + 'x' + str(kv.get('positions', '-')):>12} "
           f"{g.get('count', '-'):>6} {one.get('tokens_per_s', '-'):>8} {many.get('tokens_per_s', '-'):>9} "
@@ -214,6 +220,10 @@ for f in sorted(glob.glob(os.path.join(res, "*.json"))):
                  "live_lease": lease, "wait_median_s": s.get("kv_arena_wait_median_s"),
                  "wait_max_s": s.get("kv_arena_wait_max_s"), "swap_in_median_s": s.get("kv_arena_swap_in_median_s"),
                  "fallbacks": s.get("kv_arena_fallbacks", [])}
+        bd = " -> ".join(f"{n} {(s.get(k) or {}).get('median', '-')}" for n, k in (
+            ("kill->reap", "kill_to_reap_s"), ("reap->release", "reap_to_release_s"), ("lease wait", "kv_arena_wait_s"),
+            ("swap_in", "kv_arena_swap_in_s"), ("release->READY", "release_to_ready_s")))
+        print(f"   breakdown (median s): {bd}")
         print(f"   kv arena: {(ka.get('bytes') or 0) / 2**30:.1f} GiB ({ka.get('source')}), KV vs cold "
               + (f"{ratio:.1%}" if ratio else "- (no cold run)")
               + f"; release: lease wait median {s.get('kv_arena_wait_median_s', '-')} s (max {s.get('kv_arena_wait_max_s', '-')}),"

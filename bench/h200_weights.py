@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""The H200 weight-store benchmark (issue 2; results in docs/benchmarks.md).
+"""The H200 weight-store benchmark (issue 2; results in docs/bench-notes.md).
 
 Run by scripts/gpu-run.sh on the GPU machine, with the bundle's binaries on PATH. In one run:
   - generate the Llama-3.1-8B-shaped checkpoint (gen_llama_checkpoint.py) unless present;

@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """What a client sees across a kill -9 of the engine, with the listening socket owned by the engine and by
-fastrestartd (issue 29; docs/benchmarks.md, "No refused connection across a restart").
+fastrestartd (issue 29; docs/bench-notes.md, "No refused connection across a restart").
 
 fastrestartd supervises an engine: --engine tiny (default), fastrestart-tinyengine on the CPU with a host
 weight daemon; --engine ref, the PyTorch reference engine (python/refengine) on GPU 0 with a CUDA weight
@@ -45,33 +45,29 @@ path, DIR/socket_restart-PATH.svg for several. --print-config prints each run's 
 exits (nothing is started).
 """
 import argparse
-import http.client
 import json
 import os
 import re
 import shutil
 import signal
-import socket
 import statistics
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 
-from fastrestartd_run import PROMPT, REFENGINE_WEIGHTS_KEY, log
+import fastrestartd_run as fr
+from fastrestartd_run import PROMPT, REFENGINE_WEIGHTS_KEY, free_port, log
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 REFENGINE = os.path.join(ROOT, "python", "refengine", "fastrestart_refengine.py")
-BINARIES = {"fastrestartd": "src/supervisor", "fastrestartctl": "src/supervisor",
-            "fastrestart-tinyengine": "src/tinyengine", "fastrestart-weightd": "src/daemon"}
 PATHS = ("cold", "warm", "pre_gpu", "warmed")
 BODY = json.dumps({"model": "t", "prompt": PROMPT, "max_tokens": 4}).encode()
 
 # The time budget's priors, s, until the same path has run once (then its measured times are used): "first",
 # fastrestartd's start to the steady state (ready, and the standby parked); "kill", one kill to the next
-# steady state; "stop", fastrestartd's stop. The reference engine's from the H200 (docs/benchmarks.md,
+# steady state; "stop", fastrestartd's stop. The reference engine's from the H200 (docs/bench-notes.md,
 # "Standby engines": a warm start 16.5 s, a standby parks ~16 s after its spawn; the first start also loads
 # the 16 GB checkpoint into the daemon).
 PRIORS = {
@@ -82,12 +78,6 @@ PRIORS = {
 }
 
 
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 class Terminated(Exception):
     """SIGTERM (the caller's timeout): the running run stops, keeps what it measured, and no run follows."""
 
@@ -96,59 +86,7 @@ def on_sigterm(*_):
     raise Terminated("SIGTERM")
 
 
-# --- the load generator ----------------------------------------------------------------------------------
-class Load:
-    """N threads sending completions back to back; every request recorded as (t0, t1, outcome): ok,
-    refused (connect failed: ECONNREFUSED), reset (the connection broke: reset, closed before the answer,
-    broken pipe), timeout (no answer within --timeout), http_<code>, or os_<errno>. After a failure a client
-    waits --retry-pause before its next request (a client that retries at once would count its own loop)."""
-
-    def __init__(self, port, clients, timeout, retry_pause):
-        self.port, self.timeout, self.pause = port, timeout, retry_pause
-        self.records, self.lock, self.stop = [], threading.Lock(), threading.Event()
-        self.threads = [threading.Thread(target=self.client, daemon=True) for _ in range(clients)]
-
-    def start(self):
-        for t in self.threads:
-            t.start()
-
-    def finish(self):
-        self.stop.set()
-        for t in self.threads:
-            t.join(self.timeout + 5)
-        with self.lock:
-            return sorted(self.records)
-
-    def one(self):
-        conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=self.timeout)
-        try:
-            try:
-                conn.connect()
-            except ConnectionRefusedError:
-                return "refused"
-            conn.request("POST", "/v1/completions", body=BODY, headers={"Content-Type": "application/json"})
-            r = conn.getresponse()
-            r.read()
-            return "ok" if r.status == 200 else f"http_{r.status}"
-        except socket.timeout:
-            return "timeout"
-        except (ConnectionResetError, BrokenPipeError, http.client.RemoteDisconnected, http.client.IncompleteRead,
-                ConnectionAbortedError):
-            return "reset"
-        except OSError as e:
-            return f"os_{e.errno}"
-        finally:
-            conn.close()
-
-    def client(self):
-        while not self.stop.is_set():
-            t0 = time.monotonic()
-            outcome = self.one()
-            t1 = time.monotonic()
-            with self.lock:
-                self.records.append((t0, t1, outcome))
-            if outcome != "ok":
-                time.sleep(self.pause)
+# --- the load generator: fastrestartd_run.Prober (N clients sending completions back to back) -------------
 
 
 # --- fastrestartd ------------------------------------------------------------------------------------------
@@ -212,87 +150,52 @@ listen = "none"
     return toml
 
 
-class Supervisor:
-    def __init__(self, work, listen, path, a, ckpt):
-        self.dir = os.path.join(work, f"{listen}-{path}")
-        shutil.rmtree(self.dir, ignore_errors=True)
-        os.makedirs(self.dir)
-        self.port = free_port()
-        self.sock = os.path.join(self.dir, "ctl", "t.ctl")
-        self.config = os.path.join(self.dir, "t.toml")
-        with open(self.config, "w") as f:
-            f.write(config_toml(a, listen, path, self.port, self.dir, ckpt))
-        self.a = a
-        self.logpath = os.path.join(self.dir, "fastrestartd.log")
-        self.proc = None
+# An engine exit that the bench's kill -9 did not cause: the engine cannot start (fastrestartd would go on
+# restarting it until the run's time is spent).
+CRASH = re.compile(r"engine pid \d+ exited: (?!crash \(signal 9 )")
 
-    def check(self):
-        """fastrestartd --check: None when the config is valid, else its message (an older fastrestartd
-        refuses engine.listen)."""
-        r = subprocess.run([self.a.which["fastrestartd"], "--check", "--config", self.config], capture_output=True,
-                           text=True, timeout=60)
-        return None if r.returncode == 0 else (r.stderr or r.stdout).strip()
 
-    def start(self):
-        self.logf = open(self.logpath, "w")
-        self.proc = subprocess.Popen([self.a.which["fastrestartd"], "--config", self.config], stdout=self.logf,
-                                     stderr=subprocess.STDOUT)
+def crashes(logpath):
+    """How often the engine exited in a run other than by the bench's kill -9 or a requested stop, and its
+    last line of output before the latest such exit (fastrestartd's log at LOGPATH)."""
+    with open(logpath, errors="replace") as f:
+        lines = f.read().splitlines()
+    n, last, said = 0, None, None
+    for line in lines:
+        if "[engine]" in line:
+            said = line.split("[engine]", 1)[1].strip()
+        elif CRASH.search(line) and "as requested" not in line:
+            n, last = n + 1, said
+    return n, last
 
-    def status(self):
-        r = subprocess.run([self.a.which["fastrestartctl"], "--socket", self.sock, "status", "--json"],
-                           capture_output=True, text=True, timeout=60)
-        if r.returncode != 0:
-            return None
-        return json.loads(r.stdout)
 
-    # An engine exit that the bench's kill -9 did not cause: the engine cannot start (fastrestartd would
-    # go on restarting it until the run's time is spent).
-    CRASH = re.compile(r"engine pid \d+ exited: (?!crash \(signal 9 )")
+def launcher(work, listen, path, a, ckpt):
+    """The fastrestartd of one run (fastrestartd_run.Fastrestartd, not started), its engine on a free port
+    (.port)."""
+    d = os.path.join(work, f"{listen}-{path}")
+    shutil.rmtree(d, ignore_errors=True)
+    port = free_port()
+    sup = fr.Fastrestartd(d, config_toml(a, listen, path, port, d, ckpt), os.path.join(d, "ctl", "t.ctl"),
+                          fastrestartd=a.which["fastrestartd"], fastrestartctl=a.which["fastrestartctl"])
+    sup.port = port
+    return sup
 
-    def crashes(self):
-        """How often the engine exited in this run other than by the bench's kill -9 or a requested stop, and
-        its last line of output before the latest such exit."""
-        with open(self.logpath, errors="replace") as f:
-            lines = f.read().splitlines()
-        n, last, said = 0, None, None
-        for line in lines:
-            if "[engine]" in line:
-                said = line.split("[engine]", 1)[1].strip()
-            elif self.CRASH.search(line) and "as requested" not in line:
-                n, last = n + 1, said
-        return n, last
 
-    def wait(self, pred, what, timeout):
-        deadline = time.monotonic() + timeout
-        where = f"its log: logs/{os.path.basename(self.dir)}/fastrestartd.log"
-        next_crash_check = 0.0
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                raise RuntimeError(f"fastrestartd exited {self.proc.returncode}; {where}")
-            st = self.status()
-            if st is not None and pred(st):
-                return st
-            if time.monotonic() < next_crash_check:  # the log is read twice a second, not on every poll
-                time.sleep(0.02)
-                continue
-            next_crash_check = time.monotonic() + 0.5
-            n, said = self.crashes()
-            if n >= 2:
-                raise RuntimeError(f"the engine exited {n} times on its own (waiting for {what}); its last output: "
-                                   f"{said!r}; {where}")
-            time.sleep(0.02)
-        raise RuntimeError(f"no {what} within {timeout:.0f} s; {where}")
+def wait(sup, pred, what, timeout):
+    """sup.wait, ending at once when the engine has exited twice on its own (naming its last output)."""
+    where = f"its log: logs/{os.path.basename(sup.dir)}/fastrestartd.log"
+    next_check = [0.0]
 
-    def stop(self):
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(60)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
-        if self.proc is not None:
-            self.logf.close()
+    def between():
+        if time.monotonic() < next_check[0]:  # the log is read twice a second, not on every poll
+            return
+        next_check[0] = time.monotonic() + 0.5
+        n, said = crashes(sup.logpath)
+        if n >= 2:
+            raise RuntimeError(f"the engine exited {n} times on its own (waiting for {what}); its last output: "
+                               f"{said!r}; {where}")
+
+    return sup.wait(pred, what, timeout, between)
 
 
 def ready_with(path):
@@ -312,7 +215,7 @@ def run_one(a, work, listen, path, ckpt, kills, deadline, est):
     """K kills of one run; before each, a kill whose cycle (est["kill"]) and the stop would end past
     `deadline` (time.monotonic()) is not made, and res["cut"] says so. res["timing"]: the run's measured
     first (start to the steady state) and kill cycle times, for the next run's estimate."""
-    sup = Supervisor(work, listen, path, a, ckpt)
+    sup = launcher(work, listen, path, a, ckpt)
     res = {"listen": listen, "path": path, "kills": [], "kills_asked": kills}
     why = sup.check()
     if why is not None:
@@ -327,10 +230,10 @@ def run_one(a, work, listen, path, ckpt, kills, deadline, est):
     load = None
     cycles = []
     try:
-        st = sup.wait(ready_with(path), "ready engine" + (" and parked standby" if path in ("pre_gpu", "warmed") else ""),
+        st = wait(sup, ready_with(path), "ready engine" + (" and parked standby" if path in ("pre_gpu", "warmed") else ""),
                       timeout())
         res["timing"] = {"first_s": round(time.monotonic() - t_start, 2)}
-        load = Load(sup.port, a.clients, a.timeout, a.retry_pause)
+        load = fr.Prober(sup.port, BODY, a.clients, a.timeout, a.retry_pause)
         load.start()
         time.sleep(a.steady_s)
         res["steady_until"] = time.monotonic()
@@ -342,16 +245,17 @@ def run_one(a, work, listen, path, ckpt, kills, deadline, est):
                 log(f"{listen}/{path}: {res['cut']}")
                 break
             pid = st["engine"]["pid"]
-            t_kill = time.monotonic()
-            os.kill(pid, signal.SIGKILL)
-            st = sup.wait(lambda s: s.get("state") == "ready" and (s.get("engine") or {}).get("pid") not in (None, pid),
-                          f"READY after kill #{i + 1}", timeout())
+            clock = fr.KillClock(pid).kill()
+            t_kill = clock.t_kill
+            st = wait(sup, lambda s: s.get("state") == "ready" and (s.get("engine") or {}).get("pid") not in (None, pid),
+                      f"READY after kill #{i + 1}", timeout())
             t_ready = time.monotonic()
-            ls = st.get("last_start") or {}
-            res["kills"].append({"t_kill": t_kill, "t_ready_seen": t_ready, "path": ls.get("path"),
-                                 "death_to_ready_s": ls.get("since_previous_exit_s")})
-            log(f"{listen}/{path} kill #{i + 1}: READY seen after {t_ready - t_kill:.3f} s (path {ls.get('path')})")
-            st = sup.wait(ready_with(path), "steady state", timeout())  # the next standby parked
+            k = clock.ready(st, t_ready)
+            k.update(t_kill=t_kill, t_ready_seen=t_ready)
+            res["kills"].append(k)
+            log(f"{listen}/{path} kill #{i + 1}: kill to READY {k.get('kill_to_ready_s')} s (seen after "
+                f"{t_ready - t_kill:.3f} s, path {k.get('path')})")
+            st = wait(sup, ready_with(path), "steady state", timeout())  # the next standby parked
             time.sleep(a.between_s)
             cycles.append(time.monotonic() - t_kill)
             res["timing"]["kill_cycle_s"] = [round(c, 2) for c in cycles]
@@ -389,17 +293,13 @@ def analyse(res, records):
         for _, _, o in after:
             if o != "ok":
                 failed_after[o] = failed_after.get(o, 0) + 1
-        ok_after = [r for r in after if r[2] == "ok"]
-        first = min(ok_after, key=lambda r: r[1]) if ok_after else None
         during = [r[1] - r[0] for r in after if r[0] <= tr and r[2] == "ok"]
+        k.update(fr.first_answers(records, tk, end))
         k.update({
-            "kill_to_ready_seen_s": round(tr - tk, 4),
             "in_flight": len(in_flight),
             "in_flight_failed": {o: sum(1 for r in in_flight if r[2] == o) for o in sorted({r[2] for r in in_flight}) if o != "ok"},
             "refused": failed_after.get("refused", 0),
             "failed_after_kill": failed_after,
-            "gap_s": round(first[1] - tk, 4) if first else None,
-            "first_ok_started_after_s": round(first[0] - tk, 4) if first else None,
             "during_restart_ok": len(during),
             "during_restart_max_latency_s": round(max(during), 4) if during else None,
             "during_restart_max_excess_s": round(max(during) - base_median, 4) if during and base_median else None,
@@ -415,14 +315,15 @@ def md_rows(runs):
         lo, hi = min(xs), max(xs)
         return fmt.format(lo) if lo == hi else (fmt + "-" + fmt).format(lo, hi)
 
-    rows = ["| listen | path | kills | refused per kill | failed after the kill (by kind) | in flight, failed | "
-            "service gap s (first ok started after, s) | during the restart: max latency s (over median) |",
-            "| --- | --- | --- | --- | --- | --- | --- | --- |"]
+    rows = ["| listen | path | kills | kill -> READY s | kill -> first answer s (its request sent after, s) | "
+            "refused per kill | failed after the kill (by kind) | in flight, failed | "
+            "during the restart: max latency s (over median) |",
+            "| --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
     for r in runs:
         if r.get("skipped"):
-            rows.append(f"| {r['listen']} | {r['path']} | not run: {r['skipped'][:120]} | | | | | |")
+            rows.append(f"| {r['listen']} | {r['path']} | not run: {r['skipped'][:120]} | | | | | | |")
             continue
-        ks = [k for k in r["kills"] if "gap_s" in k]
+        ks = [k for k in r["kills"] if "in_flight" in k]
         done = str(len(ks))
         if len(ks) < r.get("kills_asked", len(ks)):
             done += f" of {r['kills_asked']} ({'time budget' if r.get('cut') else 'error'})"
@@ -435,8 +336,9 @@ def md_rows(runs):
         failed = ", ".join(f"{o} {rng(v, '{:d}')}" for o, v in sorted(kinds.items()) if o != "refused") or "0"
         inflight = [sum(k["in_flight_failed"].values()) for k in ks]
         med = r.get("baseline", {}).get("median_latency_s")
-        rows.append(f"| {r['listen']} | {r['path']} | {done} | {rng([k['refused'] for k in ks], '{:d}')} | {failed} | "
-                    f"{rng(inflight, '{:d}')} | {rng([k['gap_s'] for k in ks])} ({rng([k['first_ok_started_after_s'] for k in ks])}) | "
+        rows.append(f"| {r['listen']} | {r['path']} | {done} | {rng([k.get('kill_to_ready_s') for k in ks])} | "
+                    f"{rng([k['kill_to_first_answer_s'] for k in ks])} ({rng([k['first_answer_sent_after_s'] for k in ks])}) | "
+                    f"{rng([k['refused'] for k in ks], '{:d}')} | {failed} | {rng(inflight, '{:d}')} | "
                     f"{rng([k['during_restart_max_latency_s'] for k in ks])} ({rng([k['during_restart_max_excess_s'] for k in ks], '{:+.2f}')}; median {med}) |")
     return "\n".join(rows) + "\n"
 
@@ -511,17 +413,13 @@ def parse_kills(a):
 def find_binaries(a):
     """a.which: each program from --bin (a build tree, or a folder holding the programs such as the GPU
     bundle's bin/), else PATH; exits naming one not found (with --print-config its name stands in)."""
-    a.which = {}
-    needed = [n for n in BINARIES if a.engine == "tiny" or n != "fastrestart-tinyengine"]
+    needed = [n for n in fr.PROGRAMS if a.engine == "tiny" or n != "fastrestart-tinyengine"]
+    a.which = fr.find_programs(a.bin, needed)
     for name in needed:
-        for p in (os.path.join(a.bin, BINARIES[name], name), os.path.join(a.bin, name)):
-            if os.access(p, os.X_OK):
-                a.which[name] = p
-                break
-        else:
-            a.which[name] = shutil.which(name) or (name if a.print_config else None)
         if not a.which[name]:
-            sys.exit(f"socket_restart: {name} not found in {a.bin} (as a build tree or a folder) or on PATH")
+            if not a.print_config:
+                sys.exit(f"socket_restart: {name} not found in {a.bin} (as a build tree or a folder) or on PATH")
+            a.which[name] = name
 
 
 def save(a, out):
@@ -608,7 +506,7 @@ def main():
         try:
             for path, n in a.plan:
                 for listen in listens:
-                    sup = Supervisor(work, listen, path, a, ckpt)
+                    sup = launcher(work, listen, path, a, ckpt)
                     with open(sup.config) as f:
                         print(f"# {listen}/{path}: {n} kills\n{f.read()}", end="")
                     if os.path.isabs(a.which["fastrestartd"]):

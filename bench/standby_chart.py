@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Draws docs/img/standby-h200.png from bench/results/standby-h200-2026-12-01.json (docs/benchmarks.md,
+"""Draws docs/img/standby-h200.png from bench/results/standby-h200-2026-12-01.json (docs/bench-notes.md,
 "Standby engines"): the reference engine's death to READY per start path, each kill a dot, the median a
 bar, on a log scale.
 

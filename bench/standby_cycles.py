@@ -1,24 +1,36 @@
 #!/usr/bin/env python3
-"""One start path of bench/gpu_standby.sh: kill -9 the engine of a running fastrestartd KILLS times and
-measure each restart (docs/standby.md, docs/benchmarks.md "Standby engines").
+"""One start path of bench/gpu_standby.sh and bench/gpu_vllm_shape.sh: kill -9 the engine of a running
+fastrestartd KILLS times and time each restart from the kill(2) (docs/standby.md, docs/benchmarks.md).
 
-Before each kill on a standby path it waits until the standby is parked (status `standby.state`), records
-the parked standby's GPU memory (nvidia-smi's per-process figure for its pid, and status
-`standby.gpu_bytes`) and the GPU's used memory; after each READY it records `last_start` (path,
-`since_previous_exit_s` = death to READY, `time_to_ready_s`), `standby.last_release`, and the oracle: the
-completion of the oracle prompt (4 greedy tokens with log-probabilities; the text and token ids must equal
-the reference on every path) and, for the reference engine, its `/stats` `oracle.logits_sha256`.
+Each kill is timed on this script's clock (fastrestartd_run.KillClock): kill(2) -> READY (fastrestartd's
+READY stamp, `last_start.ready_at_s`), kill(2) -> the first answered request (--clients threads sending
+requests across the kill: the first answer to a request sent after the kill, and the first answer at all),
+and the breakdown: kill -> fastrestartd's reap of the dead engine -> a standby's release -> its KV arena's
+lease wait and swap_in (the engine's /stats) -> READY. Before each kill on a standby path it waits until the
+standby is parked (status `standby.state`), records the parked standby's GPU memory (nvidia-smi's
+per-process figure for its pid, and status `standby.gpu_bytes`) and the GPU's used memory; after each READY
+the oracle: the completion of the oracle prompt (4 greedy tokens with log-probabilities; the text and token
+ids must equal the reference on every path) and, for the reference engine, its `/stats`
+`oracle.logits_sha256`.
 
     standby_cycles.py --socket CTL --log FASTRESTARTD_LOG --port P --model NAME --path PATH --kills N
                       --out RUN.json [--reference ORACLE.json] [--park-timeout 180] [--pid FASTRESTARTD_PID]
-The first run of an engine writes --reference (when the file does not exist); later runs compare to it.
-Writes --out after every kill, so a run cut short by its timeout keeps what it measured.
+                      [--clients 1]
+    standby_cycles.py --launch tiny [--bin BUILD] --path PATH --kills N --out RUN.json
+With --launch tiny it starts fastrestartd itself (fastrestartd_run.Fastrestartd) on the CPU: the tiny engine
+(--tiny-size checkpoint, generated; --startup-delay s of work before its pre_gpu gate, standing for an
+engine's imports) over a host weight daemon, the same start path (warmed_arena: --kv-arena-bytes), and
+stops it at the end. The first run of an engine writes --reference (when the file does not exist); later
+runs compare to it. Writes --out after every kill, so a run cut short by its timeout keeps what it measured.
 """
 import argparse
 import json
 import os
+import shutil
 import statistics
+import subprocess
 import sys
+import tempfile
 import time
 
 import fastrestartd_run as fr
@@ -126,7 +138,13 @@ class Run(fr.Driver):
             o = self.oracle()
             k["oracle"] = o
             k["oracle_differs"] = self.compare(o)
-            log(f"{a.path} kill -9 #{k['i']}: path {k['path']}, death to READY {k['death_to_ready_s']} s"
+            # the breakdown's arena steps, as the released standby timed them (its /stats)
+            for key in ("kv_arena_wait_s", "kv_arena_swap_in_s"):
+                if (o.get("standby") or {}).get(key) is not None:
+                    k[key] = o["standby"][key]
+            log(f"{a.path} kill -9 #{k['i']}: path {k['path']}, kill to READY {k.get('kill_to_ready_s')} s, to the first "
+                f"answer {k.get('kill_to_first_answer_s')} s (kill to reap {k.get('kill_to_reap_s')} s, reap to READY "
+                f"{k.get('reap_to_ready_s')} s)"
                 + (f", parked standby {k['parked']['nvidia_smi_mib']} MiB" if standby else "")
                 + (f", ORACLE DIFFERS {k['oracle_differs']}" if k["oracle_differs"] else ""))
 
@@ -194,12 +212,7 @@ class Run(fr.Driver):
 
     def summarize(self):
         ks = [k for k in self.res["kills"] if "error" not in k]
-        s = fr.death_to_ready_summary(ks)
-        # From the kill(2) call to this script seeing READY (its 10 ms polls of the log included): an upper
-        # bound that also covers the kernel's teardown of the dead process before fastrestartd reaps it.
-        kr = [k["kill_to_ready_seen_s"] for k in ks if k.get("kill_to_ready_seen_s") is not None]
-        if kr:
-            s.update(kill_to_ready_seen_median_s=round(statistics.median(kr), 4), kill_to_ready_seen_max_s=round(max(kr), 4))
+        s = fr.restart_summary(ks)
         parked = [k["parked"] for k in ks if k.get("parked")]
         if parked:
             s["parked_mib"] = sorted({p.get("nvidia_smi_mib") for p in parked if p.get("nvidia_smi_mib") is not None})
@@ -207,10 +220,6 @@ class Run(fr.Driver):
             used = [p["gpu_used_mib"] for p in parked if p.get("gpu_used_mib") is not None]
             if used:
                 s["gpu_used_parked_first_last_mib"] = [used[0], used[-1]]
-        rel = [k["last_release"].get("release_to_ready_s") for k in ks
-               if isinstance(k.get("last_release"), dict) and k["last_release"].get("release_to_ready_s") is not None]
-        if rel:
-            s["release_to_ready_median_s"] = round(statistics.median(rel), 4)
         # --kv-arena: the released standby's lease wait (for the dead engine's exit) and its swap_in, and
         # any start that fell back to a KV cache of its own (with the reason)
         arena = [(k.get("oracle") or {}).get("standby") or {} for k in ks]
@@ -239,9 +248,85 @@ class Run(fr.Driver):
         self.res["summary"] = s
 
 
+def tiny_config(a, d, port, ckpt, progs):
+    """--launch tiny: the fastrestartd config of a.path for the tiny engine on the CPU over a host weight
+    daemon, its files under d."""
+    q = json.dumps
+    run = os.path.join(d, "run")
+    flags = ["--load-format", "fastrestart", "--fastrestart-socket-dir", run, "--fault-startup-delay",
+             str(a.startup_delay), "--shutdown-grace", "2", "--host", "127.0.0.1", "--port", str(port),
+             "--served-model-name", a.model]
+    start, level = {"cold": (["cold"], None), "warm": (["warm", "cold"], None),
+                    "pre_gpu": (["standby", "warm", "cold"], "pre_gpu"), "warmed": (["standby", "warm", "cold"], "warmed"),
+                    "warmed_arena": (["standby", "warm", "cold"], "warmed")}[a.path]
+    if a.path == "warmed_arena":
+        flags += ["--kv-arena-bytes", str(a.kv_arena_bytes)]
+    toml = f"""[model]
+name = "{a.model}"
+[engine]
+kind = "generic"
+command = {q([progs["fastrestart-tinyengine"], "serve", ckpt])}
+flags = {q(flags)}
+host = "127.0.0.1"
+port = {port}
+stop_grace_s = 5
+[weights]
+mode = "zero_copy"
+backend = "host"
+checkpoint = {q(ckpt)}
+socket_dir = "{run}"
+daemon_path = "{progs['fastrestart-weightd']}"
+[readiness]
+model = "{a.model}"
+poll_interval_s = 0.01
+check_interval_s = 30
+startup_timeout_s = 120
+[restart]
+start = {q(start)}
+backoff_initial_s = 0.01
+backoff_max_s = 0.05
+crash_loop_limit = 1000
+"""
+    if level:
+        toml += f'[standby]\nlevel = "{level}"\n'
+    return toml + f"""[control]
+socket = "{d}/ctl/s.ctl"
+state_dir = "{d}/state"
+[http]
+listen = "none"
+"""
+
+
+def launch_tiny(a):
+    """--launch tiny: generates the checkpoint, starts fastrestartd; sets a.socket, a.log, a.port, a.pid.
+    Returns (the Fastrestartd, the work folder)."""
+    progs = fr.find_programs(a.bin, ["fastrestartd", "fastrestartctl", "fastrestart-weightd", "fastrestart-tinyengine"])
+    missing = [n for n, p in progs.items() if not p]
+    if missing:
+        sys.exit(f"standby_cycles: {', '.join(missing)} not found in {a.bin} (a build tree or a folder) or on PATH")
+    work = tempfile.mkdtemp(prefix="fr-standby-cycles-")
+    ckpt = os.path.join(work, "model")
+    subprocess.run([progs["fastrestart-tinyengine"], "gen", "--out", ckpt, "--size", a.tiny_size], check=True,
+                   stdout=subprocess.DEVNULL)
+    a.port = fr.free_port()
+    d = os.path.join(work, a.path)
+    sup = fr.Fastrestartd(d, tiny_config(a, d, a.port, ckpt, progs), os.path.join(d, "ctl", "s.ctl"),
+                          log_path=a.log, fastrestartd=progs["fastrestartd"], fastrestartctl=progs["fastrestartctl"])
+    sup.start()
+    a.socket, a.log, a.pid = sup.sock, sup.logpath, sup.pid
+    os.environ["PATH"] = os.path.dirname(progs["fastrestartctl"]) + os.pathsep + os.environ.get("PATH", "")
+    return sup, work
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    fr.add_daemon_args(ap)
+    ap.add_argument("--launch", choices=["tiny"], help="start fastrestartd with the tiny engine on the CPU")
+    ap.add_argument("--bin", default=os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "build"),
+                    help="--launch: a build tree, or a folder holding the programs")
+    ap.add_argument("--socket")
+    ap.add_argument("--log", help="fastrestartd's log (--launch: where to write it)")
+    ap.add_argument("--port", type=int)
+    ap.add_argument("--model", default="t")
     ap.add_argument("--path", required=True, choices=["cold", "warm", "warmed", "warmed-graph", "warmed_arena", "pre_gpu",
                                                       "snapshot_arena"])
     ap.add_argument("--kills", type=int, required=True)
@@ -250,8 +335,30 @@ def main():
     ap.add_argument("--pid", type=int, help="fastrestartd's pid: its exit ends the run at once")
     ap.add_argument("--park-timeout", type=float, default=180)
     ap.add_argument("--ready-timeout", type=float, default=300)
+    ap.add_argument("--tiny-size", default="64M", help="--launch tiny: the checkpoint's size")
+    ap.add_argument("--startup-delay", type=float, default=1.0, help="--launch tiny: the engine's work before its pre_gpu gate, s")
+    ap.add_argument("--kv-arena-bytes", type=int, default=64 << 20, help="--launch tiny, warmed_arena: the KV arena")
+    fr.add_clock_args(ap)
     a = ap.parse_args()
-    return Run(a).main()
+    if a.launch is None and (a.socket is None or a.log is None or a.port is None):
+        ap.error("--socket, --log and --port name the running fastrestartd (or --launch tiny starts one)")
+    sup = work = None
+    if a.launch:
+        if a.path in ("snapshot_arena", "warmed-graph"):
+            ap.error(f"--launch tiny runs cold, warm, pre_gpu, warmed and warmed_arena, not {a.path}")
+        a.log = a.log or os.path.splitext(a.out)[0] + "-fastrestartd.log"
+        sup, work = launch_tiny(a)
+    try:
+        run = Run(a)
+        if a.launch:
+            run.res["machine"] = fr.machine_cpu()
+            run.res["launch"] = {"engine": "fastrestart-tinyengine (CPU, host weight daemon)", "size": a.tiny_size,
+                                 "startup_delay_s": a.startup_delay, "clients": a.clients}
+        return run.main()
+    finally:
+        if sup is not None:
+            sup.stop()
+            shutil.rmtree(work, ignore_errors=True)
 
 
 if __name__ == "__main__":

@@ -87,7 +87,7 @@ class Run(fr.Driver):
             tpi = self.http("/stats").get("tensor_parallel") or {}
             pid = st["engine"]["pid"] if rank == 0 else tpi["ranks"][rank]["pid"]
             k["pid"] = pid
-            self.kill_and_wait(pid, k)
+            self.kill_and_wait(pid, k, st["engine"]["pid"])
             o = self.oracle()
             k["oracle"] = o
             k["oracle_differs"] = self.compare(o)
@@ -100,8 +100,8 @@ class Run(fr.Driver):
             bad = [] if k["all_attached"] else [f"rank paths {k['rank_paths']}"]
             bad += [f"oracle differs {k['oracle_differs']}"] if k["oracle_differs"] else []
             bad += ["worker death not named in the log"] if rank > 0 and not k["named_in_log"] else []
-            log(f"TP={a.tp} kill -9 of rank {rank} #{k['i']}: path {k['path']}, death to READY "
-                f"{k['death_to_ready_s']} s, ranks {k['rank_paths']}, GPU used {k['gpu_used_mib']} MiB"
+            log(f"TP={a.tp} kill -9 of rank {rank} #{k['i']}: path {k['path']}, kill to READY "
+                f"{k.get('kill_to_ready_s')} s (reap to READY {k.get('reap_to_ready_s')} s), ranks {k['rank_paths']}, GPU used {k['gpu_used_mib']} MiB"
                 + (f"; BAD: {'; '.join(bad)}" if bad else ""))
             if bad:
                 self.res["errors"].append(f"kill #{k['i']} (rank {rank}): {'; '.join(bad)}")
@@ -110,9 +110,9 @@ class Run(fr.Driver):
 
     def summarize(self):
         ks = [k for k in self.res["kills"] if "error" not in k]
-        s = fr.death_to_ready_summary(ks)
+        s = fr.restart_summary(ks)
         for rank in sorted({k["rank"] for k in ks}):
-            dr = [k["death_to_ready_s"] for k in ks if k["rank"] == rank and k.get("death_to_ready_s") is not None]
+            dr = [k["kill_to_ready_s"] for k in ks if k["rank"] == rank and k.get("kill_to_ready_s") is not None]
             if dr:
                 s[f"rank{rank}_kill_median_s"] = round(statistics.median(dr), 4)
         s["all_attached"] = all(k.get("all_attached") for k in ks) if ks else None

@@ -7,7 +7,7 @@
 #   full:  the CUDA tests and the benchmark on the full Llama-3.1-8B-shaped checkpoint (16 GB)
 #   e2e-smoke: the Python tests with torch (binding, reference engine), then bench/e2e_restart.py on small
 #          checkpoints (E2E_ARGS adds flags)
-#   e2e:   the same with the 16 GB checkpoints (issue 6's figures; docs/benchmarks.md "End to end")
+#   e2e:   the same with the 16 GB checkpoints (issue 6's figures; docs/bench-notes.md "End to end")
 #   snapshot-plugin: the CUDA snapshot benchmark (bench/gpu_snapshot.sh, SNAP_SIZE default 8G,
 #          SNAP_RESTORES default 3), then the vLLM plugin's tests and the binding's torch tests on cuda:0
 #          (python/tests/gpu_vllm_plugin.sh, test_torch); every log and CRIU's own logs (images left out)
@@ -24,12 +24,12 @@
 #          every step under a timeout
 #   standby: standby engines (bench/gpu_standby.sh; docs/standby.md): the 16 GB reference engine and the 16 GB
 #          tiny engine under fastrestartd, kill -9 per start path (standby warmed, warmed + --cuda-graph,
-#          pre_gpu, warm, cold): death to READY median and max, the parked standby's GPU memory, GPU memory
+#          pre_gpu, warm, cold): kill to READY (from the kill(2)) median and max, the parked standby's GPU memory, GPU memory
 #          over the cycles, the oracle on every path; counts and runs through the variables the script
 #          names; at most about 540 s (STANDBY_BUDGET_S 520 plus the summary), every step under a timeout
 #   vshape: the reference engine shaped like vLLM (batched, KV cache at the share, CUDA graphs per batch size;
 #          docs/refengine.md "Batched serving") under fastrestartd on the 16 GB shape at memory.utilization 0.9,
-#          kill -9 per start path (warm, standby pre_gpu, standby warmed, cold): death to READY, the live
+#          kill -9 per start path (warm, standby pre_gpu, standby warmed, cold): kill to READY, the live
 #          engine's phases, GPU memory, KV cache and graphs, tokens/s at 1 and max-num-seqs clients, the oracle
 #          (bench/gpu_vllm_shape.sh; VSHAPE_* variables); at most about 540 s. vshape-smoke: the tiny shape.
 #          vshape-arena: the same script on VSHAPE_RUNS "warmed_arena cold" (the KV cache in the daemon's arena,
@@ -46,7 +46,7 @@
 #          evicted), then bench/gpu_tp.sh on the tiny shape (TP=2: one kill of each rank; TP=1: 2 kills); at most
 #          about 420 s
 #   socket: what a client sees across kill -9 with the listening socket owned by the engine and by fastrestartd
-#          (bench/socket_restart.py --engine ref; docs/benchmarks.md "No refused connection across a restart"):
+#          (bench/socket_restart.py --engine ref; docs/bench-notes.md "No refused connection across a restart"):
 #          the 16 GB reference engine (Llama-3.1-8B shape, generated into /var/tmp/frstandby/llama unless there,
 #          SOCKET_SHAPE 8b), 4 clients, listen SOCKET_LISTEN (supervisor,engine), kills SOCKET_KILLS
 #          (warmed=3,pre_gpu=2,warm=1), path by path; a run or kill that would end past SOCKET_BUDGET_S (500 s

@@ -5,6 +5,9 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/deps.sh
+# The published restart figures (docs/benchmarks.md, the README's table) against their raw files in
+# bench/results/: no build needed, under a second.
+python3 bench/check_figures.py
 # CRIU 4.2.1 for the snapshot tests (build/criu/criu; cached in ~/.cache/fastrestart, so reruns take <1 s).
 scripts/build-criu.sh >/dev/null
 scripts/build.sh -DCMAKE_INSTALL_PREFIX=/usr

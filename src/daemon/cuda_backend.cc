@@ -247,7 +247,7 @@ class CudaBackend final : public Backend {
  private:
   std::shared_ptr<cuda::Device> m_dev;
   std::shared_ptr<StagingCache> m_cache = std::make_shared<StagingCache>();
-  // Off by default: measured on the H200 (docs/benchmarks.md), registering file pages per 64 MiB task
+  // Off by default: measured on the H200 (docs/bench-notes.md), registering file pages per 64 MiB task
   // was slower (9.7 GB/s warm) than staging through pinned slots. FASTRESTART_DIRECT_UPLOAD=1 turns it on.
   std::shared_ptr<std::atomic<bool>> m_direct = std::make_shared<std::atomic<bool>>(
       std::getenv("FASTRESTART_DIRECT_UPLOAD") != nullptr);

@@ -1,0 +1,89 @@
+#!/usr/bin/env python3
+"""The kill clock of the benchmarks (bench/fastrestartd_run.py) against a real fastrestartd supervising the
+tiny engine over a host weight daemon: a kill -9 timed from the kill(2), fastrestartd's reap and READY stamps
+on the bench's clock, and the first answered request of a client sending across the kill.
+
+    kill_clock_test.py FASTRESTARTD FASTRESTARTCTL FASTRESTART-WEIGHTD FASTRESTART-TINYENGINE
+
+The assertions are orderings that follow from cause and effect on one clock (the reap before the READY,
+the READY stamped before the bench reads it in the log), not durations.
+"""
+import argparse
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+import unittest
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(HERE)), "bench"))
+import fastrestartd_run as fr  # noqa: E402
+import standby_cycles  # noqa: E402
+
+PROGS = {}
+
+
+class KillClock(unittest.TestCase):
+    def setUp(self):
+        self.work = tempfile.mkdtemp(prefix="fr-kill-clock-")
+        ckpt = os.path.join(self.work, "model")
+        subprocess.run([PROGS["fastrestart-tinyengine"], "gen", "--out", ckpt, "--size", "8M"], check=True,
+                       stdout=subprocess.DEVNULL)
+        a = argparse.Namespace(path="warm", model="t", startup_delay=0.0, kv_arena_bytes=0)
+        self.port = fr.free_port()
+        d = os.path.join(self.work, "sup")
+        self.sup = fr.Fastrestartd(d, standby_cycles.tiny_config(a, d, self.port, ckpt, PROGS),
+                                   os.path.join(d, "ctl", "s.ctl"), fastrestartd=PROGS["fastrestartd"],
+                                   fastrestartctl=PROGS["fastrestartctl"]).start()
+
+    def tearDown(self):
+        self.sup.stop(30)
+        shutil.rmtree(self.work, ignore_errors=True)
+
+    def test_a_kill_is_timed_from_the_kill_on_fastrestartds_stamps(self):
+        st = self.sup.wait_ready(1, 120)
+        pid = st["engine"]["pid"]
+        prober = fr.Prober(self.port, fr.completion_body("t"), clients=2).start()
+        try:
+            self.assertTrue(prober.wait_answered_since(time.monotonic(), 60), "the engine answers before the kill")
+            clock = fr.KillClock(pid).kill()
+            st = self.sup.wait_ready(2, 120)
+            seen = time.monotonic()
+            self.assertTrue(prober.wait_answered_since(clock.t_kill, 60), "a request sent after the kill is answered")
+        finally:
+            records = prober.finish()
+        rec = clock.ready(st, seen)
+        clock.answers(records)
+        # fastrestartd's READY stamp, on the clock of its reap stamp
+        self.assertIn("ready_at_s", st["last_start"])
+        self.assertEqual(st["last_exit"]["pid"], pid)
+        self.assertNotIn("clock_error", rec)
+        self.assertEqual(rec["path"], "warm")
+        # the reap follows the kill, the READY follows the reap, and the bench reads READY after it is stamped
+        self.assertGreaterEqual(rec["kill_to_reap_s"], 0)
+        self.assertGreaterEqual(rec["kill_to_ready_s"], rec["kill_to_reap_s"])
+        self.assertLessEqual(rec["kill_to_ready_s"], rec["kill_to_ready_seen_s"])
+        self.assertAlmostEqual(rec["kill_to_ready_s"], rec["kill_to_reap_s"] + rec["reap_to_ready_s"], places=3)
+        # the first answer to a request sent after the kill; the first answer at all comes no later
+        self.assertIsNotNone(rec["kill_to_first_answer_s"])
+        self.assertGreaterEqual(rec["first_answer_sent_after_s"], 0)
+        self.assertLessEqual(rec["kill_to_first_success_s"], rec["kill_to_first_answer_s"])
+        self.assertEqual(rec["kill_monotonic_s"], round(clock.t_kill, 6))
+
+    def test_a_reap_stamp_of_another_process_is_not_taken_for_this_kill(self):
+        st = self.sup.wait_ready(1, 120)
+        clock = fr.KillClock(st["engine"]["pid"])
+        clock.t_kill = time.monotonic()
+        # no kill: the status's last exit (none yet) is not of this pid
+        rec = clock.ready(self.sup.status())
+        self.assertIn("clock_error", rec)
+        self.assertNotIn("kill_to_ready_s", rec)
+
+
+if __name__ == "__main__":
+    for name, path in zip(("fastrestartd", "fastrestartctl", "fastrestart-weightd", "fastrestart-tinyengine"), sys.argv[1:5]):
+        PROGS[name] = path
+    del sys.argv[1:5]
+    unittest.main()
