@@ -21,10 +21,10 @@ from ._fastrestart import Arena, ArenaView, AttachResult, Key, SnapshotAgent, Te
 from . import _fastrestart
 from . import standby
 from . import listen
-from .listen import inherited_socket
+from .listen import inherited_socket, inherited_sockets
 
 __all__ = ["identify", "open_checkpoint", "OpenCheckpoint", "attach", "publish", "snapshot_agent", "standby",
-           "listen", "inherited_socket",
+           "listen", "inherited_socket", "inherited_sockets",
            "reserve_arena", "lease_arena", "find_arena",
            "Arena", "ArenaView", "AttachResult", "Key", "SnapshotAgent", "Tensor"]
 

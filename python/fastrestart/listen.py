@@ -17,9 +17,12 @@ import os as _os
 import socket as _socket
 import stat as _stat
 
-__all__ = ["inherited_socket", "FDNAME", "FIRST_FD"]
+__all__ = ["inherited_socket", "inherited_sockets", "FDNAME", "PROBE_FDNAME", "FIRST_FD"]
 
 FDNAME = "fastrestart-engine"  # LISTEN_FDNAMES of the socket fastrestartd passes
+# The engine's private endpoint (readiness.endpoint = "private", docs/listen-socket.md): passed as fd 4
+# beside FDNAME; fastrestartd's readiness and health checks come there, never through the clients' queue.
+PROBE_FDNAME = "fastrestart-probe"
 FIRST_FD = 3                   # SD_LISTEN_FDS_START: the passed descriptors are 3, 4, ...
 _VARS = ("LISTEN_PID", "LISTEN_FDS", "LISTEN_FDNAMES")
 
@@ -136,3 +139,27 @@ def inherited_socket(name=None):
     finally:
         for var in _VARS:
             _os.environ.pop(var, None)
+
+
+def inherited_sockets():
+    """(serve, probe): the listening socket and the engine's private endpoint, each None when not passed.
+
+    One call takes both (the LISTEN_* variables are removed after the first look, as inherited_socket
+    does). Serve the same routes on both, and accept on `probe` no later than on `serve`: fastrestartd's
+    readiness request waits there, and READY follows its answer. Errors as inherited_socket.
+    """
+    names = _os.environ.get("LISTEN_FDNAMES")
+    if names is None or PROBE_FDNAME not in names.split(":"):
+        return inherited_socket(FDNAME), None
+    saved = {var: _os.environ.get(var) for var in _VARS}
+    serve = inherited_socket(FDNAME)
+    if serve is None:
+        return None, None
+    for var, value in saved.items():  # put back for the second look, then removed by it
+        if value is not None:
+            _os.environ[var] = value
+    try:
+        return serve, inherited_socket(PROBE_FDNAME)
+    except BaseException:
+        serve.detach()
+        raise

@@ -877,17 +877,18 @@ def standby_module():
     return standby if standby.is_standby() else None
 
 
-def inherited_listen_socket():
-    """The listening socket fastrestartd passed (engine.listen = "supervisor"), or None. Taken before any
-    worker starts: fastrestart.inherited_socket removes LISTEN_* from the environment they inherit."""
+def inherited_listen_sockets():
+    """(serve, probe): the listening socket fastrestartd passed (engine.listen = "supervisor") and the private
+    endpoint for its checks (readiness.endpoint = "private"), each None when not passed. Taken before any
+    worker starts: fastrestart.inherited_sockets removes LISTEN_* from the environment they inherit."""
     if not os.environ.get("LISTEN_FDS"):
-        return None
+        return None, None
     try:
         import fastrestart.listen as listen
     except ImportError as e:
         raise SystemExit(f"refengine: LISTEN_FDS is set but the fastrestart binding is missing: {e}")
     try:
-        return listen.inherited_socket(listen.FDNAME)
+        return listen.inherited_sockets()
     except ValueError as e:
         raise SystemExit(f"refengine: the socket fastrestartd passed: {e}")
 
@@ -1121,7 +1122,7 @@ def main(argv=None):
     if os.environ.get(tp.PARENT_ENV):
         return worker_main(args)
     try:
-        inherited = inherited_listen_socket()
+        inherited, probe = inherited_listen_sockets()
         engine = Engine(args)
     except SystemExit as e:
         log(str(e))
@@ -1131,6 +1132,10 @@ def main(argv=None):
 
     def open_port():
         nonlocal server
+        if probe is not None:
+            # The private endpoint first: fastrestartd's readiness request is answered no later than a
+            # client's, whatever waits in the public queue (docs/listen-socket.md, "The private endpoint").
+            threading.Thread(target=http_server(engine, args, probe).serve_forever, daemon=True).start()
         server = http_server(engine, args, inherited)
         if inherited is None:
             log(f"listening on {args.host}:{server.server_address[1]}, loading {args.model} ({args.load_format})")

@@ -47,6 +47,48 @@ for _ in range(int(os.environ.get("SERVE", "0"))):
 """
 
 
+# Takes both sockets with inherited_sockets(): the two listening sockets are put at 3 and 4 first (argv:
+# their descriptors, then LISTEN_FDNAMES), as fastrestartd passes them with readiness.endpoint = "private".
+BOTH = r"""
+import json, os, sys
+import fastrestart
+a, b = int(sys.argv[1]), int(sys.argv[2])
+os.dup2(a, 3); os.dup2(b, 4)
+os.environ.update(LISTEN_PID=str(os.getpid()), LISTEN_FDS=sys.argv[3], LISTEN_FDNAMES=sys.argv[4])
+try:
+    serve, probe = fastrestart.inherited_sockets()
+except ValueError as e:
+    print(json.dumps({"error": str(e)}))
+    sys.exit(0)
+print(json.dumps({"serve": serve and serve.fileno(), "probe": probe and probe.fileno(),
+                  "env": [k for k in os.environ if k.startswith("LISTEN_")],
+                  "inheritable": [s.get_inheritable() for s in (serve, probe) if s]}))
+"""
+
+
+class InheritedSocketsTest(unittest.TestCase):
+    def both(self, fds, names, second_listens=True):
+        with listening_socket() as a, socket.socket() as b:
+            b.bind(("127.0.0.1", 0))
+            if second_listens:
+                b.listen(4)
+            out = subprocess.run([sys.executable, "-c", BOTH, str(a.fileno()), str(b.fileno()), fds, names],
+                                 pass_fds=(a.fileno(), b.fileno()), capture_output=True, text=True, timeout=60)
+            self.assertEqual(out.returncode, 0, out.stderr)
+            return json.loads(out.stdout)
+
+    def test_the_socket_and_the_private_endpoint_are_taken_together(self):
+        self.assertEqual(self.both("2", "fastrestart-engine:fastrestart-probe"),
+                         {"serve": 3, "probe": 4, "env": [], "inheritable": [False, False]})
+
+    def test_without_the_endpoint_only_the_socket(self):
+        self.assertEqual(self.both("1", "fastrestart-engine"), {"serve": 3, "probe": None, "env": [], "inheritable": [False]})
+
+    def test_an_endpoint_that_does_not_listen_is_an_error_naming_it(self):
+        got = self.both("2", "fastrestart-engine:fastrestart-probe", second_listens=False)
+        self.assertIn("descriptor 4 is not a listening stream socket", got.get("error", ""), got)
+
+
 class InheritedSocketTest(unittest.TestCase):
     def run_child(self, sock, *args, pass_fds=None, **kw):
         extra = {"pass_fds": pass_fds} if pass_fds is not None else {}

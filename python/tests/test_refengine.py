@@ -383,6 +383,38 @@ class RefEngineTest(TorchBase):
             finally:
                 self.stop(p)
 
+    def test_the_private_endpoint_is_served_beside_the_passed_socket(self):
+        """docs/listen-socket.md "The private endpoint": passed as descriptor 4 (readiness.endpoint =
+        "private"), it answers fastrestartd's checks like the public socket, once ready; a request that
+        waited on each socket during the start gets the same answer."""
+        import http.client
+        from listen_support import listening_socket, popen_with_socket
+        plain, plain_ans = self.run_path("--load-format", "disk")
+        log = os.path.join(self.tmp, "probe.log")
+        body = json.dumps({"model": "tiny", "prompt": "Hello", "max_tokens": 4})
+        with listening_socket() as ls, listening_socket() as probe:
+            waiting = []
+            for s in (ls, probe):
+                c = http.client.HTTPConnection("127.0.0.1", s.getsockname()[1], timeout=180)
+                c.request("POST", "/v1/completions", body=body, headers={"Content-Type": "application/json"})
+                waiting.append(c)
+            with open(log, "wb") as out:
+                p = popen_with_socket([sys.executable, ENGINE, "serve", self.model, "--port", str(free_port()),
+                                       "--served-model-name", "tiny", "--load-format", "disk"], ls, probe=probe,
+                                      stdout=out, stderr=subprocess.STDOUT)
+            try:
+                for c in waiting:
+                    r = c.getresponse()
+                    self.assertEqual(r.status, 200)
+                    self.assertEqual(json.loads(r.read())["choices"][0]["token_ids"], plain_ans["choices"][0]["token_ids"])
+                    c.close()
+                health = http.client.HTTPConnection("127.0.0.1", probe.getsockname()[1], timeout=60)
+                health.request("GET", "/health")
+                self.assertEqual(health.getresponse().status, 200)
+                health.close()
+            finally:
+                self.stop(p)
+
     def test_bad_requests_are_400_naming_the_field(self):
         p, port, err = self.serve("--load-format", "disk")
         self.assertIsNone(err)

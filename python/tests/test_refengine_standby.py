@@ -185,7 +185,7 @@ class InheritedSocketTest(unittest.TestCase):
     setUp, tearDown = StandbyGateTest.setUp, StandbyGateTest.tearDown
     output, read_parked = StandbyGateTest.output, StandbyGateTest.read_parked
 
-    def start_inherited(self, ls, level=None):
+    def start_inherited(self, ls, level=None, probe=None):
         env = dict(os.environ)
         env["PYTHONPATH"] = os.pathsep.join([FAKE, env.get("PYTHONPATH", "")])
         ours = theirs = None
@@ -199,7 +199,7 @@ class InheritedSocketTest(unittest.TestCase):
         with open(self.log, "wb") as out:
             # --port names another port: the engine must serve on the passed socket, never bind its own.
             p = popen_with_socket([sys.executable, ENGINE, "serve", self.model, "--port", str(self.port),
-                                   "--load-format", "disk"], ls, env=env, keep=keep, stdout=out,
+                                   "--load-format", "disk"], ls, env=env, keep=keep, probe=probe, stdout=out,
                                   stderr=subprocess.STDOUT)
         if theirs is not None:
             theirs.close()
@@ -220,6 +220,22 @@ class InheritedSocketTest(unittest.TestCase):
                 self.assertNotIn("accepting on the socket", out)
                 self.assertTrue(port_is_free(self.port), out)
                 self.assertTrue(still_queued(ls, client), "the engine accepted before it could serve:\n" + out)
+
+    def test_the_private_endpoint_is_taken_and_not_accepted_on_before_ready(self):
+        """readiness.endpoint = "private": the endpoint passed as descriptor 4 beside the socket is taken
+        (no error for LISTEN_FDS=2) and, like the socket, never accepted on by an engine that is not ready."""
+        with listening_socket() as ls, listening_socket() as probe:
+            client = socket.create_connection(ls.getsockname(), timeout=30)
+            check = socket.create_connection(probe.getsockname(), timeout=30)
+            with client, check:
+                p, _ = self.start_inherited(ls, probe=probe)
+                self.assertEqual(p.wait(120), 1)  # the fake's CUDA fails: the load fails, exit 1
+                out = self.output()
+                self.assertIn("holding the socket fastrestartd passed", out)
+                self.assertIn(CUDA_TOUCHED, out)
+                self.assertNotIn("the socket fastrestartd passed:", out)  # no LISTEN_* error
+                self.assertTrue(still_queued(ls, client), "the engine accepted before it could serve:\n" + out)
+                self.assertTrue(still_queued(probe, check), "the engine accepted a check before it could serve:\n" + out)
 
     def test_a_parked_standby_holds_the_socket_without_accepting(self):
         with listening_socket() as ls:

@@ -244,6 +244,19 @@ int fr_listen_socket(const char* name, int* fd, char* err, size_t errlen) try {
   return set_err(err, errlen, e.what()), FR_EFAIL;
 }
 
+int fr_listen_sockets(int* serve_fd, int* probe_fd, char* err, size_t errlen) try {
+  if (!serve_fd || !probe_fd) return set_err(err, errlen, "serve_fd or probe_fd is NULL"), FR_EINVAL;
+  *serve_fd = *probe_fd = -1;
+  auto r = fastrestart::inherited_listen_sockets();
+  if (!r.ok()) return set_err(err, errlen, r.error().message), code_of(r.error());
+  *serve_fd = r->serve;
+  *probe_fd = r->probe;
+  set_err(err, errlen, r->serve < 0 ? "no listening socket was passed to this process" : "");
+  return r->serve < 0 ? FR_MISS : FR_OK;
+} catch (const std::exception& e) {
+  return set_err(err, errlen, e.what()), FR_EFAIL;
+}
+
 void fr_arena_options_init(fr_arena_options_t* o) {
   if (!o) return;
   const fastrestart::ArenaOptions d;

@@ -13,6 +13,7 @@
 #include <charconv>
 #include <cstdlib>
 #include <cstring>
+#include <initializer_list>
 #include <string>
 #include <vector>
 
@@ -121,16 +122,31 @@ struct UnsetOnExit {
 
 }  // namespace
 
-Result<int> inherited_listen_socket(std::string_view name) {
+namespace {
+
+// The checks of one passed descriptor: a listening TCP socket (IPv4 or IPv6); then close-on-exec.
+Result<int> checked(int fd, const std::string& fds_text) {
+  if (auto why = not_a_tcp_listener(fd); !why.empty()) return bad_env("LISTEN_FDS", fds_text, why);
+  const int flags = ::fcntl(fd, F_GETFD);
+  if (flags < 0 || ::fcntl(fd, F_SETFD, flags | FD_CLOEXEC) != 0)
+    return Error{Errc::kIo, "descriptor " + std::to_string(fd) + ": setting close-on-exec: " + std::strerror(errno)};
+  return fd;
+}
+
+// The descriptor of each of `names` (-1: not passed to this process). Without LISTEN_FDNAMES only the first
+// name can be told apart (fd 3, when one descriptor was passed or the name is empty). The variables are
+// removed once looked at.
+Result<std::vector<int>> take_sockets(std::initializer_list<std::string_view> names) {
+  std::vector<int> out(names.size(), -1);
   const char* pid_env = std::getenv("LISTEN_PID");
   const char* fds_env = std::getenv("LISTEN_FDS");
-  if (!pid_env && !fds_env) return -1;
+  if (!pid_env && !fds_env) return out;
   const std::string pid_text = pid_env ? pid_env : "", fds_text = fds_env ? fds_env : "";
   const char* names_env = std::getenv("LISTEN_FDNAMES");
   const std::string names_text = names_env ? names_env : "";
   const bool has_names = names_env != nullptr;
   UnsetOnExit unset;
-  if (!pid_env || !fds_env) return -1;
+  if (!pid_env || !fds_env) return out;
   long pid = 0;
   if (!parse_number(pid_text, pid) || pid <= 0) return bad_env("LISTEN_PID", pid_text, "not a process id");
   if (pid != ::getpid()) {
@@ -141,31 +157,47 @@ Result<int> inherited_listen_socket(std::string_view name) {
       say_line("fastrestart: LISTEN_PID=" + pid_text + " is not this process (pid " + std::to_string(::getpid()) +
                "): the passed socket (LISTEN_FDS) is another process's; not using it (a wrapper "
                "between the supervisor and the engine must exec it, not fork)");
-    return -1;
+    return out;
   }
   int count = 0;
   if (!parse_number(fds_text, count) || count < 0) return bad_env("LISTEN_FDS", fds_text, "not a descriptor count");
-  if (count == 0) return -1;
-  int index = 0;
+  if (count == 0) return out;
+  std::vector<int> index(names.size(), -1);
   if (has_names) {
-    const auto names = split_names(names_text);
-    if (static_cast<int>(names.size()) != count)
-      return bad_env("LISTEN_FDNAMES", names_text, std::to_string(names.size()) + " names for LISTEN_FDS=" + fds_text);
-    if (!name.empty()) {
-      index = -1;
-      for (int i = 0; i < count; ++i)
-        if (names[static_cast<size_t>(i)] == name) index = i;
-      if (index < 0) return -1;
+    const auto passed = split_names(names_text);
+    if (static_cast<int>(passed.size()) != count)
+      return bad_env("LISTEN_FDNAMES", names_text, std::to_string(passed.size()) + " names for LISTEN_FDS=" + fds_text);
+    size_t k = 0;
+    for (std::string_view name : names) {
+      if (name.empty()) index[k] = 0;
+      for (int i = 0; i < count && !name.empty(); ++i)
+        if (passed[static_cast<size_t>(i)] == name) index[k] = i;
+      ++k;
     }
-  } else if (!name.empty() && count > 1) {
-    return -1;
+  } else if (names.begin()->empty() || count == 1) {
+    index[0] = 0;
   }
-  const int fd = kListenFdsStart + index;
-  if (auto why = not_a_tcp_listener(fd); !why.empty()) return bad_env("LISTEN_FDS", fds_text, why);
-  const int flags = ::fcntl(fd, F_GETFD);
-  if (flags < 0 || ::fcntl(fd, F_SETFD, flags | FD_CLOEXEC) != 0)
-    return Error{Errc::kIo, "descriptor " + std::to_string(fd) + ": setting close-on-exec: " + std::strerror(errno)};
-  return fd;
+  for (size_t k = 0; k < names.size(); ++k) {
+    if (index[k] < 0) continue;
+    auto fd = checked(kListenFdsStart + index[k], fds_text);
+    if (!fd) return fd.error();
+    out[k] = *fd;
+  }
+  return out;
+}
+
+}  // namespace
+
+Result<int> inherited_listen_socket(std::string_view name) {
+  auto fds = take_sockets({name});
+  if (!fds) return fds.error();
+  return (*fds)[0];
+}
+
+Result<InheritedSockets> inherited_listen_sockets() {
+  auto fds = take_sockets({kListenFdName, kProbeFdName});
+  if (!fds) return fds.error();
+  return InheritedSockets{(*fds)[0], (*fds)[1]};
 }
 
 }  // namespace fastrestart

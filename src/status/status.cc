@@ -293,7 +293,7 @@ json to_json(const SupervisorStatus& s) {
   if (s.engine) {
     const EngineStatus& e = *s.engine;
     engine = {{"pid", e.pid}, {"uptime_s", e.uptime_s}, {"path", e.path}, {"snapshot_id", e.snapshot_id},
-              {"flags", e.flags}, {"running", e.running}};
+              {"flags", e.flags}, {"running", e.running}, {"readiness_endpoint", e.readiness_endpoint}};
     if (!e.vllm.is_null()) engine["vllm"] = e.vllm;
   }
   json daemons = json::array();
@@ -347,6 +347,7 @@ Result<SupervisorStatus> supervisor_status_from_json(const json& j, const std::s
     FR_TRY(field(*it, "snapshot_id", ew, e.snapshot_id));
     FR_TRY(field(*it, "flags", ew, e.flags));
     FR_TRY(field(*it, "running", ew, e.running));
+    FR_TRY(field(*it, "readiness_endpoint", ew, e.readiness_endpoint));
     if (auto v = it->find("vllm"); v != it->end()) {
       if (!v->is_object() && !v->is_null()) return json_fields::bad(ew + ".vllm", "not an object");
       e.vllm = *v;

@@ -28,6 +28,9 @@ struct EngineStatus {
   std::string snapshot_id;
   std::vector<std::string> flags;  // redacted
   bool running = false;
+  // Where fastrestartd's readiness and health checks reach it: "private 127.0.0.1:N" (its private endpoint,
+  // docs/listen-socket.md), "public", or "public (why not private)".
+  std::string readiness_endpoint;
   nlohmann::json vllm;  // engine.kind = vllm: what the engine reported; null (omitted) for other kinds
 };
 

@@ -108,9 +108,15 @@ Result<Spawned> spawn_child(const SpawnSpec& spec) {
   const bool passes_listen = spec.listen_fd >= 0;
   if (passes_listen && spec.pass_fd == kListenFdsStart)
     return make_error(Errc::kInvalidArgument, "cannot run " + spec.argv[0] + ": descriptor 3 is both the listening socket and the passed descriptor");
+  const bool passes_probe = passes_listen && spec.probe_fd >= 0;
+  if (passes_probe && spec.pass_fd == kListenFdsStart + 1)
+    return make_error(Errc::kInvalidArgument, "cannot run " + spec.argv[0] + ": descriptor 4 is both the private endpoint and the passed descriptor");
+  if (passes_probe && spec.new_pid_namespace)
+    return make_error(Errc::kInvalidArgument, "cannot run " + spec.argv[0] + ": a snapshottable engine gets no private endpoint");
   char listen_pid[32] = "LISTEN_PID=";
   constexpr size_t kListenPidPrefix = sizeof "LISTEN_PID=" - 1;
-  const std::string listen_fds = "LISTEN_FDS=1", listen_names = "LISTEN_FDNAMES=" + spec.listen_fd_name;
+  const std::string listen_fds = passes_probe ? "LISTEN_FDS=2" : "LISTEN_FDS=1",
+                    listen_names = "LISTEN_FDNAMES=" + spec.listen_fd_name + (passes_probe ? ":" + spec.probe_fd_name : "");
   for (const auto& e : env)
     if (!passes_listen || !is_supervisor_var(e)) envp.push_back(const_cast<char*>(e.c_str()));
   if (passes_listen) {
@@ -190,26 +196,39 @@ Result<Spawned> spawn_child(const SpawnSpec& spec) {
     if (passes_listen) {
       // fd 3 becomes the listening socket: the exec-error pipe moves off it first (the other pipe ends are
       // copies already made, or close-on-exec).
-      if (err_fd == kListenFdsStart) {
-        const int moved = ::fcntl(err_fd, F_DUPFD_CLOEXEC, kListenFdsStart + 1);
+      // With the private endpoint, fd 4 is taken too: the pipe and the endpoint's descriptor move above it.
+      const int last = passes_probe ? kListenFdsStart + 1 : kListenFdsStart;
+      if (err_fd <= last && err_fd >= kListenFdsStart) {
+        const int moved = ::fcntl(err_fd, F_DUPFD_CLOEXEC, last + 1);
         if (moved < 0) _exit(127);
         err_fd = moved;
       }
+      int probe_fd = spec.probe_fd;
+      if (passes_probe && probe_fd == kListenFdsStart && (probe_fd = ::fcntl(probe_fd, F_DUPFD_CLOEXEC, last + 1)) < 0)
+        fail(kStepListenFd);
       if (spec.listen_fd != kListenFdsStart) {
         if (::dup2(spec.listen_fd, kListenFdsStart) < 0) fail(kStepListenFd);  // the copy is not close-on-exec
       } else if (::fcntl(kListenFdsStart, F_SETFD, 0) != 0) {
         fail(kStepListenFd);
       }
+      if (passes_probe) {
+        if (probe_fd != kListenFdsStart + 1) {
+          if (::dup2(probe_fd, kListenFdsStart + 1) < 0) fail(kStepListenFd);
+        } else if (::fcntl(probe_fd, F_SETFD, 0) != 0) {
+          fail(kStepListenFd);
+        }
+      }
       write_decimal(listen_pid + kListenPidPrefix, static_cast<long>(::getpid()));
     }
-    // A child holds exactly what it is given: 0, 1, 2, the descriptor passed on purpose (spec.pass_fd) and
-    // the listening socket at fd 3. Anything else open here came from fastrestartd's own parent without
+    // A child holds exactly what it is given: 0, 1, 2, the descriptor passed on purpose (spec.pass_fd), the
+    // listening socket at fd 3 and the private endpoint at fd 4. Anything else open here came from fastrestartd's own parent without
     // close-on-exec (a shell's or a test runner's descriptors, a socket) or from a library of ours, and
     // would be held by every engine and daemon: a file never closed, a port never freed, and for a
     // snapshottable engine files CRIU's restore would depend on. The exec-error pipe (close-on-exec) stays
     // open until exec.
-    const int keep[3] = {err_fd, spec.pass_fd, passes_listen ? kListenFdsStart : -1};
-    close_fds_except(keep, 3);
+    const int keep[4] = {err_fd, spec.pass_fd, passes_listen ? kListenFdsStart : -1,
+                         passes_probe ? kListenFdsStart + 1 : -1};
+    close_fds_except(keep, 4);
     if (spec.pass_fd >= 0 && ::fcntl(spec.pass_fd, F_SETFD, 0) != 0) fail(kStepPassFd);
     if (!spec.working_dir.empty() && ::chdir(spec.working_dir.c_str()) != 0) fail(kStepChdir);
     ::execve(prog.c_str(), argv.data(), envp.data());
@@ -229,7 +248,7 @@ Result<Spawned> spawn_child(const SpawnSpec& spec) {
     if (failure.step == kStepSlave) why = "making the mounts of its mount namespace slaves: " + why;
     if (failure.step == kStepProc) why = "mounting /proc for its PID namespace: " + why;
     if (failure.step == kStepPassFd) why = "passing it descriptor " + std::to_string(spec.pass_fd) + ": " + why;
-    if (failure.step == kStepListenFd) why = "passing it the listening socket as descriptor 3: " + why;
+    if (failure.step == kStepListenFd) why = std::string("passing it the listening socket as descriptor 3") + (passes_probe ? " and its private endpoint as 4" : "") + ": " + why;
     return make_error(Errc::kInvalidArgument, "cannot run " + spec.argv[0] + ": " + why);
   }
   Spawned s;

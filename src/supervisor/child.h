@@ -35,6 +35,11 @@ struct SpawnSpec {
   // pass_fd must not be 3 then (an error). -1: none, and no LISTEN_* variable reaches the child.
   int listen_fd = -1;
   std::string listen_fd_name;
+  // With listen_fd: a second listening socket, the engine's private endpoint (docs/listen-socket.md,
+  // "The private endpoint"), passed as fd 4: LISTEN_FDS=2, LISTEN_FDNAMES=<listen_fd_name>:<probe_fd_name>.
+  // Close-on-exec in the caller like listen_fd; pass_fd must not be 4 then, nor new_pid_namespace set (errors). -1: none.
+  int probe_fd = -1;
+  std::string probe_fd_name;
 };
 
 struct Spawned {

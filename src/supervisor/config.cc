@@ -299,6 +299,7 @@ constexpr const char* kStartPaths[] = {"snapshot", "warm", "cold", "standby"};
 constexpr const char* kStandbyLevels[] = {"pre_gpu", "warmed"};
 constexpr const char* kLevels[] = {"trace", "debug", "info", "warn", "error"};
 constexpr const char* kListens[] = {"engine", "supervisor"};
+constexpr const char* kEndpoints[] = {"public", "private"};
 
 Status set_gpus(const Value& v, Config& c) {
   auto arr = v.node().as_array();
@@ -455,6 +456,7 @@ const KeySpec kReadinessKeys[] = {
     FR_KEY("check_interval_s", FR_ASSIGN(c.readiness.check_interval_s, v.positive())),
     FR_KEY("check_timeout_s", FR_ASSIGN(c.readiness.check_timeout_s, v.positive())),
     FR_KEY("hang_after_failures", FR_ASSIGN(c.readiness.hang_after_failures, v.int_at_least(1))),
+    FR_KEY("endpoint", FR_ASSIGN(size_t k, v.choice(kEndpoints)); c.readiness.endpoint = static_cast<ReadinessEndpoint>(k)),
 };
 
 const KeySpec kRestartKeys[] = {
@@ -581,6 +583,12 @@ Status check_cross_fields(const Config& c, const Lines& lines) {
     return fail_at(c.path, lines.first({"readiness.prompt", "readiness"}), "readiness.prompt",
                    "must not be empty: engines refuse a completion without a prompt (HTTP 400), so readiness would "
                    "never pass; set a prompt, or readiness.request_path = \"\" for a health-only check");
+  }
+  if (c.readiness.endpoint == ReadinessEndpoint::kPrivate && c.engine.listen != EngineListen::kSupervisor) {
+    return fail_at(c.path, lines.first({"readiness.endpoint", "readiness"}), "readiness.endpoint",
+                   "\"private\" needs engine.listen = \"supervisor\" (the private endpoint is passed beside the "
+                   "listening socket fastrestartd owns), got engine.listen = \"" +
+                       std::string(engine_listen_name(c.engine.listen)) + "\"");
   }
   const auto& start = c.restart.start;
   if (std::find(start.begin(), start.end(), StartPath::kSnapshot) != start.end()) {
@@ -781,6 +789,7 @@ std::string address_change(const EngineConfig& running, const EngineConfig& next
 }
 
 const char* engine_listen_name(EngineListen l) { return kListens[static_cast<int>(l)]; }
+const char* readiness_endpoint_name(ReadinessEndpoint e) { return kEndpoints[static_cast<int>(e)]; }
 const char* standby_level_name(StandbyLevel l) { return kStandbyLevels[static_cast<int>(l)]; }
 
 }  // namespace fr::supervisor

@@ -42,6 +42,9 @@ enum class StandbyLevel { kPreGpu, kWarmed };
 
 enum class EngineListen { kEngine, kSupervisor };
 const char* engine_listen_name(EngineListen l);
+// Where readiness and health checks reach the engine (docs/listen-socket.md, "The private endpoint").
+enum class ReadinessEndpoint { kPublic, kPrivate };
+const char* readiness_endpoint_name(ReadinessEndpoint e);
 
 struct EngineConfig {
   std::vector<std::string> command;            // argv: program and its base arguments (required)
@@ -104,6 +107,9 @@ struct ReadinessConfig {
   double check_interval_s = 5;                 // while running: /health liveness
   double check_timeout_s = 5;
   int hang_after_failures = 3;                 // consecutive failed checks -> hung -> restart
+  // Public: engine.host:engine.port, the clients' port. Private (needs engine.listen = "supervisor"): a
+  // loopback socket fastrestartd opens per engine process and passes as fd 4, which clients never queue on.
+  ReadinessEndpoint endpoint = ReadinessEndpoint::kPublic;
 };
 
 struct RestartConfig {

@@ -37,6 +37,10 @@ struct Engine : SupervisedChild {
   double attach_since_unix = 0;  // attach records by its pid from this time on are its own (a standby attached early)
   std::string standby_level;     // released from a standby parked at this level
   std::optional<status::ArenaOutcomeStatus> arena;  // its `fastrestart-arena:` line, once it printed one
+  // Where its readiness and health checks go (private_endpoint.h): its private endpoint's port, or 0 for
+  // the public port; `endpoint_note` says which in status ("private 127.0.0.1:N", "public (why)").
+  uint16_t probe_port = 0;
+  std::string endpoint_note = "public";
 };
 
 }  // namespace fr::supervisor

@@ -57,6 +57,7 @@ bool print_status(const json& j) {
     const fr::status::EngineStatus& e = *s.engine;
     std::printf("%-18s pid %lld, up %.1f s, path %s\n", "engine", static_cast<long long>(e.pid), e.uptime_s,
                 e.path.c_str());
+    if (!e.readiness_endpoint.empty()) std::printf("%-18s %s\n", "checks", e.readiness_endpoint.c_str());
     if (e.vllm.is_object()) {
       const json& v = e.vllm;
       auto field = [&](const char* k) {

@@ -35,6 +35,7 @@ ProbeResult probe_health(const std::string& host, uint16_t port, const Readiness
   r.seconds = since(t0);
   if (!res) {
     r.detail = "GET " + rc.health_path + ": " + httplib::to_string(res.error());
+    r.unanswered = r.seconds >= 0.9 * timeout_s;
     return r;
   }
   if (res->status != 200) {
@@ -53,10 +54,12 @@ ProbeResult probe_readiness(const std::string& host, uint16_t port, const Readin
   nlohmann::json body{{"prompt", rc.prompt}, {"max_tokens", rc.max_tokens}, {"temperature", 0}};
   if (!rc.model.empty()) body["model"] = rc.model;
   auto c = make_client(host, port, timeout_s);
+  const auto t1 = std::chrono::steady_clock::now();
   auto res = c.Post(rc.request_path, body.dump(), "application/json");
   r.seconds = since(t0);
   if (!res) {
     r.detail = "POST " + rc.request_path + ": " + httplib::to_string(res.error());
+    r.unanswered = since(t1) >= 0.9 * timeout_s;
     return r;
   }
   const double took = r.seconds;

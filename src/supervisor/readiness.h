@@ -15,6 +15,9 @@ struct ProbeResult {
   bool health_ok = false;  // /health answered 200 (for liveness checks)
   std::string detail;      // why not, or the completion text
   double seconds = 0;
+  // No answer within the whole timeout: the request waited (in an accept queue, or in an engine that
+  // accepted but did not answer). A probe sent again at once cannot spin: each one waits its timeout.
+  bool unanswered = false;
 };
 
 // GET health_path, then POST request_path with the prompt. `timeout_s` bounds each request.

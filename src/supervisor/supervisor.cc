@@ -23,6 +23,7 @@
 #include "supervisor/engine_progress.h"
 #include "supervisor/flags.h"
 #include "supervisor/listen_socket.h"
+#include "supervisor/private_endpoint.h"
 #include "supervisor/readiness.h"
 #include "supervisor/redaction.h"
 #include "supervisor/start/walk.h"
@@ -343,6 +344,8 @@ Status Supervisor::spawn_engine(StartPath expected) {
   spec.new_pid_namespace = m_snapshots->wanted();
   if (!m_cfg.engine.cgroup.empty()) spec.cgroup_procs = m_cfg.engine.cgroup + "/cgroup.procs";
   e.in_pid_ns = spec.new_pid_namespace;
+  // Closed when this function returns: from then on the engine alone holds its private endpoint.
+  const UniqueFd endpoint = prepare_private_endpoint(m_cfg, spec, e);
   e.oom_before = m_oom.read();
   e.spawned_at = m_loop.now_s();
   e.attach_since_unix = static_cast<double>(std::time(nullptr));
@@ -423,8 +426,10 @@ bool Supervisor::probe_engine(bool full, std::function<void(ProbeResult)> on_res
   if (!wanted() || m_probe_in_flight) return false;
   m_probe_in_flight = true;
   const pid_t pid = m_engine->pid;
-  auto host = m_cfg.engine.host;
-  auto port = m_cfg.engine.port;
+  // Its private endpoint when it has one: never behind the clients' requests in the public accept queue.
+  const bool private_endpoint = m_engine->probe_port != 0;
+  auto host = private_endpoint ? std::string(kProbeHost) : m_cfg.engine.host;
+  auto port = private_endpoint ? m_engine->probe_port : m_cfg.engine.port;
   auto rc = m_cfg.readiness;
   if (rc.model.empty()) rc.model = readiness_model();  // vLLM: the served name, else it answers 404
   run_in_pool<ProbeResult>(
@@ -456,7 +461,10 @@ void Supervisor::poll_readiness() {
       m_last_extend = m_loop.now_s();
       m_notify->notify("EXTEND_TIMEOUT_USEC=" + std::to_string(static_cast<uint64_t>(kExtendEveryS * 3e6)));
     }
-    m_poll_timer.start(readiness_poll_interval(), [this] { poll_readiness(); });
+    // A probe that waited out its timeout on the private endpoint waited in its queue: the next one goes at
+    // once, so that one is always waiting there when the engine starts accepting (READY follows at once).
+    const bool waiting = r.unanswered && m_engine->probe_port != 0;
+    m_poll_timer.start(waiting ? 0.0 : readiness_poll_interval(), [this] { poll_readiness(); });
   });
   // A probe still in flight is of the engine before this one: a health check of an engine that died
   // while its connection waited in the queue of a socket fastrestartd owns, answered only once the next

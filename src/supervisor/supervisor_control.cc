@@ -247,6 +247,7 @@ json Supervisor::status_json() {
     e.snapshot_id = m_engine->snapshot_id;
     e.flags = m_engine->flags.redacted();
     e.running = !m_engine->exited;
+    e.readiness_endpoint = m_engine->endpoint_note;
     e.vllm = m_engine->report->to_json();  // the kind's own report (null for generic)
     st.engine = std::move(e);
   }

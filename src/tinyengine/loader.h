@@ -120,9 +120,13 @@ Result<std::shared_ptr<void>> start_snapshot_agent(const LoadedModel& m, const K
 // Exits the process when told to exit or when fastrestartd is gone.
 Result<bool> standby_gate(const std::string& level);
 bool is_standby();
-// The listening socket a supervisor handed down (LISTEN_FDS; docs/listen-socket.md) through engine_loader:
-// the descriptor, or -1 when none was passed (also in a build without engine_loader).
-Result<int> inherited_listen_socket();
+// The listening sockets a supervisor handed down (LISTEN_FDS; docs/listen-socket.md) through engine_loader:
+// the public one and the private endpoint, each -1 when not passed (both in a build without engine_loader).
+struct InheritedSockets {
+  int serve = -1;
+  int probe = -1;
+};
+Result<InheritedSockets> inherited_listen_sockets();
 // The socket of the weight daemon `options.device` attaches through.
 Result<std::string> daemon_socket_of(const LoadOptions& options);
 

@@ -124,7 +124,11 @@ Result<KvArenaLease> lease_kv_arena(uint64_t bytes, double wait_s, const LoadOpt
   return out;
 }
 
-Result<int> inherited_listen_socket() { return fastrestart::inherited_listen_socket(); }
+Result<InheritedSockets> inherited_listen_sockets() {
+  auto r = fastrestart::inherited_listen_sockets();
+  if (!r) return r.error();
+  return InheritedSockets{r->serve, r->probe};
+}
 
 Result<std::shared_ptr<void>> start_snapshot_agent(const LoadedModel& m, const KvArenaLease* kv_arena,
                                                    std::function<Status()> quiesce, std::function<Status()> resume) {

@@ -28,7 +28,7 @@ Result<KvArenaLease> lease_kv_arena(uint64_t, double, const LoadOptions&) {
 
 Result<bool> standby_gate(const std::string&) { return false; }
 bool is_standby() { return false; }
-Result<int> inherited_listen_socket() { return -1; }
+Result<InheritedSockets> inherited_listen_sockets() { return InheritedSockets{}; }
 
 Result<std::shared_ptr<void>> start_snapshot_agent(const LoadedModel&, const KvArenaLease*, std::function<Status()>,
                                                    std::function<Status()>) {

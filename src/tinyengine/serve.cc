@@ -169,12 +169,13 @@ int run_serve(const ServeOptions& o) {
   if (o.tp_rank > 0) return run_tp_worker(o);  // a rank rank 0 started: no HTTP, no gates
   // A listening socket handed down by the supervisor (docs/listen-socket.md), taken before any child or
   // thread exists: the variables are gone and the descriptor close-on-exec for what this process starts.
-  auto inherited = inherited_listen_socket();
+  auto inherited = inherited_listen_sockets();
   if (!inherited) {
     spdlog::error("listening socket: {}", inherited.error().message);
     return kExitFailure;
   }
-  const int passed_fd = *inherited;
+  const int passed_fd = inherited->serve;
+  const int probe_fd = passed_fd >= 0 ? inherited->probe : -1;
   const auto& f = o.faults;
   if (f.any()) spdlog::warn("fault injection is on (test option)");
   int worker = 0;
@@ -197,6 +198,10 @@ int run_serve(const ServeOptions& o) {
   const auto listen = [&](const char* what) {
     if (passed_fd >= 0) {
       if (auto s = server.adopt(passed_fd); !s) return s;
+      if (probe_fd >= 0) {
+        if (auto s = server.adopt_probe(probe_fd); !s) return s;
+        spdlog::info("holding the private endpoint passed as fd {}: fastrestartd's checks, accepted once ready", probe_fd);
+      }
       listening = true;
       if (!o.port_file.empty()) write_port_file(o.port_file, server.port());
       spdlog::info("holding the listening socket passed as fd {} (port {}; {}): accepting once ready", passed_fd,

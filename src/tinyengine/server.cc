@@ -129,7 +129,7 @@ EngineServer::EngineServer(const ServeOptions& options)
     int yes = 1;
     ::setsockopt(sock, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof yes);
   });
-  routes();
+  routes(*m_server);
 }
 
 EngineServer::~EngineServer() {
@@ -137,12 +137,18 @@ EngineServer::~EngineServer() {
     stop_accepting();
     m_listener.join();
   }
+  if (m_probe_listener.joinable()) {
+    static_cast<SharedSocketServer&>(*m_probe).release();
+    m_probe_listener.join();
+  }
   if (m_adopted_fd >= 0) ::close(m_adopted_fd);
+  if (m_probe_fd >= 0) ::close(m_probe_fd);
 }
 
 void EngineServer::stop_accepting() {
   if (m_adopted_fd >= 0) static_cast<SharedSocketServer&>(*m_server).release();
   else m_server->stop();
+  if (m_probe) static_cast<SharedSocketServer&>(*m_probe).release();
 }
 
 std::string EngineServer::model_name() const {
@@ -174,7 +180,27 @@ Status EngineServer::adopt(int fd) {
   return {};
 }
 
+Status EngineServer::adopt_probe(int fd) {
+  auto probe = std::make_unique<SharedSocketServer>();
+  // Only fastrestartd's checks come here, one at a time (two: a check a timeout left behind).
+  probe->new_task_queue = [] { return new httplib::ThreadPool(2); };
+  probe->set_idle_interval(0, kAdoptedIdleUsec);
+  probe->adopt(fd);
+  m_probe = std::move(probe);
+  m_probe_fd = fd;
+  routes(*m_probe);
+  return {};
+}
+
 void EngineServer::start() {
+  // The private endpoint first: fastrestartd's readiness request is answered no later than a client's.
+  if (m_probe)
+    m_probe_listener = std::thread([this] {
+      m_probe->listen_after_bind();
+      std::lock_guard lk(m_done_mutex);
+      m_probe_done = true;
+      m_done_cv.notify_all();
+    });
   m_listener = std::thread([this] {
     m_server->listen_after_bind();
     std::lock_guard lk(m_done_mutex);
@@ -198,12 +224,17 @@ bool EngineServer::stop(double grace_s) {
   // An adopted socket stays listening: connections that arrive from here on wait for the next engine.
   stop_accepting();
   std::unique_lock lk(m_done_mutex);
-  const bool done = m_done_cv.wait_for(lk, std::chrono::duration<double>(grace_s), [this] { return m_listen_done; });
+  const bool done = m_done_cv.wait_for(lk, std::chrono::duration<double>(grace_s),
+                                       [this] { return m_listen_done && (!m_probe_listener.joinable() || m_probe_done); });
   lk.unlock();
   if (done) {
     m_listener.join();
+    if (m_probe_listener.joinable()) m_probe_listener.join();
     if (m_adopted_fd >= 0) ::close(std::exchange(m_adopted_fd, -1));
+    if (m_probe_fd >= 0) ::close(std::exchange(m_probe_fd, -1));
   } else {
+    if (m_probe_listener.joinable()) m_probe_listener.detach();
+    m_probe_fd = -1;
     m_listener.detach();  // a worker is stuck (the hang fault); the caller exits anyway
     m_adopted_fd = -1;    // the detached loop may still look at it: left to the exit
   }
@@ -350,8 +381,7 @@ std::pair<int, json> EngineServer::complete(const std::string& body) {
   return {200, out};
 }
 
-void EngineServer::routes() {
-  auto& s = *m_server;
+void EngineServer::routes(httplib::Server& s) {
   s.Get("/health", [this](const httplib::Request&, httplib::Response& res) {
     block_if_hung();
     const State st = m_state;

@@ -42,6 +42,11 @@ class EngineServer {
   // The socket is shared with the supervisor: stop() stops accepting on it without shutdown(2) (which
   // would end its listening for every holder) and closes only this process's descriptor.
   Status adopt(int fd);
+  // Also serves on `fd`, the private endpoint fastrestartd passed beside the public socket
+  // (docs/listen-socket.md, "The private endpoint"): the same routes, on a server of its own with its own
+  // workers, so fastrestartd's checks never wait behind the clients' requests. start() starts accepting
+  // on it first; stop() stops it like the adopted socket.
+  Status adopt_probe(int fd);
   int port() const { return m_port; }
   State state() const { return m_state; }
   // Starts the listening thread.
@@ -73,7 +78,7 @@ class EngineServer {
   std::pair<int, nlohmann::json> complete(const std::string& body);
 
  private:
-  void routes();
+  void routes(httplib::Server& s);
   void block_if_hung() const;
   std::string model_name() const;
 
@@ -85,6 +90,10 @@ class EngineServer {
   bool m_listen_done = false;
   int m_port = 0;
   int m_adopted_fd = -1;  // adopt(); closed by stop() once nothing accepts on it
+  std::unique_ptr<httplib::Server> m_probe;  // adopt_probe()
+  std::thread m_probe_listener;
+  bool m_probe_done = false;
+  int m_probe_fd = -1;
   void stop_accepting();  // httplib's stop(), or for an adopted socket a stop that leaves it listening
   std::atomic<State> m_state{State::kLoading};
   TpGroup* m_tp = nullptr;

@@ -77,6 +77,44 @@ std::string take() {
   return s + (gone ? " unset" : " still-set");
 }
 
+// The public socket and the private endpoint (readiness.endpoint = "private") in one call: descriptors 3
+// and 4 by their names, either order; the one-name call still finds the public socket; the C ABI agrees.
+TEST(ListenSocket, TakesTheSocketAndThePrivateEndpointTogether) {
+  UniqueFd l = tcp_socket(true), probe = tcp_socket(true), closed = tcp_socket(false);
+  const int probe_fd = probe.get(), closed_fd = closed.get();
+  auto both = [](int at4) {
+    return [at4] {
+      if (at4 >= 0) ::dup2(at4, 4);
+      auto r = fastrestart::inherited_listen_sockets();
+      if (!r.ok()) return "error: " + r.error().message;
+      const bool gone = !std::getenv("LISTEN_PID") && !std::getenv("LISTEN_FDS") && !std::getenv("LISTEN_FDNAMES");
+      return "serve=" + std::to_string(r->serve) + " probe=" + std::to_string(r->probe) +
+             ((::fcntl(4, F_GETFD) & FD_CLOEXEC) ? " cloexec" : " inheritable") + (gone ? " unset" : " still-set");
+    };
+  };
+  EXPECT_EQ(in_child(l.get(), "", "2", "fastrestart-engine:fastrestart-probe", both(probe_fd)), "serve=3 probe=4 cloexec unset");
+  EXPECT_EQ(in_child(l.get(), "", "2", "fastrestart-probe:fastrestart-engine", both(probe_fd)), "serve=4 probe=3 cloexec unset");
+  // Only the public socket passed: no endpoint.
+  EXPECT_EQ(in_child(l.get(), "", "1", "fastrestart-engine", both(-1)).substr(0, 17), "serve=3 probe=-1 ");
+  // An endpoint that is no listening socket is an error naming it.
+  EXPECT_EQ(in_child(l.get(), "", "2", "fastrestart-engine:fastrestart-probe", both(closed_fd)),
+            "error: LISTEN_FDS=2: descriptor 4 is not listening");
+  // The one-name call of an engine that knows nothing of the endpoint still finds its socket.
+  EXPECT_EQ(in_child(l.get(), "", "2", "fastrestart-engine:fastrestart-probe", [probe_fd] {
+              ::dup2(probe_fd, 4);
+              return take();
+            }),
+            "fd=3 cloexec unset");
+  EXPECT_EQ(in_child(l.get(), "", "2", "fastrestart-engine:fastrestart-probe", [probe_fd] {
+              ::dup2(probe_fd, 4);
+              int serve = -2, p = -2;
+              char err[256];
+              const int rc = fr_listen_sockets(&serve, &p, err, sizeof err);
+              return std::to_string(rc) + " " + std::to_string(serve) + " " + std::to_string(p);
+            }),
+            "0 3 4");
+}
+
 TEST(ListenSocket, TakesTheSocketPassedAsDescriptor3) {
   UniqueFd l = tcp_socket(true);
   EXPECT_EQ(in_child(l.get(), "", "1", "fastrestart-engine", take), "fd=3 cloexec unset");

@@ -3,6 +3,7 @@
 // is still the host's, and a failed step before exec is an error that names the step.
 #include "supervisor/child.h"
 #include "supervisor/listen_socket.h"
+#include "supervisor/private_endpoint.h"
 
 #include <fcntl.h>
 #include <sys/stat.h>
@@ -146,7 +147,45 @@ TEST(SpawnChild, AChildHoldsOnlyItsOwnDescriptors) {
     EXPECT_EQ(child_fds(spec), (std::set<int>{0, 1, 2, 3, 9})) << "pid namespace: " << pid_ns;
     spec.pass_fd = -1;
     EXPECT_EQ(child_fds(spec), (std::set<int>{0, 1, 2, 3})) << "pid namespace: " << pid_ns;
+    if (pid_ns) continue;  // a snapshottable engine gets no private endpoint
+    auto e = open_private_endpoint();
+    ASSERT_TRUE(e.ok()) << e.error().message;
+    spec.probe_fd = e->fd.get();
+    EXPECT_EQ(child_fds(spec), (std::set<int>{0, 1, 2, 3, 4})) << "with the private endpoint";
   }
+}
+
+// readiness.endpoint = "private": the private endpoint arrives as descriptor 4 beside the socket at 3, with
+// LISTEN_FDS=2 and both names; a gate at 4 is refused, and so is an endpoint for a snapshottable engine.
+TEST(SpawnChild, ThePrivateEndpointArrivesAsDescriptor4) {
+  auto l = ListenSocket::open("127.0.0.1", 0, 16);
+  ASSERT_TRUE(l.ok()) << l.error().message;
+  auto e = open_private_endpoint();
+  ASSERT_TRUE(e.ok()) << e.error().message;
+  struct stat st {};
+  ASSERT_EQ(::fstat(e->fd.get(), &st), 0);
+  SpawnSpec spec;
+  spec.argv = {"/bin/sh", "-c", "echo fds=$LISTEN_FDS names=$LISTEN_FDNAMES; readlink /proc/self/fd/3 /proc/self/fd/4"};
+  spec.listen_fd = l->fd();
+  spec.listen_fd_name = "fastrestart-engine";
+  spec.probe_fd = e->fd.get();
+  spec.probe_fd_name = kProbeFdName;
+  auto s = spawn_child(spec);
+  ASSERT_TRUE(s.ok()) << s.error().message;
+  const std::string out = run_to_end(*s);
+  EXPECT_NE(out.find("fds=2 names=fastrestart-engine:fastrestart-probe\nsocket:[" + std::to_string(l->inode()) +
+                     "]\nsocket:[" + std::to_string(st.st_ino) + "]\n"),
+            std::string::npos) << out;
+  spec.pass_fd = 4;
+  s = spawn_child(spec);
+  ASSERT_FALSE(s.ok());
+  EXPECT_NE(s.error().message.find("descriptor 4 is both the private endpoint and the passed descriptor"), std::string::npos)
+      << s.error().message;
+  spec.pass_fd = -1;
+  spec.new_pid_namespace = true;
+  s = spawn_child(spec);
+  ASSERT_FALSE(s.ok());
+  EXPECT_NE(s.error().message.find("a snapshottable engine gets no private endpoint"), std::string::npos) << s.error().message;
 }
 
 // The standby's gate and the listening socket cannot both be descriptor 3.

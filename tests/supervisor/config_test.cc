@@ -299,6 +299,22 @@ TEST(ConfigError, EngineListenKeysAreChecked) {
   expect_error(head + "listen_backlog = 70000\n" + tail, 3, "engine.listen_backlog");
 }
 
+// readiness.endpoint (docs/listen-socket.md, "The private endpoint"): public by default; private only
+// where fastrestartd owns the listening socket (the endpoint is passed beside it).
+TEST(Config, ReadinessEndpoint) {
+  auto d = parse(kMinimal);
+  ASSERT_TRUE(d.ok()) << d.error().message;
+  EXPECT_EQ(d->readiness.endpoint, ReadinessEndpoint::kPublic);
+  auto r = parse("[engine]\ncommand = [\"x\"]\nlisten = \"supervisor\"\n[weights]\nmode = \"off\"\n"
+                 "[readiness]\nendpoint = \"private\"\n");
+  ASSERT_TRUE(r.ok()) << r.error().message;
+  EXPECT_EQ(r->readiness.endpoint, ReadinessEndpoint::kPrivate);
+  EXPECT_STREQ(readiness_endpoint_name(ReadinessEndpoint::kPrivate), "private");
+  const std::string head = "[engine]\ncommand = [\"x\"]\n[weights]\nmode = \"off\"\n[readiness]\n";
+  expect_error(head + "endpoint = \"loopback\"\n", 6, "readiness.endpoint", {"public", "private"});
+  expect_error(head + "endpoint = \"private\"\n", 6, "readiness.endpoint", {"needs engine.listen = \"supervisor\""});
+}
+
 // A restored snapshot gets fastrestartd's socket like any other start (docs/listen-socket.md, "Snapshots").
 TEST(Config, SnapshotWithTheSupervisorsListeningSocketIsValid) {
   auto r = parse("[engine]\ncommand = [\"x\"]\nlisten = \"supervisor\"\n[weights]\nmode = \"off\"\n"

@@ -12,6 +12,7 @@
 
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <cerrno>
 #include <filesystem>
 #include <fstream>
@@ -37,6 +38,7 @@ struct Options {
   std::vector<std::string> command;   // replaces the tiny engine's command
   int crash_loop_limit = 50;
   double check_timeout_s = 0.5;       // readiness.check_timeout_s
+  std::string endpoint;               // readiness.endpoint; empty: the default
 };
 
 // connect(2) to 127.0.0.1:port: 0 when it connected (the socket is returned in *out), else the errno.
@@ -72,6 +74,7 @@ class ListenSocketTest : public ::testing::Test {
     f << "port = " << m_port << "\nstop_grace_s = 3\nlisten = \"supervisor\"\nlisten_backlog = 64\n"
       << "[weights]\nbackend = \"host\"\ncheckpoint = \"" << (m_dir / "model") << "\"\nsocket_dir = \"" << run << "\"\n"
       << "[readiness]\nmodel = \"t\"\npoll_interval_s = 0.05\ncheck_interval_s = 0.3\ncheck_timeout_s = " << o.check_timeout_s << "\n"
+      << (o.endpoint.empty() ? "" : "endpoint = \"" + o.endpoint + "\"\n")
       << "[restart]\nbackoff_initial_s = 0.05\nbackoff_max_s = 0.2\ncrash_loop_limit = " << o.crash_loop_limit
       << "\nwarm_failures_before_cold = 0\nstart = "
       << (o.standby_level.empty() ? o.start : "[\"standby\", \"warm\", \"cold\"]") << "\n"
@@ -152,6 +155,71 @@ TEST_F(ListenSocketTest, RequestsDuringAWarmRestartWaitAndSucceed) {
   EXPECT_EQ(connect_to(m_port), ECONNREFUSED);
 }
 
+// A completion sent on a raw connection that then waits, unread, in the port's accept queue; answered()
+// reads the whole answer (Connection: close) and returns its HTTP status (0: none).
+struct QueuedRequest {
+  UniqueFd fd;
+  static QueuedRequest send(uint16_t port, int max_tokens) {
+    QueuedRequest q;
+    if (connect_to(port, &q.fd) != 0) return q;
+    const std::string body = json{{"model", "t"}, {"prompt", "The capital of France is"}, {"max_tokens", max_tokens}}.dump();
+    const std::string req = "POST /v1/completions HTTP/1.1\r\nHost: t\r\nContent-Type: application/json\r\nConnection: close\r\n"
+                            "Content-Length: " + std::to_string(body.size()) + "\r\n\r\n" + body;
+    if (::send(q.fd.get(), req.data(), req.size(), MSG_NOSIGNAL) != static_cast<ssize_t>(req.size())) q.fd.reset();
+    return q;
+  }
+  int answered() {
+    std::string got;
+    char buf[4096];
+    ssize_t n;
+    while (fd && (n = ::recv(fd.get(), buf, sizeof buf, 0)) > 0) got.append(buf, static_cast<size_t>(n));
+    return got.rfind("HTTP/1.1 ", 0) == 0 && got.size() >= 12 ? std::atoi(got.substr(9, 3).c_str()) : 0;
+  }
+};
+
+// readiness.endpoint = "private" (docs/listen-socket.md, "The private endpoint"): with clients' slow
+// requests queued on the public socket when the engine starts, fastrestartd's readiness check goes
+// through the engine's private endpoint and READY comes before the queue is worked off, not after it.
+// The engine answers two requests at a time, each taking 5 token delays: the queue takes 16 rounds; the
+// old check, queued behind it, saw READY only once every client was answered.
+TEST_F(ListenSocketTest, ReadyIsNotBehindClientsQueuedOnThePublicSocket) {
+  Options o;
+  o.endpoint = "private";
+  o.engine_flags = ", \"--threads\", \"2\", \"--fault-token-delay\", \"0.02\"";
+  launch(o);
+  json st = ready();
+  const std::string note = st["engine"].value("readiness_endpoint", "");
+  EXPECT_EQ(note.rfind("private 127.0.0.1:", 0), 0u) << st.dump();
+  const std::string ctl = m_dir / "ctl/t.ctl";
+  ASSERT_EQ(test::run({FR_FASTRESTARTCTL_BIN, "--socket", ctl, "stop-engine"}).exit_code, 0) << m_sup->log();
+  ASSERT_TRUE(m_sup->wait_for([](const json& j) { return j.value("state", "") == "held"; }, 30)) << m_sup->log();
+  // Queued while no engine runs: they are ahead of any check of the next engine.
+  constexpr int kClients = 32;
+  std::vector<QueuedRequest> queued;
+  for (int i = 0; i < kClients; ++i) queued.push_back(QueuedRequest::send(m_port, 5));
+  std::atomic<int> answered{0}, ok{0};
+  std::vector<std::thread> readers;
+  for (auto& q : queued)
+    readers.emplace_back([&q, &answered, &ok] {
+      const int status = q.answered();
+      ++answered;
+      if (status == 200) ++ok;
+    });
+  ASSERT_EQ(test::run({FR_FASTRESTARTCTL_BIN, "--socket", ctl, "start-engine"}).exit_code, 0) << m_sup->log();
+  int answered_at_ready = -1;
+  for (int i = 0; i < 3000 && answered_at_ready < 0; ++i) {
+    const json s = m_sup->status();
+    if (s.value("state", "") == "ready") answered_at_ready = answered.load();
+    else std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  for (auto& r : readers) r.join();
+  EXPECT_EQ(ok.load(), kClients) << "a queued request failed: " << m_sup->log();
+  ASSERT_GE(answered_at_ready, 0) << "never ready: " << m_sup->log();
+  EXPECT_LT(answered_at_ready, kClients / 2) << "READY came after " << answered_at_ready << " of the " << kClients
+                                             << " queued requests were answered: " << m_sup->log();
+  EXPECT_EQ(m_sup->stop(SIGTERM), 0) << m_sup->log();
+}
+
 class ListenSocketStandby : public ListenSocketTest, public ::testing::WithParamInterface<const char*> {};
 
 // A parked standby holds the socket without accepting (and is not taken for a standby that binds the port
@@ -179,6 +247,30 @@ TEST_P(ListenSocketStandby, TheReleasedStandbyAnswersWhatArrivedDuringTheRestart
 }
 
 INSTANTIATE_TEST_SUITE_P(Levels, ListenSocketStandby, ::testing::Values("pre_gpu", "warmed"));
+
+// A standby gets a private endpoint of its own while parked; released, its readiness goes there (not to the
+// dead engine's, which refuses at once) and it answers what arrived during the restart.
+TEST_F(ListenSocketTest, AReleasedStandbyIsCheckedOnItsOwnPrivateEndpoint) {
+  Options o;
+  o.standby_level = "warmed";
+  o.endpoint = "private";
+  launch(o);
+  json st = ready();
+  const std::string expected = text_of(complete());
+  ASSERT_FALSE(expected.empty());
+  const std::string before = st["engine"].value("readiness_endpoint", "");
+  EXPECT_EQ(before.rfind("private 127.0.0.1:", 0), 0u) << st.dump();
+  st = parked();
+  const pid_t engine = st["engine"]["pid"], standby = st["standby"]["pid"];
+  kill_and_send(engine, 4, expected);
+  st = ready(engine);
+  EXPECT_EQ(st["engine"]["pid"], standby) << st.dump();
+  EXPECT_EQ(st["last_start"]["path"], "standby") << st.dump();
+  const std::string after = st["engine"].value("readiness_endpoint", "");
+  EXPECT_EQ(after.rfind("private 127.0.0.1:", 0), 0u) << st.dump();
+  EXPECT_NE(after, before) << "the released standby is checked on the dead engine's endpoint";
+  EXPECT_EQ(m_sup->stop(SIGTERM), 0) << m_sup->log();
+}
 
 // A health check of the live engine that is still waiting when the engine dies: its connection sits in the
 // queue of fastrestartd's socket and is answered by the released standby, after the standby's first

@@ -19,6 +19,7 @@
 #include "supervisor/child.h"
 #include "supervisor/engine_group_record.h"
 #include "supervisor/listen_socket.h"
+#include "supervisor/private_endpoint.h"
 #include "supervisor/standby/gate_message.h"
 #include "supervisor/standby/model_files.h"
 #include "supervisor/standby/port_owner.h"
@@ -102,8 +103,9 @@ void Standby::spawn() {
     return;
   }
   UniqueFd ours(sv[0]), theirs(sv[1]);
-  // Descriptor 3 is the listening socket's in the child (SpawnSpec::listen_fd): the gate goes elsewhere.
-  if (m_host.listen_fd() >= 0 && theirs.get() == 3) theirs.reset(::fcntl(3, F_DUPFD_CLOEXEC, 4));
+  // Descriptors 3 and 4 are the listening socket's and the private endpoint's in the child
+  // (SpawnSpec::listen_fd, probe_fd): the gate goes elsewhere.
+  if (m_host.listen_fd() >= 0 && (theirs.get() == 3 || theirs.get() == 4)) theirs.reset(::fcntl(theirs.get(), F_DUPFD_CLOEXEC, 5));
   if (!theirs) {
     failed("spawn", std::string("moving the gate socket off descriptor 3: ") + std::strerror(errno));
     return;
@@ -122,6 +124,7 @@ void Standby::spawn() {
   spec.new_pid_namespace = m_host.snapshottable();
   if (!cfg.engine.cgroup.empty()) spec.cgroup_procs = cfg.engine.cgroup + "/cgroup.procs";
   e->in_pid_ns = spec.new_pid_namespace;
+  UniqueFd endpoint = prepare_private_endpoint(cfg, spec, *e);  // the standby's own: its checks after the release
   e->spawned_at = m_host.loop().now_s();
   e->attach_since_unix = static_cast<double>(std::time(nullptr));
   m_used_before.clear();
@@ -139,6 +142,7 @@ void Standby::spawn() {
     raw->report->observe(l);
   }, *e);
   theirs.reset();  // the child holds it now (or nobody does)
+  endpoint.reset();
   if (!st.ok()) {
     failed("spawn", st.error().message);
     return;

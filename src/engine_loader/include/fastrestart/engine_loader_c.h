@@ -110,6 +110,11 @@ int fr_is_standby(void);
  * LISTEN_* variables are removed from the environment; call once, before accepting on nothing until the
  * engine can serve. */
 int fr_listen_socket(const char* name, int* fd, char* err, size_t errlen);
+/* Both the listening socket ("fastrestart-engine") and the engine's private endpoint ("fastrestart-probe",
+ * passed with readiness.endpoint = "private"; docs/listen-socket.md) in one call: FR_OK with *serve_fd set
+ * and *probe_fd the endpoint or -1; FR_MISS with both -1 when no listening socket was passed; errors as
+ * fr_listen_socket. Serve the same routes on both; accept on the endpoint no later than on the socket. */
+int fr_listen_sockets(int* serve_fd, int* probe_fd, char* err, size_t errlen);
 
 /* KV arenas (fastrestart/arena.h, docs/engine_loader.md "KV arenas"): reserve the range with its placeholder,
  * then swap the leased arena in at the same address. fr_arena_swap_in: FR_OK (created/waited_s, when not

@@ -21,6 +21,7 @@
 //   "... is not open", "... is a regular file"). The variables are removed in these cases too.
 // - It never changes the socket's file status flags: O_NONBLOCK is shared by every process holding it
 //   (fastrestartd and a parked standby included), so the engine sets the mode it needs itself.
+// - inherited_listen_sockets() takes the public socket and the private endpoint together (below).
 // - An engine must not accept before it can serve: until then connections wait in the kernel's queue.
 //   Not thread-safe with other users of the environment.
 #pragma once
@@ -32,7 +33,21 @@
 namespace fastrestart {
 
 inline constexpr const char* kListenFdName = "fastrestart-engine";
+// The engine's private endpoint (docs/listen-socket.md, "The private endpoint"): with
+// readiness.endpoint = "private" fastrestartd passes it as fd 4 beside the public socket
+// (LISTEN_FDS=2, LISTEN_FDNAMES=fastrestart-engine:fastrestart-probe) and sends its readiness and health
+// checks there, never through the clients' accept queue.
+inline constexpr const char* kProbeFdName = "fastrestart-probe";
 
 Result<int> inherited_listen_socket(std::string_view name = kListenFdName);
+
+// Both sockets in one call (the variables are removed after the first call): `serve` is the public socket,
+// `probe` the private endpoint; -1 for one not passed. An engine serves the same routes on both and starts
+// accepting on `probe` no later than on `serve`, from the moment it can answer. Errors as above.
+struct InheritedSockets {
+  int serve = -1;
+  int probe = -1;
+};
+Result<InheritedSockets> inherited_listen_sockets();
 
 }  // namespace fastrestart
