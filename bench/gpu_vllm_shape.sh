@@ -41,7 +41,9 @@
 # checkpoint to generate, about three paths at one kill each fit: run the rest, or more kills, in a second
 # call, e.g. VSHAPE_RUNS="warm pre_gpu warmed" then VSHAPE_RUNS="cold" VSHAPE_WARM_KILLS=...), VSHAPE_SHAPE (8b; tiny for a dry run), VSHAPE_FLAGS (more engine flags, e.g.
 # "--max-model-len 2048" on the tiny shape, whose 1 KiB positions would otherwise give each slot the
-# config's 131072), VSHAPE_CLIENTS (default 1,<the engine's max_num_seqs>), VSHAPE_MAX_TOKENS (64).
+# config's 131072), VSHAPE_CLIENTS (default 1,<the engine's max_num_seqs>), VSHAPE_MAX_TOKENS (64),
+# VSHAPE_LISTEN (empty: the engine binds the port; supervisor: fastrestartd holds it; private: and checks each
+# engine on its private endpoint).
 # Results: $OUT/vshape-summary.txt, $OUT/vshape-results.json, $OUT/vshape-logs.tar.gz.
 set -uo pipefail
 # shellcheck source-path=SCRIPTDIR source=lib.sh
@@ -85,6 +87,13 @@ config() {
   local expect=""
   [ -f "$w/oracle.json" ] &&
     expect="expect_text = $(python3 -c 'import json,sys; print(json.dumps(json.load(open(sys.argv[1]))["text_1"]))' "$w/oracle.json")"
+  # VSHAPE_LISTEN: "supervisor" (fastrestartd holds the port), "private" (and checks each engine on its own
+  # loopback endpoint, docs/listen-socket.md), empty: the engine binds the port itself.
+  case "${VSHAPE_LISTEN:-}" in
+    supervisor) export FR_BENCH_LISTEN=supervisor ;;
+    private) export FR_BENCH_LISTEN=supervisor; expect=$(printf '%s\nendpoint = "private"' "$expect") ;;
+    *) unset FR_BENCH_LISTEN ;;
+  esac
   fastrestartd_toml ref "$port" "$d" '["0"]' cuda "$w/llama-$shape" \
     "\"$(command -v python3)\", \"$root/python/refengine/fastrestart_refengine.py\", \"serve\", \"$w/llama-$shape\"" \
     "\"--load-format\", \"fastrestart\", \"--fastrestart-socket-dir\", \"$d/run\"$extra" "$start" '[weights.key]

@@ -41,6 +41,9 @@ bench_machine() {
 fastrestartd_toml() {
   local name=$1 port=$2 d=$3 gpus=$4 backend=$5 ck=$6 command=$7 flags=$8 start=$9 key=${10:-} \
     readiness=${11:-} sections=${12:-}
+  # FR_BENCH_LISTEN: engine.listen when set ("supervisor": fastrestartd holds the port)
+  local listen_line=""
+  [ -n "${FR_BENCH_LISTEN:-}" ] && listen_line="listen = \"$FR_BENCH_LISTEN\""
   # sed: a part left out (KEY, READINESS or SECTIONS empty) leaves no empty line
   sed '/^$/d' <<TOML
 gpus = $gpus
@@ -53,6 +56,7 @@ flags = [$flags, "--host", "127.0.0.1", "--port", "$port", "--served-model-name"
 host = "127.0.0.1"
 port = $port
 stop_grace_s = 20
+$listen_line
 [weights]
 mode = "zero_copy"
 backend = "$backend"

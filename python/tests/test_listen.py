@@ -86,7 +86,7 @@ class InheritedSocketsTest(unittest.TestCase):
 
     def test_an_endpoint_that_does_not_listen_is_an_error_naming_it(self):
         got = self.both("2", "fastrestart-engine:fastrestart-probe", second_listens=False)
-        self.assertIn("descriptor 4 is not a listening stream socket", got.get("error", ""), got)
+        self.assertIn("descriptor 4 is a non-listening IPv4 (AF_INET) TCP stream socket, not a listening TCP socket", got.get("error", ""), got)
 
 
 class InheritedSocketTest(unittest.TestCase):

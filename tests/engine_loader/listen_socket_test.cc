@@ -98,7 +98,7 @@ TEST(ListenSocket, TakesTheSocketAndThePrivateEndpointTogether) {
   EXPECT_EQ(in_child(l.get(), "", "1", "fastrestart-engine", both(-1)).substr(0, 17), "serve=3 probe=-1 ");
   // An endpoint that is no listening socket is an error naming it.
   EXPECT_EQ(in_child(l.get(), "", "2", "fastrestart-engine:fastrestart-probe", both(closed_fd)),
-            "error: LISTEN_FDS=2: descriptor 4 is not listening");
+            "error: LISTEN_FDS=2: descriptor 4 is a non-listening IPv4 (AF_INET) TCP stream socket, not a listening TCP socket");
   // The one-name call of an engine that knows nothing of the endpoint still finds its socket.
   EXPECT_EQ(in_child(l.get(), "", "2", "fastrestart-engine:fastrestart-probe", [probe_fd] {
               ::dup2(probe_fd, 4);
