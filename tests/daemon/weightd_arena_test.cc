@@ -351,7 +351,7 @@ TEST(WeightdArena, BadRequestsGetErrorsNamingTheField) {
 
 // --- Who may use an arena (docs/protocol.md, "Arena security") ---
 
-constexpr int kNobody = 65534;  // the other uid; the daemon's --group is nobody's group, joined by setgroups
+constexpr int kOtherUid = 65534;  // the other uid; the daemon's --group is nobody's group, joined by setgroups
 
 int exit_code_of(pid_t pid) {
   int st = 0;
@@ -366,8 +366,8 @@ template <typename Body>
 pid_t fork_group_member(Body body) {
   pid_t pid = ::fork();
   if (pid == 0) {
-    const gid_t g = kNobody;
-    if (::setgroups(1, &g) != 0 || ::setgid(kNobody) != 0 || ::setuid(kNobody) != 0) _exit(126);
+    const gid_t g = kOtherUid;
+    if (::setgroups(1, &g) != 0 || ::setgid(kOtherUid) != 0 || ::setuid(kOtherUid) != 0) _exit(126);
     try {
       _exit(body());
     } catch (...) {
@@ -396,7 +396,7 @@ int fail_with(int code, const std::string& why) {
 TEST(WeightdArena, AnotherUidInTheGroupCanNeitherLeaseNorReleaseTheEnginesArena) {
   if (::geteuid() != 0) GTEST_SKIP() << "needs root to run a client as nobody";
   test::TempDir dir;
-  test::Daemon daemon(dir / "run", {"--group", std::to_string(kNobody)});
+  test::Daemon daemon(dir / "run", {"--group", std::to_string(kOtherUid)});
   // The engine (this uid) fills the arena and exits: its KV cache waits for the next engine.
   auto h1 = spawn_holder(daemon, "kv", kMiB, 5, [](volatile uint64_t* p, auto) {
     for (size_t i = 0; i < kMiB / 8; ++i) p[i] = pattern(i);
@@ -597,7 +597,7 @@ TEST(WeightdArena, ArenasAreBoundedByBytesAndNamesAndCanBeReleasedAndEvicted) {
 TEST(WeightdArena, WaitingLeasesLeaveTheConnectionSlotsToTheEngine) {
   if (::geteuid() != 0) GTEST_SKIP() << "needs root to run a client as nobody";
   test::TempDir dir;
-  test::Daemon daemon(dir / "run", {"--group", std::to_string(kNobody)});
+  test::Daemon daemon(dir / "run", {"--group", std::to_string(kOtherUid)});
   auto h1 = spawn_holder(daemon, "kv", kMiB, 5, [](volatile uint64_t*, auto) { return true; });
   grant_of(next_line(h1));
   int p[2];
