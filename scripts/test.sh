@@ -30,11 +30,11 @@ background() {
   local step=$1
   shift
   nice -n 19 "$@" >"build/bg-$step.log" 2>&1 &
-  printf -v "bg_$step" '%s' $!
+  printf -v "bg_${step//-/_}" '%s' $!
 }
 # join STEP: waits for a background step; on failure prints its log's end and fails.
 join() {
-  local pid_var="bg_$1"
+  local pid_var="bg_${1//-/_}"
   wait "${!pid_var}" || { echo "=== build/bg-$1.log"; tail -60 "build/bg-$1.log"; echo "scripts/test.sh: $1 failed"; exit 1; }
   phase "$1 done"
 }
