@@ -153,7 +153,8 @@ set(CPACK_DEBIAN_PACKAGE_SECTION admin)
 set(CPACK_DEBIAN_PACKAGE_PRIORITY optional)
 set(CPACK_DEBIAN_PACKAGE_HOMEPAGE "https://github.com/fastrestart/fastrestart")
 # The runtime libraries named explicitly (libuv1 and libsystemd0 for fastrestartd), plus whatever
-# dpkg-shlibdeps finds in the binaries (libmicrohttpd12, libfmt9, libtomlplusplus3, libcpp-httplib0.11, ...),
+# dpkg-shlibdeps finds in the binaries (libmicrohttpd12, libfmt9, libtomlplusplus3, libcpp-httplib0.11,
+# libhttp-parser2.9 for fastrestart-front, ...),
 # appended by CPack. The rpm gets the same from rpmbuild's soname scan (libmicrohttpd.so.12).
 set(CPACK_DEBIAN_PACKAGE_DEPENDS "libspdlog1.10 (>= 1:1.10.0), libuv1 (>= 1.44), libsystemd0 (>= 252)")
 set(CPACK_DEBIAN_PACKAGE_SHLIBDEPS ON)
