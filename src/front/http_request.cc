@@ -100,6 +100,7 @@ int RequestParser::on_header_value(http_parser* p, const char* at, size_t n) {
 }
 
 int RequestParser::on_headers_complete(http_parser* p) {
+  // An error is any value but 0, 1 and 2: to http_parser, 1 means "no body follows" and 2 "upgrade".
   auto& self = *static_cast<RequestParser*>(p->data);
   auto& r = self.m_req;
   r.method = http_method_str(static_cast<http_method>(p->method));
@@ -108,18 +109,18 @@ int RequestParser::on_headers_complete(http_parser* p) {
   r.keep_alive = http_should_keep_alive(p) != 0;
   if (p->upgrade || p->method == HTTP_CONNECT) {
     self.fail(400, "the front does not forward CONNECT or Upgrade requests");
-    return 1;
+    return -1;
   }
   // http_parser sets content_length to ULLONG_MAX when the request has none (chunked or no body).
   if (p->content_length != ULLONG_MAX && p->content_length > self.m_limits.max_body_bytes) {
     self.fail(413, "the request body (" + std::to_string(p->content_length) + " bytes) is over front.max_body_bytes = " +
                        std::to_string(self.m_limits.max_body_bytes));
-    return 1;
+    return -1;
   }
   if (const auto* e = find_header(r.headers, "expect")) {
     if (!iequals(*e, "100-continue")) {
       self.fail(400, "unsupported Expect header: " + *e);
-      return 1;
+      return -1;
     }
     r.expect_continue = true;
   }

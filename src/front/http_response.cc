@@ -64,7 +64,7 @@ int ResponseParser::on_headers_complete(http_parser* p) {
     // The front sends no Expect upstream, so an interim answer is not expected: refuse it rather than
     // take the final one's head for it.
     self.m_error = "the engine sent an interim (1xx) answer";
-    return 1;
+    return -1;  // an error: 1 would mean "no body follows" to http_parser
   }
   self.m_head_complete = true;
   if (const auto* ct = find_header(self.m_headers, "content-type")) {

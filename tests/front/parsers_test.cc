@@ -47,6 +47,8 @@ TEST(FrontRequestParser, Limits) {
     p.feed(req.data(), req.size());
     EXPECT_EQ(p.error_status(), 413);
     EXPECT_NE(p.error().find("front.max_body_bytes = 100"), std::string::npos) << p.error();
+    // Found by fuzz_front_request: a refusal in on_headers_complete must not read as "no body follows".
+    EXPECT_FALSE(p.complete());
   }
   {
     RequestParser p({100, 64});
