@@ -83,6 +83,7 @@ if(FASTRESTART_MAN AND FR_PANDOC)
       "fastrestart-weightd.8|docs/man/fastrestart-weightd.8.md,docs/weightd.md"
       "fastrestart-weightctl.1|docs/man/fastrestart-weightctl.1.md,docs/weightd.md"
       "fastrestart-tinyengine.1|docs/man/fastrestart-tinyengine.1.md,docs/tinyengine.md"
+      "fastrestart-front.1|docs/man/fastrestart-front.1.md,docs/front.md"
       "fastrestart-snapshot.8|docs/man/fastrestart-snapshot.8.md")
   set(_fr_man_outputs "")
   foreach(_fr_m IN LISTS _fr_man_pages)
