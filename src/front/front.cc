@@ -450,6 +450,12 @@ void Server::check_upstream(Exchange* ex) {
     return fail(ex, kResponseTooLarge,
                 "the engine's answer is over front.max_response_bytes = " + std::to_string(m_opt.max_response_bytes));
   if (p.failed()) return upstream_failed(ex, p.error());
+  // 503 from the engine: not ready yet (a restarted engine that accepts while it loads) or shedding load.
+  // Either way the request is held and sent again, like a refused connection, until front.hold_s.
+  if (p.head_complete() && p.status() == 503) {
+    if (p.complete()) upstream_failed(ex, "the engine answered 503: " + ex->body.substr(0, 200));
+    return;
+  }
   if (!p.head_complete() || !p.event_stream()) {
     if (p.complete()) finish_buffered(ex);
     return;

@@ -196,8 +196,9 @@ TEST_F(FrontTest, EngineKilledMidRequestEveryRequestAnsweredAsIfUninterrupted) {
     httplib::Client direct("127.0.0.1", m_engine_port);
     for (int i = 0; i < kClients; ++i) want[i] = comparable(post(direct, completion_body(prompt_of(i), 12))->body);
   }
-  // Slow tokens keep the requests in the engine when it dies.
-  auto engine = start_engine({"--fault-token-delay", "0.05"});
+  // Slow tokens keep the requests in the engine when it dies; spare worker threads answer /stats beside the
+  // eight completions.
+  auto engine = start_engine({"--fault-token-delay", "0.05", "--threads", "16"});
   Front front(m_listen.get(), m_engine_port, {"--hold-s", "30"});
   std::vector<std::string> got(kClients);
   std::vector<int> status(kClients, -1);
@@ -214,14 +215,17 @@ TEST_F(FrontTest, EngineKilledMidRequestEveryRequestAnsweredAsIfUninterrupted) {
   // Wait until the engine holds requests, then kill it.
   httplib::Client direct("127.0.0.1", m_engine_port);
   const auto until = Clock::now() + std::chrono::seconds(10);
-  while (Clock::now() < until) {
+  bool in_flight = false;
+  while (!in_flight && Clock::now() < until) {
     auto r = direct.Get("/stats");
-    if (r && json::parse(r->body)["requests"]["in_flight"].get<int>() >= 2) break;
-    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    in_flight = r && json::parse(r->body)["requests"]["in_flight"].get<int>() >= 2;
+    if (!in_flight) std::this_thread::sleep_for(std::chrono::milliseconds(5));
   }
+  EXPECT_TRUE(in_flight) << "the engine never held two requests at once";
   engine->signal(SIGKILL);
   ASSERT_TRUE(engine->wait_exit(10));
   engine.reset();
+  // The next engine answers 503 while it loads: the front holds the requests through that too.
   engine = start_engine();
   for (auto& t : threads) t.join();
   for (int i = 0; i < kClients; ++i) {
