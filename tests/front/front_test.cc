@@ -249,6 +249,26 @@ TEST_F(FrontTest, HeldPastHoldSecondsIs503NamingIt) {
   EXPECT_EQ(st["requests"]["held_now"], 0);
 }
 
+TEST_F(FrontTest, OneMoreThanMaxHeldRequestsIs503NamingIt) {
+  Front front(m_listen.get(), m_engine_port, {"--hold-s", "30", "--max-held-requests", "1"});  // no engine
+  const std::string req =
+      "POST /v1/completions HTTP/1.1\r\nContent-Type: application/json\r\nContent-Length: 2\r\n\r\n{}";
+  UniqueFd keep(::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_port = htons(m_port);
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ASSERT_EQ(::connect(keep.get(), reinterpret_cast<sockaddr*>(&a), sizeof a), 0);
+  ASSERT_GT(::send(keep.get(), req.data(), req.size(), MSG_NOSIGNAL), 0);  // this one stays held
+  front.status([](const json& j) { return j["requests"]["held_now"] == 1; });
+  const auto out = raw(m_port, req.substr(0, req.find("\r\n\r\n")) + "\r\nConnection: close\r\n\r\n{}");
+  EXPECT_EQ(out.rfind("HTTP/1.1 503 ", 0), 0u) << out;
+  EXPECT_NE(out.find("front.max_held_requests = 1"), std::string::npos) << out;
+  const auto st = front.status([](const json& j) { return j["requests"]["failed"]["too_many_held"] == 1; });
+  EXPECT_EQ(st["requests"]["failed"]["too_many_held"], 1) << st.dump();
+  EXPECT_EQ(st["requests"]["held_now"], 1) << st.dump();
+}
+
 TEST_F(FrontTest, ClientGoneWhileHeldIsDropped) {
   Front front(m_listen.get(), m_engine_port, {"--hold-s", "30"});
   raw(m_port, "POST /v1/completions HTTP/1.1\r\nContent-Type: application/json\r\nContent-Length: 2\r\n\r\n{}", true);
