@@ -69,9 +69,12 @@ struct LoadedModel {
   Model model;    // the CPU forward (device "host")
   std::shared_ptr<CudaModel> cuda;  // the CUDA forward (device "cuda:N")
   LoadReport report;
+  // The CPU forward's paged prefix cache (docs/kv-survival.md); null with --no-enable-prefix-caching or on
+  // the CUDA forward, which keeps its own per-request KV rows.
+  std::shared_ptr<KvCache> kv_cache;
 
   Generation generate(const std::vector<int>& prompt, int max_tokens, int top_k) const {
-    return cuda ? cuda->generate(prompt, max_tokens, top_k) : model.generate(prompt, max_tokens, top_k);
+    return cuda ? cuda->generate(prompt, max_tokens, top_k) : model.generate(prompt, max_tokens, top_k, kv_cache.get());
   }
   std::string device() const { return cuda ? cuda->device_name() : "cpu"; }
 };
