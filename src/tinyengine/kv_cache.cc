@@ -321,6 +321,18 @@ void KvCache::recover() {
   std::atomic_thread_fence(std::memory_order_seq_cst);
 }
 
+void KvCache::resync(uint64_t generation) {
+  std::lock_guard lk(m_mutex);
+  m_index.clear();
+  m_free.clear();
+  m_refs.assign(m_num_blocks, 0);
+  m_hash.assign(m_num_blocks, 0);
+  m_is_free.assign(m_num_blocks, false);
+  m_recovery = {};
+  m_generation = generation;
+  recover();
+}
+
 int KvCache::allocate_locked() {
   if (m_free.empty()) return -1;
   const int b = m_free.front();

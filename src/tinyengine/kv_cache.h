@@ -112,6 +112,10 @@ class KvCache {
   // prompt token to compute (its logits are needed). Counts queries and hits.
   std::unique_ptr<Seq> begin(const std::vector<int>& prompt);
 
+  // The memory was unmapped and leased again as `generation` (a snapshot's resume): another holder may
+  // have used it in between, so the index is rebuilt from the memory as open() does. No Seq may be live.
+  void resync(uint64_t generation);
+
   const KvRecovery& recovery() const { return m_recovery; }
   int block_tokens() const { return m_block_tokens; }
   uint64_t blocks() const { return m_num_blocks; }

@@ -147,6 +147,8 @@ struct KvArenaLease {
   uint64_t generation = 0;
 };
 Result<KvArenaLease> lease_kv_arena(uint64_t bytes, double wait_s, const LoadOptions& options);
+// The generation of the arena's latest lease (after a snapshot resume leased it again), or `lease.generation`.
+uint64_t kv_arena_generation(const KvArenaLease& lease);
 // The config half of the key: arch, dtype, engine version, tp size/rank.
 std::map<std::string, std::string> key_config(const CheckpointInfo& info, const TpPlan& tp = {});
 

@@ -408,7 +408,11 @@ int run_serve(const ServeOptions& o) {
   if (o.snapshot_agent && !group) {
     auto a = start_snapshot_agent(
         *model, kv_arena ? &*kv_arena : nullptr, [&server]() -> Status { server.pause_for_snapshot(); return {}; },
-        [&server, cuda, graph_sum]() -> Status {
+        [&server, cuda, graph_sum, kv = model->kv_cache, arena = kv_arena ? &*kv_arena : nullptr]() -> Status {
+          if (kv && kv->on_arena() && arena) {  // the arena was leased again: trust nothing from before
+            kv->resync(kv_arena_generation(*arena));
+            spdlog::info("kv cache after resume: {}", kv->summary());
+          }
           if (!graph_sum.empty()) {
             auto now = cuda->replay_weight_graph();
             if (!now) return now.error();
