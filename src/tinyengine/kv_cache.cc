@@ -396,7 +396,9 @@ std::unique_ptr<KvCache::Seq> KvCache::begin(const std::vector<int>& prompt) {
 
 KvCache::Seq::~Seq() {
   std::lock_guard lk(m_c.m_mutex);
-  for (int b : m_blocks) m_c.release_locked(b);
+  // Last block first, as vLLM frees: a chain's tail gets the older stamp and is evicted before its head,
+  // so eviction never leaves an indexed block whose parent is gone (an orphan at recovery).
+  for (auto it = m_blocks.rbegin(); it != m_blocks.rend(); ++it) m_c.release_locked(*it);
 }
 
 bool KvCache::Seq::ensure(int t) {

@@ -85,6 +85,7 @@ TEST(TinyEngineKvSurvival, TheIndexSurvivesKillNineAtAnyInstantAndNeverServesAWr
   std::mt19937 rng(20261203);
   const int kills = kills_wanted();
   uint64_t max_dropped = 0;
+  json dropped_at_max;
   for (int i = 0; i < kills; ++i) {
     Engine e(model, arena_args(sockets));
     ASSERT_TRUE(e.wait_ready(30)) << e.log() << d.log();
@@ -93,7 +94,14 @@ TEST(TinyEngineKvSurvival, TheIndexSurvivesKillNineAtAnyInstantAndNeverServesAWr
     if (i > 0) {
       EXPECT_EQ(kv["recovery"]["header"], "valid") << kv.dump();
     }
-    max_dropped = std::max(max_dropped, kv["recovery"]["dropped_total"].get<uint64_t>());
+    // Whatever a kill interrupted was never published: no recovery may find a torn entry or a block that
+    // fails its checksum or hash.
+    for (const char* why : {"torn", "checksum", "hash"})
+      EXPECT_FALSE(kv["recovery"]["dropped"].contains(why)) << "after kill " << i << ": " << kv.dump();
+    if (kv["recovery"]["dropped_total"].get<uint64_t>() > max_dropped) {
+      max_dropped = kv["recovery"]["dropped_total"].get<uint64_t>();
+      dropped_at_max = kv["recovery"]["dropped"];
+    }
     // Two clients prefill and decode without pause; the kill lands wherever they are.
     std::atomic<bool> stop{false};
     std::vector<std::thread> clients;
@@ -123,9 +131,10 @@ TEST(TinyEngineKvSurvival, TheIndexSurvivesKillNineAtAnyInstantAndNeverServesAWr
   for (size_t i = 0; i < prompts.size(); ++i) EXPECT_EQ(got[i], want[i]) << prompts[i];
   const json prefix = after.get("/stats").second["kv_cache"]["prefix"];
   EXPECT_GT(prefix["hit_tokens"].get<uint64_t>(), 0u) << prefix.dump();
-  std::printf("kills=%d recovered=%llu max_dropped=%llu hit_rate=%.3f\n", kills,
+  std::printf("kills=%d recovered=%llu max_dropped=%llu (%s) hit_rate=%.3f\n", kills,
               static_cast<unsigned long long>(rec["recovered"].get<uint64_t>()),
-              static_cast<unsigned long long>(max_dropped), prefix["hit_rate"].get<double>());
+              static_cast<unsigned long long>(max_dropped), dropped_at_max.dump().c_str(), prefix["hit_rate"].get<double>());
+
 }
 
 TEST(TinyEngineKvSurvival, AnotherModelOnTheSameArenaDropsTheWholeIndex) {
