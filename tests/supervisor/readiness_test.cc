@@ -41,14 +41,12 @@ TEST(ReadinessJudge, AnErrorBodyBecomesOneLineOfValidUtf8) {
 // An engine on a loopback port that records the requests it is sent, in order.
 class RecordingEngine {
  public:
-  explicit RecordingEngine(int health_status) {
-    m_server.Get("/health", [this, health_status](const httplib::Request&, httplib::Response& res) {
-      record("GET /health");
-      res.status = health_status;
-    });
-    m_server.Post("/v1/completions", [this](const httplib::Request&, httplib::Response& res) {
+  explicit RecordingEngine(int completion_status) {
+    m_server.Get("/health", [this](const httplib::Request&, httplib::Response&) { record("GET /health"); });
+    m_server.Post("/v1/completions", [this, completion_status](const httplib::Request&, httplib::Response& res) {
       record("POST /v1/completions");
-      res.set_content(R"({"choices":[{"text":" Paris"}]})", "application/json");
+      res.status = completion_status;
+      res.set_content(completion_status == 200 ? R"({"choices":[{"text":" Paris"}]})" : "loading", "application/json");
     });
     m_port = static_cast<uint16_t>(m_server.bind_to_any_port("127.0.0.1"));
     // Bound means listening: requests sent before the thread accepts wait in the queue.
@@ -76,23 +74,23 @@ class RecordingEngine {
   std::vector<std::string> m_seen;
 };
 
-// The completion goes first, so that on a private endpoint it waits in the queue for the engine's first
-// batch; /health follows it, and both must pass.
-TEST(ReadinessProbe, TheCompletionGoesBeforeHealthAndBothMustPass) {
+// The completion is sent alone, with no /health round trip before it: on a private endpoint it then waits
+// in the queue for the engine's first batch. /health is the check only when no request is configured.
+TEST(ReadinessProbe, TheCompletionIsSentAloneAndHealthOnlyWithoutOne) {
   ReadinessConfig rc;
   {
     RecordingEngine engine(200);
     auto r = probe_readiness("127.0.0.1", engine.port(), rc, 5);
     EXPECT_TRUE(r.ok) << r.detail;
     EXPECT_TRUE(r.health_ok);
-    EXPECT_EQ(engine.seen(), (std::vector<std::string>{"POST /v1/completions", "GET /health"}));
+    EXPECT_EQ(engine.seen(), std::vector<std::string>{"POST /v1/completions"});
   }
   {
-    RecordingEngine engine(503);
+    RecordingEngine engine(503);  // up, still loading
     auto r = probe_readiness("127.0.0.1", engine.port(), rc, 5);
     EXPECT_FALSE(r.ok);
-    EXPECT_FALSE(r.health_ok);
-    EXPECT_EQ(r.detail, "GET /health: HTTP 503");
+    EXPECT_TRUE(r.health_ok);
+    EXPECT_EQ(r.detail, "POST /v1/completions: HTTP 503 \"loading\"");
   }
   {
     RecordingEngine engine(200);
