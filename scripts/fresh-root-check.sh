@@ -17,17 +17,25 @@
 # clean copy. The root runs under chroot in a private mount namespace (its /proc, /dev and the apt cache are
 # mounted there and go with it). Exits 0 with "SKIP: <reason>" where it cannot run: not root, or no
 # debootstrap, chroot or unshare (scripts/deps.sh installs debootstrap).
+#
+# A pass is remembered (build mode only) under a key over everything that decides which packages a fresh
+# machine needs for the demo: scripts/deps.sh, scripts/demo.sh, every CMakeLists.txt and cmake/ file, and the
+# set of system headers (#include <...>) the sources under src/ name. A later run with the same key prints
+# that it passed before and for which key, and exits 0 without rebuilding (about 10 CPU minutes saved on
+# CI's two cores); a change to any of those inputs runs it again. `--force` (or FR_FRESH_FORCE=1) runs it
+# regardless.
 set -euo pipefail
 src=$(cd "$(dirname "$0")/.." && pwd)
 suite=bookworm
 mirror=${FR_DEBIAN_MIRROR:-http://deb.debian.org/debian}
 security_mirror=${FR_DEBIAN_SECURITY_MIRROR:-http://deb.debian.org/debian-security}
 cache=${FR_FRESH_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/fastrestart/fresh-root}
-mode=build refresh=0
+mode=build refresh=0 force=${FR_FRESH_FORCE:-0}
 for a in "$@"; do
   case "$a" in
     --demo) mode=demo ;;
     --refresh) refresh=1 ;;
+    --force) force=1 ;;
     -h|--help) sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
     *) echo "fresh-root-check: unknown argument '$a' (--help)" >&2; exit 2 ;;
   esac
@@ -41,6 +49,22 @@ key=$(printf '%s\n' "$suite" "$mirror" "$security_mirror" "minbase-1" | sha256su
 rootfs_tar=$cache/rootfs-$suite-$key.tar
 archives=$cache/apt-archives
 mkdir -p "$cache" "$archives/partial"
+
+# What decides the demo's packages (above): the scripts, the CMake files, the system headers included.
+inputs_key() {
+  cd "$src"
+  {
+    cat scripts/deps.sh scripts/demo.sh
+    find . -path ./build\* -prune -o \( -name CMakeLists.txt -o -path './cmake/*' \) -type f -print | sort | xargs cat
+    grep -rhoE '^[[:space:]]*#[[:space:]]*include[[:space:]]*<[^>]+>' src | tr -d ' \t' | sort -u
+    echo "$key"
+  } | sha256sum | cut -c1-16
+}
+passed=$cache/passed-build-$(inputs_key)
+if [ "$mode" = build ] && [ "$force" != 1 ] && [ -f "$passed" ]; then
+  echo "fresh-root-check: passed before for these inputs ($(basename "$passed"), $(cat "$passed")): not run again (--force runs it)"
+  exit 0
+fi
 work=$(mktemp -d /var/tmp/fr-fresh.XXXXXX)
 trap 'rm -rf "$work"' EXIT
 t0=$SECONDS
@@ -100,4 +124,8 @@ unshare --mount --propagation private bash -c '
   exec chroot "$root" /usr/bin/env -i PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin \
     HOME=/root LANG=C.UTF-8 DEBIAN_FRONTEND=noninteractive /bin/bash -c "$inner"
 ' fresh-root "$root" "$archives" "$inner" || die "in a clean Debian 12 root: failed (above)"
+if [ "$mode" = build ]; then
+  find "$cache" -maxdepth 1 -name 'passed-build-*' -mtime +30 -delete
+  echo "at $(git -C "$src" rev-parse --short HEAD 2>/dev/null || echo '?'), $(date -u +%Y-%m-%dT%H:%MZ)" >"$passed"
+fi
 echo "fresh-root-check: passed in $((SECONDS - t0)) s (a clean $suite minbase root; apt's downloads cached in $archives)"

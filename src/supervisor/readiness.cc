@@ -46,26 +46,34 @@ ProbeResult probe_health(const std::string& host, uint16_t port, const Readiness
   return r;
 }
 
+// The completion goes first and /health after it: on a private endpoint the completion is already waiting
+// in the queue when the engine starts accepting, so it joins the engine's first batch, and READY follows the
+// first request the engine can answer by one /health round trip. Sent after /health (a round trip later) it
+// could miss that batch and wait a whole request (ARCHITECTURE.md, "Readiness is a real request").
 ProbeResult probe_readiness(const std::string& host, uint16_t port, const ReadinessConfig& rc, double timeout_s) {
+  if (rc.request_path.empty()) return probe_health(host, port, rc, timeout_s);
   auto t0 = std::chrono::steady_clock::now();
-  ProbeResult r = probe_health(host, port, rc, timeout_s);
-  if (!r.ok || rc.request_path.empty()) return r;
-  r.ok = false;
   nlohmann::json body{{"prompt", rc.prompt}, {"max_tokens", rc.max_tokens}, {"temperature", 0}};
   if (!rc.model.empty()) body["model"] = rc.model;
   auto c = make_client(host, port, timeout_s);
-  const auto t1 = std::chrono::steady_clock::now();
   auto res = c.Post(rc.request_path, body.dump(), "application/json");
-  r.seconds = since(t0);
   if (!res) {
+    ProbeResult r;
+    r.seconds = since(t0);
     r.detail = "POST " + rc.request_path + ": " + httplib::to_string(res.error());
-    r.unanswered = since(t1) >= 0.9 * timeout_s;
+    r.unanswered = r.seconds >= 0.9 * timeout_s;
     return r;
   }
-  const double took = r.seconds;
-  r = judge_completion(res->status, res->body, rc);
-  r.health_ok = true;
-  r.seconds = took;
+  ProbeResult r = judge_completion(res->status, res->body, rc);
+  // /health as well: an engine whose completion passes but whose health check fails is not ready (vLLM's
+  // /health reports its engine core), and health_ok tells a loading engine from a dead one in the logs.
+  ProbeResult health = probe_health(host, port, rc, timeout_s);
+  r.health_ok = health.ok;
+  if (r.ok && !health.ok) {
+    r.ok = false;
+    r.detail = health.detail;
+  }
+  r.seconds = since(t0);
   return r;
 }
 

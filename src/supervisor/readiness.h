@@ -1,6 +1,6 @@
-// Readiness is a real request (ARCHITECTURE.md, "Readiness is a real request"): /health answers 200, then a representative completion
-// (temperature 0) returns a token, which must equal the oracle when one is configured. Blocking: run it on
-// the thread pool.
+// Readiness is a real request (ARCHITECTURE.md, "Readiness is a real request"): a representative completion
+// (temperature 0) returns a token, which must equal the oracle when one is configured, and /health answers
+// 200. Blocking: run it on the thread pool.
 #pragma once
 
 #include <string>
@@ -20,7 +20,8 @@ struct ProbeResult {
   bool unanswered = false;
 };
 
-// GET health_path, then POST request_path with the prompt. `timeout_s` bounds each request.
+// POST request_path with the prompt, then GET health_path (empty request_path: health only); ok when both
+// pass. `timeout_s` bounds each request.
 ProbeResult probe_readiness(const std::string& host, uint16_t port, const ReadinessConfig& rc, double timeout_s);
 // Judges the answer to the readiness request (HTTP status and body): ok when 200 with a JSON body whose
 // choices[0].text is a string equal to the oracle, if one is configured; else `detail` says why. Pure, so

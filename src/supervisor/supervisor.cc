@@ -394,11 +394,11 @@ LineHandler Supervisor::engine_line_handler(Engine* raw) {
   };
 }
 
-// How often readiness is polled: restart.poll_interval_s, but every 20 ms in the first 2 s after a
+// How often readiness is polled: restart.poll_interval_s, but every 5 ms in the first 2 s after a
 // standby's release, whose engine is up in a fraction of a second (docs/standby.md).
 double Supervisor::readiness_poll_interval() const {
   const double every = m_cfg.readiness.poll_interval_s;
-  if (m_engine && !m_engine->standby_level.empty() && m_loop.now_s() - m_engine->spawned_at < 2) return std::min(every, 0.02);
+  if (m_engine && !m_engine->standby_level.empty() && m_loop.now_s() - m_engine->spawned_at < 2) return std::min(every, 0.005);
   return every;
 }
 
