@@ -88,6 +88,12 @@ class ListenSocketTest : public ::testing::Test {
     m_sup = test::start_fastrestartd(FR_FASTRESTARTD_BIN, *m_config);
   }
   json ready(pid_t not_pid = 0) { return m_sup->expect_ready(not_pid); }
+  // launch() with readiness.endpoint = "private"; the status at READY.
+  json launch_private(Options o) {
+    o.endpoint = "private";
+    launch(o);
+    return ready();
+  }
   json parked(pid_t not_pid = 0) { return m_sup->expect_parked(not_pid); }
   // A completion with a client timeout far above any restart here: what a patient client gets.
   test::HttpAnswer complete(double timeout_s = 60) {
@@ -181,10 +187,8 @@ struct QueuedRequest {
 // old check, queued behind it, saw READY only once every client was answered.
 TEST_F(ListenSocketTest, ReadyIsNotBehindClientsQueuedOnThePublicSocket) {
   Options o;
-  o.endpoint = "private";
   o.engine_flags = ", \"--threads\", \"2\", \"--fault-token-delay\", \"0.02\"";
-  launch(o);
-  json st = ready();
+  json st = launch_private(o);
   private_endpoint(st);
   const std::string ctl = m_dir / "ctl/t.ctl";
   ASSERT_EQ(test::run({FR_FASTRESTARTCTL_BIN, "--socket", ctl, "stop-engine"}).exit_code, 0) << m_sup->log();
@@ -249,9 +253,7 @@ INSTANTIATE_TEST_SUITE_P(Levels, ListenSocketStandby, ::testing::Values("pre_gpu
 TEST_F(ListenSocketTest, AReleasedStandbyIsCheckedOnItsOwnPrivateEndpoint) {
   Options o;
   o.standby_level = "warmed";
-  o.endpoint = "private";
-  launch(o);
-  json st = ready();
+  json st = launch_private(o);
   const std::string expected = text_of(complete());
   ASSERT_FALSE(expected.empty());
   const std::string before = private_endpoint(st);
