@@ -66,6 +66,12 @@ done
 j='{"op":"parked","v":1,"level":"warmed","pid":1,"x":"'"$(nest 40 '[')"'\\"}'
 for t in fuzz_frame fuzz_control fuzz_gate; do printf '%s' "$j" | seed $t; done
 printf '{"op":"status","id":[%s0]}' "$(printf '0,%.0s' $(seq 5000))" | seed fuzz_frame
+# fastrestart-front (fuzz_front_request): first byte even: a client's request (the rest of the byte picks
+# the piece size); odd: an engine's text/event-stream body.
+printf '\000POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 31\r\n\r\n{"prompt":"hi","stream":true}  ' | seed fuzz_front_request
+printf '\006POST /v1/completions HTTP/1.1\r\nContent-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\n5\r\n{"n":\r\n2\r\n2}\r\n0\r\n\r\n' | seed fuzz_front_request
+printf '\002GET /health HTTP/1.0\r\nConnection: keep-alive\r\nExpect: 100-continue\r\n\r\n' | seed fuzz_front_request
+printf '\001data: {"id":"cmpl-1","choices":[{"text":"a"}]}\n\ndata: b\r\n\r\n\rdata: c\rdata: d\r\rdata: [DONE]\n\n' | seed fuzz_front_request
 # Engine output lines (fuzz_engine_line): every arena, loader and progress line the docs, the data files
 # and the engines' sources show, and near misses; lines as loggers prefix them.
 {

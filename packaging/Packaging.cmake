@@ -83,6 +83,7 @@ if(FASTRESTART_MAN AND FR_PANDOC)
       "fastrestart-weightd.8|docs/man/fastrestart-weightd.8.md,docs/weightd.md"
       "fastrestart-weightctl.1|docs/man/fastrestart-weightctl.1.md,docs/weightd.md"
       "fastrestart-tinyengine.1|docs/man/fastrestart-tinyengine.1.md,docs/tinyengine.md"
+      "fastrestart-front.1|docs/man/fastrestart-front.1.md,docs/front.md"
       "fastrestart-snapshot.8|docs/man/fastrestart-snapshot.8.md")
   set(_fr_man_outputs "")
   foreach(_fr_m IN LISTS _fr_man_pages)
@@ -153,7 +154,8 @@ set(CPACK_DEBIAN_PACKAGE_SECTION admin)
 set(CPACK_DEBIAN_PACKAGE_PRIORITY optional)
 set(CPACK_DEBIAN_PACKAGE_HOMEPAGE "https://github.com/fastrestart/fastrestart")
 # The runtime libraries named explicitly (libuv1 and libsystemd0 for fastrestartd), plus whatever
-# dpkg-shlibdeps finds in the binaries (libmicrohttpd12, libfmt9, libtomlplusplus3, libcpp-httplib0.11, ...),
+# dpkg-shlibdeps finds in the binaries (libmicrohttpd12, libfmt9, libtomlplusplus3, libcpp-httplib0.11,
+# libhttp-parser2.9 for fastrestart-front, ...),
 # appended by CPack. The rpm gets the same from rpmbuild's soname scan (libmicrohttpd.so.12).
 set(CPACK_DEBIAN_PACKAGE_DEPENDS "libspdlog1.10 (>= 1:1.10.0), libuv1 (>= 1.44), libsystemd0 (>= 252)")
 set(CPACK_DEBIAN_PACKAGE_SHLIBDEPS ON)

@@ -8,13 +8,13 @@ set -euo pipefail
 demo_pkgs=(
   build-essential cmake ninja-build pkg-config
   libuv1-dev libtomlplusplus-dev nlohmann-json3-dev libspdlog-dev libsystemd-dev
-  libcli11-dev libcpp-httplib-dev libmicrohttpd-dev libxxhash-dev
+  libcli11-dev libcpp-httplib-dev libmicrohttpd-dev libxxhash-dev libhttp-parser-dev
   curl python3 procps
 )
 pkgs=(
   build-essential cmake ninja-build pkg-config git
   libuv1-dev libtomlplusplus-dev nlohmann-json3-dev libspdlog-dev libsystemd-dev
-  libgtest-dev libgmock-dev libcli11-dev libcpp-httplib-dev libmicrohttpd-dev libxxhash-dev
+  libgtest-dev libgmock-dev libcli11-dev libcpp-httplib-dev libmicrohttpd-dev libxxhash-dev libhttp-parser-dev
   pybind11-dev python3-dev python3-numpy python3-pip python3-setuptools
   clang libclang-rt-14-dev
   curl procps util-linux bc

@@ -46,6 +46,14 @@ void add_serve_flags(CLI::App& app, ServeOptions& o, std::string& format, std::s
                "write every page of a leased host arena (as a KV cache in use would): what a snapshot must leave out");
   app.add_option("--kv-arena-wait", o.kv_arena_wait_s, "seconds the arena lease may wait for its previous holder's exit")
       ->capture_default_str();
+  app.add_flag("--enable-prefix-caching,!--no-enable-prefix-caching", o.enable_prefix_caching,
+               "the CPU forward's paged KV cache with automatic prefix caching (on by default; on a leased host "
+               "KV arena its index survives the engine's death, docs/kv-survival.md)");
+  app.add_option("--block-size", o.block_size, "tokens per KV cache block")->check(CLI::Range(1, 4096))
+      ->capture_default_str();
+  app.add_option("--kv-cache-blocks", o.kv_cache_blocks,
+                 "blocks of the KV cache in private memory (without a KV arena; with one, the arena's size decides)")
+      ->check(CLI::Range(1, 1 << 24))->capture_default_str();
   app.add_option("--load-format", format, "disk|fastrestart")->check(CLI::IsMember({"disk", "fastrestart"}))
       ->capture_default_str();
   app.add_option("--fastrestart-mode", mode, "zero_copy|copy")->check(CLI::IsMember({"zero_copy", "copy"}))

@@ -69,9 +69,12 @@ struct LoadedModel {
   Model model;    // the CPU forward (device "host")
   std::shared_ptr<CudaModel> cuda;  // the CUDA forward (device "cuda:N")
   LoadReport report;
+  // The CPU forward's paged prefix cache (docs/kv-survival.md); null with --no-enable-prefix-caching or on
+  // the CUDA forward, which keeps its own per-request KV rows.
+  std::shared_ptr<KvCache> kv_cache;
 
   Generation generate(const std::vector<int>& prompt, int max_tokens, int top_k) const {
-    return cuda ? cuda->generate(prompt, max_tokens, top_k) : model.generate(prompt, max_tokens, top_k);
+    return cuda ? cuda->generate(prompt, max_tokens, top_k) : model.generate(prompt, max_tokens, top_k, kv_cache.get());
   }
   std::string device() const { return cuda ? cuda->device_name() : "cpu"; }
 };
@@ -144,6 +147,8 @@ struct KvArenaLease {
   uint64_t generation = 0;
 };
 Result<KvArenaLease> lease_kv_arena(uint64_t bytes, double wait_s, const LoadOptions& options);
+// The generation of the arena's latest lease (after a snapshot resume leased it again), or `lease.generation`.
+uint64_t kv_arena_generation(const KvArenaLease& lease);
 // The config half of the key: arch, dtype, engine version, tp size/rank.
 std::map<std::string, std::string> key_config(const CheckpointInfo& info, const TpPlan& tp = {});
 

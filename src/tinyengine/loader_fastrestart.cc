@@ -124,6 +124,12 @@ Result<KvArenaLease> lease_kv_arena(uint64_t bytes, double wait_s, const LoadOpt
   return out;
 }
 
+uint64_t kv_arena_generation(const KvArenaLease& lease) {
+  if (lease.arena)
+    if (auto l = std::static_pointer_cast<fastrestart::Arena>(lease.arena)->last_lease()) return l->generation;
+  return lease.generation;
+}
+
 Result<InheritedSockets> inherited_listen_sockets() {
   auto r = fastrestart::inherited_listen_sockets();
   if (!r) return r.error();

@@ -26,6 +26,7 @@ Result<KvArenaLease> lease_kv_arena(uint64_t, double, const LoadOptions&) {
   return make_error(Errc::kUnsupported, "built without engine_loader");
 }
 
+uint64_t kv_arena_generation(const KvArenaLease& lease) { return lease.generation; }
 Result<bool> standby_gate(const std::string&) { return false; }
 bool is_standby() { return false; }
 Result<InheritedSockets> inherited_listen_sockets() { return InheritedSockets{}; }

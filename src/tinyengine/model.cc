@@ -8,6 +8,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "tinyengine/kv_cache.h"
+
 namespace fr::te {
 namespace {
 
@@ -68,10 +70,14 @@ float silu(float v) { return v / (1.0f + std::exp(-v)); }
 
 }  // namespace
 
-// The per-request state: the KV cache and scratch buffers. Runs one position at a time.
+// The per-request state: the KV rows and scratch buffers. Runs one position at a time. With a block table
+// (`seq`, the paged cache) positions [0, m_paged) live in its blocks, the first seq->cached() of them found
+// in the prefix index; positions past a block the cache could not give live in private rows. Where a row
+// lives changes no arithmetic, so answers are bit-identical with and without the cache.
 class ForwardState {
  public:
-  explicit ForwardState(const Model& m) : m_m(m), m_c(m.m_config), m_bf16(m_c.dtype == DType::kBF16) {
+  ForwardState(const Model& m, KvCache::Seq* seq)
+      : m_m(m), m_c(m.m_config), m_bf16(m_c.dtype == DType::kBF16), m_seq(seq), m_paged(seq ? seq->cached() : 0) {
     const auto d = static_cast<size_t>(m_c.d_model);
     m_k.assign(static_cast<size_t>(m_c.n_layers), std::vector<float>(static_cast<size_t>(m_c.max_seq) * d));
     m_v = m_k;
@@ -89,24 +95,24 @@ class ForwardState {
   void step(int token, int t, bool want_logits) {
     const int d = m_c.d_model;
     const int hd = d / m_c.n_heads;
+    if (m_seq && t == m_paged && m_seq->ensure(t)) m_paged = t + 1;
     Weights tok{m_m.m_tok_emb, m_bf16}, pos{m_m.m_pos_emb, m_bf16};
     for (int i = 0; i < d; ++i)
       m_h[i] = tok.at(static_cast<int64_t>(token) * d + i) + pos.at(static_cast<int64_t>(t) * d + i);
     const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
     for (size_t l = 0; l < m_m.m_layers.size(); ++l) {
       const auto& L = m_m.m_layers[l];
-      float* kc = m_k[l].data();
-      float* vc = m_v[l].data();
       rmsnorm(m_h.data(), L.attn_norm, m_bf16, m_a.data(), d);
       matvec(L.wq, m_bf16, m_a.data(), m_q.data(), d, d);
-      matvec(L.wk, m_bf16, m_a.data(), kc + static_cast<size_t>(t) * d, d, d);
-      matvec(L.wv, m_bf16, m_a.data(), vc + static_cast<size_t>(t) * d, d, d);
+      matvec(L.wk, m_bf16, m_a.data(), row(l, 0, t), d, d);
+      matvec(L.wv, m_bf16, m_a.data(), row(l, 1, t), d, d);
       for (int h = 0; h < m_c.n_heads; ++h) {
         const int off = h * hd;
         float mx = -INFINITY;
         for (int s = 0; s <= t; ++s) {
           float dotv = 0;
-          for (int i = 0; i < hd; ++i) dotv += m_q[off + i] * kc[static_cast<size_t>(s) * d + off + i];
+          const float* kr = row(l, 0, s);
+          for (int i = 0; i < hd; ++i) dotv += m_q[off + i] * kr[off + i];
           m_scores[s] = dotv * scale;
           mx = std::max(mx, m_scores[s]);
         }
@@ -115,13 +121,15 @@ class ForwardState {
         for (int i = 0; i < hd; ++i) m_att[off + i] = 0;
         for (int s = 0; s <= t; ++s) {
           const float p = m_scores[s] / sum;
-          for (int i = 0; i < hd; ++i) m_att[off + i] += p * vc[static_cast<size_t>(s) * d + off + i];
+          const float* vr = row(l, 1, s);
+          for (int i = 0; i < hd; ++i) m_att[off + i] += p * vr[off + i];
         }
       }
       matvec(L.wo, m_bf16, m_att.data(), m_tmp.data(), d, d);
       for (int i = 0; i < d; ++i) m_h[i] += m_tmp[i];
       mlp(L.mlp_norm, L.w_up, L.w_down, m_c.d_ff);
     }
+    if (m_seq && t < m_paged) m_seq->done(t, token);  // every layer's rows of t are written
     if (!want_logits) return;
     // The extra blocks and the head only matter where logits are read: the last layer's output at other
     // positions feeds nothing (the KV cache holds what later positions need).
@@ -138,6 +146,12 @@ class ForwardState {
   const std::string& error() const { return m_error; }
 
  private:
+  // Row `kind` (0: K, 1: V) of layer l at position s.
+  float* row(size_t l, int kind, int s) {
+    if (s < m_paged) return m_seq->row(static_cast<int>(l), kind, s);
+    return (kind == 0 ? m_k : m_v)[l].data() + static_cast<size_t>(s) * static_cast<size_t>(m_c.d_model);
+  }
+
   // The tensor-parallel extra block: this rank's partial plus the others' (Model::m_reduce), then the residual.
   void tp_extra(int e) {
     const int d = m_c.d_model;
@@ -163,6 +177,8 @@ class ForwardState {
   const Model& m_m;
   const ModelConfig& m_c;
   bool m_bf16;
+  KvCache::Seq* m_seq;
+  int m_paged;
   std::vector<std::vector<float>> m_k, m_v;
   std::vector<float> m_h, m_a, m_q, m_att, m_tmp, m_ff, m_scores, m_logits;
   std::string m_error;  // a tensor-parallel reduce failed: the logits are not valid
@@ -352,12 +368,13 @@ void Model::extra_partial(int block, const float* a, float* out) const {
   matvec(e.down, bf16, ff.data(), out, d, w);
 }
 
-Generation Model::generate(const std::vector<int>& prompt, int max_tokens, int top_k) const {
+Generation Model::generate(const std::vector<int>& prompt, int max_tokens, int top_k, KvCache* cache) const {
   Generation g;
   if (prompt.empty()) return g;
-  ForwardState st(*this);
+  std::unique_ptr<KvCache::Seq> seq = cache ? cache->begin(prompt) : nullptr;
+  ForwardState st(*this, seq.get());
   const int n = static_cast<int>(prompt.size());
-  for (int t = 0; t < n; ++t) st.step(prompt[t], t, t == n - 1 && max_tokens > 0);
+  for (int t = seq ? seq->cached() : 0; t < n; ++t) st.step(prompt[t], t, t == n - 1 && max_tokens > 0);
   for (int i = 0; i < max_tokens; ++i) {
     if (!st.error().empty()) {
       g.error = st.error();

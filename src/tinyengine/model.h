@@ -25,6 +25,7 @@
 
 namespace fr::te {
 
+class KvCache;
 inline constexpr int kVocab = 257;
 inline constexpr int kEos = 256;
 
@@ -119,8 +120,10 @@ class Model {
 
   // Greedy decoding of up to `max_tokens` tokens after `prompt` (1..max_seq tokens, each 0..kEos; the
   // caller checks prompt.size() + max_tokens <= max_seq). Stops early on kEos. `top_k` alternatives are
-  // reported per step (0 for none).
-  Generation generate(const std::vector<int>& prompt, int max_tokens, int top_k) const;
+  // reported per step (0 for none). With `cache` (the paged prefix cache, docs/kv-survival.md) the prompt's
+  // cached prefix is not computed again and the K/V rows go to the cache's blocks; the answer is
+  // bit-identical to the uncached one.
+  Generation generate(const std::vector<int>& prompt, int max_tokens, int top_k, KvCache* cache = nullptr) const;
 
  private:
   struct Layer {

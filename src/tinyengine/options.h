@@ -52,10 +52,13 @@ struct ServeOptions {
   bool snapshot_agent = true;
   bool cuda_graph_check = false;  // capture a CUDA graph over the weights; check it replays the same after a resume     // serve the snapshot exchange when $FASTRESTART_SNAPSHOT_SOCKET is set
   // A KV arena of this many bytes leased from the weight daemon before serving (0: none; docs/tinyengine.md,
-  // "KV arena"). The tiny engine keeps no KV cache in it: it only holds it, as a real engine's cache would.
+  // "KV arena"). The CPU forward's prefix cache lives in a host arena (docs/kv-survival.md).
   uint64_t kv_arena_bytes = 0;
   double kv_arena_wait_s = 30;  // how long the lease may wait for the previous holder's exit
   bool kv_arena_touch = false;  // write every page of a leased host arena, as a KV cache in use would
+  bool enable_prefix_caching = true;  // the CPU forward's paged KV cache with automatic prefix caching
+  int block_size = 16;                // tokens per KV cache block
+  int kv_cache_blocks = 1024;         // blocks in private memory (without a host KV arena)
   LoadOptions load;
   FaultOptions faults;
 };

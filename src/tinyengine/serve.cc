@@ -17,6 +17,7 @@
 #include <spdlog/spdlog.h>
 
 #include "tinyengine/faults.h"
+#include "tinyengine/kv_cache.h"
 #include "tinyengine/server.h"
 #include "tinyengine/tp.h"
 
@@ -150,6 +151,35 @@ bool pass_gate(const char* level, const FaultOptions& f) {
     }
   }
   return true;
+}
+
+// The CPU forward's prefix cache: on the leased host arena when there is one, else in private memory;
+// null with --no-enable-prefix-caching or on the CUDA forward. An arena too small for one block falls back
+// to private memory (logged). Logs one "kv cache:" line with what the recovery found.
+Result<std::shared_ptr<KvCache>> open_kv_cache(const ServeOptions& o, const LoadedModel& m, const KvArenaLease* arena) {
+  if (!o.enable_prefix_caching) {
+    spdlog::info("kv cache: prefix caching off (--no-enable-prefix-caching)");
+    return std::shared_ptr<KvCache>();
+  }
+  if (m.cuda) {
+    spdlog::info("kv cache: the CUDA forward keeps its own per-request KV rows (no prefix caching)");
+    return std::shared_ptr<KvCache>();
+  }
+  FR_ASSIGN(const uint64_t fp, kv_weights_fingerprint(m.info.config, m.set.lookup()));
+  KvIdentity id{m.info.config, fp, o.block_size};
+  std::unique_ptr<KvCache> c;
+  if (arena && arena->host) {
+    auto a = KvCache::open(id, arena->base, arena->bytes, arena->generation);
+    if (a) c = std::move(*a);
+    else spdlog::warn("kv cache: not on the arena ({}); in private memory", a.error().message);
+  } else if (arena) {
+    spdlog::warn("kv cache: the arena is device memory; the CPU forward's cache is in private memory");
+  }
+  if (!c) {
+    FR_ASSIGN(c, KvCache::open_private(id, static_cast<uint64_t>(o.kv_cache_blocks)));
+  }
+  spdlog::info("kv cache: {}", c->summary());
+  return std::shared_ptr<KvCache>(std::move(c));
 }
 
 }  // namespace
@@ -357,6 +387,14 @@ int run_serve(const ServeOptions& o) {
       spdlog::warn("fastrestart-arena: fallback reason=\"{}\"", reason);
     }
   }
+  // The prefix cache, built (and on an arena recovered) before anything is served (docs/kv-survival.md).
+  if (auto kv = open_kv_cache(o, *model, kv_arena ? &*kv_arena : nullptr)) {
+    model->kv_cache = std::move(*kv);
+  } else {
+    spdlog::error("kv cache: {}", kv.error().message);
+    std::fflush(nullptr);
+    std::_Exit(kExitFailure);
+  }
   if (!listening) {
     if (auto s = listen("released standby"); !s) {
       spdlog::error("{}", s.error().message);
@@ -370,7 +408,11 @@ int run_serve(const ServeOptions& o) {
   if (o.snapshot_agent && !group) {
     auto a = start_snapshot_agent(
         *model, kv_arena ? &*kv_arena : nullptr, [&server]() -> Status { server.pause_for_snapshot(); return {}; },
-        [&server, cuda, graph_sum]() -> Status {
+        [&server, cuda, graph_sum, kv = model->kv_cache, arena = kv_arena ? &*kv_arena : nullptr]() -> Status {
+          if (kv && kv->on_arena() && arena) {  // the arena was leased again: trust nothing from before
+            kv->resync(kv_arena_generation(*arena));
+            spdlog::info("kv cache after resume: {}", kv->summary());
+          }
           if (!graph_sum.empty()) {
             auto now = cuda->replay_weight_graph();
             if (!now) return now.error();
@@ -388,9 +430,16 @@ int run_serve(const ServeOptions& o) {
     if (agent) spdlog::info("snapshot exchange on {}", std::getenv("FASTRESTART_SNAPSHOT_SOCKET"));
   }
   if (g_released_at) ready_s = since(*g_released_at);
+  const std::shared_ptr<KvCache> kv = model->kv_cache;
   server.set_ready(std::move(model), warmup_s, ready_s);
   if (passed_fd >= 0) server.start();  // the adopted socket: the first connection accepted is served
-  spdlog::info("ready in {:.3f} s{} (path={})", ready_s, g_released_at ? " after the standby's release" : "", path);
+  std::string kv_fields;
+  if (kv) {
+    kv_fields = " kv_recovered=" + std::to_string(kv->recovery().recovered) +
+                " kv_dropped=" + std::to_string(kv->recovery().dropped_total());
+  }
+  spdlog::info("ready in {:.3f} s{} (path={}{})", ready_s, g_released_at ? " after the standby's release" : "", path,
+               kv_fields);
 
   if (f.exit_after_startup) {
     spdlog::warn("fault: exiting with code {} after startup", f.exit_code);

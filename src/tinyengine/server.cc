@@ -1,5 +1,7 @@
 #include "tinyengine/server.h"
 
+#include "tinyengine/kv_cache.h"
+
 #include <netinet/in.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -267,6 +269,8 @@ json EngineServer::stats() const {
     j["model"]["config"] = json::parse(m.info.config.to_json());
     j["model"]["weight_bytes"] = m.report.weight_bytes;
     j["load"] = m.report.to_json();
+    if (m.kv_cache) j["kv_cache"] = m.kv_cache->stats();
+    else j["kv_cache"] = {{"enabled", false}, {"reason", m.cuda ? "cuda forward" : "--no-enable-prefix-caching"}};
     j["startup"]["warmup_s"] = m_warmup_s;
     j["startup"]["ready_s"] = m_ready_s;
   }

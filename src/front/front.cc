@@ -1,0 +1,654 @@
+#include "front/front.h"
+
+#include <netinet/in.h>
+#include <uv.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstring>
+#include <memory>
+#include <set>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "common/atomic_file.h"
+#include "front/http_request.h"
+#include "front/http_response.h"
+#include "front/sse.h"
+#include "front/stats.h"
+
+namespace fr::front {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+constexpr auto kFirstBackoff = std::chrono::milliseconds(20);
+constexpr auto kMaxBackoff = std::chrono::milliseconds(500);
+constexpr uint64_t kTickMs = 10;
+
+class Server;
+struct Client;
+struct Exchange;
+
+// One connection to the engine for one attempt of one request. Its lifetime ends in its close callback;
+// `owner` is cleared when the exchange lets it go, after which its callbacks do nothing.
+struct Upstream {
+  uv_tcp_t tcp{};
+  uv_connect_t connect{};
+  uv_write_t write{};
+  std::string wire;  // the request's bytes, alive until the write completes
+  Exchange* owner = nullptr;
+  std::unique_ptr<ResponseParser> parser;
+};
+
+struct Exchange {
+  Client* client = nullptr;
+  Request req;
+  std::string wire;
+  Upstream* up = nullptr;
+  std::string body;                  // the engine's answer, buffered (non-streamed)
+  std::unique_ptr<SseSplitter> sse;  // a streamed answer's events
+  bool too_large = false;
+  bool started = false;              // bytes of the answer reached the client
+  bool chunked = false;              // a started stream is chunk-encoded to the client
+  bool waiting = false;              // held: no connection, the next attempt at next_attempt
+  std::optional<Clock::time_point> held_since;
+  Clock::time_point next_attempt{};
+  Clock::duration backoff = kFirstBackoff;
+  int attempts = 0;
+  std::string last_error;
+};
+
+struct Client {
+  uv_tcp_t tcp{};
+  Server* server = nullptr;
+  RequestParser parser;
+  std::string in;  // read, not yet parsed
+  std::unique_ptr<Exchange> ex;
+  bool closing = false;
+  bool close_after_writes = false;
+  bool sent_continue = false;
+  bool reading = true;
+  int pending_writes = 0;
+  explicit Client(RequestLimits l) : parser(l) {}
+};
+
+struct WriteReq {
+  uv_write_t req{};
+  std::string data;
+  Client* client = nullptr;
+};
+
+std::string json_error(int status, const std::string& message) {
+  const char* type = status == 503 ? "ServiceUnavailableError" : status == 413 ? "RequestTooLargeError" : "BadRequestError";
+  nlohmann::json j = {{"error", {{"message", message}, {"type", type}, {"param", nullptr}, {"code", status}}}};
+  return j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+}
+
+const char* status_text(int s) {
+  switch (s) {
+    case 100: return "Continue";
+    case 400: return "Bad Request";
+    case 413: return "Payload Too Large";
+    case 431: return "Request Header Fields Too Large";
+    case 503: return "Service Unavailable";
+    default: return "Error";
+  }
+}
+
+// Headers that describe one hop, not the message: never passed on (the front frames each side itself).
+bool hop_by_hop(std::string_view name) {
+  for (const char* h : {"connection", "keep-alive", "proxy-connection", "transfer-encoding", "te", "trailer",
+                        "upgrade", "content-length", "expect", "host"})
+    if (iequals(name, h)) return true;
+  return false;
+}
+
+std::string chunk(std::string_view data) {
+  char head[32];
+  std::snprintf(head, sizeof head, "%zx\r\n", data.size());
+  std::string out(head);
+  out.append(data);
+  out.append("\r\n");
+  return out;
+}
+
+class Server {
+ public:
+  Server(uv_loop_t* loop, FrontOptions opt, sockaddr_storage upstream)
+      : m_loop(loop), m_opt(std::move(opt)), m_upstream(upstream) {}
+
+  Status start(int listen_fd);
+  void write_status();
+
+ private:
+  // Clients.
+  static void on_connection(uv_stream_t* s, int status);
+  static void on_client_read(uv_stream_t* s, ssize_t nread, const uv_buf_t* buf);
+  void process(Client* c);
+  void begin(Client* c);
+  void client_write(Client* c, std::string data);
+  static void on_client_written(uv_write_t* w, int status);
+  void close_client(Client* c);
+  void reply(Client* c, int status, const std::string& message, bool close);
+  void done(Client* c, bool keep_alive);
+
+  // The engine.
+  void attempt(Exchange* ex);
+  void release_upstream(Exchange* ex);
+  static void on_up_connect(uv_connect_t* req, int status);
+  static void on_up_written(uv_write_t* w, int status);
+  static void on_up_read(uv_stream_t* s, ssize_t nread, const uv_buf_t* buf);
+  void check_upstream(Exchange* ex);
+  void upstream_failed(Exchange* ex, const std::string& why);
+  void fail(Exchange* ex, const char* reason, const std::string& message);
+  void unhold(Exchange* ex);
+  void start_stream(Exchange* ex);
+  void finish_buffered(Exchange* ex);
+
+  static void on_tick(uv_timer_t* t);
+  static void on_signal(uv_signal_t* s, int sig);
+  void tick();
+  void begin_stop();
+
+  uv_loop_t* m_loop;
+  FrontOptions m_opt;
+  sockaddr_storage m_upstream;
+  std::string m_upstream_host;
+  uv_tcp_t m_listener{};
+  uv_timer_t m_timer{};
+  uv_signal_t m_sigterm{}, m_sigint{};
+  FrontStats m_stats;
+  bool m_dirty = true;
+  bool m_stopping = false;
+  Clock::time_point m_stop_deadline{};
+  std::set<Exchange*> m_held;
+  std::set<Client*> m_clients;
+};
+
+Status Server::start(int listen_fd) {
+  m_upstream_host = m_opt.upstream;
+  uv_tcp_init(m_loop, &m_listener);
+  m_listener.data = this;
+  if (int rc = uv_tcp_open(&m_listener, listen_fd); rc != 0)
+    return make_error(Errc::kIo, std::string("the listening socket: ") + uv_strerror(rc));
+  if (int rc = uv_listen(reinterpret_cast<uv_stream_t*>(&m_listener), 1024, on_connection); rc != 0)
+    return make_error(Errc::kIo, std::string("the listening socket: listen: ") + uv_strerror(rc));
+  uv_timer_init(m_loop, &m_timer);
+  m_timer.data = this;
+  uv_timer_start(&m_timer, on_tick, kTickMs, kTickMs);
+  for (auto* s : {&m_sigterm, &m_sigint}) {
+    uv_signal_init(m_loop, s);
+    s->data = this;
+  }
+  uv_signal_start(&m_sigterm, on_signal, SIGTERM);
+  uv_signal_start(&m_sigint, on_signal, SIGINT);
+  write_status();
+  return {};
+}
+
+void Server::write_status() {
+  m_stats.held_now = m_held.size();
+  m_stats.connections = m_clients.size();
+  if (!m_opt.status_file.empty()) (void)write_file_atomic(m_opt.status_file, m_stats.to_json().dump() + "\n", 0644);
+  m_dirty = false;
+}
+
+// ---- clients ----
+
+void Server::on_connection(uv_stream_t* s, int status) {
+  auto* self = static_cast<Server*>(s->data);
+  if (status < 0 || self->m_stopping) return;
+  auto* c = new Client(RequestLimits{self->m_opt.max_body_bytes, 32 << 10});
+  c->server = self;
+  uv_tcp_init(self->m_loop, &c->tcp);
+  c->tcp.data = c;
+  if (uv_accept(s, reinterpret_cast<uv_stream_t*>(&c->tcp)) != 0) {
+    uv_close(reinterpret_cast<uv_handle_t*>(&c->tcp), [](uv_handle_t* h) { delete static_cast<Client*>(h->data); });
+    return;
+  }
+  uv_tcp_nodelay(&c->tcp, 1);
+  self->m_clients.insert(c);
+  self->m_dirty = true;
+  uv_read_start(reinterpret_cast<uv_stream_t*>(&c->tcp),
+                [](uv_handle_t*, size_t, uv_buf_t* b) {
+                  static thread_local char buf[64 << 10];
+                  *b = uv_buf_init(buf, sizeof buf);
+                },
+                on_client_read);
+}
+
+void Server::on_client_read(uv_stream_t* s, ssize_t nread, const uv_buf_t* buf) {
+  auto* c = static_cast<Client*>(s->data);
+  Server* self = c->server;
+  if (nread < 0) {
+    // The client is gone (or half-closed; either way no answer can be expected to matter to it).
+    if (c->ex) self->fail(c->ex.get(), kClientGone, "");
+    self->close_client(c);
+    return;
+  }
+  if (nread == 0) return;
+  c->in.append(buf->base, static_cast<size_t>(nread));
+  self->process(c);
+}
+
+void Server::process(Client* c) {
+  while (!c->ex && !c->closing && !c->close_after_writes && !c->in.empty()) {
+    const size_t used = c->parser.feed(c->in.data(), c->in.size());
+    c->in.erase(0, used);
+    if (c->parser.failed()) {
+      ++m_stats.rejected[std::to_string(c->parser.error_status())];
+      reply(c, c->parser.error_status(), c->parser.error(), true);
+      return;
+    }
+    if (c->parser.head_complete() && c->parser.request().expect_continue && !c->sent_continue && !c->parser.complete()) {
+      c->sent_continue = true;
+      client_write(c, "HTTP/1.1 100 Continue\r\n\r\n");
+    }
+    if (c->parser.complete()) {
+      begin(c);
+      continue;
+    }
+    if (used == 0) break;
+  }
+  // Bound what a client may send ahead while its request is answered: stop reading past the limits and
+  // resume once the answer is out.
+  const bool over = c->in.size() > m_opt.max_body_bytes + (64 << 10);
+  if (!c->closing && over && c->reading) {
+    uv_read_stop(reinterpret_cast<uv_stream_t*>(&c->tcp));
+    c->reading = false;
+  } else if (!c->closing && !over && !c->reading) {
+    c->reading = true;
+    uv_read_start(reinterpret_cast<uv_stream_t*>(&c->tcp),
+                  [](uv_handle_t*, size_t, uv_buf_t* b) {
+                    static thread_local char buf[64 << 10];
+                    *b = uv_buf_init(buf, sizeof buf);
+                  },
+                  on_client_read);
+  }
+}
+
+void Server::begin(Client* c) {
+  ++m_stats.received;
+  m_dirty = true;
+  auto ex = std::make_unique<Exchange>();
+  ex->client = c;
+  ex->req = std::move(c->parser.request());
+  c->parser.reset();
+  c->sent_continue = false;
+  Request& r = ex->req;
+  if (auto bad = check_request(r)) {
+    ++m_stats.rejected[std::to_string(bad->first)];
+    reply(c, bad->first, bad->second, !r.keep_alive);
+    return;
+  }
+  if (m_stopping) {
+    ++m_stats.failed[kStopping];
+    reply(c, 503, "the front is stopping", true);
+    return;
+  }
+  std::string& w = ex->wire;
+  w = r.method + " " + r.url + " HTTP/1.1\r\nHost: " + m_upstream_host + "\r\n";
+  for (const auto& [k, v] : r.headers)
+    if (!hop_by_hop(k)) w += k + ": " + v + "\r\n";
+  if (!r.body.empty() || r.method == "POST" || r.method == "PUT" || r.method == "PATCH")
+    w += "Content-Length: " + std::to_string(r.body.size()) + "\r\n";
+  w += "Connection: close\r\n\r\n";
+  w += r.body;
+  c->ex = std::move(ex);
+  attempt(c->ex.get());
+}
+
+void Server::client_write(Client* c, std::string data) {
+  if (c->closing) return;
+  auto* w = new WriteReq;
+  w->data = std::move(data);
+  w->client = c;
+  w->req.data = w;
+  ++c->pending_writes;
+  uv_buf_t b = uv_buf_init(w->data.data(), static_cast<unsigned>(w->data.size()));
+  if (uv_write(&w->req, reinterpret_cast<uv_stream_t*>(&c->tcp), &b, 1, on_client_written) != 0) {
+    --c->pending_writes;
+    delete w;
+    close_client(c);
+  }
+}
+
+void Server::on_client_written(uv_write_t* req, int status) {
+  auto* w = static_cast<WriteReq*>(req->data);
+  Client* c = w->client;
+  delete w;
+  --c->pending_writes;
+  if (c->closing) return;
+  if (status < 0 || (c->close_after_writes && c->pending_writes == 0)) c->server->close_client(c);
+}
+
+void Server::close_client(Client* c) {
+  if (c->closing) return;
+  c->closing = true;
+  if (c->ex) {
+    unhold(c->ex.get());
+    release_upstream(c->ex.get());
+    c->ex.reset();
+  }
+  m_clients.erase(c);
+  m_dirty = true;
+  // Writes still queued are cancelled: their callbacks run (seeing `closing`) before the close callback.
+  uv_read_stop(reinterpret_cast<uv_stream_t*>(&c->tcp));
+  uv_close(reinterpret_cast<uv_handle_t*>(&c->tcp), [](uv_handle_t* h) { delete static_cast<Client*>(h->data); });
+}
+
+void Server::reply(Client* c, int status, const std::string& message, bool close) {
+  const std::string body = json_error(status, message);
+  std::string out = "HTTP/1.1 " + std::to_string(status) + " " + status_text(status) +
+                    "\r\nContent-Type: application/json\r\nContent-Length: " + std::to_string(body.size()) + "\r\n";
+  if (close) out += "Connection: close\r\n";
+  out += "\r\n" + body;
+  client_write(c, std::move(out));
+  done(c, !close);
+}
+
+// The exchange is over (its answer is queued): the next request, or the close once the writes are out.
+void Server::done(Client* c, bool keep_alive) {
+  if (c->ex) {
+    unhold(c->ex.get());
+    release_upstream(c->ex.get());
+    c->ex.reset();
+  }
+  m_dirty = true;
+  if (!keep_alive || m_stopping) {
+    c->close_after_writes = true;
+    if (c->pending_writes == 0) close_client(c);
+    return;
+  }
+  process(c);
+}
+
+// ---- the engine ----
+
+void Server::attempt(Exchange* ex) {
+  ex->waiting = false;
+  if (++ex->attempts > 1) ++m_stats.resent;
+  auto* u = new Upstream;
+  u->owner = ex;
+  u->wire = ex->wire;
+  u->tcp.data = u;
+  u->connect.data = u;
+  u->write.data = u;
+  ex->up = u;
+  ex->body.clear();
+  ex->too_large = false;
+  ex->sse.reset();
+  const bool head = ex->req.method == "HEAD";
+  u->parser = std::make_unique<ResponseParser>(head, [this, u](std::string_view data) {
+    Exchange* e = u->owner;
+    if (!e) return false;
+    if (u->parser->event_stream()) {
+      if (!e->sse) e->sse = std::make_unique<SseSplitter>(m_opt.max_response_bytes);
+      e->sse->feed(data);
+      return true;
+    }
+    if (e->body.size() + data.size() > m_opt.max_response_bytes) {
+      e->too_large = true;
+      return false;
+    }
+    e->body.append(data);
+    return true;
+  });
+  uv_tcp_init(m_loop, &u->tcp);
+  int rc = uv_tcp_connect(&u->connect, &u->tcp, reinterpret_cast<const sockaddr*>(&m_upstream), on_up_connect);
+  if (rc != 0) upstream_failed(ex, std::string("connect: ") + uv_strerror(rc));
+}
+
+void Server::release_upstream(Exchange* ex) {
+  Upstream* u = std::exchange(ex->up, nullptr);
+  if (!u) return;
+  u->owner = nullptr;
+  if (uv_is_closing(reinterpret_cast<uv_handle_t*>(&u->tcp)) == 0)
+    uv_close(reinterpret_cast<uv_handle_t*>(&u->tcp), [](uv_handle_t* h) { delete static_cast<Upstream*>(h->data); });
+}
+
+void Server::on_up_connect(uv_connect_t* req, int status) {
+  auto* u = static_cast<Upstream*>(req->data);
+  Exchange* ex = u->owner;
+  if (!ex) return;
+  Server* self = ex->client->server;
+  if (status < 0) return self->upstream_failed(ex, std::string("connect: ") + uv_strerror(status));
+  uv_tcp_nodelay(&u->tcp, 1);
+  uv_buf_t b = uv_buf_init(u->wire.data(), static_cast<unsigned>(u->wire.size()));
+  if (int rc = uv_write(&u->write, reinterpret_cast<uv_stream_t*>(&u->tcp), &b, 1, on_up_written); rc != 0)
+    return self->upstream_failed(ex, std::string("send: ") + uv_strerror(rc));
+  uv_read_start(reinterpret_cast<uv_stream_t*>(&u->tcp),
+                [](uv_handle_t*, size_t, uv_buf_t* b2) {
+                  static thread_local char buf[64 << 10];
+                  *b2 = uv_buf_init(buf, sizeof buf);
+                },
+                on_up_read);
+}
+
+void Server::on_up_written(uv_write_t* w, int status) {
+  auto* u = static_cast<Upstream*>(w->data);
+  Exchange* ex = u->owner;
+  if (!ex || status >= 0) return;
+  ex->client->server->upstream_failed(ex, std::string("send: ") + uv_strerror(status));
+}
+
+void Server::on_up_read(uv_stream_t* s, ssize_t nread, const uv_buf_t* buf) {
+  auto* u = static_cast<Upstream*>(s->data);
+  Exchange* ex = u->owner;
+  if (!ex || nread == 0) return;
+  if (nread > 0) u->parser->feed(buf->base, static_cast<size_t>(nread));
+  else u->parser->feed_eof();
+  ex->client->server->check_upstream(ex);
+}
+
+void Server::check_upstream(Exchange* ex) {
+  Upstream* u = ex->up;
+  ResponseParser& p = *u->parser;
+  if (ex->too_large)
+    return fail(ex, kResponseTooLarge,
+                "the engine's answer is over front.max_response_bytes = " + std::to_string(m_opt.max_response_bytes));
+  if (p.failed()) return upstream_failed(ex, p.error());
+  // 503 from the engine: not ready yet (a restarted engine that accepts while it loads) or shedding load.
+  // Either way the request is held and sent again, like a refused connection, until front.hold_s.
+  if (p.head_complete() && p.status() == 503) {
+    if (p.complete()) upstream_failed(ex, "the engine answered 503: " + ex->body.substr(0, 200));
+    return;
+  }
+  if (!p.head_complete() || !p.event_stream()) {
+    if (p.complete()) finish_buffered(ex);
+    return;
+  }
+  if (!ex->started) start_stream(ex);
+  if (ex->sse) {
+    while (auto ev = ex->sse->next_event()) client_write(ex->client, ex->chunked ? chunk(*ev) : *ev);
+    if (ex->sse->failed()) return upstream_failed(ex, ex->sse->error());
+  }
+  if (p.complete()) {
+    Client* c = ex->client;
+    const bool chunked = ex->chunked;
+    const bool keep = chunked && ex->req.keep_alive;
+    if (chunked) client_write(c, "0\r\n\r\n");
+    ++m_stats.answered;
+    done(c, keep);
+  }
+}
+
+void Server::start_stream(Exchange* ex) {
+  const ResponseParser& p = *ex->up->parser;
+  Client* c = ex->client;
+  ex->started = true;
+  ex->chunked = ex->req.http_minor >= 1 || ex->req.http_major > 1;
+  unhold(ex);
+  std::string out = "HTTP/1.1 " + std::to_string(p.status()) + " " + p.reason() + "\r\n";
+  for (const auto& [k, v] : p.headers())
+    if (!hop_by_hop(k)) out += k + ": " + v + "\r\n";
+  out += ex->chunked ? "Transfer-Encoding: chunked\r\n" : "Connection: close\r\n";
+  if (ex->chunked && !ex->req.keep_alive) out += "Connection: close\r\n";
+  out += "\r\n";
+  client_write(c, std::move(out));
+}
+
+void Server::finish_buffered(Exchange* ex) {
+  const ResponseParser& p = *ex->up->parser;
+  Client* c = ex->client;
+  const Request& r = ex->req;
+  std::string out = "HTTP/1.1 " + std::to_string(p.status()) + " " + p.reason() + "\r\n";
+  const std::string* head_length = nullptr;
+  for (const auto& [k, v] : p.headers()) {
+    if (iequals(k, "content-length")) head_length = &v;
+    if (!hop_by_hop(k)) out += k + ": " + v + "\r\n";
+  }
+  // A HEAD answer carries the length its GET would have; every other answer the length of what it holds.
+  out += "Content-Length: " + (r.method == "HEAD" && head_length ? *head_length : std::to_string(ex->body.size())) + "\r\n";
+  if (!r.keep_alive) out += "Connection: close\r\n";
+  else if (r.http_major == 1 && r.http_minor == 0) out += "Connection: keep-alive\r\n";
+  out += "\r\n";
+  out += ex->body;
+  ++m_stats.answered;
+  const bool keep = r.keep_alive;
+  client_write(c, std::move(out));
+  done(c, keep);
+}
+
+void Server::upstream_failed(Exchange* ex, const std::string& why) {
+  release_upstream(ex);
+  ex->last_error = why;
+  if (ex->started) {
+    // The client has part of the stream: end it on an event boundary with an error it can parse.
+    Client* c = ex->client;
+    std::string tail = error_event("the engine stopped mid-stream (" + why + "); the stream cannot be continued") + done_event();
+    client_write(c, ex->chunked ? chunk(tail) + "0\r\n\r\n" : tail);
+    ++m_stats.failed[kStreamInterrupted];
+    done(c, ex->chunked && ex->req.keep_alive);
+    return;
+  }
+  const auto now = Clock::now();
+  if (!ex->held_since) {
+    if (m_held.size() >= m_opt.max_held_requests)
+      return fail(ex, kTooManyHeld,
+                  "the engine cannot be reached (" + why + ") and front.max_held_requests = " +
+                      std::to_string(m_opt.max_held_requests) + " requests are held already");
+    ex->held_since = now;
+    m_held.insert(ex);
+    ++m_stats.held;
+    m_dirty = true;
+  }
+  ex->waiting = true;
+  ex->next_attempt = now + ex->backoff;
+  ex->backoff = std::min<Clock::duration>(ex->backoff * 2, kMaxBackoff);
+}
+
+void Server::unhold(Exchange* ex) {
+  if (m_held.erase(ex) > 0) m_dirty = true;
+}
+
+// The request ends without the engine's answer: `reason` counts it; the client (if still there) gets 503.
+void Server::fail(Exchange* ex, const char* reason, const std::string& message) {
+  ++m_stats.failed[reason];
+  m_dirty = true;
+  Client* c = ex->client;
+  unhold(ex);
+  release_upstream(ex);
+  if (std::string_view(reason) == kClientGone) return;  // the caller closes the client
+  if (ex->started) {
+    std::string tail = error_event(message) + done_event();
+    client_write(c, ex->chunked ? chunk(tail) + "0\r\n\r\n" : tail);
+    done(c, false);
+    return;
+  }
+  reply(c, 503, message, !ex->req.keep_alive);
+}
+
+void Server::on_tick(uv_timer_t* t) { static_cast<Server*>(t->data)->tick(); }
+
+void Server::tick() {
+  const auto now = Clock::now();
+  const auto hold = std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(m_opt.hold_s));
+  for (Exchange* ex : std::vector<Exchange*>(m_held.begin(), m_held.end())) {
+    if (!m_held.count(ex)) continue;
+    if (now - *ex->held_since >= hold) {
+      char held_for[32];
+      std::snprintf(held_for, sizeof held_for, "%g", m_opt.hold_s);
+      fail(ex, kHoldTimeout,
+           std::string("the engine did not answer within front.hold_s = ") + held_for + " s (last: " + ex->last_error + ")");
+    } else if (ex->waiting && now >= ex->next_attempt) {
+      attempt(ex);
+    }
+  }
+  if (m_stopping) {
+    bool busy = false;
+    for (Client* c : m_clients) busy = busy || c->ex != nullptr;
+    if (!busy || now >= m_stop_deadline) {
+      for (Client* c : std::vector<Client*>(m_clients.begin(), m_clients.end())) {
+        if (c->ex) fail(c->ex.get(), kStopping, "the front is stopping");
+        close_client(c);
+      }
+      write_status();
+      uv_close(reinterpret_cast<uv_handle_t*>(&m_timer), nullptr);
+      uv_close(reinterpret_cast<uv_handle_t*>(&m_sigterm), nullptr);
+      uv_close(reinterpret_cast<uv_handle_t*>(&m_sigint), nullptr);
+      return;
+    }
+  }
+  if (m_dirty) write_status();
+}
+
+void Server::on_signal(uv_signal_t* s, int) { static_cast<Server*>(s->data)->begin_stop(); }
+
+void Server::begin_stop() {
+  if (m_stopping) return;
+  m_stopping = true;
+  m_stop_deadline = Clock::now() + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(m_opt.stop_grace_s));
+  // Closing our descriptor leaves the socket listening for its other holder (fastrestartd): connections
+  // that arrive from now on wait for the next front.
+  uv_close(reinterpret_cast<uv_handle_t*>(&m_listener), nullptr);
+  for (Client* c : std::vector<Client*>(m_clients.begin(), m_clients.end()))
+    if (!c->ex && c->pending_writes == 0) close_client(c);
+}
+
+Result<sockaddr_storage> parse_upstream(const std::string& s) {
+  sockaddr_storage addr{};
+  auto bad = [&](const std::string& why) {
+    return make_error(Errc::kInvalidArgument, "--upstream '" + s + "': " + why + " (expected host:port, [v6]:port)");
+  };
+  const auto colon = s.rfind(':');
+  if (colon == std::string::npos || colon == 0) return bad("no port");
+  std::string host = s.substr(0, colon);
+  const std::string port_s = s.substr(colon + 1);
+  char* end = nullptr;
+  const long port = std::strtol(port_s.c_str(), &end, 10);
+  if (port_s.empty() || *end != '\0' || port < 1 || port > 65535) return bad("the port must be 1..65535");
+  if (host.front() == '[' && host.back() == ']') {
+    host = host.substr(1, host.size() - 2);
+    if (uv_ip6_addr(host.c_str(), static_cast<int>(port), reinterpret_cast<sockaddr_in6*>(&addr)) != 0)
+      return bad("not an IPv6 address");
+  } else if (uv_ip4_addr(host.c_str(), static_cast<int>(port), reinterpret_cast<sockaddr_in*>(&addr)) != 0) {
+    return bad("not an IPv4 address (names are not resolved)");
+  }
+  return addr;
+}
+
+}  // namespace
+
+Result<int> run_front(int listen_fd, const FrontOptions& options) {
+  FR_ASSIGN(auto addr, parse_upstream(options.upstream));
+  if (!(options.hold_s >= 0)) return make_error(Errc::kInvalidArgument, "--hold-s must be >= 0");
+  if (options.max_body_bytes == 0) return make_error(Errc::kInvalidArgument, "--max-body-bytes must be > 0");
+  if (options.max_response_bytes == 0) return make_error(Errc::kInvalidArgument, "--max-response-bytes must be > 0");
+  uv_loop_t loop;
+  uv_loop_init(&loop);
+  auto server = std::make_unique<Server>(&loop, options, addr);
+  if (auto st = server->start(listen_fd); !st.ok()) {
+    uv_walk(&loop, [](uv_handle_t* h, void*) { if (!uv_is_closing(h)) uv_close(h, nullptr); }, nullptr);
+    uv_run(&loop, UV_RUN_DEFAULT);
+    uv_loop_close(&loop);
+    return st.error();
+  }
+  uv_run(&loop, UV_RUN_DEFAULT);
+  uv_loop_close(&loop);
+  return 0;
+}
+
+}  // namespace fr::front

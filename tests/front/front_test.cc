@@ -1,0 +1,376 @@
+// fastrestart-front end to end: the real front binary, handed a listening socket the test owns (as
+// fastrestartd owns it) as fd 3 with LISTEN_FDS, in front of the real tiny engine, which the test kills
+// with SIGKILL while requests are in flight. Every answer is compared with an uninterrupted run's.
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <chrono>
+#include <fstream>
+#include <functional>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <httplib.h>
+#include <nlohmann/json.hpp>
+
+#include "common/fd.h"
+#include "engine_process.h"
+#include "support/harness.h"
+
+namespace fr::front {
+namespace {
+
+using nlohmann::json;
+using Clock = std::chrono::steady_clock;
+using fr::te::test::Engine;
+using fr::te::test::EngineStart;
+using fr::te::test::tiny_checkpoint;
+
+UniqueFd listen_any(uint16_t& port) {
+  UniqueFd fd(::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  if (::bind(fd.get(), reinterpret_cast<sockaddr*>(&a), sizeof a) != 0 || ::listen(fd.get(), 128) != 0) std::abort();
+  socklen_t len = sizeof a;
+  ::getsockname(fd.get(), reinterpret_cast<sockaddr*>(&a), &len);
+  port = ntohs(a.sin_port);
+  return fd;
+}
+
+// The real fastrestart-front on the test's socket (fd 3, LISTEN_FDS=1, LISTEN_PID its own pid). The socket
+// stays the test's: a front killed with SIGKILL leaves it listening, and the next front takes it.
+class Front {
+ public:
+  Front(int listen_fd, uint16_t upstream_port, std::vector<std::string> extra = {}) {
+    m_status = m_dir / "status.json";
+    m_log = m_dir / "front.log";
+    std::vector<std::string> argv = {fr::test::binary(FR_FRONT_BIN, "fastrestart-front"), "--upstream",
+                                     "127.0.0.1:" + std::to_string(upstream_port), "--status-file", m_status};
+    argv.insert(argv.end(), extra.begin(), extra.end());
+    m_pid = ::fork();
+    if (m_pid == 0) {
+      int log = ::open(m_log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+      ::dup2(log, 1);
+      ::dup2(log, 2);
+      // dup2 clears close-on-exec on the copy; a socket already at 3 has it cleared by hand.
+      if (listen_fd == 3) ::fcntl(3, F_SETFD, 0);
+      else ::dup2(listen_fd, 3);
+      ::setenv("LISTEN_PID", std::to_string(::getpid()).c_str(), 1);
+      ::setenv("LISTEN_FDS", "1", 1);
+      ::setenv("LISTEN_FDNAMES", "fastrestart-engine", 1);
+      std::vector<char*> cargv;
+      for (auto& a : argv) cargv.push_back(a.data());
+      cargv.push_back(nullptr);
+      ::execv(cargv[0], cargv.data());
+      ::_exit(127);
+    }
+  }
+  ~Front() { kill(SIGKILL); }
+  void kill(int sig) {
+    if (m_pid > 0) {
+      ::kill(m_pid, sig);
+      ::waitpid(m_pid, nullptr, 0);
+      m_pid = -1;
+    }
+  }
+  // The front's counters once `pred` holds (or the last read after 10 s).
+  json status(const std::function<bool(const json&)>& pred = [](const json&) { return true; }) const {
+    json last;
+    const auto until = Clock::now() + std::chrono::seconds(10);
+    while (Clock::now() < until) {
+      std::ifstream f(m_status);
+      std::stringstream ss;
+      ss << f.rdbuf();
+      last = json::parse(ss.str(), nullptr, false);
+      if (!last.is_discarded() && pred(last)) return last;
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+    return last;
+  }
+  std::string log() const {
+    std::ifstream f(m_log);
+    std::stringstream ss;
+    ss << f.rdbuf();
+    return ss.str();
+  }
+
+ private:
+  fr::test::TempDir m_dir;
+  std::string m_status, m_log;
+  pid_t m_pid = -1;
+};
+
+// Raw bytes to the front, and everything it answers until it closes (or 10 s).
+std::string raw(uint16_t port, const std::string& bytes, bool close_after_send = false) {
+  UniqueFd fd(::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_port = htons(port);
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  if (::connect(fd.get(), reinterpret_cast<sockaddr*>(&a), sizeof a) != 0) return "connect failed";
+  timeval tv{10, 0};
+  ::setsockopt(fd.get(), SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+  if (::send(fd.get(), bytes.data(), bytes.size(), MSG_NOSIGNAL) < 0) return "send failed";
+  if (close_after_send) return "";
+  std::string out;
+  char buf[4096];
+  for (ssize_t n; (n = ::recv(fd.get(), buf, sizeof buf, 0)) > 0;) out.append(buf, static_cast<size_t>(n));
+  return out;
+}
+
+std::string completion_body(const std::string& prompt, int max_tokens) {
+  return json{{"prompt", prompt}, {"max_tokens", max_tokens}, {"temperature", 0}}.dump();
+}
+
+// What a client compares: the answer without its id and time, which name the engine process and second.
+std::string comparable(const std::string& body) {
+  auto j = json::parse(body, nullptr, false);
+  if (j.is_discarded() || !j.is_object()) return "not JSON: " + body;
+  j.erase("id");
+  j.erase("created");
+  return j.dump();
+}
+
+std::string prompt_of(int i) { return "request " + std::to_string(i) + " asks"; }
+
+class FrontTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    m_listen = listen_any(m_port);
+    m_engine_port = fr::test::free_port();
+  }
+  std::unique_ptr<Engine> start_engine(std::vector<std::string> args = {}) {
+    auto e = std::make_unique<Engine>(tiny_checkpoint(), args, EngineStart{{}, m_engine_port});
+    EXPECT_TRUE(e->wait_ready(20)) << e->log();
+    return e;
+  }
+  httplib::Result post(httplib::Client& c, const std::string& body) {
+    return c.Post("/v1/completions", body, "application/json");
+  }
+  UniqueFd m_listen;
+  uint16_t m_port = 0;
+  uint16_t m_engine_port = 0;
+};
+
+TEST_F(FrontTest, ForwardsOnKeepAliveConnections) {
+  auto engine = start_engine();
+  Front front(m_listen.get(), m_engine_port);
+  httplib::Client direct("127.0.0.1", m_engine_port);
+  httplib::Client c("127.0.0.1", m_port);
+  c.set_keep_alive(true);
+  c.set_read_timeout(10);
+  for (int i = 0; i < 3; ++i) {
+    auto want = post(direct, completion_body(prompt_of(i), 8));
+    auto got = post(c, completion_body(prompt_of(i), 8));
+    ASSERT_TRUE(got) << front.log();
+    EXPECT_EQ(got->status, 200);
+    EXPECT_EQ(comparable(got->body), comparable(want->body));
+  }
+  auto health = c.Get("/health");
+  ASSERT_TRUE(health);
+  EXPECT_EQ(health->status, 200);
+  const auto st = front.status([](const json& j) { return j["requests"]["answered"] == 4; });
+  EXPECT_EQ(st["requests"]["answered"], 4) << st.dump();
+  EXPECT_EQ(st["connections"], 1) << "one keep-alive connection for all four";
+  EXPECT_EQ(st["requests"]["held"], 0);
+}
+
+// kill -9 with requests in flight: each is held, sent again to the next engine, and answered as an
+// uninterrupted run answers it.
+TEST_F(FrontTest, EngineKilledMidRequestEveryRequestAnsweredAsIfUninterrupted) {
+  constexpr int kClients = 8;
+  std::vector<std::string> want(kClients);
+  {
+    auto engine = start_engine();
+    httplib::Client direct("127.0.0.1", m_engine_port);
+    for (int i = 0; i < kClients; ++i) want[i] = comparable(post(direct, completion_body(prompt_of(i), 12))->body);
+  }
+  // Slow tokens keep the requests in the engine when it dies; spare worker threads answer /stats beside the
+  // eight completions.
+  auto engine = start_engine({"--fault-token-delay", "0.05", "--threads", "16"});
+  Front front(m_listen.get(), m_engine_port, {"--hold-s", "30"});
+  std::vector<std::string> got(kClients);
+  std::vector<int> status(kClients, -1);
+  std::vector<std::thread> threads;
+  for (int i = 0; i < kClients; ++i)
+    threads.emplace_back([&, i] {
+      httplib::Client c("127.0.0.1", m_port);
+      c.set_read_timeout(30);
+      if (auto r = post(c, completion_body(prompt_of(i), 12))) {
+        status[i] = r->status;
+        got[i] = comparable(r->body);
+      }
+    });
+  // Wait until the engine holds requests, then kill it.
+  httplib::Client direct("127.0.0.1", m_engine_port);
+  const auto until = Clock::now() + std::chrono::seconds(10);
+  bool in_flight = false;
+  while (!in_flight && Clock::now() < until) {
+    auto r = direct.Get("/stats");
+    in_flight = r && json::parse(r->body)["requests"]["in_flight"].get<int>() >= 2;
+    if (!in_flight) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  EXPECT_TRUE(in_flight) << "the engine never held two requests at once";
+  engine->signal(SIGKILL);
+  ASSERT_TRUE(engine->wait_exit(10));
+  engine.reset();
+  // The next engine answers 503 while it loads: the front holds the requests through that too.
+  engine = start_engine();
+  for (auto& t : threads) t.join();
+  for (int i = 0; i < kClients; ++i) {
+    EXPECT_EQ(status[i], 200) << "client " << i << "\n" << front.log();
+    EXPECT_EQ(got[i], want[i]) << "client " << i;
+  }
+  const auto st = front.status([](const json& j) { return j["requests"]["answered"] == kClients; });
+  EXPECT_GE(st["requests"]["held"].get<int>(), 2) << st.dump();
+  EXPECT_GE(st["requests"]["resent"].get<int>(), 2) << st.dump();
+  EXPECT_EQ(st["requests"]["held_now"], 0) << st.dump();
+}
+
+TEST_F(FrontTest, HeldPastHoldSecondsIs503NamingIt) {
+  Front front(m_listen.get(), m_engine_port, {"--hold-s", "0.3"});  // no engine at all
+  const auto out = raw(m_port, "POST /v1/completions HTTP/1.1\r\nContent-Type: application/json\r\n"
+                               "Content-Length: 2\r\nConnection: close\r\n\r\n{}");
+  EXPECT_EQ(out.rfind("HTTP/1.1 503 ", 0), 0u) << out;
+  EXPECT_NE(out.find("front.hold_s = 0.3 s"), std::string::npos) << out;
+  const auto st = front.status([](const json& j) { return j["requests"]["failed"]["hold_timeout"] == 1; });
+  EXPECT_EQ(st["requests"]["failed"]["hold_timeout"], 1) << st.dump();
+  EXPECT_EQ(st["requests"]["held_now"], 0);
+}
+
+TEST_F(FrontTest, OneMoreThanMaxHeldRequestsIs503NamingIt) {
+  Front front(m_listen.get(), m_engine_port, {"--hold-s", "30", "--max-held-requests", "1"});  // no engine
+  const std::string req =
+      "POST /v1/completions HTTP/1.1\r\nContent-Type: application/json\r\nContent-Length: 2\r\n\r\n{}";
+  UniqueFd keep(::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_port = htons(m_port);
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ASSERT_EQ(::connect(keep.get(), reinterpret_cast<sockaddr*>(&a), sizeof a), 0);
+  ASSERT_GT(::send(keep.get(), req.data(), req.size(), MSG_NOSIGNAL), 0);  // this one stays held
+  front.status([](const json& j) { return j["requests"]["held_now"] == 1; });
+  const auto out = raw(m_port, req.substr(0, req.find("\r\n\r\n")) + "\r\nConnection: close\r\n\r\n{}");
+  EXPECT_EQ(out.rfind("HTTP/1.1 503 ", 0), 0u) << out;
+  EXPECT_NE(out.find("front.max_held_requests = 1"), std::string::npos) << out;
+  const auto st = front.status([](const json& j) { return j["requests"]["failed"]["too_many_held"] == 1; });
+  EXPECT_EQ(st["requests"]["failed"]["too_many_held"], 1) << st.dump();
+  EXPECT_EQ(st["requests"]["held_now"], 1) << st.dump();
+}
+
+TEST_F(FrontTest, ClientGoneWhileHeldIsDropped) {
+  Front front(m_listen.get(), m_engine_port, {"--hold-s", "30"});
+  raw(m_port, "POST /v1/completions HTTP/1.1\r\nContent-Type: application/json\r\nContent-Length: 2\r\n\r\n{}", true);
+  const auto st = front.status([](const json& j) { return j["requests"]["failed"]["client_gone"] == 1; });
+  EXPECT_EQ(st["requests"]["failed"]["client_gone"], 1) << st.dump();
+  EXPECT_EQ(st["requests"]["held_now"], 0) << st.dump();
+  EXPECT_EQ(st["connections"], 0) << st.dump();
+  // The engine that comes later never sees it.
+  auto engine = start_engine();
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  auto stats = json::parse(httplib::Client("127.0.0.1", m_engine_port).Get("/stats")->body);
+  EXPECT_EQ(stats["requests"]["completions"].get<int>() + stats["requests"]["errors"].get<int>(), 0) << stats.dump();
+}
+
+TEST_F(FrontTest, BadRequestsAnsweredByTheFrontAlone) {
+  auto engine = start_engine();
+  Front front(m_listen.get(), m_engine_port, {"--max-body-bytes", "1000"});
+  auto out = raw(m_port, "NOT HTTP AT ALL\r\n\r\n");
+  EXPECT_EQ(out.rfind("HTTP/1.1 400 ", 0), 0u) << out;
+  EXPECT_NE(out.find("malformed HTTP request"), std::string::npos) << out;
+  out = raw(m_port, "POST /v1/completions HTTP/1.1\r\nContent-Type: application/json\r\nContent-Length: 5000\r\n\r\n{");
+  EXPECT_EQ(out.rfind("HTTP/1.1 413 ", 0), 0u) << out;
+  EXPECT_NE(out.find("front.max_body_bytes = 1000"), std::string::npos) << out;
+  out = raw(m_port, "POST /v1/completions HTTP/1.1\r\nContent-Type: text/plain\r\nContent-Length: 2\r\n"
+                    "Connection: close\r\n\r\n{}");
+  EXPECT_EQ(out.rfind("HTTP/1.1 400 ", 0), 0u) << out;
+  EXPECT_NE(out.find("application/json"), std::string::npos) << out;
+  out = raw(m_port, "POST /v1/completions HTTP/1.1\r\nContent-Type: application/json\r\nContent-Length: 9\r\n"
+                    "Connection: close\r\n\r\n{\"prompt\"");
+  EXPECT_EQ(out.rfind("HTTP/1.1 400 ", 0), 0u) << out;
+  auto stats = json::parse(httplib::Client("127.0.0.1", m_engine_port).Get("/stats")->body);
+  EXPECT_EQ(stats["requests"]["completions"].get<int>() + stats["requests"]["errors"].get<int>(), 0)
+      << "the engine saw a bad request: " << stats.dump();
+  const auto st = front.status([](const json& j) { return j["requests"]["rejected"].value("400", 0) == 3; });
+  EXPECT_EQ(st["requests"]["rejected"]["400"], 3) << st.dump();
+  EXPECT_EQ(st["requests"]["rejected"]["413"], 1) << st.dump();
+}
+
+// A streamed answer the engine cut after its first events: the client reads one well-formed chunked SSE
+// stream whose end is an error event and [DONE]. The upstream is a real socket served by a thread that
+// writes two events and resets the connection (the tiny engine does not stream).
+TEST_F(FrontTest, StreamCutMidwayEndsWithAnErrorEvent) {
+  uint16_t up_port = 0;
+  UniqueFd up = listen_any(up_port);
+  std::thread server([&] {
+    UniqueFd c(::accept4(up.get(), nullptr, nullptr, SOCK_CLOEXEC));
+    char buf[4096];
+    std::string req;
+    while (req.find("\r\n\r\n") == std::string::npos) {
+      ssize_t n = ::recv(c.get(), buf, sizeof buf, 0);
+      if (n <= 0) return;
+      req.append(buf, static_cast<size_t>(n));
+    }
+    const std::string head = "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n";
+    const std::string ev = "data: {\"id\":\"x\",\"choices\":[{\"text\":\"a\"}]}\n\n";
+    std::string body = head;
+    for (int i = 0; i < 2; ++i) {
+      char h[16];
+      std::snprintf(h, sizeof h, "%zx\r\n", ev.size());
+      body += h + ev + "\r\n";
+    }
+    body += "5\r\ndata:";  // half an event, then the engine dies
+    ::send(c.get(), body.data(), body.size(), MSG_NOSIGNAL);
+    linger l{1, 0};
+    ::setsockopt(c.get(), SOL_SOCKET, SO_LINGER, &l, sizeof l);  // close = RST, as a killed process's
+  });
+  Front front(m_listen.get(), up_port);
+  httplib::Client c("127.0.0.1", m_port);
+  c.set_read_timeout(10);
+  auto r = c.Post("/v1/completions", R"({"prompt":"x","stream":true})", "application/json");
+  server.join();
+  ASSERT_TRUE(r) << front.log();
+  EXPECT_EQ(r->status, 200);
+  EXPECT_EQ(r->get_header_value("Content-Type"), "text/event-stream");
+  const std::string ev = "data: {\"id\":\"x\",\"choices\":[{\"text\":\"a\"}]}\n\n";
+  ASSERT_EQ(r->body.rfind(ev + ev + "data: {\"error\":", 0), 0u) << r->body;
+  EXPECT_NE(r->body.find("cannot be continued"), std::string::npos) << r->body;
+  EXPECT_TRUE(r->body.ends_with("}\n\ndata: [DONE]\n\n")) << r->body;
+  const auto st = front.status([](const json& j) { return j["requests"]["failed"]["stream_interrupted"] == 1; });
+  EXPECT_EQ(st["requests"]["failed"]["stream_interrupted"], 1) << st.dump();
+}
+
+// The front killed with SIGKILL: the socket stays listening where its owner holds it, connections made
+// meanwhile wait in its queue, and the next front answers them.
+TEST_F(FrontTest, FrontKilledNextFrontServesTheQueuedConnection) {
+  auto engine = start_engine();
+  auto front = std::make_unique<Front>(m_listen.get(), m_engine_port);
+  httplib::Client c("127.0.0.1", m_port);
+  c.set_read_timeout(10);
+  ASSERT_TRUE(post(c, completion_body("before", 4)));
+  front->kill(SIGKILL);
+  std::string queued;
+  std::thread t([&] {
+    queued = raw(m_port, "POST /v1/completions HTTP/1.1\r\nContent-Type: application/json\r\nConnection: close\r\n"
+                         "Content-Length: " + std::to_string(completion_body("after", 4).size()) + "\r\n\r\n" +
+                         completion_body("after", 4));
+  });
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  front = std::make_unique<Front>(m_listen.get(), m_engine_port);
+  t.join();
+  EXPECT_EQ(queued.rfind("HTTP/1.1 200 ", 0), 0u) << queued << front->log();
+}
+
+}  // namespace
+}  // namespace fr::front
