@@ -19,6 +19,7 @@ import stat as _stat
 
 __all__ = ["inherited_socket", "inherited_sockets", "FDNAME", "PROBE_FDNAME", "FIRST_FD"]
 
+# The names are fastrestartd's (fastrestart/listen_names.h); tests/common/listen_names_test.cc holds these equal.
 FDNAME = "fastrestart-engine"  # LISTEN_FDNAMES of the socket fastrestartd passes
 # The engine's private endpoint (readiness.endpoint = "private", docs/listen-socket.md): passed as fd 4
 # beside FDNAME; fastrestartd's readiness and health checks come there, never through the clients' queue.

@@ -15,7 +15,7 @@
 #include <span>
 
 #include "supervisor/flags.h"
-#include "supervisor/engines/vllm/vllm_rules.h"  // VllmVersion: engine.vllm_version's syntax
+#include "supervisor/vllm_version.h"  // engine.vllm_version's syntax
 
 namespace fr::supervisor {
 namespace {

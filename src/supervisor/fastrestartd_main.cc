@@ -11,7 +11,7 @@
 #include "common/secrets.h"
 #include "health/health_server.h"
 #include "supervisor/control.h"
-#include "supervisor/daemons/native.h"
+#include "supervisor/daemons/daemon_set.h"
 #include "supervisor/instance_claims.h"
 #include "supervisor/instance_lock.h"
 #include "supervisor/listen_socket.h"
@@ -92,10 +92,7 @@ int main(int argc, char** argv) {
   std::string sock = cfg->control.socket.empty() ? default_control_socket(cfg->name) : cfg->control.socket;
   // What another instance with another state directory could share: the control socket, the weight daemons'
   // sockets (the same GPUs), the engine's port. Claimed before the socket is unlinked or anything starts.
-  std::vector<std::string> daemon_sockets;
-  if (cfg->weights.mode != WeightsMode::kOff && cfg->weights.daemon == DaemonKind::kNative)
-    for (const auto& d : native_daemon_layout(*cfg, *gpus)) daemon_sockets.push_back(d.socket);
-  auto claims = claim_instance(*cfg, sock, group, daemon_sockets);
+  auto claims = claim_instance(*cfg, sock, group, claimed_daemon_sockets(*cfg, *gpus));
   if (!claims.ok()) {
     spdlog::error("{}", claims.error().message);
     return claims.error().code == fr::Errc::kBusy ? kExitAlreadyRunning : kExitFailure;

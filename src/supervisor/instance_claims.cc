@@ -11,7 +11,7 @@
 #include "common/io.h"
 #include "common/unix_socket.h"
 #include "supervisor/proc_stat.h"
-#include "supervisor/standby/port_owner.h"
+#include "supervisor/port_owner.h"
 #include "supervisor/state_files.h"
 
 namespace fr::supervisor {

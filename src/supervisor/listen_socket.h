@@ -19,12 +19,13 @@
 #include <string>
 
 #include "common/fd.h"
+#include "fastrestart/listen_names.h"
 #include "fastrestart/result.h"
 
 namespace fr::supervisor {
 
 // The name passed in LISTEN_FDNAMES for the socket (what the engine_loader's helper looks for).
-inline constexpr const char* kListenFdName = "fastrestart-engine";
+using fastrestart::kListenFdName;
 
 class ListenSocket {
  public:

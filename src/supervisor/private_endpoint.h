@@ -18,13 +18,14 @@
 #include <string>
 
 #include "common/fd.h"
+#include "fastrestart/listen_names.h"
 #include "fastrestart/result.h"
 
 namespace fr::supervisor {
 
 // LISTEN_FDNAMES's name for it (what the engine helpers look for: fastrestart/listen_socket.h,
 // fastrestart.listen).
-inline constexpr const char* kProbeFdName = "fastrestart-probe";
+using fastrestart::kProbeFdName;
 inline constexpr const char* kProbeHost = "127.0.0.1";
 
 struct PrivateEndpoint {

@@ -27,6 +27,7 @@
 #include <thread>
 
 #include "common/fd.h"
+#include "support/fastrestartd_config.h"
 #include "support/harness.h"
 
 namespace fr {
@@ -64,26 +65,24 @@ class Supervised {
     m_model = m_dir / "model";
     auto g = test::run({FR_TINYENGINE_BIN, "gen", "--out", m_model, "--size", o.size});
     EXPECT_EQ(g.exit_code, 0) << g.output;
-    m_cfg = m_dir / "t.toml";
-    std::ofstream f(m_cfg);
-    f << "gpus = []\n[model]\nname = \"t\"\n[engine]\n"
-      << "command = [\"" << FR_TINYENGINE_BIN << "\", \"serve\", \"" << m_model << "\"]\n"
-      << "flags = [\"--host\", \"127.0.0.1\", \"--port\", \"" << m_port << "\", \"--served-model-name\", \"t\", "
-      << "\"--load-format\", \"fastrestart\", \"--fastrestart-mode\", \"" << o.mode << "\", \"--fastrestart-socket-dir\", \""
-      << (m_dir / "run") << "\", \"--shutdown-grace\", \"2\"" << o.engine_flags << "]\n"
-      << "host = \"127.0.0.1\"\nport = " << m_port << "\nstop_grace_s = 3\nlisten = \"" << o.listen << "\"\n"
-      << "[weights]\nmode = \"" << o.mode << "\"\nbackend = \"host\"\ncheckpoint = \"" << m_model << "\"\nsocket_dir = \""
-      << (m_dir / "run") << "\"\n"
-      << (o.mode == "zero_copy" ? "key = {arch = \"tinyengine\", dtype = \"F32\", engine = \"fastrestart-tinyengine " FR_VERSION
-                                  "\", tp_size = \"1\", tp_rank = \"0\"}\n"
-                                : "")
-      << "[readiness]\nmodel = \"t\"\nstartup_timeout_s = 120\npoll_interval_s = 0.05\ncheck_interval_s = 0.5\n"
-      << "[restart]\nstart = [" << o.start << "]\nbackoff_initial_s = 0.1\nbackoff_max_s = 0.5\n"
-      << "crash_loop_limit = 20\n"
-      << "[control]\nsocket = \"" << (m_dir / "ctl/t.ctl") << "\"\nstate_dir = \"" << (m_dir / "state") << "\"\n"
-      << "[http]\nlisten = \"127.0.0.1:" << m_http << "\"\n"
-      << "[snapshot]\ncriu = \"" << o.criu << "\"\nhelper_path = \"" << FR_SNAPSHOT_BIN << "\"\n";
-    f.close();
+    test::FastrestartdConfig c(m_dir.path());
+    c.set("", "gpus", "[]")
+        .tiny_engine({.binary = FR_TINYENGINE_BIN, .model = m_model, .port = m_port, .host = "127.0.0.1",
+                      .flags = {"--load-format", "fastrestart", "--fastrestart-mode", o.mode, "--fastrestart-socket-dir",
+                                m_dir / "run", "--shutdown-grace", "2"},
+                      .more_flags = o.engine_flags})
+        .number("engine", "stop_grace_s", 3).text("engine", "listen", o.listen)
+        .text("weights", "mode", o.mode).host_weights(m_model, m_dir / "run")
+        .text("readiness", "model", "t").number("readiness", "startup_timeout_s", 120)
+        .number("readiness", "poll_interval_s", 0.05).number("readiness", "check_interval_s", 0.5)
+        .set("restart", "start", "[" + o.start + "]").number("restart", "backoff_initial_s", 0.1)
+        .number("restart", "backoff_max_s", 0.5).number("restart", "crash_loop_limit", 20)
+        .http(m_http)
+        .text("snapshot", "criu", o.criu).text("snapshot", "helper_path", FR_SNAPSHOT_BIN);
+    if (o.mode == "zero_copy")
+      c.set("weights", "key", "{arch = \"tinyengine\", dtype = \"F32\", engine = \"fastrestart-tinyengine " FR_VERSION
+                              "\", tp_size = \"1\", tp_rank = \"0\"}");
+    m_cfg = c.write();
     m_pid = test::spawn_logged({FR_FASTRESTARTD_BIN, "--config", m_cfg}, m_dir / "fastrestartd.log");
   }
   ~Supervised() {

@@ -14,6 +14,7 @@
 #include <thread>
 
 #include "soak/proc_scan.h"
+#include "support/fastrestartd_config.h"
 
 namespace fr::soak {
 
@@ -114,28 +115,31 @@ constexpr int kHangAfterFailures = 2;
 void Soak::write_config() {
   m_engine_port = free_port();
   m_http_port = free_port();
-  auto q = [](const std::string& s) { return json(s).dump(); };
-  std::ofstream f(m_config);
-  f << "gpus = []\n[model]\nname = \"soak\"\n[engine]\n"
-    << "command = [" << q(FR_SOAK_ENGINE_WRAPPER) << ", " << q(FR_TINYENGINE_BIN) << ", \"serve\", " << q(m_checkpoint) << "]\n"
-    << "flags = [\"--host\", \"127.0.0.1\", \"--port\", \"" << m_engine_port << "\", \"--served-model-name\", \"soak\", "
-    << "\"--load-format\", \"fastrestart\", \"--fastrestart-socket-dir\", " << q(m_run) << ", \"--shutdown-grace\", \"1\", "
-    << "\"--fastrestart-connect-timeout\", \"1\"]\n"
-    << "port = " << m_engine_port << "\nstop_grace_s = 1\nenv = {FR_SOAK_FAULTS = " << q(m_faults)
-    << ", FR_SOAK_STANDBY_FAULTS = " << q(m_standby_faults) << "}\n"
-    << "[weights]\nmode = \"zero_copy\"\nbackend = \"host\"\ncheckpoint = " << q(m_checkpoint) << "\nsocket_dir = " << q(m_run) << "\n"
-    << "[readiness]\nmodel = \"soak\"\nexpect_text = " << q(m_oracle_text) << "\nstartup_timeout_s = " << m_start_timeout_s << "\n"
-    // Health checks: generous timeouts, so a loaded CI machine is not taken for a hung engine.
-    << "poll_interval_s = 0.05\ncheck_interval_s = 0.2\ncheck_timeout_s = " << m_check_timeout_s
-    << "\nhang_after_failures = " << kHangAfterFailures << "\n"
-    << "[restart]\nbackoff_initial_s = 0.05\nbackoff_max_s = 0.2\ncrash_loop_limit = 100000\ncrash_loop_window_s = 1\nreset_after_s = 5\n"
-    << "warm_failures_before_cold = 0\n"
-    // Every standby death counts toward standby.max_failures until one stays parked reset_after_s (5 s)
-    // or is released, and the standby cycles kill one or two in a row: the default (3) would disable the
-    // path in most runs, and every later cycle would test a supervisor without a standby.
-    << (m_p.standby ? "start = [\"standby\", \"warm\", \"cold\"]\n[standby]\nlevel = " + q(m_p.level) + "\nmax_failures = 1000\n" : "")
-    << "[control]\nsocket = " << q(m_ctl) << "\nstate_dir = " << q(m_dir / "state") << "\n"
-    << "[http]\nlisten = \"127.0.0.1:" << m_http_port << "\"\n";
+  test::FastrestartdConfig c(m_dir.path());
+  c.set("", "gpus", "[]")
+      .tiny_engine({.binary = FR_TINYENGINE_BIN, .model = m_checkpoint, .port = m_engine_port, .host = "127.0.0.1", .name = "soak",
+                    .wrapper = {FR_SOAK_ENGINE_WRAPPER},
+                    .flags = {"--load-format", "fastrestart", "--fastrestart-socket-dir", m_run, "--shutdown-grace", "1",
+                              "--fastrestart-connect-timeout", "1"}})
+      .number("engine", "stop_grace_s", 1)
+      .set("engine", "env", "{FR_SOAK_FAULTS = " + c.quote(m_faults) + ", FR_SOAK_STANDBY_FAULTS = " + c.quote(m_standby_faults) + "}")
+      .text("weights", "mode", "zero_copy").host_weights(m_checkpoint, m_run)
+      .text("readiness", "model", "soak").text("readiness", "expect_text", m_oracle_text)
+      .number("readiness", "startup_timeout_s", m_start_timeout_s)
+      // Health checks: generous timeouts, so a loaded CI machine is not taken for a hung engine.
+      .number("readiness", "poll_interval_s", 0.05).number("readiness", "check_interval_s", 0.2)
+      .number("readiness", "check_timeout_s", m_check_timeout_s).number("readiness", "hang_after_failures", kHangAfterFailures)
+      .number("restart", "backoff_initial_s", 0.05).number("restart", "backoff_max_s", 0.2)
+      .number("restart", "crash_loop_limit", 100000).number("restart", "crash_loop_window_s", 1)
+      .number("restart", "reset_after_s", 5).number("restart", "warm_failures_before_cold", 0)
+      .control_socket(m_ctl).text("control", "state_dir", m_dir / "state")
+      .http(m_http_port);
+  // Every standby death counts toward standby.max_failures until one stays parked reset_after_s (5 s)
+  // or is released, and the standby cycles kill one or two in a row: the default (3) would disable the
+  // path in most runs, and every later cycle would test a supervisor without a standby.
+  if (m_p.standby)
+    c.words("restart", "start", {"standby", "warm", "cold"}).text("standby", "level", m_p.level).number("standby", "max_failures", 1000);
+  c.write(m_config);
 }
 
 const std::vector<Soak::Kind>& Soak::kinds() const {

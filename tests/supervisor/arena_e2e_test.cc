@@ -11,6 +11,7 @@
 #include <fstream>
 #include <string>
 
+#include "support/fastrestartd_config.h"
 #include "support/harness.h"
 #include "support/supervised.h"
 
@@ -35,18 +36,16 @@ class ArenaTest : public ::testing::Test {
     m_port = test::free_port();
     m_http = test::free_port();
     const std::string run = m_dir / "run";
-    std::ofstream(m_dir / "t.toml")
-        << "[model]\nname = \"t\"\n[engine]\ncommand = [\"" << FR_TINYENGINE_BIN << "\", \"serve\", \"" << (m_dir / "model")
-        << "\"]\nflags = [\"--port\", \"" << m_port << "\", \"--served-model-name\", \"t\", \"--load-format\", \"fastrestart\", "
-        << "\"--shutdown-grace\", \"2\", \"--kv-arena-bytes\", \"" << kArenaBytes << "\", \"--kv-arena-wait\", \"0.5\"]\n"
-        << "port = " << m_port << "\nstop_grace_s = 5\n"
-        << "[weights]\nbackend = \"host\"\ncheckpoint = \"" << (m_dir / "model") << "\"\nsocket_dir = \"" << run << "\"\n"
-        << "[readiness]\nmodel = \"t\"\npoll_interval_s = 0.05\ncheck_interval_s = 0.3\n"
-        << "[restart]\nbackoff_initial_s = 0.05\nbackoff_max_s = 0.2\ncrash_loop_limit = 50\n"
-        << "[control]\nsocket = \"" << (m_dir / "ctl/t.ctl") << "\"\nstate_dir = \"" << (m_dir / "state") << "\"\n"
-        << "[http]\nlisten = \"127.0.0.1:" << m_http << "\"\n";
-    m_sup = std::make_unique<test::Supervised>(FR_FASTRESTARTD_BIN, m_dir / "t.toml", m_dir / "ctl/t.ctl", m_dir / "d.log");
-    m_sup->start();
+    test::FastrestartdConfig c(m_dir.path());
+    c.tiny_engine({.binary = FR_TINYENGINE_BIN, .model = m_dir / "model", .port = m_port,
+                   .flags = {"--load-format", "fastrestart", "--shutdown-grace", "2", "--kv-arena-bytes",
+                             std::to_string(kArenaBytes), "--kv-arena-wait", "0.5"}})
+        .number("engine", "stop_grace_s", 5)
+        .host_weights(m_dir / "model", run)
+        .text("readiness", "model", "t").number("readiness", "poll_interval_s", 0.05).number("readiness", "check_interval_s", 0.3)
+        .number("restart", "backoff_initial_s", 0.05).number("restart", "backoff_max_s", 0.2).number("restart", "crash_loop_limit", 50)
+        .http(m_http);
+    m_sup = test::start_fastrestartd(FR_FASTRESTARTD_BIN, c);
   }
   void TearDown() override {
     if (m_holder > 0) {

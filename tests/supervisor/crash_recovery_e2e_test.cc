@@ -12,6 +12,7 @@
 #include <fstream>
 #include <thread>
 
+#include "support/fastrestartd_config.h"
 #include "support/harness.h"
 #include "support/supervised.h"
 
@@ -39,17 +40,13 @@ TEST(FastrestartdCrash, Kill9OfTheSupervisorLeavesNothingAndTheNextOneServes) {
   test::TempDir d;
   ASSERT_EQ(test::run({FR_TINYENGINE_BIN, "gen", "--out", d / "model"}).exit_code, 0);
   const uint16_t port = test::free_port();
-  std::string cfg = d / "t.toml";
-  std::ofstream(cfg) << "[model]\nname = \"t\"\n[engine]\ncommand = [\"" << FR_TINYENGINE_BIN << "\", \"serve\", \""
-                     << (d / "model") << "\"]\nflags = [\"--port\", \"" << port << "\", \"--served-model-name\", \"t\", "
-                     << "\"--load-format\", \"fastrestart\", \"--fastrestart-socket-dir\", \"" << (d / "run")
-                     << "\", \"--fault-spawn-worker\"]\nport = " << port << "\n"
-                     << "[weights]\nbackend = \"host\"\ncheckpoint = \"" << (d / "model") << "\"\nsocket_dir = \"" << (d / "run") << "\"\n"
-                     << "[readiness]\nmodel = \"t\"\npoll_interval_s = 0.05\n[restart]\nbackoff_initial_s = 0.05\n"
-                     << "[control]\nsocket = \"" << (d / "ctl/t.ctl") << "\"\nstate_dir = \"" << (d / "state") << "\"\n"
-                     << "[http]\nlisten = \"none\"\n";
-  test::Supervised sup(FR_FASTRESTARTD_BIN, cfg, d / "ctl/t.ctl", d / "d.log");
-  sup.start();
+  test::FastrestartdConfig c(d.path());
+  c.tiny_engine({.binary = FR_TINYENGINE_BIN, .model = d / "model", .port = port,
+                 .flags = {"--load-format", "fastrestart", "--fastrestart-socket-dir", d / "run", "--fault-spawn-worker"}})
+      .host_weights(d / "model", d / "run")
+      .text("readiness", "model", "t").number("readiness", "poll_interval_s", 0.05).number("restart", "backoff_initial_s", 0.05);
+  const auto sup_owner = test::start_fastrestartd(FR_FASTRESTARTD_BIN, c);
+  test::Supervised& sup = *sup_owner;
   json s;
   ASSERT_TRUE(sup.wait_for([](const json& j) { return j.value("state", "") == "ready"; }, 60, &s)) << sup.log();
   const pid_t engine = s["engine"]["pid"], daemon = s["daemons"][0]["pid"];

@@ -15,6 +15,7 @@
 #include <thread>
 
 #include "common/unix_socket.h"
+#include "support/fastrestartd_config.h"
 #include "support/harness.h"
 #include "support/supervised.h"
 
@@ -70,22 +71,18 @@ class Model {
       : m_port(s.port ? s.port : test::free_port()) {
     m_state = s.state_dir.empty() ? m_dir / "state" : s.state_dir;
     m_control = s.control.empty() ? m_dir / "ctl/t.ctl" : s.control;
-    const std::string weights =
-        s.socket_dir.empty() ? "[weights]\nmode = \"off\"\n"
-                             : "[weights]\nbackend = \"host\"\ncheckpoint = \"" + model_dir() + "\"\nsocket_dir = \"" + s.socket_dir + "\"\n";
-    const std::string load = s.socket_dir.empty() ? "" : ", \"--load-format\", \"fastrestart\", \"--fastrestart-socket-dir\", \"" + s.socket_dir + "\"";
-    const std::string command = s.command.empty()
-                                    ? "\"" + std::string(FR_TINYENGINE_BIN) + "\", \"serve\", \"" + model_dir() + "\""
-                                    : s.command;
-    std::ofstream(config()) << "[model]\nname = \"t\"\n[engine]\ncommand = [" << command << "]\n"
-                            << "flags = [\"--host\", \"127.0.0.1\", \"--port\", \"" << m_port
-                            << "\", \"--served-model-name\", \"t\", \"--shutdown-grace\", \"1\"" << load << "]\n"
-                            << "host = \"127.0.0.1\"\nport = " << m_port << "\nstop_grace_s = 3\n"
-                            << weights
-                            << "[readiness]\nmodel = \"t\"\npoll_interval_s = 0.05\ncheck_interval_s = 0.5\n"
-                            << "[restart]\nbackoff_initial_s = 0.05\nbackoff_max_s = 0.2\n"
-                            << "[control]\nsocket = \"" << control() << "\"\nstate_dir = \"" << m_state << "\"\n"
-                            << "[http]\nlisten = \"" << s.http << "\"\n";
+    std::vector<std::string> flags{"--shutdown-grace", "1"};
+    if (!s.socket_dir.empty()) flags.insert(flags.end(), {"--load-format", "fastrestart", "--fastrestart-socket-dir", s.socket_dir});
+    test::FastrestartdConfig c(m_dir.path());
+    c.tiny_engine({.binary = FR_TINYENGINE_BIN, .model = model_dir(), .port = m_port, .host = "127.0.0.1", .flags = flags})
+        .number("engine", "stop_grace_s", 3)
+        .text("readiness", "model", "t").number("readiness", "poll_interval_s", 0.05).number("readiness", "check_interval_s", 0.5)
+        .number("restart", "backoff_initial_s", 0.05).number("restart", "backoff_max_s", 0.2)
+        .control_socket(control()).text("control", "state_dir", m_state).text("http", "listen", s.http);
+    if (!s.command.empty()) c.set("engine", "command", "[" + s.command + "]");
+    if (s.socket_dir.empty()) c.text("weights", "mode", "off");
+    else c.host_weights(model_dir(), s.socket_dir);
+    c.write(config());
     m_sup = std::make_unique<test::Supervised>(binary, config(), control(), m_dir / "fastrestartd.log");
   }
   test::Supervised& sup() { return *m_sup; }

@@ -11,6 +11,7 @@
 
 #include "common/unix_socket.h"
 #include "protocol/frame.h"
+#include "support/fastrestartd_config.h"
 #include "support/harness.h"
 #include "support/supervised.h"
 
@@ -21,11 +22,10 @@ using nlohmann::json;
 
 // The tiny engine never starts (no model): the control socket serves regardless.
 std::string limits_config(const test::TempDir& d) {
-  std::string cfg = d / "t.toml";
-  std::ofstream(cfg) << "[engine]\ncommand = [\"" << FR_TINYENGINE_BIN << "\", \"serve\", \"/nonexistent\"]\n"
-                     << "[weights]\nmode = \"off\"\n[control]\nsocket = \"" << (d / "ctl/t.ctl") << "\"\nstate_dir = \""
-                     << (d / "state") << "\"\n[http]\nlisten = \"none\"\n";
-  return cfg;
+  return test::FastrestartdConfig(d.path())
+      .words("engine", "command", {FR_TINYENGINE_BIN, "serve", "/nonexistent"})
+      .text("weights", "mode", "off")
+      .write();
 }
 
 std::string frame_header(uint32_t n) {

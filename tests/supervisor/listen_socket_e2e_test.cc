@@ -23,6 +23,7 @@
 #include <vector>
 
 #include "common/fd.h"
+#include "support/fastrestartd_config.h"
 #include "support/harness.h"
 #include "support/supervised.h"
 
@@ -60,49 +61,50 @@ class ListenSocketTest : public ::testing::Test {
     if (!m_port) m_port = test::free_port();
     m_http = test::free_port();
     const std::string run = m_dir / "run";
-    m_cfg = m_dir / "t.toml";
-    std::ofstream f(m_cfg);
-    f << "[model]\nname = \"t\"\n[engine]\ncommand = [";
+    test::FastrestartdConfig c(m_dir.path());
     if (o.command.empty()) {
-      f << "\"" << FR_TINYENGINE_BIN << "\", \"serve\", \"" << (m_dir / "model") << "\"]\nflags = [\"--port\", \"" << m_port
-        << "\", \"--served-model-name\", \"t\", \"--load-format\", \"fastrestart\", \"--fastrestart-socket-dir\", \"" << run
-        << "\", \"--shutdown-grace\", \"2\"" << o.engine_flags << "]\n";
+      c.tiny_engine({.binary = FR_TINYENGINE_BIN, .model = m_dir / "model", .port = m_port,
+                     .flags = {"--load-format", "fastrestart", "--fastrestart-socket-dir", run, "--shutdown-grace", "2"},
+                     .more_flags = o.engine_flags});
     } else {
-      for (size_t i = 0; i < o.command.size(); ++i) f << (i ? ", " : "") << json(o.command[i]).dump();
-      f << "]\n";
+      c.text("model", "name", "t").words("engine", "command", o.command).number("engine", "port", m_port);
     }
-    f << "port = " << m_port << "\nstop_grace_s = 3\nlisten = \"supervisor\"\nlisten_backlog = 64\n"
-      << "[weights]\nbackend = \"host\"\ncheckpoint = \"" << (m_dir / "model") << "\"\nsocket_dir = \"" << run << "\"\n"
-      << "[readiness]\nmodel = \"t\"\npoll_interval_s = 0.05\ncheck_interval_s = 0.3\ncheck_timeout_s = " << o.check_timeout_s << "\n"
-      << (o.endpoint.empty() ? "" : "endpoint = \"" + o.endpoint + "\"\n")
-      << "[restart]\nbackoff_initial_s = 0.05\nbackoff_max_s = 0.2\ncrash_loop_limit = " << o.crash_loop_limit
-      << "\nwarm_failures_before_cold = 0\nstart = "
-      << (o.standby_level.empty() ? o.start : "[\"standby\", \"warm\", \"cold\"]") << "\n"
-      << (o.standby_level.empty() ? "" : "[standby]\nlevel = \"" + o.standby_level + "\"\n")
-      << "[control]\nsocket = \"" << (m_dir / "ctl/t.ctl") << "\"\nstate_dir = \"" << (m_dir / "state") << "\"\n"
-      << "[http]\nlisten = \"127.0.0.1:" << m_http << "\"\n";
+    c.number("engine", "port", m_port).number("engine", "stop_grace_s", 3).text("engine", "listen", "supervisor")
+        .number("engine", "listen_backlog", 64)
+        .host_weights(m_dir / "model", run)
+        .text("readiness", "model", "t").number("readiness", "poll_interval_s", 0.05).number("readiness", "check_interval_s", 0.3)
+        .number("readiness", "check_timeout_s", o.check_timeout_s)
+        .number("restart", "backoff_initial_s", 0.05).number("restart", "backoff_max_s", 0.2)
+        .number("restart", "crash_loop_limit", o.crash_loop_limit).number("restart", "warm_failures_before_cold", 0)
+        .set("restart", "start", o.standby_level.empty() ? o.start : "[\"standby\", \"warm\", \"cold\"]")
+        .http(m_http);
+    if (!o.endpoint.empty()) c.text("readiness", "endpoint", o.endpoint);
+    if (!o.standby_level.empty()) c.text("standby", "level", o.standby_level);
+    m_cfg = c.write();
+    m_config = std::make_unique<test::FastrestartdConfig>(c);
   }
   void launch(const Options& o = {}) {
     write_config(o);
-    m_sup = std::make_unique<test::Supervised>(FR_FASTRESTARTD_BIN, m_cfg, m_dir / "ctl/t.ctl", m_dir / "d.log");
-    m_sup->start();
+    m_sup = test::start_fastrestartd(FR_FASTRESTARTD_BIN, *m_config);
   }
-  json ready(pid_t not_pid = 0) {
-    json s;
-    EXPECT_TRUE(m_sup->wait_ready(&s, not_pid)) << m_sup->log();
-    return s;
+  json ready(pid_t not_pid = 0) { return m_sup->expect_ready(not_pid); }
+  // launch() with readiness.endpoint = "private"; the status at READY.
+  json launch_private(Options o) {
+    o.endpoint = "private";
+    launch(o);
+    return ready();
   }
-  json parked(pid_t not_pid = 0) {
-    json s;
-    EXPECT_TRUE(m_sup->wait_for([&](const json& j) {
-      return j["standby"].is_object() && j["standby"].value("state", "") == "parked" && j["standby"].value("pid", 0) != not_pid;
-    }, 90, &s)) << m_sup->log();
-    return s;
-  }
+  json parked(pid_t not_pid = 0) { return m_sup->expect_parked(not_pid); }
   // A completion with a client timeout far above any restart here: what a patient client gets.
   test::HttpAnswer complete(double timeout_s = 60) {
     return test::http_post(m_port, "/v1/completions", {{"model", "t"}, {"prompt", "The capital of France is"}, {"max_tokens", 1}},
                            timeout_s);
+  }
+  // The engine's readiness endpoint in `st`, which must be a private one (on loopback); returned.
+  static std::string private_endpoint(const json& st) {
+    const std::string e = st["engine"].value("readiness_endpoint", "");
+    EXPECT_EQ(e.rfind("private 127.0.0.1:", 0), 0u) << st.dump();
+    return e;
   }
   static std::string text_of(const test::HttpAnswer& a) {
     auto j = json::parse(a.body, nullptr, false);
@@ -127,6 +129,7 @@ class ListenSocketTest : public ::testing::Test {
   test::TempDir m_dir;
   uint16_t m_port = 0, m_http = 0;
   std::string m_cfg;
+  std::unique_ptr<test::FastrestartdConfig> m_config;
   std::unique_ptr<test::Supervised> m_sup;
 };
 
@@ -184,12 +187,9 @@ struct QueuedRequest {
 // old check, queued behind it, saw READY only once every client was answered.
 TEST_F(ListenSocketTest, ReadyIsNotBehindClientsQueuedOnThePublicSocket) {
   Options o;
-  o.endpoint = "private";
   o.engine_flags = ", \"--threads\", \"2\", \"--fault-token-delay\", \"0.02\"";
-  launch(o);
-  json st = ready();
-  const std::string note = st["engine"].value("readiness_endpoint", "");
-  EXPECT_EQ(note.rfind("private 127.0.0.1:", 0), 0u) << st.dump();
+  json st = launch_private(o);
+  private_endpoint(st);
   const std::string ctl = m_dir / "ctl/t.ctl";
   ASSERT_EQ(test::run({FR_FASTRESTARTCTL_BIN, "--socket", ctl, "stop-engine"}).exit_code, 0) << m_sup->log();
   ASSERT_TRUE(m_sup->wait_for([](const json& j) { return j.value("state", "") == "held"; }, 30)) << m_sup->log();
@@ -253,21 +253,17 @@ INSTANTIATE_TEST_SUITE_P(Levels, ListenSocketStandby, ::testing::Values("pre_gpu
 TEST_F(ListenSocketTest, AReleasedStandbyIsCheckedOnItsOwnPrivateEndpoint) {
   Options o;
   o.standby_level = "warmed";
-  o.endpoint = "private";
-  launch(o);
-  json st = ready();
+  json st = launch_private(o);
   const std::string expected = text_of(complete());
   ASSERT_FALSE(expected.empty());
-  const std::string before = st["engine"].value("readiness_endpoint", "");
-  EXPECT_EQ(before.rfind("private 127.0.0.1:", 0), 0u) << st.dump();
+  const std::string before = private_endpoint(st);
   st = parked();
   const pid_t engine = st["engine"]["pid"], standby = st["standby"]["pid"];
   kill_and_send(engine, 4, expected);
   st = ready(engine);
   EXPECT_EQ(st["engine"]["pid"], standby) << st.dump();
   EXPECT_EQ(st["last_start"]["path"], "standby") << st.dump();
-  const std::string after = st["engine"].value("readiness_endpoint", "");
-  EXPECT_EQ(after.rfind("private 127.0.0.1:", 0), 0u) << st.dump();
+  const std::string after = private_endpoint(st);
   EXPECT_NE(after, before) << "the released standby is checked on the dead engine's endpoint";
   EXPECT_EQ(m_sup->stop(SIGTERM), 0) << m_sup->log();
 }

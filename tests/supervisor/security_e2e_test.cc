@@ -17,6 +17,7 @@
 #include <sstream>
 #include <thread>
 
+#include "support/fastrestartd_config.h"
 #include "support/harness.h"
 #include "support/supervised.h"
 
@@ -28,11 +29,12 @@ using nlohmann::json;
 // A config whose control socket lives at `ctl`; the engine is the tiny engine (never started when the
 // socket is refused: fastrestartd checks it first).
 std::string write_config(const test::TempDir& d, const std::string& ctl, const std::string& extra = "") {
-  std::string cfg = d / "t.toml";
-  std::ofstream(cfg) << "[engine]\ncommand = [\"" << FR_TINYENGINE_BIN << "\", \"serve\", \"/nonexistent\"]\n"
-                     << "[weights]\nmode = \"off\"\n[control]\nsocket = \"" << ctl << "\"\nstate_dir = \"" << (d / "state")
-                     << "\"\n[http]\nlisten = \"none\"\n" << extra;
-  return cfg;
+  return test::FastrestartdConfig(d.path())
+      .words("engine", "command", {FR_TINYENGINE_BIN, "serve", "/nonexistent"})
+      .text("weights", "mode", "off")
+      .control_socket(ctl)
+      .append(extra)
+      .write();
 }
 
 TEST(FastrestartdSecurity, ASymlinkedControlSocketDirectoryIsRefused) {
@@ -62,14 +64,11 @@ TEST(FastrestartdSecurity, AnotherUidCannotUseTheControlSocket) {
   if (::geteuid() != 0) GTEST_SKIP() << "needs root to act as another uid";
   test::TempDir d;
   const uint16_t port = test::free_port();
-  std::string cfg = d / "t.toml";
-  std::ofstream(cfg) << "[engine]\ncommand = [\"" << FR_TINYENGINE_BIN << "\", \"serve\", \"" << (d / "model")
-                     << "\"]\nflags = [\"--port\", \"" << port << "\"]\nport = " << port << "\n[weights]\nmode = \"off\"\n"
-                     << "[control]\nsocket = \"" << (d / "ctl/t.ctl") << "\"\nstate_dir = \"" << (d / "state") << "\"\n"
-                     << "[http]\nlisten = \"none\"\n";
+  test::FastrestartdConfig c(d.path());
+  c.tiny_engine({.binary = FR_TINYENGINE_BIN, .model = d / "model", .port = port, .name = ""}).text("weights", "mode", "off");
   ASSERT_EQ(test::run({FR_TINYENGINE_BIN, "gen", "--out", d / "model"}).exit_code, 0);
-  test::Supervised sup(FR_FASTRESTARTD_BIN, cfg, d / "ctl/t.ctl", d / "d.log");
-  sup.start();
+  const auto sup_owner = test::start_fastrestartd(FR_FASTRESTARTD_BIN, c);
+  test::Supervised& sup = *sup_owner;
   ASSERT_TRUE(sup.wait_for([](const json& s) { return s.value("state", "") == "ready"; }, 60)) << sup.log();
   // The directory (0700) keeps nobody out before the socket's own mode and SO_PEERCRED are even asked.
   auto r = test::run({FR_FASTRESTARTCTL_BIN, "--socket", d / "ctl/t.ctl", "status"}, 65534, 65534);
@@ -98,16 +97,14 @@ TEST(FastrestartdSecurity, NoSecretInStatusMetricsCtlOrLog) {
   test::TempDir d;
   ASSERT_EQ(test::run({FR_TINYENGINE_BIN, "gen", "--out", d / "model"}).exit_code, 0);
   const uint16_t port = test::free_port(), http = test::free_port();
-  std::string cfg = d / "t.toml";
-  std::ofstream(cfg) << "[model]\nname = \"t\"\n[engine]\ncommand = [\"" << FR_STRIP_SECRET_FLAGS << "\", \""
-                     << FR_TINYENGINE_BIN << "\", \"serve\", \"" << (d / "model") << "\"]\n"
-                     << "flags = [\"--port\", \"" << port << "\", \"--served-model-name\", \"t\", \"--api-key\", \"sk-flagsecret1\"]\n"
-                     << "port = " << port << "\nenv = {HF_TOKEN = \"hf_envsecret2\", DB_PASSWORD = \"envsecret3\"}\n"
-                     << "[weights]\nmode = \"off\"\n[readiness]\nmodel = \"t\"\npoll_interval_s = 0.05\n"
-                     << "[control]\nsocket = \"" << (d / "ctl/t.ctl") << "\"\nstate_dir = \"" << (d / "state") << "\"\n"
-                     << "[http]\nlisten = \"127.0.0.1:" << http << "\"\n";
-  test::Supervised sup(FR_FASTRESTARTD_BIN, cfg, d / "ctl/t.ctl", d / "d.log");
-  sup.start();
+  test::FastrestartdConfig c(d.path());
+  c.tiny_engine({.binary = FR_TINYENGINE_BIN, .model = d / "model", .port = port, .wrapper = {FR_STRIP_SECRET_FLAGS},
+                 .flags = {"--api-key", "sk-flagsecret1"}})
+      .set("engine", "env", "{HF_TOKEN = \"hf_envsecret2\", DB_PASSWORD = \"envsecret3\"}")
+      .text("weights", "mode", "off").text("readiness", "model", "t").number("readiness", "poll_interval_s", 0.05)
+      .http(http);
+  const auto sup_owner = test::start_fastrestartd(FR_FASTRESTARTD_BIN, c);
+  test::Supervised& sup = *sup_owner;
   ASSERT_TRUE(sup.wait_for([](const json& s) { return s.value("state", "") == "ready"; }, 60)) << sup.log();
   auto push = test::run({FR_FASTRESTARTCTL_BIN, "--socket", d / "ctl/t.ctl", "reload", "--add-flags", "--hf-token=hf_pushsecret4"});
   EXPECT_EQ(push.exit_code, 0) << push.output;
@@ -189,22 +186,19 @@ TEST(FastrestartdSecurity, ASecretPlantedInAnyInputShowsInNoOutput) {
   test::TempDir d;
   ASSERT_EQ(test::run({FR_TINYENGINE_BIN, "gen", "--out", d / "model"}).exit_code, 0);
   const uint16_t port = test::free_port(), http = test::free_port();
-  std::string cfg = d / "t.toml";
-  std::ofstream(cfg) << "[model]\nname = \"t\"\n[engine]\ncommand = [\"" << FR_ECHO_SECRETS_ENGINE << "\", \""
-                     << FR_TINYENGINE_BIN << "\", \"serve\", \"" << (d / "model") << "\"]\n"
-                     << "flags = [\"--port\", \"" << port << "\", \"--served-model-name\", \"t\", \"--api-key\", "
-                     << "\"-sk-dash-one1\", \"sk-multi-two2\", \"--apikey=sk-apikey3\", \"--custom-opt\", \"cust-secret4\"]\n"
-                     << "secret_flags = [\"--custom-opt\"]\n"
-                     << "port = " << port << "\nenv = {HF_TOKEN = \"hf_envsecret5\", SECRET_B = \"envsecret6\"}\n"
-                     << "[weights]\nmode = \"off\"\n[readiness]\nmodel = \"t\"\npoll_interval_s = 0.05\n"
-                     << "[restart]\nbackoff_initial_s = 0.1\n"
-                     << "[control]\nsocket = \"" << (d / "ctl/t.ctl") << "\"\nstate_dir = \"" << (d / "state") << "\"\n"
-                     << "[http]\nlisten = \"127.0.0.1:" << http << "\"\n";
+  test::FastrestartdConfig c(d.path());
+  c.tiny_engine({.binary = FR_TINYENGINE_BIN, .model = d / "model", .port = port, .wrapper = {FR_ECHO_SECRETS_ENGINE},
+                 .flags = {"--api-key", "-sk-dash-one1", "sk-multi-two2", "--apikey=sk-apikey3", "--custom-opt", "cust-secret4"}})
+      .words("engine", "secret_flags", {"--custom-opt"})
+      .set("engine", "env", "{HF_TOKEN = \"hf_envsecret5\", SECRET_B = \"envsecret6\"}")
+      .text("weights", "mode", "off").text("readiness", "model", "t").number("readiness", "poll_interval_s", 0.05)
+      .number("restart", "backoff_initial_s", 0.1)
+      .http(http);
   NotifySocket notify(d / "notify.sock");
   ASSERT_TRUE(notify.bound());
   ::setenv("NOTIFY_SOCKET", (d / "notify.sock").c_str(), 1);
-  test::Supervised sup(FR_FASTRESTARTD_BIN, cfg, d / "ctl/t.ctl", d / "d.log");
-  sup.start();
+  const auto sup_owner = test::start_fastrestartd(FR_FASTRESTARTD_BIN, c);
+  test::Supervised& sup = *sup_owner;
   ::unsetenv("NOTIFY_SOCKET");
   ASSERT_TRUE(sup.wait_for([](const json& s) { return s.value("state", "") == "ready"; }, 60)) << sup.log();
   const std::string ctl = d / "ctl/t.ctl";

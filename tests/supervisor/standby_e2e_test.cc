@@ -14,6 +14,7 @@
 #include <fstream>
 #include <thread>
 
+#include "support/fastrestartd_config.h"
 #include "support/harness.h"
 #include "support/supervised.h"
 
@@ -28,8 +29,7 @@ struct Options {
   std::string standby_extra;    // more [standby] keys
   std::string cgroup;           // engine.cgroup
   std::string engine_extra;     // more [engine] keys
-  std::string top;              // top-level keys (before the first section)
-  std::string weights;          // replaces the [weights] section when set
+  bool fake_gpu = false;        // gpus = ["0"], no weight daemons, a tight leak check
   std::string fake_nvml;        // FASTRESTART_FAKE_NVML for fastrestartd
   std::string wrapper;          // a program that engine.command runs the tiny engine through
 };
@@ -41,25 +41,28 @@ class StandbyTest : public ::testing::Test {
     m_port = test::free_port();
     m_http = test::free_port();
     const std::string run = m_dir / "run";
-    m_cfg = m_dir / "t.toml";
-    std::ofstream(m_cfg) << o.top << "[model]\nname = \"t\"\n[engine]\ncommand = [\"" << (o.wrapper.empty() ? "" : o.wrapper + "\", \"") << FR_TINYENGINE_BIN << "\", \"serve\", \""
-                         << (m_dir / "model") << "\"]\nflags = [\"--port\", \"" << m_port << "\", \"--served-model-name\", \"t\", "
-                         << "\"--load-format\", \"fastrestart\", \"--fastrestart-socket-dir\", \"" << run
-                         << "\", \"--shutdown-grace\", \"2\"" << o.engine_flags << "]\n"
-                         << "port = " << m_port << "\nstop_grace_s = 3\n"
-                         << o.engine_extra
-                         << (o.cgroup.empty() ? "" : "cgroup = \"" + o.cgroup + "\"\n")
-                         << (o.weights.empty() ? "[weights]\nbackend = \"host\"\ncheckpoint = \"" + (m_dir / "model") + "\"\nsocket_dir = \"" + run + "\"\n" : o.weights)
-                         << "[readiness]\nmodel = \"t\"\nexpect_text = \"" << oracle() << "\"\npoll_interval_s = 0.05\ncheck_interval_s = 0.3\n"
-                         << "[restart]\nbackoff_initial_s = 0.05\nbackoff_max_s = 0.2\ncrash_loop_limit = 50\n"
-                         << "warm_failures_before_cold = 0\nstart = [\"standby\", \"warm\", \"cold\"]\n"
-                         << "[standby]\nlevel = \"" << o.level << "\"\n" << o.standby_extra
-                         << "[control]\nsocket = \"" << (m_dir / "ctl/t.ctl") << "\"\nstate_dir = \"" << (m_dir / "state") << "\"\n"
-                         << "[http]\nlisten = \"127.0.0.1:" << m_http << "\"\n";
-    m_sup = std::make_unique<test::Supervised>(FR_FASTRESTARTD_BIN, m_cfg, m_dir / "ctl/t.ctl", m_dir / "d.log");
-    if (!o.fake_nvml.empty()) ::setenv("FASTRESTART_FAKE_NVML", o.fake_nvml.c_str(), 1);
-    m_sup->start();
-    ::unsetenv("FASTRESTART_FAKE_NVML");
+    test::FastrestartdConfig c(m_dir.path());
+    c.tiny_engine({.binary = FR_TINYENGINE_BIN, .model = m_dir / "model", .port = m_port,
+                   .wrapper = o.wrapper.empty() ? std::vector<std::string>{} : std::vector<std::string>{o.wrapper},
+                   .flags = {"--load-format", "fastrestart", "--fastrestart-socket-dir", run, "--shutdown-grace", "2"},
+                   .more_flags = o.engine_flags})
+        .number("engine", "stop_grace_s", 3).lines("engine", o.engine_extra)
+        .text("readiness", "model", "t").text("readiness", "expect_text", oracle())
+        .number("readiness", "poll_interval_s", 0.05).number("readiness", "check_interval_s", 0.3)
+        .number("restart", "backoff_initial_s", 0.05).number("restart", "backoff_max_s", 0.2)
+        .number("restart", "crash_loop_limit", 50).number("restart", "warm_failures_before_cold", 0)
+        .words("restart", "start", {"standby", "warm", "cold"})
+        .text("standby", "level", o.level).lines("standby", o.standby_extra)
+        .http(m_http);
+    if (!o.cgroup.empty()) c.text("engine", "cgroup", o.cgroup);
+    if (o.fake_gpu) {
+      c.words("", "gpus", {"0"}).text("weights", "mode", "off");
+      c.number("memory", "leak_tolerance_mib", 256).number("memory", "settle_timeout_s", 1);
+    } else {
+      c.host_weights(m_dir / "model", run);
+    }
+    m_cfg = c.write();
+    m_sup = test::start_fastrestartd(FR_FASTRESTARTD_BIN, c, "d.log", o.fake_nvml);
   }
   // One fake 80 GB GPU (FASTRESTART_FAKE_NVML) whose used memory the test sets (used_gb), no weight
   // daemons: for the memory budget and the leak check.
@@ -68,8 +71,7 @@ class StandbyTest : public ::testing::Test {
     Options o;
     o.level = level;
     o.standby_extra = standby_extra;
-    o.top = "gpus = [\"0\"]\n";
-    o.weights = "[weights]\nmode = \"off\"\n[memory]\nleak_tolerance_mib = 256\nsettle_timeout_s = 1\n";
+    o.fake_gpu = true;
     o.engine_flags = ", \"--fastrestart-connect-timeout\", \"0.1\"";  // no daemons here
     o.fake_nvml = m_dir / "nvml.json";
     launch(o);
@@ -99,29 +101,15 @@ class StandbyTest : public ::testing::Test {
     return m_oracle;
   }
   // Waits for READY of an engine other than `not_pid`; returns the status then.
-  json ready(pid_t not_pid = 0) {
-    json s;
-    EXPECT_TRUE(m_sup->wait_ready(&s, not_pid)) << m_sup->log();
-    return s;
-  }
+  json ready(pid_t not_pid = 0) { return m_sup->expect_ready(not_pid); }
   // Waits for a parked standby other than `not_pid`; returns the status then.
-  json parked(pid_t not_pid = 0) {
-    json s;
-    EXPECT_TRUE(m_sup->wait_for([&](const json& j) {
-      return j["standby"].is_object() && j["standby"].value("state", "") == "parked" && j["standby"].value("pid", 0) != not_pid;
-    }, 90, &s)) << m_sup->log();
-    return s;
-  }
+  json parked(pid_t not_pid = 0) { return m_sup->expect_parked(not_pid); }
   test::RunResult ctl(std::vector<std::string> args) {
     std::vector<std::string> argv{FR_FASTRESTARTCTL_BIN, "--socket", m_dir / "ctl/t.ctl"};
     argv.insert(argv.end(), args.begin(), args.end());
     return test::run(argv);
   }
-  static json find_path(const json& attempts, const std::string& path) {
-    for (const auto& a : attempts)
-      if (a.value("path", "") == path) return a;
-    return json::object();
-  }
+  static json find_path(const json& attempts, const std::string& path) { return test::find_start_path(attempts, path); }
   bool port_answers() { return test::http_get(m_port, "/health", 1).status != 0; }
   std::string completion() {
     auto a = test::http_post(m_port, "/v1/completions", {{"model", "t"}, {"prompt", "The capital of France is"}, {"max_tokens", 1}});

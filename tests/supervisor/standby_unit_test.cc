@@ -17,7 +17,7 @@
 #include "supervisor/standby/gate_message.h"
 #include "supervisor/standby/model_files.h"
 #include "support/harness.h"
-#include "supervisor/standby/port_owner.h"
+#include "supervisor/port_owner.h"
 
 namespace fr::supervisor {
 namespace {

@@ -10,6 +10,7 @@
 
 #include <fstream>
 
+#include "support/fastrestartd_config.h"
 #include "support/harness.h"
 #include "support/supervised.h"
 
@@ -34,40 +35,31 @@ class StartPathsTest : public ::testing::Test {
     m_port = test::free_port();
     m_http = test::free_port();
     const std::string run = m_dir / "run";
-    m_cfg = m_dir / "t.toml";
-    std::ofstream(m_cfg) << "[model]\nname = \"t\"\n[engine]\ncommand = [" << (s.wrapper.empty() ? "" : "\"" + s.wrapper + "\", ")
-                         << "\"" << FR_TINYENGINE_BIN << "\", \"serve\", \""
-                         << (m_dir / "model") << "\"]\nflags = [\"--port\", \"" << m_port << "\", \"--served-model-name\", \"t\", "
-                         << "\"--load-format\", \"fastrestart\", \"--fastrestart-socket-dir\", \""
-                         << (s.engine_socket_dir.empty() ? run : s.engine_socket_dir) << "\", \"--shutdown-grace\", \"2\"]\n"
-                         << "port = " << m_port << "\nstop_grace_s = 3\n"
-                         << "[weights]\nbackend = \"host\"\ncheckpoint = \"" << (m_dir / "model") << "\"\nsocket_dir = \"" << run << "\"\n"
-                         << (s.daemon_path.empty() ? "" : "daemon_path = \"" + s.daemon_path + "\"\n")
-                         << "[readiness]\nmodel = \"t\"\npoll_interval_s = 0.05\ncheck_interval_s = 0.3\n"
-                         << "[restart]\nbackoff_initial_s = 0.05\nbackoff_max_s = 0.2\ncrash_loop_limit = " << s.crash_loop_limit
-                         << "\nwarm_failures_before_cold = " << s.warm_failures_before_cold << "\nstart = " << s.start << "\n"
-                         << "[control]\nsocket = \"" << (m_dir / "ctl/t.ctl") << "\"\nstate_dir = \"" << (m_dir / "state") << "\"\n"
-                         << "[http]\nlisten = \"127.0.0.1:" << m_http << "\"\n";
-    m_sup = std::make_unique<test::Supervised>(FR_FASTRESTARTD_BIN, m_cfg, m_dir / "ctl/t.ctl", m_dir / "d.log");
-    m_sup->start();
+    test::FastrestartdConfig c(m_dir.path());
+    c.tiny_engine({.binary = FR_TINYENGINE_BIN, .model = m_dir / "model", .port = m_port,
+                   .wrapper = s.wrapper.empty() ? std::vector<std::string>{} : std::vector<std::string>{s.wrapper},
+                   .flags = {"--load-format", "fastrestart", "--fastrestart-socket-dir",
+                             s.engine_socket_dir.empty() ? run : s.engine_socket_dir, "--shutdown-grace", "2"}})
+        .number("engine", "stop_grace_s", 3)
+        .host_weights(m_dir / "model", run)
+        .text("readiness", "model", "t").number("readiness", "poll_interval_s", 0.05).number("readiness", "check_interval_s", 0.3)
+        .number("restart", "backoff_initial_s", 0.05).number("restart", "backoff_max_s", 0.2)
+        .number("restart", "crash_loop_limit", s.crash_loop_limit)
+        .number("restart", "warm_failures_before_cold", s.warm_failures_before_cold).set("restart", "start", s.start)
+        .http(m_http);
+    if (!s.daemon_path.empty()) c.text("weights", "daemon_path", s.daemon_path);
+    m_cfg = c.write();
+    m_sup = test::start_fastrestartd(FR_FASTRESTARTD_BIN, c);
   }
   // Waits for READY of an engine other than `not_pid`; returns the status then.
-  json ready(pid_t not_pid = 0) {
-    json s;
-    EXPECT_TRUE(m_sup->wait_ready(&s, not_pid)) << m_sup->log();
-    return s;
-  }
+  json ready(pid_t not_pid = 0) { return m_sup->expect_ready(not_pid); }
   json engine_stats() { return json::parse(test::http_get(m_port, "/stats").body, nullptr, false); }
   test::RunResult ctl(std::vector<std::string> args) {
     std::vector<std::string> argv{FR_FASTRESTARTCTL_BIN, "--socket", m_dir / "ctl/t.ctl"};
     argv.insert(argv.end(), args.begin(), args.end());
     return test::run(argv);
   }
-  static json find_path(const json& attempts, const std::string& path) {
-    for (const auto& a : attempts)
-      if (a.value("path", "") == path) return a;
-    return json::object();
-  }
+  static json find_path(const json& attempts, const std::string& path) { return test::find_start_path(attempts, path); }
 
   test::TempDir m_dir;
   uint16_t m_port = 0, m_http = 0;

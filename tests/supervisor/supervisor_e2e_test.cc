@@ -17,6 +17,7 @@
 #include <nlohmann/json.hpp>
 #include <thread>
 
+#include "support/fastrestartd_config.h"
 #include "support/harness.h"
 
 namespace fr {
@@ -109,29 +110,25 @@ struct Options {
 class Fastrestartd {
  public:
   explicit Fastrestartd(const Options& o = {}) : m_port(test::free_port()) {
-    m_cfg = m_dir / "model.toml";
-    std::ofstream f(m_cfg);
     m_fake_nvml = o.fake_nvml;
     m_read_gate = o.daemon_read_gate;
-    f << "gpus = " << o.gpus << "\n[model]\nname = \"t\"\n[engine]\nkind = \"" << o.kind << "\"\n"
-      << "command = [\"" << o.engine_binary << "\", \"serve\", \"" << checkpoint_dir() << "\"]\n"
-      << "flags = [\"--host\", \"127.0.0.1\", \"--port\", \"" << m_port << "\", \"--served-model-name\", \"t\", "
-      << "\"--load-format\", \"fastrestart\", \"--fastrestart-socket-dir\", \"" << (m_dir / "run") << "\", "
-      << "\"--shutdown-grace\", \"2\"" << o.engine_flags << "]\n"
-      << "host = \"127.0.0.1\"\nport = " << m_port << "\nstop_grace_s = 3\n"
-      << (o.cgroup.empty() ? "" : "cgroup = \"" + o.cgroup + "\"\n")
-      << (o.gpus_and_weights.empty()
-              ? "[weights]\nmode = \"" + o.weights_mode + "\"\nbackend = \"host\"\ncheckpoint = \"" + checkpoint_dir() +
-                    "\"\nsocket_dir = \"" + (m_dir / "run") + "\"\n"
-              : o.gpus_and_weights)
-      << "[readiness]\nmodel = \"t\"\nstartup_timeout_s = " << o.startup_timeout_s
-      << "\npoll_interval_s = 0.05\ncheck_interval_s = 0.3\ncheck_timeout_s = 1\nhang_after_failures = 2\n"
-      << "[restart]\nbackoff_initial_s = 0.1\nbackoff_max_s = 0.5\ncrash_loop_limit = " << o.crash_loop_limit
-      << "\ncrash_loop_window_s = 600\nwarm_failures_before_cold = 0\n"
-      << "[control]\nsocket = \"" << (m_dir / "ctl/t.ctl") << "\"\nstate_dir = \"" << (m_dir / "state") << "\"\n"
-      << "[http]\nlisten = \"" << (o.http_port ? "127.0.0.1:" + std::to_string(o.http_port) : std::string("none")) << "\"\n"
-      << o.extra;
-    f.close();
+    test::FastrestartdConfig c(m_dir.path());
+    c.set("", "gpus", o.gpus).text("model", "name", "t").text("engine", "kind", o.kind)
+        .tiny_engine({.binary = o.engine_binary, .model = checkpoint_dir(), .port = m_port, .host = "127.0.0.1",
+                      .flags = {"--load-format", "fastrestart", "--fastrestart-socket-dir", m_dir / "run", "--shutdown-grace", "2"},
+                      .more_flags = o.engine_flags})
+        .number("engine", "stop_grace_s", 3)
+        .text("readiness", "model", "t").number("readiness", "startup_timeout_s", o.startup_timeout_s)
+        .number("readiness", "poll_interval_s", 0.05).number("readiness", "check_interval_s", 0.3)
+        .number("readiness", "check_timeout_s", 1).number("readiness", "hang_after_failures", 2)
+        .number("restart", "backoff_initial_s", 0.1).number("restart", "backoff_max_s", 0.5)
+        .number("restart", "crash_loop_limit", o.crash_loop_limit).number("restart", "crash_loop_window_s", 600)
+        .number("restart", "warm_failures_before_cold", 0)
+        .append(o.gpus_and_weights + o.extra);
+    if (!o.cgroup.empty()) c.text("engine", "cgroup", o.cgroup);
+    if (o.gpus_and_weights.empty()) c.text("weights", "mode", o.weights_mode).host_weights(checkpoint_dir(), m_dir / "run");
+    if (o.http_port) c.http(o.http_port);
+    m_cfg = c.write(m_dir / "model.toml");
     m_notify = std::make_unique<NotifySocket>(m_dir / "notify.sock");
     m_log = m_dir / "fastrestartd.log";
     start();

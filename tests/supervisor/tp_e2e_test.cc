@@ -14,6 +14,7 @@
 #include <fstream>
 #include <thread>
 
+#include "support/fastrestartd_config.h"
 #include "support/harness.h"
 #include "support/supervised.h"
 
@@ -29,27 +30,23 @@ class TpTest : public ::testing::Test {
     m_port = test::free_port();
     m_http = test::free_port();
     const std::string run = m_dir / "run";
-    m_cfg = m_dir / "t.toml";
-    std::ofstream(m_cfg) << "gpus = [\"0\", \"1\"]\n[model]\nname = \"t\"\n[engine]\ncommand = [\"" << FR_TINYENGINE_BIN
-                         << "\", \"serve\", \"" << (m_dir / "model") << "\"]\nflags = [\"--port\", \"" << m_port
-                         << "\", \"--served-model-name\", \"t\", \"--tensor-parallel-size\", \"2\", \"--tp-timeout\", \"1\", "
-                         << "\"--load-format\", \"fastrestart\", \"--shutdown-grace\", \"2\"" << engine_flags << "]\n"
-                         << "port = " << m_port << "\nstop_grace_s = 5\n"
-                         << "[weights]\nbackend = \"host\"\ncheckpoint = \"" << (m_dir / "model") << "\"\nsocket_dir = \"" << run << "\"\n"
-                         << "[readiness]\nmodel = \"t\"\npoll_interval_s = 0.05\ncheck_interval_s = 0.3\n"
-                         << "[restart]\nbackoff_initial_s = 0.05\nbackoff_max_s = 0.2\ncrash_loop_limit = 50\n"
-                         << "warm_failures_before_cold = 0\n" << extra
-                         << "[control]\nsocket = \"" << (m_dir / "ctl/t.ctl") << "\"\nstate_dir = \"" << (m_dir / "state") << "\"\n"
-                         << "[http]\nlisten = \"127.0.0.1:" << m_http << "\"\n";
-    m_sup = std::make_unique<test::Supervised>(FR_FASTRESTARTD_BIN, m_cfg, m_dir / "ctl/t.ctl", m_dir / "d.log");
-    m_sup->start();
+    test::FastrestartdConfig c(m_dir.path());
+    c.words("", "gpus", {"0", "1"})
+        .tiny_engine({.binary = FR_TINYENGINE_BIN, .model = m_dir / "model", .port = m_port,
+                      .flags = {"--tensor-parallel-size", "2", "--tp-timeout", "1", "--load-format", "fastrestart",
+                                "--shutdown-grace", "2"},
+                      .more_flags = engine_flags})
+        .number("engine", "stop_grace_s", 5)
+        .host_weights(m_dir / "model", run)
+        .text("readiness", "model", "t").number("readiness", "poll_interval_s", 0.05).number("readiness", "check_interval_s", 0.3)
+        .number("restart", "backoff_initial_s", 0.05).number("restart", "backoff_max_s", 0.2)
+        .number("restart", "crash_loop_limit", 50).number("restart", "warm_failures_before_cold", 0).lines("restart", extra)
+        .http(m_http);
+    m_cfg = c.write();
+    m_sup = test::start_fastrestartd(FR_FASTRESTARTD_BIN, c);
   }
   // READY with an engine other than `not_pid`; returns the status then.
-  json ready(pid_t not_pid = 0) {
-    json s;
-    EXPECT_TRUE(m_sup->wait_ready(&s, not_pid)) << m_sup->log();
-    return s;
-  }
+  json ready(pid_t not_pid = 0) { return m_sup->expect_ready(not_pid); }
   json engine_stats() { return json::parse(test::http_get(m_port, "/stats").body, nullptr, false); }
   // The engine's ranks as its /stats lists them (rank 0 first).
   json ranks() {
@@ -213,6 +210,20 @@ TEST_F(TpTest, EachRankGetsTheDeviceOfItsGpu) {
   EXPECT_EQ(m_sup->stop(SIGTERM), 0) << m_sup->log();
 }
 
+// Two ranks on two fake GPUs (FASTRESTART_FAKE_NVML), no weight daemons, a warmed standby first.
+test::FastrestartdConfig tp_memory_config(const test::TempDir& dir, uint16_t port, uint16_t http) {
+  test::FastrestartdConfig c(dir.path());
+  c.words("", "gpus", {"0", "1"})
+      .tiny_engine({.binary = FR_TINYENGINE_BIN, .model = dir / "model", .port = port, .flags = {"--tensor-parallel-size", "2"}})
+      .text("weights", "mode", "off")
+      .number("memory", "utilization", 0.9).number("memory", "leak_tolerance_mib", 100000).number("memory", "settle_timeout_s", 1)
+      .text("standby", "level", "warmed")
+      .text("readiness", "model", "t").number("readiness", "poll_interval_s", 0.05)
+      .words("restart", "start", {"standby", "cold"})
+      .http(http);
+  return c;
+}
+
 // Each GPU's share is computed on that GPU: two fake GPUs of 80 and 40 GB (FASTRESTART_FAKE_NVML), a
 // warmed standby's 4096 MiB reserve set aside on each, so 0.9 - 4096 MiB / total differs per GPU. Each
 // rank is given its own GPU's share, status and /metrics show both, and --gpu-memory-utilization is the
@@ -223,19 +234,8 @@ TEST(TpMemory, EachRankIsGivenTheShareOfItsOwnGpu) {
   std::ofstream(dir / "nvml.json") << "{\"0\": {\"total\": 80000000000, \"used\": 1000000000},"
                                       " \"1\": {\"total\": 40000000000, \"used\": 1000000000}}";
   const uint16_t port = test::free_port(), http = test::free_port();
-  std::ofstream(dir / "t.toml") << "gpus = [\"0\", \"1\"]\n[model]\nname = \"t\"\n[engine]\ncommand = [\"" << FR_TINYENGINE_BIN
-                                << "\", \"serve\", \"" << (dir / "model") << "\"]\nflags = [\"--port\", \"" << port
-                                << "\", \"--served-model-name\", \"t\", \"--tensor-parallel-size\", \"2\"]\nport = " << port << "\n"
-                                << "[weights]\nmode = \"off\"\n[memory]\nutilization = 0.9\nleak_tolerance_mib = 100000\nsettle_timeout_s = 1\n"
-                                << "[standby]\nlevel = \"warmed\"\nreserve_mib = 4096\n"
-                                << "[readiness]\nmodel = \"t\"\npoll_interval_s = 0.05\n"
-                                << "[restart]\nstart = [\"standby\", \"cold\"]\n"
-                                << "[control]\nsocket = \"" << (dir / "ctl/t.ctl") << "\"\nstate_dir = \"" << (dir / "state") << "\"\n"
-                                << "[http]\nlisten = \"127.0.0.1:" << http << "\"\n";
-  ::setenv("FASTRESTART_FAKE_NVML", (dir / "nvml.json").c_str(), 1);
-  test::Supervised sup(FR_FASTRESTARTD_BIN, dir / "t.toml", dir / "ctl/t.ctl", dir / "d.log");
-  sup.start();
-  ::unsetenv("FASTRESTART_FAKE_NVML");
+  const auto sup_owner = test::start_fastrestartd(FR_FASTRESTARTD_BIN, tp_memory_config(dir, port, http).number("standby", "reserve_mib", 4096), "d.log", dir / "nvml.json");
+  test::Supervised& sup = *sup_owner;
   json st;
   ASSERT_TRUE(sup.wait_for([](const json& j) { return j.value("state", "") == "ready"; }, 90, &st)) << sup.log();
   const double reserve = 4096.0 * 1048576;
@@ -263,19 +263,8 @@ TEST(TpMemory, AMeasuredStandbyReserveIsSubtractedPerGpu) {
   std::ofstream(dir / "nvml.json") << "{\"0\": {\"total\": 80000000000, \"used\": 1000000000},"
                                       " \"1\": {\"total\": 40000000000, \"used\": 1000000000}}";
   const uint16_t port = test::free_port(), http = test::free_port();
-  std::ofstream(dir / "t.toml") << "gpus = [\"0\", \"1\"]\n[model]\nname = \"t\"\n[engine]\ncommand = [\"" << FR_TINYENGINE_BIN
-                                << "\", \"serve\", \"" << (dir / "model") << "\"]\nflags = [\"--port\", \"" << port
-                                << "\", \"--served-model-name\", \"t\", \"--tensor-parallel-size\", \"2\"]\nport = " << port << "\n"
-                                << "[weights]\nmode = \"off\"\n[memory]\nutilization = 0.9\nleak_tolerance_mib = 100000\nsettle_timeout_s = 1\n"
-                                << "[standby]\nlevel = \"warmed\"\n"
-                                << "[readiness]\nmodel = \"t\"\npoll_interval_s = 0.05\n"
-                                << "[restart]\nstart = [\"standby\", \"cold\"]\n"
-                                << "[control]\nsocket = \"" << (dir / "ctl/t.ctl") << "\"\nstate_dir = \"" << (dir / "state") << "\"\n"
-                                << "[http]\nlisten = \"127.0.0.1:" << http << "\"\n";
-  ::setenv("FASTRESTART_FAKE_NVML", (dir / "nvml.json").c_str(), 1);
-  test::Supervised sup(FR_FASTRESTARTD_BIN, dir / "t.toml", dir / "ctl/t.ctl", dir / "d.log");
-  sup.start();
-  ::unsetenv("FASTRESTART_FAKE_NVML");
+  const auto sup_owner = test::start_fastrestartd(FR_FASTRESTARTD_BIN, tp_memory_config(dir, port, http), "d.log", dir / "nvml.json");
+  test::Supervised& sup = *sup_owner;
   json st;
   ASSERT_TRUE(sup.wait_for([](const json& j) { return j["standby"].is_object() && j["standby"].value("state", "") == "parked"; }, 90, &st))
       << sup.log();

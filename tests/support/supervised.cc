@@ -13,6 +13,8 @@
 #include <fstream>
 #include <thread>
 
+#include <gtest/gtest.h>
+
 #include "common/unix_socket.h"
 #include "support/harness.h"
 #include "protocol/frame.h"
@@ -59,6 +61,26 @@ bool Supervised::wait_ready(json* last, pid_t not_pid, double timeout_s) {
     return j.value("state", "") == "ready" && j["engine"].is_object() && j["engine"].value("pid", 0) != not_pid &&
            j["last_start"].is_object() && j["last_start"].value("pid", 0) == j["engine"].value("pid", 0);
   }, timeout_s, last);
+}
+
+json Supervised::expect_ready(pid_t not_pid) {
+  json s;
+  EXPECT_TRUE(wait_ready(&s, not_pid)) << log();
+  return s;
+}
+
+json Supervised::expect_parked(pid_t not_pid) {
+  json s;
+  EXPECT_TRUE(wait_for([&](const json& j) {
+    return j["standby"].is_object() && j["standby"].value("state", "") == "parked" && j["standby"].value("pid", 0) != not_pid;
+  }, 90, &s)) << log();
+  return s;
+}
+
+json find_start_path(const json& attempts, const std::string& path) {
+  for (const auto& a : attempts)
+    if (a.value("path", "") == path) return a;
+  return json::object();
 }
 
 bool Supervised::wait_for(const std::function<bool(const json&)>& pred, double timeout_s, json* last) {

@@ -34,6 +34,11 @@ class Supervised {
   // READY with an engine other than `not_pid` whose last start is that engine (a restart is over); the
   // status then goes to *last. False on timeout.
   bool wait_ready(json* last, pid_t not_pid = 0, double timeout_s = 90);
+  // wait_ready that fails the test (EXPECT, with the log) when it times out; returns the status then.
+  json expect_ready(pid_t not_pid = 0);
+  // Waits (90 s) for a parked standby other than `not_pid`, failing the test (EXPECT) when none comes;
+  // returns the status then.
+  json expect_parked(pid_t not_pid = 0);
   std::string log() const;
   const std::string& control() const { return m_control; }
 
@@ -41,6 +46,9 @@ class Supervised {
   std::string m_binary, m_config, m_control, m_log;
   pid_t m_pid = -1;
 };
+
+// The entry of `path` in a status's start_paths (or its last_start's attempts), or an empty object.
+json find_start_path(const json& attempts, const std::string& path);
 
 // HTTP against an engine or fastrestartd: {status, body}; status 0 when no answer came.
 struct HttpAnswer {

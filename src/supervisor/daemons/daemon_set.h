@@ -103,6 +103,11 @@ class DaemonSet {
 // The set weights.daemon and weights.mode name (registry.cc): none when the mode is off.
 std::unique_ptr<DaemonSet> make_daemon_set(DaemonHost& host);
 
+// The sockets of the weight daemons `c` starts that one fastrestartd must own alone (its instance claims,
+// instance_claims.h): each native daemon's; none for the other kinds, whose daemons are not fastrestart's
+// sockets to claim, and none with weights.mode off.
+std::vector<std::string> claimed_daemon_sockets(const Config& c, GpuProbe& gpus);
+
 // One implementation per file.
 std::unique_ptr<DaemonSet> make_native_daemons(DaemonHost& host);
 std::unique_ptr<DaemonSet> make_vllm_preload(DaemonHost& host);

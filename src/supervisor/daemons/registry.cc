@@ -1,6 +1,8 @@
 // The daemon kinds: weights.daemon picks one (daemon_set.h). A new kind is one file and one line here.
 #include "supervisor/daemons/daemon_set.h"
 
+#include "supervisor/daemons/native.h"
+
 namespace fr::supervisor {
 
 std::unique_ptr<DaemonSet> make_daemon_set(DaemonHost& host) {
@@ -12,6 +14,13 @@ std::unique_ptr<DaemonSet> make_daemon_set(DaemonHost& host) {
     case DaemonKind::kNone: break;
   }
   return make_no_daemons(host, "weights.daemon is none");
+}
+
+std::vector<std::string> claimed_daemon_sockets(const Config& c, GpuProbe& gpus) {
+  std::vector<std::string> sockets;
+  if (c.weights.mode != WeightsMode::kOff && c.weights.daemon == DaemonKind::kNative)
+    for (const auto& d : native_daemon_layout(c, gpus)) sockets.push_back(d.socket);
+  return sockets;
 }
 
 }  // namespace fr::supervisor

@@ -22,7 +22,7 @@
 #include "supervisor/private_endpoint.h"
 #include "supervisor/standby/gate_message.h"
 #include "supervisor/standby/model_files.h"
-#include "supervisor/standby/port_owner.h"
+#include "supervisor/port_owner.h"
 #include "supervisor/standby/stale.h"
 #include "supervisor/state_files.h"
 

@@ -29,15 +29,14 @@
 #include <string_view>
 
 #include "fastrestart/engine_loader.h"  // Result, Error, Errc
+#include "fastrestart/listen_names.h"
 
 namespace fastrestart {
 
-inline constexpr const char* kListenFdName = "fastrestart-engine";
-// The engine's private endpoint (docs/listen-socket.md, "The private endpoint"): with
-// readiness.endpoint = "private" fastrestartd passes it as fd 4 beside the public socket
-// (LISTEN_FDS=2, LISTEN_FDNAMES=fastrestart-engine:fastrestart-probe) and sends its readiness and health
-// checks there, never through the clients' accept queue.
-inline constexpr const char* kProbeFdName = "fastrestart-probe";
+// kListenFdName and kProbeFdName (fastrestart/listen_names.h). The engine's private endpoint
+// (docs/listen-socket.md, "The private endpoint"): with readiness.endpoint = "private" fastrestartd passes
+// it as fd 4 beside the public socket (LISTEN_FDS=2, LISTEN_FDNAMES=fastrestart-engine:fastrestart-probe)
+// and sends its readiness and health checks there, never through the clients' accept queue.
 
 Result<int> inherited_listen_socket(std::string_view name = kListenFdName);
 

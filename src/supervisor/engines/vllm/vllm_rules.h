@@ -12,16 +12,9 @@
 
 #include "fastrestart/result.h"
 #include "supervisor/engine_progress.h"
+#include "supervisor/vllm_version.h"
 
 namespace fr::supervisor {
-
-// A vLLM release, "0.31.0" (also "0.31.0rc1", "v0.31.1.dev5+gabc": the leading numbers count).
-struct VllmVersion {
-  std::array<int, 3> parts{0, 0, 0};
-  static std::optional<VllmVersion> parse(std::string_view s);
-  std::string str() const;
-  auto operator<=>(const VllmVersion&) const = default;
-};
 
 enum class Severity { kError, kWarning };
 

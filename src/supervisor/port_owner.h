@@ -1,7 +1,8 @@
-// Whether a process group listens on a TCP port: the check that a standby has not bound the engine's port
-// before its release (docs/standby.md, "The gate protocol"); who listens on it at all (instance_claims.h).
-// Reads /proc/net/tcp and /proc/net/tcp6 (this network namespace) for listening sockets on the port, then
-// the processes' /proc/<pid>/fd for them.
+// Who listens on a TCP port, for the standby (that it has not bound the engine's port before its release,
+// docs/standby.md, "The gate protocol") and for the instance claims (who listens on it at all,
+// instance_claims.h): beside both, so neither reaches into the other's folder. Reads /proc/net/tcp and
+// /proc/net/tcp6 (this network namespace) for listening sockets on the port, then the processes'
+// /proc/<pid>/fd for them.
 #pragma once
 
 #include <sys/types.h>

@@ -1,4 +1,4 @@
-#include "supervisor/standby/port_owner.h"
+#include "supervisor/port_owner.h"
 
 #include <dirent.h>
 #include <unistd.h>
