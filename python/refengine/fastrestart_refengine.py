@@ -486,6 +486,11 @@ class Engine:
             self.graph_info.update(enabled=True, sizes=g["sizes"], count=g["count"], pool_bytes=g["pool_bytes"])
             log(f"cuda graphs: {g['count']} batch sizes captured ({g['sizes'][0]}..{g['sizes'][-1]}), pool "
                 f"{g['pool_bytes'] / 2**20:.1f} MiB, in {self.phases['graph_capture_s']:.3f} s")
+        ids = list(ORACLE_PROMPT.encode())
+        # The check's reference (the transformers forward of the oracle prompt) reads only the weights, so it
+        # is computed before a warmed standby parks: after its release only the batched prefill is left,
+        # which must read the arena's KV range and so cannot run earlier (docs/refengine.md, "The check").
+        reference = self.phase("check_reference_s", lambda: self._logits(ids))
         if over_arena:
             # Parked with the graphs captured over the placeholder; the released standby leases the arena
             # (waiting for the dead engine's exit) and maps it at the same address: the graphs stay valid.
@@ -496,8 +501,7 @@ class Engine:
                 if sizes:  # the graphs captured over the placeholder read the arena's range: again
                     g = self.phase("graph_capture_s", lambda: r.capture(sizes))
                     self.graph_info.update(pool_bytes=g["pool_bytes"], recaptured=True)
-        ids = list(ORACLE_PROMPT.encode())
-        chk = self.phase("batched_check_s", lambda: r.check(ids, self._logits(ids)))
+        chk = self.phase("batched_check_s", lambda: r.check(ids, reference))
         self.batch_info["check"] = chk
         log(f"batched forward vs transformers on the oracle prompt: max |diff| {chk['max_abs_diff']:.4g} of logits "
             f"up to {chk['max_abs_logit']:.4g}; greedy token {chk['token']} vs {chk['reference_token']}")
