@@ -414,7 +414,46 @@ class Engine:
                 self.load.update(published=False, publish_error=str(e))
                 log(f"publish failed: {e}")
             self.phases["publish_s"] = round(time.monotonic() - t, 6)
+            if self.load.get("published"):
+                state = self._adopt(fastrestart, ckpt, opts, state)
         return state
+
+    def _adopt(self, fastrestart, ckpt, opts, state):
+        """zero_copy after a publish: the entry just published, attached, replaces the disk-loaded tensors,
+        which are freed, so the first life does not hold two copies of the weights (docs/refengine.md,
+        "Loading"). Any failure keeps the own copy and says why (load.adopt_error)."""
+        a, torch = self.args, self.torch
+        if a.fastrestart_mode != "zero_copy":
+            return state  # copy mode keeps an own copy by definition
+        if self.tp > 1:
+            # Every rank would have to adopt, or none: a mixed set is what _agree exists to prevent.
+            self.load["adopt_error"] = "not with tensor parallelism: every rank keeps its own copy"
+            return state
+        t = time.monotonic()
+        try:
+            r = fastrestart.attach(ckpt.key(self.key_config()), **opts)
+        except (RuntimeError, ValueError, OSError) as e:
+            r, why = None, f"the attach after the publish failed: {e}"
+        else:
+            why = None if r.hit else f"the attach after the publish missed: {r.reason}"
+        if why is None and r.fingerprint != self.load.get("fingerprint"):
+            why = f"the daemon's entry {r.fingerprint} is not the one published ({self.load.get('fingerprint')})"
+        if why is None:
+            adopted = {n: torch.from_dlpack(x) for n, x in r.tensors.items()}
+            if set(adopted) != set(state) or any(adopted[n].shape != state[n].shape or
+                                                 adopted[n].dtype != state[n].dtype for n in state):
+                why = "the daemon's entry does not have this engine's tensors"
+        if why is not None:
+            self.load["adopt_error"] = why
+            log(f"serving this engine's own copy of the weights, not the daemon's: {why}")
+            return state
+        state.clear()  # the last references to the disk-loaded tensors
+        torch.cuda.empty_cache()  # give their memory back to the driver: one copy on the GPU, as nvidia-smi shows
+        self.attached = r
+        self.load.update(adopted=True, mode=r.mode, fingerprint=r.fingerprint)
+        self.phases["adopt_s"] = round(time.monotonic() - t, 6)
+        log(f"adopted the daemon's copy ({r.fingerprint}); this engine's own copy is freed")
+        return adopted
 
     def _agree(self, r):
         """The consistency rule: after every rank tried its attach, all ranks learn who missed. Returns
