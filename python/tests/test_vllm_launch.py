@@ -38,6 +38,11 @@ def backlog(sock):
     return struct.unpack_from("=I", sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_INFO, 32), 28)[0]
 
 
+def somaxconn():
+    with open("/proc/sys/net/core/somaxconn") as f:
+        return int(f.read())
+
+
 def free_port():
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -247,7 +252,8 @@ class RefusalTest(_Procs):
             with self.subTest(flag=flag):
                 r = subprocess.run([sys.executable, "-m", "fastrestart_vllm.launch", "serve", self.model, "--port",
                                     str(free_port()), "--standin-startup-delay", "0", "--standin-fail", "stop here"]
-                                   + forms[0], capture_output=True, text=True, env=env, timeout=60)
+                                   + [os.path.join(self.tmp, "x.sock") if w == "/tmp/x.sock" else w for w in forms[0]],
+                                   capture_output=True, text=True, env=env, timeout=60)
                 self.assertEqual(r.returncode, 1, r.stderr)
                 self.assertNotIn("fastrestart-vllm", r.stderr)
                 self.assertIn("fake-vllm: step=plugins role=api_server", r.stderr)  # vLLM's main ran
@@ -320,8 +326,7 @@ class BacklogTest(_Procs):
                             "import struct; print(struct.unpack_from('=I', s.getsockopt(socket.IPPROTO_TCP, "
                             "socket.TCP_INFO, 32), 28)[0])" % FAKE], capture_output=True, text=True, timeout=60)
         self.assertEqual(r.returncode, 0, r.stderr)
-        somaxconn = int(open("/proc/sys/net/core/somaxconn").read())
-        self.assertEqual(int(r.stdout), min(2048, somaxconn))
+        self.assertEqual(int(r.stdout), min(2048, somaxconn()))
 
     def test_through_the_launcher_the_passed_backlog_survives_uvicorns_listen(self):
         with listening_socket(backlog=37) as ls:
@@ -407,8 +412,7 @@ class OrderTest(unittest.TestCase):
         p = subprocess.run([sys.executable, os.path.join(FAKE, "serve.py"), self.model, "--host", "127.0.0.1",
                             "--port", "0"], capture_output=True, text=True, env=self.env, timeout=300)
         self.assertEqual(p.returncode, 0, p.stderr)
-        somaxconn = int(open("/proc/sys/net/core/somaxconn").read())
-        self.assertEqual(json.loads(p.stdout)["server"]["backlog"], min(2048, somaxconn))
+        self.assertEqual(json.loads(p.stdout)["server"]["backlog"], min(2048, somaxconn()))
         self.assertLess(p.stderr.index("orderplug: loaded"), p.stderr.index("fake-vllm: step=bind"))
 
 
