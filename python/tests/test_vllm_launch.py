@@ -310,6 +310,45 @@ class BacklogTest(_Procs):
             sys.modules.update(saved)
             sys.path.remove(FAKE)
 
+    def test_an_alias_layout_and_a_by_name_import_both_get_the_socket(self):
+        # vLLM's later layout: launchers/launcher.py a sys.modules alias of frontend/.../launcher.py, and
+        # utils/listen.py taking the factory by name (`from ..launcher import create_server_socket`).
+        files = {
+            "vllm/__init__.py": "",
+            "vllm/entrypoints/__init__.py": "",
+            "vllm/entrypoints/launchers/__init__.py": "",
+            "vllm/entrypoints/launchers/launcher.py":
+                "import importlib, sys\n"
+                "sys.modules[__name__] = importlib.import_module('vllm.frontend.entrypoints.launchers.launcher')\n",
+            "vllm/entrypoints/launchers/utils/__init__.py": "",
+            "vllm/entrypoints/launchers/utils/listen.py": "from ..launcher import create_server_socket\n",
+            "vllm/frontend/__init__.py": "",
+            "vllm/frontend/entrypoints/__init__.py": "",
+            "vllm/frontend/entrypoints/launchers/__init__.py": "",
+            "vllm/frontend/entrypoints/launchers/launcher.py":
+                "def create_server_socket(addr, *, reuse_port):\n    raise OSError('bound')\n",
+        }
+        root = os.path.join(self.tmp, "layout")
+        for path, text in files.items():
+            os.makedirs(os.path.dirname(os.path.join(root, path)), exist_ok=True)
+            with open(os.path.join(root, path), "w") as f:
+                f.write(text)
+        script = ("import socket, sys\n"
+                  "from fastrestart_vllm import launch\n"
+                  "s = socket.socket(); s.bind(('127.0.0.1', 0)); s.listen(5)\n"
+                  "hook = launch.install(s)\n"
+                  "assert 'vllm' not in sys.modules\n"
+                  "from vllm.entrypoints.launchers.utils import listen\n"
+                  "from vllm.entrypoints.launchers import launcher\n"
+                  "assert listen.create_server_socket(('', 1), reuse_port=False) is s\n"
+                  "print(sorted(hook.patched))\n")
+        env = dict(os.environ, PYTHONPATH=os.pathsep.join([root, os.environ.get("PYTHONPATH", "")]))
+        r = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env, timeout=60)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        # patched once, in the defining module, before listen.py took it by name: listen.py holds the patch
+        self.assertEqual(r.stdout.strip(), str([("vllm.frontend.entrypoints.launchers.launcher",
+                                                 "create_server_socket")]))
+
     def test_a_vllm_without_the_factory_is_refused_before_anything_is_imported(self):
         from fastrestart_vllm import launch
         with listening_socket() as ls:
