@@ -33,11 +33,13 @@ class Worker:
         self.a, self.role = args, role
 
     def init_device(self):
+        """vllm/v1/worker/gpu_worker.py Worker.init_device (CUDA, the distributed environment)."""
         repro.step("init_device", self.role)
         print("fake-vllm: init_device", file=sys.stderr, flush=True)
         set_parallel_state(tp_size=self.a.tensor_parallel_size, tp_rank=self.a.tp_rank)
 
     def load_model(self):
+        """Worker.load_model -> the model runner's load_model -> get_model (model_loader/__init__.py)."""
         a = self.a
         self.hf = HfConfig.from_model(a.model)
         self.vllm_config = VllmConfig(
@@ -63,15 +65,20 @@ class Worker:
         return True
 
     def determine_available_memory(self):
+        """Worker.determine_available_memory: the profile run that sizes the KV cache."""
         repro.step("profile", self.role)
 
     def initialize_from_config(self):
+        """Worker.initialize_from_config -> initialize_kv_cache -> _allocate_kv_cache (Model Runner V2,
+        vllm/v1/worker/gpu/attn_utils.py) or _allocate_kv_cache_tensors (V1, gpu_model_runner.py)."""
         repro.step("kv_cache", self.role)
 
     def compile_or_warm_up_model(self):
+        """Worker.compile_or_warm_up_model: torch.compile warm-up, CUDA graph capture (capture_model)."""
         repro.step("graph_capture", self.role)
 
     def first_request(self):
+        """The reproduction's own step (not vLLM's): one forward pass, the loader's summary."""
         model, hf = self.model, self.hf
         logits = model.forward(list(range(min(6, hf.vocab_size))))
         down = model.model.layers.__getattr__("0").mlp.down_proj
