@@ -154,6 +154,10 @@ class StandinLaunchTest(_Procs):
             self.assertIn("fastrestart-vllm: patched Config(backlog=16) in uvicorn.config", out)
             self.assertIn("--port %d ignored" % other, out)
             self.assertEqual(backlog(ls), 16)  # uvicorn listened again with the socket's own backlog
+            # vLLM's order, in the stand-in engine too
+            steps = [x.split("step=")[1].split()[0] for x in out.splitlines() if x.startswith("fake-vllm: step=")]
+            self.assertEqual(steps, ["plugins", "bind", "engine_core_spawn", "profile", "kv_cache", "graph_capture",
+                                     "listen"], out)
             # A second engine on the same passed socket (a standby's start) gets past the bind that
             # fails without the hand-down, and serves as well.
             p2, i2 = self.launch(ls, port, "--standin-startup-delay", "0.1")

@@ -60,6 +60,8 @@ import tempfile
 import threading
 import time
 
+import repro
+
 VERSION = os.environ.get("VLLM_STANDIN_VERSION", "0.31.0")
 REMOVED_0_31 = {"--enable-mamba-fine-grained-prefix-cache"}
 TOKENIZER_MODES = ("auto", "hf", "mistral", "custom")
@@ -217,6 +219,7 @@ def http_app(srv_state):
         for k, v in srv_state.items():
             setattr(srv, k, v)
         srv.requests = 0
+        repro.step("listen", "api_server")
         say("Application startup complete.")
         srv.serve_forever()
     return app
@@ -281,6 +284,10 @@ def cmd_serve(argv):
         _, sock = launcher.setup_server(argparse.Namespace(host=host, port=port, uds=flags.get("--uds")))
     except OSError as e:
         die("serve", "OSError: [Errno %d] %s" % (e.errno, e.strerror))
+    repro.step("bind", "api_server")
+    # The engine, in this process: the steps of vLLM's engine core and worker (vllm/v1/engine/core.py,
+    # vllm/v1/worker/gpu_worker.py) as lines only; the startup delay stands for their time.
+    repro.step("engine_core_spawn", "api_server")
     names = flags.get("--served-model-name")
     state = {"cmd": "serve", "ready": lambda: True, "crash_after": int(flags.get("--standin-crash-after-requests", 0)),
              "served_names": [names if isinstance(names, str) else model], "weights": ""}
@@ -325,5 +332,7 @@ def cmd_serve(argv):
                 state["weights"] = daemon["weights"]
     else:
         state["weights"] = weights_digest(model)
+    for name in ("profile", "kv_cache", "graph_capture"):
+        repro.step(name, "engine_core")
     launcher.serve_http(http_app(state), sock, host=host, port=port)
     return 0
