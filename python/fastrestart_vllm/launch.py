@@ -4,22 +4,29 @@
 
 is `vllm serve MODEL [flags]` (vLLM's own CLI, vllm.entrypoints.cli.main, in this process), except that
 when fastrestartd passed a listening socket (LISTEN_FDS, descriptor 3) vLLM serves on it instead of binding
---host:--port. Without LISTEN_FDS, or for another subcommand (`preload`), it changes nothing.
+--host:--port, with the accept queue's length fastrestartd chose. Without a passed socket, or for another
+subcommand (`preload`), it changes nothing.
 
-Why a launcher and not the plugin: vLLM's API server binds its socket (`create_server_socket`, called from
-`setup_server` in `run_server`) before anything loads plugins, so a second `vllm serve` on the same port (a
-standby next to the live engine) fails at bind() with EADDRINUSE before the plugin could act. The launcher
-replaces vLLM's socket factory, in every module of this vLLM that defines or imports it, before vLLM's
-main() runs; a vLLM where none does is refused with an error naming the modules looked at.
+Why a launcher: vLLM binds its own port (`setup_server` calls `create_server_socket`, at the start of
+`run_server`), and its uvicorn calls listen() again with its own backlog (2048). Neither reads LISTEN_FDS.
+The loader plugin cannot do it either: vLLM loads its general plugins while it builds its CLI parser
+(`make_arg_parser` -> `AsyncEngineArgs.add_cli_args` -> `load_general_plugins`), so a plugin runs before
+the bind, but it has no say in which socket `setup_server` makes.
+
+Nothing of vLLM is imported here before vLLM's own main() runs (its `cli_env_setup` and
+`apply_runtime_environment` come first, as under `vllm serve`): an import hook patches each module below
+as vLLM itself imports it, right after the module's own code ran and before any other module can take
+the factory from it by name.
 """
 
-import importlib
+import importlib.abc
 import importlib.util
 import os
 import socket
+import struct
 import sys
 
-__all__ = ["main", "install", "FACTORY", "MODULES"]
+__all__ = ["main", "install", "FACTORY", "MODULES", "REFUSED", "BACKLOG_ENV", "refused_flag", "backlog_of"]
 
 FACTORY = "create_server_socket"
 # Where vLLM has kept its socket factory, oldest layout first (vllm-project/vllm): defined in
@@ -35,6 +42,27 @@ MODULES = (
     "vllm.frontend.entrypoints.launchers.launcher",
     "vllm.frontend.entrypoints.launchers.utils.listen",
 )
+# uvicorn.Config (uvicorn/config.py, re-exported as uvicorn.Config): vLLM's serve_http builds it from its
+# keyword arguments, never passing `backlog`, and uvicorn's Server.startup hands config.backlog to
+# loop.create_server(sock=...), whose start calls sock.listen(backlog) on the passed socket.
+UVICORN_CONFIG = "uvicorn.config"
+BACKLOG_ENV = "FASTRESTART_LISTEN_BACKLOG"
+
+# `vllm serve` flags under which vLLM would not serve HTTP on the one socket create_server_socket returns
+# (vllm/entrypoints/cli/serve.py ServeSubcommand.cmd, vllm/entrypoints/launchers/launcher.py setup_server).
+# Each is refused with a passed socket: the start would otherwise bind elsewhere or never accept, and
+# clients queued on fastrestartd's socket would wait for nothing.
+REFUSED = {
+    "--uds": "vLLM would bind a Unix socket at that path (create_server_unix_socket) instead of serving on "
+             "the TCP socket fastrestartd passed",
+    "--grpc": "vLLM would start its gRPC server (serve_grpc) on a port of its own instead of the HTTP "
+              "server on the socket fastrestartd passed",
+    "--headless": "vLLM would start no API server at all (run_headless): nothing would accept on the "
+                  "socket fastrestartd passed",
+    "--data-parallel-multi-port-external-lb": "vLLM would start one API server per data-parallel rank, each "
+                                              "on a port of its own (run_dp_supervisor); fastrestartd "
+                                              "passes one socket",
+}
 
 
 def _say(msg):
@@ -42,18 +70,120 @@ def _say(msg):
     os.write(2, ("fastrestart-vllm: %s\n" % msg).encode())
 
 
-def _exists(name):
+def refused_flag(argv):
+    """The first flag of REFUSED set in `serve`'s argv (after the subcommand), or None. vLLM's
+    FlexibleArgumentParser takes `--a_b` for `--a-b` and `--flag=value`; the boolean
+    `--no-data-parallel-multi-port-external-lb` turns the mode off and is not refused. Arguments after a
+    bare `--` are positional for argparse and are not flags."""
+    for word in argv:
+        if word == "--":
+            break
+        if not word.startswith("--"):
+            continue
+        name = "--" + word[2:].split("=", 1)[0].replace("_", "-")
+        if name in REFUSED:
+            return name
+    return None
+
+
+def backlog_of(sock):
+    """The accept queue length `sock` listens with: FASTRESTART_LISTEN_BACKLOG when set, else what the
+    kernel holds for the socket (TCP_INFO of a listening socket: tcpi_sacked is sk_max_ack_backlog, the
+    backlog fastrestartd's listen() set, already capped at net.core.somaxconn; what `ss -ltn` shows as
+    Send-Q). A bad variable raises ValueError naming it."""
+    value = os.environ.get(BACKLOG_ENV)
+    if value is not None:
+        if not (value.isascii() and value.isdigit()) or not 1 <= int(value) <= 65535:
+            raise ValueError("%s: expected an integer 1..65535, got %r" % (BACKLOG_ENV, value))
+        return int(value)
+    # struct tcp_info (linux/tcp.h): 8 one-byte fields, then u32 rto, ato, snd_mss, rcv_mss, unacked, sacked.
+    info = sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_INFO, 32)
+    return struct.unpack_from("=I", info, 28)[0]
+
+
+def _source_mentions(name, word):
+    """Whether the source file of module `name` exists and contains `word`, found without importing
+    anything of vLLM (only its top-level package's location is looked up)."""
+    top, _, rest = name.partition(".")
     try:
-        return importlib.util.find_spec(name) is not None
-    except ModuleNotFoundError:  # a parent package is missing: this vLLM has another layout
+        spec = importlib.util.find_spec(top)
+    except (ImportError, ValueError):
         return False
+    if spec is None or not spec.submodule_search_locations:
+        return False
+    for base in spec.submodule_search_locations:
+        path = os.path.join(base, *rest.split("."))
+        for candidate in (path + ".py", os.path.join(path, "__init__.py")):
+            try:
+                with open(candidate, encoding="utf-8", errors="replace") as f:
+                    if word in f.read():
+                        return True
+            except OSError:
+                continue
+    return False
 
 
-def install(sock, modules=MODULES):
-    """Makes vLLM's socket factory return `sock` (already bound and listening): patches FACTORY in each
-    of `modules` that exists and has it. Returns the names patched; none raises SystemExit naming them.
+class _Patcher(importlib.abc.MetaPathFinder, importlib.abc.Loader):
+    """An import hook: for each module of `patches`, the spec the other finders find, with a loader that
+    runs the module's own code and then the patch. Nothing is imported ahead of vLLM."""
+
+    def __init__(self, patches):
+        self.patches = patches      # module name -> function(module)
+        self.patched = []           # (name, what) in the order vLLM imported them
+
+    def find_spec(self, name, path=None, target=None):
+        if name not in self.patches:
+            return None
+        for finder in sys.meta_path:
+            if finder is self or not hasattr(finder, "find_spec"):
+                continue
+            spec = finder.find_spec(name, path, target)
+            if spec is not None:
+                if spec.loader is None:
+                    return spec
+                spec.loader = _PatchingLoader(spec.loader, self, name)
+                return spec
+        return None
+
+
+class _PatchingLoader(importlib.abc.Loader):
+    def __init__(self, inner, patcher, name):
+        self.inner, self.patcher, self.name = inner, patcher, name
+
+    def create_module(self, spec):
+        return self.inner.create_module(spec)
+
+    def exec_module(self, module):
+        self.inner.exec_module(module)
+        # A compatibility shim replaces sys.modules[name] with the module it aliases: patch that one.
+        real = sys.modules.get(self.name, module)
+        what = self.patcher.patches[self.name](real)
+        if what:
+            self.patcher.patched.append((self.name, what))
+            _say("patched %s in %s" % (what, self.name))
+
+    def __getattr__(self, attr):  # get_code, get_source, is_package...: the real loader's
+        return getattr(self.inner, attr)
+
+
+def install(sock, modules=MODULES, backlog=None):
+    """Arranges for vLLM's socket factory to return `sock` (already bound and listening) and, with
+    `backlog`, for uvicorn's Config to take it: installs the import hook (and patches at once what is
+    imported already). Returns the hook; its `patched` lists (module, what) as vLLM imports them.
+    A vLLM in which no module of `modules` mentions the factory raises SystemExit naming them.
     The factory's first call gets the socket; a second call (vLLM wanting another TCP socket) is an error,
     never a second bind of the engine's port."""
+    if not any(name in sys.modules and hasattr(sys.modules[name], FACTORY) or _source_mentions(name, FACTORY)
+               for name in modules):
+        version = "unknown"
+        try:
+            from importlib.metadata import version as dist_version
+            version = dist_version("vllm")
+        except Exception:  # noqa: BLE001 -- only for the message
+            pass
+        raise SystemExit("fastrestart-vllm: vLLM %s has no %s in any of %s: this launcher does not know where "
+                         "this vLLM binds its port; run vLLM with engine.listen = \"engine\" (docs/vllm.md, "
+                         "\"The port\")" % (version, FACTORY, ", ".join(modules)))
     host, port = sock.getsockname()[:2]
     handed = []
 
@@ -67,27 +197,41 @@ def install(sock, modules=MODULES):
                  % (addr[1], host, port))
         return sock
 
-    patched, seen = [], set()
-    for name in modules:
-        if not _exists(name):
-            continue
-        mod = importlib.import_module(name)
-        if not hasattr(mod, FACTORY):
-            continue
-        if id(mod) not in seen:  # an alias of a module patched already still counts as found
-            seen.add(id(mod))
-            setattr(mod, FACTORY, create_server_socket)
-        patched.append(name)
-    if not patched:
-        version = "unknown"
-        try:
-            version = importlib.import_module("vllm").__version__
-        except (ImportError, AttributeError):
-            pass
-        raise SystemExit("fastrestart-vllm: vLLM %s has no %s in any of %s: this launcher does not know where "
-                         "this vLLM binds its port; run vLLM with engine.listen = \"engine\" (docs/vllm.md, "
-                         "\"The port\")" % (version, FACTORY, ", ".join(MODULES)))
-    return patched
+    def patch_factory(mod):
+        if not hasattr(mod, FACTORY) or getattr(mod, FACTORY) is create_server_socket:
+            return None
+        setattr(mod, FACTORY, create_server_socket)
+        return FACTORY
+
+    def patch_uvicorn(mod):
+        config = getattr(mod, "Config", None)
+        if config is None or getattr(config.__init__, "_fastrestart_backlog", None) is not None:
+            return None
+        inner = config.__init__
+
+        def __init__(self, *args, **kwargs):
+            given = kwargs.get("backlog")
+            if given is not None and given != backlog:
+                _say("uvicorn backlog %s replaced by %d (the passed socket's, engine.listen_backlog)"
+                     % (given, backlog))
+            kwargs["backlog"] = backlog
+            inner(self, *args, **kwargs)
+
+        __init__._fastrestart_backlog = backlog
+        config.__init__ = __init__
+        return "Config(backlog=%d)" % backlog
+
+    patches = {name: patch_factory for name in modules}
+    if backlog is not None:
+        patches[UVICORN_CONFIG] = patch_uvicorn
+    hook = _Patcher(patches)
+    for name, patch in patches.items():  # imported before the hook: patched now
+        if name in sys.modules:
+            what = patch(sys.modules[name])
+            if what:
+                hook.patched.append((name, what))
+    sys.meta_path.insert(0, hook)
+    return hook
 
 
 def main(argv=None):
@@ -99,11 +243,20 @@ def main(argv=None):
         except ValueError as e:
             raise SystemExit("fastrestart-vllm: the socket fastrestartd passed: %s" % e)
         if sock is not None:
-            patched = install(sock)
-            _say("serving on the socket fastrestartd passed (%s:%d; %s patched in %s)"
-                 % (sock.getsockname()[0], sock.getsockname()[1], FACTORY, ", ".join(patched)))
-    from vllm.entrypoints.cli.main import main as vllm_main
+            flag = refused_flag(argv[1:])
+            if flag:
+                raise SystemExit("fastrestart-vllm: %s is refused with the socket fastrestartd passed "
+                                 "(engine.listen = \"supervisor\"): %s" % (flag, REFUSED[flag]))
+            try:
+                backlog = backlog_of(sock)
+            except ValueError as e:
+                raise SystemExit("fastrestart-vllm: %s" % e)
+            install(sock, backlog=backlog)
+            _say("serving on the socket fastrestartd passed (%s:%d, backlog %d); %s and uvicorn's Config "
+                 "are patched as vLLM imports them" % (sock.getsockname()[0], sock.getsockname()[1], backlog,
+                                                        FACTORY))
     sys.argv = ["vllm"] + argv
+    from vllm.entrypoints.cli.main import main as vllm_main
     return vllm_main()
 
 

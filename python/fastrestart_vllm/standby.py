@@ -2,8 +2,9 @@
 
 register() runs in every process vLLM starts, and calls gate(). Only one process may park on the single
 descriptor fastrestartd passes, and it must park before any process of the engine initializes CUDA: that is
-the first process, the one `vllm serve` runs in. It loads the plugins while it builds its engine arguments
-(EngineArgs.__post_init__), before it creates the engine config and before it starts the engine core
+the first process, the one `vllm serve` runs in. It loads the plugins while it builds its CLI parser
+(vllm/entrypoints/cli/main.py -> make_arg_parser -> AsyncEngineArgs.add_cli_args, vllm/engine/arg_utils.py),
+before it parses the arguments, before setup_server binds the port and before it starts the engine core
 process, which starts the workers; the release removes FASTRESTART_STANDBY_FD and FASTRESTART_STANDBY_LEVEL
 from its environment, so none of the processes it starts afterwards parks: their gate passes at once.
 

@@ -438,9 +438,10 @@ def parse_lines(out):
 
 
 class LaunchTest(unittest.TestCase):
-    """docs/vllm.md "The port": vLLM binds its port before plugins load, so without the hand-down a second
-    `vllm serve` (a standby) fails at bind(); through fastrestart_vllm.launch it serves on the socket
-    fastrestartd passed (descriptor 3, LISTEN_FDS), and a standby holds it, parked, without accepting."""
+    """docs/vllm.md "The port": vLLM loads its plugins while it builds its parser, before it binds its port, so
+    without the hand-down a standby parks before its bind and, released while the live engine still
+    listens, fails at bind(); through fastrestart_vllm.launch it serves on the socket fastrestartd passed
+    (descriptor 3, LISTEN_FDS), and a standby parks without accepting, then serves on it."""
 
     setUpClass = classmethod(PluginTest.setUpClass.__func__)
     tearDownClass = classmethod(PluginTest.tearDownClass.__func__)
@@ -481,21 +482,31 @@ class LaunchTest(unittest.TestCase):
         ours.settimeout(120)
         return ours, theirs
 
-    def test_without_the_hand_down_a_second_serve_fails_at_bind_before_its_plugins_load(self):
+    def test_without_the_hand_down_a_standby_parks_before_its_bind_and_fails_there_once_released(self):
         from listen_support import listening_socket
         with listening_socket() as live:  # the live engine's port, listening as uvicorn's
             env = self.env()
             ours, theirs = self.standby_pair(env)
-            with ours:
-                p = subprocess.run(self.argv("serve.py", live.getsockname()[1], "--processes"), capture_output=True, text=True, env=env, timeout=120,
-                                   pass_fds=(theirs.fileno(),))
+            err_path = os.path.join(self.tmp, "stderr.log")
+            with ours, open(err_path, "w") as err:
+                p = subprocess.Popen(self.argv("serve.py", live.getsockname()[1], "--processes"), stdout=subprocess.PIPE,
+                                     stderr=err, text=True, env=env, pass_fds=(theirs.fileno(),))
+                self.procs.append(p)
                 theirs.close()
-                ours.settimeout(5)
-                self.assertEqual(ours.recv(4096), b"", "the standby parked: it got past bind()")
-        self.assertEqual(p.returncode, 1, p.stderr)
-        self.assertIn("OSError: [Errno %d] Address already in use" % __import__("errno").EADDRINUSE, p.stderr)
-        self.assertNotIn("role=", p.stderr)          # no plugin loaded, nothing started
-        self.assertNotIn("fastrestart-standby", p.stderr)
+                data = b""
+                while not data.endswith(b"\n"):  # the plugins load while vLLM builds its parser: before the bind
+                    chunk = ours.recv(4096)
+                    self.assertTrue(chunk, "no parked message:\n" + self.read(err_path))
+                    data += chunk
+                self.assertEqual(json.loads(data)["pid"], p.pid)
+                self.assertNotIn("step=bind", self.read(err_path))
+                ours.sendall(b'{"op":"release"}\n')
+                p.communicate(timeout=120)
+        stderr = self.read(err_path)
+        self.assertEqual(p.returncode, 1, stderr)
+        self.assertIn("OSError: [Errno %d] Address already in use" % __import__("errno").EADDRINUSE, stderr)
+        self.assertIn("fastrestart-standby: released at pre_gpu", stderr)
+        self.assertNotIn("role=engine_core", stderr)   # it failed at its bind, before starting anything
 
     def test_the_launcher_serves_on_the_passed_socket_what_waited_in_the_queue(self):
         import socket
@@ -510,10 +521,10 @@ class LaunchTest(unittest.TestCase):
             self.assertEqual(p.returncode, 0, err)
             got = parse_lines(out)
             self.assertTrue(got["logits"])
-            self.assertEqual(got["server"], {"fd": 3, "port": ls.getsockname()[1], "served": 1})
-            self.assertIn("fastrestart-vllm: serving on the socket fastrestartd passed (127.0.0.1:%d; "
-                          "create_server_socket patched in vllm.entrypoints.openai.api_server)"
+            self.assertEqual(got["server"], {"fd": 3, "port": ls.getsockname()[1], "served": 1, "backlog": 16})
+            self.assertIn("fastrestart-vllm: serving on the socket fastrestartd passed (127.0.0.1:%d, backlog 16)"
                           % ls.getsockname()[1], err)
+            self.assertIn("fastrestart-vllm: patched create_server_socket in vllm.entrypoints.launchers.launcher", err)
             self.assertIn("--port %d ignored" % other.getsockname()[1], err)
             with early:
                 self.assertTrue(early.recv(64).startswith(b"HTTP/1.0 200 OK"))
@@ -536,13 +547,14 @@ class LaunchTest(unittest.TestCase):
                     self.assertTrue(chunk, "no parked message:\n" + self.read(err_path))
                     data += chunk
                 self.assertEqual(json.loads(data)["pid"], p.pid)
+                self.assertNotIn("step=bind", self.read(err_path))  # parked at its parser build
                 waiting = socket.create_connection(ls.getsockname(), timeout=60)  # arrives while parked
                 ours.sendall(b'{"op":"release"}\n')
                 out, _ = p.communicate(timeout=300)
             stderr = self.read(err_path)
             self.assertEqual(p.returncode, 0, stderr)
             got = parse_lines(out)
-            self.assertEqual(got["server"], {"fd": 3, "port": ls.getsockname()[1], "served": 1}, stderr)
+            self.assertEqual(got["server"], {"fd": 3, "port": ls.getsockname()[1], "served": 1, "backlog": 16}, stderr)
             # LISTEN_* were gone before the plugins loaded: no process vLLM starts takes the socket for its own
             self.assertIn("role=api_server pid=%d standby_fd=- listen_fds=-" % p.pid, stderr)
             self.assertRegex(stderr, r"role=engine_core pid=\d+ standby_fd=- listen_fds=-")
@@ -554,17 +566,21 @@ class LaunchTest(unittest.TestCase):
         import argparse
         from listen_support import listening_socket
         from fastrestart_vllm import launch
-        from vllm.entrypoints.openai import api_server
-        original = api_server.create_server_socket
+        from vllm.entrypoints.launchers import launcher
+        original = launcher.create_server_socket
+        hook = None
         with listening_socket() as ls:
             try:
-                self.assertEqual(launch.install(ls), ["vllm.entrypoints.openai.api_server"])
-                args = argparse.Namespace(host="", port=ls.getsockname()[1])
-                self.assertIs(api_server.setup_server(args)[1], ls)
+                hook = launch.install(ls)  # imported already: patched at once
+                self.assertEqual(hook.patched, [("vllm.entrypoints.launchers.launcher", "create_server_socket")])
+                args = argparse.Namespace(host="", port=ls.getsockname()[1], uds=None)
+                self.assertIs(launcher.setup_server(args)[1], ls)
                 with self.assertRaisesRegex(RuntimeError, "asked for a second server socket"):
-                    api_server.setup_server(args)
+                    launcher.setup_server(args)
             finally:
-                api_server.create_server_socket = original
+                launcher.create_server_socket = original
+                if hook is not None:
+                    sys.meta_path.remove(hook)
             with self.assertRaisesRegex(SystemExit, "has no create_server_socket in any of .*engine.listen = "
                                         "\"engine\""):
                 launch.install(ls, modules=("json", "vllm.no_such_module"))

@@ -1,6 +1,6 @@
 // fastrestartd with engine.kind = "vllm": the real supervisor and fastrestartctl against the stand-in `vllm`
-// of tests/supervisor/vllm_standin (a Python script that behaves like the documented vLLM 0.31 CLI and
-// records every command line; not vLLM). What is and is not covered: docs/vllm.md, "What was run".
+// of tests/supervisor/vllm_standin (the vLLM reproduction of python/tests/fake_vllm with its stand-in engine:
+// behaves like the documented vLLM 0.31 CLI and records every command line; not vLLM). What is and is not covered: docs/vllm.md, "What was run".
 #include <fcntl.h>
 #include <signal.h>
 #include <sys/wait.h>
@@ -370,9 +370,9 @@ INSTANTIATE_TEST_SUITE_P(
         ExitCase{R"(, "--standin-crash-after-requests", "1")", "", "crash"}),
     [](const auto& p) { return std::string(p.param.cause) + std::to_string(p.index); });
 
-// engine.listen = "supervisor" (docs/vllm.md, "The port"): vLLM binds its port before plugins load, so it
-// runs through python3 -m fastrestart_vllm.launch, which hands vLLM's socket factory the socket
-// fastrestartd passes. A completion sent right after kill -9 waits in the queue and is answered by the next
+// engine.listen = "supervisor" (docs/vllm.md, "The port"): vLLM binds its own port and does not read
+// LISTEN_FDS, so it runs through python3 -m fastrestart_vllm.launch, which hands vLLM's socket factory the
+// socket fastrestartd passes (and uvicorn's Config that socket's backlog). A completion sent right after kill -9 waits in the queue and is answered by the next
 // engine; the stand-in run as plain `vllm serve` instead fails at its own bind, which fastrestartd names.
 TEST(VllmListen, ThroughTheLauncherARequestSentDuringARestartIsAnswered) {
   const std::string python_dir = FR_PYTHON_BUILD_DIR;
@@ -382,7 +382,7 @@ TEST(VllmListen, ThroughTheLauncherARequestSentDuringARestartIsAnswered) {
   o.daemon = "none";
   o.engine_extra = "listen = \"supervisor\"\n";
   o.command = R"("/usr/bin/python3", "-m", "fastrestart_vllm.launch", "serve")";
-  o.env = "PYTHONPATH = \"" + std::string(FR_SOURCE_DIR) + "/tests/supervisor/vllm_standin/lib:" + python_dir + "\"\n";
+  o.env = "PYTHONPATH = \"" + std::string(FR_SOURCE_DIR) + "/python/tests/fake_vllm:" + python_dir + "\"\n";
   Vllmd d(o);
   ASSERT_TRUE(d.wait_ready()) << d.log();
   const std::string before = d.complete();

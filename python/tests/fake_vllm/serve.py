@@ -1,4 +1,5 @@
-"""An engine start through the vLLM reproduction: `vllm serve` (vllm/entrypoints/cli/main.py) in this process.
+"""An engine start through the vLLM reproduction: `vllm serve` (vllm/entrypoints/cli/main.py) in this process,
+with the model loader's engine (FAKE_VLLM_ENGINE=loader).
 
 The one step real vLLM does not need: without torch, fastrestart_vllm's TensorOps seam gets the numpy
 implementation before the loader runs. With torch nothing is installed and TorchOps runs, as under vLLM.
@@ -10,6 +11,7 @@ import os
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+os.environ["FAKE_VLLM_ENGINE"] = "loader"
 
 import backend  # noqa: E402
 
@@ -21,4 +23,5 @@ if backend.NAME == "numpy":
 from vllm.entrypoints.cli.main import main  # noqa: E402
 
 if __name__ == "__main__":
-    sys.exit(main(["serve"] + sys.argv[1:]))
+    sys.argv = ["vllm", "serve"] + sys.argv[1:]
+    sys.exit(main())

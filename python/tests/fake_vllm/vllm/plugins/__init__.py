@@ -1,5 +1,7 @@
-"""vllm.plugins as in vLLM: entry points of group vllm.general_plugins, filtered by VLLM_PLUGINS, loaded
-once per process; each loaded function is called."""
+"""vllm.plugins as in vLLM (vllm/plugins/__init__.py load_general_plugins, load_plugins_by_group): entry
+points of group vllm.general_plugins, filtered by VLLM_PLUGINS, loaded once per process (plugins_loaded);
+each loaded function is called. Callers, in vLLM's order: AsyncEngineArgs.add_cli_args (the parser of
+`vllm serve`), EngineCore.__init__, WorkerWrapperBase.init_worker."""
 
 import logging
 from importlib.metadata import entry_points

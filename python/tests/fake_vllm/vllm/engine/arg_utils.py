@@ -1,0 +1,45 @@
+"""vllm.engine.arg_utils reduced to where the general plugins load in the process `vllm serve` runs in.
+
+vllm-project/vllm vllm/engine/arg_utils.py (checked at 99d7eb5d6a512cfcc5a2b104f24ebf2d6cda772b):
+`AsyncEngineArgs.add_cli_args(parser)` calls `load_general_plugins()` first ("Initialize plugin to update
+the parser, for example, The plugin may add a new kind of quantization method to --quantization argument
+or a new device to --device argument."), then `EngineArgs.add_cli_args(parser)`. `make_arg_parser`
+(vllm/entrypoints/openai/cli_args.py) calls it while `vllm serve` builds its parser, so the plugins of the
+API server process load before the arguments are parsed, and so before `setup_server` binds the port.
+(`EngineArgs.__post_init__` calls `load_general_plugins()` again; `plugins_loaded` makes that a no-op.)
+"""
+
+import json
+
+from vllm.plugins import load_general_plugins
+
+
+class EngineArgs:
+    @staticmethod
+    def add_cli_args(parser):
+        """The engine flags the reproduction reads (vLLM has hundreds; the rest are not declared)."""
+        parser.add_argument("--model", default=None)
+        parser.add_argument("--dtype", default="float32")
+        parser.add_argument("--quantization", "-q", default=None)
+        parser.add_argument("--revision", default=None)
+        parser.add_argument("--load-format", default="auto")
+        parser.add_argument("--model-loader-extra-config", default="{}", type=json.loads)
+        parser.add_argument("--device", default="cpu")
+        parser.add_argument("--tensor-parallel-size", "-tp", type=int, default=1)
+        parser.add_argument("--data-parallel-size", "-dp", type=int, default=1)
+        parser.add_argument("--data-parallel-rank", type=int, default=0)
+        # ParallelConfig's, a BooleanOptionalAction in vLLM (--no-... turns it off)
+        parser.add_argument("--data-parallel-multi-port-external-lb", action="store_true", default=False)
+        parser.add_argument("--no-data-parallel-multi-port-external-lb", dest="data_parallel_multi_port_external_lb",
+                            action="store_false")
+        return parser
+
+
+class AsyncEngineArgs(EngineArgs):
+    @staticmethod
+    def add_cli_args(parser, async_args_only=False):
+        """vllm/engine/arg_utils.py AsyncEngineArgs.add_cli_args: load_general_plugins() before any flag."""
+        load_general_plugins()
+        if not async_args_only:
+            parser = EngineArgs.add_cli_args(parser)
+        return parser

@@ -1,0 +1,99 @@
+"""vllm.v1.worker.gpu_worker reduced to the steps of a worker's start, each a line (repro.step) in
+vLLM's order. vllm-project/vllm vllm/v1/worker/gpu_worker.py `Worker`:
+
+- `init_device`: CUDA (`torch.cuda.set_device`), the distributed environment; here the parallel state.
+- `load_model`: the model runner's `load_model` -> `get_model(vllm_config=...)` (the model loader: where
+  fastrestart's `fastrestart` load format runs).
+- `determine_available_memory`: the profile run (`profile_run`, a forward of max_num_batched_tokens),
+  from which the engine core sizes the KV cache.
+- `initialize_from_config`: the KV cache allocation. Model Runner V2 (the default in recent vLLM):
+  `vllm/v1/worker/gpu/model_runner.py` `initialize_kv_cache` builds the block tables, then
+  `vllm/v1/worker/gpu/attn_utils.py` `init_kv_cache` -> `_allocate_kv_cache` (one `torch.zeros(size,
+  dtype=torch.int8)` per KVCacheTensor; checked at 001cabc1be16a59a70d720ed61a13b678c060a18); V1:
+  `vllm/v1/worker/gpu_model_runner.py` `_allocate_kv_cache_tensors`. With sleep mode the whole call runs
+  under `CuMemAllocator.use_memory_pool(tag="kv_cache")`.
+- `compile_or_warm_up_model`: `torch.compile` warm-up and CUDA graph capture (`capture_model`).
+"""
+
+import json
+import sys
+
+import backend
+import repro
+from vllm.config import DeviceConfig, HfConfig, LoadConfig, ModelConfig, ParallelConfig, VllmConfig
+from vllm.distributed import set_parallel_state
+from vllm.model_executor.model_loader import get_model, get_model_loader
+from vllm.model_executor.model_loader.default_loader import READS
+
+SUMMARY = {}  # the in-process worker's summary, for the API server to print (without --processes)
+
+
+class Worker:
+    def __init__(self, args, role):
+        self.a, self.role = args, role
+
+    def init_device(self):
+        """vllm/v1/worker/gpu_worker.py Worker.init_device (CUDA, the distributed environment)."""
+        repro.step("init_device", self.role)
+        print("fake-vllm: init_device", file=sys.stderr, flush=True)
+        set_parallel_state(tp_size=self.a.tensor_parallel_size, tp_rank=self.a.tp_rank)
+
+    def load_model(self):
+        """Worker.load_model -> the model runner's load_model -> get_model (model_loader/__init__.py)."""
+        a = self.a
+        self.hf = HfConfig.from_model(a.model)
+        self.vllm_config = VllmConfig(
+            model_config=ModelConfig(model=a.model, dtype=backend.dtype(a.dtype), hf_config=self.hf,
+                                     quantization=a.quantization, revision=a.revision),
+            load_config=LoadConfig(load_format=a.load_format, model_loader_extra_config=a.model_loader_extra_config),
+            device_config=DeviceConfig(device=a.device),
+            parallel_config=ParallelConfig(tensor_parallel_size=a.tensor_parallel_size,
+                                           data_parallel_size=a.data_parallel_size,
+                                           data_parallel_rank=a.data_parallel_rank))
+        repro.step("load_model", self.role)
+        try:
+            self.model = get_model(vllm_config=self.vllm_config)
+        except Exception as e:  # noqa: BLE001 -- an engine start that fails
+            print("engine start failed: %s: %s" % (type(e).__name__, e), file=sys.stderr)
+            return False
+        if a.reload_weights:
+            try:
+                get_model_loader(self.vllm_config.load_config).load_weights(self.model, self.vllm_config.model_config)
+            except Exception as e:  # noqa: BLE001
+                print("reload_weights failed: %s: %s" % (type(e).__name__, e), file=sys.stderr)
+                return False
+        return True
+
+    def determine_available_memory(self):
+        """Worker.determine_available_memory: the profile run that sizes the KV cache."""
+        repro.step("profile", self.role)
+
+    def initialize_from_config(self):
+        """Worker.initialize_from_config -> initialize_kv_cache -> _allocate_kv_cache (Model Runner V2,
+        vllm/v1/worker/gpu/attn_utils.py) or _allocate_kv_cache_tensors (V1, gpu_model_runner.py)."""
+        repro.step("kv_cache", self.role)
+
+    def compile_or_warm_up_model(self):
+        """Worker.compile_or_warm_up_model: torch.compile warm-up, CUDA graph capture (capture_model)."""
+        repro.step("graph_capture", self.role)
+
+    def first_request(self):
+        """The reproduction's own step (not vLLM's): one forward pass, the loader's summary."""
+        model, hf = self.model, self.hf
+        logits = model.forward(list(range(min(6, hf.vocab_size))))
+        down = model.model.layers.__getattr__("0").mlp.down_proj
+        summary = {
+            "loader": type(model).__name__,
+            "logits": logits.tolist(),
+            "tied": model.lm_head.weight is model.model.embed_tokens.weight,
+            "embed_writeable": backend.writeable(model.model.embed_tokens.weight),
+            "checkpoint_reads": len(READS),
+            "scale_float": getattr(down, "scale_float", None),
+            "has_own_embed_tokens": model.has_own_embed_tokens,
+            "has_own_lm_head": model.has_own_lm_head,
+        }
+        if self.a.processes:
+            print(json.dumps(summary), flush=True)
+        else:
+            SUMMARY.update(summary)
+        return 0
