@@ -21,6 +21,7 @@ import time
 import unittest
 
 from listen_support import listening_socket, popen_with_socket
+from weightd_support import stop_processes
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 STANDIN = os.path.join(HERE, os.pardir, os.pardir, "tests", "supervisor", "vllm_standin")
@@ -41,10 +42,7 @@ class StandinLaunchTest(unittest.TestCase):
         self.procs = []
 
     def tearDown(self):
-        for p in self.procs:
-            if p.poll() is None:
-                p.kill()
-                p.wait()
+        stop_processes(self.procs)
         shutil.rmtree(self.tmp, ignore_errors=True)
 
     def env(self):
