@@ -10,7 +10,9 @@ before kill(2) (and time.time(), for the record). fastrestartd stamps the engine
 uv_hrtime), so kill -> reap and kill -> READY are differences on one clock of one machine. A client that
 keeps sending requests (Prober) gives kill -> the first answered request.
 
-The drivers import it from their own folder (python3 puts a script's folder first on sys.path).
+The drivers import it from their own folder (python3 puts a script's folder first on sys.path). The shell
+benches start fastrestartd through it too: `fastrestartd_run.py exec CONFIG LOG [ARGS...]` (bench/lib.sh's
+fastrestartd_start, bench/gpu_snapshot.sh, bench/gpu_supervisor.sh, bench/supervisor_overhead.sh).
 """
 import http.client
 import json
@@ -94,6 +96,25 @@ def add_daemon_args(ap):
     ap.add_argument("--model", required=True)
 
 
+def fastrestartd_argv(config, binary="fastrestartd", extra=()):
+    """fastrestartd's command line on CONFIG (EXTRA: more of its options): how every bench starts it."""
+    return [binary, "--config", config, *extra]
+
+
+def exec_fastrestartd(config, logpath, extra=(), binary="fastrestartd"):
+    """Becomes fastrestartd on CONFIG (the same pid: a shell that starts this in the background holds
+    fastrestartd's pid in $!), its stdout and stderr in LOGPATH (truncated), as `fastrestartd ... >LOG 2>&1`
+    would; the signals Python ignores for itself (SIGPIPE, SIGXFSZ) back to their defaults first."""
+    fd = os.open(logpath, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o666)
+    os.dup2(fd, 1)
+    os.dup2(fd, 2)
+    os.close(fd)
+    for sig in (signal.SIGPIPE, signal.SIGXFSZ):
+        signal.signal(sig, signal.SIG_DFL)
+    argv = fastrestartd_argv(config, binary, extra)
+    os.execvp(argv[0], argv)
+
+
 class Fastrestartd:
     """One fastrestartd that a bench starts on a config it wrote: DIR/fastrestart.toml, its output (the
     engine's included) in LOG (default DIR/fastrestartd.log), driven through its control socket SOCK. The
@@ -117,7 +138,7 @@ class Fastrestartd:
 
     def start(self):
         self._logf = open(self.logpath, "w")
-        self.proc = subprocess.Popen([self.bin, "--config", self.config], stdout=self._logf, stderr=subprocess.STDOUT)
+        self.proc = subprocess.Popen(fastrestartd_argv(self.config, self.bin), stdout=self._logf, stderr=subprocess.STDOUT)
         return self
 
     @property
@@ -513,10 +534,15 @@ def add_clock_args(ap):
 
 
 def main(argv):
-    """The kill clock for shell benches (bench/gpu_snapshot.sh):
+    """The launcher and the kill clock for shell benches (bench/lib.sh, bench/gpu_snapshot.sh, ...):
+      fastrestartd_run.py exec CONFIG LOG [ARGS...]
+                                               becomes fastrestartd --config CONFIG [ARGS...], its output in
+                                               LOG (run it with & : $! is fastrestartd's pid)
       fastrestartd_run.py kill PID             kill -9 PID; prints the kill's time.monotonic() and time.time()
       fastrestartd_run.py clock T_KILL PID     reads fastrestartd's status --json (stdin) at the READY after
                                                that kill; prints KillClock's record as JSON"""
+    if len(argv) >= 4 and argv[1] == "exec":
+        exec_fastrestartd(argv[2], argv[3], argv[4:])
     if len(argv) == 3 and argv[1] == "kill":
         c = KillClock(int(argv[2])).kill()
         print(c.rec["kill_monotonic_s"], c.rec["kill_unix_s"])

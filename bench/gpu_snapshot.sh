@@ -119,7 +119,7 @@ ctl() { timeout 300 fastrestartctl --socket "$w/ctl/snap.ctl" "$@"; }
 say "weights.mode $wmode${extra_flags:+, engine flags$extra_flags}"
 sync; echo 3 >/proc/sys/vm/drop_caches 2>/dev/null || true
 log=$OUT/fastrestartd-snapshot.log
-fastrestartd --config "$w/snap.toml" >"$log" 2>&1 &
+python3 "$root/bench/fastrestartd_run.py" exec "$w/snap.toml" "$log" &  # the benches' one launcher
 sup=$!
 trap 'kill $sup 2>/dev/null; wait $sup 2>/dev/null' EXIT
 readies() { grep -c 'READY: path' "$log"; }

@@ -46,7 +46,7 @@ listen = "none"
 TOML
 ctl() { fastrestartctl --socket "$w/ctl/gpu.ctl" "$@"; }
 sync; echo 3 >/proc/sys/vm/drop_caches 2>/dev/null || true
-fastrestartd --config "$w/gpu.toml" >"$out/fastrestartd-gpu.log" 2>&1 &
+python3 "$(dirname "$0")/fastrestartd_run.py" exec "$w/gpu.toml" "$out/fastrestartd-gpu.log" &  # the benches' one launcher
 sup=$!
 ready() { grep -c 'READY: path' "$out/fastrestartd-gpu.log"; }
 wait_ready() { for _ in $(seq 6000); do [ "$(ready)" -ge "$1" ] && return 0; sleep 0.05; done; return 1; }

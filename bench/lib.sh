@@ -85,10 +85,11 @@ TOML
 }
 
 # fastrestartd_start DIR: fastrestartd on DIR/fastrestart.toml in the background, its output in
-# DIR/fastrestartd.log. Sets log (that path) and sup (its pid).
+# DIR/fastrestartd.log, started by the benches' one launcher (bench/fastrestartd_run.py exec). Sets log (that
+# path) and sup (its pid).
 fastrestartd_start() {
   log=$1/fastrestartd.log
-  fastrestartd --config "$1/fastrestart.toml" >"$log" 2>&1 &
+  python3 "$root/bench/fastrestartd_run.py" exec "$1/fastrestart.toml" "$log" &
   sup=$!
 }
 

@@ -42,7 +42,7 @@ state_dir = "$w/state"
 listen = "none"
 TOML
 sync; echo 3 >/proc/sys/vm/drop_caches 2>/dev/null || true
-fastrestartd --config "$w/b.toml" --log-level debug >"$w/log" 2>&1 &
+python3 bench/fastrestartd_run.py exec "$w/b.toml" "$w/log" --log-level debug &  # the benches' one launcher
 sup=$!
 n_ready() { grep -c 'READY: path' "$w/log" || true; }
 wait_ready() { for _ in $(seq 3000); do [ "$(n_ready)" -ge "$1" ] && return 0; sleep 0.01; done; echo "timeout"; tail "$w/log"; exit 1; }

@@ -72,23 +72,33 @@ mkdir -p "$OUT"
 summary=$OUT/summary.txt
 : >"$summary"
 say() { echo "$*" | tee -a "$summary"; }
-# run_collect NAME LIMIT LABEL SUMMARY_FILE CMD...: the benchmark modes' run-and-collect: CMD under
-# `timeout LIMIT` with its output in $OUT/NAME.out; its summary file (in $OUT) appended to summary.txt;
-# "LABEL: exit RC (at T s)"; the output's last 20 kB kept as $OUT/NAME-out.gz (at most 8 files come back).
-# Returns CMD's exit code (124: it ran past LIMIT).
-run_collect() {
-  local name=$1 limit=$2 label=$3 sumfile=$4 rc
-  shift 4
+# run_step NAME LIMIT SUMMARY_FILE CMD...: every mode's run of a bench or test script: CMD under
+# `timeout LIMIT` with its output in $OUT/NAME.out (kept), then its summary file (in $OUT) appended to
+# summary.txt. Returns CMD's exit code (124: it ran past LIMIT); the caller says it.
+run_step() {
+  local name=$1 limit=$2 sumfile=$3 rc
+  shift 3
   timeout "$limit" "$@" >"$OUT/$name.out" 2>&1
   rc=$?
   cat "$OUT/$sumfile" >>"$summary" 2>/dev/null
+  return $rc
+}
+# run_collect NAME LIMIT LABEL SUMMARY_FILE CMD...: the benchmark modes' run-and-collect: run_step, then
+# "LABEL: exit RC (at T s)", the output's last 20 kB kept as $OUT/NAME-out.gz, the output and the summary
+# file removed (at most 8 files come back). Returns CMD's exit code.
+run_collect() {
+  local name=$1 limit=$2 label=$3 sumfile=$4 rc
+  shift 4
+  run_step "$name" "$limit" "$sumfile" "$@"
+  rc=$?
   say "$label: exit $rc (at $SECONDS s)"
   tail -c 20000 "$OUT/$name.out" | gzip >"$OUT/$name-out.gz"
   rm -f "$OUT/$name.out" "$OUT/$sumfile"
   return $rc
 }
 # run_pytests LIMIT LOG LABEL TEST...: python -m unittest in python/tests against the bundle's weight daemon
-# under `timeout LIMIT`, its output in $OUT/LOG; "LABEL: exit RC; <its last lines>". Returns the exit code.
+# under `timeout LIMIT` (0: no limit), its output in $OUT/LOG; "LABEL: exit RC; <its last lines>". Returns
+# the exit code.
 run_pytests() {
   local limit=$1 log=$2 label=$3 rc
   shift 3
@@ -96,6 +106,22 @@ run_pytests() {
     python3 -m unittest -v "$@") >"$OUT/$log" 2>&1
   rc=$?
   say "$label: exit $rc; $(tail -3 "$OUT/$log" | tr '\n' ' ')"
+  return $rc
+}
+# snapshot_run DIR PREFIX LIMIT LABEL ARGS...: bench/gpu_snapshot.sh ARGS with its files in DIR (OUT=DIR;
+# the caller's FR_BENCH_* in the environment) under `timeout LIMIT`, its output in DIR/snapshot.out;
+# "LABEL: exit RC", its summary appended to summary.txt, its results as $OUT/PREFIX-results.json and its
+# logs (without CRIU's images and the model) as $OUT/PREFIX-logs.tar.gz. Returns the script's exit code.
+snapshot_run() {
+  local d=$1 prefix=$2 limit=$3 label=$4 rc
+  shift 4
+  OUT=$d timeout "$limit" bench/gpu_snapshot.sh "$@" >"$d/snapshot.out" 2>&1
+  rc=$?
+  say "$label: exit $rc"
+  cat "$d/snapshot-summary.txt" >>"$summary" 2>/dev/null
+  cp "$d/snapshot-results.json" "$OUT/$prefix-results.json" 2>/dev/null
+  tar czf "$OUT/$prefix-logs.tar.gz" --exclude='*.img' --exclude='pages-*' --exclude=model \
+    -C / "${d#/}" var/tmp/frsnap 2>/dev/null
   return $rc
 }
 # step_limit CAP: a step's timeout: CAP, or what is left until $deadline s after the start when that is
@@ -110,6 +136,19 @@ say "$(nproc) cores, $(awk '/MemTotal/ {printf "%.0f GiB", $2/1048576}' /proc/me
 say "$(. /etc/os-release && echo "$PRETTY_NAME"); bundle: $(head -1 "$bundle/MANIFEST")"
 say "disk: $(df -h /var/tmp | tail -1)"
 
+# cuda_gtest LABEL TEST [ARGS...]: the bundle's gtest TEST under step_limit 150, its output appended to
+# $OUT/tests.log; "LABEL: exit RC; <its PASSED/FAILED/SKIPPED counts>"; sets failed=1 when it fails.
+cuda_gtest() {
+  local label=$1 t=$2 rc line
+  shift 2
+  timeout "$(step_limit 150)" "$bundle/bin/$t" "$@" >"$OUT/$t.tmp" 2>&1
+  rc=$?
+  line=$(grep -E '^\[  (PASSED|FAILED|SKIPPED) +\] [0-9]+ tests?' "$OUT/$t.tmp" | tr '\n' ' ')
+  cat "$OUT/$t.tmp" >>"$OUT/tests.log"
+  rm -f "$OUT/$t.tmp"
+  say "$label: exit $rc; $line"
+  [ $rc -eq 0 ] || failed=1
+}
 # cuda_tests: the CUDA gtests, each under step_limit 150; sets failed=1 when one fails.
 failed=0
 cuda_tests() {
@@ -117,20 +156,9 @@ cuda_tests() {
   : >"$OUT/tests.log"
   failed=0
   for t in no_driver_test gpu_digest_test vmm_share_test; do
-    timeout "$(step_limit 150)" "$bundle/bin/$t" >"$OUT/$t.tmp" 2>&1
-    rc=$?
-    line=$(grep -E '^\[  (PASSED|FAILED|SKIPPED) +\] [0-9]+ tests?' "$OUT/$t.tmp" | tr '\n' ' ')
-    cat "$OUT/$t.tmp" >>"$OUT/tests.log"
-    rm -f "$OUT/$t.tmp"
-    say "$t: exit $rc; $line"
-    [ $rc -eq 0 ] || failed=1
+    cuda_gtest "$t" "$t"
   done
-  timeout "$(step_limit 150)" "$bundle/bin/tinyengine_test" --gtest_filter='TinyEngineCuda.*' >"$OUT/te.tmp" 2>&1
-  rc=$?
-  cat "$OUT/te.tmp" >>"$OUT/tests.log"
-  say "tinyengine_test (CUDA): exit $rc; $(grep -E '^\[  (PASSED|FAILED|SKIPPED) +\] [0-9]+ tests?' "$OUT/te.tmp" | tr '\n' ' ')"
-  rm -f "$OUT/te.tmp"
-  [ $rc -eq 0 ] || failed=1
+  cuda_gtest "tinyengine_test (CUDA)" tinyengine_test --gtest_filter='TinyEngineCuda.*'
   grep -E 'GPU digest of 2 GiB|16 GiB VMM pool|cuMemExportToShareableHandle|cuMemHostAlloc' "$OUT/tests.log" | tee -a "$summary"
   grep -E '^\[  FAILED  \]' "$OUT/tests.log" | tee -a "$summary"
   # The KV arena on the GPU (vmm_share_test): the placeholder aliases, the swap keeps the address.
@@ -152,20 +180,16 @@ case "$mode" in
     # Snapshot first (what is most likely to need a second look), each step under its own limit so the
     # whole stays inside one 600 s call.
     say "== CUDA snapshot (bench/gpu_snapshot.sh ${SNAP_SIZE:-8G} ${SNAP_RESTORES:-3})"
-    timeout 300 bench/gpu_snapshot.sh "${SNAP_SIZE:-8G}" "${SNAP_RESTORES:-3}" >"$OUT/snapshot.out" 2>&1
+    run_step snapshot 300 snapshot-summary.txt bench/gpu_snapshot.sh "${SNAP_SIZE:-8G}" "${SNAP_RESTORES:-3}"
     src=$?
-    cat "$OUT/snapshot-summary.txt" >>"$summary" 2>/dev/null
     say "gpu_snapshot: exit $src"
     say "== vLLM plugin (torch, cuda:0)"
-    timeout 190 python/tests/gpu_vllm_plugin.sh >"$OUT/plugin.out" 2>&1
+    run_step plugin 190 summary_vllm_plugin.txt python/tests/gpu_vllm_plugin.sh
     vrc=$?
-    cat "$OUT/summary_vllm_plugin.txt" >>"$summary" 2>/dev/null
     say "gpu_vllm_plugin: exit $vrc"
     say "== the binding's torch tests (test_torch)"
-    (cd python/tests && FR_WEIGHTD_BIN=$bundle/bin/fastrestart-weightd timeout 80 \
-      python3 -m unittest -v test_torch) >"$OUT/python-tests.log" 2>&1
+    run_pytests 80 python-tests.log test_torch test_torch
     prc=$?
-    say "test_torch: exit $prc; $(tail -3 "$OUT/python-tests.log" | tr '\n' ' ')"
     # CRIU's logs, the helper's output and the manifests; the images stay behind.
     tar czf "$OUT/logs.tar.gz" --exclude='*.img' --exclude='pages-*' --exclude='model' -C /var/tmp frsnap 2>/dev/null
     (cd "$OUT" && tar czf logs-out.tar.gz --exclude=logs.tar.gz --exclude=logs-out.tar.gz \
@@ -183,14 +207,9 @@ case "$mode" in
       [ "$shape" = 8b ] && limit=330
       say "== CUDA snapshot of the reference engine, $shape (bench/gpu_snapshot.sh $shape ${SNAP_RESTORES:-2})"
       mkdir -p "/tmp/snap-$shape"
-      OUT=/tmp/snap-$shape FR_BENCH_ENGINE=refengine timeout $limit bench/gpu_snapshot.sh "$shape" "${SNAP_RESTORES:-2}" \
-        >"/tmp/snap-$shape/snapshot.out" 2>&1
-      say "gpu_snapshot ($shape): exit $?"
-      cat "/tmp/snap-$shape/snapshot-summary.txt" >>"$summary" 2>/dev/null
-      cp "/tmp/snap-$shape/snapshot-results.json" "$OUT/ref-$shape-results.json" 2>/dev/null
+      FR_BENCH_ENGINE=refengine snapshot_run "/tmp/snap-$shape" "ref-$shape" $limit "gpu_snapshot ($shape)" \
+        "$shape" "${SNAP_RESTORES:-2}"
       cp "/tmp/snap-$shape/snapshot-inspect.json" "$OUT/ref-$shape-inspect.json" 2>/dev/null
-      tar czf "$OUT/ref-$shape-logs.tar.gz" --exclude='*.img' --exclude='pages-*' --exclude=model \
-        -C / "tmp/snap-$shape" var/tmp/frsnap 2>/dev/null
     done
     exit 0
     ;;
@@ -202,25 +221,16 @@ case "$mode" in
     say "vmm_share_test (release/remap): exit $vrc; $(grep -E 'PASSED|FAILED|SKIPPED' "$OUT/vmm-release.log" | head -2 | tr '\n' ' ')"
     [ $vrc -eq 0 ] || rc=1
     say "== the reference engine's snapshot exchange under torch (test_refengine, release and re-map on cuda:0)"
-    (cd python/tests && FR_WEIGHTD_BIN=$bundle/bin/fastrestart-weightd timeout 90 python3 -m unittest -v \
-      test_refengine.RefEngineTest.test_snapshot_exchange_releases_and_remaps_the_pool) >"$OUT/python-tests.log" 2>&1
-    trc=$?
-    say "test_refengine (exchange): exit $trc; $(tail -3 "$OUT/python-tests.log" | tr '\n' ' ')"
-    [ $trc -eq 0 ] || rc=1
+    run_pytests 90 python-tests.log "test_refengine (exchange)" \
+      test_refengine.RefEngineTest.test_snapshot_exchange_releases_and_remaps_the_pool || rc=1
     for run in "tinyengine ${SNAP_WL_SIZE:-8G} 170" "refengine ${SNAP_WL_SHAPE:-8b} 260"; do
       read -r eng size limit <<<"$run"
       say "== weightless snapshot of the $eng ($size, zero_copy; bench/gpu_snapshot.sh $size ${SNAP_RESTORES:-2})"
       d=/tmp/snapwl-$eng
       rm -rf "$d" && mkdir -p "$d"
-      OUT=$d FR_BENCH_ENGINE=$eng FR_BENCH_MODE=zero_copy FR_BENCH_GRAPH=1 timeout "$limit" \
-        bench/gpu_snapshot.sh "$size" "${SNAP_RESTORES:-2}" >"$d/snapshot.out" 2>&1
-      erc=$?
-      say "gpu_snapshot ($eng, zero_copy): exit $erc"
-      [ $erc -eq 0 ] || rc=1
-      cat "$d/snapshot-summary.txt" >>"$summary" 2>/dev/null
-      cp "$d/snapshot-results.json" "$OUT/wl-$eng-results.json" 2>/dev/null  # the manifest: in the tar
-      tar czf "$OUT/wl-$eng-logs.tar.gz" --exclude='*.img' --exclude='pages-*' --exclude=model \
-        -C / "${d#/}" var/tmp/frsnap 2>/dev/null
+      # (its manifest: in the tar)
+      FR_BENCH_ENGINE=$eng FR_BENCH_MODE=zero_copy FR_BENCH_GRAPH=1 snapshot_run "$d" "wl-$eng" "$limit" \
+        "gpu_snapshot ($eng, zero_copy)" "$size" "${SNAP_RESTORES:-2}" || rc=1
     done
     exit $rc
     ;;
@@ -324,10 +334,8 @@ case "$mode" in
     ;;
   e2e|e2e-smoke)
     say "== Python tests with torch (binding, torch, reference engine)"
-    (cd python/tests && FR_WEIGHTD_BIN=$bundle/bin/fastrestart-weightd \
-      python3 -m unittest -v test_binding test_torch test_refengine) >"$OUT/python-tests.log" 2>&1
+    run_pytests 0 python-tests.log "python tests" test_binding test_torch test_refengine
     prc=$?
-    say "python tests: exit $prc; $(tail -3 "$OUT/python-tests.log" | tr '\n' ' ')"
     grep -E '(FAIL|ERROR|skipped)' "$OUT/python-tests.log" | head -20 | tee -a "$summary"
     size=full
     [ "$mode" = e2e-smoke ] && size=small

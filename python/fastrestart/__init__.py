@@ -12,7 +12,8 @@ numpy view with ``.numpy()``. In zero_copy mode the memory is a read-only mappin
 A standby engine waits at ``fastrestart.standby.gate(level)`` (docs/standby.md). An engine serves on the
 listening socket fastrestartd passes, when it passes one: ``fastrestart.inherited_socket()`` (docs/python.md).
 An engine's KV cache can live in a KV arena the daemon holds: ``reserve_arena``/``lease_arena``
-(docs/engine_loader.md, "KV arenas").
+(docs/engine_loader.md, "KV arenas"); ``arena_line``/``arena_fallback_line`` give the line that tells
+fastrestartd what came of it.
 """
 
 import os as _os
@@ -25,7 +26,7 @@ from .listen import inherited_socket, inherited_sockets
 
 __all__ = ["identify", "open_checkpoint", "OpenCheckpoint", "attach", "publish", "snapshot_agent", "standby",
            "listen", "inherited_socket", "inherited_sockets",
-           "reserve_arena", "lease_arena", "find_arena",
+           "reserve_arena", "lease_arena", "find_arena", "arena_line", "arena_fallback_line",
            "Arena", "ArenaView", "AttachResult", "Key", "SnapshotAgent", "Tensor"]
 
 
@@ -251,3 +252,20 @@ def find_arena(name="kv", *, device="host", socket_dir=None, connect_timeout_s=5
         raise ValueError("name: expected str")
     return _fastrestart.find_arena(name, _number("connect_timeout_s", connect_timeout_s), device,
                                    _str_or_none("socket_dir", socket_dir))
+
+
+def arena_line(arena):
+    """The engine's arena line for `arena`'s last lease (docs/supervisor.md, "The engine's arena line"), the
+    line an engine prints so that fastrestartd records its lease: ``fastrestart-arena: leased name=kv
+    bytes=... waited_s=... swap_s=... generation=...`` without a newline; "" when it was never leased.
+    engine_loader writes it (fastrestart::arena_line), for every engine."""
+    if not isinstance(arena, Arena):
+        raise TypeError("arena_line: expected an Arena, got %s" % type(arena).__name__)
+    return _fastrestart.arena_line(arena)
+
+
+def arena_fallback_line(reason):
+    """The engine's arena line when it allocates its KV cache itself: ``fastrestart-arena: fallback
+    reason="..."``, `reason` (its str()) made one line, cut at 512 bytes and quoted (engine_loader's
+    fastrestart::arena_fallback_line)."""
+    return _fastrestart.arena_fallback_line(str(reason))

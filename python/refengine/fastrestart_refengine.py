@@ -625,14 +625,14 @@ class Engine:
             + (f"waited {lease['waited_s']:.3f} s for pid {prev} to exit; " if prev is not None else "")
             + f"swap_in {lease['seconds']:.3f} s")
         # fastrestartd's record of the lease (docs/supervisor.md, "The engine's arena line")
-        print(f"fastrestart-arena: leased name={self.args.kv_arena} bytes={self.arena.bytes} "
-              f"waited_s={lease['waited_s']:.6f} swap_s={lease['seconds']:.6f} generation={lease['generation']}", flush=True)
+        import fastrestart
+        print(fastrestart.arena_line(self.arena), flush=True)
         return None
 
     def _arena_fallback(self, r, slots, positions, why):
         """KV tensors of the engine's own, sized from its own budget, instead of the arena."""
         log(f"kv arena '{self.args.kv_arena}': not used, allocating the KV cache: {why}")
-        print(f"fastrestart-arena: fallback reason={arena_line_quote(why)}", flush=True)
+        print_arena_fallback_line(why)
         self.batch_info["kv_arena"]["fallback"] = why
         r.drop_graphs()
         r.kv = None
@@ -682,9 +682,7 @@ class Engine:
             if arenas and arenas[0].lease is not None:
                 lease = arenas[0].lease
                 # A restored engine is another process holding a new lease: fastrestartd's record of it
-                print(f"fastrestart-arena: leased name={self.args.kv_arena} bytes={arenas[0].bytes} "
-                      f"waited_s={lease['waited_s']:.6f} swap_s={lease['seconds']:.6f} "
-                      f"generation={lease['generation']}", flush=True)
+                print(fastrestart.arena_line(arenas[0]), flush=True)
             self.lock.release()
 
         self.snapshot_agent = fastrestart.snapshot_agent(results, quiesce=quiesce, resume=resume, arenas=arenas)
@@ -902,10 +900,16 @@ def host_rss_bytes():
     return 0
 
 
-def arena_line_quote(text):
-    """A reason for the arena line: one line, quoted, `"` and `\\` escaped, at most 512 characters."""
-    text = " ".join(str(text).split())[:512]
-    return '"' + text.replace("\\", "\\\\").replace('"', '\\"') + '"'
+def print_arena_fallback_line(why):
+    """fastrestartd's record of a fallback (docs/supervisor.md, "The engine's arena line"), written by the
+    binding (engine_loader's one writer of the line). Without the binding there is no line: log says why."""
+    try:
+        import fastrestart
+        line = fastrestart.arena_fallback_line(why)
+    except (ImportError, AttributeError) as e:
+        log(f"kv arena: no fastrestart-arena: line (the fastrestart binding cannot write it: {e})")
+        return
+    print(line, flush=True)
 
 
 def standby_module():

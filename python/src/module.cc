@@ -35,6 +35,19 @@ namespace {
   throw std::runtime_error(e.to_string());
 }
 
+// f() (a library call returning a Result) run without the GIL, so that other Python threads go on while it
+// waits on a daemon or a lock; its value, or its error raised (raise_error) once the GIL is held again.
+template <class F>
+auto without_gil(F&& f) {
+  std::optional<decltype(f())> r;
+  {
+    py::gil_scoped_release nogil;
+    r.emplace(f());
+  }
+  if (!r->ok()) raise_error(r->error());
+  return std::move(r->value());
+}
+
 // ---- dtypes ----
 
 struct DTypeInfo {
@@ -276,13 +289,7 @@ py::dict mapping_dict(const fastrestart::MappingInfo& i) {
 
 py::dict weights_call(const PyAttachResult& r, bool release) {
   if (!r.weights) throw py::value_error("a miss holds no weights");
-  std::optional<fastrestart::Result<fastrestart::MappingInfo>> x;
-  {
-    py::gil_scoped_release nogil;
-    x.emplace(release ? r.weights->release_mapping() : r.weights->reattach());
-  }
-  if (!x->ok()) raise_error(x->error());
-  return mapping_dict(x->value());
+  return mapping_dict(without_gil([&] { return release ? r.weights->release_mapping() : r.weights->reattach(); }));
 }
 
 // A Python callable run from the agent's thread: takes the GIL; an exception becomes the hook's error.
@@ -338,14 +345,10 @@ PyKey identify(const std::vector<std::string>& files, const std::map<std::string
   if (files.empty()) throw py::value_error("files: at least one checkpoint file is required");
   if (fds && fds->size() != files.size())
     throw py::value_error("fds: " + std::to_string(fds->size()) + " descriptors for " + std::to_string(files.size()) + " files");
-  std::optional<fastrestart::Result<fastrestart::IdentifiedKey>> r;
-  {
-    py::gil_scoped_release nogil;
+  return PyKey{without_gil([&] {
     fastrestart::Key key{files, config};
-    r.emplace(fds ? fastrestart::identify_fds(key, *fds) : fastrestart::identify(key));
-  }
-  if (!r->ok()) raise_error(r->error());
-  return PyKey{std::move(r->value())};
+    return fds ? fastrestart::identify_fds(key, *fds) : fastrestart::identify(key);
+  })};
 }
 
 py::list key_files(const PyKey& k) {
@@ -387,13 +390,7 @@ PyAttachResult attach(const PyKey& key, const std::string& mode, bool fallback, 
   o.socket_dir = socket_dir;
   o.device = device;
 
-  std::optional<fastrestart::Result<fastrestart::AttachResult>> r;
-  {
-    py::gil_scoped_release nogil;
-    r.emplace(fastrestart::attach(key.key, o));
-  }
-  if (!r->ok()) raise_error(r->error());
-  fastrestart::AttachResult& a = r->value();
+  fastrestart::AttachResult a = without_gil([&] { return fastrestart::attach(key.key, o); });
 
   PyAttachResult out;
   out.hit = a.hit;
@@ -505,17 +502,12 @@ py::dict publish(const PyKey& key, const py::dict& tensors, const std::string& s
     pts.push_back(std::move(pt));
   }
 
-  std::optional<fastrestart::Result<fastrestart::PublishResult>> r;
-  {
-    py::gil_scoped_release nogil;
-    r.emplace(fastrestart::publish(key.key, pts, o));
-  }
-  if (!r->ok()) raise_error(r->error());
+  const fastrestart::PublishResult r = without_gil([&] { return fastrestart::publish(key.key, pts, o); });
   py::dict out;
-  out["fingerprint"] = r->value().fingerprint;
-  out["digest"] = r->value().digest;
-  out["bytes"] = r->value().bytes;
-  out["seconds"] = r->value().seconds;
+  out["fingerprint"] = r.fingerprint;
+  out["digest"] = r.digest;
+  out["bytes"] = r.bytes;
+  out["seconds"] = r.seconds;
   return out;
 }
 
@@ -616,14 +608,10 @@ struct PyArena {
   std::shared_ptr<ArenaHolder> h;
 
   py::dict swap_in() {
-    std::optional<fastrestart::Result<fastrestart::ArenaLease>> r;
-    {
-      py::gil_scoped_release nogil;  // the lease may wait up to wait_s for the previous holder's exit
+    return lease_dict(without_gil([&] {  // the lease may wait up to wait_s for the previous holder's exit
       std::lock_guard lock(h->mu);
-      r.emplace(h->arena->swap_in());
-    }
-    if (!r->ok()) raise_error(r->error());
-    return lease_dict(r->value());
+      return h->arena->swap_in();
+    }));
   }
 
   PyArenaView view(uint64_t offset, const std::vector<int64_t>& shape, const std::string& dtype) const {
@@ -677,14 +665,9 @@ PyArena reserve_arena(const std::string& name, uint64_t bytes, double wait_s, do
                       const std::string& device, const std::string& socket_dir) {
   const auto o = arena_options(name, bytes, wait_s, connect_timeout_s, device, socket_dir);
   const Device dev = arena_device(device);
-  std::optional<fastrestart::Result<std::unique_ptr<fastrestart::Arena>>> r;
-  {
-    py::gil_scoped_release nogil;
-    r.emplace(fastrestart::reserve_arena(o));
-  }
-  if (!r->ok()) raise_error(r->error());
+  auto arena = without_gil([&] { return fastrestart::reserve_arena(o); });
   auto h = std::make_shared<ArenaHolder>();
-  h->arena = std::move(r->value());
+  h->arena = std::move(arena);
   h->dev = dev;
   return PyArena{std::move(h)};
 }
@@ -692,14 +675,9 @@ PyArena reserve_arena(const std::string& name, uint64_t bytes, double wait_s, do
 std::optional<py::dict> find_arena(const std::string& name, double connect_timeout_s, const std::string& device,
                                    const std::string& socket_dir) {
   const auto o = arena_options(name, 1, 0, connect_timeout_s, device, socket_dir);
-  std::optional<fastrestart::Result<std::optional<fastrestart::ArenaInfo>>> r;
-  {
-    py::gil_scoped_release nogil;
-    r.emplace(fastrestart::find_arena(o));
-  }
-  if (!r->ok()) raise_error(r->error());
-  if (!r->value()) return std::nullopt;
-  const fastrestart::ArenaInfo& i = *r->value();
+  const std::optional<fastrestart::ArenaInfo> found = without_gil([&] { return fastrestart::find_arena(o); });
+  if (!found) return std::nullopt;
+  const fastrestart::ArenaInfo& i = *found;
   py::dict d;
   d["name"] = name;
   d["bytes"] = i.bytes;
@@ -712,13 +690,7 @@ std::optional<py::dict> find_arena(const std::string& name, double connect_timeo
 // The standby gate (fastrestart/standby.h): True released, False passed. It blocks without the GIL; told to
 // exit (or with fastrestartd gone) the process exits 0 from inside, without unwinding Python.
 bool standby_gate(const std::string& level) {
-  fastrestart::Result<fastrestart::GateResult> r = fastrestart::GateResult::kPassed;
-  {
-    py::gil_scoped_release nogil;
-    r = fastrestart::standby_gate(level);
-  }
-  if (!r.ok()) raise_error(r.error());
-  return *r == fastrestart::GateResult::kReleased;
+  return without_gil([&] { return fastrestart::standby_gate(level); }) == fastrestart::GateResult::kReleased;
 }
 
 }  // namespace
@@ -832,6 +804,10 @@ PYBIND11_MODULE(_fastrestart, m) {
         py::arg("connect_timeout_s"), py::arg("device"), py::arg("socket_dir"));
   m.def("find_arena", &find_arena, py::arg("name"), py::arg("connect_timeout_s"), py::arg("device"),
         py::arg("socket_dir"));
+  // The engine's arena line: engine_loader's one writer of it (fastrestart/arena.h).
+  m.def("arena_line", [](const PyArena& a) { return fastrestart::arena_line(*a.h->arena); }, py::arg("arena"));
+  m.def("arena_fallback_line", [](const std::string& reason) { return fastrestart::arena_fallback_line(reason); },
+        py::arg("reason"));
   m.def("standby_gate", &standby_gate, py::arg("level"));
   m.def("is_standby", &fastrestart::is_standby);
 }

@@ -20,7 +20,7 @@ import unittest
 import numpy as np
 
 import fastrestart
-from weightd_support import Weightd, snapshot_exchange
+from weightd_support import Weightd, snapshot_exchange, stop_processes
 
 WEIGHTD = os.environ.get("FR_WEIGHTD_BIN", "")
 
@@ -72,12 +72,7 @@ class ArenaTest(unittest.TestCase):
         self.children = []
 
     def tearDown(self):
-        for p in self.children:
-            if p.poll() is None:
-                p.kill()
-            p.wait()
-            for f in (p.stdin, p.stdout):
-                f.close()
+        stop_processes(self.children)
         self.daemon.stop()
         gc.collect()
         shutil.rmtree(self.tmp, ignore_errors=True)
@@ -156,6 +151,19 @@ class ArenaTest(unittest.TestCase):
             agent.stop()
         with self.assertRaisesRegex(TypeError, "arenas must be Arena objects"):
             fastrestart.snapshot_agent([], socket_path=sock, arenas=["kv"])
+
+    def test_the_arena_line_is_engine_loaders_for_the_last_lease(self):
+        a = fastrestart.reserve_arena("kv", 1 << 20, socket_dir=self.run_dir)
+        self.assertEqual(fastrestart.arena_line(a), "", "no lease yet")
+        lease = a.swap_in()
+        self.assertEqual(fastrestart.arena_line(a),
+                         f"fastrestart-arena: leased name=kv bytes={a.bytes} waited_s={lease['waited_s']:.6f} "
+                         f"swap_s={lease['seconds']:.6f} generation={lease['generation']}")
+        self.assertEqual(fastrestart.arena_fallback_line('no "arena"\n  here\\'),
+                         'fastrestart-arena: fallback reason="no \\"arena\\" here\\\\"')
+        self.assertEqual(len(fastrestart.arena_fallback_line("x" * 2000)), len('fastrestart-arena: fallback reason=""') + 512)
+        with self.assertRaises(TypeError):
+            fastrestart.arena_line("kv")
 
     def test_view_is_a_dlpack_tensor_that_outlives_the_arena_object(self):
         a = fastrestart.lease_arena("kv", 4096 * 3, socket_dir=self.run_dir)

@@ -22,6 +22,7 @@ import types
 import unittest
 
 from listen_support import listening_socket, popen_with_socket
+from weightd_support import spawn_engine, stop_processes
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ENGINE = os.path.join(HERE, "..", "refengine", "fastrestart_refengine.py")
@@ -66,33 +67,16 @@ class StandbyGateTest(unittest.TestCase):
         self.procs = []
 
     def tearDown(self):
-        for p in self.procs:
-            if p.poll() is None:
-                p.kill()
-                p.wait()
+        stop_processes(self.procs)
 
     def start(self, level="pre_gpu", standby=True):
         """The engine with one end of a socket pair as FASTRESTART_STANDBY_FD; returns (proc, our end)."""
         env = dict(os.environ)
         env["PYTHONPATH"] = os.pathsep.join([FAKE, env.get("PYTHONPATH", "")])
         env.pop("FASTRESTART_STANDBY_FD", None)
-        ours = theirs = None
-        fds = ()
-        if standby:
-            ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
-            env["FASTRESTART_STANDBY_FD"] = str(theirs.fileno())
-            env["FASTRESTART_STANDBY_LEVEL"] = level
-            fds = (theirs.fileno(),)
-        self.log = os.path.join(self.tmp, f"engine-{len(self.procs)}.log")
-        with open(self.log, "wb") as out:
-            p = subprocess.Popen([sys.executable, ENGINE, "serve", self.model, "--port", str(self.port),
-                                  "--load-format", "disk"], stdout=out, stderr=subprocess.STDOUT, env=env,
-                                 pass_fds=fds)
-        if theirs is not None:
-            theirs.close()
-            ours.settimeout(120)
-        self.procs.append(p)
-        return p, ours
+        return spawn_engine(self, env, level if standby else None, lambda out, fds: subprocess.Popen(
+            [sys.executable, ENGINE, "serve", self.model, "--port", str(self.port), "--load-format", "disk"],
+            stdout=out, stderr=subprocess.STDOUT, env=env, pass_fds=fds))
 
     def output(self):
         with open(self.log) as f:
@@ -188,24 +172,10 @@ class InheritedSocketTest(unittest.TestCase):
     def start_inherited(self, ls, level=None, probe=None):
         env = dict(os.environ)
         env["PYTHONPATH"] = os.pathsep.join([FAKE, env.get("PYTHONPATH", "")])
-        ours = theirs = None
-        keep = ()
-        if level is not None:
-            ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
-            env["FASTRESTART_STANDBY_FD"] = str(theirs.fileno())
-            env["FASTRESTART_STANDBY_LEVEL"] = level
-            keep = (theirs.fileno(),)
-        self.log = os.path.join(self.tmp, f"engine-{len(self.procs)}.log")
-        with open(self.log, "wb") as out:
-            # --port names another port: the engine must serve on the passed socket, never bind its own.
-            p = popen_with_socket([sys.executable, ENGINE, "serve", self.model, "--port", str(self.port),
-                                   "--load-format", "disk"], ls, env=env, keep=keep, probe=probe, stdout=out,
-                                  stderr=subprocess.STDOUT)
-        if theirs is not None:
-            theirs.close()
-            ours.settimeout(120)
-        self.procs.append(p)
-        return p, ours
+        # --port names another port: the engine must serve on the passed socket, never bind its own.
+        return spawn_engine(self, env, level, lambda out, fds: popen_with_socket(
+            [sys.executable, ENGINE, "serve", self.model, "--port", str(self.port), "--load-format", "disk"], ls,
+            env=env, keep=fds, probe=probe, stdout=out, stderr=subprocess.STDOUT))
 
     def test_an_engine_that_is_not_ready_never_accepts_and_binds_nothing(self):
         with listening_socket() as ls:

@@ -32,6 +32,7 @@ ENGINE = os.path.join(REFENGINE, "fastrestart_refengine.py")
 FAKE = os.path.join(HERE, "fake_torch")
 sys.path.insert(0, REFENGINE)
 import refengine_tp as tp  # noqa: E402
+from weightd_support import spawn_engine, stop_processes  # noqa: E402
 
 try:
     import fastrestart.standby  # noqa: F401
@@ -171,10 +172,7 @@ class EngineProcessTest(unittest.TestCase):
         self.pids = []  # workers: not our children, killed at the end when still there
 
     def tearDown(self):
-        for p in self.procs:
-            if p.poll() is None:
-                p.kill()
-                p.wait()
+        stop_processes(self.procs)
         for pid in self.pids:
             if alive(pid):
                 os.kill(pid, signal.SIGKILL)
@@ -185,22 +183,9 @@ class EngineProcessTest(unittest.TestCase):
         for k in ("FASTRESTART_STANDBY_FD", tp.DEVICES_ENV, tp.MEMORY_ENV, tp.PARENT_ENV):
             e.pop(k, None)
         e.update(env or {})
-        ours = theirs = None
-        fds = ()
-        if level:
-            ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
-            e.update(FASTRESTART_STANDBY_FD=str(theirs.fileno()), FASTRESTART_STANDBY_LEVEL=level)
-            fds = (theirs.fileno(),)
-        self.log = os.path.join(self.tmp, f"engine-{len(self.procs)}.log")
-        with open(self.log, "wb") as out:
-            p = subprocess.Popen([sys.executable, ENGINE, "serve", self.model, "--port", str(free_port()),
-                                  "--load-format", "disk", *extra], stdout=out, stderr=subprocess.STDOUT, env=e,
-                                 pass_fds=fds, start_new_session=own_group)
-        if theirs is not None:
-            theirs.close()
-            ours.settimeout(120)
-        self.procs.append(p)
-        return p, ours
+        return spawn_engine(self, e, level, lambda out, fds: subprocess.Popen(
+            [sys.executable, ENGINE, "serve", self.model, "--port", str(free_port()), "--load-format", "disk", *extra],
+            stdout=out, stderr=subprocess.STDOUT, env=e, pass_fds=fds, start_new_session=own_group))
 
     def output(self):
         with open(self.log) as f:

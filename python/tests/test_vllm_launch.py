@@ -27,6 +27,7 @@ import time
 import unittest
 
 from listen_support import listening_socket, popen_with_socket
+from weightd_support import stop_processes
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 FAKE = os.path.join(HERE, "fake_vllm")
@@ -59,10 +60,7 @@ class _Procs(unittest.TestCase):
         self.procs = []
 
     def tearDown(self):
-        for p in self.procs:
-            if p.poll() is None:
-                p.kill()
-                p.wait()
+        stop_processes(self.procs)
         shutil.rmtree(self.tmp, ignore_errors=True)
 
     def env(self):

@@ -30,7 +30,7 @@ sys.path.insert(0, FAKE)
 
 import backend  # noqa: E402
 from fastrestart_vllm import cache_key, options, result_line  # noqa: E402
-from weightd_support import Weightd, write_safetensors  # noqa: E402
+from weightd_support import Weightd, stop_processes, write_safetensors  # noqa: E402
 
 WEIGHTD = os.environ.get("FR_WEIGHTD_BIN", "")
 DEVICE = os.environ.get("FR_TEST_DEVICE", "cpu")  # cpu (host backend) or cuda (GPU 0, CUDA backend)
@@ -454,10 +454,7 @@ class LaunchTest(unittest.TestCase):
         self.procs = []
 
     def tearDown(self):
-        for p in self.procs:
-            if p.poll() is None:
-                p.kill()
-                p.communicate()
+        stop_processes(self.procs)
         shutil.rmtree(self.tmp, ignore_errors=True)
 
     def env(self, **extra):

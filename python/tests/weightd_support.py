@@ -1,6 +1,9 @@
-"""What the Python tests share: a safetensors writer and a real fastrestart-weightd started and stopped.
+"""What the Python tests share: a safetensors writer, a real fastrestart-weightd started and stopped, and
+a test's engine started with a standby's gate socket (spawn_engine) and the end of a test's child
+processes (stop_processes).
 
-Used by test_binding, test_torch and test_vllm_plugin (python/tests is their working directory).
+Used by test_binding, test_torch, test_arena, test_refengine_standby, test_refengine_tp, test_vllm_launch
+and test_vllm_plugin (python/tests is their working directory).
 """
 
 import json
@@ -15,6 +18,40 @@ import numpy as np
 
 DTYPES = {np.dtype("float32"): "F32", np.dtype("float16"): "F16", np.dtype("int64"): "I64",
           np.dtype("uint8"): "U8", np.dtype("bool"): "BOOL", np.dtype("float64"): "F64"}
+
+
+def stop_processes(procs):
+    """A test's end for the child processes it started (subprocess.Popen): each one still running is killed,
+    every one is reaped and its pipes closed."""
+    for p in procs:
+        if p.poll() is None:
+            p.kill()
+        p.wait()
+        for f in (p.stdin, p.stdout, p.stderr):
+            if f is not None:
+                f.close()
+
+
+def spawn_engine(test, env, level, launch):
+    """A test's engine process, a standby when `level` is set: `env` gets FASTRESTART_STANDBY_FD (the child's
+    end of a socket pair) and FASTRESTART_STANDBY_LEVEL (docs/standby.md, "The gate protocol"); launch(out,
+    fds) starts it with its output to the file `out` and the descriptors `fds` inherited. Sets test.log (that
+    file: engine-N.log in test.tmp) and appends the process to test.procs. Returns (the process, our end of
+    the pair, with a 120 s timeout; None without `level`)."""
+    ours = theirs = None
+    fds = ()
+    if level:
+        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+        env.update(FASTRESTART_STANDBY_FD=str(theirs.fileno()), FASTRESTART_STANDBY_LEVEL=level)
+        fds = (theirs.fileno(),)
+    test.log = os.path.join(test.tmp, f"engine-{len(test.procs)}.log")
+    with open(test.log, "wb") as out:
+        p = launch(out, fds)
+    if theirs is not None:
+        theirs.close()
+        ours.settimeout(120)
+    test.procs.append(p)
+    return p, ours
 
 
 def snapshot_exchange(path, op, timeout=30):

@@ -3,9 +3,11 @@
 #include "fastrestart/arena.h"
 
 #include <chrono>
+#include <cstdio>
 
 #include "daemon_client/daemon_client.h"
 #include "protocol/arena.h"
+#include "protocol/daemon_status.h"
 #include "engine_loader/device.h"
 
 namespace fastrestart {
@@ -79,7 +81,7 @@ class ArenaImpl final : public Arena {
 Result<std::unique_ptr<Arena>> reserve_arena(const ArenaOptions& o) {
   if (o.bytes == 0) return Error{Errc::kInvalidArgument, "ArenaOptions.bytes: 0"};
   if (auto s = fr::proto::check_arena_name(o.name, "ArenaOptions.name"); !s.ok()) return s.error();
-  if (!(o.wait_s >= 0 && o.wait_s <= 86400)) return Error{Errc::kInvalidArgument, "ArenaOptions.wait_s: outside 0..86400"};
+  if (auto s = fr::proto::check_arena_wait(o.wait_s, "ArenaOptions.wait_s"); !s.ok()) return s.error();
   FR_ASSIGN(auto dev, fr::loader::open_device(o.device));
   FR_ASSIGN(auto range, dev->reserve_arena(o.bytes));
   return std::unique_ptr<Arena>(new ArenaImpl(o, std::move(dev), std::move(range)));
@@ -93,21 +95,52 @@ Result<std::optional<ArenaInfo>> find_arena(const ArenaOptions& o) {
   if (!c.ok()) return fail(c.error());
   auto r = c->call(fr::proto::json{{"op", "status"}}, o.connect_timeout_s + 30);
   if (!r.ok()) return fail(r.error());
-  try {
-    for (const auto& a : r->value("arenas", fr::proto::json::array())) {
-      if (a.at("name").get<std::string>() != o.name) continue;
-      ArenaInfo info;
-      info.bytes = a.at("bytes").get<uint64_t>();
-      const auto& holder = a.at("holder_pid");
-      info.holder_pid = holder.is_null() ? -1 : holder.get<int64_t>();
-      info.leases = a.at("leases").get<uint64_t>();
-      info.waiting = a.value("waiting", uint64_t{0});
-      return std::optional<ArenaInfo>(info);
-    }
-  } catch (const std::exception& e) {
-    return fail(Error{Errc::kProtocol, std::string("malformed status reply: ") + e.what()});
+  auto st = fr::proto::daemon_status_from_json(*r);
+  if (!st.ok()) return fail(Error{Errc::kProtocol, "malformed status reply: " + st.error().message});
+  for (const auto& a : st->arenas) {
+    if (a.name != o.name) continue;
+    ArenaInfo info;
+    info.bytes = a.bytes;
+    info.holder_pid = a.holder_pid.value_or(-1);
+    info.leases = a.leases;
+    info.waiting = a.waiting;
+    return std::optional<ArenaInfo>(info);
   }
   return std::optional<ArenaInfo>();
+}
+
+std::string arena_line(const Arena& arena) {
+  const auto l = arena.last_lease();
+  if (!l) return {};
+  char numbers[160];
+  std::snprintf(numbers, sizeof numbers, " bytes=%llu waited_s=%.6f swap_s=%.6f generation=%llu",
+                static_cast<unsigned long long>(arena.bytes()), l->waited_s, l->seconds,
+                static_cast<unsigned long long>(l->generation));
+  return "fastrestart-arena: leased name=" + arena.options().name + numbers;
+}
+
+std::string arena_fallback_line(std::string_view reason) {
+  constexpr size_t kMaxReason = 512;  // fastrestartd keeps at most this much of it (supervisor/arena_line.h)
+  std::string one;  // one line: whitespace runs as one space, none at either end
+  for (char c : reason) {
+    if (c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\v' || c == '\f') {
+      if (!one.empty() && one.back() != ' ') one += ' ';
+    } else {
+      one += c;
+    }
+  }
+  if (!one.empty() && one.back() == ' ') one.pop_back();
+  if (one.size() > kMaxReason) {
+    one.resize(kMaxReason);
+    while (!one.empty() && (static_cast<unsigned char>(one.back()) & 0xC0) == 0x80) one.pop_back();  // continuation
+    if (!one.empty() && static_cast<unsigned char>(one.back()) >= 0xC0) one.pop_back();  // a cut lead byte
+  }
+  std::string line = "fastrestart-arena: fallback reason=\"";
+  for (char c : one) {
+    if (c == '"' || c == '\\') line += '\\';
+    line += c;
+  }
+  return line + '"';
 }
 
 Result<std::unique_ptr<Arena>> lease_arena(const ArenaOptions& o, ArenaLease* lease) {

@@ -304,4 +304,26 @@ uint64_t fr_arena_bytes(const fr_arena_t* a) { return a ? a->a->bytes() : 0; }
 int fr_arena_leased(const fr_arena_t* a) { return a && a->a->leased() ? 1 : 0; }
 void fr_arena_release(fr_arena_t* a) { delete a; }
 
+size_t fr_arena_line(const fr_arena_t* a, char* out, size_t outlen) {
+  try {
+    const std::string line = a ? fastrestart::arena_line(*a->a) : std::string();
+    set_err(out, outlen, line);
+    return line.size();
+  } catch (const std::exception&) {  // out of memory: no line
+    set_err(out, outlen, "");
+    return 0;
+  }
+}
+
+size_t fr_arena_fallback_line(const char* reason, char* out, size_t outlen) {
+  try {
+    const std::string line = fastrestart::arena_fallback_line(reason ? reason : "");
+    set_err(out, outlen, line);
+    return line.size();
+  } catch (const std::exception&) {
+    set_err(out, outlen, "");
+    return 0;
+  }
+}
+
 }  // extern "C"

@@ -278,7 +278,7 @@ void arena_families(Writer& w, const SupervisorStatus& status) {
   w.family("arena_lease_wait_seconds", "gauge",
            "The arena's last lease's wait for its previous holder's exit (no sample until a lease waited).");
   for (const auto& [l, a] : as)
-    if (a->waited_s) w.sample(l, *a->waited_s);
+    if (a->last_wait_s) w.sample(l, *a->last_wait_s);
   w.family("engine_arena_outcome", "gauge",
            "1, labelled with what the current (or last) engine said of its KV arena as it started: leased or fallback.");
   if (status.arena_outcome) w.sample({{"outcome", status.arena_outcome->outcome == "leased" ? "leased" : "fallback"}}, 1.0);

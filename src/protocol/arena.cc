@@ -20,25 +20,38 @@ Status check_arena_name(std::string_view name, const std::string& where) {
                     where + " '" + std::string(name.substr(0, 80)) + "': not 1-64 of A-Z a-z 0-9 _ . -");
 }
 
+Status check_arena_wait(double wait_s, const std::string& where) {
+  if (wait_s >= 0 && wait_s <= kMaxWaitS) return {};
+  return make_error(Errc::kInvalidArgument, where + ": outside 0..86400");
+}
+
+namespace {
+
+// The `name` of an arena request (`op` names the request in the error).
+Result<std::string> request_name(const json& req, const std::string& op) {
+  auto name = req.find("name");
+  if (name == req.end()) return make_error(Errc::kInvalidArgument, op + ".name: missing");
+  if (!name->is_string() || !valid_arena_name(name->get_ref<const std::string&>()))
+    return make_error(Errc::kInvalidArgument, op + ".name: not 1-64 of A-Z a-z 0-9 _ . -");
+  return name->get<std::string>();
+}
+
+}  // namespace
+
 json to_json(const ArenaLeaseRequest& r) {
   return json{{"op", "arena_lease"}, {"name", r.name}, {"bytes", r.bytes}, {"wait_s", r.wait_s}};
 }
 
 Result<ArenaLeaseRequest> arena_lease_from_json(const json& req) {
   ArenaLeaseRequest r;
-  auto name = req.find("name");
-  if (name == req.end()) return make_error(Errc::kInvalidArgument, "arena_lease.name: missing");
-  if (!name->is_string() || !valid_arena_name(name->get_ref<const std::string&>()))
-    return make_error(Errc::kInvalidArgument, "arena_lease.name: not 1-64 of A-Z a-z 0-9 _ . -");
-  r.name = name->get<std::string>();
+  FR_ASSIGN(r.name, request_name(req, "arena_lease"));
   auto bytes = req.find("bytes");
   if (bytes == req.end()) return make_error(Errc::kInvalidArgument, "arena_lease.bytes: missing");
   if (!bytes->is_number_unsigned() || bytes->get<uint64_t>() == 0 || bytes->get<uint64_t>() > kMaxArenaBytes)
     return make_error(Errc::kInvalidArgument, "arena_lease.bytes: not an integer in 1.." + std::to_string(kMaxArenaBytes));
   r.bytes = bytes->get<uint64_t>();
   FR_ASSIGN(r.wait_s, get_double(req, "wait_s", "arena_lease", kDefaultArenaWaitS));
-  if (!(r.wait_s >= 0 && r.wait_s <= kMaxWaitS))
-    return make_error(Errc::kInvalidArgument, "arena_lease.wait_s: outside 0..86400");
+  FR_TRY(check_arena_wait(r.wait_s, "arena_lease.wait_s"));
   return r;
 }
 
@@ -91,11 +104,7 @@ json to_json(const ArenaReleaseRequest& r) { return json{{"op", "arena_release"}
 
 Result<ArenaReleaseRequest> arena_release_from_json(const json& j) {
   ArenaReleaseRequest r;
-  auto name = j.find("name");
-  if (name == j.end()) return make_error(Errc::kInvalidArgument, "arena_release.name: missing");
-  if (!name->is_string() || !valid_arena_name(name->get_ref<const std::string&>()))
-    return make_error(Errc::kInvalidArgument, "arena_release.name: not 1-64 of A-Z a-z 0-9 _ . -");
-  r.name = name->get<std::string>();
+  FR_ASSIGN(r.name, request_name(j, "arena_release"));
   return r;
 }
 

@@ -21,6 +21,9 @@ inline constexpr double kDefaultArenaWaitS = 30;
 bool valid_arena_name(std::string_view name);
 // Errc::kInvalidArgument "<where>: not 1-64 of A-Z a-z 0-9 _ . -" (the name quoted, cut at 80) when invalid.
 Status check_arena_name(std::string_view name, const std::string& where);
+// The lease's wait rule, the same for the request on the wire and the engine's ArenaOptions:
+// Errc::kInvalidArgument "<where>: outside 0..86400" unless 0 <= wait_s <= kMaxWaitS.
+Status check_arena_wait(double wait_s, const std::string& where);
 
 struct ArenaLeaseRequest {
   std::string name;                  // valid_arena_name

@@ -51,7 +51,7 @@ static Status read(const json& j, const std::string& w, DaemonEntryStatus& e) {
   return {};
 }
 
-static Status read(const json& j, const std::string& w, DaemonArenaStatus& a) {
+static Status read_arena(const json& j, const std::string& w, DaemonArenaStatus& a, const char* wait_key) {
   FR_TRY(json_fields::object(j, w));
   FR_TRY(field(j, "name", w, a.name));
   FR_TRY(field(j, "bytes", w, a.bytes));
@@ -60,8 +60,41 @@ static Status read(const json& j, const std::string& w, DaemonArenaStatus& a) {
   FR_TRY(field(j, "leases", w, a.leases));
   FR_TRY(field(j, "generation", w, a.generation));
   FR_TRY(field(j, "waiting", w, a.waiting));
-  FR_TRY(field(j, "last_wait_s", w, a.last_wait_s));
+  FR_TRY(field(j, wait_key, w, a.last_wait_s));
   return {};
+}
+
+// A list of objects read by `one` (absent or null: empty).
+template <class T, class Read>
+static Status read_list(const json& j, const char* key, const std::string& w, std::vector<T>& out, Read one) {
+  auto it = j.find(key);
+  if (it == j.end() || it->is_null()) return {};
+  const std::string lw = w + "." + key;
+  if (!it->is_array()) return json_fields::bad(lw, "not an array");
+  out.clear();
+  for (size_t i = 0; i < it->size(); ++i) {
+    T t;
+    FR_TRY(one((*it)[i], lw + "[" + std::to_string(i) + "]", t));
+    out.push_back(std::move(t));
+  }
+  return {};
+}
+
+Status read_arenas(const json& j, const char* key, const std::string& w, std::vector<DaemonArenaStatus>& out,
+                   const char* wait_key) {
+  return read_list(j, key, w, out,
+                   [&](const json& v, const std::string& vw, DaemonArenaStatus& a) { return read_arena(v, vw, a, wait_key); });
+}
+
+json to_json(const DaemonArenaStatus& a, const char* wait_key) {
+  return {{"name", a.name},
+          {"bytes", a.bytes},
+          {"pool_bytes", a.pool_bytes},
+          {"holder_pid", a.holder_pid ? json(*a.holder_pid) : json(nullptr)},
+          {"leases", a.leases},
+          {"generation", a.generation},
+          {"waiting", a.waiting},
+          {wait_key, a.last_wait_s ? json(*a.last_wait_s) : json(nullptr)}};
 }
 
 json to_json(const DaemonStatus& s) {
@@ -86,10 +119,7 @@ json to_json(const DaemonStatus& s) {
   json misses = json::array();
   for (const auto& m : s.misses) misses.push_back(record_json(m, "reason"));
   json arenas = json::array();
-  for (const auto& a : s.arenas)
-    arenas.push_back({{"name", a.name}, {"bytes", a.bytes}, {"pool_bytes", a.pool_bytes},
-                      {"holder_pid", a.holder_pid ? json(*a.holder_pid) : json(nullptr)}, {"leases", a.leases},
-                      {"generation", a.generation}, {"waiting", a.waiting}, {"last_wait_s", a.last_wait_s ? json(*a.last_wait_s) : json(nullptr)}});
+  for (const auto& a : s.arenas) arenas.push_back(to_json(a, "last_wait_s"));
   return {{"backend", s.backend}, {"gpu_uuid", s.gpu_uuid}, {"gpu_name", s.gpu_name}, {"pid", s.pid},
           {"held_bytes", s.held_bytes}, {"clients", s.clients}, {"stale_dropped", s.stale_dropped}, {"entries", std::move(entries)},
           {"misses", std::move(misses)}, {"arena_bytes", s.arena_bytes}, {"arenas", std::move(arenas)}};
@@ -107,15 +137,9 @@ Result<DaemonStatus> daemon_status_from_json(const json& j, const std::string& w
   FR_TRY(field(j, "stale_dropped", w, s.stale_dropped));
   FR_TRY(field(j, "entries", w, s.entries));
   FR_TRY(field(j, "arena_bytes", w, s.arena_bytes));
-  FR_TRY(field(j, "arenas", w, s.arenas));
-  if (auto it = j.find("misses"); it != j.end() && !it->is_null()) {
-    if (!it->is_array()) return json_fields::bad(w + ".misses", "not an array");
-    for (size_t i = 0; i < it->size(); ++i) {
-      DaemonClientRecord r;
-      FR_TRY(read_record((*it)[i], w + ".misses[" + std::to_string(i) + "]", r, "reason"));
-      s.misses.push_back(std::move(r));
-    }
-  }
+  FR_TRY(read_arenas(j, "arenas", w, s.arenas, "last_wait_s"));
+  FR_TRY(read_list(j, "misses", w, s.misses,
+                   [](const json& v, const std::string& vw, DaemonClientRecord& r) { return read_record(v, vw, r, "reason"); }));
   return s;
 }
 

@@ -47,7 +47,8 @@ struct DaemonEntryStatus {
   std::vector<DaemonClientRecord> attaches;
 };
 
-// One KV arena (docs/weightd.md, "KV arenas").
+// One KV arena (docs/weightd.md, "KV arenas"). fastrestartd's status lists the same rows under each native
+// daemon (status::ArenaStatus is this struct), with last_wait_s under the key "waited_s".
 struct DaemonArenaStatus {
   std::string name;
   uint64_t bytes = 0;       // as leased
@@ -74,6 +75,13 @@ struct DaemonStatus {
   uint64_t arena_bytes = 0;  // held by arenas, not counted in held_bytes
   std::vector<DaemonArenaStatus> arenas;
 };
+
+// The arena rows' codec, for the daemon's reply and fastrestartd's status alike: `wait_key` is the key of
+// last_wait_s ("last_wait_s" in the daemon's reply, "waited_s" in fastrestartd's). read_arenas reads
+// j[key] (absent or null: none) into `out`, naming "<where>.<key>[i].<field>" in errors.
+nlohmann::json to_json(const DaemonArenaStatus& a, const char* wait_key);
+Status read_arenas(const nlohmann::json& j, const char* key, const std::string& where, std::vector<DaemonArenaStatus>& out,
+                   const char* wait_key);
 
 // The reply without "ok" (the server adds it).
 nlohmann::json to_json(const DaemonStatus& s);

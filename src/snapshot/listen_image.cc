@@ -11,6 +11,7 @@
 #include <string_view>
 #include <vector>
 
+#include "common/atomic_file.h"
 #include "common/fd.h"
 #include "common/io.h"
 
@@ -142,15 +143,7 @@ Status write_image(const std::string& path, const Image& img) {
     text.append(reinterpret_cast<const char*>(&len), 4);
     text += e;
   }
-  const std::string tmp = path + ".tmp";
-  {
-    UniqueFd fd(::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0600));
-    if (!fd) return sys_error("open " + tmp);
-    FR_TRY(write_full(fd.get(), text.data(), text.size(), tmp));
-    if (::fsync(fd.get()) != 0) return sys_error("fsync " + tmp);
-  }
-  if (::rename(tmp.c_str(), path.c_str()) != 0) return sys_error("rename " + tmp);
-  return {};
+  return write_file_atomic(path, text);
 }
 
 // The unix socket entry CRIU restores from --inherit-fd: only the id (what fdinfo refers to) and the

@@ -5,6 +5,7 @@
 
 #include <cstdio>
 
+#include "common/atomic_file.h"
 #include "common/bounded_json.h"
 #include "common/fd.h"
 #include "common/io.h"
@@ -108,16 +109,7 @@ Result<Manifest> manifest_from_json(const json& j, const std::string& where) {
 }
 
 Status write_manifest(const std::string& dir, const Manifest& m) {
-  const std::string path = dir + "/manifest.json", tmp = path + ".tmp";
-  const std::string text = to_json(m).dump(2) + "\n";
-  {
-    UniqueFd fd(::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0600));
-    if (!fd) return sys_error("open " + tmp);
-    FR_TRY(write_full(fd.get(), text.data(), text.size(), tmp));
-    if (::fsync(fd.get()) != 0) return sys_error("fsync " + tmp);
-  }
-  if (::rename(tmp.c_str(), path.c_str()) != 0) return sys_error("rename " + tmp);
-  return {};
+  return write_file_atomic(dir + "/manifest.json", to_json(m).dump(2) + "\n");
 }
 
 Result<Manifest> read_manifest(const std::string& dir) {

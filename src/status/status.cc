@@ -10,19 +10,6 @@ using json_fields::object;
 
 // The readers below are found by argument-dependent lookup from json_fields' vector and map readers.
 
-static Status read(const json& j, const std::string& w, ArenaStatus& a) {
-  FR_TRY(object(j, w));
-  FR_TRY(field(j, "name", w, a.name));
-  FR_TRY(field(j, "bytes", w, a.bytes));
-  FR_TRY(field(j, "pool_bytes", w, a.pool_bytes));
-  FR_TRY(field(j, "holder_pid", w, a.holder_pid));
-  FR_TRY(field(j, "leases", w, a.leases));
-  FR_TRY(field(j, "generation", w, a.generation));
-  FR_TRY(field(j, "waiting", w, a.waiting));
-  FR_TRY(field(j, "waited_s", w, a.waited_s));
-  return {};
-}
-
 static Status read_arena_outcome(const json& j, const std::string& w, ArenaOutcomeStatus& a) {
   FR_TRY(object(j, w));
   FR_TRY(field(j, "outcome", w, a.outcome));
@@ -48,7 +35,7 @@ static Status read(const json& j, const std::string& w, DaemonRowStatus& d) {
   FR_TRY(field(j, "held_bytes", w, d.held_bytes));
   FR_TRY(field(j, "entries", w, d.entries));
   FR_TRY(field(j, "arena_bytes", w, d.arena_bytes));
-  FR_TRY(field(j, "arenas", w, d.arenas));
+  FR_TRY(proto::read_arenas(j, "arenas", w, d.arenas, "waited_s"));
   if (auto it = j.find("progress"); it != j.end() && !it->is_null()) {
     const std::string pw = w + ".progress";
     FR_TRY(object(*it, pw));
@@ -196,17 +183,6 @@ static Status read_metrics(const json& j, const std::string& w, MetricsStatus& m
   return {};
 }
 
-json to_json(const ArenaStatus& a) {
-  return {{"name", a.name},
-          {"bytes", a.bytes},
-          {"pool_bytes", a.pool_bytes},
-          {"holder_pid", a.holder_pid ? json(*a.holder_pid) : json(nullptr)},
-          {"leases", a.leases},
-          {"generation", a.generation},
-          {"waiting", a.waiting},
-          {"waited_s", a.waited_s ? json(*a.waited_s) : json(nullptr)}};
-}
-
 json to_json(const ArenaOutcomeStatus& a) {
   json j{{"outcome", a.outcome}, {"pid", a.pid}, {"unix_time", a.unix_time}};
   if (a.outcome == "fallback") {
@@ -231,7 +207,7 @@ json to_json(const DaemonRowStatus& d) {
   if (d.socket) {  // a native daemon: its arenas (none for the other kinds)
     j["socket"] = *d.socket;
     json arenas = json::array();
-    for (const auto& a : d.arenas) arenas.push_back(to_json(a));
+    for (const auto& a : d.arenas) arenas.push_back(proto::to_json(a, "waited_s"));
     j["arena_bytes"] = d.arena_bytes;
     j["arenas"] = std::move(arenas);
   }

@@ -18,6 +18,7 @@
 #include <nlohmann/json.hpp>
 
 #include "common/result.h"
+#include "protocol/daemon_status.h"
 
 namespace fr::status {
 
@@ -49,16 +50,9 @@ struct PreloadDetails {
 
 // One KV arena a native daemon holds (docs/weightd.md, "KV arenas"): the engine's KV cache, counted
 // inside the engine's share of its GPU, not as memory held outside it (docs/supervisor.md, "KV arenas").
-struct ArenaStatus {
-  std::string name;
-  uint64_t bytes = 0;       // as leased
-  uint64_t pool_bytes = 0;  // allocated on the GPU (bytes rounded up to the page or granule): what is counted
-  std::optional<int64_t> holder_pid;  // null when no process holds it (never leased, or its holder exited)
-  uint64_t leases = 0;      // granted since the arena was made
-  uint64_t generation = 0;  // the last lease's (1 for a new arena)
-  uint64_t waiting = 0;     // leases waiting now for the holder's exit
-  std::optional<double> waited_s;  // the last wait of a lease for its previous holder's exit; null: none waited
-};
+// The daemon's own row, as its status reply has it (pool_bytes is what is counted); on fastrestartd's
+// wire last_wait_s is "waited_s".
+using ArenaStatus = proto::DaemonArenaStatus;
 
 struct DaemonRowStatus {
   std::string gpu;  // "host", a GPU index, or "vllm-preload"
@@ -205,7 +199,6 @@ nlohmann::json to_json(const SupervisorStatus& s);
 nlohmann::json to_json(const DaemonRowStatus& d);
 nlohmann::json to_json(const StartAttemptStatus& a);
 nlohmann::json to_json(const StandbyStatus& s);
-nlohmann::json to_json(const ArenaStatus& a);
 nlohmann::json to_json(const ArenaOutcomeStatus& a);
 // `where` names the object in errors ("status").
 Result<SupervisorStatus> supervisor_status_from_json(const nlohmann::json& j, const std::string& where = "status");

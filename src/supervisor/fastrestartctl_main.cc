@@ -113,7 +113,7 @@ bool print_status(const json& j) {
       else std::printf("unheld");
       std::printf(", %llu lease(s), generation %llu", static_cast<unsigned long long>(a.leases),
                   static_cast<unsigned long long>(a.generation));
-      if (a.waited_s) std::printf(", last lease waited %.3f s", *a.waited_s);
+      if (a.last_wait_s) std::printf(", last lease waited %.3f s", *a.last_wait_s);
       if (a.waiting) std::printf(", %llu waiting", static_cast<unsigned long long>(a.waiting));
       std::printf("\n");
     }

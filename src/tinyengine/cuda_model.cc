@@ -163,19 +163,12 @@ class CudaModelImpl final : public CudaModel {
     std::vector<float> logits;
     const int n = static_cast<int>(prompt.size());
     for (int t = 0; t < n; ++t) FR_TRY(step(prompt[t], t, t == n - 1 && max_tokens > 0, logits));
-    for (int i = 0; i < max_tokens; ++i) {
-      Step s = greedy_step(logits.data(), top_k);
-      const int best = s.token;
-      g.steps.push_back(std::move(s));
-      if (best == kEos) {
-        g.stopped_on_eos = true;
-        break;
-      }
-      const int t = n + i;
-      if (i + 1 < max_tokens && t < m_c.max_seq) FR_TRY(step(best, t, true, logits));
-      else break;
-    }
-    return {};
+    Status failed;
+    greedy_decode(g, n, max_tokens, top_k, m_c.max_seq, [&] { return logits.data(); }, [&](int token, int t) {
+      failed = step(token, t, true, logits);
+      return failed.ok();
+    });
+    return failed;
   }
 
   Status capture_weight_graph() override {

@@ -149,6 +149,11 @@ struct KvArenaLease {
 Result<KvArenaLease> lease_kv_arena(uint64_t bytes, double wait_s, const LoadOptions& options);
 // The generation of the arena's latest lease (after a snapshot resume leased it again), or `lease.generation`.
 uint64_t kv_arena_generation(const KvArenaLease& lease);
+// The engine's arena line (docs/supervisor.md, "The engine's arena line"), written by engine_loader
+// (fastrestart::arena_line, arena_fallback_line): the leased line of `lease`'s last lease, and the fallback
+// line for `reason`. Both empty in a build without engine_loader (no fastrestartd reads it then).
+std::string kv_arena_line(const KvArenaLease& lease);
+std::string kv_arena_fallback_line(const std::string& reason);
 // The config half of the key: arch, dtype, engine version, tp size/rank.
 std::map<std::string, std::string> key_config(const CheckpointInfo& info, const TpPlan& tp = {});
 

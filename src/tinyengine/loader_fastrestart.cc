@@ -130,6 +130,12 @@ uint64_t kv_arena_generation(const KvArenaLease& lease) {
   return lease.generation;
 }
 
+std::string kv_arena_line(const KvArenaLease& lease) {
+  return lease.arena ? fastrestart::arena_line(*std::static_pointer_cast<fastrestart::Arena>(lease.arena)) : std::string();
+}
+
+std::string kv_arena_fallback_line(const std::string& reason) { return fastrestart::arena_fallback_line(reason); }
+
 Result<InheritedSockets> inherited_listen_sockets() {
   auto r = fastrestart::inherited_listen_sockets();
   if (!r) return r.error();
@@ -149,9 +155,7 @@ Result<std::shared_ptr<void>> start_snapshot_agent(const LoadedModel& m, const K
     // A restored engine is another process holding a new lease: fastrestartd's record of it follows this
     // line (docs/supervisor.md, "The engine's arena line").
     resume = [arena, inner = std::move(resume)]() -> Status {
-      if (auto l = arena->last_lease())
-        spdlog::info("fastrestart-arena: leased name={} bytes={} waited_s={:.6f} swap_s={:.6f} generation={}",
-                     arena->options().name, arena->bytes(), l->waited_s, l->seconds, l->generation);
+      if (const std::string line = fastrestart::arena_line(*arena); !line.empty()) spdlog::info("{}", line);
       return inner ? inner() : Status{};
     };
   }

@@ -27,6 +27,8 @@ Result<KvArenaLease> lease_kv_arena(uint64_t, double, const LoadOptions&) {
 }
 
 uint64_t kv_arena_generation(const KvArenaLease& lease) { return lease.generation; }
+std::string kv_arena_line(const KvArenaLease&) { return {}; }
+std::string kv_arena_fallback_line(const std::string&) { return {}; }
 Result<bool> standby_gate(const std::string&) { return false; }
 bool is_standby() { return false; }
 Result<InheritedSockets> inherited_listen_sockets() { return InheritedSockets{}; }

@@ -375,23 +375,13 @@ Generation Model::generate(const std::vector<int>& prompt, int max_tokens, int t
   ForwardState st(*this, seq.get());
   const int n = static_cast<int>(prompt.size());
   for (int t = seq ? seq->cached() : 0; t < n; ++t) st.step(prompt[t], t, t == n - 1 && max_tokens > 0);
-  for (int i = 0; i < max_tokens; ++i) {
-    if (!st.error().empty()) {
-      g.error = st.error();
-      break;
-    }
-    Step s = greedy_step(st.logits().data(), top_k);
-    const int best = s.token;
-    g.steps.push_back(std::move(s));
-    if (best == kEos) {
-      g.stopped_on_eos = true;
-      break;
-    }
-    const int t = n + i;
-    if (i + 1 < max_tokens && t < m_config.max_seq) st.step(best, t, true);
-    else break;
-  }
-  if (g.error.empty() && !st.error().empty()) g.error = st.error();
+  if (st.error().empty())
+    greedy_decode(g, n, max_tokens, top_k, m_config.max_seq, [&] { return st.logits().data(); },
+                  [&](int token, int t) {
+                    st.step(token, t, true);
+                    return st.error().empty();
+                  });
+  if (!st.error().empty()) g.error = st.error();
   return g;
 }
 

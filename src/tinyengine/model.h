@@ -104,6 +104,25 @@ Result<std::map<std::string, const void*>> check_tensors(const ModelConfig& conf
 // double), and the `top_k` best alternatives. Shared by the CPU and CUDA forwards.
 Step greedy_step(const float* logits, int top_k);
 
+// The greedy decode both forwards run once the prompt's n tokens are in: a greedy_step over `logits()` (the
+// last position's), then the chosen token fed back at position n + i by `step(token, position)`, until
+// max_tokens steps, EOS (g.stopped_on_eos) or max_seq positions; `step` returning false (the forward
+// failed, the caller says why) ends it too.
+template <class Logits, class StepFn>
+void greedy_decode(Generation& g, int n, int max_tokens, int top_k, int max_seq, Logits logits, StepFn step) {
+  for (int i = 0; i < max_tokens; ++i) {
+    Step s = greedy_step(logits(), top_k);
+    const int best = s.token;
+    g.steps.push_back(std::move(s));
+    if (best == kEos) {
+      g.stopped_on_eos = true;
+      return;
+    }
+    const int t = n + i;
+    if (i + 1 >= max_tokens || t >= max_seq || !step(best, t)) return;
+  }
+}
+
 class Model {
  public:
   // Binds every tensor of `config` through `lookup`; checks presence, dtype, shape, size and alignment.

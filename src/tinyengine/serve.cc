@@ -373,18 +373,12 @@ int run_serve(const ServeOptions& o) {
     LoadOptions al = o.load;
     if (auto dev = rank_device(0, 1, al.device)) al.device = *dev;  // host:<gpu> under fastrestartd
     if (auto l = lease_kv_arena(o.kv_arena_bytes, o.kv_arena_wait_s, al)) {
-      spdlog::info("fastrestart-arena: leased name={} bytes={} waited_s={:.6f} swap_s={:.6f} generation={}", l->name,
-                   l->bytes, l->waited_s, l->swap_s, l->generation);
+      if (const std::string line = kv_arena_line(*l); !line.empty()) spdlog::info("{}", line);
       kv_arena = std::move(*l);
       if (o.kv_arena_touch && kv_arena->host)
         std::memset(kv_arena->base, 0x6b, kv_arena->bytes);
     } else {
-      std::string reason;  // quoted: \ and " escaped
-      for (char c : l.error().message) {
-        if (c == '"' || c == '\\') reason += '\\';
-        reason += c;
-      }
-      spdlog::warn("fastrestart-arena: fallback reason=\"{}\"", reason);
+      if (const std::string line = kv_arena_fallback_line(l.error().message); !line.empty()) spdlog::warn("{}", line);
     }
   }
   // The prefix cache, built (and on an arena recovered) before anything is served (docs/kv-survival.md).

@@ -6,6 +6,7 @@
 
 #include <gtest/gtest.h>
 
+#include <cstdio>
 #include <cstring>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -183,6 +184,56 @@ TEST(Arena, BadOptionsAreErrorsNamingTheField) {
   auto l = (*a)->swap_in();
   ASSERT_FALSE(l.ok());
   EXPECT_NE(l.error().message.find("no daemon"), std::string::npos) << l.error().message;
+}
+
+// The engine's arena line (docs/supervisor.md, "The engine's arena line"): engine_loader's writer, in C++
+// and through the C ABI, names the arena's last lease; the fallback line is one quoted line.
+TEST(Arena, TheArenaLineNamesTheLastLease) {
+  test::TempDir d;
+  test::Daemon daemon(d / "run");
+  auto r = fastrestart::reserve_arena(opts(d / "run"));
+  ASSERT_TRUE(r.ok()) << r.error().message;
+  fastrestart::Arena& a = **r;
+  EXPECT_EQ(fastrestart::arena_line(a), "") << "no lease yet";
+  auto l = a.swap_in();
+  ASSERT_TRUE(l.ok()) << l.error().message;
+  char numbers[128];
+  std::snprintf(numbers, sizeof numbers, "waited_s=%.6f swap_s=%.6f generation=%llu", l->waited_s, l->seconds,
+                static_cast<unsigned long long>(l->generation));
+  const std::string want = "fastrestart-arena: leased name=kv bytes=" + std::to_string(a.bytes()) + " " + numbers;
+  EXPECT_EQ(fastrestart::arena_line(a), want);
+
+  EXPECT_EQ(fastrestart::arena_fallback_line("no \"arena\"\n\t here\\ "),
+            "fastrestart-arena: fallback reason=\"no \\\"arena\\\" here\\\\\"");
+  const std::string cut = fastrestart::arena_fallback_line(std::string(600, 'x') + "\xc3\xa9");
+  EXPECT_EQ(cut, "fastrestart-arena: fallback reason=\"" + std::string(512, 'x') + "\"");
+  const std::string utf8 = fastrestart::arena_fallback_line(std::string(511, 'x') + "\xc3\xa9");
+  EXPECT_EQ(utf8, "fastrestart-arena: fallback reason=\"" + std::string(511, 'x') + "\"") << "not cut inside a character";
+
+  // The C ABI: snprintf's contract (this arena gone first: the C one leases it again, at once).
+  const uint64_t bytes = a.bytes();
+  r->reset();
+  const std::string dir = d / "run";
+  fr_arena_options_t o = c_arena_options(dir);
+  o.bytes = bytes;
+  fr_arena_t* c = nullptr;
+  char err[256] = {};
+  ASSERT_EQ(fr_arena_reserve(&o, &c, err, sizeof err), FR_OK) << err;
+  char line[512] = {};
+  EXPECT_EQ(fr_arena_line(c, line, sizeof line), 0u);
+  EXPECT_STREQ(line, "");
+  ASSERT_EQ(fr_arena_swap_in(c, nullptr, nullptr, err, sizeof err), FR_OK) << err;
+  const size_t n = fr_arena_line(c, line, sizeof line);
+  EXPECT_EQ(n, std::strlen(line));
+  EXPECT_EQ(std::string(line).rfind("fastrestart-arena: leased name=kv bytes=" + std::to_string(bytes) + " ", 0), 0u) << line;
+  char small[8] = {};
+  EXPECT_EQ(fr_arena_line(c, small, sizeof small), n);
+  EXPECT_STREQ(small, "fastres");
+  EXPECT_EQ(fr_arena_line(nullptr, line, sizeof line), 0u);
+  fr_arena_release(c);
+  const std::string fb = fastrestart::arena_fallback_line("a \"b\"");
+  EXPECT_EQ(fr_arena_fallback_line("a \"b\"", line, sizeof line), fb.size());
+  EXPECT_EQ(line, fb);
 }
 
 TEST(Arena, TheCAbiReservesAndSwapsAtTheSameAddress) {

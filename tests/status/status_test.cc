@@ -119,7 +119,7 @@ TEST(SupervisorStatusCodec, RoundTrips) {
   ASSERT_EQ(back->daemons[0].arenas.size(), 2u);
   EXPECT_EQ(back->daemons[0].arena_bytes, 107376279552ull);
   EXPECT_EQ(back->daemons[0].arenas[0].holder_pid.value_or(0), 4321);
-  EXPECT_EQ(back->daemons[0].arenas[0].waited_s.value_or(0), 0.083);
+  EXPECT_EQ(back->daemons[0].arenas[0].last_wait_s.value_or(0), 0.083);
   EXPECT_FALSE(back->daemons[0].arenas[1].holder_pid);
   EXPECT_EQ(back->daemons[0].arenas[1].pool_bytes, 2097152u);
   EXPECT_EQ(back->memory[0].engine_share_bytes.value_or(0), 56u);

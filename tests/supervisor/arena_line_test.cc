@@ -5,6 +5,7 @@
 #include <random>
 #include <string>
 
+#include "fastrestart/arena.h"
 #include "supervisor/arena_line.h"
 
 namespace fr::supervisor {
@@ -21,6 +22,24 @@ std::string error_of(const std::string& l) {
   auto r = parse_arena_line(l);
   EXPECT_FALSE(r.ok()) << l;
   return r.ok() ? "" : r.error().message;
+}
+
+// engine_loader's writer of the fallback line (fastrestart::arena_fallback_line) makes lines this parser
+// reads back: quotes and backslashes escaped, whitespace runs as one space, long reasons within bounds.
+TEST(ArenaLine, EngineLoadersFallbackLineParsesBack) {
+  const std::string cases[] = {"arena_lease.wait_s: arena 'kv' is still leased to pid 4321",
+                               "a \"quoted\" \\ back\\slash",
+                               "two\nlines\tand  spaces ",
+                               std::string(3000, 'r') + "\xc3\xa9"};
+  const std::string want[] = {"arena_lease.wait_s: arena 'kv' is still leased to pid 4321",
+                              "a \"quoted\" \\ back\\slash", "two lines and spaces", std::string(512, 'r')};
+  for (size_t i = 0; i < std::size(cases); ++i) {
+    const std::string line = fastrestart::arena_fallback_line(cases[i]);
+    EXPECT_LE(line.size(), kMaxArenaLine) << line;
+    const ArenaLine a = ok_line("[2026-01-01 00:00:00.000] [warning] " + line);
+    EXPECT_FALSE(a.leased);
+    EXPECT_EQ(a.reason, want[i]) << line;
+  }
 }
 
 // docs/supervisor.md, "KV arenas": the lines exactly as documented.

@@ -140,8 +140,7 @@ class NativeDaemons final : public DaemonSet {
       row.held_bytes = d->status.held_bytes;
       row.entries = d->status.entries.size();
       row.arena_bytes = d->status.arena_bytes;
-      for (const auto& a : d->status.arenas)
-        row.arenas.push_back({a.name, a.bytes, a.pool_bytes, a.holder_pid, a.leases, a.generation, a.waiting, a.last_wait_s});
+      row.arenas = d->status.arenas;
       out.push_back(std::move(row));
     }
     return out;

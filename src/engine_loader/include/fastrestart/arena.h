@@ -28,6 +28,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <string_view>
 
 #include "fastrestart/result.h"
 
@@ -100,5 +101,19 @@ Result<std::optional<ArenaInfo>> find_arena(const ArenaOptions& options);
 Result<std::unique_ptr<Arena>> reserve_arena(const ArenaOptions& options);
 // reserve_arena(), then swap_in(): the arena's memory at once.
 Result<std::unique_ptr<Arena>> lease_arena(const ArenaOptions& options, ArenaLease* lease = nullptr);
+
+// The engine's arena line (docs/supervisor.md, "The engine's arena line"): what an engine prints on its
+// output, once as it starts and again after each lease, so that fastrestartd records what came of its KV
+// arena. This is the one writer of that line (the tiny engine and the Python binding use it); fastrestartd
+// reads it. No trailing newline; a logger's prefix before it is fine.
+//   fastrestart-arena: leased name=kv bytes=107374182400 waited_s=0.081000 swap_s=0.003000 generation=4
+// arena_line(): the leased line for `arena`'s last lease (its name, its range's bytes, the lease's wait,
+// swap_in()'s time and generation); empty when it was never leased.
+std::string arena_line(const Arena& arena);
+// The fallback line: the engine allocates its KV cache itself, because of `reason`, which is made one line
+// (whitespace runs become one space), cut at 512 bytes (on a UTF-8 character's start) and quoted with `"`
+// and `\` escaped.
+//   fastrestart-arena: fallback reason="arena_lease.wait_s: arena 'kv' is still leased to pid 4321"
+std::string arena_fallback_line(std::string_view reason);
 
 }  // namespace fastrestart

@@ -38,11 +38,7 @@
 
 namespace fastrestart {
 
-using fr::Errc;
-using fr::Error;
-template <typename T>
-using Result = fr::Result<T>;
-using Status = fr::Status;
+// Errc, Error, Result<T> and Status: fr's, as fastrestart/arena.h names them in this namespace.
 
 enum class Mode { kZeroCopy, kCopy };
 

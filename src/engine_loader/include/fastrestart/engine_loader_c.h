@@ -137,6 +137,14 @@ void* fr_arena_base(const fr_arena_t* a);
 uint64_t fr_arena_bytes(const fr_arena_t* a);
 int fr_arena_leased(const fr_arena_t* a);
 void fr_arena_release(fr_arena_t* a);
+/* The engine's arena line (fastrestart::arena_line, arena_fallback_line; docs/supervisor.md, "The engine's
+ * arena line"): the line an engine prints to tell fastrestartd what came of its KV arena, without a newline.
+ * Both write at most outlen - 1 bytes and a NUL into out (when outlen > 0) and return the whole line's length,
+ * as snprintf does (a larger buffer takes it whole). fr_arena_line: the leased line of a's last swap-in; 0 and
+ * an empty string when a is NULL or was never leased. fr_arena_fallback_line: the fallback line for reason
+ * (NULL: empty). */
+size_t fr_arena_line(const fr_arena_t* a, char* out, size_t outlen);
+size_t fr_arena_fallback_line(const char* reason, char* out, size_t outlen);
 
 /* fr_snapshot_agent_start with KV arenas as well (docs/snapshot.md, "Snapshots without the KV cache"): a
  * prepare unmaps them after the weights, keeping their ranges; a resume leases and maps them again at the
