@@ -12,7 +12,8 @@ numpy view with ``.numpy()``. In zero_copy mode the memory is a read-only mappin
 A standby engine waits at ``fastrestart.standby.gate(level)`` (docs/standby.md). An engine serves on the
 listening socket fastrestartd passes, when it passes one: ``fastrestart.inherited_socket()`` (docs/python.md).
 An engine's KV cache can live in a KV arena the daemon holds: ``reserve_arena``/``lease_arena``
-(docs/engine_loader.md, "KV arenas").
+(docs/engine_loader.md, "KV arenas"); its survival is told to fastrestartd through
+``fastrestart.kv_stats`` (docs/kv-survival.md).
 """
 
 import os as _os
@@ -21,10 +22,11 @@ from ._fastrestart import Arena, ArenaView, AttachResult, Key, SnapshotAgent, Te
 from . import _fastrestart
 from . import standby
 from . import listen
+from . import kv_stats
 from .listen import inherited_socket, inherited_sockets
 
 __all__ = ["identify", "open_checkpoint", "OpenCheckpoint", "attach", "publish", "snapshot_agent", "standby",
-           "listen", "inherited_socket", "inherited_sockets",
+           "listen", "kv_stats", "inherited_socket", "inherited_sockets",
            "reserve_arena", "lease_arena", "find_arena",
            "Arena", "ArenaView", "AttachResult", "Key", "SnapshotAgent", "Tensor"]
 
