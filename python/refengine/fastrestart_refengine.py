@@ -547,7 +547,12 @@ class Engine:
         info = self.batch_info["prefix"] = {"enabled": True, "block": rp.BLOCK}
         if self.arena is not None and self.arena.leased and self.arena.lease is not None:
             name = f"{a.kv_arena}-index"
+            sockets = a.fastrestart_socket_dir or os.environ.get("FASTRESTART_SOCKET_DIR")
             try:
+                # No host daemon beside the GPU's (fastrestartd runs none with the cuda backend): at once, not
+                # after the connect timeout.
+                if sockets and not os.path.exists(os.path.join(sockets, "weightd-host.sock")):
+                    raise OSError(f"no host daemon: {os.path.join(sockets, 'weightd-host.sock')} does not exist")
                 import fastrestart
                 self.prefix_arena = fastrestart.lease_arena(name, nbytes, wait_s=a.kv_arena_wait, device="host",
                                                             socket_dir=a.fastrestart_socket_dir,

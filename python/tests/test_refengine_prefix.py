@@ -424,5 +424,64 @@ class KillNine(unittest.TestCase):
             self.assertGreater(most, 0, "no kill left a published block")
 
 
+ARENA_CHILD = r"""
+import os, sys
+sys.path.insert(0, sys.argv[1]); sys.path.insert(0, sys.argv[2])
+import numpy as np
+import fastrestart
+import test_refengine_prefix as t
+import refengine_prefix as rp
+# As fastrestart_refengine._prefix_cache leases and views it.
+a = fastrestart.lease_arena("kv-index", rp.index_bytes(t.SLOTS, t.POSITIONS), wait_s=30, device="host",
+                            socket_dir=sys.argv[3], connect_timeout_s=5.0)
+buf = a.view(0, (a.bytes,), "uint8").numpy()
+kv = t.shared_buffers(sys.argv[4])[1]
+b, model, idx, rec = t.engine(buf, kv, int(sys.argv[5]), sys.argv[5] == "1")
+t.serve(b, model, [(p, 3) for p in t.prompts(__import__("random").Random(3), 10)])
+print(rec["header"], rec["recovered"], idx.cached_blocks(), a.lease["generation"], flush=True)
+sys.stdin.read()  # held until killed
+"""
+
+
+class InTheHostDaemonsArena(unittest.TestCase):
+    """The index in a real fastrestart-weightd's host arena, leased and viewed as the engine does: a
+    holder killed with SIGKILL, and the next process's lease (granted after the exit) recovers every block."""
+
+    def test_the_next_lease_recovers_what_a_killed_holder_published(self):
+        try:
+            import fastrestart  # noqa: F401
+            from weightd_support import Weightd
+        except ImportError as e:
+            self.skipTest(f"the fastrestart binding is not importable ({e})")
+        weightd = os.environ.get("FR_WEIGHTD_BIN")
+        if not weightd or not os.access(weightd, os.X_OK):
+            self.skipTest("FR_WEIGHTD_BIN is not set to fastrestart-weightd")
+        with tempfile.TemporaryDirectory() as d:
+            run = os.path.join(d, "run")
+            os.mkdir(run, 0o700)
+            daemon = Weightd(weightd, run, os.path.join(d, "weightd.log")).start(self)
+            try:
+                seen = []
+                for gen in (1, 2):
+                    p = subprocess.Popen([sys.executable, "-c", ARENA_CHILD, HERE, os.path.join(HERE, "..", "refengine"),
+                                          run, os.path.join(d, "kv"), str(gen)],
+                                         stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+                    line = p.stdout.readline().split()
+                    p.send_signal(signal.SIGKILL)
+                    p.wait()
+                    p.stdin.close()
+                    p.stdout.close()
+                    self.assertEqual(len(line), 4, f"the child said {line!r}; daemon: {daemon.log()}")
+                    seen.append(line)
+                self.assertEqual(seen[0][:2], ["empty", "0"])
+                published = int(seen[0][2])
+                self.assertGreater(published, 0)
+                self.assertEqual(seen[1][0], "valid")
+                self.assertEqual(int(seen[1][1]), published)
+                self.assertEqual((seen[0][3], seen[1][3]), ("1", "2"))  # the index arena's own leases
+            finally:
+                daemon.stop()
+
+
 if __name__ == "__main__":
     unittest.main()
