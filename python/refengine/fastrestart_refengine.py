@@ -415,7 +415,46 @@ class Engine:
                 self.load.update(published=False, publish_error=str(e))
                 log(f"publish failed: {e}")
             self.phases["publish_s"] = round(time.monotonic() - t, 6)
+            if self.load.get("published"):
+                state = self._adopt(fastrestart, ckpt, opts, state)
         return state
+
+    def _adopt(self, fastrestart, ckpt, opts, state):
+        """zero_copy after a publish: the entry just published, attached, replaces the disk-loaded tensors,
+        which are freed, so the first life does not hold two copies of the weights (docs/refengine.md,
+        "Loading"). Any failure keeps the own copy and says why (load.adopt_error)."""
+        a, torch = self.args, self.torch
+        if a.fastrestart_mode != "zero_copy":
+            return state  # copy mode keeps an own copy by definition
+        if self.tp > 1:
+            # Every rank would have to adopt, or none: a mixed set is what _agree exists to prevent.
+            self.load["adopt_error"] = "not with tensor parallelism: every rank keeps its own copy"
+            return state
+        t = time.monotonic()
+        try:
+            r = fastrestart.attach(ckpt.key(self.key_config()), **opts)
+        except (RuntimeError, ValueError, OSError) as e:
+            r, why = None, f"the attach after the publish failed: {e}"
+        else:
+            why = None if r.hit else f"the attach after the publish missed: {r.reason}"
+        if why is None and r.fingerprint != self.load.get("fingerprint"):
+            why = f"the daemon's entry {r.fingerprint} is not the one published ({self.load.get('fingerprint')})"
+        if why is None:
+            adopted = {n: torch.from_dlpack(x) for n, x in r.tensors.items()}
+            if set(adopted) != set(state) or any(adopted[n].shape != state[n].shape or
+                                                 adopted[n].dtype != state[n].dtype for n in state):
+                why = "the daemon's entry does not have this engine's tensors"
+        if why is not None:
+            self.load["adopt_error"] = why
+            log(f"serving this engine's own copy of the weights, not the daemon's: {why}")
+            return state
+        state.clear()  # the last references to the disk-loaded tensors
+        torch.cuda.empty_cache()  # give their memory back to the driver: one copy on the GPU, as nvidia-smi shows
+        self.attached = r
+        self.load.update(adopted=True, mode=r.mode, fingerprint=r.fingerprint)
+        self.phases["adopt_s"] = round(time.monotonic() - t, 6)
+        log(f"adopted the daemon's copy ({r.fingerprint}); this engine's own copy is freed")
+        return adopted
 
     def _agree(self, r):
         """The consistency rule: after every rank tried its attach, all ranks learn who missed. Returns
@@ -487,6 +526,11 @@ class Engine:
             self.graph_info.update(enabled=True, sizes=g["sizes"], count=g["count"], pool_bytes=g["pool_bytes"])
             log(f"cuda graphs: {g['count']} batch sizes captured ({g['sizes'][0]}..{g['sizes'][-1]}), pool "
                 f"{g['pool_bytes'] / 2**20:.1f} MiB, in {self.phases['graph_capture_s']:.3f} s")
+        ids = list(ORACLE_PROMPT.encode())
+        # The check's reference (the transformers forward of the oracle prompt) reads only the weights, so it
+        # is computed before a warmed standby parks: after its release only the batched prefill is left,
+        # which must read the arena's KV range and so cannot run earlier (docs/refengine.md, "The check").
+        reference = self.phase("check_reference_s", lambda: self._logits(ids))
         if over_arena:
             # Parked with the graphs captured over the placeholder; the released standby leases the arena
             # (waiting for the dead engine's exit) and maps it at the same address: the graphs stay valid.
@@ -505,8 +549,7 @@ class Engine:
         else:
             self.batch_info["prefix"] = {"enabled": False}
         check_slot = prefix.take_slot(range(slots)) if prefix is not None else 0
-        ids = list(ORACLE_PROMPT.encode())
-        chk = self.phase("batched_check_s", lambda: r.check(ids, self._logits(ids), check_slot))
+        chk = self.phase("batched_check_s", lambda: r.check(ids, reference, check_slot))
         self.batch_info["check"] = chk
         log(f"batched forward vs transformers on the oracle prompt: max |diff| {chk['max_abs_diff']:.4g} of logits "
             f"up to {chk['max_abs_logit']:.4g}; greedy token {chk['token']} vs {chk['reference_token']}")

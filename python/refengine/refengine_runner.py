@@ -249,7 +249,7 @@ class Runner:
                 "pool_bytes": torch.cuda.memory_reserved(self.device) - before}
 
     def check(self, ids, reference, slot=0):
-        """The oracle prompt through this forward (a prefill in slot 0) against `reference`, the transformers
+        """The oracle prompt through this forward (a prefill in `slot`) against `reference`, the transformers
         forward's logits of it: not bitwise equal (other kernels, another summation order), but a wrong
         forward differs by the size of the logits themselves. Returns the comparison (/stats batch.check)."""
         torch = self.torch

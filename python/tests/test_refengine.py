@@ -132,11 +132,15 @@ class RefEngineTest(TorchBase):
         cold, cold_ans = self.run_path("--load-format", "fastrestart")
         self.assertEqual(cold["load"]["path"], "fallback", cold["load"])
         self.assertTrue(cold["load"]["published"], cold["load"])
+        # the first life serves from the daemon's copy after its publish, its own freed
+        self.assertTrue(cold["load"].get("adopted"), cold["load"])
+        self.assertEqual(cold["load"]["mode"], "zero_copy")
+        self.assertIn("adopt_s", cold["startup"]["phases"])
         warm, warm_ans = self.run_path("--load-format", "fastrestart")
         self.assertEqual(warm["load"]["path"], "attach", warm["load"])
         self.assertEqual(warm["load"]["mode"], "zero_copy")
         # bitwise-equal logits and the same answer on every path
-        sha = {s["oracle"]["logits_sha256"] for s in (disk, cold, warm)}
+        sha = {s["oracle"]["logits_sha256"] for s in (disk, cold, warm)}  # cold's oracle ran on the adopted copy
         self.assertEqual(len(sha), 1, sha)
         self.assertEqual(disk_ans["choices"][0]["token_ids"], warm_ans["choices"][0]["token_ids"])
         self.assertEqual(disk_ans["choices"][0]["logprobs"], warm_ans["choices"][0]["logprobs"])
@@ -169,7 +173,7 @@ class RefEngineTest(TorchBase):
         self.assertTrue(cold["load"]["published"], cold["load"])
         self.assertTrue(cold["load"]["reason"].startswith("rank 0 missed: "), cold["load"])
         self.assertEqual(paths(warm), ["attach", "attach"], warm["tensor_parallel"])
-        sha = {s["oracle"]["logits_sha256"] for s in (disk, cold, warm)}
+        sha = {s["oracle"]["logits_sha256"] for s in (disk, cold, warm)}  # cold's oracle ran on the adopted copy
         self.assertEqual(len(sha), 1, sha)
         for s in (disk, cold, warm):  # the logits are replicated: every rank computed the same
             self.assertEqual({r["logits_sha256"] for r in s["tensor_parallel"]["ranks"]}, sha)
