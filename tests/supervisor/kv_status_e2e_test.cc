@@ -122,6 +122,23 @@ TEST_F(KvStatusTest, RecoveredBlocksAndPrefixHitsAfterKillNineShowInStatusCtlAnd
   const double metric_rate = sample(m, "fastrestart_engine_kv_prefix_hit_rate");
   EXPECT_GT(metric_rate, 0.0) << m;
   EXPECT_LE(metric_rate, 1.0) << m;
+
+  // Another block size (pushed flags): another identity. The next engine drops the whole index and status
+  // says so by reason, every block the previous one held counted.
+  const uint64_t held = st["kv_cache"]["recovered"].get<uint64_t>() + 0;
+  auto r = m_sup->request({{"op", "reload"}, {"mode", "add"}, {"flags", json::array({"--block-size", "8"})}, {"wait", true}}, 90);
+  ASSERT_TRUE(r.ok() && r->value("ok", false)) << (r.ok() ? r->dump() : r.error().message) << m_sup->log();
+  ASSERT_TRUE(m_sup->wait_for([&](const json& s) {
+    return s["kv_cache"].is_object() && s["kv_cache"]["pid"] != second && s["kv_cache"]["block_tokens"] == 8;
+  }, 60, &st)) << st.dump(1) << m_sup->log();
+  EXPECT_EQ(st["kv_cache"]["header"], "identity") << st["kv_cache"].dump();
+  EXPECT_EQ(st["kv_cache"]["recovered"], 0);
+  ASSERT_TRUE(st["kv_cache"]["dropped_by"].contains("identity")) << st["kv_cache"].dump();
+  const uint64_t dropped = st["kv_cache"]["dropped_by"]["identity"].get<uint64_t>();
+  EXPECT_GE(dropped, held) << st["kv_cache"].dump();
+  const std::string after = metrics();
+  EXPECT_EQ(sample(after, "fastrestart_engine_kv_blocks_dropped{reason=\"identity\"}"), static_cast<double>(dropped)) << after;
+  EXPECT_EQ(sample(after, "fastrestart_engine_kv_blocks_recovered"), 0.0) << after;
 }
 
 }  // namespace
