@@ -125,7 +125,7 @@ TEST_F(KvStatusTest, RecoveredBlocksAndPrefixHitsAfterKillNineShowInStatusCtlAnd
 
   // Another block size (pushed flags): another identity. The next engine drops the whole index and status
   // says so by reason, every block the previous one held counted.
-  const uint64_t held = st["kv_cache"]["recovered"].get<uint64_t>() + 0;
+  const uint64_t held = st["kv_cache"]["recovered"].get<uint64_t>();
   auto r = m_sup->request({{"op", "reload"}, {"mode", "add"}, {"flags", json::array({"--block-size", "8"})}, {"wait", true}}, 90);
   ASSERT_TRUE(r.ok() && r->value("ok", false)) << (r.ok() ? r->dump() : r.error().message) << m_sup->log();
   ASSERT_TRUE(m_sup->wait_for([&](const json& s) {
