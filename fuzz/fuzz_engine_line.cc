@@ -1,6 +1,7 @@
 // libFuzzer target: one line of an engine's output as fastrestartd reads it (Supervisor::engine_line_handler):
 // the `fastrestart-arena:` line (arena_line.h), the `fastrestart-loader:` result line and the vLLM report
-// (engines/vllm/vllm_report.h), and the `fastrestart-progress:` line (engine_progress.h). The engine is
+// (engines/vllm/vllm_report.h), the `fastrestart-progress:` line (engine_progress.h) and the
+// `fastrestart-kv:` line (kv_stats.h, also the text of its counters file). The engine is
 // another process and may print anything. Never a crash, a hang or an exception; what parses is within the
 // documented bounds and parses again the same when printed the way the engine prints it; what goes into
 // status stays valid UTF-8 when the line was.
@@ -17,6 +18,7 @@
 #include "supervisor/arena_line.h"
 #include "supervisor/arena_outcome.h"
 #include "supervisor/engine_progress.h"
+#include "supervisor/kv_stats.h"
 #include "supervisor/engines/vllm/vllm_report.h"
 #include "supervisor/engines/vllm/vllm_rules.h"
 
@@ -113,11 +115,32 @@ extern "C" int LLVMFuzzerInitialize(int*, char***) {
   return 0;
 }
 
+// A kv line: refused, or within its bounds; what status and fastrestartctl make of it never throws.
+void check_kv(const std::string& line) {
+  auto k = parse_kv_stats(line);
+  if (!k.ok()) {
+    if (k.error().message.empty()) __builtin_trap();
+    return;
+  }
+  if (!*k) {
+    if (line.find("fastrestart-kv:") != std::string::npos) __builtin_trap();
+    return;
+  }
+  const auto& r = **k;
+  if (r.id.empty() || r.id.size() > 32 || r.kv.dropped_by.size() > kMaxKvReasons || r.kv.hit_tokens > r.kv.query_tokens ||
+      line.size() > kMaxKvStatsText)
+    __builtin_trap();
+  if (auto rate = r.kv.hit_rate(); rate && (*rate < 0 || *rate > 1)) __builtin_trap();
+  (void)fr::status::to_json(r.kv).dump();  // words only: valid UTF-8, or dump() throws and the fuzzer reports it
+  (void)kv_cache_text(r.kv);
+}
+
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const std::string line(reinterpret_cast<const char*>(data), size);
   check_arena(line);
   check_loader(line);
   check_progress(line);
+  check_kv(line);
   static const VllmRules& rules = builtin_vllm_rules();
   VllmReport report;
   report.observe(rules, line);

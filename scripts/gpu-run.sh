@@ -2,7 +2,7 @@
 # Runs on the GPU machine, from the repository root, with .bundle/ (scripts/gpu-bundle.sh) carried:
 # the CUDA tests, then the weight-store benchmark (bench/h200_weights.py), results under $OUT.
 #
-# usage: scripts/gpu-run.sh [smoke|full|tests|tests-native|tests-torch|tests-vllm|arena-snapshot|e2e-smoke|e2e|snapshot-plugin|snapshot-refengine|snapshot-weightless|standby|vshape|vshape-smoke|vshape-arena|tp|tp-smoke|socket]
+# usage: scripts/gpu-run.sh [smoke|full|tests|tests-native|tests-torch|tests-vllm|kv-prefix|arena-snapshot|e2e-smoke|e2e|snapshot-plugin|snapshot-refengine|snapshot-weightless|standby|vshape|vshape-smoke|vshape-arena|tp|tp-smoke|socket]
 #   smoke: machine facts, the CUDA tests, and the benchmark on a 1% checkpoint (about 160 MB)
 #   full:  the CUDA tests and the benchmark on the full Llama-3.1-8B-shaped checkpoint (16 GB)
 #   e2e-smoke: the Python tests with torch (binding, reference engine), then bench/e2e_restart.py on small
@@ -51,6 +51,9 @@
 #   tp-smoke: the quick check: test_refengine's TP test under torch (tiny Llama: disk, cold, warm, a rank's shard
 #          evicted), then bench/gpu_tp.sh on the tiny shape (TP=2: one kill of each rank; TP=1: 2 kills); at most
 #          about 420 s
+#   kv-prefix: prefix reuse across a kill in the reference engine: test_refengine_prefix and test_refengine's
+#          prefix test, then bench/kv_survival.py --engine ref (8k-token prefix, 8b shape: time to first token
+#          cached, after kill -9 with the index, with it dropped, without prefix caching); at most about 560 s
 #   socket: what a client sees across kill -9 with the listening socket owned by the engine and by fastrestartd
 #          (bench/socket_restart.py --engine ref; docs/bench-notes.md "No refused connection across a restart"):
 #          the 16 GB reference engine (Llama-3.1-8B shape, generated into /var/tmp/frstandby/llama unless there,
@@ -238,6 +241,30 @@ case "$mode" in
     say "== standby engines (bench/gpu_standby.sh)"
     run_collect standby 570 gpu_standby standby-summary.txt bench/gpu_standby.sh
     exit
+    ;;
+  kv-prefix)
+    # Prefix reuse across a kill in the reference engine (docs/refengine.md, "Prefix reuse across a kill"):
+    # its tests (the index and the Batcher without torch; the GPU test: reuse, kill -9, recovery, a layout
+    # change dropping the index), then bench/kv_survival.py --engine ref: an 8k-token prefix on the 8b shape
+    # (KV_PREFIX_SHAPE, KV_PREFIX_TOKENS), time to first token cached / after kill -9 with the index / with
+    # the index dropped / without prefix caching; raw JSON in $OUT. At most about 560 s.
+    rc=0
+    say "$(timeout 60 python3 -c 'import torch, transformers; print("torch", torch.__version__, "transformers", transformers.__version__)' 2>&1 | tail -1)"
+    run_pytests 200 python-tests.log "prefix tests" test_refengine_prefix \
+      test_refengine.RefEngineTest.test_prefix_reuse_survives_kill_nine_with_the_index_in_a_host_arena || rc=1
+    shape=${KV_PREFIX_SHAPE:-8b}
+    ck=/var/tmp/frstandby/llama
+    [ "$shape" = 8b ] || ck=/var/tmp/frstandby/llama-$shape
+    if [ ! -f "$ck/config.json" ]; then
+      rm -rf "$ck"
+      timeout 180 python3 bench/gen_llama_checkpoint.py "$ck" --shape "$shape" >"$OUT/gen.log" 2>&1 ||
+        { say "gen_llama_checkpoint --shape $shape failed: $(tail -2 "$OUT/gen.log")"; exit 1; }
+      rm -f "$OUT/gen.log"
+    fi
+    run_collect kv_survival "$((560 - SECONDS > 60 ? 560 - SECONDS : 60))" "bench/kv_survival.py --engine ref" kv_survival.txt \
+      bash -c "python3 bench/kv_survival.py --engine ref --bin-dir '$bundle/bin' --model '$ck' \
+        --prefix-tokens ${KV_PREFIX_TOKENS:-8192} --samples ${KV_PREFIX_SAMPLES:-5} --out '$OUT' | tee '$OUT/kv_survival.txt'" || rc=1
+    exit $rc
     ;;
   socket)
     # The 8b checkpoint is bench/gpu_standby.sh's (/var/tmp/frstandby/llama): one generated earlier in this

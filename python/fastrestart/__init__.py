@@ -13,7 +13,7 @@ A standby engine waits at ``fastrestart.standby.gate(level)`` (docs/standby.md).
 listening socket fastrestartd passes, when it passes one: ``fastrestart.inherited_socket()`` (docs/python.md).
 An engine's KV cache can live in a KV arena the daemon holds: ``reserve_arena``/``lease_arena``
 (docs/engine_loader.md, "KV arenas"); ``arena_line``/``arena_fallback_line`` give the line that tells
-fastrestartd what came of it.
+fastrestartd what came of it, and ``fastrestart.kv_stats`` tells it the KV cache's survival (docs/kv-survival.md).
 """
 
 import os as _os
@@ -22,10 +22,11 @@ from ._fastrestart import Arena, ArenaView, AttachResult, Key, SnapshotAgent, Te
 from . import _fastrestart
 from . import standby
 from . import listen
+from . import kv_stats
 from .listen import inherited_socket, inherited_sockets
 
 __all__ = ["identify", "open_checkpoint", "OpenCheckpoint", "attach", "publish", "snapshot_agent", "standby",
-           "listen", "inherited_socket", "inherited_sockets",
+           "listen", "kv_stats", "inherited_socket", "inherited_sockets",
            "reserve_arena", "lease_arena", "find_arena", "arena_line", "arena_fallback_line",
            "Arena", "ArenaView", "AttachResult", "Key", "SnapshotAgent", "Tensor"]
 

@@ -57,6 +57,7 @@ import threading  # noqa: E402
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer  # noqa: E402
 
 import refengine_batch as rb  # noqa: E402 -- next to this script: sys.path[0]
+import refengine_prefix as rp  # noqa: E402
 import refengine_tp as tp  # noqa: E402
 
 VERSION = "0.1.0"
@@ -540,7 +541,15 @@ class Engine:
                 if sizes:  # the graphs captured over the placeholder read the arena's range: again
                     g = self.phase("graph_capture_s", lambda: r.capture(sizes))
                     self.graph_info.update(pool_bytes=g["pool_bytes"], recaptured=True)
-        chk = self.phase("batched_check_s", lambda: r.check(ids, reference))
+        # The prefix index, recovered from its arena after every write of the startup above (those went to
+        # the scratch position only); the check's prefill below writes a slot emptied for it.
+        prefix = None
+        if a.enable_prefix_caching:
+            prefix = self.phase("prefix_index_s", lambda: self._prefix_cache(r, slots))
+        else:
+            self.batch_info["prefix"] = {"enabled": False}
+        check_slot = prefix.take_slot(range(slots)) if prefix is not None else 0
+        chk = self.phase("batched_check_s", lambda: r.check(ids, reference, check_slot))
         self.batch_info["check"] = chk
         log(f"batched forward vs transformers on the oracle prompt: max |diff| {chk['max_abs_diff']:.4g} of logits "
             f"up to {chk['max_abs_logit']:.4g}; greedy token {chk['token']} vs {chk['reference_token']}")
@@ -548,7 +557,67 @@ class Engine:
             raise SystemExit("refengine: the batched forward's logits of the oracle prompt differ from the "
                              f"transformers forward's by {chk['max_abs_diff']:.4g} "
                              f"(logits up to {chk['max_abs_logit']:.4g})")
-        r.start_loop(seqs, log)
+        r.start_loop(seqs, log, prefix)
+
+    # --- prefix reuse across a kill (docs/refengine.md, "Prefix reuse across a kill") --------------------
+    def _prefix_identity(self, r, slots):
+        """What makes a cached block's K/V valid: the model (config and the files' identity), the dtype, the
+        KV layout, the block size, and the KV arena's GPU and name (the index is in host memory, the K/V on
+        one GPU)."""
+        torch = self.torch
+        files = []
+        for f in self.files:
+            st = os.stat(f)
+            files.append([os.path.basename(f), st.st_size, st.st_mtime_ns, st.st_ino])
+        try:
+            gpu = str(torch.cuda.get_device_properties(self.device).uuid)
+        except (AttributeError, RuntimeError):
+            gpu = str(self.device)
+        return rp.identity_digest({
+            "format": "refengine-prefix-1", "config": self.hf_config.to_dict(), "files": files,
+            "dtype": str(self.dtype), "layout": [r.layers_n, slots, r.hkv, r.positions, r.head_dim, r._esize()],
+            "block": rp.BLOCK, "gpu": gpu, "kv_arena": self.args.kv_arena or ""})
+
+    def _prefix_cache(self, r, slots):
+        """The prefix index: in the weight daemon's host arena `<--kv-arena>-index` when the KV cache is in a
+        leased KV arena (so that it survives a kill), else in private memory (reuse within this process
+        only). Recovered before anything is served; the fastrestart-kv: line says what came of it."""
+        import numpy as np
+        import refengine_runner
+        a = self.args
+        nbytes = rp.index_bytes(slots, r.positions)
+        buf, where, kv_gen, kv_created = None, "private", 0, False
+        info = self.batch_info["prefix"] = {"enabled": True, "block": rp.BLOCK}
+        if self.arena is not None and self.arena.leased and self.arena.lease is not None:
+            name = f"{a.kv_arena}-index"
+            sockets = a.fastrestart_socket_dir or os.environ.get("FASTRESTART_SOCKET_DIR")
+            try:
+                # No host daemon beside the GPU's (fastrestartd runs none with the cuda backend): at once, not
+                # after the connect timeout.
+                if sockets and not os.path.exists(os.path.join(sockets, "weightd-host.sock")):
+                    raise OSError(f"no host daemon: {os.path.join(sockets, 'weightd-host.sock')} does not exist")
+                import fastrestart
+                self.prefix_arena = fastrestart.lease_arena(name, nbytes, wait_s=a.kv_arena_wait, device="host",
+                                                            socket_dir=a.fastrestart_socket_dir,
+                                                            connect_timeout_s=a.fastrestart_connect_timeout)
+                buf = self.prefix_arena.view(0, (self.prefix_arena.bytes,), "uint8").numpy()
+                where, kv_gen, kv_created = "arena", self.arena.lease["generation"], self.arena.lease["created"]
+                info["arena"] = name
+            except (ImportError, AttributeError, RuntimeError, OSError, ValueError) as e:
+                info["arena_fallback"] = str(e)
+                log(f"prefix index: not in the host arena '{name}' ({e}); in private memory: nothing survives a kill")
+        if buf is None:
+            buf = np.zeros(nbytes, dtype=np.uint8)
+        device = refengine_runner.TorchPrefixDevice(r)
+        idx = self.prefix_index = rp.PrefixIndex(buf, self._prefix_identity(r, slots), slots, r.positions,
+                                                 r.vocab)
+        rec = idx.recover(kv_gen, kv_created, lambda s, n: device.checksums(s, 0, n))
+        info.update(location=where, recovery=rec)
+        self.prefix_report = rp.KvReport(idx, where, log)
+        log(f"prefix index: {where}, {slots} slots x {rp.max_blocks(r.positions)} blocks of {rp.BLOCK}, header "
+            f"{rec['header']}: {rec['recovered']} blocks recovered, {sum(rec['dropped'].values())} dropped "
+            + (str(rec["dropped"]) if rec["dropped"] else ""))
+        return rp.PrefixCache(idx, device, on_change=self.prefix_report.changed)
 
     # --- the KV cache in an arena of the weight daemon (docs/refengine.md, "The KV cache in an arena") -----
     def _arena_opts(self):
@@ -661,6 +730,8 @@ class Engine:
         torch = self.torch
         results = [self.attached] if self.attached is not None and self.attached.mode == "zero_copy" else []
         arenas = [self.arena] if self.arena is not None and self.arena.leased else []
+        if arenas and getattr(self, "prefix_arena", None) is not None:
+            arenas.append(self.prefix_arena)  # left out of the snapshot as well, leased again at the resume
 
         def quiesce():
             self.lock.acquire()
@@ -683,6 +754,13 @@ class Engine:
                 lease = arenas[0].lease
                 # A restored engine is another process holding a new lease: fastrestartd's record of it
                 print(fastrestart.arena_line(arenas[0]), flush=True)
+                if getattr(self, "prefix_index", None) is not None and len(arenas) > 1:
+                    # Another holder may have used either arena meanwhile: trust nothing from before.
+                    import refengine_runner
+                    dev = refengine_runner.TorchPrefixDevice(self.runner)
+                    rec = self.prefix_index.recover(lease["generation"], lease["created"], lambda s, n: dev.checksums(s, 0, n))
+                    self.batch_info["prefix"]["recovery"] = rec
+                    self.prefix_report.rebuilt()
             self.lock.release()
 
         self.snapshot_agent = fastrestart.snapshot_agent(results, quiesce=quiesce, resume=resume, arenas=arenas)
@@ -883,7 +961,10 @@ class Engine:
                 "gpu_memory_utilization": self.args.gpu_memory_utilization, "requests": self.requests,
                 "load": self.load, "startup": {"phases": self.phases, "ready_s": self.ready_s},
                 "oracle": self.oracle, "cuda_graph": self.graph_info,
-                "batch": dict(self.batch_info, **({"serving": self.runner.stats} if self.runner else {})),
+                "batch": dict(self.batch_info, **({"serving": self.runner.stats} if self.runner else {}),
+                              **({"prefix": dict(self.batch_info["prefix"], cached_blocks=self.prefix_index.cached_blocks(),
+                                                 **self.prefix_index.stats)}
+                                 if getattr(self, "prefix_index", None) is not None else {})),
                 "tensor_parallel": {"size": self.tp, "ranks": self.tp_info or []},
                 "standby": {k: v for k, v in self.standby_info.items() if k != "released_at"}}
 
@@ -1086,6 +1167,9 @@ def parse_args(argv):
                    help="how long the lease waits for the previous holder's exit (default 30)")
     s.add_argument("--kv-arena-zero", action="store_true",
                    help="zero the KV cache at every lease (default: only a new arena is zero-filled, by the daemon)")
+    s.add_argument("--enable-prefix-caching", action=argparse.BooleanOptionalAction, default=True,
+                   help="reuse a free slot's cached prompt prefix (blocks of 16 tokens); with --kv-arena its index "
+                        "survives a kill in the host arena <NAME>-index (docs/refengine.md; the batched engine)")
     s.add_argument("--compile", action="store_true", help="torch.compile the decode step before the capture")
     s.add_argument("--tensor-parallel-size", type=int, default=1, metavar="N",
                    help="ranks: this process is rank 0 and starts ranks 1..N-1 (one per GPU of FASTRESTART_DEVICES)")

@@ -145,6 +145,7 @@ class Request:
         self.ids, self.max_tokens, self.want_logprobs = list(ids), max_tokens, want_logprobs
         self.tokens, self.logprobs = [], []
         self.slot = None
+        self.cached = 0  # prompt positions found in the slot's cached prefix (refengine_prefix), not computed
         self.pos = None  # the position of the next token fed (the last generated one's)
         self.error = None
         self.done = threading.Event()
@@ -173,13 +174,19 @@ class SlotScheduler:
             self.waiting.append(req)
             self.cv.notify()
 
-    def admit(self):
-        """Moves waiting requests into free slots; returns those admitted now."""
+    def admit(self, choose=None):
+        """Moves waiting requests into free slots; returns those admitted now. choose(ids, free slots) ->
+        (slot, cached positions) picks the slot (prefix reuse); without it, the lowest free slot."""
         out = []
         with self.cv:
             while self.waiting and self.free:
                 req = self.waiting.pop(0)
-                req.slot = heapq.heappop(self.free)
+                if choose is None:
+                    req.slot = heapq.heappop(self.free)
+                else:
+                    req.slot, req.cached = choose(req.ids, list(self.free))
+                    self.free.remove(req.slot)
+                    heapq.heapify(self.free)
                 self.active[req.slot] = req
                 out.append(req)
         return out
@@ -205,12 +212,21 @@ class Batcher:
     """What the step thread does between forwards: admit waiting requests into free slots and prefill
     each (prefill(ids, slot) -> (token, logprob)), then one decode step over the busy slots
     (step(size, rows, ids, pos) -> (tokens, logprobs), lists of `rows` entries, where size is the captured
-    graph to replay or None for an eager step, and ids/pos hold each row's last token and its position: 0
-    for a padding row), and hand back finished requests. Every request is completed (req.done set) here."""
+    graph to replay or None for an eager step, and ids/pos hold each row's last token and its position:
+    pad_pos for a padding row), and hand back finished requests. Every request is completed (req.done set)
+    here.
 
-    def __init__(self, max_num_seqs, sizes):
+    With `prefix` (refengine_prefix.PrefixCache): a request is admitted into the free slot holding its
+    longest cached prefix (prefix.choose), prefix.begin(slot, cached) runs before its prefill, the prefill is
+    prefill(ids, slot, cached) (positions from `cached` on), and prefix.written(slot, tokens) publishes what
+    the prefill and, at the end, the decode wrote. pad_pos must then be a position no cached block holds
+    (the slot's last: refengine_prefix.max_blocks leaves it out)."""
+
+    def __init__(self, max_num_seqs, sizes, pad_pos=0, prefix=None):
         self.sched = SlotScheduler(max_num_seqs)
         self.sizes = sorted(sizes)
+        self.pad_pos = pad_pos
+        self.prefix = prefix
         self.stats = {"steps": 0, "rows": 0, "graph_steps": 0, "eager_steps": 0, "prefills": 0}
 
     def submit(self, req):
@@ -218,14 +234,22 @@ class Batcher:
 
     def _finish(self, req):
         if req.finished():
+            if self.prefix is not None:  # K/V written: the prompt and every generated token fed back
+                self.prefix.written(req.slot, req.ids + req.tokens[:-1])
             self.sched.release(req)
             req.done.set()
 
     def iterate(self, prefill, step):
         """One round; False when there was nothing to do."""
-        admitted = self.sched.admit()
+        pre = self.prefix
+        admitted = self.sched.admit(pre.choose if pre is not None else None)
         for req in admitted:
-            tok, lp = prefill(req.ids, req.slot)
+            if pre is None:
+                tok, lp = prefill(req.ids, req.slot)
+            else:
+                pre.begin(req.slot, req.cached)
+                tok, lp = prefill(req.ids, req.slot, req.cached)
+                pre.written(req.slot, req.ids)
             req.tokens.append(int(tok))
             req.logprobs.append(float(lp) if req.want_logprobs else None)
             req.pos = len(req.ids)  # where the token just generated goes when it is fed
@@ -237,7 +261,7 @@ class Batcher:
         active = dict(self.sched.active)
         size = graph_for(self.sizes, rows)
         n = size or rows
-        ids, pos = [0] * n, [0] * n
+        ids, pos = [0] * n, [self.pad_pos] * n
         for slot, req in active.items():
             ids[slot], pos[slot] = req.tokens[-1], req.pos
         toks, lps = step(size, n, ids, pos)

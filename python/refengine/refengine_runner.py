@@ -198,13 +198,20 @@ class Runner:
         graph per size would hit Dynamo's recompile limit at vLLM's 51 sizes)."""
         self.step_fn = self.torch.compile(self._step)
 
+    def pad_pos(self):
+        """The scratch position: what padding rows, the warm-up and the capture write, in every slot. The
+        slot's last position: a request reaches it only by writing it first, and no cached prefix block
+        holds it (refengine_prefix.max_blocks)."""
+        return self.positions - 1
+
     def warm_up(self, sizes):
-        """One eager (or compiled) run of the decode step at each size, largest first."""
+        """One eager (or compiled) run of the decode step at each size, largest first (at the scratch
+        position: the slots' cached prefixes stay as they are)."""
         torch = self.torch
         with torch.inference_mode():
             for b in sorted(sizes, reverse=True):
                 ids = torch.zeros((b, 1), dtype=torch.long, device=self.device)
-                self.step_fn(ids, torch.zeros_like(ids), 0)
+                self.step_fn(ids, torch.full_like(ids, self.pad_pos()), 0)
         torch.cuda.synchronize(self.device)
 
     def capture(self, sizes):
@@ -214,7 +221,7 @@ class Runner:
         torch = self.torch
         top = max(sizes)
         self.ids_buf = torch.zeros((top, 1), dtype=torch.long, device=self.device)
-        self.pos_buf = torch.zeros((top, 1), dtype=torch.long, device=self.device)
+        self.pos_buf = torch.full((top, 1), self.pad_pos(), dtype=torch.long, device=self.device)
         pool = torch.cuda.graph_pool_handle()
         torch.cuda.synchronize(self.device)
         torch.cuda.empty_cache()  # what the warm-ups (or compile) cached is not the graphs' memory
@@ -241,14 +248,14 @@ class Runner:
         return {"sizes": self.sizes, "count": len(self.sizes),
                 "pool_bytes": torch.cuda.memory_reserved(self.device) - before}
 
-    def check(self, ids, reference):
-        """The oracle prompt through this forward (a prefill in slot 0) against `reference`, the transformers
+    def check(self, ids, reference, slot=0):
+        """The oracle prompt through this forward (a prefill in `slot`) against `reference`, the transformers
         forward's logits of it: not bitwise equal (other kernels, another summation order), but a wrong
         forward differs by the size of the logits themselves. Returns the comparison (/stats batch.check)."""
         torch = self.torch
         with torch.inference_mode():
             x = torch.tensor([ids], dtype=torch.long, device=self.device)
-            mine = self._forward(x, torch.arange(len(ids), device=self.device)[None], 0)[0].float()
+            mine = self._forward(x, torch.arange(len(ids), device=self.device)[None], slot)[0].float()
             ref = reference.float()
             diff = float((mine - ref).abs().max())
             scale = float(ref.abs().max())
@@ -257,18 +264,19 @@ class Runner:
                     "ok": diff <= 0.1 * max(scale, 1e-6)}
 
     # --- serving -----------------------------------------------------------------------------------------
-    def _prefill(self, ids, slot):
+    def _prefill(self, ids, slot, start=0):
+        """Positions [start, len(ids)) of the slot; [0, start) hold a cached prefix's K/V (refengine_prefix)."""
         torch = self.torch
-        x = torch.tensor([ids], dtype=torch.long, device=self.device)
-        pos = torch.arange(len(ids), device=self.device)[None]
+        x = torch.tensor([ids[start:]], dtype=torch.long, device=self.device)
+        pos = torch.arange(start, len(ids), device=self.device)[None]
         tok, lp = self._step(x, pos, slot)  # a prefill is never graphed (vLLM: piecewise only)
         return int(tok[0]), float(lp[0])
 
     def max_len(self):
         return self.positions
 
-    def start_loop(self, max_num_seqs, log):
-        self.batcher = rb.Batcher(max_num_seqs, self.sizes)
+    def start_loop(self, max_num_seqs, log, prefix=None):
+        self.batcher = rb.Batcher(max_num_seqs, self.sizes, pad_pos=self.pad_pos(), prefix=prefix)
         self.stats = self.batcher.stats
         self.log = log
         threading.Thread(target=self._loop, name="refengine-step", daemon=True).start()
@@ -308,3 +316,44 @@ class Runner:
         else:
             tok, lp = self.step_fn(ids_t.to(self.device), pos_t.to(self.device), 0)
         return tok[:n].tolist(), lp[:n].tolist()
+
+
+class TorchPrefixDevice:
+    """refengine_prefix.PrefixCache's device side over the runner's KV tensors: a CUDA event recorded on the
+    current stream after the writes issued so far, waited for on the host; and the data checksum of each
+    block: the block's K and V of every layer read as integers (the dtype's own width), each element
+    weighted by its place in the block, summed in int64 (wrapping), the layers chained. Deterministic on one
+    device; it reads each checksummed block once."""
+
+    def __init__(self, runner):
+        self.r = runner
+        self.torch = runner.torch
+        self.weights = None
+
+    def record(self):
+        torch = self.torch
+        ev = torch.cuda.Event()
+        ev.record(torch.cuda.current_stream(self.r.device))
+        return ev
+
+    def wait(self, event):
+        event.synchronize()
+
+    def checksums(self, slot, first, upto):
+        torch, r = self.torch, self.r
+        n = upto - first
+        if n <= 0:
+            return []
+        B = rb.BLOCK
+        ints = {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}[r._esize()]
+        per = 2 * r.hkv * B * r.head_dim
+        if self.weights is None:
+            self.weights = torch.arange(per, device=r.device, dtype=torch.int64) % 65521 + 1
+        total = torch.zeros(n, dtype=torch.int64, device=r.device)
+        with torch.inference_mode():
+            for t in r.kv:
+                x = t[:, slot, :, first * B:upto * B, :]  # [2, Hkv, n*B, D]
+                x = x.reshape(2, r.hkv, n, B, r.head_dim).permute(2, 0, 1, 3, 4).reshape(n, per)
+                xi = x.contiguous().view(ints).to(torch.int64)
+                total = total * 1000003 + (xi * self.weights).sum(dim=1)
+        return total.tolist()

@@ -20,7 +20,7 @@ import urllib.error
 import urllib.request
 
 from test_torch import HAVE_CUDA, IMPORT_ERROR, WEIGHTD, TorchBase, torch
-from weightd_support import snapshot_exchange
+from weightd_support import Weightd, snapshot_exchange
 
 try:
     import fastrestart.standby  # noqa: F401
@@ -310,6 +310,78 @@ class RefEngineTest(TorchBase):
             code, ans = post(port, {"prompt": "x" * 250, "max_tokens": 10})
             self.assertEqual(code, 400, ans)
             self.assertIn("max_tokens", ans["error"]["message"])
+        finally:
+            self.stop(p)
+
+    def test_prefix_reuse_survives_kill_nine_with_the_index_in_a_host_arena(self):
+        """Prefix reuse (docs/refengine.md, "Prefix reuse across a kill"): the batched engine with --kv-arena
+        (the K/V on the GPU) and its index in a host daemon's arena; a prompt sharing a 96-token prefix with
+        an earlier one reuses its positions; after kill -9 the next engine recovers the index (header valid,
+        blocks recovered, none dropped), answers the same prompt exactly as before the kill, from the cache;
+        another --max-model-len (another layout) drops the whole index; --no-enable-prefix-caching never
+        hits and answers the first token as the cached path does."""
+        self.start()
+        host = Weightd(WEIGHTD, self.run_dir, os.path.join(self.tmp, "weightd-host.log"), "host")
+        host.proc = subprocess.Popen(host.argv, stdout=open(host.log_path, "wb"), stderr=subprocess.STDOUT)
+        self.addCleanup(host.stop)
+        deadline = time.monotonic() + 60
+        while not os.path.exists(os.path.join(self.run_dir, "weightd-host.sock")) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        flags = ("--load-format", "disk", "--max-num-seqs", "4", "--max-model-len", "256", "--kv-arena", "kv")
+        prefix = "".join(chr(65 + (i * 7) % 26) for i in range(96))  # 96 tokens: 6 blocks of 16
+        first = {"prompt": prefix + " one?", "max_tokens": 6, "logprobs": 0}
+        again = {"prompt": prefix + " two, please?", "max_tokens": 6, "logprobs": 0}
+
+        def prefix_stats(port):
+            return get(port, "/stats")["batch"]["prefix"]
+
+        p, port, err = self.serve(*flags)
+        self.assertIsNone(err, err)
+        try:
+            pre = prefix_stats(port)
+            self.assertEqual((pre["location"], pre["recovery"]["header"]), ("arena", "empty"), pre)
+            self.assertEqual(post(port, first)[0], 200)
+            code, before = post(port, again)
+            self.assertEqual(code, 200, before)
+            pre = prefix_stats(port)
+            self.assertGreaterEqual(pre["hit_tokens"], 96, pre)
+        finally:
+            p.send_signal(signal.SIGKILL)
+            p.wait(30)
+        p, port, err = self.serve(*flags)
+        self.assertIsNone(err, err)
+        try:
+            pre = prefix_stats(port)
+            self.assertEqual(pre["recovery"]["header"], "valid", pre)
+            self.assertGreaterEqual(pre["recovery"]["recovered"], 6, pre)
+            self.assertEqual(pre["recovery"]["dropped"], {}, pre)
+            code, after = post(port, again)
+            self.assertEqual(code, 200, after)
+            self.assertGreaterEqual(prefix_stats(port)["hit_tokens"], 96)
+            # The same computation over the same K/V: bitwise the same answer.
+            self.assertEqual(after["choices"][0]["token_ids"], before["choices"][0]["token_ids"])
+            self.assertEqual(after["choices"][0]["logprobs"], before["choices"][0]["logprobs"])
+        finally:
+            p.send_signal(signal.SIGKILL)
+            p.wait(30)
+        other = tuple(f if f != "256" else "240" for f in flags)
+        p, port, err = self.serve(*other)
+        self.assertIsNone(err, err)
+        try:
+            pre = prefix_stats(port)
+            self.assertNotEqual(pre["recovery"]["header"], "valid", pre)
+            self.assertEqual(pre["recovery"]["recovered"], 0, pre)
+        finally:
+            self.stop(p)
+        p, port, err = self.serve(*(flags[:-2] + ("--no-enable-prefix-caching",)))
+        self.assertIsNone(err, err)
+        try:
+            self.assertEqual(get(port, "/stats")["batch"]["prefix"], {"enabled": False})
+            code, whole = post(port, again)
+            self.assertEqual(code, 200, whole)
+            # Computed whole, not over cached positions: the first token agrees (the logits are not
+            # bitwise those of the suffix-only prefill: other kernel shapes).
+            self.assertEqual(whole["choices"][0]["token_ids"][0], before["choices"][0]["token_ids"][0])
         finally:
             self.stop(p)
 

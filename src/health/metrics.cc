@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <cstdlib>
 #include <limits>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -13,6 +14,7 @@
 #include <spdlog/spdlog.h>
 
 #include "health/health_server.h"
+#include "status/kv_cache_status.h"
 #include "status/status.h"
 
 namespace fr::health {
@@ -284,6 +286,38 @@ void arena_families(Writer& w, const SupervisorStatus& status) {
   if (status.arena_outcome) w.sample({{"outcome", status.arena_outcome->outcome == "leased" ? "leased" : "fallback"}}, 1.0);
 }
 
+// The current engine's KV cache survival (docs/kv-survival.md, "In fastrestartd's status"): what it recovered
+// from its KV arena and dropped at its start, and its prefix cache's hits since. No samples while no engine
+// said (status kv_cache null); the counters start again at each engine.
+void kv_cache_families(Writer& w, const json& status_json) {
+  std::optional<status::KvCacheStatus> decoded;
+  if (const json& j = field(status_json, "kv_cache"); !j.is_null()) {
+    status::KvCacheStatus kv;
+    if (auto r = status::read_kv_cache_status(j, "status.kv_cache", kv); r.ok()) decoded = std::move(kv);
+    else spdlog::warn("/metrics: {}", r.error().message);
+  }
+  const status::KvCacheStatus* k = decoded ? &*decoded : nullptr;
+  w.family("engine_kv_blocks", "gauge", "Blocks of the engine's KV cache (its capacity), labelled with where it lives: arena or private.");
+  if (k) w.sample({{"location", k->location}}, count(k->blocks));
+  w.family("engine_kv_header", "gauge",
+           "1, labelled with what the engine found in its KV arena's header at its start: empty, valid, or the mismatch that dropped the index.");
+  if (k) w.sample({{"header", k->header}}, 1.0);
+  w.family("engine_kv_blocks_recovered", "gauge", "KV cache blocks the engine kept from its arena at its start (after a restart).");
+  if (k) w.sample({}, count(k->recovered));
+  w.family("engine_kv_blocks_dropped", "gauge", "KV cache blocks the engine dropped at its start, by reason.");
+  if (k)
+    for (const auto& [reason, n] : k->dropped_by) w.sample({{"reason", reason}}, count(n));
+  w.family("engine_kv_prefix_requests_total", "counter", "Requests that looked up the engine's prefix cache.");
+  if (k) w.sample({}, count(k->requests));
+  w.family("engine_kv_prefix_query_tokens_total", "counter", "Prompt tokens looked up in the engine's prefix cache.");
+  if (k) w.sample({}, count(k->query_tokens));
+  w.family("engine_kv_prefix_hit_tokens_total", "counter", "Prompt tokens found in the engine's prefix cache (not recomputed).");
+  if (k) w.sample({}, count(k->hit_tokens));
+  w.family("engine_kv_prefix_hit_rate", "gauge", "hit_tokens / query_tokens since the engine started (no sample before a query).");
+  if (k)
+    if (auto r = k->hit_rate()) w.sample({}, *r);
+}
+
 void memory_families(Writer& w, const SupervisorStatus& status) {
   std::vector<std::pair<std::string, const status::MemoryRowStatus*>> ms;
   for (size_t i = 0; i < status.memory.size(); ++i) {
@@ -389,6 +423,7 @@ std::string render_metrics(const json& status_json, const std::string& version) 
   standby_families(w, status);
   daemon_families(w, status);
   arena_families(w, status);
+  kv_cache_families(w, status_json);
   memory_families(w, status);
   vllm_families(w, status);
   return w.take();

@@ -14,6 +14,7 @@
 #include "supervisor/control.h"
 #include "supervisor/memory_share.h"
 #include "supervisor/control_discovery.h"
+#include "supervisor/kv_stats.h"
 #include "supervisor/engines/check.h"
 #include "status/status.h"
 
@@ -126,6 +127,14 @@ bool print_status(const json& j) {
     else
       std::printf("%-18s pid %lld fallback: %s\n", "engine arena", static_cast<long long>(o->pid),
                   fr::escape_control_chars(o->reason).c_str());
+  }
+  // The engine's KV cache survival (docs/kv-survival.md, "In fastrestartd's status").
+  if (auto it = j.find("kv_cache"); it != j.end() && !it->is_null()) {
+    fr::status::KvCacheStatus k;
+    if (auto read = fr::status::read_kv_cache_status(*it, "status.kv_cache", k); read.ok())
+      std::printf("%-18s %s\n", "engine kv cache", fr::escape_control_chars(fr::supervisor::kv_cache_text(k)).c_str());
+    else
+      std::printf("%-18s %s\n", "engine kv cache", fr::escape_control_chars(read.error().message).c_str());
   }
   for (const auto& m : s.memory) {
     if (m.error) {

@@ -22,6 +22,7 @@
 #include "supervisor/engine_launch.h"
 #include "supervisor/engine_progress.h"
 #include "supervisor/flags.h"
+#include "supervisor/kv_stats.h"
 #include "supervisor/listen_socket.h"
 #include "supervisor/private_endpoint.h"
 #include "supervisor/readiness.h"
@@ -251,6 +252,7 @@ std::vector<std::string> Supervisor::engine_argv(bool for_standby) const { retur
 std::map<std::string, std::string> Supervisor::engine_env(bool for_standby) {
   std::map<std::string, std::string> env = engine_launch_env(launch(), for_standby);
   m_snapshots->add_engine_env(env);
+  env[kKvStatsEnv] = state_path(m_cfg, kKvStatsFileName);  // docs/kv-survival.md, "In fastrestartd's status"
   return env;
 }
 
@@ -391,6 +393,7 @@ LineHandler Supervisor::engine_line_handler(Engine* raw) {
     if (progress && m_state == State::kStarting)
       set_status(std::string("Starting the engine (") + (raw->warm_expected ? "warm" : "cold") + "): " + progress->text());
     observe_arena_line(*raw, l);
+    observe_kv_line(raw->pid, l);
   };
 }
 

@@ -19,6 +19,8 @@
 #include "supervisor/control_request.h"
 #include "supervisor/flags.h"
 #include "supervisor/flags_file.h"
+#include "supervisor/kv_stats.h"
+#include "supervisor/state_files.h"
 #include "supervisor/redaction.h"
 #include "supervisor/supervisor.h"
 #include "status/status.h"
@@ -268,7 +270,12 @@ json Supervisor::status_json() {
   st.reload_in_progress = m_reload != nullptr;
   st.snapshot = m_snapshots->status();
   st.standby = m_standby->status();
-  return to_json(st);
+  json out = to_json(st);
+  // The running engine's KV cache survival (kv_stats.h): null until it printed its line.
+  std::optional<status::KvCacheStatus> kv;
+  if (m_engine && !m_engine->exited) kv = kv_cache_of(m_engine->pid, state_path(m_cfg, kKvStatsFileName));
+  out["kv_cache"] = kv ? status::to_json(*kv) : json(nullptr);
+  return out;
 }
 
 }  // namespace fr::supervisor

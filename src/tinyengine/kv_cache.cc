@@ -232,9 +232,11 @@ void KvCache::recover() {
     if (!mismatch.empty()) {
       m_recovery.header = mismatch;
       if (mismatch != "foreign") {
-        // Count what the index held (the table is only read here if its layout field agreed).
+        // Count what the index held, in the header's own table (another block size has another number of
+        // blocks; the table starts at the same offset), read only within this region.
         uint64_t n = 0;
-        const uint64_t entries = h->num_blocks == m_num_blocks ? m_num_blocks : 0;
+        const uint64_t fit = m_bytes > m_table_offset ? (m_bytes - m_table_offset) / kEntryBytes : 0;
+        const uint64_t entries = h->table_offset == m_table_offset ? std::min<uint64_t>(h->num_blocks, fit) : 0;
         for (uint64_t b = 0; b < entries; ++b)
           if (entry(static_cast<int>(b))->state.load(std::memory_order_acquire) != 0) ++n;
         m_recovery.dropped[mismatch] = n;

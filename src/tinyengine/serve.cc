@@ -18,6 +18,7 @@
 
 #include "tinyengine/faults.h"
 #include "tinyengine/kv_cache.h"
+#include "tinyengine/kv_report.h"
 #include "tinyengine/server.h"
 #include "tinyengine/tp.h"
 
@@ -389,6 +390,8 @@ int run_serve(const ServeOptions& o) {
     std::fflush(nullptr);
     std::_Exit(kExitFailure);
   }
+  // Its survival and hits for fastrestartd's status (kv_report.h): the line now, the counters file as it serves.
+  const std::shared_ptr<KvReport> kv_report = KvReport::start(model->kv_cache);
   if (!listening) {
     if (auto s = listen("released standby"); !s) {
       spdlog::error("{}", s.error().message);
@@ -402,10 +405,11 @@ int run_serve(const ServeOptions& o) {
   if (o.snapshot_agent && !group) {
     auto a = start_snapshot_agent(
         *model, kv_arena ? &*kv_arena : nullptr, [&server]() -> Status { server.pause_for_snapshot(); return {}; },
-        [&server, cuda, graph_sum, kv = model->kv_cache, arena = kv_arena ? &*kv_arena : nullptr]() -> Status {
+        [&server, cuda, graph_sum, kv = model->kv_cache, kv_report, arena = kv_arena ? &*kv_arena : nullptr]() -> Status {
           if (kv && kv->on_arena() && arena) {  // the arena was leased again: trust nothing from before
             kv->resync(kv_arena_generation(*arena));
             spdlog::info("kv cache after resume: {}", kv->summary());
+            if (kv_report) kv_report->rebuilt();
           }
           if (!graph_sum.empty()) {
             auto now = cuda->replay_weight_graph();

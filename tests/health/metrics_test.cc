@@ -255,5 +255,35 @@ TEST(RenderMetrics, VllmInfoAndLoaderAttachTimes) {
   EXPECT_EQ(render_metrics(sample_status(), "0.1.0").find("vllm_info"), std::string::npos);
 }
 
+// The engine's KV cache survival (docs/kv-survival.md, "In fastrestartd's status"): status kv_cache as
+// gauges and counters; none before the engine's line; a mistyped kv_cache costs its samples only.
+TEST(RenderMetrics, KvCacheRecoveryAndPrefixHits) {
+  json s = sample_status();
+  s["kv_cache"] = json::parse(R"({"pid": 42, "location": "arena", "header": "valid", "blocks": 64, "block_tokens": 16,
+    "recovered": 58, "dropped": 4, "dropped_by": {"orphan": 3, "checksum": 1},
+    "prefix": {"requests": 5, "query_tokens": 1000, "hit_tokens": 896, "hit_rate": 0.896}, "counters": "file", "error": ""})");
+  const std::string text = render_metrics(s, "0.1.0");
+  expect_valid(text);
+  EXPECT_EQ(value_of(text, "fastrestart_engine_kv_blocks{location=\"arena\"}"), "64") << text;
+  EXPECT_EQ(value_of(text, "fastrestart_engine_kv_header{header=\"valid\"}"), "1") << text;
+  EXPECT_EQ(value_of(text, "fastrestart_engine_kv_blocks_recovered"), "58") << text;
+  EXPECT_EQ(value_of(text, "fastrestart_engine_kv_blocks_dropped{reason=\"orphan\"}"), "3") << text;
+  EXPECT_EQ(value_of(text, "fastrestart_engine_kv_blocks_dropped{reason=\"checksum\"}"), "1") << text;
+  EXPECT_EQ(value_of(text, "fastrestart_engine_kv_prefix_requests_total"), "5") << text;
+  EXPECT_EQ(value_of(text, "fastrestart_engine_kv_prefix_query_tokens_total"), "1000") << text;
+  EXPECT_EQ(value_of(text, "fastrestart_engine_kv_prefix_hit_tokens_total"), "896") << text;
+  EXPECT_EQ(value_of(text, "fastrestart_engine_kv_prefix_hit_rate"), "0.896") << text;
+
+  const std::string none = render_metrics(sample_status(), "0.1.0");
+  expect_valid(none);
+  EXPECT_NE(none.find("# TYPE fastrestart_engine_kv_blocks_recovered gauge"), std::string::npos);
+  EXPECT_EQ(value_of(none, "fastrestart_engine_kv_blocks_recovered"), "<absent>");
+  s["kv_cache"]["recovered"] = "many";
+  const std::string bad = render_metrics(s, "0.1.0");
+  expect_valid(bad);
+  EXPECT_EQ(value_of(bad, "fastrestart_engine_kv_blocks_recovered"), "<absent>");
+  EXPECT_EQ(value_of(bad, "fastrestart_restarts_total{cause=\"crash\"}"), value_of(none, "fastrestart_restarts_total{cause=\"crash\"}"));
+}
+
 }  // namespace
 }  // namespace fr::health

@@ -281,10 +281,11 @@ TEST(TinyKvCache, AnotherIdentityDropsAndZeroesTheWholeIndex) {
   EXPECT_EQ((*back)->recovery().dropped.at("identity"), 0u);
   EXPECT_EQ((*back)->recovery().recovered, 0u);
   // Another block size is another identity; a generation not older than the writer's is refused.
-  kv_fill(*m, r, id, 4);
+  const uint64_t refilled = kv_fill(*m, r, id, 4);
   auto bs = KvCache::open({m->info.config, m->fingerprint, 8}, r.base(), r.size, 5);
   ASSERT_TRUE(bs.ok());
   EXPECT_EQ((*bs)->recovery().header, "identity");
+  EXPECT_EQ((*bs)->recovery().dropped.at("identity"), refilled);  // counted in the old layout's own table
   bs->reset();
   kv_fill(*m, r, id, 6);
   auto same_gen = KvCache::open(id, r.base(), r.size, 6);

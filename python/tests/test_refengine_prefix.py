@@ -1,0 +1,487 @@
+"""The batched reference engine's prefix reuse and its index across a kill (python/refengine/refengine_prefix.py;
+docs/refengine.md, "Prefix reuse across a kill"), without torch or a GPU.
+
+The KV cache is a stand-in with the property that matters: the "K/V" of position p of a slot is computed
+from the K/V at p - 1 of the same slot and the token at p (as attention reads the earlier positions), and
+the answer token is read from the last one. So a request admitted over a cached prefix answers as it would
+computing everything only if the slot really held that prefix's K/V. The stand-in cache and the index live
+in MAP_SHARED memory that outlives a process, as the daemon's arenas do: a child process serves and is
+killed with SIGKILL at random instants; the next "engine" recovers the index and every block it keeps holds
+exactly the K/V of its tokens. The GPU side (the torch checksum, the CUDA event, the startup writes at the
+scratch position) is test_refengine's test_prefix_... on the GPU machine.
+
+Run: python3 -m unittest -v test_refengine_prefix   (ctest python_refengine_prefix)
+"""
+
+import mmap
+import os
+import random
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+import unittest
+
+import numpy as np
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(HERE, "..", "refengine"))
+
+import refengine_batch as rb  # noqa: E402
+import refengine_prefix as rp  # noqa: E402
+
+VOCAB = 50
+P = (1 << 31) - 1
+SLOTS, POSITIONS = 6, 96  # 5 indexable blocks of 16 per slot (the last block holds the scratch position)
+IDENTITY = rp.identity_digest({"model": "stand-in", "slots": SLOTS, "positions": POSITIONS})
+
+
+def kv_step(prev, tok):
+    return (prev * 31 + tok + 1) % P
+
+
+class StandIn:
+    """The stand-in model over `kv` ([slots, positions] int64): prefill and decode as the Batcher calls them."""
+
+    def __init__(self, kv, index=None):
+        self.kv = kv
+        self.index = index  # checked at every write: never a position of a published block (invariant 1)
+        self.writes = []  # (slot, first position, last position + 1) of every prefill
+
+    def _check(self, slot, p):
+        if self.index is not None:
+            published = int(self.index.u64[self.index._rec(slot)]) * rp.BLOCK  # the commit word in memory
+            assert p >= published, f"a write at position {p} of slot {slot}, which has {published} published"
+
+    def _out(self, v):
+        return int(v % VOCAB), -float(v % 1000) / 1000.0
+
+    def prefill(self, ids, slot, start=0):
+        kv = self.kv
+        prev = kv[slot, start - 1] if start else 7
+        for p in range(start, len(ids)):
+            self._check(slot, p)
+            prev = kv[slot, p] = kv_step(int(prev), ids[p])
+        self.writes.append((slot, start, len(ids)))
+        return self._out(int(kv[slot, len(ids) - 1]))
+
+    def step(self, size, n, ids, pos):
+        toks, lps = [], []
+        for r in range(n):
+            p = pos[r]
+            prev = self.kv[r, p - 1] if p else 7
+            self._check(r, p)
+            self.kv[r, p] = kv_step(int(prev), ids[r])
+            t, lp = self._out(int(self.kv[r, p]))
+            toks.append(t)
+            lps.append(lp)
+        return toks, lps
+
+
+class Device:
+    """The device side of refengine_prefix.PrefixCache over the stand-in cache: writes are synchronous,
+    so an event is complete at once; checksums as the runner's (a weighted sum per block)."""
+
+    def __init__(self, kv):
+        self.kv = kv
+        self.recorded = 0
+
+    def record(self):
+        self.recorded += 1
+        return self.recorded
+
+    def wait(self, event):
+        assert event == self.recorded
+
+    def checksums(self, slot, first, upto):
+        w = np.arange(1, rp.BLOCK + 1, dtype=np.int64)
+        return [int((self.kv[slot, j * rp.BLOCK:(j + 1) * rp.BLOCK] * w).sum()) for j in range(first, upto)]
+
+
+def expected_kv(tokens):
+    out, prev = [], 7
+    for t in tokens:
+        prev = kv_step(prev, int(t))
+        out.append(prev)
+    return out
+
+
+def prompts(rng, n):
+    """Prompts over 4 shared prefixes of 1-4 blocks, with suffixes of 1-20 tokens."""
+    prefixes = [[(7 * s + i) % VOCAB for i in range(rp.BLOCK * (1 + s))] for s in range(4)]
+    return [prefixes[rng.randrange(4)] + [rng.randrange(VOCAB) for _ in range(1 + rng.randrange(20))] for _ in range(n)]
+
+
+def serve(batcher, model, reqs):
+    """Submits every request and runs the step loop until all are answered."""
+    rs = [rb.Request(ids, mt, True) for ids, mt in reqs]
+    for r in rs:
+        batcher.submit(r)
+    while not all(r.done.is_set() for r in rs):
+        batcher.iterate(model.prefill, model.step)
+    return [(r.tokens, r.logprobs) for r in rs]
+
+
+def shared_buffers(path_prefix):
+    """The index and the stand-in cache in MAP_SHARED files (memory that outlives the process)."""
+    out = []
+    for name, size in (("index", rp.index_bytes(SLOTS, POSITIONS)), ("kv", SLOTS * POSITIONS * 8)):
+        path = f"{path_prefix}.{name}"
+        if not os.path.exists(path):
+            with open(path, "wb") as f:
+                f.truncate(size)
+        with open(path, "r+b") as f:
+            m = mmap.mmap(f.fileno(), size)
+        out.append(np.frombuffer(m, dtype=np.uint8))
+    return out[0], out[1].view(np.int64).reshape(SLOTS, POSITIONS)
+
+
+def engine(index_buf, kv, kv_generation, kv_created=False, identity=IDENTITY):
+    """One engine's start: the index recovered, the Batcher with the prefix hooks."""
+    dev = Device(kv)
+    idx = rp.PrefixIndex(index_buf, identity, SLOTS, POSITIONS, VOCAB)
+    rec = idx.recover(kv_generation, kv_created, lambda s, n: dev.checksums(s, 0, n))
+    pre = rp.PrefixCache(idx, dev)
+    model = StandIn(kv, idx)
+    return rb.Batcher(SLOTS, [1, 2, 4], pad_pos=POSITIONS - 1, prefix=pre), model, idx, rec
+
+
+class PrefixReuse(unittest.TestCase):
+    def test_answers_equal_those_computed_whole_and_prefixes_hit(self):
+        rng = random.Random(5)
+        reqs = [(p, 1 + rng.randrange(6)) for p in prompts(rng, 60)]
+        ref_kv = np.zeros((SLOTS, POSITIONS), dtype=np.int64)
+        ref_model = StandIn(ref_kv)
+        want = serve(rb.Batcher(SLOTS, [1, 2, 4]), ref_model, reqs)
+        buf = np.zeros(rp.index_bytes(SLOTS, POSITIONS), dtype=np.uint8)
+        kv = np.zeros((SLOTS, POSITIONS), dtype=np.int64)
+        b, model, idx, rec = engine(buf, kv, 0)
+        self.assertEqual(rec["header"], "empty")
+        # In waves of 3, so that requests find slots their predecessors left.
+        got = []
+        for i in range(0, len(reqs), 3):
+            got += serve(b, model, reqs[i:i + 3])
+        self.assertEqual(got, want)
+        self.assertGreater(idx.stats["hit_tokens"], 0)
+        self.assertLessEqual(idx.stats["hit_tokens"], idx.stats["query_tokens"])
+        self.assertTrue(any(start > 0 for _, start, _ in model.writes), "no prefill started after a cached prefix")
+        # Every start is a whole number of blocks and leaves the last prompt token to compute.
+        for _, start, n in model.writes:
+            self.assertEqual(start % rp.BLOCK, 0)
+            self.assertLess(start, n)
+
+    def test_padding_rows_never_touch_a_cached_block(self):
+        buf = np.zeros(rp.index_bytes(SLOTS, POSITIONS), dtype=np.uint8)
+        kv = np.zeros((SLOTS, POSITIONS), dtype=np.int64)
+        b, model, idx, _ = engine(buf, kv, 0)
+        prefix = list(range(rp.BLOCK * 3))
+        serve(b, model, [(prefix + [1], 2)])  # slot 0 now holds 3 blocks
+        self.assertEqual(idx.valid[0], 3)
+        before = kv[0].copy()
+        # A request in a higher slot decodes with slot 0 idle below it: a padding row each step.
+        b.sched.free.remove(0)
+        import heapq
+        heapq.heapify(b.sched.free)
+        b.sched.active[0] = rb.Request([0], 1, False)  # hold slot 0 out of admission
+        r = rb.Request([5, 6, 7], 10, False)
+        b.submit(r)
+        del b.sched.active[0]
+        while not r.done.is_set():
+            b.iterate(model.prefill, model.step)
+        self.assertNotEqual(r.slot, 0)
+        np.testing.assert_array_equal(kv[0, :3 * rp.BLOCK], before[:3 * rp.BLOCK])
+
+    def test_a_slot_reused_for_another_prompt_is_unpublished_before_it_is_written(self):
+        buf = np.zeros(rp.index_bytes(1, POSITIONS), dtype=np.uint8)
+        idx = rp.PrefixIndex(buf, IDENTITY, 1, POSITIONS, VOCAB)
+        idx.recover(0, False, lambda s, n: [])
+        a = list(range(40))
+        slot, cached = idx.match(a, [0])
+        self.assertEqual((slot, cached), (0, 0))
+        idx.begin(0, 0)
+        self.assertEqual(idx.publish(0, a, 2, [11, 22]), 2)
+        self.assertEqual(idx.match(a + [1], [0]), (0, 32))
+        # Another prompt sharing one block: the second is unpublished at begin, before any write.
+        b = a[:16] + [49] * 30
+        self.assertEqual(idx.match(b, [0]), (0, 16))
+        idx.begin(0, 16)
+        self.assertEqual(idx.valid[0], 1)
+        self.assertEqual(int(idx.u64[idx._rec(0)]), 1)  # the commit word in memory, not only the mirror
+        self.assertEqual(idx.match(a + [1], [0]), (0, 16))
+        # A publish of tokens that are not the slot's prefix is refused.
+        self.assertEqual(idx.publish(0, [3] * 48, 3, [1, 2]), 0)
+
+
+class Recovery(unittest.TestCase):
+    def setUp(self):
+        self.dir = tempfile.TemporaryDirectory()
+        self.addCleanup(self.dir.cleanup)
+        self.buf, self.kv = shared_buffers(os.path.join(self.dir.name, "arena"))
+        b, model, idx, _ = engine(self.buf, self.kv, 1, kv_created=True)
+        serve(b, model, [(p, 3) for p in prompts(random.Random(1), 8)])
+        self.published = idx.cached_blocks()
+        self.assertGreater(self.published, 0)
+
+    def recover(self, **kw):
+        args = dict(kv_generation=2, kv_created=False, identity=IDENTITY)
+        args.update(kw)
+        return engine(self.buf, self.kv, args["kv_generation"], args["kv_created"], args["identity"])
+
+    def test_the_next_holder_keeps_every_block(self):
+        b, model, idx, rec = self.recover()
+        self.assertEqual(rec, {"header": "valid", "recovered": self.published, "dropped": {}})
+        for s in range(SLOTS):
+            n = idx.valid[s] * rp.BLOCK
+            np.testing.assert_array_equal(self.kv[s, :n], expected_kv(idx._tokens(s)[:n]))
+        # And it serves from them.
+        serve(b, model, [(p, 2) for p in prompts(random.Random(1), 4)])
+        self.assertGreater(idx.stats["hit_tokens"], 0)
+
+    def test_a_resume_recovers_the_same_index_again(self):
+        """A snapshot's resume leases both arenas again and recovers the index in the same object: the
+        lookups are rebuilt from the memory, not kept from before."""
+        b, model, idx, rec = self.recover()
+        idx.by_hash[(0, 12345)] = {0}  # a stale lookup the rebuild must not keep
+        dev = Device(self.kv)
+        again = idx.recover(3, False, lambda s, n: dev.checksums(s, 0, n))
+        self.assertEqual((again["header"], again["recovered"]), ("valid", self.published))
+        self.assertNotIn((0, 12345), idx.by_hash)
+        self.assertEqual(sum(len(v) for v in idx.by_hash.values()), self.published)
+
+    def test_a_mismatch_of_the_whole_index_drops_it_all(self):
+        cases = [("identity", dict(identity=rp.identity_digest({"other": 1}))),
+                 ("generation", dict(kv_generation=3)),  # another holder leased the KV arena in between
+                 ("generation", dict(kv_generation=1)),
+                 ("kv_arena_new", dict(kv_created=True))]
+        for why, kw in cases:
+            with self.subTest(why=why, **{k: str(v)[:16] for k, v in kw.items()}):
+                saved_idx, saved_kv = self.buf.copy(), self.kv.copy()
+                _, _, idx, rec = self.recover(**kw)
+                self.assertEqual(rec["header"], why)
+                self.assertEqual(rec["dropped"], {why: self.published})
+                self.assertEqual(rec["recovered"], 0)
+                self.assertEqual(idx.cached_blocks(), 0)
+                # Zeroed: going back to the right identity finds nothing either.
+                _, _, _, again = engine(self.buf, self.kv, 4 if why != "generation" else 2)
+                self.assertEqual(again["recovered"], 0)
+                self.buf[:] = saved_idx
+                self.kv[:] = saved_kv
+
+    def test_a_damaged_header_or_entry_is_dropped_with_its_reason(self):
+        saved = self.buf.copy()
+        self.buf[20] ^= 1  # inside the identity: the header checksum no longer matches
+        _, _, _, rec = self.recover()
+        self.assertEqual((rec["header"], rec["dropped"]), ("header_checksum", {"header_checksum": self.published}))
+        self.buf[:] = saved
+        self.buf[:8] = np.frombuffer(b"SOMEONE!", dtype=np.uint8)
+        _, _, _, rec = self.recover()
+        self.assertEqual((rec["header"], rec["recovered"]), ("foreign", 0))
+        self.buf[:] = saved
+
+        idx = rp.PrefixIndex(self.buf, IDENTITY, SLOTS, POSITIONS, VOCAB)
+        full = [s for s in range(SLOTS) if int(idx.u64[idx._rec(s)]) >= 2]
+        self.assertGreaterEqual(len(full), 1)
+        s = full[0]
+        n = int(idx.u64[idx._rec(s)])
+        # A token changed in block 1: its hash fails; blocks 1.. of that slot go.
+        idx._tokens(s)[rp.BLOCK + 3] = (int(idx._tokens(s)[rp.BLOCK + 3]) + 1) % VOCAB
+        _, _, idx2, rec = self.recover()
+        self.assertEqual(rec["dropped"], {"hash": n - 1})
+        self.assertEqual(idx2.valid[s], 1)
+        self.buf[:] = saved
+        # A K/V value changed in block 1 (the device's memory): its checksum fails.
+        kv_saved = self.kv.copy()
+        self.kv[s, rp.BLOCK + 5] += 1
+        _, _, idx2, rec = self.recover()
+        self.assertEqual(rec["dropped"], {"checksum": n - 1})
+        self.assertEqual(idx2.valid[s], 1)
+        self.buf[:] = saved
+        self.kv[:] = kv_saved
+        # A commit word past the slot's blocks: the slot goes.
+        idx.u64[idx._rec(s)] = rp.max_blocks(POSITIONS) + 1
+        _, _, idx2, rec = self.recover()
+        self.assertEqual(rec["dropped"], {"torn": 1})
+        self.assertEqual(idx2.valid[s], 0)
+
+
+def load_kv_stats():
+    """python/fastrestart/kv_stats.py by its path: pure Python, no compiled binding needed."""
+    import importlib.util
+    spec = importlib.util.spec_from_file_location("fr_kv_stats", os.path.join(HERE, "..", "fastrestart", "kv_stats.py"))
+    m = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(m)
+    return m
+
+
+class KvStatsText(unittest.TestCase):
+    """fastrestart.kv_stats: the text fastrestartd parses (supervisor/kv_stats.h; its C++ twin's round trip
+    is the KvStats.* gtest), and the counters file replaced whole."""
+
+    def test_the_line_and_the_file(self):
+        ks = load_kv_stats()
+        s = ks.KvStats(location="arena", header="valid", blocks=64, block_tokens=16, recovered=58,
+                       dropped={"orphan": 3, "checksum": 1, "not a word": 9}, requests=5, query_tokens=1000,
+                       hit_tokens=896)
+        self.assertEqual(ks.kv_stats_text(s, "ab12"),
+                         "fastrestart-kv: id=ab12 location=arena header=valid blocks=64 block_tokens=16 recovered=58 "
+                         "dropped.checksum=1 dropped.orphan=3 requests=5 query_tokens=1000 hit_tokens=896")
+        with tempfile.TemporaryDirectory() as d:
+            path = os.path.join(d, "kv-stats")
+            r = ks.KvStatsReporter(path)
+            self.assertRegex(r.id, r"^[0-9a-f]{16}$")
+            self.assertNotEqual(r.id, ks.KvStatsReporter(path).id)
+            r.write(s)
+            with open(path) as f:
+                self.assertEqual(f.read(), r.line(s) + "\n")
+            self.assertEqual(os.listdir(d), ["kv-stats"])  # no temporary file left
+            os.environ.pop(ks.ENV, None)
+            ks.KvStatsReporter().write(s)  # no path: nothing, no error
+            self.assertRaises(OSError, ks.KvStatsReporter(os.path.join(d, "missing", "kv-stats")).write, s)
+
+    def test_refengine_report_prints_the_line_and_rewrites_the_file(self):
+        import contextlib
+        import io
+        import types
+        ks = load_kv_stats()
+        with tempfile.TemporaryDirectory() as d:
+            path = os.path.join(d, "kv-stats")
+            pkg = types.ModuleType("fastrestart")
+            pkg.kv_stats = ks
+            saved = {k: sys.modules.get(k) for k in ("fastrestart", "fastrestart.kv_stats")}
+            sys.modules["fastrestart"], sys.modules["fastrestart.kv_stats"] = pkg, ks
+            os.environ[ks.ENV] = path
+            try:
+                buf = np.zeros(rp.index_bytes(SLOTS, POSITIONS), dtype=np.uint8)
+                idx = rp.PrefixIndex(buf, IDENTITY, SLOTS, POSITIONS, VOCAB)
+                idx.recover(0, False, lambda s, n: [])
+                out = io.StringIO()
+                with contextlib.redirect_stdout(out):
+                    rep = rp.KvReport(idx, "private", lambda m: None)
+                self.assertRegex(out.getvalue(), r"^fastrestart-kv: id=[0-9a-f]{16} location=private header=empty "
+                                 r"blocks=30 block_tokens=16 recovered=0 requests=0 query_tokens=0 hit_tokens=0\n$")
+                idx.match(list(range(40)), [0, 1])
+                rep.changed()
+                deadline = time.monotonic() + 10
+                while time.monotonic() < deadline:
+                    with open(path) as f:
+                        if "query_tokens=40 " in f.read():
+                            break
+                    time.sleep(0.05)
+                with open(path) as f:
+                    self.assertIn("requests=1 query_tokens=40 hit_tokens=0", f.read())
+            finally:
+                os.environ.pop(ks.ENV, None)
+                for k, v in saved.items():
+                    if v is None:
+                        sys.modules.pop(k, None)
+                    else:
+                        sys.modules[k] = v
+
+
+CHILD = r"""
+import os, random, sys
+sys.path.insert(0, sys.argv[1]); sys.path.insert(0, sys.argv[2])
+import test_refengine_prefix as t
+buf, kv = t.shared_buffers(sys.argv[3])
+b, model, idx, rec = t.engine(buf, kv, int(sys.argv[4]), sys.argv[5] == "1")
+print(rec, flush=True)
+rng = random.Random(int(sys.argv[6]))
+while True:
+    t.serve(b, model, [(p, 1 + rng.randrange(8)) for p in t.prompts(rng, 1 + rng.randrange(4))])
+"""
+
+
+class KillNine(unittest.TestCase):
+    def test_every_block_recovered_after_a_kill_at_a_random_instant_holds_its_tokens_kv(self):
+        with tempfile.TemporaryDirectory() as d:
+            arena = os.path.join(d, "arena")
+            rng = random.Random(20261205)
+            kills = int(os.environ.get("FR_REFENGINE_PREFIX_KILLS", "12"))
+            most = 0
+            for gen in range(1, kills + 1):
+                p = subprocess.Popen([sys.executable, "-c", CHILD, HERE, os.path.join(HERE, "..", "refengine"), arena,
+                                      str(gen), "1" if gen == 1 else "0", str(rng.randrange(1 << 30))],
+                                     stdout=subprocess.PIPE, text=True)
+                line = p.stdout.readline()
+                self.assertIn("header", line)
+                if gen > 1:
+                    self.assertIn("'header': 'valid'", line)
+                    for why in ("torn", "hash", "checksum"):
+                        self.assertNotIn(f"'{why}'", line, f"after kill {gen - 1}")
+                time.sleep(rng.uniform(0.005, 0.15))
+                p.send_signal(signal.SIGKILL)
+                p.wait()
+                p.stdout.close()
+                buf, kv = shared_buffers(arena)
+                idx = rp.PrefixIndex(buf, IDENTITY, SLOTS, POSITIONS, VOCAB)
+                # What the killed holder left, checked without recovering (the next child does that).
+                for s in range(SLOTS):
+                    n = int(idx.u64[idx._rec(s)]) * rp.BLOCK
+                    np.testing.assert_array_equal(kv[s, :n], expected_kv(idx._tokens(s)[:n]),
+                                                  f"slot {s} after kill {gen}")
+                    most = max(most, n)
+            self.assertGreater(most, 0, "no kill left a published block")
+
+
+ARENA_CHILD = r"""
+import os, sys
+sys.path.insert(0, sys.argv[1]); sys.path.insert(0, sys.argv[2])
+import numpy as np
+import fastrestart
+import test_refengine_prefix as t
+import refengine_prefix as rp
+# As fastrestart_refengine._prefix_cache leases and views it.
+a = fastrestart.lease_arena("kv-index", rp.index_bytes(t.SLOTS, t.POSITIONS), wait_s=30, device="host",
+                            socket_dir=sys.argv[3], connect_timeout_s=5.0)
+buf = a.view(0, (a.bytes,), "uint8").numpy()
+kv = t.shared_buffers(sys.argv[4])[1]
+b, model, idx, rec = t.engine(buf, kv, int(sys.argv[5]), sys.argv[5] == "1")
+t.serve(b, model, [(p, 3) for p in t.prompts(__import__("random").Random(3), 10)])
+print(rec["header"], rec["recovered"], idx.cached_blocks(), a.lease["generation"], flush=True)
+sys.stdin.read()  # held until killed
+"""
+
+
+class InTheHostDaemonsArena(unittest.TestCase):
+    """The index in a real fastrestart-weightd's host arena, leased and viewed as the engine does: a
+    holder killed with SIGKILL, and the next process's lease (granted after the exit) recovers every block."""
+
+    def test_the_next_lease_recovers_what_a_killed_holder_published(self):
+        try:
+            import fastrestart  # noqa: F401
+            from weightd_support import Weightd
+        except ImportError as e:
+            self.skipTest(f"the fastrestart binding is not importable ({e})")
+        weightd = os.environ.get("FR_WEIGHTD_BIN")
+        if not weightd or not os.access(weightd, os.X_OK):
+            self.skipTest("FR_WEIGHTD_BIN is not set to fastrestart-weightd")
+        with tempfile.TemporaryDirectory() as d:
+            run = os.path.join(d, "run")
+            os.mkdir(run, 0o700)
+            daemon = Weightd(weightd, run, os.path.join(d, "weightd.log")).start(self)
+            try:
+                seen = []
+                for gen in (1, 2):
+                    p = subprocess.Popen([sys.executable, "-c", ARENA_CHILD, HERE, os.path.join(HERE, "..", "refengine"),
+                                          run, os.path.join(d, "kv"), str(gen)],
+                                         stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+                    line = p.stdout.readline().split()
+                    p.send_signal(signal.SIGKILL)
+                    p.wait()
+                    p.stdin.close()
+                    p.stdout.close()
+                    self.assertEqual(len(line), 4, f"the child said {line!r}; daemon: {daemon.log()}")
+                    seen.append(line)
+                self.assertEqual(seen[0][:2], ["empty", "0"])
+                published = int(seen[0][2])
+                self.assertGreater(published, 0)
+                self.assertEqual(seen[1][0], "valid")
+                self.assertEqual(int(seen[1][1]), published)
+                self.assertEqual((seen[0][3], seen[1][3]), ("1", "2"))  # the index arena's own leases
+            finally:
+                daemon.stop()
+
+
+if __name__ == "__main__":
+    unittest.main()
