@@ -8,9 +8,7 @@
 #include <systemd/sd-daemon.h>
 #include <unistd.h>
 
-#include <chrono>
 #include <cmath>
-#include <thread>
 #include <filesystem>
 #include <fstream>
 #include <spdlog/spdlog.h>
@@ -193,15 +191,7 @@ int Supervisor::run() {
   // Close every handle we own before the loop goes away.
   m_signals.clear();
   // A front still running here (fastrestartd gave up: crash loop) is asked to finish what it holds, then killed.
-  if (m_front && m_front->pid() > 0) {
-    const pid_t pid = m_front->pid();
-    ::kill(pid, SIGTERM);
-    for (int i = 0; i < static_cast<int>(m_cfg.front.stop_grace_s * 20) + 40; ++i) {
-      if (::waitpid(pid, nullptr, WNOHANG) == pid) break;
-      std::this_thread::sleep_for(std::chrono::milliseconds(50));
-    }
-  }
-  if (m_front) m_front->kill_now();
+  if (m_front) m_front->stop_blocking();
   m_standby->close();
   m_engine.reset();
   m_daemons->close();

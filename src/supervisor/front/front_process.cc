@@ -208,6 +208,30 @@ void FrontProcess::kill_now() {
   collect(true);
 }
 
+void FrontProcess::stop_blocking() {
+  m_stopping = true;
+  m_respawn_timer.stop();
+  if (m_running) {
+    spdlog::info("stopping fastrestart-front pid {} (fastrestartd exits)", m_child.pid);
+    ::kill(m_child.pid, SIGTERM);
+    const auto until = std::chrono::steady_clock::now() +
+                       std::chrono::duration<double>(m_cfg.front.stop_grace_s + kFrontKillAfterGraceS);
+    int st = 0;
+    while (std::chrono::steady_clock::now() < until) {
+      if (::waitpid(m_child.pid, &st, WNOHANG) == m_child.pid) {
+        m_running = false;
+        m_child.reader.reset();
+        m_last_exit = front_exit_text(st);
+        collect(!(WIFEXITED(st) && WEXITSTATUS(st) == 0));
+        spdlog::info("fastrestart-front pid {} stopped ({})", m_child.pid, m_last_exit);
+        break;
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+  }
+  kill_now();
+}
+
 status::FrontStatus FrontProcess::status() const {
   status::FrontStatus s;
   s.state = m_running ? (m_stopping ? "stopping" : "running") : (m_stopping ? "stopped" : "backoff");

@@ -50,6 +50,8 @@ class FrontProcess {
   bool on_exit(pid_t pid, int status);  // true when `pid` was the front's
   void stop(std::function<void()> done);
   void kill_now();
+  // At fastrestartd's exit, off the loop: SIGTERM, wait (front.stop_grace_s + 5 s), then kill_now().
+  void stop_blocking();
   pid_t pid() const { return m_running ? m_child.pid : 0; }
   bool stopping() const { return m_stopping; }
   status::FrontStatus status() const;
