@@ -603,10 +603,17 @@ Status check_cross_fields(const Config& c, const Lines& lines) {
   }
   if (c.engine.listen != EngineListen::kFront) {
     // Keys of a front that would not run: a mistake (a listen mode changed back, a key in the wrong file).
-    for (const auto& [key, line] : lines.all())
-      if (key.starts_with("front.") || key == "front")
-        return fail_at(c.path, line, key == "front" ? "[front]" : key,
-                       "applies to engine.listen = \"front\" only (fastrestart-front in front of the engine), got "
+    // The first key of [front] in the file, else the section itself (an empty [front]).
+    std::string at = lines.has("front") ? "[front]" : "";
+    int64_t at_line = at.empty() ? 0 : lines.first({"front"});
+    bool key_seen = false;
+    for (const auto& [key, line] : lines.all()) {
+      if (!key.starts_with("front.") || (key_seen && line >= at_line)) continue;
+      at = key, at_line = line, key_seen = true;
+    }
+    if (!at.empty())
+      return fail_at(c.path, at_line, at,
+                     "applies to engine.listen = \"front\" only (fastrestart-front in front of the engine), got "
                        "engine.listen = \"" + std::string(engine_listen_name(c.engine.listen)) +
                            "\": set engine.listen = \"front\" or remove [front]");
   } else {
