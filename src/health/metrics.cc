@@ -403,6 +403,39 @@ void standby_families(Writer& w, const SupervisorStatus& status) {
   }
 }
 
+// Only with engine.listen = "front" (status "front"; docs/front.md, "Status").
+void front_families(Writer& w, const SupervisorStatus& status) {
+  if (!status.front) return;
+  const auto& f = *status.front;
+  const auto& r = f.requests;
+  auto n = [](uint64_t v) { return static_cast<double>(v); };
+  w.family("front_up", "gauge", "1 while fastrestart-front runs, else 0 (between a death and its restart, or stopped).");
+  w.sample({}, f.pid > 0 ? 1.0 : 0.0);
+  w.family("front_restarts_total", "counter", "fastrestart-front processes started again after an exit fastrestartd did not ask for.");
+  w.sample({}, n(f.restarts));
+  w.family("front_connections", "gauge", "Client connections the front holds open now.");
+  w.sample({}, n(f.connections));
+  w.family("front_requests_received_total", "counter", "Complete requests the fronts read from clients.");
+  w.sample({}, n(r.received));
+  w.family("front_requests_total", "counter",
+           "Requests the fronts finished, by outcome: answered (by an engine), rejected (by the front: bad requests), "
+           "failed (the engine did not answer, by reason), lost (inside a front that died).");
+  w.sample({{"outcome", "answered"}, {"reason", ""}}, n(r.answered));
+  for (const auto& [code, v] : r.rejected)
+    w.sample({{"outcome", "rejected"}, {"reason", sanitize_utf8(code, kMaxReasonChars)}}, n(v));
+  for (const auto& [reason, v] : r.failed)
+    w.sample({{"outcome", "failed"}, {"reason", sanitize_utf8(reason, kMaxReasonChars)}}, n(v));
+  w.sample({{"outcome", "lost"}, {"reason", ""}}, n(r.lost));
+  w.family("front_requests_held_total", "counter", "Requests held at least once (the engine could not be reached or died before its answer).");
+  w.sample({}, n(r.held));
+  w.family("front_requests_held", "gauge", "Requests held now, waiting for an engine.");
+  w.sample({}, n(r.held_now));
+  w.family("front_requests_resent_total", "counter", "Sends of a held request after its first.");
+  w.sample({}, n(r.resent));
+  w.family("front_streams_continued_total", "counter", "Streams continued on the next engine after the engine's death.");
+  w.sample({}, n(r.continued));
+}
+
 }  // namespace
 
 std::string render_metrics(const json& status_json, const std::string& version) {
@@ -421,6 +454,7 @@ std::string render_metrics(const json& status_json, const std::string& version) 
   start_path_families(w, status.metrics);
   snapshot_families(w, status.metrics);
   standby_families(w, status);
+  front_families(w, status);
   daemon_families(w, status);
   arena_families(w, status);
   kv_cache_families(w, status_json);

@@ -150,6 +150,45 @@ json to_json(const StandbyStatus& s) {
           {"backoff_s", s.backoff_s}, {"last_release", last}};
 }
 
+static Status read_front(const json& j, const std::string& w, FrontStatus& f) {
+  FR_TRY(object(j, w));
+  FR_TRY(field(j, "state", w, f.state));
+  FR_TRY(field(j, "pid", w, f.pid));
+  FR_TRY(field(j, "upstream", w, f.upstream));
+  FR_TRY(field(j, "restarts", w, f.restarts));
+  FR_TRY(field(j, "last_exit", w, f.last_exit));
+  FR_TRY(field(j, "connections", w, f.connections));
+  if (auto it = j.find("requests"); it != j.end() && !it->is_null()) {
+    const std::string rw = w + ".requests";
+    auto& r = f.requests;
+    FR_TRY(object(*it, rw));
+    FR_TRY(field(*it, "received", rw, r.received));
+    FR_TRY(field(*it, "answered", rw, r.answered));
+    FR_TRY(field(*it, "held", rw, r.held));
+    FR_TRY(field(*it, "held_now", rw, r.held_now));
+    FR_TRY(field(*it, "resent", rw, r.resent));
+    FR_TRY(field(*it, "continued", rw, r.continued));
+    FR_TRY(field(*it, "lost", rw, r.lost));
+    FR_TRY(field(*it, "rejected", rw, r.rejected));
+    FR_TRY(field(*it, "failed", rw, r.failed));
+  }
+  return {};
+}
+
+json to_json(const FrontStatus& f) {
+  const auto& r = f.requests;
+  return {{"state", f.state},
+          {"pid", f.pid},
+          {"upstream", f.upstream},
+          {"restarts", f.restarts},
+          {"last_exit", f.last_exit},
+          {"connections", f.connections},
+          {"requests",
+           {{"received", r.received}, {"answered", r.answered}, {"held", r.held}, {"held_now", r.held_now},
+            {"resent", r.resent}, {"continued", r.continued}, {"lost", r.lost}, {"rejected", json(r.rejected)},
+            {"failed", json(r.failed)}}}};
+}
+
 static Status read_metrics(const json& j, const std::string& w, MetricsStatus& m) {
   FR_TRY(object(j, w));
   FR_TRY(field(j, "time_to_ready", w, m.time_to_ready));
@@ -302,6 +341,7 @@ json to_json(const SupervisorStatus& s) {
           {"reload_in_progress", s.reload_in_progress},
           {"snapshot", s.snapshot},
           {"standby", s.standby ? to_json(*s.standby) : json(nullptr)},
+          {"front", s.front ? to_json(*s.front) : json(nullptr)},
           {"metrics", to_json(s.metrics)}};
 }
 
@@ -362,6 +402,11 @@ Result<SupervisorStatus> supervisor_status_from_json(const json& j, const std::s
     StandbyStatus st;
     FR_TRY(read_standby(*it, w + ".standby", st));
     s.standby = std::move(st);
+  }
+  if (auto it = j.find("front"); it != j.end() && !it->is_null()) {
+    FrontStatus f;
+    FR_TRY(read_front(*it, w + ".front", f));
+    s.front = std::move(f);
   }
   if (auto it = j.find("metrics"); it != j.end() && !it->is_null()) FR_TRY(read_metrics(*it, w + ".metrics", s.metrics));
   return s;

@@ -162,6 +162,25 @@ struct StandbyStatus {
   std::optional<double> death_to_ready_s;
 };
 
+// The front's request counters (docs/front.md, "Status"), summed over every front fastrestartd started.
+struct FrontRequestsStatus {
+  uint64_t received = 0, answered = 0, held = 0, held_now = 0, resent = 0, continued = 0;
+  uint64_t lost = 0;  // received by a front that died and not answered, rejected or failed in its last status file
+  std::map<std::string, uint64_t> rejected;  // answered by the front itself, by HTTP status
+  std::map<std::string, uint64_t> failed;    // not answered by the engine, by reason
+};
+
+// fastrestart-front under fastrestartd (engine.listen = "front"; docs/front.md); absent with other modes.
+struct FrontStatus {
+  std::string state;        // running | backoff | stopping | stopped
+  int64_t pid = 0;          // 0 while none runs
+  std::string upstream;     // "127.0.0.1:<port>": the engines' socket it forwards to
+  uint64_t restarts = 0;    // after exits fastrestartd did not ask for
+  std::string last_exit;    // "signal 9 (Killed)", "exit code 2", ... ; empty before any
+  uint64_t connections = 0; // client connections open now
+  FrontRequestsStatus requests;
+};
+
 struct RollbacksStatus {
   uint64_t count = 0;
   std::map<std::string, uint64_t> by_cause;
@@ -192,6 +211,7 @@ struct SupervisorStatus {
   bool reload_in_progress = false;
   nlohmann::json snapshot;
   std::optional<StandbyStatus> standby;
+  std::optional<FrontStatus> front;
   MetricsStatus metrics;
 };
 
@@ -199,6 +219,7 @@ nlohmann::json to_json(const SupervisorStatus& s);
 nlohmann::json to_json(const DaemonRowStatus& d);
 nlohmann::json to_json(const StartAttemptStatus& a);
 nlohmann::json to_json(const StandbyStatus& s);
+nlohmann::json to_json(const FrontStatus& f);
 nlohmann::json to_json(const ArenaOutcomeStatus& a);
 // `where` names the object in errors ("status").
 Result<SupervisorStatus> supervisor_status_from_json(const nlohmann::json& j, const std::string& where = "status");

@@ -174,6 +174,13 @@ class Value {
     return static_cast<int>(v);
   }
   Result<int> int_at_least(int64_t lo) const { return int_in(lo, INT32_MAX); }
+  // A byte count in lo..hi (wider than int_in's int).
+  Result<int64_t> integer_in(int64_t lo, int64_t hi) const {
+    FR_ASSIGN(int64_t v, integer());
+    if (v < lo || v > hi)
+      return fail("must be an integer in " + std::to_string(lo) + ".." + std::to_string(hi) + ", got " + std::to_string(v));
+    return v;
+  }
   Result<double> positive() const {
     FR_ASSIGN(double v, number());
     if (!(v > 0)) return fail("must be a number > 0, got " + fmt_number(v));
@@ -298,7 +305,7 @@ constexpr const char* kBackends[] = {"cuda", "host"};
 constexpr const char* kStartPaths[] = {"snapshot", "warm", "cold", "standby"};
 constexpr const char* kStandbyLevels[] = {"pre_gpu", "warmed"};
 constexpr const char* kLevels[] = {"trace", "debug", "info", "warn", "error"};
-constexpr const char* kListens[] = {"engine", "supervisor"};
+constexpr const char* kListens[] = {"engine", "supervisor", "front"};
 constexpr const char* kEndpoints[] = {"public", "private"};
 
 Status set_gpus(const Value& v, Config& c) {
@@ -491,6 +498,16 @@ const KeySpec kStandbyKeys[] = {
     FR_KEY("max_failures", FR_ASSIGN(c.standby.max_failures, v.int_at_least(1))),
 };
 
+const KeySpec kFrontKeys[] = {
+    FR_KEY("hold_s", FR_ASSIGN(c.front.hold_s, v.positive())),
+    FR_KEY("max_held_requests", FR_ASSIGN(c.front.max_held_requests, v.int_at_least(1))),
+    FR_KEY("max_body_bytes", FR_ASSIGN(int64_t n, v.integer_in(1, int64_t{1} << 40)); c.front.max_body_bytes = static_cast<uint64_t>(n)),
+    FR_KEY("max_response_bytes", FR_ASSIGN(int64_t n, v.integer_in(1, int64_t{1} << 40)); c.front.max_response_bytes = static_cast<uint64_t>(n)),
+    FR_KEY("stop_grace_s", FR_ASSIGN(c.front.stop_grace_s, v.positive())),
+    FR_KEY("path", FR_ASSIGN(c.front.path, v.absolute_path())),
+    FR_KEY("upstream_port", FR_ASSIGN(int p, v.int_in(0, 65535)); c.front.upstream_port = static_cast<uint16_t>(p)),
+};
+
 const KeySpec kHttpKeys[] = {
     FR_KEY("listen", FR_ASSIGN(c.http.listen, v.listen_address())),
 };
@@ -506,7 +523,7 @@ const SectionSpec kSections[] = {
     {"model", kModelKeys},     {"engine", kEngineKeys},       {"weights", kWeightsKeys},
     {"memory", kMemoryKeys},   {"readiness", kReadinessKeys}, {"restart", kRestartKeys},
     {"control", kControlKeys}, {"http", kHttpKeys},           {"logging", kLoggingKeys},
-    {"snapshot", kSnapshotKeys}, {"standby", kStandbyKeys},
+    {"snapshot", kSnapshotKeys}, {"standby", kStandbyKeys}, {"front", kFrontKeys},
 };
 
 std::string key_names(std::span<const KeySpec> keys) {
@@ -584,9 +601,31 @@ Status check_cross_fields(const Config& c, const Lines& lines) {
                    "must not be empty: engines refuse a completion without a prompt (HTTP 400), so readiness would "
                    "never pass; set a prompt, or readiness.request_path = \"\" for a health-only check");
   }
-  if (c.readiness.endpoint == ReadinessEndpoint::kPrivate && c.engine.listen != EngineListen::kSupervisor) {
+  if (c.engine.listen != EngineListen::kFront) {
+    // Keys of a front that would not run: a mistake (a listen mode changed back, a key in the wrong file).
+    // The first key of [front] in the file, else the section itself (an empty [front]).
+    std::string at = lines.has("front") ? "[front]" : "";
+    int64_t at_line = at.empty() ? 0 : lines.first({"front"});
+    bool key_seen = false;
+    for (const auto& [key, line] : lines.all()) {
+      if (!key.starts_with("front.") || (key_seen && line >= at_line)) continue;
+      at = key, at_line = line, key_seen = true;
+    }
+    if (!at.empty())
+      return fail_at(c.path, at_line, at,
+                     "applies to engine.listen = \"front\" only (fastrestart-front in front of the engine), got "
+                       "engine.listen = \"" + std::string(engine_listen_name(c.engine.listen)) +
+                           "\": set engine.listen = \"front\" or remove [front]");
+  } else {
+    if (c.front.upstream_port != 0 && c.front.upstream_port == c.engine.port &&
+        (c.engine.host == "127.0.0.1" || c.engine.host == "0.0.0.0" || c.engine.host == "localhost"))
+      return fail_at(c.path, lines.first({"front.upstream_port"}), "front.upstream_port",
+                     std::to_string(c.front.upstream_port) + " is engine.port, where the front listens: the engines' "
+                     "socket needs a port of its own (or 0: the kernel picks one)");
+  }
+  if (c.readiness.endpoint == ReadinessEndpoint::kPrivate && !supervisor_owns_socket(c.engine)) {
     return fail_at(c.path, lines.first({"readiness.endpoint", "readiness"}), "readiness.endpoint",
-                   "\"private\" needs engine.listen = \"supervisor\" (the private endpoint is passed beside the "
+                   "\"private\" needs engine.listen = \"supervisor\" or \"front\" (the private endpoint is passed beside the "
                    "listening socket fastrestartd owns), got engine.listen = \"" +
                        std::string(engine_listen_name(c.engine.listen)) + "\"");
   }
@@ -781,11 +820,36 @@ std::string address_change(const EngineConfig& running, const EngineConfig& next
   note("engine.port", std::to_string(running.port), std::to_string(next.port));
   note("engine.listen", std::string("\"") + engine_listen_name(running.listen) + "\"",
        std::string("\"") + engine_listen_name(next.listen) + "\"");
-  if (running.listen == EngineListen::kSupervisor)
+  if (supervisor_owns_socket(running))
     note("engine.listen_backlog", std::to_string(running.listen_backlog), std::to_string(next.listen_backlog));
   if (changed.empty()) return {};
   return changed + ": where the engine serves changes only with a restart of fastrestartd (systemctl restart), "
                    "not by a reload; the engine keeps serving as before";
+}
+
+std::string front_change(const FrontConfig& running, const FrontConfig& next) {
+  std::string changed;
+  auto note = [&](const char* field, const std::string& was, const std::string& now) {
+    if (was != now) changed += (changed.empty() ? "" : ", ") + std::string(field) + " " + was + " -> " + now;
+  };
+  note("front.hold_s", fmt_number(running.hold_s), fmt_number(next.hold_s));
+  note("front.max_held_requests", std::to_string(running.max_held_requests), std::to_string(next.max_held_requests));
+  note("front.max_body_bytes", std::to_string(running.max_body_bytes), std::to_string(next.max_body_bytes));
+  note("front.max_response_bytes", std::to_string(running.max_response_bytes), std::to_string(next.max_response_bytes));
+  note("front.stop_grace_s", fmt_number(running.stop_grace_s), fmt_number(next.stop_grace_s));
+  note("front.path", "\"" + running.path + "\"", "\"" + next.path + "\"");
+  note("front.upstream_port", std::to_string(running.upstream_port), std::to_string(next.upstream_port));
+  if (changed.empty()) return {};
+  return changed + ": the front's settings change only with a restart of fastrestartd (systemctl restart), not by "
+                   "a reload; the front keeps its requests and settings";
+}
+
+std::string engine_serve_host(const Config& c) {
+  return c.engine.listen == EngineListen::kFront ? std::string("127.0.0.1") : c.engine.host;
+}
+
+uint16_t engine_serve_port(const Config& c) {
+  return c.engine.listen == EngineListen::kFront ? c.front.bound_upstream_port : c.engine.port;
 }
 
 const char* engine_listen_name(EngineListen l) { return kListens[static_cast<int>(l)]; }

@@ -40,7 +40,7 @@ enum class DaemonKind { kNative, kNone, kVllmPreload };
 enum class StartPath { kSnapshot, kWarm, kCold, kStandby };
 enum class StandbyLevel { kPreGpu, kWarmed };
 
-enum class EngineListen { kEngine, kSupervisor };
+enum class EngineListen { kEngine, kSupervisor, kFront };
 const char* engine_listen_name(EngineListen l);
 // Where readiness and health checks reach the engine (docs/listen-socket.md, "The private endpoint").
 enum class ReadinessEndpoint { kPublic, kPrivate };
@@ -55,8 +55,10 @@ struct EngineConfig {
   // Who owns the listening socket on host:port (docs/listen-socket.md). Engine: the engine binds it itself.
   // Supervisor: fastrestartd binds it once at startup and hands it to every engine it starts (fd 3,
   // LISTEN_FDS/LISTEN_PID/LISTEN_FDNAMES), so connections made during a restart wait instead of failing.
+  // Front: fastrestartd binds host:port for fastrestart-front (docs/front.md), which it starts and supervises,
+  // and hands every engine a loopback socket it keeps (front.upstream_port) the same way.
   EngineListen listen = EngineListen::kEngine;
-  int listen_backlog = 4096;                   // listen(2)'s backlog with listen = "supervisor" (somaxconn caps it)
+  int listen_backlog = 4096;                   // listen(2)'s backlog of the sockets fastrestartd owns (somaxconn caps it)
   std::map<std::string, std::string> env;      // added to the supervisor's environment (minus NOTIFY_SOCKET...)
   // Secrets (docs/reliability.md, "Secrets"): flag names whose values are secret beyond the built-in rule
   // (common/secrets.h), and the variables of env whose values are not (every other one is).
@@ -150,6 +152,21 @@ struct StandbyConfig {
   int max_failures = 3;                        // standbys in a row that failed (at any stage) before the path is disabled
 };
 
+// fastrestart-front under fastrestartd (engine.listen = "front"; docs/front.md, "Running it"). The keys are
+// the front's flags; they are an error with any other engine.listen.
+struct FrontConfig {
+  double hold_s = 30;                          // --hold-s: how long a request waits for an engine
+  int max_held_requests = 1024;                // --max-held-requests
+  uint64_t max_body_bytes = 1 << 20;           // --max-body-bytes: a larger request body is answered 413
+  uint64_t max_response_bytes = 16 << 20;      // --max-response-bytes: a larger buffered answer is 503
+  double stop_grace_s = 10;                    // --stop-grace-s: at fastrestartd's stop, requests in flight finish
+  std::string path;                            // empty: fastrestart-front beside fastrestartd, then $PATH
+  // The engines' loopback listening socket (127.0.0.1); 0: a port the kernel picks at fastrestartd's start.
+  uint16_t upstream_port = 0;
+  // Not a key: the port that socket was bound to (set by fastrestartd's main before the supervisor starts).
+  uint16_t bound_upstream_port = 0;
+};
+
 struct LoggingConfig {
   std::string level = "info";
 };
@@ -168,6 +185,7 @@ struct Config {
   LoggingConfig logging;
   SnapshotConfig snapshot;
   StandbyConfig standby;
+  FrontConfig front;
   std::map<std::string, int64_t> key_lines;    // "section.key" (and "section", "gpus") -> line, for errors
                                                // found after parsing (check_host)
 };
@@ -192,6 +210,18 @@ Status check_host(Config& c);
 // new value, and that a restart of fastrestartd is what applies them (docs/config.md, "Reload"). Empty
 // when none changed.
 std::string address_change(const EngineConfig& running, const EngineConfig& next);
+
+// A re-read config's [front] against the running one: each key that changed with its old and new value, and
+// that a restart of fastrestartd applies them (docs/config.md, "Reload"). Empty when none changed.
+std::string front_change(const FrontConfig& running, const FrontConfig& next);
+
+// Where the engine itself serves and fastrestartd's checks reach it: engine.host:engine.port, except with
+// engine.listen = "front", where the engine serves on fastrestartd's loopback socket (127.0.0.1 and
+// front.bound_upstream_port) and engine.host:engine.port is the front's.
+std::string engine_serve_host(const Config& c);
+uint16_t engine_serve_port(const Config& c);
+// fastrestartd owns the engine's listening socket (engine.listen "supervisor" or "front").
+inline bool supervisor_owns_socket(const EngineConfig& e) { return e.listen != EngineListen::kEngine; }
 
 const char* engine_kind_name(EngineKind k);
 const char* weights_mode_name(WeightsMode m);

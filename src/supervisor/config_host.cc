@@ -184,6 +184,22 @@ class HostCheck {
                     ": give its absolute path, or add its directory to fastrestartd's PATH (systemd: Environment=PATH=...)");
   }
 
+  // engine.listen = "front": the front's program (front.path, else beside fastrestartd, else $PATH).
+  Status front_program() {
+    if (m_c.engine.listen != EngineListen::kFront) return {};
+    if (!m_c.front.path.empty()) {
+      if (::access(m_c.front.path.c_str(), X_OK) != 0)
+        return fail({"front.path", "front"}, "front.path", in_quotes_(m_c.front.path) + " cannot be executed: " + std::strerror(errno));
+      return {};
+    }
+    const std::string found = find_companion("fastrestart-front", "front");
+    if (found.find('/') != std::string::npos && ::access(found.c_str(), X_OK) == 0) return {};
+    const char* path = std::getenv("PATH");
+    return fail({"engine.listen", "engine"}, "engine.listen",
+                std::string("\"front\" needs fastrestart-front, which is neither beside fastrestartd nor on $PATH (") +
+                    (path ? path : "unset") + "): install it (the fastrestart package has it) or set front.path");
+  }
+
  private:
   static std::string in_quotes_(const std::string& s) { return "\"" + s + "\""; }
   Config& m_c;
@@ -196,6 +212,7 @@ Status check_host(Config& c) {
   FR_TRY(h.control_socket());
   FR_TRY(h.checkpoints());
   FR_TRY(h.engine_program());
+  FR_TRY(h.front_program());
   FR_TRY(h.weights_key());
   return {};
 }

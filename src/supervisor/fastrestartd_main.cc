@@ -99,26 +99,47 @@ int main(int argc, char** argv) {
   }
   // engine.listen = "supervisor": the engine's port is ours from here to the exit (docs/listen-socket.md).
   // Bound before anything starts and before READY=1, so an address in use ends the start here.
-  std::optional<ListenSocket> listen;
+  // engine.listen = "front": the same for the front's port, and the engines' loopback socket beside it.
+  std::optional<ListenSocket> listen, front;
   Supervisor sup(*cfg, std::move(gpus), make_sd_notifier());
-  if (cfg->engine.listen == EngineListen::kSupervisor) {
+  const bool front_mode = cfg->engine.listen == EngineListen::kFront;
+  if (cfg->engine.listen != EngineListen::kEngine) {
     // An engine a SIGKILLed fastrestartd left behind (its workers) may still hold the last socket: its
     // group goes first, and the bind is retried while its processes exit.
     const bool killed = sup.kill_leftover_groups() > 0;
-    auto l = ListenSocket::open(cfg->engine.host, cfg->engine.port, cfg->engine.listen_backlog);
-    for (int i = 0; killed && !l.ok() && l.error().code == fr::Errc::kBusy && i < 100; ++i) {
-      std::this_thread::sleep_for(std::chrono::milliseconds(50));
-      l = ListenSocket::open(cfg->engine.host, cfg->engine.port, cfg->engine.listen_backlog);
+    auto bind_retrying = [&](const std::string& host, uint16_t port, const char* fields) {
+      auto l = ListenSocket::open(host, port, cfg->engine.listen_backlog, fields);
+      for (int i = 0; killed && !l.ok() && l.error().code == fr::Errc::kBusy && i < 100; ++i) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(50));
+        l = ListenSocket::open(host, port, cfg->engine.listen_backlog, fields);
+      }
+      return l;
+    };
+    auto l = front_mode ? bind_retrying("127.0.0.1", cfg->front.upstream_port, kUpstreamFields)
+                        : bind_retrying(cfg->engine.host, cfg->engine.port, kEngineFields);
+    if (l.ok() && front_mode) {
+      auto f = bind_retrying(cfg->engine.host, cfg->engine.port, kFrontFields);
+      if (!f.ok()) {
+        spdlog::error("{}: {}", config_path, f.error().message);
+        return f.error().code == fr::Errc::kBusy ? kExitAlreadyRunning : kExitFailure;
+      }
+      front = std::move(*f);
     }
     if (!l.ok()) {
       spdlog::error("{}: {}", config_path, l.error().message);
       return l.error().code == fr::Errc::kBusy ? kExitAlreadyRunning : kExitFailure;
     }
     listen = std::move(*l);
-    spdlog::info("listening on {} for the engine (engine.listen = \"supervisor\", backlog {})", listen->address(),
-                 cfg->engine.listen_backlog);
+    if (front_mode) {
+      spdlog::info("listening on {} for fastrestart-front and on {} for the engine (engine.listen = \"front\", backlog {})",
+                   front->address(), listen->address(), cfg->engine.listen_backlog);
+    } else {
+      spdlog::info("listening on {} for the engine (engine.listen = \"supervisor\", backlog {})", listen->address(),
+                   cfg->engine.listen_backlog);
+    }
   }
   if (listen) sup.use_listen_socket(listen->fd(), listen->inode());
+  if (front) sup.use_front_socket(front->fd(), listen->port());
   auto ctl = ControlServer::start(sock, group, [&sup](const nlohmann::json& req) { return sup.request(req); });
   if (!ctl.ok()) {
     spdlog::error("control socket {}: {}", sock, ctl.error().message);

@@ -8,6 +8,7 @@
 #include <cerrno>
 #include <cstring>
 #include <memory>
+#include <string_view>
 
 namespace fr::supervisor {
 namespace {
@@ -19,9 +20,9 @@ std::string address_text(const std::string& host, uint16_t port) {
 
 }  // namespace
 
-Result<ListenSocket> ListenSocket::open(const std::string& host, uint16_t port, int backlog) {
+Result<ListenSocket> ListenSocket::open(const std::string& host, uint16_t port, int backlog, const char* field_names) {
   const std::string where = address_text(host, port);
-  const std::string fields = " (engine.host, engine.port; engine.listen = \"supervisor\")";
+  const std::string fields = std::string(" (") + field_names + ")";
   addrinfo hints{};
   hints.ai_family = AF_UNSPEC;
   hints.ai_socktype = SOCK_STREAM;
@@ -62,13 +63,14 @@ Result<ListenSocket> ListenSocket::open(const std::string& host, uint16_t port, 
                                                      : reinterpret_cast<sockaddr_in&>(bound).sin_port);
     s.m_fd = std::move(fd);
     s.m_address = address_text(host, bound_port);
+    s.m_port = bound_port;
     return s;
   }
   const std::string why = last_step + ": " + std::strerror(last_errno);
   if (last_errno == EADDRINUSE)
     return make_error(Errc::kBusy, "cannot listen on " + where + fields + ": " + why +
                                        ": another process listens there (an engine left running by hand, another "
-                                       "server); stop it or change engine.port");
+                                       "server); stop it or change " + std::string(std::string_view(field_names).starts_with("front.") ? "front.upstream_port" : "engine.port"));
   return make_error(Errc::kIo, "cannot listen on " + where + fields + ": " + why);
 }
 

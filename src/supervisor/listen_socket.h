@@ -27,9 +27,16 @@ namespace fr::supervisor {
 // The name passed in LISTEN_FDNAMES for the socket (what the engine_loader's helper looks for).
 using fastrestart::kListenFdName;
 
+// What open()'s errors name: the socket of engine.listen = "supervisor", the front's public one and the
+// engines' loopback one of engine.listen = "front".
+inline constexpr const char* kEngineFields = "engine.host, engine.port; engine.listen = \"supervisor\"";
+inline constexpr const char* kFrontFields = "engine.host, engine.port; engine.listen = \"front\"";
+inline constexpr const char* kUpstreamFields = "front.upstream_port; engine.listen = \"front\"";
+
 class ListenSocket {
  public:
-  static Result<ListenSocket> open(const std::string& host, uint16_t port, int backlog);
+  // `fields`: the config fields named in errors (kEngineFields, kFrontFields, kUpstreamFields).
+  static Result<ListenSocket> open(const std::string& host, uint16_t port, int backlog, const char* fields = kEngineFields);
 
   int fd() const { return m_fd.get(); }
   // The socket's inode (as /proc/<pid>/fd shows "socket:[inode]"): who holds it besides us is not a
@@ -37,11 +44,13 @@ class ListenSocket {
   uint64_t inode() const { return m_inode; }
   // "host:port" with the port as bound ("[::1]:8000" for IPv6).
   const std::string& address() const { return m_address; }
+  uint16_t port() const { return m_port; }
 
  private:
   UniqueFd m_fd;
   uint64_t m_inode = 0;
   std::string m_address;
+  uint16_t m_port = 0;
 };
 
 }  // namespace fr::supervisor

@@ -167,8 +167,8 @@ int Supervisor::run() {
   ::prctl(PR_SET_CHILD_SUBREAPER, 1);  // orphaned engine workers come back to us, not to PID 1
   m_started_at = m_loop.now_s();
   m_signals.push_back(std::make_unique<Signal>(m_loop, SIGCHLD, [this] { reap(); }));
-  m_signals.push_back(std::make_unique<Signal>(m_loop, SIGTERM, [this] { raise(Event::kStopRequested); }));
-  m_signals.push_back(std::make_unique<Signal>(m_loop, SIGINT, [this] { raise(Event::kStopRequested); }));
+  m_signals.push_back(std::make_unique<Signal>(m_loop, SIGTERM, [this] { on_stop_signal(); }));
+  m_signals.push_back(std::make_unique<Signal>(m_loop, SIGINT, [this] { on_stop_signal(); }));
   m_signals.push_back(std::make_unique<Signal>(m_loop, SIGHUP, [this] { on_sighup(); }));
   const sigset_t handled = handled_signals();
   ::pthread_sigmask(SIG_UNBLOCK, &handled, nullptr);  // held since main (block_handled_signals): delivered now
@@ -180,6 +180,8 @@ int Supervisor::run() {
   spdlog::info("fastrestartd {} serving '{}' from {}", FASTRESTART_VERSION, m_cfg.name, m_cfg.path);
   m_snapshots->init();
   kill_leftover_groups();
+  // The front answers the port from here on: requests wait in it for the first engine (up to front.hold_s).
+  if (m_front) m_front->start();
   start_daemons();  // m_state starts as kLoading
   m_running = true;
   m_loop.run();
@@ -189,6 +191,8 @@ int Supervisor::run() {
   m_reload.reset();
   // Close every handle we own before the loop goes away.
   m_signals.clear();
+  // A front still running here (fastrestartd gave up: crash loop) is asked to finish what it holds, then killed.
+  if (m_front) m_front->stop_blocking();
   m_standby->close();
   m_engine.reset();
   m_daemons->close();
@@ -198,6 +202,28 @@ int Supervisor::run() {
     t->stop();
   spdlog::info("fastrestartd exiting with code {}", m_exit_code);
   return m_exit_code;
+}
+
+void Supervisor::use_front_socket(int fd, uint16_t upstream_port) {
+  m_cfg.front.bound_upstream_port = upstream_port;
+  m_front = std::make_unique<FrontProcess>(m_loop, m_cfg, fd, state_path(m_cfg, "front.status.json"));
+}
+
+void Supervisor::on_stop_signal() {
+  if (m_front && m_front->pid() > 0 && !m_front->stopping()) {
+    m_notify->notify("STOPPING=1\nSTATUS=Stopping: the front drains, then the engine, then the weight daemons");
+    m_front->stop([this] { raise(Event::kStopRequested); });
+    return;
+  }
+  if (m_front) {
+    if (m_front->pid() > 0) {
+      spdlog::warn("a second stop signal: the front's drain ends now (SIGKILL)");
+      m_front->kill_now();
+    } else {
+      m_front->stop(nullptr);  // none runs (between two fronts): none is started again
+    }
+  }
+  raise(Event::kStopRequested);
 }
 
 int Supervisor::kill_leftover_groups() {
@@ -218,6 +244,7 @@ void Supervisor::reap() {
       on_engine_exit(status);
       continue;
     }
+    if (m_front && m_front->on_exit(pid, status)) continue;
     if (m_daemons->on_exit(pid, status)) continue;
     if (m_standby->on_exit(pid, status)) continue;
     if (m_snapshots->on_exit(pid, status)) continue;
@@ -431,8 +458,9 @@ bool Supervisor::probe_engine(bool full, std::function<void(ProbeResult)> on_res
   const pid_t pid = m_engine->pid;
   // Its private endpoint when it has one: never behind the clients' requests in the public accept queue.
   const bool private_endpoint = m_engine->probe_port != 0;
-  auto host = private_endpoint ? std::string(kProbeHost) : m_cfg.engine.host;
-  auto port = private_endpoint ? m_engine->probe_port : m_cfg.engine.port;
+  // Otherwise where the engine serves: with engine.listen = "front", fastrestartd's loopback socket.
+  auto host = private_endpoint ? std::string(kProbeHost) : engine_serve_host(m_cfg);
+  auto port = private_endpoint ? m_engine->probe_port : engine_serve_port(m_cfg);
   auto rc = m_cfg.readiness;
   if (rc.model.empty()) rc.model = readiness_model();  // vLLM: the served name, else it answers 404
   run_in_pool<ProbeResult>(
@@ -626,7 +654,7 @@ void Supervisor::on_engine_exit(int status) {
   if (is_terminal(m_state)) f.requested = true;
   Classification c = classify_exit(f);
   if (m_listen_fd >= 0 && is_failure(c.cause))
-    if (auto conflict = listen_conflict_detail(&e.tail, m_cfg.engine.port)) c.detail = *conflict;
+    if (auto conflict = listen_conflict_detail(&e.tail, engine_serve_port(m_cfg))) c.detail = *conflict;
   // A push whose flags never became ready is rolled back: a rejected push, not a failure of the running
   // configuration. It is counted apart and does not feed the crash-loop limit or the backoff.
   const bool rejected_push = m_reload && !m_reload->rolled_back && is_failure(c.cause);

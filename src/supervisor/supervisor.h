@@ -43,6 +43,7 @@
 #include "supervisor/supervised_child.h"
 #include "status/status.h"
 #include "supervisor/engines/engine_kind.h"
+#include "supervisor/front/front_process.h"
 
 namespace fr::supervisor {
 
@@ -90,6 +91,12 @@ class Supervisor : private StartHost, private DaemonHost, private SnapshotHost, 
     m_listen_fd = fd;
     m_listen_inode = inode;
   }
+  // engine.listen = "front" (docs/front.md, "Running it"): the public listening socket fastrestart-front is
+  // started with (fd 3), before the first engine and again after each death of the front; the engines get
+  // use_listen_socket()'s (the loopback one, front.bound_upstream_port). The caller owns it as above; call
+  // before run().
+  // `upstream_port`: the port of use_listen_socket()'s socket (front.bound_upstream_port).
+  void use_front_socket(int fd, uint16_t upstream_port);
 
  private:
   struct PendingReload;
@@ -187,6 +194,9 @@ class Supervisor : private StartHost, private DaemonHost, private SnapshotHost, 
   void reap();
   std::set<pid_t> known_children() const;  // ours, not engine leftovers (supervisor_orphans.cc)
   void on_sighup();
+  // SIGTERM/SIGINT: with a front, it stops taking requests and drains first (front.stop_grace_s); then the
+  // lifecycle's stop (engine, then daemons). A second signal during the drain ends it at once.
+  void on_stop_signal();
 
   // control
   nlohmann::json status_json();
@@ -264,6 +274,7 @@ class Supervisor : private StartHost, private DaemonHost, private SnapshotHost, 
   std::vector<OutputRule> m_output_rules;  // its exit messages, for classify_exit
   std::unique_ptr<DaemonSet> m_daemons;    // weights.daemon's kind (daemons/registry.cc)
   LeftoverSweeper m_leftovers;  // engine processes outside its group (orphans.h)
+  std::unique_ptr<FrontProcess> m_front;  // engine.listen = "front": use_front_socket()
 };
 
 }  // namespace fr::supervisor

@@ -115,6 +115,12 @@ json Supervisor::reread_config(std::shared_ptr<std::promise<json>> waiter) {
     spdlog::error("re-read {}: refused, nothing changed: {}", m_cfg.path, why);
     return error("refused", "keeping the running config: " + why);
   }
+  // The front's settings are its flags: a new front would be needed, and the one running holds clients'
+  // requests. Refused whole like an address change (docs/config.md, "Reload").
+  if (auto why = front_change(m_cfg.front, c->front); !why.empty()) {
+    spdlog::error("re-read {}: refused, nothing changed: {}", m_cfg.path, why);
+    return error("refused", "keeping the running config: " + why);
+  }
   const bool flags_changed = c->engine.flags != m_cfg.engine.flags;
   // The adapter reads the running engines' output: the kind and its rules stay until fastrestartd restarts.
   if (!(c->engine.kind == m_cfg.engine.kind) || c->engine.vllm_rules != m_cfg.engine.vllm_rules)
@@ -270,6 +276,7 @@ json Supervisor::status_json() {
   st.reload_in_progress = m_reload != nullptr;
   st.snapshot = m_snapshots->status();
   st.standby = m_standby->status();
+  if (m_front) st.front = m_front->status();
   json out = to_json(st);
   // The running engine's KV cache survival (kv_stats.h): null until it printed its line.
   std::optional<status::KvCacheStatus> kv;

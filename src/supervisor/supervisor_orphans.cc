@@ -12,6 +12,7 @@ std::set<pid_t> Supervisor::known_children() const {
   // The engine, spawned or restored from a snapshot and adopted: its group is handled as the engine's.
   if (m_engine && !m_engine->exited && m_engine->pid > 0) known.insert(m_engine->pid);
   m_standby->add_known_pids(known);
+  if (m_front && m_front->pid() > 0) known.insert(m_front->pid());  // fastrestart-front is ours, not a leftover
   return known;
 }
 

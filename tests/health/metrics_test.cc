@@ -285,5 +285,29 @@ TEST(RenderMetrics, KvCacheRecoveryAndPrefixHits) {
   EXPECT_EQ(value_of(bad, "fastrestart_restarts_total{cause=\"crash\"}"), value_of(none, "fastrestart_restarts_total{cause=\"crash\"}"));
 }
 
+// engine.listen = "front" (docs/front.md, "Running it"): the front's families, only when status has a front.
+TEST(RenderMetrics, TheFrontsCounters) {
+  EXPECT_EQ(render_metrics(sample_status(), "0.1.0").find("fastrestart_front_"), std::string::npos);
+  json s = sample_status();
+  s["front"] = json::parse(R"J({"state": "running", "pid": 7, "upstream": "127.0.0.1:4000", "restarts": 2,
+    "last_exit": "signal 9 (Killed)", "connections": 3,
+    "requests": {"received": 20, "answered": 15, "held": 4, "held_now": 1, "resent": 6, "continued": 0, "lost": 1,
+                 "rejected": {"400": 2}, "failed": {"hold_timeout": 1, "client_gone": 0}}})J");
+  const std::string text = render_metrics(s, "0.1.0");
+  expect_valid(text);
+  EXPECT_EQ(value_of(text, "fastrestart_front_up"), "1");
+  EXPECT_EQ(value_of(text, "fastrestart_front_restarts_total"), "2");
+  EXPECT_EQ(value_of(text, "fastrestart_front_connections"), "3");
+  EXPECT_EQ(value_of(text, "fastrestart_front_requests_received_total"), "20");
+  EXPECT_EQ(value_of(text, "fastrestart_front_requests_total{outcome=\"answered\",reason=\"\"}"), "15");
+  EXPECT_EQ(value_of(text, "fastrestart_front_requests_total{outcome=\"rejected\",reason=\"400\"}"), "2");
+  EXPECT_EQ(value_of(text, "fastrestart_front_requests_total{outcome=\"failed\",reason=\"hold_timeout\"}"), "1");
+  EXPECT_EQ(value_of(text, "fastrestart_front_requests_total{outcome=\"lost\",reason=\"\"}"), "1");
+  EXPECT_EQ(value_of(text, "fastrestart_front_requests_held_total"), "4");
+  EXPECT_EQ(value_of(text, "fastrestart_front_requests_held"), "1");
+  EXPECT_EQ(value_of(text, "fastrestart_front_requests_resent_total"), "6");
+  EXPECT_EQ(value_of(text, "fastrestart_front_streams_continued_total"), "0");
+}
+
 }  // namespace
 }  // namespace fr::health

@@ -227,3 +227,43 @@ TEST(SupervisorStatusCodec, MalformedStatusNamesTheField) {
 
 }  // namespace
 }  // namespace fr::status
+
+namespace fr::status {
+namespace {
+
+// engine.listen = "front": the front's row (docs/front.md, "Running it") round-trips, is absent (null)
+// without a front, and a mistyped counter is named.
+TEST(SupervisorStatusCodec, TheFrontRoundTrips) {
+  SupervisorStatus s;
+  EXPECT_TRUE(to_json(s)["front"].is_null());
+  FrontStatus f;
+  f.state = "running";
+  f.pid = 4242;
+  f.upstream = "127.0.0.1:41234";
+  f.restarts = 1;
+  f.last_exit = "signal 9 (Killed)";
+  f.connections = 3;
+  f.requests.received = 120;
+  f.requests.answered = 117;
+  f.requests.held = 9;
+  f.requests.held_now = 1;
+  f.requests.resent = 14;
+  f.requests.lost = 2;
+  f.requests.rejected = {{"400", 2}};
+  f.requests.failed = {{"client_gone", 1}};
+  s.front = f;
+  const json j = to_json(s);
+  EXPECT_EQ(j["front"]["requests"]["failed"]["client_gone"], 1);
+  auto back = supervisor_status_from_json(j);
+  ASSERT_TRUE(back.ok()) << back.error().message;
+  ASSERT_TRUE(back->front.has_value());
+  EXPECT_EQ(to_json(*back), j);
+  json bad = j;
+  bad["front"]["requests"]["lost"] = "2";
+  auto e = supervisor_status_from_json(bad);
+  ASSERT_FALSE(e.ok());
+  EXPECT_EQ(e.error().message, "status.front.requests.lost: not an unsigned integer");
+}
+
+}  // namespace
+}  // namespace fr::status

@@ -94,8 +94,8 @@ bool Snapshots::spawn_helper(const std::string& job, std::vector<std::string> ar
   spec.argv[0] = find_program(spec.argv[0]);
   spec.env = m_host.engine_env();
   spec.files = checkpoint_files(cfg);
-  spec.host = cfg.engine.host;
-  spec.port = cfg.engine.port;
+  spec.host = engine_serve_host(cfg);
+  spec.port = engine_serve_port(cfg);
   spec.prompt = cfg.readiness.prompt;
   spec.model = cfg.readiness.model;
   spec.oracle_tokens = cfg.snapshot.oracle_tokens;

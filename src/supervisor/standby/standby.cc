@@ -219,7 +219,7 @@ void Standby::on_parked() {
                standby_level_name(cfg.standby.level), m_parked_at - m_proc->spawned_at, m_gpu_bytes / kStandbyMiB);
   auto check_port = [this] {
     if (m_phase != Phase::kParked || !m_proc) return;
-    const auto port = m_host.config().engine.port;
+    const auto port = engine_serve_port(m_host.config());
     if (pid_t p = group_listener(m_proc->pid, port, m_host.listen_inode()))
       failed("listening", "pid " + std::to_string(p) + " listens on the engine's port " + std::to_string(port) +
                               " before its release");
