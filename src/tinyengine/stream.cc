@@ -46,7 +46,16 @@ StreamedCompletion build_stream_events(const CompletionRequest& req, const std::
     const auto& prompt = req.prompts[i];
     const auto& steps = gens[i].steps;
     total_prompt += prompt.size();
-    std::string pending;  // bytes held back until their character is whole
+    // Bytes held back until their character is whole. A prompt that ends inside a character (a stream
+    // continued after such a token, docs/front.md) starts with its partial bytes pending, so the first
+    // chunk's text completes the character as the uninterrupted stream's would have.
+    std::string pending;
+    {
+      std::string tail;
+      for (size_t b = prompt.size() >= 3 ? prompt.size() - 3 : 0; b < prompt.size(); ++b)
+        tail.push_back(prompt[b] == kEos ? ' ' : static_cast<char>(prompt[b]));
+      pending = tail.substr(utf8_sendable(tail));
+    }
     size_t text_offset = 0;
     for (size_t k = 0; k < steps.size(); ++k) {
       const auto& s = steps[k];
