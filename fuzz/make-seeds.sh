@@ -72,6 +72,20 @@ printf '\000POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: applicatio
 printf '\006POST /v1/completions HTTP/1.1\r\nContent-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\n5\r\n{"n":\r\n2\r\n2}\r\n0\r\n\r\n' | seed fuzz_front_request
 printf '\002GET /health HTTP/1.0\r\nConnection: keep-alive\r\nExpect: 100-continue\r\n\r\n' | seed fuzz_front_request
 printf '\001data: {"id":"cmpl-1","choices":[{"text":"a"}]}\n\ndata: b\r\n\r\n\rdata: c\rdata: d\r\rdata: [DONE]\n\n' | seed fuzz_front_request
+# fastrestart-front's stream continuation (fuzz_front_splice): the first byte: after which event the engine
+# dies; then the client's body, a NUL byte, and a stream as the tiny engine sends it (docs/tinyengine.md).
+ch() {  # ch ID TEXT TOKEN PROMPT_IDS FINISH: one chunk event in vLLM's format
+  printf 'data: {"id":"%s","object":"text_completion","created":1,"model":"tiny","choices":[{"index":0,"text":"%s","logprobs":null,"finish_reason":%s,"stop_reason":null,"prompt_token_ids":%s,"token_ids":[%s]}],"usage":null}\n\n' "$1" "$2" "$5" "$4" "$3"
+}
+{ printf '\002{"prompt":"hi","max_tokens":3,"stream":true,"stream_options":{"include_usage":true}}\000'
+  ch A x 120 '[104,105]' null; ch A y 121 null null; ch B z 122 '[104,105,120,121]' '"length"'
+  printf 'data: {"id":"B","object":"text_completion","created":2,"model":"tiny","choices":[],"usage":{"prompt_tokens":4,"total_tokens":5,"completion_tokens":1}}\n\ndata: [DONE]\n\n'
+} | seed fuzz_front_splice
+{ printf '\001{"prompt":[7,8],"max_tokens":2,"stream":true,"return_token_ids":true}\000'
+  ch A a 97 '[7,8]' null; ch A b 98 null '"stop"'; printf 'data: [DONE]\n\n'; } | seed fuzz_front_splice
+{ printf '\003{"prompt":"hi","max_tokens":9,"stream":true}\000'
+  printf 'data: {"choices":[{"text":"ab"}]}\n\ndata: {"choices":[{"text":"c"}]}\n\ndata: {"choices":[{"text":"d"}]}\n\n'; } | seed fuzz_front_splice
+printf '\001{"prompt":"hi","max_tokens":9,"stream":true,"n":2}\000data: {"error":{"message":"x"}}\n\n' | seed fuzz_front_splice
 # Engine output lines (fuzz_engine_line): every arena, loader and progress line the docs, the data files
 # and the engines' sources show, and near misses; lines as loggers prefix them.
 {

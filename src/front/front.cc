@@ -16,6 +16,7 @@
 #include "common/atomic_file.h"
 #include "front/http_request.h"
 #include "front/http_response.h"
+#include "front/splice.h"
 #include "front/sse.h"
 #include "front/stats.h"
 
@@ -49,6 +50,10 @@ struct Exchange {
   Upstream* up = nullptr;
   std::string body;                  // the engine's answer, buffered (non-streamed)
   std::unique_ptr<SseSplitter> sse;  // a streamed answer's events
+  std::unique_ptr<StreamSplice> splice;  // a "stream": true request: followed across engines
+  bool resuming = false;             // a started stream waits for the engine that continues it
+  bool continued = false;            // counted in `continued`
+  bool counted_held = false;         // counted in `held` (a continued stream may be held again)
   bool too_large = false;
   bool started = false;              // bytes of the answer reached the client
   bool chunked = false;              // a started stream is chunk-encoded to the client
@@ -133,6 +138,7 @@ class Server {
   void close_client(Client* c);
   void reply(Client* c, int status, const std::string& message, bool close);
   void done(Client* c, bool keep_alive);
+  std::string wire_of(const Request& r, const std::string& body) const;
 
   // The engine.
   void attempt(Exchange* ex);
@@ -145,6 +151,8 @@ class Server {
   void fail(Exchange* ex, const char* reason, const std::string& message);
   void unhold(Exchange* ex);
   void start_stream(Exchange* ex);
+  bool continue_stream(Exchange* ex, const std::string& why);
+  void end_stream(Exchange* ex, const std::string& tail, bool answered);
   void finish_buffered(Exchange* ex);
 
   static void on_tick(uv_timer_t* t);
@@ -288,16 +296,21 @@ void Server::begin(Client* c) {
     reply(c, 503, "the front is stopping", true);
     return;
   }
-  std::string& w = ex->wire;
-  w = r.method + " " + r.url + " HTTP/1.1\r\nHost: " + m_upstream_host + "\r\n";
-  for (const auto& [k, v] : r.headers)
-    if (!hop_by_hop(k)) w += k + ": " + v + "\r\n";
-  if (!r.body.empty() || r.method == "POST" || r.method == "PUT" || r.method == "PATCH")
-    w += "Content-Length: " + std::to_string(r.body.size()) + "\r\n";
-  w += "Connection: close\r\n\r\n";
-  w += r.body;
+  if (r.stream) ex->splice = std::make_unique<StreamSplice>(r, m_opt.max_body_bytes);
+  ex->wire = wire_of(r, ex->splice ? ex->splice->forward_body() : r.body);
   c->ex = std::move(ex);
   attempt(c->ex.get());
+}
+
+std::string Server::wire_of(const Request& r, const std::string& body) const {
+  std::string w = r.method + " " + r.url + " HTTP/1.1\r\nHost: " + m_upstream_host + "\r\n";
+  for (const auto& [k, v] : r.headers)
+    if (!hop_by_hop(k)) w += k + ": " + v + "\r\n";
+  if (!body.empty() || r.method == "POST" || r.method == "PUT" || r.method == "PATCH")
+    w += "Content-Length: " + std::to_string(body.size()) + "\r\n";
+  w += "Connection: close\r\n\r\n";
+  w += body;
+  return w;
 }
 
 void Server::client_write(Client* c, std::string data) {
@@ -456,13 +469,34 @@ void Server::check_upstream(Exchange* ex) {
     if (p.complete()) upstream_failed(ex, "the engine answered 503: " + ex->body.substr(0, 200));
     return;
   }
+  if (ex->started && p.head_complete() && (p.status() != 200 || !p.event_stream())) {
+    // The engine asked to continue a stream answered otherwise (it refused the longer prompt, say).
+    if (!p.complete()) return;
+    ++m_stats.not_continued["engine_refused"];
+    ++m_stats.failed[kStreamInterrupted];
+    return end_stream(ex, error_event("the engine stopped mid-stream and the next one refused its continuation (" +
+                                      std::to_string(p.status()) + ": " + ex->body.substr(0, 200) +
+                                      "); the stream cannot be continued") + done_event(), false);
+  }
   if (!p.head_complete() || !p.event_stream()) {
     if (p.complete()) finish_buffered(ex);
     return;
   }
   if (!ex->started) start_stream(ex);
+  if (ex->resuming) {
+    // The engine that continues the stream answers: the client's stream goes on (no second head).
+    ex->resuming = false;
+    ex->held_since.reset();
+    ex->backoff = kFirstBackoff;
+    unhold(ex);
+    if (!std::exchange(ex->continued, true)) ++m_stats.continued;
+    m_dirty = true;
+  }
   if (ex->sse) {
-    while (auto ev = ex->sse->next_event()) client_write(ex->client, ex->chunked ? chunk(*ev) : *ev);
+    while (auto ev = ex->sse->next_event()) {
+      std::string out = ex->splice ? ex->splice->on_event(*ev) : std::move(*ev);
+      if (!out.empty()) client_write(ex->client, ex->chunked ? chunk(out) : out);
+    }
     if (ex->sse->failed()) return upstream_failed(ex, ex->sse->error());
   }
   if (p.complete()) {
@@ -515,15 +549,7 @@ void Server::finish_buffered(Exchange* ex) {
 void Server::upstream_failed(Exchange* ex, const std::string& why) {
   release_upstream(ex);
   ex->last_error = why;
-  if (ex->started) {
-    // The client has part of the stream: end it on an event boundary with an error it can parse.
-    Client* c = ex->client;
-    std::string tail = error_event("the engine stopped mid-stream (" + why + "); the stream cannot be continued") + done_event();
-    client_write(c, ex->chunked ? chunk(tail) + "0\r\n\r\n" : tail);
-    ++m_stats.failed[kStreamInterrupted];
-    done(c, ex->chunked && ex->req.keep_alive);
-    return;
-  }
+  if (ex->started && !continue_stream(ex, why)) return;
   const auto now = Clock::now();
   if (!ex->held_since) {
     if (m_held.size() >= m_opt.max_held_requests)
@@ -532,12 +558,50 @@ void Server::upstream_failed(Exchange* ex, const std::string& why) {
                       std::to_string(m_opt.max_held_requests) + " requests are held already");
     ex->held_since = now;
     m_held.insert(ex);
-    ++m_stats.held;
+    if (!std::exchange(ex->counted_held, true)) ++m_stats.held;
     m_dirty = true;
   }
   ex->waiting = true;
   ex->next_attempt = now + ex->backoff;
   ex->backoff = std::min<Clock::duration>(ex->backoff * 2, kMaxBackoff);
+}
+
+// The engine died after the client's stream started. True: the exchange is to be held and sent again (its
+// wire is the continuation); false: the stream was ended here.
+bool Server::continue_stream(Exchange* ex, const std::string& why) {
+  StreamSplice* sp = ex->splice.get();
+  const auto next = sp ? sp->resume() : StreamSplice::Next::kCannot;
+  if (next == StreamSplice::Next::kResend) {
+    ex->wire = wire_of(ex->req, sp->body());
+    ex->resuming = true;
+    return true;
+  }
+  if (next == StreamSplice::Next::kFinish) {
+    if (!sp->tail().empty() && !std::exchange(ex->continued, true)) ++m_stats.continued;
+    end_stream(ex, sp->tail(), true);
+    return false;
+  }
+  // Not continued: end the stream on an event boundary with an error the client can parse.
+  const std::string reason = sp ? sp->reason() : "not_streamed_completion";
+  ++m_stats.not_continued[reason];
+  ++m_stats.failed[kStreamInterrupted];
+  end_stream(ex,
+             error_event("the engine stopped mid-stream (" + why + "); the stream cannot be continued: " +
+                         (sp ? sp->why() : std::string("it was not asked for as \"stream\": true")) + " [" + reason + "]") +
+                 done_event(),
+             false);
+  return false;
+}
+
+// Ends a started stream with `tail` (whole events) and the chunked encoding's last chunk.
+void Server::end_stream(Exchange* ex, const std::string& tail, bool answered) {
+  Client* c = ex->client;
+  std::string out = tail.empty() ? "" : (ex->chunked ? chunk(tail) : tail);
+  if (ex->chunked) out += "0\r\n\r\n";
+  if (!out.empty()) client_write(c, std::move(out));
+  if (answered) ++m_stats.answered;
+  m_dirty = true;
+  done(c, ex->chunked && ex->req.keep_alive);
 }
 
 void Server::unhold(Exchange* ex) {

@@ -10,8 +10,9 @@
 //   options.hold_s has passed since it was first held (then 503 naming front.hold_s). Non-streamed answers
 //   are buffered whole (up to max_response_bytes) before the client gets a byte, so for them an engine's
 //   death is always "not started". A text/event-stream answer is passed on event by event; an engine's
-//   death after the first event ends it with an error event and "data: [DONE]" (counted
-//   stream_interrupted).
+//   death after its head continues a continuable stream on the next engine (splice.h: the client is held
+//   and reads one stream, counted continued), and ends any other with an error event naming why and
+//   "data: [DONE]" (counted stream_interrupted and not_continued by reason).
 // - Requests the front can tell are bad never reach the engine: malformed HTTP 400, a body over
 //   max_body_bytes 413, a head over 32 KiB 431 (the connection is closed after these), a body that is not
 //   application/json or not JSON 400 (the connection stays).

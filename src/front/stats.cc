@@ -6,6 +6,8 @@ namespace fr::front {
 
 nlohmann::json FrontStats::to_json() const {
   nlohmann::json failed_j = nlohmann::json::object(), rejected_j = nlohmann::json::object();
+  nlohmann::json not_continued_j = nlohmann::json::object();
+  for (const auto& [k, v] : not_continued) not_continued_j[k] = v;
   for (const char* r : {kHoldTimeout, kTooManyHeld, kStreamInterrupted, kResponseTooLarge, kClientGone, kStopping})
     failed_j[r] = 0;
   for (const auto& [k, v] : failed) failed_j[k] = v;
@@ -20,7 +22,8 @@ nlohmann::json FrontStats::to_json() const {
             {"resent", resent},
             {"continued", continued},
             {"rejected", rejected_j},
-            {"failed", failed_j}}}};
+            {"failed", failed_j},
+            {"not_continued", not_continued_j}}}};
 }
 
 }  // namespace fr::front

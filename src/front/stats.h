@@ -15,10 +15,12 @@ struct FrontStats {
   uint64_t held = 0;       // requests held at least once (the engine could not be reached or died)
   uint64_t held_now = 0;   // held at this moment
   uint64_t resent = 0;     // sends after the first (each held request's retries)
-  uint64_t continued = 0;  // streams continued on a new engine (none yet: docs/front.md)
+  uint64_t continued = 0;  // started streams the client read whole although their engine died
+
   uint64_t connections = 0;  // client connections open now
   std::map<std::string, uint64_t> rejected;  // answered by the front itself, by status ("400", "413", "431")
   std::map<std::string, uint64_t> failed;    // not answered by the engine, by reason
+  std::map<std::string, uint64_t> not_continued;  // streams cut (stream_interrupted), by why (splice.h)
 
   nlohmann::json to_json() const;
 };

@@ -290,65 +290,108 @@ json EngineServer::models() const {
   return {{"object", "list"}, {"data", json::array({card})}};
 }
 
-std::pair<int, json> EngineServer::complete(const std::string& body) {
-  auto bad = [](const std::string& m) { return std::pair<int, json>{400, error_body(400, m)}; };
+Result<CompletionRequest> EngineServer::parse_completion(const std::string& body) const {
+  auto bad = [](const std::string& m) { return make_error(Errc::kInvalidArgument, m); };
   auto parsed = parse_json_bounded(body, {32, 65536, "the request body"});
   if (!parsed.ok()) return bad(parsed.error().message);
   json req = std::move(*parsed);
   if (!req.is_object()) return bad("the request body must be a JSON object");
   if (req.contains("model") && !req["model"].is_null()) {
     if (!req["model"].is_string() || req["model"].get<std::string>() != model_name())
-      return {404, error_body(404, "The model `" + dump(req["model"]) + "` does not exist.")};
+      return make_error(Errc::kNotFound, "The model `" + dump(req["model"]) + "` does not exist.");
   }
   if (!req.contains("prompt")) return bad("'prompt' is required");
-  auto prompts = parse_prompts(req["prompt"]);
-  if (!prompts) return bad(prompts.error().message);
-  int max_tokens = 16;
+  CompletionRequest c;
+  FR_ASSIGN(c.prompts, parse_prompts(req["prompt"]));
   if (req.contains("max_tokens") && !req["max_tokens"].is_null()) {
     if (!req["max_tokens"].is_number_integer() || req["max_tokens"].get<int64_t>() < 0 ||
         req["max_tokens"].get<int64_t>() > 1'000'000)
       return bad("'max_tokens' must be a non-negative integer");
-    max_tokens = req["max_tokens"].get<int>();
+    c.max_tokens = req["max_tokens"].get<int>();
   }
-  int top = -1;  // -1: no logprobs
   if (req.contains("logprobs") && !req["logprobs"].is_null()) {
     if (!req["logprobs"].is_number_integer() || req["logprobs"].get<int64_t>() < 0 ||
         req["logprobs"].get<int64_t>() > 20)
       return bad("'logprobs' must be an integer 0..20");
-    top = req["logprobs"].get<int>();
+    c.top = req["logprobs"].get<int>();
   }
   if (req.contains("temperature") && !req["temperature"].is_null() &&
       (!req["temperature"].is_number() || req["temperature"].get<double>() < 0))
     return bad("'temperature' must be a non-negative number");
-  if (req.value("stream", false) == true) return bad("'stream' is not supported by this engine");
+  if (req.contains("stream") && !req["stream"].is_null()) {
+    if (!req["stream"].is_boolean()) return bad("'stream' must be a boolean");
+    c.stream = req["stream"].get<bool>();
+  }
+  if (req.contains("stream_options") && !req["stream_options"].is_null()) {
+    // vLLM's StreamOptions: include_usage defaults to true once stream_options is given; continuous usage
+    // only with it (should_include_usage in vllm/entrypoints/utils.py).
+    const json& so = req["stream_options"];
+    if (!so.is_object()) return bad("'stream_options' must be an object");
+    if (!c.stream) return bad("'stream_options' is only allowed when 'stream' is true");
+    auto flag = [&](const char* k, bool dflt) -> Result<bool> {
+      if (!so.contains(k) || so[k].is_null()) return dflt;
+      if (!so[k].is_boolean()) return bad(std::string("'stream_options.") + k + "' must be a boolean");
+      return so[k].get<bool>();
+    };
+    FR_ASSIGN(c.include_usage, flag("include_usage", true));
+    FR_ASSIGN(bool continuous, flag("continuous_usage_stats", false));
+    c.continuous_usage = c.include_usage && continuous;
+  }
+  if (req.contains("return_token_ids") && !req["return_token_ids"].is_null()) {
+    if (!req["return_token_ids"].is_boolean()) return bad("'return_token_ids' must be a boolean");
+    c.return_token_ids = req["return_token_ids"].get<bool>();
+  }
   if (req.value("echo", false) == true) return bad("'echo' is not supported by this engine");
   if (req.contains("n") && !(req["n"].is_number_integer() && req["n"].get<int64_t>() == 1))
     return bad("'n' must be 1");
   const int max_len = m_options.max_model_len > 0 ? m_options.max_model_len : m_model->info.config.max_seq;
-  for (const auto& p : *prompts)
-    if (static_cast<int64_t>(p.size()) + max_tokens > max_len)
+  for (const auto& p : c.prompts)
+    if (static_cast<int64_t>(p.size()) + c.max_tokens > max_len)
       return bad("This model's maximum context length is " + std::to_string(max_len) + " tokens. However, you "
-                 "requested " + std::to_string(p.size() + static_cast<size_t>(max_tokens)) + " tokens (" +
-                 std::to_string(p.size()) + " in the messages, " + std::to_string(max_tokens) +
+                 "requested " + std::to_string(p.size() + static_cast<size_t>(c.max_tokens)) + " tokens (" +
+                 std::to_string(p.size()) + " in the messages, " + std::to_string(c.max_tokens) +
                  " in the completion). Please reduce the length of the messages or completion.");
+  return c;
+}
 
+Result<Generation> EngineServer::generate(const std::vector<int>& prompt, int max_tokens, int top) {
+  {
+    std::unique_lock lk(m_gate_mutex);
+    m_gate_cv.wait(lk, [this] { return !m_paused; });
+    ++m_generating;
+  }
+  Generation g = m_model->generate(prompt, max_tokens, std::max(top, 0));
+  {
+    std::lock_guard lk(m_gate_mutex);
+    --m_generating;
+  }
+  m_gate_cv.notify_all();
+  if (!g.error.empty()) return make_error(Errc::kInternal, "generation failed: " + g.error);
+  return g;
+}
+
+namespace {
+
+std::pair<int, json> error_answer(const Error& e) {
+  const int status = e.code == Errc::kNotFound ? 404 : e.code == Errc::kInternal ? 500 : 400;
+  return {status, error_body(status, e.message)};
+}
+
+}  // namespace
+
+std::pair<int, json> EngineServer::complete(const std::string& body) {
+  auto parsed = parse_completion(body);
+  if (!parsed) return error_answer(parsed.error());
+  const CompletionRequest& c = *parsed;
+  if (c.stream) return {400, error_body(400, "'stream': true is answered as an event stream (POST /v1/completions)")};
+  const int top = c.top;
   json choices = json::array();
   size_t prompt_tokens = 0, completion_tokens = 0;
-  for (size_t i = 0; i < prompts->size(); ++i) {
-    const auto& p = (*prompts)[i];
-    Generation g;
-    {
-      std::unique_lock lk(m_gate_mutex);
-      m_gate_cv.wait(lk, [this] { return !m_paused; });
-      ++m_generating;
-    }
-    g = m_model->generate(p, max_tokens, std::max(top, 0));
-    {
-      std::lock_guard lk(m_gate_mutex);
-      --m_generating;
-    }
-    m_gate_cv.notify_all();
-    if (!g.error.empty()) return {500, error_body(500, "generation failed: " + g.error)};
+  for (size_t i = 0; i < c.prompts.size(); ++i) {
+    const auto& p = c.prompts[i];
+    auto gen = generate(p, c.max_tokens, top);
+    if (!gen) return error_answer(gen.error());
+    const Generation& g = *gen;
     if (m_options.faults.token_delay_s > 0)
       std::this_thread::sleep_for(std::chrono::duration<double>(m_options.faults.token_delay_s) * g.steps.size());
     std::vector<int> ids;
@@ -366,6 +409,7 @@ std::pair<int, json> EngineServer::complete(const std::string& body) {
     }
     json choice = {{"index", i}, {"text", detokenize(ids)}, {"token_ids", ids},
                    {"finish_reason", g.stopped_on_eos ? "stop" : "length"}, {"logprobs", nullptr}};
+    if (c.return_token_ids) choice["prompt_token_ids"] = p;
     if (top >= 0)
       choice["logprobs"] = {{"tokens", tokens}, {"token_logprobs", lps}, {"top_logprobs", top > 0 ? tops : json(nullptr)},
                             {"text_offset", offsets}};
@@ -383,6 +427,18 @@ std::pair<int, json> EngineServer::complete(const std::string& body) {
                 {"completion_tokens", completion_tokens},
                 {"total_tokens", prompt_tokens + completion_tokens}}}};
   return {200, out};
+}
+
+Result<StreamedCompletion> EngineServer::stream_completion(const std::string& body) {
+  FR_ASSIGN(auto c, parse_completion(body));
+  if (!c.stream) return make_error(Errc::kInvalidArgument, "'stream' is not true");
+  std::vector<Generation> gens;
+  for (const auto& p : c.prompts) {
+    FR_ASSIGN(auto g, generate(p, c.max_tokens, c.top));
+    gens.push_back(std::move(g));
+  }
+  return build_stream_events(c, gens, "cmpl-" + std::to_string(::getpid()) + "-" + std::to_string(++m_next_id),
+                             static_cast<int64_t>(std::time(nullptr)), model_name());
 }
 
 void EngineServer::routes(httplib::Server& s) {
@@ -408,6 +464,37 @@ void EngineServer::routes(httplib::Server& s) {
     block_if_hung();
     if (m_state == State::kLoading) return send(res, 503, error_body(503, "the model is loading"));
     ++m_in_flight;
+    auto parsed = parse_json_bounded(req.body, {32, 65536, "the request body"});
+    if (parsed.ok() && parsed->is_object() && parsed->value("stream", false) == true) {
+      auto streamed = stream_completion(req.body);
+      if (!streamed) {
+        --m_in_flight;
+        ++m_errors;
+        auto [status, body] = error_answer(streamed.error());
+        return send(res, status, body);
+      }
+      ++m_completions;
+      // One event per token, the token delay before each (a kill lands mid-stream); the last events
+      // (usage, [DONE]) follow at once. m_in_flight counts the stream until its last byte is written.
+      auto events = std::make_shared<StreamedCompletion>(std::move(*streamed));
+      auto next = std::make_shared<size_t>(0);
+      const double delay = m_options.faults.token_delay_s;
+      res.status = 200;
+      res.set_chunked_content_provider(
+          "text/event-stream",
+          [events, next, delay](size_t, httplib::DataSink& sink) {
+            if (*next >= events->events.size()) {
+              sink.done();
+              return true;
+            }
+            if (delay > 0 && *next < events->token_events)
+              std::this_thread::sleep_for(std::chrono::duration<double>(delay));
+            const std::string& ev = events->events[(*next)++];
+            return sink.write(ev.data(), ev.size());
+          },
+          [this](bool) { --m_in_flight; });
+      return;
+    }
     auto [status, body] = complete(req.body);
     --m_in_flight;
     if (status != 200) ++m_errors;

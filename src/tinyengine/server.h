@@ -20,6 +20,7 @@
 #include "fastrestart/result.h"
 #include "tinyengine/loader.h"
 #include "tinyengine/options.h"
+#include "tinyengine/stream.h"
 
 namespace httplib {
 class Server;
@@ -75,10 +76,16 @@ class EngineServer {
   nlohmann::json models() const;
 
   // Handles a completions body; returns the HTTP status and the JSON to send. Public for unit tests.
+  // A body with "stream": true is refused here: stream_completion() answers it.
   std::pair<int, nlohmann::json> complete(const std::string& body);
+  // A "stream": true completions body: its events (stream.h), or the error (kNotFound: unknown model, 404;
+  // kInternal: 500; else 400) to answer before any event. Public for unit tests.
+  Result<StreamedCompletion> stream_completion(const std::string& body);
 
  private:
   void routes(httplib::Server& s);
+  Result<CompletionRequest> parse_completion(const std::string& body) const;
+  Result<Generation> generate(const std::vector<int>& prompt, int max_tokens, int top);
   void block_if_hung() const;
   std::string model_name() const;
 

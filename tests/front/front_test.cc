@@ -373,5 +373,152 @@ TEST_F(FrontTest, FrontKilledNextFrontServesTheQueuedConnection) {
   EXPECT_EQ(queued.rfind("HTTP/1.1 200 ", 0), 0u) << queued << front->log();
 }
 
+// ---- streams continued on the next engine ----
+
+// The body of a chunked HTTP/1.1 answer (the front's streams are chunk-encoded); "" if `raw_answer` is not
+// one whole chunked answer.
+std::string dechunk(const std::string& raw_answer) {
+  auto at = raw_answer.find("\r\n\r\n");
+  if (at == std::string::npos || raw_answer.find("Transfer-Encoding: chunked") > at) return "";
+  std::string body;
+  size_t pos = at + 4;
+  while (true) {
+    const auto eol = raw_answer.find("\r\n", pos);
+    if (eol == std::string::npos) return "";
+    const size_t n = std::stoul(raw_answer.substr(pos, eol - pos), nullptr, 16);
+    if (n == 0) return raw_answer.compare(eol, 4, "\r\n\r\n") == 0 ? body : "";
+    body += raw_answer.substr(eol + 2, n);
+    pos = eol + 2 + n + 2;
+  }
+}
+
+size_t count_of(const std::string& s, const std::string& what) {
+  size_t n = 0;
+  for (size_t at = s.find(what); at != std::string::npos; at = s.find(what, at + what.size())) ++n;
+  return n;
+}
+
+// POSTs a streamed completion to the front and reads the answer to its end; `at_events[k]` runs once the
+// client has read k events ("data:" lines) of the stream.
+std::string stream_through(uint16_t port, const std::string& body,
+                           std::vector<std::pair<size_t, std::function<void()>>> at_events = {}) {
+  UniqueFd fd(::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_port = htons(port);
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  if (::connect(fd.get(), reinterpret_cast<sockaddr*>(&a), sizeof a) != 0) return "connect failed";
+  timeval tv{60, 0};
+  ::setsockopt(fd.get(), SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+  const std::string req = "POST /v1/completions HTTP/1.1\r\nContent-Type: application/json\r\nConnection: close\r\n"
+                          "Content-Length: " + std::to_string(body.size()) + "\r\n\r\n" + body;
+  if (::send(fd.get(), req.data(), req.size(), MSG_NOSIGNAL) < 0) return "send failed";
+  std::string out;
+  char buf[4096];
+  size_t next = 0;
+  for (ssize_t n; (n = ::recv(fd.get(), buf, sizeof buf, 0)) > 0;) {
+    out.append(buf, static_cast<size_t>(n));
+    while (next < at_events.size() && count_of(out, "data:") >= at_events[next].first) at_events[next++].second();
+  }
+  return out;
+}
+
+// The "id" and "created" of a stream's first chunk, as they appear in its bytes.
+std::pair<std::string, std::string> id_and_created(const std::string& stream) {
+  const auto data = stream.substr(stream.find("data: ") + 6, stream.find("\n\n") - stream.find("data: ") - 6);
+  auto j = json::parse(data);
+  return {"\"id\":" + j["id"].dump(), "\"created\":" + j["created"].dump()};
+}
+
+// `want` (an uninterrupted stream) with its id and created replaced by `got`'s: what `got` must equal byte
+// for byte, the spliced stream keeping the first engine's id and created throughout.
+std::string as_if_from(const std::string& want, const std::string& got) {
+  auto [wid, wcreated] = id_and_created(want);
+  auto [gid, gcreated] = id_and_created(got);
+  std::string out = want;
+  for (auto [from, to] : {std::pair{wid, gid}, std::pair{wcreated, gcreated}})
+    for (size_t at = out.find(from); at != std::string::npos; at = out.find(from, at + to.size()))
+      out.replace(at, from.size(), to);
+  return out;
+}
+
+std::string stream_body(const json& prompt, int max_tokens, json extra = json::object()) {
+  json b = {{"prompt", prompt}, {"max_tokens", max_tokens}, {"stream", true}, {"temperature", 0}};
+  b.update(extra);
+  return b.dump();
+}
+
+class FrontStreamTest : public FrontTest {
+ protected:
+  // Kills the engine (SIGKILL) and starts the next one on the same port.
+  void restart_engine() {
+    m_engine->signal(SIGKILL);
+    ASSERT_TRUE(m_engine->wait_exit(10));
+    m_engine.reset();
+    m_engine = start_engine({"--fault-token-delay", "0.03"});
+  }
+  std::unique_ptr<Engine> m_engine;
+};
+
+// kill -9 mid-stream: the client reads one stream, byte for byte the uninterrupted one (its text, its
+// token ids, one usage event counting the original prompt and every token, one [DONE]).
+TEST_F(FrontStreamTest, KilledMidStreamContinuesByteForByte) {
+  const std::vector<std::string> bodies = {
+      stream_body("the stream that survives", 24, {{"stream_options", {{"include_usage", true}}}}),
+      stream_body({116, 111, 107, 101, 110, 115}, 20, {{"return_token_ids", true}, {"stream_options", json::object()}}),
+  };
+  m_engine = start_engine({"--fault-token-delay", "0.03"});
+  Front front(m_listen.get(), m_engine_port, {"--hold-s", "30"});
+  std::vector<std::string> want;
+  for (const auto& b : bodies) want.push_back(dechunk(stream_through(m_port, b)));
+  for (size_t i = 0; i < bodies.size(); ++i) {
+    ASSERT_FALSE(want[i].empty());
+    const auto raw_got = stream_through(m_port, bodies[i], {{6, [&] { restart_engine(); }}});
+    const auto got = dechunk(raw_got);
+    ASSERT_FALSE(got.empty()) << raw_got << front.log();
+    EXPECT_EQ(got, as_if_from(want[i], got)) << "request " << i;
+    EXPECT_EQ(count_of(got, "data: [DONE]"), 1u);
+    EXPECT_EQ(count_of(got, "\"usage\":{"), 1u);
+    EXPECT_EQ(got.find("error"), std::string::npos) << got;
+  }
+  EXPECT_NE(want[1].find("\"token_ids\":[1"), std::string::npos) << "the client asked for token ids: " << want[1];
+  EXPECT_EQ(want[0].find("\"token_ids\":["), std::string::npos) << "the client did not: " << want[0];
+  const auto st = front.status([](const json& j) { return j["requests"]["continued"] == 2; });
+  EXPECT_EQ(st["requests"]["continued"], 2) << st.dump();
+  EXPECT_EQ(st["requests"]["failed"]["stream_interrupted"], 0) << st.dump();
+}
+
+// A second kill -9 while the continuation streams: continued again, still one exact stream.
+TEST_F(FrontStreamTest, SecondDeathDuringTheContinuationContinuesAgain) {
+  const auto body = stream_body("twice", 30, {{"stream_options", {{"include_usage", true}}}});
+  m_engine = start_engine({"--fault-token-delay", "0.03"});
+  Front front(m_listen.get(), m_engine_port, {"--hold-s", "30"});
+  const auto want = dechunk(stream_through(m_port, body));
+  const auto got = dechunk(stream_through(m_port, body, {{5, [&] { restart_engine(); }}, {14, [&] { restart_engine(); }}}));
+  ASSERT_FALSE(got.empty()) << front.log();
+  EXPECT_EQ(got, as_if_from(want, got));
+  const auto st = front.status([](const json& j) { return j["requests"]["continued"] == 1; });
+  EXPECT_EQ(st["requests"]["continued"], 1) << st.dump();
+  EXPECT_GE(st["requests"]["resent"].get<int>(), 2) << st.dump();
+  EXPECT_EQ(st["requests"]["held_now"], 0) << st.dump();
+}
+
+// A stream the front cannot continue exactly (guided decoding here; the tiny engine ignores the field)
+// ends with an error event naming why, and [DONE].
+TEST_F(FrontStreamTest, NotContinuableEndsWithAnErrorNamingTheReason) {
+  const auto body = stream_body("guided", 24, {{"guided_regex", "[a-z]+"}});
+  m_engine = start_engine({"--fault-token-delay", "0.03"});
+  Front front(m_listen.get(), m_engine_port, {"--hold-s", "30"});
+  const auto got = dechunk(stream_through(m_port, body, {{4, [&] { restart_engine(); }}}));
+  ASSERT_FALSE(got.empty()) << front.log();
+  EXPECT_NE(got.find("data: {\"error\":"), std::string::npos) << got;
+  EXPECT_NE(got.find("guided decoding (guided_regex) is not continued [guided]"), std::string::npos) << got;
+  EXPECT_TRUE(got.ends_with("}\n\ndata: [DONE]\n\n")) << got;
+  EXPECT_EQ(got.find("\"token_ids\":["), std::string::npos) << "forwarded as the client wrote it";
+  const auto st = front.status([](const json& j) { return j["requests"]["failed"]["stream_interrupted"] == 1; });
+  EXPECT_EQ(st["requests"]["not_continued"]["guided"], 1) << st.dump();
+  EXPECT_EQ(st["requests"]["continued"], 0) << st.dump();
+}
+
 }  // namespace
 }  // namespace fr::front

@@ -3,6 +3,8 @@
 
 #include <gtest/gtest.h>
 
+#include <nlohmann/json.hpp>
+
 #include "engine_process.h"
 
 namespace fr::te {
@@ -74,6 +76,112 @@ TEST_F(Completions, BadRequestsAre400WithAMessage) {
   EXPECT_NE(error_of({{"prompt", "a"}, {"temperature", -1}}).find("temperature"), std::string::npos);
   EXPECT_NE(error_of({{"prompt", "a"}, {"stream", true}}).find("stream"), std::string::npos);
   EXPECT_NE(error_of({{"prompt", "a"}, {"n", 2}}).find("'n'"), std::string::npos);
+}
+
+// The data of each event of a streamed answer, parsed keeping the field order.
+std::vector<nlohmann::ordered_json> stream_data(const StreamedCompletion& s, std::string* last = nullptr) {
+  std::vector<nlohmann::ordered_json> out;
+  for (const auto& ev : s.events) {
+    EXPECT_TRUE(ev.starts_with("data: ") && ev.ends_with("\n\n")) << ev;
+    const std::string data = ev.substr(6, ev.size() - 8);
+    if (data == "[DONE]") {
+      if (last) *last = data;
+      continue;
+    }
+    out.push_back(nlohmann::ordered_json::parse(data));
+  }
+  return out;
+}
+
+std::vector<std::string> keys_of(const nlohmann::ordered_json& j) {
+  std::vector<std::string> k;
+  for (auto it = j.begin(); it != j.end(); ++it) k.push_back(it.key());
+  return k;
+}
+
+TEST_F(Completions, StreamIsVllmsChunksAndSaysWhatTheAnswerSays) {
+  auto [st, whole] = call({{"prompt", "Hello"}, {"max_tokens", 7}});
+  ASSERT_EQ(st, 200);
+  auto s = m_server->stream_completion(
+      json{{"prompt", "Hello"}, {"max_tokens", 7}, {"stream", true}, {"stream_options", json::object()}}.dump());
+  ASSERT_TRUE(s.ok()) << s.error().to_string();
+  std::string done;
+  auto chunks = stream_data(*s, &done);
+  EXPECT_EQ(done, "[DONE]");
+  EXPECT_EQ(s->events.back(), "data: [DONE]\n\n");
+  ASSERT_EQ(chunks.size(), 8u) << "one chunk per token, then usage (stream_options given: include_usage)";
+  EXPECT_EQ(s->token_events, 7u);
+  std::string text;
+  for (size_t i = 0; i < 7; ++i) {
+    const auto& c = chunks[i];
+    EXPECT_EQ(keys_of(c), (std::vector<std::string>{"id", "object", "created", "model", "choices", "usage"}));
+    EXPECT_EQ(c["object"], "text_completion");
+    EXPECT_EQ(c["id"], chunks[0]["id"]);
+    EXPECT_TRUE(c["usage"].is_null());
+    const auto& ch = c["choices"][0];
+    EXPECT_EQ(keys_of(ch), (std::vector<std::string>{"index", "text", "logprobs", "finish_reason", "stop_reason",
+                                                     "prompt_token_ids", "token_ids"}));
+    EXPECT_TRUE(ch["token_ids"].is_null()) << "token_ids only with return_token_ids";
+    if (i == 0) EXPECT_EQ(ch["prompt_token_ids"], json({72, 101, 108, 108, 111}));
+    else EXPECT_TRUE(ch["prompt_token_ids"].is_null());
+    EXPECT_EQ(ch["finish_reason"].is_null(), i < 6);
+    text += ch["text"].get<std::string>();
+  }
+  EXPECT_EQ(chunks[6]["choices"][0]["finish_reason"], whole["choices"][0]["finish_reason"]);
+  // As a client reads both: bytes that are no UTF-8 become U+FFFD in JSON, in the answer as in the stream.
+  const auto as_sent = [](const json& j) { return j.dump(-1, ' ', false, json::error_handler_t::replace); };
+  EXPECT_EQ(as_sent(text), as_sent(whole["choices"][0]["text"]));
+  const auto& u = chunks[7];
+  EXPECT_EQ(keys_of(u), (std::vector<std::string>{"id", "object", "created", "model", "choices", "usage"}));
+  EXPECT_TRUE(u["choices"].empty());
+  EXPECT_EQ(keys_of(u["usage"]), (std::vector<std::string>{"prompt_tokens", "total_tokens", "completion_tokens"}));
+  EXPECT_EQ(u["usage"]["prompt_tokens"], 5);
+  EXPECT_EQ(u["usage"]["completion_tokens"], 7);
+}
+
+TEST_F(Completions, StreamReturnTokenIdsAndContinuousUsage) {
+  auto [st, whole] = call({{"prompt", {1, 2, 3}}, {"max_tokens", 5}});
+  ASSERT_EQ(st, 200);
+  auto s = m_server->stream_completion(json{{"prompt", {1, 2, 3}},
+                                            {"max_tokens", 5},
+                                            {"stream", true},
+                                            {"return_token_ids", true},
+                                            {"stream_options", {{"include_usage", true}, {"continuous_usage_stats", true}}}}
+                                           .dump());
+  ASSERT_TRUE(s.ok()) << s.error().to_string();
+  auto chunks = stream_data(*s);
+  ASSERT_EQ(chunks.size(), 6u);
+  json ids = json::array();
+  for (size_t i = 0; i < 5; ++i) {
+    ASSERT_EQ(chunks[i]["choices"][0]["token_ids"].size(), 1u);
+    ids.push_back(chunks[i]["choices"][0]["token_ids"][0].get<int>());
+    EXPECT_EQ(chunks[i]["usage"]["completion_tokens"], i + 1);
+    EXPECT_EQ(chunks[i]["usage"]["prompt_tokens"], 3);
+  }
+  EXPECT_EQ(ids, whole["choices"][0]["token_ids"]);
+  EXPECT_EQ(chunks[0]["choices"][0]["prompt_token_ids"], json({1, 2, 3}));
+}
+
+TEST_F(Completions, StreamWithoutUsageEndsWithDone) {
+  auto s = m_server->stream_completion(json{{"prompt", "ab"}, {"max_tokens", 2}, {"stream", true}}.dump());
+  ASSERT_TRUE(s.ok());
+  ASSERT_EQ(s->events.size(), 3u);
+  EXPECT_EQ(s->events[2], "data: [DONE]\n\n");
+  auto bad = m_server->stream_completion(json{{"prompt", "ab"}, {"stream", true}, {"stream_options", 3}}.dump());
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.error().message.find("stream_options"), std::string::npos);
+}
+
+TEST(StreamText, AHalfCharacterWaitsForItsRest) {
+  EXPECT_EQ(utf8_sendable("ab"), 2u);
+  EXPECT_EQ(utf8_sendable("a\xC3"), 1u);
+  EXPECT_EQ(utf8_sendable("a\xC3\xA9"), 3u);
+  EXPECT_EQ(utf8_sendable("\xE2\x82"), 0u);
+  EXPECT_EQ(utf8_sendable("\xE2\x82\xAC"), 3u);
+  EXPECT_EQ(utf8_sendable("\xF0\x9F\x98"), 0u);
+  EXPECT_EQ(utf8_sendable("\xFF"), 1u) << "a byte no character starts with goes as it is";
+  EXPECT_EQ(utf8_sendable("\x80\x80\x80\x80"), 4u);
+  EXPECT_EQ(utf8_sendable(""), 0u);
 }
 
 TEST_F(Completions, UnknownModelIs404) {

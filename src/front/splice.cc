@@ -1,0 +1,231 @@
+#include "front/splice.h"
+
+#include <optional>
+#include <utility>
+
+#include "front/sse.h"
+
+namespace fr::front {
+namespace {
+
+using ojson = nlohmann::ordered_json;
+
+std::string dump(const ojson& j) { return j.dump(-1, ' ', false, ojson::error_handler_t::replace); }
+
+bool present(const ojson& j, const char* key) { return j.contains(key) && !j[key].is_null(); }
+
+// A number field equal to `dflt` when present (absent or null counts as the default).
+bool is_default(const ojson& j, const char* key, double dflt) {
+  if (!present(j, key)) return true;
+  return j[key].is_number() && j[key].get<double>() == dflt;
+}
+
+bool int_ids(const ojson& a, std::vector<int64_t>* out) {
+  if (!a.is_array()) return false;
+  for (const auto& e : a) {
+    if (!e.is_number_integer()) return false;
+    if (out) out->push_back(e.get<int64_t>());
+  }
+  return true;
+}
+
+
+// Why the request's stream cannot be continued exactly: {reason, message}; nullopt when it can.
+std::optional<std::pair<std::string, std::string>> refusal(const Request& req, const ojson& r) {
+  using R = std::pair<std::string, std::string>;
+  if (r.is_discarded() || !r.is_object()) return R{"bad_request", "the request is not a JSON object"};
+  if (req.method != "POST" || req.url.substr(0, req.url.find('?')) != "/v1/completions")
+    return R{"endpoint", "only POST /v1/completions streams are continued"};
+  if (!is_default(r, "n", 1) || !is_default(r, "best_of", 1) ||
+      (present(r, "use_beam_search") && r["use_beam_search"] != false))
+    return R{"n", "n, best_of and beam search other than one sequence are not continued"};
+  if (present(r, "echo") && r["echo"] != false) return R{"echo", "echo is not continued"};
+  if (present(r, "logprobs"))
+    return R{"logprobs", "logprobs are not continued (the next engine computes the tokens sent as a prompt, "
+                         "whose log-probabilities need not be the same bit for bit)"};
+  for (const char* k : {"guided_json", "guided_regex", "guided_choice", "guided_grammar", "structured_outputs",
+                        "response_format", "structural_tag"})
+    if (present(r, k)) return R{"guided", std::string("guided decoding (") + k + ") is not continued"};
+  for (const char* k : {"tools", "tool_choice", "functions", "function_call"})
+    if (present(r, k)) return R{"tools", std::string("tools (") + k + ") are not continued"};
+  if (present(r, "stop") && !(r["stop"].is_array() && r["stop"].empty()) &&
+      !(r["stop"].is_string() && r["stop"].get<std::string>().empty()))
+    return R{"stop", "stop strings are not continued (one may span the tokens sent and the next engine's)"};
+  if (!is_default(r, "frequency_penalty", 0) || !is_default(r, "presence_penalty", 0) ||
+      !is_default(r, "repetition_penalty", 1) || !is_default(r, "min_tokens", 0))
+    return R{"penalties", "penalties and min_tokens depend on the tokens generated: not continued"};
+  if (!present(r, "max_tokens") || !r["max_tokens"].is_number_integer() || r["max_tokens"].get<int64_t>() < 1)
+    return R{"max_tokens", "a stream without max_tokens is not continued (the engine's default is not known)"};
+  if (!present(r, "prompt")) return R{"prompt", "the request has no prompt"};
+  return std::nullopt;
+}
+
+}  // namespace
+
+void StreamSplice::cannot(std::string reason, std::string why) {
+  if (!m_reason.empty()) return;  // the first reason stays
+  m_reason = std::move(reason);
+  m_why = std::move(why);
+}
+
+StreamSplice::StreamSplice(const Request& req, size_t max_body_bytes) : m_max_body(max_body_bytes) {
+  m_forward = req.body;
+  m_req = ojson::parse(req.body, nullptr, false);
+  if (auto no = refusal(req, m_req)) {
+    cannot(no->first, no->second);
+    return;
+  }
+  const ojson& r = m_req;
+  m_max_tokens = r["max_tokens"].get<int64_t>();
+  ojson p = r["prompt"];
+  if (p.is_array() && p.size() == 1 && (p[0].is_string() || p[0].is_array())) p = ojson(p[0]);
+  if (p.is_string()) {
+    m_prompt_is_text = true;
+    m_prompt_text = p.get<std::string>();
+  } else if (!p.empty() && int_ids(p, &m_prompt_ids)) {
+    m_prompt_ids_known = true;
+  } else {
+    cannot("prompt", "only one prompt, as text or token ids, is continued");
+    return;
+  }
+  if (present(r, "stream_options") && r["stream_options"].is_object()) {
+    const ojson& so = r["stream_options"];
+    m_include_usage = !present(so, "include_usage") || so["include_usage"] == true;
+  }
+  m_client_ids = present(r, "return_token_ids") && r["return_token_ids"] == true;
+  if (!m_client_ids) {
+    ojson f = m_req;
+    f["return_token_ids"] = true;
+    m_forward = dump(f);
+  }
+}
+
+std::string StreamSplice::usage_event(uint64_t prompt_tokens, uint64_t completion_tokens) const {
+  ojson j = {{"id", m_id},
+             {"object", "text_completion"},
+             {"created", m_created},
+             {"model", m_model},
+             {"choices", ojson::array()},
+             {"usage",
+              {{"prompt_tokens", prompt_tokens},
+               {"total_tokens", prompt_tokens + completion_tokens},
+               {"completion_tokens", completion_tokens}}}};
+  return "data: " + dump(j) + "\n\n";
+}
+
+std::string StreamSplice::on_event(std::string_view event) {
+  const auto data = data_of(event);
+  if (!data) return std::string(event);
+  if (*data == "[DONE]") {
+    m_done = true;
+    return std::string(event);
+  }
+  if (!continuable()) return std::string(event);
+  ojson j = ojson::parse(*data, nullptr, false);
+  if (j.is_discarded() || !j.is_object()) {
+    cannot("bad_chunk", "the engine sent an event that is not a JSON object");
+    return std::string(event);
+  }
+  if (j.contains("error")) {
+    cannot("engine_error", "the engine's stream ended with its own error");
+    return std::string(event);
+  }
+  const bool rewrite = m_attempt > 0 || !m_client_ids;
+  if (!m_have_id) {
+    m_have_id = true;
+    m_id = j.value("id", ojson());
+    m_created = j.value("created", ojson());
+    m_model = j.value("model", ojson());
+  } else if (m_attempt > 0) {
+    if (j.contains("id")) j["id"] = m_id;
+    if (j.contains("created")) j["created"] = m_created;
+  }
+  if (j.contains("choices") && j["choices"].is_array() && !j["choices"].empty()) {
+    if (j["choices"].size() != 1 || !j["choices"][0].is_object()) {
+      cannot("bad_chunk", "the engine sent a chunk with several choices");
+      return std::string(event);
+    }
+    ojson& c = j["choices"][0];
+    uint64_t count = 1;  // without token ids a chunk counts as one token (weaker: text continuation)
+    if (present(c, "token_ids") && int_ids(c["token_ids"], &m_sent_ids)) {
+      count = c["token_ids"].size();
+    } else {
+      m_ids_complete = false;
+    }
+    if (c.contains("text") && c["text"].is_string()) m_sent_text += c["text"].get<std::string>();
+    if (present(c, "prompt_token_ids")) {
+      if (!m_choice_sent && m_attempt == 0 && !m_prompt_ids_known) {
+        m_prompt_ids.clear();
+        m_prompt_ids_known = int_ids(c["prompt_token_ids"], &m_prompt_ids);
+      }
+      // The client had the prompt's ids in its first chunk; the next engine's prompt is longer.
+      if (m_choice_sent && m_attempt > 0) c["prompt_token_ids"] = nullptr;
+    }
+    if (present(c, "finish_reason")) m_finished = true;
+    if (!m_client_ids && c.contains("token_ids")) c["token_ids"] = nullptr;
+    m_tokens_sent += count;
+    m_choice_sent = true;
+  }
+  if (present(j, "usage") && j["usage"].is_object()) {
+    ojson& u = j["usage"];
+    if (m_attempt > 0 && u.contains("prompt_tokens") && u["prompt_tokens"].is_number_unsigned() &&
+        u.contains("completion_tokens") && u["completion_tokens"].is_number_unsigned()) {
+      // The next engine counted the tokens sent as prompt: they are the completion's.
+      const uint64_t prompt = u["prompt_tokens"].get<uint64_t>();
+      const uint64_t before = std::min<uint64_t>(m_tokens_before, prompt);
+      u["prompt_tokens"] = prompt - before;
+      u["completion_tokens"] = u["completion_tokens"].get<uint64_t>() + before;  // total_tokens stays
+    }
+    if (j.contains("choices") && j["choices"].is_array() && j["choices"].empty()) m_usage_sent = true;
+  }
+  if (!rewrite) return std::string(event);
+  return "data: " + dump(j) + "\n\n";
+}
+
+StreamSplice::Next StreamSplice::resume() {
+  m_next_body.clear();
+  m_tail.clear();
+  if (m_done) return Next::kFinish;
+  if (!continuable()) return Next::kCannot;
+  if (m_finished) {
+    // Every token reached the client: only the usage event (if asked) and [DONE] are missing.
+    if (m_include_usage && !m_usage_sent) {
+      if (!m_prompt_ids_known) {
+        cannot("usage", "the stream's usage cannot be counted without the prompt's token ids");
+        return Next::kCannot;
+      }
+      m_tail = usage_event(m_prompt_ids.size(), m_tokens_sent);
+    }
+    m_tail += done_event();
+    m_done = true;
+    return Next::kFinish;
+  }
+  if (m_tokens_sent >= static_cast<uint64_t>(m_max_tokens)) {
+    cannot("max_tokens", "the engine sent max_tokens tokens without a finish_reason");
+    return Next::kCannot;
+  }
+  ojson next = m_req;
+  if (m_ids_complete && m_prompt_ids_known) {
+    ojson ids = ojson::array();
+    for (auto t : m_prompt_ids) ids.push_back(t);
+    for (auto t : m_sent_ids) ids.push_back(t);
+    next["prompt"] = std::move(ids);
+    next["return_token_ids"] = true;
+  } else if (m_prompt_is_text) {
+    next["prompt"] = m_prompt_text + m_sent_text;
+  } else {
+    cannot("no_token_ids", "the engine gave no token ids for a prompt of token ids");
+    return Next::kCannot;
+  }
+  next["max_tokens"] = m_max_tokens - static_cast<int64_t>(m_tokens_sent);
+  m_next_body = dump(next);
+  if (m_next_body.size() > m_max_body) {
+    cannot("body_too_large", "the continuation's request is over front.max_body_bytes = " + std::to_string(m_max_body));
+    return Next::kCannot;
+  }
+  ++m_attempt;
+  m_tokens_before = m_tokens_sent;
+  return Next::kResend;
+}
+
+}  // namespace fr::front

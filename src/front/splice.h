@@ -1,0 +1,89 @@
+// StreamSplice: one streamed completion followed across engines (docs/front.md, "What is continued and
+// what is not"). It decides whether a stream can be continued, records what the client has been sent, and
+// when the engine dies mid-stream writes the request that continues it on the next engine; the next
+// engine's events are rewritten so that the client reads one stream.
+//
+// Contract
+// - StreamSplice(req, max_body_bytes) reads a complete, checked "stream": true request. continuable() is
+//   false, with reason() (a short key, counted in the status file) and why() (for the client's error event),
+//   for what cannot be continued exactly: another endpoint than POST /v1/completions, n or best_of other
+//   than 1, beam search, echo, logprobs, guided decoding or tools, stop strings, output penalties or
+//   min_tokens, no max_tokens, several prompts.
+// - forward_body() is the body to send: the client's, with "return_token_ids": true added for a continuable
+//   stream (vLLM's field: each chunk then carries its token ids). Fields the client did not ask for are
+//   taken out again (token_ids set to null) before the client sees an event.
+// - on_event(event) takes one whole SSE event of the current attempt and returns what the client gets:
+//   the event itself, or a rewrite of it (a continuation's chunks get the first attempt's id and created,
+//   prompt_token_ids null, usage counted over the whole stream). Never throws: an event that is not the
+//   expected JSON passes unchanged and makes the stream not continuable ("bad_chunk").
+// - resume() is called when the engine died after the stream started. kResend: send body() now (the prompt
+//   followed by the tokens already sent, max_tokens reduced by their count; as token ids when every chunk
+//   carried them, else as text: weaker, a tokenizer may split the joined text differently). kFinish: the
+//   client already has every token: send tail() (the usage event if asked, [DONE]) and end. kCannot:
+//   reason()/why() say why; the caller ends the stream with an error event.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "front/http_request.h"
+
+namespace fr::front {
+
+class StreamSplice {
+ public:
+  StreamSplice(const Request& req, size_t max_body_bytes);
+
+  bool continuable() const { return m_reason.empty(); }
+  const std::string& reason() const { return m_reason; }
+  const std::string& why() const { return m_why; }
+  const std::string& forward_body() const { return m_forward; }
+
+  std::string on_event(std::string_view event);
+
+  enum class Next { kResend, kFinish, kCannot };
+  Next resume();
+  const std::string& body() const { return m_next_body; }
+  const std::string& tail() const { return m_tail; }
+  // Attempts after the first (resume() that returned kResend).
+  int continuations() const { return m_attempt; }
+  uint64_t tokens_sent() const { return m_tokens_sent; }
+
+ private:
+  void cannot(std::string reason, std::string why);
+  std::string usage_event(uint64_t prompt_tokens, uint64_t completion_tokens) const;
+
+  nlohmann::ordered_json m_req;  // the client's body
+  std::string m_forward;
+  std::string m_reason, m_why;
+  size_t m_max_body;
+  int64_t m_max_tokens = 0;
+  bool m_client_ids = false;     // the client asked return_token_ids itself
+  bool m_include_usage = false;  // stream_options.include_usage
+  // The prompt: as token ids (from the request, or the first chunk's prompt_token_ids), or as text.
+  std::vector<int64_t> m_prompt_ids;
+  bool m_prompt_ids_known = false;
+  std::string m_prompt_text;
+  bool m_prompt_is_text = false;
+  // What the client has been sent.
+  nlohmann::ordered_json m_id, m_created, m_model;
+  bool m_have_id = false;
+  std::vector<int64_t> m_sent_ids;
+  bool m_ids_complete = true;  // every chunk so far carried token_ids
+  std::string m_sent_text;
+  uint64_t m_tokens_sent = 0;
+  uint64_t m_tokens_before = 0;  // sent before the current attempt
+  bool m_choice_sent = false;    // a chunk with a choice reached the client (its prompt_token_ids too)
+  bool m_finished = false;       // a finish_reason reached the client
+  bool m_usage_sent = false;
+  bool m_done = false;           // [DONE] reached the client
+  int m_attempt = 0;
+  std::string m_next_body, m_tail;
+};
+
+}  // namespace fr::front
