@@ -50,10 +50,13 @@ Soak::Soak(const Params& p) : m_p(p), m_rng(p.seed) {
   // took 4 s on a loaded 2-core machine; with 3 s it never became ready and never filled the cache).
   // The base is 5 s: with 3 s, one start of a 16 MiB checkpoint (a reload pushed during a restart, seed
   // 120182293584840 in a CI run with other tests beside it) was not ready in time; not reproduced since.
+  // The base is 10 s: with 5 s the same case (seed 44109899680117, in scripts/test.sh with the sanitizer
+  // builds and the fresh-root check beside it) was not ready in time either; that seed alone passes. Both
+  // times it was a reload pushed during a restart: docs/reliability.md, "Soak", keeps it as an open question.
   double gib = std::strtod(m_p.size.c_str(), nullptr);
   const char unit = m_p.size.empty() ? 'M' : m_p.size.back();
   gib /= unit == 'T' ? 1.0 / 1024 : unit == 'G' ? 1 : unit == 'M' ? 1024 : unit == 'K' ? 1024.0 * 1024 : 1024.0 * 1024 * 1024;
-  m_start_timeout_s = 5 + 15 * gib;
+  m_start_timeout_s = 10 + 15 * gib;
   m_check_timeout_s = 1.5 + 2 * gib;  // a completion reads every weight once per token
   make_oracle();
   write_config();
