@@ -224,11 +224,19 @@ TEST_F(FrontE2e, SigtermLetsTheFrontFinishFirst) {
   ready();
   const auto want = complete(kPrompts[0], 20);
   ASSERT_EQ(want.status, 200) << want.body;
-  auto slow = std::async(std::launch::async, [this] { return complete(kPrompts[0], 20); });
-  // The request is inside the front (and the engine) before the signal.
+  // The front writes its status on a tick: wait until it shows the first request answered, so that a stale
+  // view cannot pass for the slow request below being in flight.
+  json settled;
   ASSERT_TRUE(m_sup->wait_for([](const json& j) {
     const json r = j.value("front", json::object()).value("requests", json::object());
-    return r.value("received", 0) - r.value("answered", 0) >= 1;
+    return r.value("received", 0) >= 1 && r.value("received", 0) == r.value("answered", 0);
+  }, 30, &settled)) << m_sup->log();
+  const int64_t before = settled["front"]["requests"].value("received", 0);
+  auto slow = std::async(std::launch::async, [this] { return complete(kPrompts[0], 20); });
+  // The slow request is inside the front (and the engine) before the signal.
+  ASSERT_TRUE(m_sup->wait_for([before](const json& j) {
+    const json r = j.value("front", json::object()).value("requests", json::object());
+    return r.value("received", 0) > before && r.value("received", 0) - r.value("answered", 0) >= 1;
   }, 30)) << m_sup->log();
   EXPECT_EQ(m_sup->stop(SIGTERM), 0) << m_sup->log();
   const auto got = slow.get();
