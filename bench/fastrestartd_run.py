@@ -8,12 +8,15 @@ The kill clock (docs/benchmarks.md, "How a restart is timed"): the bench reads t
 before kill(2) (and time.time(), for the record). fastrestartd stamps the engine's reap (status
 `last_exit.died_at_s`) and the READY (`last_start.ready_at_s`) on the same clock (CLOCK_MONOTONIC, libuv's
 uv_hrtime), so kill -> reap and kill -> READY are differences on one clock of one machine. A client that
-keeps sending requests (Prober) gives kill -> the first answered request.
+keeps sending requests (Prober) gives kill -> the first answered request, and kill -> the first byte of an
+answer (the moment the engine began answering: a streamed answer's first event, another's status line), so
+READY minus that first byte says how far READY is from the first request the engine could answer.
 
 The drivers import it from their own folder (python3 puts a script's folder first on sys.path). The shell
 benches start fastrestartd through it too: `fastrestartd_run.py exec CONFIG LOG [ARGS...]` (bench/lib.sh's
 fastrestartd_start, bench/gpu_snapshot.sh, bench/gpu_supervisor.sh, bench/supervisor_overhead.sh).
 """
+import collections
 import http.client
 import json
 import os
@@ -234,14 +237,32 @@ def completion_body(model, max_tokens=1):
     return json.dumps({"model": model, "prompt": PROMPT, "max_tokens": max_tokens, "temperature": 0}).encode()
 
 
+class Request(collections.namedtuple("Request", "sent ended outcome first_byte")):
+    """One request of a Prober client, on time.monotonic(): sent (before the connect), ended (the answer
+    read to its end, or the failure), outcome, and first_byte: when the answer began to arrive (a streamed
+    answer: its first SSE `data:` event; any other answer: its status line and headers), None where no
+    answer began (refused, a connection that broke first, a timeout)."""
+    __slots__ = ()
+
+
 class Prober:
     """CLIENTS threads sending BODY to POST /v1/completions on 127.0.0.1:PORT back to back, a new connection
-    per request; every request recorded as (sent, ended, outcome) on time.monotonic(): ok, refused (connect
-    failed), reset (the connection broke), timeout, http_<code>, or os_<errno>. After a failure a client
-    waits PAUSE s before its next request (a client that retries at once would count its own loop)."""
+    per request; every request recorded as a Request (sent, ended, outcome, first_byte) on time.monotonic():
+    outcome ok, refused (connect failed), reset (the connection broke), timeout, http_<code>, os_<errno>, or
+    no_event (a 200 event stream that ended without a `data:` event). After a failure a client waits PAUSE
+    s before its next request (a client that retries at once would count its own loop).
 
-    def __init__(self, port, body, clients=1, timeout=60.0, pause=0.01):
-        self.port, self.body, self.timeout, self.pause = port, body, timeout, pause
+    STREAM: the body gets "stream": true and the answer is read as server-sent events: first_byte is the
+    first `data:` event, the moment the engine began answering rather than the end of the answer. An engine
+    that does not stream answers one JSON body: first_byte is then its status line, which such an engine
+    sends after the whole generation."""
+
+    def __init__(self, port, body, clients=1, timeout=60.0, pause=0.01, stream=False):
+        if stream:
+            b = json.loads(body)
+            b["stream"] = True
+            body = json.dumps(b).encode()
+        self.port, self.body, self.timeout, self.pause, self.stream = port, body, timeout, pause, stream
         self.records, self.lock, self.halt = [], threading.Lock(), threading.Event()
         self.threads = [threading.Thread(target=self.client, daemon=True) for _ in range(clients)]
 
@@ -251,14 +272,25 @@ class Prober:
         return self
 
     def finish(self):
-        """Stops the clients (each after its request in flight): the records, by send time."""
+        """Stops the clients (each after its request in flight): the records (Request), by send time."""
         self.halt.set()
         for t in self.threads:
             t.join(self.timeout + 5)
         with self.lock:
-            return sorted(self.records)
+            return sorted(self.records, key=lambda r: (r.sent, r.ended))
 
-    def one(self):
+    def read_events(self, r):
+        """Reads an event stream to its end: when its first `data:` line arrived (None: there was none)."""
+        first = None
+        while True:
+            line = r.readline()
+            if not line:
+                return first
+            if first is None and line.startswith(b"data:"):
+                first = time.monotonic()
+
+    def one(self, got):
+        """One request: its outcome; got[0]: when its answer began (Request.first_byte)."""
         conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=self.timeout)
         try:
             try:
@@ -267,7 +299,13 @@ class Prober:
                 return "refused"
             conn.request("POST", "/v1/completions", body=self.body, headers={"Content-Type": "application/json"})
             r = conn.getresponse()
-            r.read()
+            got[0] = time.monotonic()  # the status line and headers are read
+            if self.stream and r.status == 200 and (r.getheader("Content-Type") or "").startswith("text/event-stream"):
+                got[0] = self.read_events(r)
+                if got[0] is None:
+                    return "no_event"
+            else:
+                r.read()
             return "ok" if r.status == 200 else f"http_{r.status}"
         except socket.timeout:
             return "timeout"
@@ -281,18 +319,19 @@ class Prober:
 
     def client(self):
         while not self.halt.is_set():
+            got = [None]
             t0 = time.monotonic()
-            outcome = self.one()
+            outcome = self.one(got)
             t1 = time.monotonic()
             with self.lock:
-                self.records.append((t0, t1, outcome))
+                self.records.append(Request(t0, t1, outcome, got[0]))
             if outcome != "ok":
                 time.sleep(self.pause)
 
     def answered_since(self, t):
         """An ok request sent at or after t has ended (the first answered request after a kill at t)."""
         with self.lock:
-            return any(o == "ok" and t0 >= t for t0, _, o in self.records)
+            return any(r.outcome == "ok" and r.sent >= t for r in self.records)
 
     def wait_answered_since(self, t, timeout):
         deadline = time.monotonic() + timeout
@@ -304,20 +343,39 @@ class Prober:
 
 
 def first_answers(records, t_kill, end=float("inf")):
-    """From a client's records (sent, ended, outcome): kill -> the first answered request sent after the kill
-    (kill_to_first_answer_s, and when it was sent: first_answer_sent_after_s), and kill -> the first answer
-    at all, whenever its request was sent (kill_to_first_success_s: a request queued before the kill may be
+    """From a client's records (Request: sent, ended, outcome, first_byte): kill -> the first answered
+    request sent after the kill (kill_to_first_answer_s: its answer's end, and when it was sent:
+    first_answer_sent_after_s), kill -> the first byte of an answer to a request sent after the kill
+    (kill_to_first_byte_s: the earliest first_byte of those answered requests, the moment the engine began
+    answering; first_byte_sent_after_s: when that request was sent), and kill -> the first answer at all,
+    whenever its request was sent (kill_to_first_success_s: a request queued before the kill may be
     answered by the next engine). Requests ending at or after END belong to the next kill."""
     ok = [r for r in records if r[2] == "ok" and t_kill < r[1] < end]
     after = [r for r in ok if r[0] >= t_kill]
-    out = {"kill_to_first_answer_s": None, "first_answer_sent_after_s": None, "kill_to_first_success_s": None}
+    out = {"kill_to_first_answer_s": None, "first_answer_sent_after_s": None, "kill_to_first_byte_s": None,
+           "first_byte_sent_after_s": None, "kill_to_first_success_s": None}
     if after:
         first = min(after, key=lambda r: r[1])
         out.update(kill_to_first_answer_s=round(first[1] - t_kill, 4),
                    first_answer_sent_after_s=round(first[0] - t_kill, 4))
+    began = [r for r in after if r.first_byte is not None]
+    if began:
+        first = min(began, key=lambda r: r.first_byte)
+        out.update(kill_to_first_byte_s=round(first.first_byte - t_kill, 4),
+                   first_byte_sent_after_s=round(first.sent - t_kill, 4))
     if ok:
         out["kill_to_first_success_s"] = round(min(r[1] for r in ok) - t_kill, 4)
     return out
+
+
+def ready_vs_first_byte(rec):
+    """Adds ready_minus_first_byte_s to a kill's record where it has both kill_to_ready_s and
+    kill_to_first_byte_s: READY minus the moment the engine began answering a request sent after the kill
+    (positive: READY came after it). Returns rec."""
+    ready, byte = rec.get("kill_to_ready_s"), rec.get("kill_to_first_byte_s")
+    if isinstance(ready, (int, float)) and isinstance(byte, (int, float)):
+        rec["ready_minus_first_byte_s"] = round(ready - byte, 4)
+    return rec
 
 
 class KillClock:
@@ -332,6 +390,10 @@ class KillClock:
       reap_to_release_s, release_to_ready_s   a standby's release (status standby.last_release)
       kill_to_ready_seen_s    kill(2) -> this bench seeing READY in the log (its polls and a status call
                               included: an upper bound)
+    answers(records) adds a client's figures (first_answers): kill -> the first answered request, kill -> the
+    first byte of an answer (kill_to_first_byte_s: the engine began answering), and with both clocks,
+    ready_minus_first_byte_s: READY minus that first byte, the distance of fastrestartd's READY from the
+    first request the engine could answer (positive: READY came after it).
     A fastrestartd without `ready_at_s` (older than the kill clock): READY = died_at_s + since_previous_exit_s.
     A stamp that cannot be on this clock (before the kill, or minutes after it) leaves kill_to_ready_s out and
     says so in `clock_error`."""
@@ -378,28 +440,53 @@ class KillClock:
         if not 0 <= died - t < 600:
             r["clock_error"] = f"the reap stamp is {died - t:.3f} s from the kill: not this clock; kill_to_ready_s left out"
             del r["kill_to_ready_s"]
-        return r
+        return ready_vs_first_byte(r)
 
     def answers(self, records, end=float("inf")):
-        """Fills kill -> the first answered request from a client's records (first_answers)."""
+        """Fills kill -> the first answered request and the first byte of an answer from a client's records
+        (first_answers), and READY minus that first byte (ready_vs_first_byte)."""
         self.rec.update(first_answers(records, self.t_kill, end))
-        return self.rec
+        return ready_vs_first_byte(self.rec)
 
     def record(self):
         return self.rec
 
 
+# Per kill in kill_clock_summary's "first_byte_per_kill": when the engine began answering against READY.
+FIRST_BYTE_KEYS = ("kill_to_first_byte_s", "kill_to_ready_s", "ready_minus_first_byte_s")
+
+
 def kill_clock_summary(ks):
-    """Median, max and min of each kill-clock figure over the kills ks (records of KillClock), n per figure."""
+    """Median, max and min of each kill-clock figure over the kills ks (records of KillClock), n per figure;
+    and first_byte_per_kill: per kill (in order) kill -> first byte, kill -> READY and READY minus first
+    byte (None where a kill lacks one), when any kill has a first byte."""
     out = {}
-    for key in ("kill_to_ready_s", "kill_to_first_answer_s", "kill_to_first_success_s", "kill_to_reap_s",
-                "reap_to_ready_s", "reap_to_release_s", "kv_arena_wait_s", "kv_arena_swap_in_s", "release_to_ready_s",
-                "kill_to_ready_seen_s"):
+    for key in ("kill_to_ready_s", "kill_to_first_answer_s", "kill_to_first_byte_s", "ready_minus_first_byte_s",
+                "kill_to_first_success_s", "kill_to_reap_s", "reap_to_ready_s", "reap_to_release_s",
+                "kv_arena_wait_s", "kv_arena_swap_in_s", "release_to_ready_s", "kill_to_ready_seen_s"):
         v = [k[key] for k in ks if isinstance(k.get(key), (int, float))]
         if v:
             out[key] = {"n": len(v), "median": round(statistics.median(v), 4), "max": round(max(v), 4),
                         "min": round(min(v), 4)}
+    if "kill_to_first_byte_s" in out:
+        out["first_byte_per_kill"] = [{key: k.get(key) for key in FIRST_BYTE_KEYS} for k in ks]
     return out
+
+
+def first_byte_line(s):
+    """One line of a kill-clock summary s (kill_clock_summary) for a bench's text summary: per kill, kill ->
+    first byte / kill -> READY / READY minus first byte, then their medians; None without first bytes."""
+    per = s.get("first_byte_per_kill")
+    if not per:
+        return None
+
+    def f(x, sign=""):
+        return "-" if x is None else f"{x:{sign}.3f}"
+    kills = ", ".join(f"{f(k['kill_to_first_byte_s'])}/{f(k['kill_to_ready_s'])}/{f(k['ready_minus_first_byte_s'], '+')}"
+                      for k in per)
+    med = {key: (s.get(key) or {}).get("median") for key in FIRST_BYTE_KEYS}
+    return (f"kill->first byte / kill->READY / READY-first byte, s, per kill: {kills}; median "
+            f"{f(med['kill_to_first_byte_s'])}/{f(med['kill_to_ready_s'])}/{f(med['ready_minus_first_byte_s'], '+')}")
 
 
 class Driver:
@@ -471,7 +558,8 @@ class Driver:
         record into k. Returns fastrestartd's status at that READY."""
         prober = None
         if getattr(self.a, "clients", 0):
-            prober = Prober(self.a.port, completion_body(self.a.model), clients=self.a.clients).start()
+            prober = Prober(self.a.port, completion_body(self.a.model), clients=self.a.clients,
+                            stream=getattr(self.a, "stream", False)).start()
             prober.wait_answered_since(time.monotonic(), 60)  # the engine answers before the kill
         n = self.readies()
         c = KillClock(pid, engine_pid).kill()
@@ -528,9 +616,11 @@ def restart_summary(ks):
 
 
 def add_clock_args(ap):
-    """--clients: the kill clock's client (Prober) threads, 0 for none."""
+    """--clients: the kill clock's client (Prober) threads, 0 for none; --stream: their requests streamed."""
     ap.add_argument("--clients", type=int, default=1,
                     help="clients sending requests across each kill (kill -> first answered request); 0: none")
+    ap.add_argument("--stream", action="store_true",
+                    help='the clients send "stream": true (kill -> first byte: their first SSE event)')
 
 
 def main(argv):

@@ -152,7 +152,7 @@ for run in $runs; do
   say "  GPU used after stop: $(nvidia-smi --query-gpu=memory.used --format=csv,noheader | head -1)"
 done
 
-say "== summary (kill -> READY: from the kill(2) this bench sent to fastrestartd's READY stamp; kill -> answer: to the first answered request sent after the kill; reap -> READY: status last_start.since_previous_exit_s, a breakdown row; at $(elapsed) s)"
+say "== summary (kill -> READY: from the kill(2) this bench sent to fastrestartd's READY stamp; kill -> answer: to the first answered request sent after the kill; READY-1st byte: READY minus the first byte of an answer to a request sent after the kill; reap -> READY: status last_start.since_previous_exit_s, a breakdown row; at $(elapsed) s)"
 python3 - "$res" <<'PY' | tee -a "$summary"
 import glob, json, os, sys
 rows, allres = [], {}
@@ -161,15 +161,15 @@ for f in sorted(glob.glob(os.path.join(sys.argv[1], "*.json"))):
     r = json.load(open(f)); allres[name] = r
     s = r.get("summary") or {}
     rows.append((name, s))
-def mm(s, key):
+def mm(s, key, sign=""):
     x = s.get(key) or {}
-    return f"{x['median']:.3f}/{x['max']:.3f}" if x else "-"
-print(f"{'run':22} {'n':>3} {'kill->READY med/max s':>22} {'kill->answer med/max s':>23} {'reap->READY med/max s':>22} {'paths':18} {'parked MiB':>12} {'GPU used first/last MiB':>24} {'oracle':>8}")
+    return f"{x['median']:{sign}.3f}/{x['max']:{sign}.3f}" if x else "-"
+print(f"{'run':22} {'n':>3} {'kill->READY med/max s':>22} {'kill->answer med/max s':>23} {'READY-1st byte med/max s':>25} {'reap->READY med/max s':>22} {'paths':18} {'parked MiB':>12} {'GPU used first/last MiB':>24} {'oracle':>8}")
 for name, s in rows:
     pk = ",".join(str(x) for x in s.get("parked_mib", [])) or "-"
     gu = "/".join(str(x) for x in s.get("gpu_used_parked_first_last_mib", [])) or "-"
     orc = "-" if not s.get("n") else "ok" if s.get("oracle_mismatches") == 0 else f"{s['oracle_mismatches']} bad"
-    print(f"{name:22} {s.get('n', 0):>3} {mm(s, 'kill_to_ready_s'):>22} {mm(s, 'kill_to_first_answer_s'):>23} {mm(s, 'reap_to_ready_s'):>22} {','.join(s.get('paths', [])):18} {pk:>12} {gu:>24} {orc:>8}")
+    print(f"{name:22} {s.get('n', 0):>3} {mm(s, 'kill_to_ready_s'):>22} {mm(s, 'kill_to_first_answer_s'):>23} {mm(s, 'ready_minus_first_byte_s', '+'):>25} {mm(s, 'reap_to_ready_s'):>22} {','.join(s.get('paths', [])):18} {pk:>12} {gu:>24} {orc:>8}")
 for name, r in allres.items():
     for e in r.get("errors", []):
         print(f"{name}: ERROR {e}")

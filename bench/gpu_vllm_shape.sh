@@ -32,8 +32,9 @@
 # usage (repository root, .bundle/ from scripts/gpu-bundle.sh carried; scripts/gpu-run.sh vshape):
 #   bench/gpu_vllm_shape.sh
 # Every kill is timed from the kill(2) (bench/standby_cycles.py: kill -> READY, kill -> the first answered
-# request of VSHAPE_CLIENTS_KILL clients (4) sending requests across it, and the breakdown kill -> reap ->
-# release -> lease -> swap_in -> READY).
+# request of VSHAPE_CLIENTS_KILL clients (4) sending requests across it, kill -> the first byte of an answer
+# to such a request and READY minus that first byte, per kill, and the breakdown kill -> reap -> release ->
+# lease -> swap_in -> READY).
 # VSHAPE_RUNS ("warm pre_gpu warmed cold"; warmed_arena on request: scripts/gpu-run.sh vshape-arena runs
 # "warmed_arena cold"), VSHAPE_<PATH>_KILLS (1 each: COLD, WARM, PREGPU, WARMED; WARMEDARENA 2),
 # VSHAPE_PER_KILL_S (45: each kill's share of a run's limit; a `warmed_arena` cycle, the standby's re-warm
@@ -164,20 +165,23 @@ for path in $runs; do
   say "  fastrestartd exit $? ($(grep -c 'READY: path' "$log") READY lines); GPU used after stop: $(nvidia-smi --query-gpu=memory.used --format=csv,noheader | head -1)"
 done
 
-say "== summary (kill->READY: from the kill(2) this bench sent to fastrestartd's READY stamp; kill->answer: to the first answered request sent after the kill; reap->READY: status last_start.since_previous_exit_s, a breakdown row; phases: the live engine's start; at $(elapsed) s)"
-python3 - "$res" <<'PY' | tee -a "$summary"
+say "== summary (kill->READY: from the kill(2) this bench sent to fastrestartd's READY stamp; kill->answer: to the first answered request sent after the kill; kill->1st byte: to the first byte of an answer to a request sent after the kill (the engine began answering; this engine does not stream, so its status line, sent after the generation); READY-1st byte: READY minus that first byte, per kill (positive: READY after it); reap->READY: status last_start.since_previous_exit_s, a breakdown row; phases: the live engine's start; at $(elapsed) s)"
+python3 - "$res" "$root/bench" <<'PY' | tee -a "$summary"
 import csv, glob, json, os, sys
 res = sys.argv[1]
+sys.path.insert(0, sys.argv[2])
+from fastrestartd_run import first_byte_line
 def load(name, default=None):
     try:
         return json.load(open(os.path.join(res, name)))
     except (OSError, ValueError):
         return default
 out = {}
-def mm(s, key):
+def mm(s, key, sign=""):
     x = s.get(key) or {}
-    return f"{x['median']:.3f}/{x['max']:.3f}" if x else "-"
-print(f"{'path':8} {'n':>2} {'kill->READY med/max s':>21} {'kill->answer med/max s':>22} {'reap->READY med/max s':>21} {'oracle':>7} {'engine GiB':>10} {'parked MiB':>10} {'KV GiB':>7} "
+    return f"{x['median']:{sign}.3f}/{x['max']:{sign}.3f}" if x else "-"
+print(f"{'path':8} {'n':>2} {'kill->READY med/max s':>21} {'kill->answer med/max s':>22} {'kill->1st byte med/max s':>24} "
+      f"{'READY-1st byte med/max s':>24} {'reap->READY med/max s':>21} {'oracle':>7} {'engine GiB':>10} {'parked MiB':>10} {'KV GiB':>7} "
       f"{'seqs x pos':>12} {'graphs':>6} {'tok/s 1':>8} {'tok/s N':>9} {'N':>5} {'differ':>6}")
 for f in sorted(glob.glob(os.path.join(res, "*.json"))):
     path = os.path.basename(f)[:-5]
@@ -200,11 +204,14 @@ for f in sorted(glob.glob(os.path.join(res, "*.json"))):
     one = next((x for x in runs if x["clients"] == 1), {})
     many = max(runs, key=lambda x: x["clients"]) if runs else {}
     orc = "-" if not s.get("n") else "ok" if s.get("oracle_mismatches") == 0 else f"{s['oracle_mismatches']}bad"
-    print(f"{path:8} {s.get('n', 0):>2} {mm(s, 'kill_to_ready_s'):>21} {mm(s, 'kill_to_first_answer_s'):>22} {mm(s, 'reap_to_ready_s'):>21} {orc:>7} "
+    print(f"{path:8} {s.get('n', 0):>2} {mm(s, 'kill_to_ready_s'):>21} {mm(s, 'kill_to_first_answer_s'):>22} "
+          f"{mm(s, 'kill_to_first_byte_s'):>24} {mm(s, 'ready_minus_first_byte_s', '+'):>24} {mm(s, 'reap_to_ready_s'):>21} {orc:>7} "
           f"{(mib or 0) / 1024:>10.1f} {','.join(str(x) for x in s.get('parked_mib', [])) or '-':>10} "
           f"{kv.get('bytes', 0) / 2**30:>7.1f} {str(kv.get('slots', '-')) + 'x' + str(kv.get('positions', '-')):>12} "
           f"{g.get('count', '-'):>6} {one.get('tokens_per_s', '-'):>8} {many.get('tokens_per_s', '-'):>9} "
           f"{many.get('clients', '-'):>5} {str(many.get('differ_from_batch1', '-')) + '/' + str(many.get('compared_with_batch1', '-')):>6}")
+    if first_byte_line(s):
+        print(f"   {first_byte_line(s)}")
     used = [(k.get("parked") or {}).get("gpu_used_mib") for k in r.get("kills", []) if "error" not in k]
     used = [u for u in used if u is not None]
     if len(used) > 1:

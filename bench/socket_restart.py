@@ -280,7 +280,7 @@ def analyse(res, records):
     """Fills res with the per-kill figures from the request records."""
     if not res["kills"]:
         return res
-    base = [t1 - t0 for t0, t1, o in records if o == "ok" and t1 < res["kills"][0]["t_kill"]]
+    base = [r.ended - r.sent for r in records if r.outcome == "ok" and r.ended < res["kills"][0]["t_kill"]]
     base_median = statistics.median(base) if base else None
     res["baseline"] = {"requests": len(base), "median_latency_s": round(base_median, 4) if base else None}
     # A kill's window ends at the next kill; a request still running then is the next kill's (in flight).
@@ -290,11 +290,12 @@ def analyse(res, records):
         in_flight = [r for r in records if r[0] < tk <= r[1]]
         after = [r for r in records if tk <= r[0] and r[1] < end]
         failed_after = {}
-        for _, _, o in after:
-            if o != "ok":
-                failed_after[o] = failed_after.get(o, 0) + 1
+        for r in after:
+            if r.outcome != "ok":
+                failed_after[r.outcome] = failed_after.get(r.outcome, 0) + 1
         during = [r[1] - r[0] for r in after if r[0] <= tr and r[2] == "ok"]
         k.update(fr.first_answers(records, tk, end))
+        fr.ready_vs_first_byte(k)
         k.update({
             "in_flight": len(in_flight),
             "in_flight_failed": {o: sum(1 for r in in_flight if r[2] == o) for o in sorted({r[2] for r in in_flight}) if o != "ok"},
@@ -372,7 +373,7 @@ def svg_chart(panels, out, before=1.0, after=4.0):
         if tr is not None and tr - tk <= after:
             parts.append(f'<line x1="{x(tr - tk):.1f}" y1="{y0}" x2="{x(tr - tk):.1f}" y2="{y0 + ph}" stroke="#2ca02c" '
                          f'stroke-dasharray="4 3"/><text x="{x(tr - tk) + 3:.1f}" y="{y0 + 24}" fill="#2ca02c">READY</text>')
-        for t0, t1, o in recs:
+        for t0, t1, o, _ in recs:
             if -before <= t0 - tk <= after:
                 c = COLORS.get(o, "#d62728" if o.startswith("http_") else "#333")
                 shape = "circle" if o == "ok" else "rect"
@@ -445,7 +446,7 @@ def chart(a, out, records_of):
         for r in runs:
             k, records = r["kills"][0], records_of[(r["listen"], path)]
             panels.append((f"engine.listen = \"{r['listen']}\", {path} start", records, k["t_kill"], k["t_ready_seen"]))
-            r["chart_records"] = [(round(t0 - k["t_kill"], 4), round(t1 - t0, 4), o) for t0, t1, o in records
+            r["chart_records"] = [(round(t0 - k["t_kill"], 4), round(t1 - t0, 4), o) for t0, t1, o, _ in records
                                   if -1.0 <= t0 - k["t_kill"] <= after]
         name = "socket_restart.svg" if len(paths) == 1 else f"socket_restart-{path}.svg"
         svg_chart(panels, os.path.join(a.out, name), before=1.0, after=after)

@@ -4,18 +4,19 @@ fastrestartd KILLS times and time each restart from the kill(2) (docs/standby.md
 
 Each kill is timed on this script's clock (fastrestartd_run.KillClock): kill(2) -> READY (fastrestartd's
 READY stamp, `last_start.ready_at_s`), kill(2) -> the first answered request (--clients threads sending
-requests across the kill: the first answer to a request sent after the kill, and the first answer at all),
-and the breakdown: kill -> fastrestartd's reap of the dead engine -> a standby's release -> its KV arena's
-lease wait and swap_in (the engine's /stats) -> READY. Before each kill on a standby path it waits until the
-standby is parked (status `standby.state`), records the parked standby's GPU memory (nvidia-smi's
-per-process figure for its pid, and status `standby.gpu_bytes`) and the GPU's used memory; after each READY
-the oracle: the completion of the oracle prompt (4 greedy tokens with log-probabilities; the text and token
-ids must equal the reference on every path) and, for the reference engine, its `/stats`
-`oracle.logits_sha256`.
+requests across the kill: the first answer to a request sent after the kill, the first byte of an answer to
+one (--stream: the first SSE event) and READY minus it (how far READY is from the engine's first answer),
+and the first answer at all), and the breakdown: kill -> fastrestartd's reap of the dead engine -> a
+standby's release -> its KV arena's lease wait and swap_in (the engine's /stats) -> READY. Before each
+kill on a standby path it waits until the standby is parked (status `standby.state`), records the parked
+standby's GPU memory (nvidia-smi's per-process figure for its pid, and status `standby.gpu_bytes`) and the
+GPU's used memory; after each READY the oracle: the completion of the oracle prompt (4 greedy tokens with
+log-probabilities; the text and token ids must equal the reference on every path) and, for the reference
+engine, its `/stats` `oracle.logits_sha256`.
 
     standby_cycles.py --socket CTL --log FASTRESTARTD_LOG --port P --model NAME --path PATH --kills N
                       --out RUN.json [--reference ORACLE.json] [--park-timeout 180] [--pid FASTRESTARTD_PID]
-                      [--clients 1]
+                      [--clients 1] [--stream]
     standby_cycles.py --launch tiny [--bin BUILD] --path PATH --kills N --out RUN.json
 With --launch tiny it starts fastrestartd itself (fastrestartd_run.Fastrestartd) on the CPU: the tiny engine
 (--tiny-size checkpoint, generated; --startup-delay s of work before its pre_gpu gate, standing for an
@@ -143,12 +144,17 @@ class Run(fr.Driver):
                 if (o.get("standby") or {}).get(key) is not None:
                     k[key] = o["standby"][key]
             log(f"{a.path} kill -9 #{k['i']}: path {k['path']}, kill to READY {k.get('kill_to_ready_s')} s, to the first "
-                f"answer {k.get('kill_to_first_answer_s')} s (kill to reap {k.get('kill_to_reap_s')} s, reap to READY "
-                f"{k.get('reap_to_ready_s')} s)"
+                f"answer {k.get('kill_to_first_answer_s')} s, to its first byte {k.get('kill_to_first_byte_s')} s (READY "
+                f"minus first byte {k.get('ready_minus_first_byte_s')} s; kill to reap {k.get('kill_to_reap_s')} s, reap "
+                f"to READY {k.get('reap_to_ready_s')} s)"
                 + (f", parked standby {k['parked']['nvidia_smi_mib']} MiB" if standby else "")
                 + (f", ORACLE DIFFERS {k['oracle_differs']}" if k["oracle_differs"] else ""))
 
-        return self.cycles(range(a.kills), one)
+        rc = self.cycles(range(a.kills), one)
+        line = fr.first_byte_line(self.res["summary"])
+        if line:
+            log(f"{a.path} {line}")
+        return rc
 
     def create_snapshot(self):
         """snapshot_arena: `fastrestartctl snapshot create` of the live engine (weights and KV arena left

@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """The kill clock of the benchmarks (bench/fastrestartd_run.py) against a real fastrestartd supervising the
 tiny engine over a host weight daemon: a kill -9 timed from the kill(2), fastrestartd's reap and READY stamps
-on the bench's clock, and the first answered request of a client sending across the kill.
+on the bench's clock, the first answered request of a client sending across the kill and the first byte of
+its answer (plain and streamed), and READY against that first byte.
 
     kill_clock_test.py FASTRESTARTD FASTRESTARTCTL FASTRESTART-WEIGHTD FASTRESTART-TINYENGINE
 
@@ -71,6 +72,43 @@ class KillClock(unittest.TestCase):
         self.assertGreaterEqual(rec["first_answer_sent_after_s"], 0)
         self.assertLessEqual(rec["kill_to_first_success_s"], rec["kill_to_first_answer_s"])
         self.assertEqual(rec["kill_monotonic_s"], round(clock.t_kill, 6))
+        # every answer began arriving between its send and its end; the engine began answering no later than
+        # the first answer ended, and READY minus that first byte is the difference of the two on one clock
+        self.check_first_bytes(records)
+        self.assertIsNotNone(rec["kill_to_first_byte_s"])
+        self.assertGreaterEqual(rec["first_byte_sent_after_s"], 0)
+        self.assertLessEqual(rec["kill_to_first_byte_s"], rec["kill_to_first_answer_s"])
+        self.assertAlmostEqual(rec["ready_minus_first_byte_s"], rec["kill_to_ready_s"] - rec["kill_to_first_byte_s"],
+                               places=3)
+        # the summary's per-kill row and its text line carry the same figures
+        s = fr.kill_clock_summary([rec])
+        self.assertEqual(s["first_byte_per_kill"], [{k: rec[k] for k in fr.FIRST_BYTE_KEYS}])
+        self.assertEqual(s["ready_minus_first_byte_s"]["median"], rec["ready_minus_first_byte_s"])
+        self.assertIn(f"{rec['ready_minus_first_byte_s']:+.3f}", fr.first_byte_line(s))
+
+    def check_first_bytes(self, records):
+        ok = [r for r in records if r.outcome == "ok"]
+        self.assertTrue(ok)
+        for r in ok:
+            self.assertIsNotNone(r.first_byte, r)
+            self.assertLessEqual(r.sent, r.first_byte)
+            self.assertLessEqual(r.first_byte, r.ended)
+        for r in records:
+            if r.outcome == "refused":
+                self.assertIsNone(r.first_byte, r)
+
+    def test_a_streamed_answer_begins_at_its_first_event(self):
+        self.sup.wait_ready(1, 120)
+        prober = fr.Prober(self.port, fr.completion_body("t", max_tokens=8), stream=True).start()
+        try:
+            self.assertTrue(prober.wait_answered_since(time.monotonic(), 60), "a streamed request is answered")
+        finally:
+            records = prober.finish()
+        self.assertIn(b'"stream": true', prober.body)
+        self.check_first_bytes(records)
+        # the same body without "stream" is answered with one JSON body, its first byte the status line
+        body = fr.completion_body("t", max_tokens=8)
+        self.assertNotIn(b'"stream"', fr.Prober(self.port, body).body)
 
     def test_a_reap_stamp_of_another_process_is_not_taken_for_this_kill(self):
         st = self.sup.wait_ready(1, 120)
