@@ -558,8 +558,8 @@ class Driver:
         record into k. Returns fastrestartd's status at that READY."""
         prober = None
         if getattr(self.a, "clients", 0):
-            prober = Prober(self.a.port, completion_body(self.a.model), clients=self.a.clients,
-                            stream=getattr(self.a, "stream", False)).start()
+            prober = Prober(self.a.port, completion_body(self.a.model, getattr(self.a, "client_tokens", 1)),
+                            clients=self.a.clients, stream=getattr(self.a, "stream", False)).start()
             prober.wait_answered_since(time.monotonic(), 60)  # the engine answers before the kill
         n = self.readies()
         c = KillClock(pid, engine_pid).kill()
@@ -616,11 +616,14 @@ def restart_summary(ks):
 
 
 def add_clock_args(ap):
-    """--clients: the kill clock's client (Prober) threads, 0 for none; --stream: their requests streamed."""
+    """--clients: the kill clock's client (Prober) threads, 0 for none; --stream: their requests streamed;
+    --client-tokens: the tokens each of their requests asks for."""
     ap.add_argument("--clients", type=int, default=1,
                     help="clients sending requests across each kill (kill -> first answered request); 0: none")
     ap.add_argument("--stream", action="store_true",
                     help='the clients send "stream": true (kill -> first byte: their first SSE event)')
+    ap.add_argument("--client-tokens", type=int, default=1,
+                    help="max_tokens of each client request (fastrestartd's readiness request asks for 1)")
 
 
 def main(argv):

@@ -10,6 +10,7 @@ The assertions are orderings that follow from cause and effect on one clock (the
 the READY stamped before the bench reads it in the log), not durations.
 """
 import argparse
+import json
 import os
 import shutil
 import subprocess
@@ -97,19 +98,6 @@ class KillClock(unittest.TestCase):
             if r.outcome == "refused":
                 self.assertIsNone(r.first_byte, r)
 
-    def test_a_streamed_answer_begins_at_its_first_event(self):
-        self.sup.wait_ready(1, 120)
-        prober = fr.Prober(self.port, fr.completion_body("t", max_tokens=8), stream=True).start()
-        try:
-            self.assertTrue(prober.wait_answered_since(time.monotonic(), 60), "a streamed request is answered")
-        finally:
-            records = prober.finish()
-        self.assertIn(b'"stream": true', prober.body)
-        self.check_first_bytes(records)
-        # the same body without "stream" is answered with one JSON body, its first byte the status line
-        body = fr.completion_body("t", max_tokens=8)
-        self.assertNotIn(b'"stream"', fr.Prober(self.port, body).body)
-
     def test_a_reap_stamp_of_another_process_is_not_taken_for_this_kill(self):
         st = self.sup.wait_ready(1, 120)
         clock = fr.KillClock(st["engine"]["pid"])
@@ -118,6 +106,63 @@ class KillClock(unittest.TestCase):
         rec = clock.ready(self.sup.status())
         self.assertIn("clock_error", rec)
         self.assertNotIn("kill_to_ready_s", rec)
+
+
+DELAY = 0.05  # the tiny engine's --fault-token-delay: it sleeps this long per token before answering
+
+
+class FirstByte(unittest.TestCase):
+    """The Prober's first byte against the tiny engine alone, which sends a streamed answer's events one by
+    one, each after a token delay, and a plain answer after all of them (docs/tinyengine.md, "Streaming").
+    The bounds below are those sleeps: lower bounds that follow from them, not durations."""
+
+    def setUp(self):
+        self.work = tempfile.mkdtemp(prefix="fr-first-byte-")
+        ckpt = os.path.join(self.work, "model")
+        subprocess.run([PROGS["fastrestart-tinyengine"], "gen", "--out", ckpt, "--size", "8M"], check=True,
+                       stdout=subprocess.DEVNULL)
+        self.port = fr.free_port()
+        self.engine = subprocess.Popen([PROGS["fastrestart-tinyengine"], "serve", ckpt, "--host", "127.0.0.1", "--port",
+                                        str(self.port), "--served-model-name", "t", "--fault-token-delay", str(DELAY)],
+                                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+    def tearDown(self):
+        self.engine.kill()
+        self.engine.wait()
+        shutil.rmtree(self.work, ignore_errors=True)
+
+    def requests(self, stream):
+        prober = fr.Prober(self.port, fr.completion_body("t", max_tokens=4), stream=stream).start()
+        try:
+            t = time.monotonic()
+            self.assertTrue(prober.wait_answered_since(t, 60), "a request is answered")
+        finally:
+            records = prober.finish()
+        return prober, [r for r in records if r.outcome == "ok"]
+
+    def test_a_streamed_answer_begins_at_its_first_event(self):
+        prober, ok = self.requests(stream=True)
+        self.assertEqual(json.loads(prober.body)["stream"], True)
+        self.assertTrue(ok)
+        for r in ok:
+            # the first of 4 events is written after one token delay, the other 3 each after another: the
+            # first byte is that event (not the status line before it), and the answer goes on after it
+            self.assertGreaterEqual(r.first_byte - r.sent, DELAY)
+            self.assertGreaterEqual(r.ended - r.first_byte, 3 * DELAY)
+
+    def test_a_plain_answer_begins_at_its_status_line(self):
+        prober, ok = self.requests(stream=False)
+        self.assertNotIn("stream", json.loads(prober.body))
+        self.assertTrue(ok)
+        for r in ok:
+            # the status line follows the 4 tokens' delays
+            self.assertGreaterEqual(r.first_byte - r.sent, 4 * DELAY)
+            self.assertLessEqual(r.first_byte, r.ended)
+        # with no request sent after it, a kill has no first byte, and READY minus it is left out
+        rec = fr.ready_vs_first_byte(dict(fr.first_answers(ok, time.monotonic()), kill_to_ready_s=0.1))
+        self.assertIsNone(rec["kill_to_first_byte_s"])
+        self.assertNotIn("ready_minus_first_byte_s", rec)
+        self.assertIsNone(fr.first_byte_line(fr.kill_clock_summary([rec])))
 
 
 if __name__ == "__main__":
