@@ -437,6 +437,7 @@ const KeySpec kWeightsKeys[] = {
     FR_KEY("daemon_path", FR_ASSIGN(c.weights.daemon_path, v.string())),
     FR_KEY("socket_dir", FR_ASSIGN(c.weights.socket_dir, v.absolute_path())),
     FR_KEY("reader_threads", FR_ASSIGN(c.weights.reader_threads, v.int_in(1, 64))),
+    FR_KEY("host_arenas", FR_ASSIGN(c.weights.host_arenas, v.boolean())),
     FR_KEY("load_timeout_s", FR_ASSIGN(c.weights.load_timeout_s, v.positive())),
     FR_KEY("fallback", FR_ASSIGN(c.weights.fallback, v.boolean())),
     FR_KEY("health_port", FR_ASSIGN(c.weights.health_port, v.int_in(0, 65535))),
@@ -586,6 +587,13 @@ Status check_cross_fields(const Config& c, const Lines& lines) {
                      "GPU " + in_quotes(g) + " with weights.backend = \"host\": the host backend keeps the weights "
                      "in host memory and never resolves GPU UUIDs; use weights.backend = \"cuda\", or a GPU index");
     }
+  }
+  if (w.host_arenas && (w.daemon != DaemonKind::kNative || w.backend != "cuda")) {
+    return fail_at(c.path, lines.first({"weights.host_arenas", "weights"}), "weights.host_arenas",
+                   w.daemon != DaemonKind::kNative
+                       ? "needs weights.daemon = \"native\": the host-memory daemon is one of fastrestartd's native daemons"
+                       : "needs weights.backend = \"cuda\": with the host backend the one daemon already keeps host "
+                         "arenas; remove the key");
   }
   if (w.mode != WeightsMode::kOff && w.daemon == DaemonKind::kNative) {
     // A native daemon preloads the whole checkpoint under one key; a tensor-parallel rank asks for its own

@@ -82,6 +82,9 @@ struct WeightsConfig {
   std::string daemon_path;                     // empty: fastrestart-weightd beside fastrestartd, then $PATH
   std::string socket_dir;                      // empty: the daemons' default
   int reader_threads = 8;
+  // With backend "cuda": also run one host-memory daemon (weightd-host.sock) for the engine's host arenas,
+  // such as a KV prefix index that must outlive the engine (docs/kv-survival.md). It holds no weights.
+  bool host_arenas = false;
   double load_timeout_s = 3600;                // a preload making no progress for this long fails
   // daemon = "vllm-preload" (docs/vllm.md):
   bool fallback = true;                        // ipc_cache "fallback" after the first start (which is strict)

@@ -193,6 +193,18 @@ level = "debug"
   EXPECT_EQ(c.logging.level, "debug");
 }
 
+// weights.host_arenas: a host-memory daemon beside the CUDA daemons; meaningless (an error naming the key)
+// with the host backend, whose daemon keeps host arenas already, or without native daemons.
+TEST(Config, HostArenasRunBesideTheCudaDaemonsOnly) {
+  auto c = parse("gpus = [0]\n[engine]\ncommand = [\"e\"]\n[weights]\ncheckpoint = \"/m\"\nhost_arenas = true\n");
+  ASSERT_TRUE(c.ok()) << c.error().message;
+  EXPECT_TRUE(c->weights.host_arenas);
+  EXPECT_FALSE(Config{}.weights.host_arenas) << "off by default";
+  expect_error(kMinimal + "host_arenas = true\n", 7, "weights.host_arenas", {"weights.backend = \"cuda\""});
+  expect_error(kMinimal + "daemon = \"none\"\nhost_arenas = true\n", 8, "weights.host_arenas",
+               {"weights.daemon = \"native\""});
+}
+
 TEST(Config, WeightsOffNeedsNoCheckpointOrGpu) {
   auto r = parse("[engine]\ncommand = [\"x\"]\n[weights]\nmode = \"off\"\n");
   ASSERT_TRUE(r.ok()) << r.error().message;

@@ -31,8 +31,9 @@ std::string daemon_binary(const Config& c) {
 }
 
 struct Daemon : SupervisedChild {
-  std::string gpu;     // as configured ("" for the host backend)
+  std::string gpu;     // as configured ("" for the host backend and the host-arena daemon)
   std::string socket;  // its socket path
+  bool arenas_only = false;  // the host-arena daemon (weights.host_arenas): holds no weights
   bool exited = false;
   bool stopping = false;
   bool ready = false;
@@ -59,6 +60,7 @@ class NativeDaemons final : public DaemonSet {
       auto d = std::make_unique<Daemon>();
       d->gpu = spec.gpu;
       d->socket = spec.socket;
+      d->arenas_only = spec.arenas_only;
       spawn(*d);
       m_daemons.push_back(std::move(d));
     }
@@ -171,7 +173,7 @@ class NativeDaemons final : public DaemonSet {
   std::vector<std::string> attach_sockets() const override {
     std::vector<std::string> socks;
     for (const auto& d : m_daemons)
-      if (!d->exited) socks.push_back(d->socket);
+      if (!d->exited && !d->arenas_only) socks.push_back(d->socket);
     return socks;
   }
 
@@ -364,13 +366,16 @@ std::vector<NativeDaemonSpec> native_daemon_layout(const Config& c, GpuProbe& gp
     }
     out.push_back({gpu, dir + "/weightd-" + uuid + ".sock"});
   }
+  // Host arenas beside GPU weights (a KV prefix index): the name engines look for (docs/kv-survival.md).
+  if (!host && c.weights.host_arenas) out.push_back({"", dir + "/weightd-host.sock", true});
   return out;
 }
 
 std::vector<std::string> native_daemon_argv(const Config& c, const std::string& gpu) {
-  const bool host = c.weights.backend == "host";
+  const bool arenas_only = c.weights.backend != "host" && gpu.empty();
+  const bool host = c.weights.backend == "host" || arenas_only;
   const auto files = checkpoint_files(c);
-  const bool preload = !files.empty() && !c.weights.key.empty();
+  const bool preload = !arenas_only && !files.empty() && !c.weights.key.empty();
   std::vector<std::string> argv = {daemon_binary(c), "--backend", host ? "host" : "cuda", "--reader-threads",
                                    std::to_string(c.weights.reader_threads), "--log-level", c.logging.level};
   if (!host || !gpu.empty()) argv.insert(argv.end(), {"--gpu", gpu});

@@ -70,6 +70,30 @@ TEST(NativeDaemons, ACudaGpuIsNamedByItsUuid) {
   EXPECT_FALSE(has(argv, {"--socket-dir"})) << "the daemon's default is the same directory";
 }
 
+// weights.host_arenas: one host-memory daemon after the CUDA ones, on the socket engines look for host
+// arenas on (weightd-host.sock); it preloads nothing and is never asked for weights.
+TEST(NativeDaemons, HostArenasAddOneHostDaemonBesideTheCudaOnes) {
+  Config c;
+  FakeGpus gpus;
+  c.gpus = {"GPU-aaaa"};
+  c.weights.socket_dir = "/run/fr";
+  c.weights.checkpoint = {"/models/a.safetensors"};
+  c.weights.key = {{"arch", "tiny"}};
+  EXPECT_EQ(layout_text(c, gpus), "[GPU-aaaa]/run/fr/weightd-GPU-aaaa.sock") << "off by default";
+  c.weights.host_arenas = true;
+  const auto layout = native_daemon_layout(c, gpus);
+  EXPECT_EQ(layout_text(c, gpus), "[GPU-aaaa]/run/fr/weightd-GPU-aaaa.sock []/run/fr/weightd-host.sock");
+  ASSERT_EQ(layout.size(), 2u);
+  EXPECT_FALSE(layout[0].arenas_only);
+  EXPECT_TRUE(layout[1].arenas_only);
+  const auto argv = native_daemon_argv(c, "");
+  EXPECT_TRUE(has(argv, {"--backend", "host"}));
+  EXPECT_FALSE(has(argv, {"--gpu"}));
+  EXPECT_FALSE(has(argv, {"--preload"})) << "it holds no weights";
+  EXPECT_TRUE(has(argv, {"--arena-uid", std::to_string(::geteuid())}));
+  EXPECT_TRUE(has(native_daemon_argv(c, "GPU-aaaa"), {"--preload", "/models/a.safetensors"}));
+}
+
 TEST(NativeDaemons, ItsCommandLineCarriesThePreloadTheGroupAndTheSettings) {
   Config c;
   c.weights.daemon_path = "/opt/fr/fastrestart-weightd";
