@@ -15,6 +15,7 @@
 #include <chrono>
 #include <fstream>
 #include <functional>
+#include <mutex>
 #include <sstream>
 #include <string>
 #include <thread>
@@ -501,6 +502,41 @@ TEST_F(FrontStreamTest, SecondDeathDuringTheContinuationContinuesAgain) {
   EXPECT_EQ(st["requests"]["continued"], 1) << st.dump();
   EXPECT_GE(st["requests"]["resent"].get<int>(), 2) << st.dump();
   EXPECT_EQ(st["requests"]["held_now"], 0) << st.dump();
+}
+
+// A stream held before its head (no engine yet), then answered, then cut by kill -9 mid-way: held again
+// and continued, byte for byte the uninterrupted stream. Its first hold must not outlive the engine that
+// answered it: the second death holds it afresh and the next engine continues it.
+TEST_F(FrontStreamTest, HeldBeforeItsHeadThenKilledMidStreamIsContinued) {
+  const auto body = stream_body("the stream that survives", 24, {{"stream_options", {{"include_usage", true}}}});
+  Front front(m_listen.get(), m_engine_port, {"--hold-s", "30"});  // no engine yet
+  std::mutex engine_mu;  // m_engine: set here, restarted from the client's thread
+  std::string raw_got;
+  std::thread client([&] {
+    raw_got = stream_through(m_port, body, {{6, [&] {
+                                               std::lock_guard l(engine_mu);
+                                               restart_engine();
+                                             }}});
+  });
+  const auto held = front.status([](const json& j) { return j["requests"]["held_now"] == 1; });
+  EXPECT_EQ(held["requests"]["held_now"], 1) << held.dump();
+  {
+    std::lock_guard l(engine_mu);
+    m_engine = start_engine({"--fault-token-delay", "0.03"});
+  }
+  client.join();
+  const auto got = dechunk(raw_got);
+  ASSERT_FALSE(got.empty()) << raw_got << front.log();
+  const auto want = dechunk(stream_through(m_port, body));
+  ASSERT_FALSE(want.empty());
+  EXPECT_EQ(got, as_if_from(want, got));
+  EXPECT_EQ(count_of(got, "data: [DONE]"), 1u);
+  EXPECT_EQ(got.find("error"), std::string::npos) << got;
+  const auto st = front.status([](const json& j) { return j["requests"]["continued"] == 1; });
+  EXPECT_EQ(st["requests"]["continued"], 1) << st.dump() << got << front.log();
+  EXPECT_EQ(st["requests"]["held"], 1) << "held once, counted once: " << st.dump();
+  EXPECT_EQ(st["requests"]["held_now"], 0) << st.dump();
+  EXPECT_EQ(st["requests"]["failed"]["hold_timeout"], 0) << st.dump();
 }
 
 // A stream the front cannot continue exactly (guided decoding here; the tiny engine ignores the field)
