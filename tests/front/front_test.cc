@@ -13,6 +13,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <filesystem>
 #include <fstream>
 #include <functional>
 #include <mutex>
@@ -185,6 +186,63 @@ TEST_F(FrontTest, ForwardsOnKeepAliveConnections) {
   EXPECT_EQ(st["requests"]["answered"], 4) << st.dump();
   EXPECT_EQ(st["connections"], 1) << "one keep-alive connection for all four";
   EXPECT_EQ(st["requests"]["held"], 0);
+}
+
+// How many connections wait in the accept queue of the socket listening on 127.0.0.1:port (/proc/net/tcp:
+// a listener's rx_queue is that count); -1 when no such listener.
+int accept_queue_of(uint16_t port) {
+  std::ifstream f("/proc/net/tcp");
+  std::string line;
+  std::getline(f, line);  // the header
+  char want[16];
+  std::snprintf(want, sizeof want, "0100007F:%04X", port);
+  while (std::getline(f, line)) {
+    std::istringstream in(line);
+    std::string sl, local, remote, state, queues;
+    in >> sl >> local >> remote >> state >> queues;
+    if (local == want && state == "0A") return static_cast<int>(std::stoul(queues.substr(queues.find(':') + 1), nullptr, 16));
+  }
+  return -1;
+}
+
+// When the engine comes back, the front re-sends every held request at once. On a port the tiny engine
+// binds itself, that burst must wait in its accept queue, not overflow it: with httplib's queue of 5 the
+// kernel dropped the rest, and requests re-sent on connections the engine never accepted waited until
+// front.hold_s (hold_timeout at 256 clients in bench/front_kill.py's runs on the engine's own port). The
+// engine stopped (SIGSTOP) accepts nothing: all of 64 connections made meanwhile must be queued.
+TEST_F(FrontTest, EngineOwnPortQueuesABurstOfConnections) {
+  auto engine = start_engine();
+  engine->signal(SIGSTOP);
+  // Every thread stopped before the first connect: an accept thread still running would take some.
+  const auto all_stopped = [pid = engine->pid()] {
+    for (const auto& t : std::filesystem::directory_iterator("/proc/" + std::to_string(pid) + "/task")) {
+      std::ifstream f(t.path() / "stat");
+      std::string stat((std::istreambuf_iterator<char>(f)), {});
+      const auto close = stat.rfind(')');
+      if (close == std::string::npos || close + 2 >= stat.size() || stat[close + 2] != 'T') return false;
+    }
+    return true;
+  };
+  for (const auto until = Clock::now() + std::chrono::seconds(10); !all_stopped() && Clock::now() < until;)
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  ASSERT_TRUE(all_stopped());
+  constexpr int kBurst = 64;
+  std::vector<UniqueFd> conns;
+  for (int i = 0; i < kBurst; ++i) {
+    UniqueFd fd(::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0));
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_port = htons(m_engine_port);
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    ::connect(fd.get(), reinterpret_cast<sockaddr*>(&a), sizeof a);  // EINPROGRESS: the handshake goes on
+    conns.push_back(std::move(fd));
+  }
+  int queued = accept_queue_of(m_engine_port);
+  for (const auto until = Clock::now() + std::chrono::seconds(10); queued < kBurst && Clock::now() < until;
+       queued = accept_queue_of(m_engine_port))
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  engine->signal(SIGCONT);
+  EXPECT_EQ(queued, kBurst) << "connections waiting for the stopped engine's accept";
 }
 
 // kill -9 with requests in flight: each is held, sent again to the next engine, and answered as an
