@@ -208,7 +208,7 @@ int accept_queue_of(uint16_t port) {
 // When the engine comes back, the front re-sends every held request at once. On a port the tiny engine
 // binds itself, that burst must wait in its accept queue, not overflow it: with httplib's queue of 5 the
 // kernel dropped the rest, and requests re-sent on connections the engine never accepted waited until
-// front.hold_s (hold_timeout at 256 clients in bench/front_kill.py's runs on the engine's own port). The
+// front.hold_s (hold_timeout at 256 clients in a benchmark whose front went to the engine's own port). The
 // engine stopped (SIGSTOP) accepts nothing: all of 64 connections made meanwhile must be queued.
 TEST_F(FrontTest, EngineOwnPortQueuesABurstOfConnections) {
   auto engine = start_engine();
