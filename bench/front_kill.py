@@ -1,59 +1,103 @@
 #!/usr/bin/env python3
-"""fastrestart-front under kill -9 of the engine, beside clients talking to the engine directly.
+"""What clients see across kill -9 of the engine under fastrestartd: engine.listen = "front" beside "supervisor".
 
-One command: python3 bench/front_kill.py [--build build] [--kills 3] [--seconds 8]
+One command: python3 bench/front_kill.py [--build build] [--kills 3] [--seconds 5]
 Writes raw JSON to bench/results/front-kill-<host>-<date>/front_kill.json.
 
-The tiny engine (fastrestart-tinyengine, CPU) serves on a loopback port; fastrestart-front listens on a
-socket this script owns (passed as fd 3, LISTEN_FDS=1, as fastrestartd or systemd pass it) with
---upstream that port. The upstream here is the engine's own port, rebound by the next engine after each
-kill (the front holds requests and retries refused connections until it answers), not fastrestartd's
-listen socket. For each of 64 and 256 concurrent clients (half streaming), two runs under the same kill
-schedule: through the front, and straight to the engine. Every answer is compared with the uninterrupted
-answer to the same request (streams byte for byte, their id and created replaced; plain answers without
-id and created); a failure is an error, a reset, an error event, or an answer that differs. Then the
-front's cost without kills: p50 latency of a non-streamed request, streamed tokens/s, and the front's CPU
-seconds per 1,000 streamed tokens.
+Two fastrestartd, each running the tiny engine (CPU, --fault-token-delay, 64 HTTP threads) with its weights
+in a weight daemon (warm restarts), as a user runs them (config/front.toml):
+  front       engine.listen = "front": fastrestartd binds the clients' port for fastrestart-front, which it
+              starts; the engine serves the loopback socket fastrestartd keeps (front.upstream).
+  supervisor  engine.listen = "supervisor": clients connect straight to the port fastrestartd holds and
+              hands to each engine.
+For each of 64 and 256 concurrent clients (half streaming), each mode runs the same load under the same
+kill schedule: kill -9 of the engine pid that fastrestartd's status names, at fixed times; fastrestartd
+restarts it (the bench waits for the status to name a ready engine of another pid before the next kill).
+Every answer is compared with the uninterrupted answer to the same request (streams byte for byte, their
+id and created replaced; plain answers without id and created); a failure is an error, a reset, a
+timeout, an error event, or a status other than 200; "differ" an answer that is not the uninterrupted one.
+Then the front's cost without kills, one client at a time, through the front and straight to the same
+engine (its loopback socket): p50 latency of a non-streamed request, streamed tokens/s, and the front's
+CPU seconds per 1,000 streamed tokens.
 """
-import argparse, concurrent.futures as cf, datetime, http.client, json, os, random, signal, socket
-import statistics, subprocess, sys, tempfile, threading, time
+import argparse, datetime, http.client, json, os, shutil, socket, statistics, subprocess, sys, tempfile
+import threading, time
+
+import fastrestartd_run as fr
 
 MAX_TOKENS = 24
+HOLD_S = 30  # front.hold_s: the default
 
 
-def free_port():
-    s = socket.socket(); s.bind(("127.0.0.1", 0)); p = s.getsockname()[1]; s.close(); return p
+def config_toml(d, ckpt, mode, port, which, token_delay, threads):
+    """fastrestartd's config for one mode, its files under d."""
+    q = json.dumps
+    run = os.path.join(d, "run")
+    flags = ["--host", "127.0.0.1", "--port", str(port), "--served-model-name", "t", "--threads", str(threads),
+             "--fault-token-delay", str(token_delay), "--load-format", "fastrestart", "--fastrestart-socket-dir", run,
+             "--shutdown-grace", "2"]
+    toml = f"""[model]
+name = "t"
+[engine]
+command = {q([which["fastrestart-tinyengine"], "serve", ckpt])}
+flags = {q(flags)}
+host = "127.0.0.1"
+port = {port}
+listen = "{mode}"
+listen_backlog = 4096
+stop_grace_s = 5
+[weights]
+mode = "zero_copy"
+backend = "host"
+checkpoint = {q(ckpt)}
+socket_dir = "{run}"
+daemon_path = {q(which["fastrestart-weightd"])}
+[readiness]
+model = "t"
+endpoint = "private"
+poll_interval_s = 0.02
+startup_timeout_s = 120
+[restart]
+backoff_initial_s = 0.01
+backoff_max_s = 0.05
+crash_loop_limit = 1000
+warm_failures_before_cold = 0
+start = ["warm", "cold"]
+[control]
+socket = "{os.path.join(d, 'ctl', 't.ctl')}"
+state_dir = "{d}/state"
+[http]
+listen = "none"
+"""
+    if mode == "front":
+        toml += f'[front]\nhold_s = {HOLD_S}\npath = {q(which["fastrestart-front"])}\n'
+    return toml
 
 
-class Engine:
-    def __init__(self, bin_, ckpt, port, delay):
-        self.cmd = [bin_, "serve", ckpt, "--port", str(port), "--threads", "64", "--fault-token-delay", str(delay)]
-        self.port = port
-        self.p = None
-
-    def start(self):
-        self.p = subprocess.Popen(self.cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        until = time.time() + 30
-        while time.time() < until:
-            try:
-                c = http.client.HTTPConnection("127.0.0.1", self.port, timeout=1); c.request("GET", "/health")
-                if c.getresponse().status == 200: return
-            except OSError:
-                pass
-            time.sleep(0.02)
-        raise RuntimeError("engine did not start")
-
-    def kill(self):
-        self.p.send_signal(signal.SIGKILL); self.p.wait()
+def launch(work, mode, ckpt, which, a):
+    d = os.path.join(work, mode)
+    port = fr.free_port()
+    sup = fr.Fastrestartd(d, config_toml(d, ckpt, mode, port, which, a.token_delay, a.threads),
+                          os.path.join(d, "ctl", "t.ctl"), fastrestartd=which["fastrestartd"],
+                          fastrestartctl=which["fastrestartctl"])
+    err = sup.check()
+    if err:
+        sys.exit(f"front_kill: fastrestartd --check ({mode}): {err}")
+    sup.port = port
+    sup.start()
+    return sup
 
 
-def start_front(bin_, listen, upstream_port, status):
-    def child():
-        os.dup2(listen.fileno(), 3)
-        os.environ.update(LISTEN_PID=str(os.getpid()), LISTEN_FDS="1", LISTEN_FDNAMES="fastrestart-engine")
-    return subprocess.Popen([bin_, "--upstream", f"127.0.0.1:{upstream_port}", "--hold-s", "30",
-                             "--status-file", status], preexec_fn=child, pass_fds=(listen.fileno(),),
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+def ready_engine(not_pid=None, since=None):
+    """The status predicate: an engine ready, other than not_pid, its READY stamped after SINCE
+    (time.monotonic(); fastrestartd stamps on the same clock): the status may name the next engine's pid
+    before its start is recorded."""
+    def pred(st):
+        pid = (st.get("engine") or {}).get("pid")
+        ready_at = (st.get("last_start") or {}).get("ready_at_s")
+        return (st.get("state") == "ready" and pid and pid != not_pid
+                and (since is None or (ready_at is not None and ready_at >= since)))
+    return pred
 
 
 def body_of(i, stream):
@@ -62,7 +106,7 @@ def body_of(i, stream):
     return json.dumps(b)
 
 
-def ask(port, body, timeout=60):
+def ask(port, body, timeout=90):
     """(ok, answer text) for one request; a stream is its body, else the JSON without id/created."""
     try:
         c = http.client.HTTPConnection("127.0.0.1", port, timeout=timeout)
@@ -70,7 +114,7 @@ def ask(port, body, timeout=60):
         r = c.getresponse(); data = r.read().decode("utf-8", "replace"); c.close()
     except (OSError, http.client.HTTPException) as e:
         return False, repr(e)
-    if r.status != 200: return False, f"{r.status} {data[:200]}"
+    if r.status != 200: return False, f"{r.status} {data[:300]}"
     if '"stream": true' in body:
         return ('"error"' not in data and data.endswith("data: [DONE]\n\n")), data
     j = json.loads(data); j.pop("id", None); j.pop("created", None)
@@ -83,29 +127,49 @@ def normalize(stream):
     return stream.replace(json.dumps(first["id"]), '"ID"').replace(f'"created":{first["created"]}', '"created":0')
 
 
-def run_load(port, clients, seconds, engine, kills, want):
-    stop = time.time() + seconds
-    res = {"requests": 0, "failed": 0, "differ": 0, "streams": 0, "examples": []}
+def kind_of(got):
+    """A failure's kind, for counting: the HTTP status, or the exception's name."""
+    return got.split(" ", 1)[0] if got[:1].isdigit() else got.split("(", 1)[0]
+
+
+def run_load(sup, clients, seconds, kills, want):
+    """CLIENTS threads for SECONDS, KILLS kill -9 of fastrestartd's engine at seconds/(kills+1) apart."""
+    t0 = time.monotonic()
+    stop = t0 + seconds
+    res = {"requests": 0, "failed": 0, "differ": 0, "streams": 0, "failed_by": {}, "examples": [],
+           "slowest_s": 0.0, "kills": []}
     lock = threading.Lock()
 
     def client(i):
         stream = i % 2 == 0
         body = body_of(i % 16, stream)
-        while time.time() < stop:
-            ok, got = ask(port, body)
+        while time.monotonic() < stop:
+            t = time.monotonic()
+            ok, got = ask(sup.port, body)
+            dt = time.monotonic() - t
             same = ok and ((normalize(got) == want[body]) if stream else got == want[body])
             with lock:
                 res["requests"] += 1; res["streams"] += stream
-                if not ok: res["failed"] += 1
+                res["slowest_s"] = max(res["slowest_s"], round(dt, 3))
+                if not ok:
+                    res["failed"] += 1
+                    res["failed_by"][kind_of(got)] = res["failed_by"].get(kind_of(got), 0) + 1
                 elif not same: res["differ"] += 1
-                if (not ok or not same) and len(res["examples"]) < 3: res["examples"].append(got[:300])
+                if (not ok or not same) and len(res["examples"]) < 4:
+                    res["examples"].append({"after_s": round(t - t0, 3), "took_s": round(dt, 3), "got": got[:400]})
 
     threads = [threading.Thread(target=client, args=(i,)) for i in range(clients)]
     for t in threads: t.start()
     for k in range(kills):
-        time.sleep(seconds / (kills + 1))
-        engine.kill(); engine.start()
+        time.sleep(max(0.0, t0 + seconds * (k + 1) / (kills + 1) - time.monotonic()))
+        pid = sup.status()["engine"]["pid"]
+        c = fr.KillClock(pid).kill()
+        st = sup.wait(ready_engine(pid, c.t_kill), f"an engine after the kill of {pid}", 120)
+        c.ready(st)
+        res["kills"].append({key: c.rec.get(key) for key in ("pid", "path", "kill_to_ready_s", "reap_to_ready_s")}
+                            | {"at_s": round(c.t_kill - t0, 3)})
     for t in threads: t.join()
+    res["took_s"] = round(time.monotonic() - t0, 3)
     return res
 
 
@@ -114,54 +178,85 @@ def cpu_s(pid):
     return (int(f[11]) + int(f[12])) / os.sysconf("SC_CLK_TCK")
 
 
+def front_counters(st):
+    f = st.get("front") or {}
+    return {k: f.get(k) for k in ("requests", "restarts", "lost") if k in f} or f
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--build", default="build"); ap.add_argument("--kills", type=int, default=3)
-    ap.add_argument("--seconds", type=float, default=8); ap.add_argument("--token-delay", type=float, default=0.01)
+    ap.add_argument("--seconds", type=float, default=5); ap.add_argument("--token-delay", type=float, default=0.01)
+    ap.add_argument("--threads", type=int, default=64, help="the tiny engine's HTTP threads")
+    ap.add_argument("--clients", default="64,256")
     a = ap.parse_args()
-    te = os.path.join(a.build, "src/tinyengine/fastrestart-tinyengine"); fb = os.path.join(a.build, "src/front/fastrestart-front")
-    tmp = tempfile.mkdtemp(prefix="front-kill-"); ckpt = os.path.join(tmp, "ckpt")
-    subprocess.run([te, "gen", "--out", ckpt], check=True, stdout=subprocess.DEVNULL)
-    eport = free_port()
-    listen = socket.socket(); listen.bind(("127.0.0.1", 0)); listen.listen(1024); fport = listen.getsockname()[1]
-    engine = Engine(te, ckpt, eport, a.token_delay); engine.start()
-    front = start_front(fb, listen, eport, os.path.join(tmp, "status.json"))
-    time.sleep(0.3)
-    want = {}
-    for i in range(16):
-        for stream in (False, True):
-            b = body_of(i, stream); ok, got = ask(fport, b)
-            assert ok, got
-            want[b] = normalize(got) if stream else got
-    out = {"host": socket.gethostname(), "date": datetime.datetime.utcnow().isoformat() + "Z", "cpus": os.cpu_count(),
-           "max_tokens": MAX_TOKENS, "token_delay_s": a.token_delay, "kills": a.kills, "seconds": a.seconds, "load": []}
-    for clients in (64, 256):
-        for via, port in (("front", fport), ("direct", eport)):
-            r = run_load(port, clients, a.seconds, engine, a.kills, want)
-            r.update(clients=clients, via=via); out["load"].append(r)
-            print(json.dumps({k: r[k] for k in ("via", "clients", "requests", "streams", "failed", "differ")}), flush=True)
-    out["front_status"] = json.load(open(os.path.join(tmp, "status.json")))
-    # The front's cost without kills, one client at a time.
-    cost = {}
-    for via, port in (("front", fport), ("direct", eport)):
-        lat = []
-        for i in range(100):
-            t = time.perf_counter(); ok, _ = ask(port, body_of(i % 16, False)); lat.append(time.perf_counter() - t)
-        cpu0 = cpu_s(front.pid); t0 = time.perf_counter(); tokens = 0
-        for i in range(40):
-            ok, got = ask(port, body_of(i % 16, True)); tokens += got.count('"finish_reason":') - got.count('"choices":[]')
-        dt = time.perf_counter() - t0
-        cost[via] = {"p50_ms": statistics.median(lat) * 1e3, "stream_tokens_per_s": tokens / dt, "stream_tokens": tokens,
-                     "front_cpu_s_per_1000_tokens": (cpu_s(front.pid) - cpu0) / tokens * 1000 if via == "front" else None}
-    cost["added_p50_ms"] = cost["front"]["p50_ms"] - cost["direct"]["p50_ms"]
-    out["no_kill"] = cost
-    print(json.dumps(cost), flush=True)
-    front.send_signal(signal.SIGTERM); front.wait(); engine.kill()
-    d = os.path.join(os.path.dirname(__file__), "results",
+    which = fr.find_programs(a.build, ["fastrestartd", "fastrestartctl", "fastrestart-tinyengine", "fastrestart-weightd"])
+    which["fastrestart-front"] = os.path.abspath(os.path.join(a.build, "src/front/fastrestart-front"))
+    missing = [n for n, p in which.items() if not p or not os.access(p, os.X_OK)]
+    if missing:
+        sys.exit(f"front_kill: not found: {', '.join(missing)} (build them: scripts/build.sh)")
+    work = tempfile.mkdtemp(prefix="front-kill-"); ckpt = os.path.join(work, "ckpt")
+    subprocess.run([which["fastrestart-tinyengine"], "gen", "--out", ckpt], check=True, stdout=subprocess.DEVNULL,
+                   stderr=subprocess.DEVNULL)
+    sups = {}
+    try:
+        for mode in ("front", "supervisor"):
+            sups[mode] = launch(work, mode, ckpt, which, a)
+        for mode, sup in sups.items():
+            sup.wait(ready_engine(), f"the first engine ({mode})", 120)
+        front_st = sups["front"].status()
+        fr.log(f"ready: front on {sups['front'].port} (pid {front_st['front']['pid']}, upstream "
+               f"{front_st['front'].get('upstream')}), supervisor on {sups['supervisor'].port}")
+        want = {}
+        for i in range(16):
+            for stream in (False, True):
+                b = body_of(i, stream); ok, got = ask(sups["front"].port, b)
+                assert ok, got
+                want[b] = normalize(got) if stream else got
+                ok2, got2 = ask(sups["supervisor"].port, b)
+                assert ok2 and (normalize(got2) if stream else got2) == want[b], f"the two modes answer otherwise: {got2}"
+        out = {"host": socket.gethostname(), "date": datetime.datetime.utcnow().isoformat() + "Z",
+               "machine": fr.machine_cpu(), "max_tokens": MAX_TOKENS, "token_delay_s": a.token_delay,
+               "engine_threads": a.threads, "front_hold_s": HOLD_S, "kills": a.kills, "seconds": a.seconds, "load": []}
+        for clients in [int(c) for c in a.clients.split(",")]:
+            for mode, sup in sups.items():
+                before = front_counters(sup.status()) if mode == "front" else None
+                r = run_load(sup, clients, a.seconds, a.kills, want)
+                r.update(clients=clients, mode=mode)
+                if mode == "front":
+                    r["front_before"], r["front_after"] = before, front_counters(sup.status())
+                out["load"].append(r)
+                print(json.dumps({k: r[k] for k in ("mode", "clients", "requests", "streams", "failed", "differ",
+                                                    "failed_by", "slowest_s", "took_s")}), flush=True)
+        # The front's cost without kills, one client at a time: through the front, and straight to the same
+        # engine on fastrestartd's loopback socket.
+        st = sups["front"].status()
+        front_pid = st["front"]["pid"]
+        upstream = int(st["front"]["upstream"].rsplit(":", 1)[1])
+        cost = {}
+        for via, port in (("front", sups["front"].port), ("direct", upstream)):
+            lat = []
+            for i in range(100):
+                t = time.perf_counter(); ok, _ = ask(port, body_of(i % 16, False)); lat.append(time.perf_counter() - t)
+            cpu0 = cpu_s(front_pid); t0 = time.perf_counter(); tokens = 0
+            for i in range(40):
+                ok, got = ask(port, body_of(i % 16, True)); tokens += got.count('"finish_reason":') - got.count('"choices":[]')
+            dt = time.perf_counter() - t0
+            cost[via] = {"p50_ms": statistics.median(lat) * 1e3, "stream_tokens_per_s": tokens / dt, "stream_tokens": tokens,
+                         "front_cpu_s_per_1000_tokens": (cpu_s(front_pid) - cpu0) / tokens * 1000 if via == "front" else None}
+        cost["added_p50_ms"] = cost["front"]["p50_ms"] - cost["direct"]["p50_ms"]
+        out["no_kill"] = cost
+        out["front_status"] = sups["front"].status().get("front")
+        print(json.dumps(cost), flush=True)
+    finally:
+        for sup in sups.values():
+            sup.stop(30)
+    d = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results",
                      f"front-kill-{socket.gethostname()}-{datetime.datetime.utcnow():%Y%m%d}")
     os.makedirs(d, exist_ok=True)
     with open(os.path.join(d, "front_kill.json"), "w") as f: json.dump(out, f, indent=1)
     print("wrote", os.path.join(d, "front_kill.json"))
+    shutil.rmtree(work, ignore_errors=True)
 
 
 if __name__ == "__main__":

@@ -58,7 +58,7 @@ struct Exchange {
   bool started = false;              // bytes of the answer reached the client
   bool chunked = false;              // a started stream is chunk-encoded to the client
   bool waiting = false;              // held: no connection, the next attempt at next_attempt
-  std::optional<Clock::time_point> held_since;
+  std::optional<Clock::time_point> held_since;  // set exactly while the exchange is in Server::m_held
   Clock::time_point next_attempt{};
   Clock::duration backoff = kFirstBackoff;
   int attempts = 0;
@@ -486,8 +486,6 @@ void Server::check_upstream(Exchange* ex) {
   if (ex->resuming) {
     // The engine that continues the stream answers: the client's stream goes on (no second head).
     ex->resuming = false;
-    ex->held_since.reset();
-    ex->backoff = kFirstBackoff;
     unhold(ex);
     if (!std::exchange(ex->continued, true)) ++m_stats.continued;
     m_dirty = true;
@@ -604,7 +602,14 @@ void Server::end_stream(Exchange* ex, const std::string& tail, bool answered) {
   done(c, ex->chunked && ex->req.keep_alive);
 }
 
+// The exchange is no longer held: an engine answers it (its stream started, or a continuation's did) or it
+// ended. Its hold clock and backoff go with it, so that a later death (of the engine streaming it) holds it
+// again afresh: upstream_failed holds only an exchange without a hold clock, and tick() re-sends and times
+// out only the held ones. A clock left running here would leave a stream that was held before its head,
+// then cut mid-way, waiting for a re-send that never comes.
 void Server::unhold(Exchange* ex) {
+  ex->held_since.reset();
+  ex->backoff = kFirstBackoff;
   if (m_held.erase(ex) > 0) m_dirty = true;
 }
 

@@ -113,7 +113,15 @@ class SharedSocketServer : public httplib::Server {
   void adopt(int fd) { svr_sock_ = fd; }
   // The accept loop ends at its next turn (set_idle_interval bounds its wait); the socket stays listening.
   int release() { return svr_sock_.exchange(INVALID_SOCKET); }
+  int socket_fd() const { return svr_sock_; }
 };
+
+// The accept queue of a port the engine binds itself. httplib (0.11) listens with a queue of 5: under a
+// burst (hundreds of clients, or a front re-sending every held request the moment the engine is back) the
+// kernel drops the connections beyond it (ListenOverflows), and a client whose handshake completed on its
+// side waits on a connection the engine never accepts. The kernel caps it at net.core.somaxconn; a socket
+// handed down (engine.listen = "supervisor" or "front") keeps the queue its owner gave it.
+constexpr int kListenBacklog = 4096;
 
 // How long the accept loop of an adopted socket waits before it looks whether stop() released it.
 constexpr time_t kAdoptedIdleUsec = 100 * 1000;
@@ -165,6 +173,9 @@ Status EngineServer::bind() {
   }
   if (m_port <= 0)
     return make_error(Errc::kIo, "cannot listen on " + m_options.host + ":" + std::to_string(m_options.port));
+  // listen() again on a listening socket only sets its queue's length (Linux).
+  if (::listen(static_cast<SharedSocketServer&>(*m_server).socket_fd(), kListenBacklog) != 0)
+    return make_error(Errc::kIo, "listen on " + m_options.host + ":" + std::to_string(m_port) + ": " + std::strerror(errno));
   return {};
 }
 

@@ -13,8 +13,10 @@
 
 #include <atomic>
 #include <chrono>
+#include <filesystem>
 #include <fstream>
 #include <functional>
+#include <mutex>
 #include <sstream>
 #include <string>
 #include <thread>
@@ -184,6 +186,63 @@ TEST_F(FrontTest, ForwardsOnKeepAliveConnections) {
   EXPECT_EQ(st["requests"]["answered"], 4) << st.dump();
   EXPECT_EQ(st["connections"], 1) << "one keep-alive connection for all four";
   EXPECT_EQ(st["requests"]["held"], 0);
+}
+
+// How many connections wait in the accept queue of the socket listening on 127.0.0.1:port (/proc/net/tcp:
+// a listener's rx_queue is that count); -1 when no such listener.
+int accept_queue_of(uint16_t port) {
+  std::ifstream f("/proc/net/tcp");
+  std::string line;
+  std::getline(f, line);  // the header
+  char want[16];
+  std::snprintf(want, sizeof want, "0100007F:%04X", port);
+  while (std::getline(f, line)) {
+    std::istringstream in(line);
+    std::string sl, local, remote, state, queues;
+    in >> sl >> local >> remote >> state >> queues;
+    if (local == want && state == "0A") return static_cast<int>(std::stoul(queues.substr(queues.find(':') + 1), nullptr, 16));
+  }
+  return -1;
+}
+
+// When the engine comes back, the front re-sends every held request at once. On a port the tiny engine
+// binds itself, that burst must wait in its accept queue, not overflow it: with httplib's queue of 5 the
+// kernel dropped the rest, and requests re-sent on connections the engine never accepted waited until
+// front.hold_s (hold_timeout at 256 clients in a benchmark whose front went to the engine's own port). The
+// engine stopped (SIGSTOP) accepts nothing: all of 64 connections made meanwhile must be queued.
+TEST_F(FrontTest, EngineOwnPortQueuesABurstOfConnections) {
+  auto engine = start_engine();
+  engine->signal(SIGSTOP);
+  // Every thread stopped before the first connect: an accept thread still running would take some.
+  const auto all_stopped = [pid = engine->pid()] {
+    for (const auto& t : std::filesystem::directory_iterator("/proc/" + std::to_string(pid) + "/task")) {
+      std::ifstream f(t.path() / "stat");
+      std::string stat((std::istreambuf_iterator<char>(f)), {});
+      const auto close = stat.rfind(')');
+      if (close == std::string::npos || close + 2 >= stat.size() || stat[close + 2] != 'T') return false;
+    }
+    return true;
+  };
+  for (const auto until = Clock::now() + std::chrono::seconds(10); !all_stopped() && Clock::now() < until;)
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  ASSERT_TRUE(all_stopped());
+  constexpr int kBurst = 64;
+  std::vector<UniqueFd> conns;
+  for (int i = 0; i < kBurst; ++i) {
+    UniqueFd fd(::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0));
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_port = htons(m_engine_port);
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    ::connect(fd.get(), reinterpret_cast<sockaddr*>(&a), sizeof a);  // EINPROGRESS: the handshake goes on
+    conns.push_back(std::move(fd));
+  }
+  int queued = accept_queue_of(m_engine_port);
+  for (const auto until = Clock::now() + std::chrono::seconds(10); queued < kBurst && Clock::now() < until;
+       queued = accept_queue_of(m_engine_port))
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  engine->signal(SIGCONT);
+  EXPECT_EQ(queued, kBurst) << "connections waiting for the stopped engine's accept";
 }
 
 // kill -9 with requests in flight: each is held, sent again to the next engine, and answered as an
@@ -501,6 +560,41 @@ TEST_F(FrontStreamTest, SecondDeathDuringTheContinuationContinuesAgain) {
   EXPECT_EQ(st["requests"]["continued"], 1) << st.dump();
   EXPECT_GE(st["requests"]["resent"].get<int>(), 2) << st.dump();
   EXPECT_EQ(st["requests"]["held_now"], 0) << st.dump();
+}
+
+// A stream held before its head (no engine yet), then answered, then cut by kill -9 mid-way: held again
+// and continued, byte for byte the uninterrupted stream. Its first hold must not outlive the engine that
+// answered it: the second death holds it afresh and the next engine continues it.
+TEST_F(FrontStreamTest, HeldBeforeItsHeadThenKilledMidStreamIsContinued) {
+  const auto body = stream_body("the stream that survives", 24, {{"stream_options", {{"include_usage", true}}}});
+  Front front(m_listen.get(), m_engine_port, {"--hold-s", "30"});  // no engine yet
+  std::mutex engine_mu;  // m_engine: set here, restarted from the client's thread
+  std::string raw_got;
+  std::thread client([&] {
+    raw_got = stream_through(m_port, body, {{6, [&] {
+                                               std::lock_guard l(engine_mu);
+                                               restart_engine();
+                                             }}});
+  });
+  const auto held = front.status([](const json& j) { return j["requests"]["held_now"] == 1; });
+  EXPECT_EQ(held["requests"]["held_now"], 1) << held.dump();
+  {
+    std::lock_guard l(engine_mu);
+    m_engine = start_engine({"--fault-token-delay", "0.03"});
+  }
+  client.join();
+  const auto got = dechunk(raw_got);
+  ASSERT_FALSE(got.empty()) << raw_got << front.log();
+  const auto want = dechunk(stream_through(m_port, body));
+  ASSERT_FALSE(want.empty());
+  EXPECT_EQ(got, as_if_from(want, got));
+  EXPECT_EQ(count_of(got, "data: [DONE]"), 1u);
+  EXPECT_EQ(got.find("error"), std::string::npos) << got;
+  const auto st = front.status([](const json& j) { return j["requests"]["continued"] == 1; });
+  EXPECT_EQ(st["requests"]["continued"], 1) << st.dump() << got << front.log();
+  EXPECT_EQ(st["requests"]["held"], 1) << "held once, counted once: " << st.dump();
+  EXPECT_EQ(st["requests"]["held_now"], 0) << st.dump();
+  EXPECT_EQ(st["requests"]["failed"]["hold_timeout"], 0) << st.dump();
 }
 
 // A stream the front cannot continue exactly (guided decoding here; the tiny engine ignores the field)
