@@ -121,6 +121,45 @@ TEST(TinyKvCache, TheHashChainNamesTheWholePrefix) {
   EXPECT_GT(kv_stat(**c, "prefix", "hit_tokens") - before, p.size() - 4);
 }
 
+// A stream continued on the next holder (docs/kv-survival.md, "Continued streams"): its prompt is the first
+// prompt plus the tokens sent so far. Every block the dead holder filled during decode was published as it
+// filled, so at any cut the continuation recomputes only the positions past its last full block, its last
+// position always (1..block_tokens), and answers as without the cache.
+TEST(TinyKvCache, AContinuationOnTheNextHolderRecomputesAtMostOneBlock) {
+  auto m = kv_model();
+  for (int bt : {4, 16}) {
+    const KvIdentity id{m->info.config, m->fingerprint, bt};
+    KvRegion r(KvCache::bytes_for(id, 64));
+    const std::vector<int> prompt = tokenize("Once upon a time, in a cache far away,");
+    const int max_tokens = 40;
+    std::vector<int> sent = prompt;
+    {
+      auto dying = KvCache::open(id, r.base(), r.size, 1);
+      ASSERT_TRUE(dying.ok());
+      const auto g = m->model.generate(prompt, max_tokens, 0, dying->get());
+      for (const auto& s : g.steps) sent.push_back(s.token);
+      ASSERT_FALSE(g.stopped_on_eos);  // the cuts below need every token
+      // Decode published the generated tokens' full blocks: all positions it computed (the last token is
+      // returned, never fed back).
+      EXPECT_EQ((*dying)->stats()["blocks_indexed"].get<int>(), (static_cast<int>(sent.size()) - 1) / bt) << bt;
+    }  // dropped without a word to the memory, as a kill leaves it
+    auto next = KvCache::open(id, r.base(), r.size, 2);
+    ASSERT_TRUE(next.ok());
+    EXPECT_EQ((*next)->recovery().recovered, (sent.size() - 1) / static_cast<size_t>(bt));
+    for (int k = 1; k <= max_tokens; k += 3) {
+      const std::vector<int> cont(sent.begin(), sent.begin() + static_cast<ptrdiff_t>(prompt.size()) + k);
+      const int n = static_cast<int>(cont.size());
+      const uint64_t q0 = kv_stat(**next, "prefix", "query_tokens"), h0 = kv_stat(**next, "prefix", "hit_tokens");
+      EXPECT_TRUE(kv_same(m->model.generate(cont, max_tokens - k, 0, next->get()), m->model.generate(cont, max_tokens - k, 0)))
+          << bt << " " << k;
+      const uint64_t recomputed = (kv_stat(**next, "prefix", "query_tokens") - q0) - (kv_stat(**next, "prefix", "hit_tokens") - h0);
+      EXPECT_EQ(recomputed, static_cast<uint64_t>(n - (n - 1) / bt * bt)) << "block " << bt << ", cut after " << k;
+      EXPECT_GE(recomputed, 1u);
+      EXPECT_LE(recomputed, static_cast<uint64_t>(bt));
+    }
+  }
+}
+
 TEST(TinyKvCache, FreeBlocksAreEvictedLeastRecentlyUsedFirst) {
   auto m = kv_model();
   // Four blocks of 4 tokens; a 9-token prompt with one token out fills two blocks and part of a third.
