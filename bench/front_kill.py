@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """What clients see across kill -9 of the engine under fastrestartd: engine.listen = "front" beside "supervisor".
 
-One command: python3 bench/front_kill.py [--build build] [--kills 3] [--seconds 5]
+One command: python3 bench/front_kill.py [--build build] [--kills 3] [--seconds 5] [--part all|kill|kv]
 Writes raw JSON to bench/results/front-kill-<host>-<date>/front_kill.json.
 
 Two fastrestartd, each running the tiny engine (CPU, --fault-token-delay, 64 HTTP threads) with its weights
@@ -19,6 +19,16 @@ timeout, an error event, or a status other than 200; "differ" an answer that is 
 Then the front's cost without kills, one client at a time, through the front and straight to the same
 engine (its loopback socket): p50 latency of a non-streamed request, streamed tokens/s, and the front's
 CPU seconds per 1,000 streamed tokens.
+
+--part kv (or all): tokens recomputed per continued stream (docs/kv-survival.md, "Continued streams"). A
+third fastrestartd (engine.listen = "front") runs the tiny engine with its prefix cache on a host KV arena
+(--block-size 4) and health-only readiness (readiness.request_path = ""), so the next engine's prefix
+counters count the front's continuations and nothing else. Per trial: streams with prompts of their own
+(MAX_TOKENS each), the engine killed with kill -9 once every stream has read k token events (k = 1, 2, ...:
+the kills land at every offset within a block), the next engine's counters read once it answered them all:
+(query_tokens - hit_tokens) / streams is what each continuation recomputed. Single-stream trials give each
+stream's own figure (median, max); one trial of 6 streams at once gives their sum. Raw JSON:
+bench/results/front-kill-<host>-<date>/front_kv_continuations.json.
 """
 import argparse, datetime, http.client, json, os, shutil, socket, statistics, subprocess, sys, tempfile
 import threading, time
@@ -183,12 +193,99 @@ def front_counters(st):
     return {k: f.get(k) for k in ("requests", "restarts", "lost") if k in f} or f
 
 
+KV_BLOCK_TOKENS = 4
+
+
+def kv_config(d, ckpt, port, which, a):
+    """The front mode's config with the tiny engine's prefix cache on a host KV arena and health-only checks."""
+    toml = config_toml(d, ckpt, "front", port, which, a.kv_token_delay, a.threads)
+    flags = '"--shutdown-grace", "2"'
+    assert flags in toml
+    toml = toml.replace(flags, flags + f', "--kv-arena-bytes", "33554432", "--kv-arena-wait", "10", '
+                                       f'"--block-size", "{KV_BLOCK_TOKENS}"', 1)
+    return toml.replace('endpoint = "private"\n', 'endpoint = "private"\nrequest_path = ""\n', 1)
+
+
+def stream_reporting(port, prompt, at):
+    """One stream, read to its end: (ok, body). AT = (k, callback): the callback runs once k token events
+    were read (the kill comes after every stream's callback)."""
+    body = json.dumps({"prompt": prompt, "max_tokens": MAX_TOKENS, "temperature": 0, "stream": True})
+    c = http.client.HTTPConnection("127.0.0.1", port, timeout=120)
+    c.request("POST", "/v1/completions", body, {"Content-Type": "application/json"})
+    r = c.getresponse()
+    data, n = [], 0
+    while True:
+        line = r.readline()
+        if not line: break
+        line = line.decode()
+        data.append(line)
+        if line.startswith("data: {") and '"text"' in line:
+            n += 1
+            if n == at[0]: at[1]()
+    c.close()
+    text = "".join(data)
+    return r.status == 200 and '"error"' not in text and text.endswith("data: [DONE]\n\n"), text
+
+
+def kv_trial(sup, streams, k, tag):
+    """kill -9 after each of STREAMS streams read K token events; the next engine's prefix counters."""
+    st = sup.status(); engine = st["engine"]["pid"]
+    cont0 = ((st.get("front") or {}).get("requests") or {}).get("continued", 0)
+    reached = threading.Semaphore(0)
+    results = [None] * streams
+    prompts = [f"{tag} stream {i}: tell me a story" + "!" * (i % 3) for i in range(streams)]
+    threads = [threading.Thread(target=lambda i=i: results.__setitem__(
+        i, stream_reporting(sup.port, prompts[i], (k, reached.release)))) for i in range(streams)]
+    for t in threads: t.start()
+    for _ in range(streams): reached.acquire()
+    os.kill(engine, 9)
+    for t in threads: t.join()
+    st = sup.wait(lambda s: (s.get("kv_cache") or {}).get("pid") not in (None, engine)
+                  and (s.get("kv_cache") or {}).get("counters") == "file"
+                  and (s["kv_cache"].get("prefix") or {}).get("requests", 0) >= streams, "the next engine's counters", 120)
+    kv = st["kv_cache"]; p = kv["prefix"]
+    cont = ((st.get("front") or {}).get("requests") or {}).get("continued", 0) - cont0
+    return {"streams": streams, "killed_after_events": k, "ok": sum(1 for r in results if r[0]),
+            "continued": cont, "requests": p["requests"], "query_tokens": p["query_tokens"], "hit_tokens": p["hit_tokens"],
+            "recomputed": p["query_tokens"] - p["hit_tokens"], "header": kv.get("header"), "recovered": kv.get("recovered"),
+            "block_tokens": kv.get("block_tokens"), "prompt_tokens": [len(q) for q in prompts]}
+
+
+def kv_continuations(work, ckpt, which, a):
+    d = os.path.join(work, "front-kv"); port = fr.free_port()
+    sup = fr.Fastrestartd(d, kv_config(d, ckpt, port, which, a), os.path.join(d, "ctl", "t.ctl"),
+                          fastrestartd=which["fastrestartd"], fastrestartctl=which["fastrestartctl"])
+    err = sup.check()
+    if err: sys.exit(f"front_kill: fastrestartd --check (front-kv): {err}")
+    sup.port = port; sup.start()
+    try:
+        sup.wait(ready_engine(), "the first engine (front-kv)", 120)
+        trials = [kv_trial(sup, 1, k, f"t{k}") for k in range(1, a.kv_trials + 1)]
+        many = kv_trial(sup, 6, 3, "m")
+    finally:
+        sup.stop(30)
+    per = [t["recomputed"] for t in trials if t["requests"] == 1 and t["continued"] == 1]
+    out = {"host": socket.gethostname(), "date": datetime.datetime.utcnow().isoformat() + "Z", "machine": fr.machine_cpu(),
+           "max_tokens": MAX_TOKENS, "token_delay_s": a.kv_token_delay, "block_tokens": KV_BLOCK_TOKENS,
+           "single_stream_trials": trials, "six_streams": many,
+           "recomputed_per_stream": {"n": len(per), "median": statistics.median(per) if per else None,
+                                     "max": max(per) if per else None, "min": min(per) if per else None},
+           "six_streams_recomputed_per_stream": many["recomputed"] / 6}
+    print(json.dumps({k: out[k] for k in ("block_tokens", "recomputed_per_stream", "six_streams_recomputed_per_stream")}),
+          flush=True)
+    return out
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--build", default="build"); ap.add_argument("--kills", type=int, default=3)
     ap.add_argument("--seconds", type=float, default=5); ap.add_argument("--token-delay", type=float, default=0.01)
     ap.add_argument("--threads", type=int, default=64, help="the tiny engine's HTTP threads")
     ap.add_argument("--clients", default="64,256")
+    ap.add_argument("--part", choices=["all", "kill", "kv"], default="all",
+                    help="kill: the load under kills and the no-kill cost; kv: tokens recomputed per continued stream")
+    ap.add_argument("--kv-trials", type=int, default=8, help="--part kv: single-stream trials")
+    ap.add_argument("--kv-token-delay", type=float, default=0.05, help="--part kv: the engine's token delay")
     a = ap.parse_args()
     which = fr.find_programs(a.build, ["fastrestartd", "fastrestartctl", "fastrestart-tinyengine", "fastrestart-weightd"])
     which["fastrestart-front"] = os.path.abspath(os.path.join(a.build, "src/front/fastrestart-front"))
@@ -198,6 +295,16 @@ def main():
     work = tempfile.mkdtemp(prefix="front-kill-"); ckpt = os.path.join(work, "ckpt")
     subprocess.run([which["fastrestart-tinyengine"], "gen", "--out", ckpt], check=True, stdout=subprocess.DEVNULL,
                    stderr=subprocess.DEVNULL)
+    d = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results",
+                     f"front-kill-{socket.gethostname()}-{datetime.datetime.utcnow():%Y%m%d}")
+    if a.part in ("all", "kv"):
+        kv = kv_continuations(work, ckpt, which, a)
+        os.makedirs(d, exist_ok=True)
+        with open(os.path.join(d, "front_kv_continuations.json"), "w") as f: json.dump(kv, f, indent=1)
+        print("wrote", os.path.join(d, "front_kv_continuations.json"))
+        if a.part == "kv":
+            shutil.rmtree(work, ignore_errors=True)
+            return
     sups = {}
     try:
         for mode in ("front", "supervisor"):
@@ -251,8 +358,6 @@ def main():
     finally:
         for sup in sups.values():
             sup.stop(30)
-    d = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results",
-                     f"front-kill-{socket.gethostname()}-{datetime.datetime.utcnow():%Y%m%d}")
     os.makedirs(d, exist_ok=True)
     with open(os.path.join(d, "front_kill.json"), "w") as f: json.dump(out, f, indent=1)
     print("wrote", os.path.join(d, "front_kill.json"))
