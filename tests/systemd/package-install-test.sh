@@ -9,7 +9,8 @@
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 root=$(cd "$here/../.." && pwd)
-deb=${1:-$(ls "$root"/build/packages/fastrestart_*.deb 2>/dev/null | head -n1)}
+# (|| true: with pipefail, ls finding nothing would end the script silently instead of skipping.)
+deb=${1:-$(ls "$root"/build/packages/fastrestart_*.deb 2>/dev/null | head -n1 || true)}
 [[ $(id -u) -eq 0 ]] || { echo "SKIP: needs root (unshare --pid --mount, cgroups)"; exit 77; }
 [[ -x /lib/systemd/systemd ]] || { echo "SKIP: systemd is not installed (apt-get install -y systemd)"; exit 77; }
 [[ -n "$deb" && -f "$deb" ]] || { echo "SKIP: no package (scripts/package.sh builds build/packages/fastrestart_*.deb)"; exit 77; }
@@ -23,7 +24,7 @@ unit=$work/x/usr/lib/systemd/system/fastrestart@.service
 [[ -f "$unit" ]] || { echo "FAIL: $deb has no /usr/lib/systemd/system/fastrestart@.service"; exit 1; }
 # The .rpm beside it, when there is one and rpm is installed: its scriptlets run after the deb is purged.
 rpm_copy=()
-rpm_file=$(ls "$(dirname "$deb")"/fastrestart-*.rpm 2>/dev/null | head -n1)
+rpm_file=$(ls "$(dirname "$deb")"/fastrestart-*.rpm 2>/dev/null | head -n1 || true)
 [[ -n "$rpm_file" ]] && command -v rpm >/dev/null && rpm_copy=(--copy "$rpm_file=/var/tmp/fastrestart.rpm")
 "$here/fastrestartd/make-config.sh" "$root/config/demo.toml" /var/lib/fr-unit-test/model > "$work/demo.toml"
 # The version the vLLM plugin's .dist-info must carry (python/dist_info.py writes it from pyproject.toml).
