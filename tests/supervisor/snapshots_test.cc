@@ -45,8 +45,6 @@ class FakeSnapshotHost final : public SnapshotHost {
   void set_status(const std::string& s, const std::string&) override { status_text = s; }
   std::vector<std::string> engine_argv(bool) const override { return {"/bin/true", "--model", "m"}; }
   std::map<std::string, std::string> engine_env(bool) override { return {{"FAKE_RESULT", result}}; }
-  int listen_fd() const override { return -1; }
-  uint64_t listen_inode() const override { return 0; }
   const Stats& stats() const override { return counted; }
   bool engine_serving() const override { return serving; }
   std::string reported_state() const override { return "starting"; }

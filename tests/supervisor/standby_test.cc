@@ -64,8 +64,6 @@ class FakeStandbyHost final : public StandbyHost {
   uint64_t daemon_generation() const override { return generation; }
   std::vector<std::string> engine_argv(bool) const override { return argv; }
   std::map<std::string, std::string> engine_env(bool) override { return {}; }
-  int listen_fd() const override { return -1; }
-  uint64_t listen_inode() const override { return 0; }
   bool snapshottable() const override { return false; }
   std::string engine_share_refusal() override { return share_refused; }
   std::optional<double> engine_died_at() const override { return died_at; }

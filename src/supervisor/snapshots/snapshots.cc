@@ -36,7 +36,7 @@ bool lists_snapshot(const Config& c) {
 
 }  // namespace
 
-Snapshots::Snapshots(SnapshotHost& host) : m_host(host) {}
+Snapshots::Snapshots(SnapshotHost& host, const ListenHandoff& listen) : m_host(host), m_listen(listen) {}
 
 Snapshots::~Snapshots() = default;
 
@@ -114,10 +114,10 @@ bool Snapshots::spawn_helper(const std::string& job, std::vector<std::string> ar
   SpawnSpec hs;
   hs.argv = {m_helper, job, "--dir", m_dir, "--criu", m_criu, "--spec", spec_path, "--result", m_result_path};
   hs.argv.insert(hs.argv.end(), args.begin(), args.end());
-  if (const int listen = m_host.listen_fd(); listen >= 0) {
+  if (const int listen = m_listen.fd; listen >= 0) {
     // fastrestartd's listening socket (docs/listen-socket.md, "Snapshots"): a create names it, so that the
     // images take it from the restore; a restore is handed it (as fd 3) for the restored engine.
-    if (job == "create") hs.argv.insert(hs.argv.end(), {"--listen-socket", "socket:[" + std::to_string(m_host.listen_inode()) + "]"});
+    if (job == "create") hs.argv.insert(hs.argv.end(), {"--listen-socket", "socket:[" + std::to_string(m_listen.inode) + "]"});
     if (job == "restore") hs.listen_fd = listen, hs.argv.insert(hs.argv.end(), {"--listen-fd", "3"});
   }
   hs.env = spec.env;  // CUDA_VISIBLE_DEVICES: the helper sees the engine's GPU as device 0

@@ -169,4 +169,13 @@ void Snapshots::after_ready(const std::string& path, const std::string& restore_
   m_create_waiters.clear();
 }
 
+void Snapshots::after_ready(const ReadyFacts& ready) {
+  after_ready(ready.path, ready.restore_outcome, ready.restore_detail, ready.last_start ? *ready.last_start : json());
+}
+
+void Snapshots::fill_status(status::SupervisorStatus& st) const {
+  st.metrics.snapshots = counts();
+  st.snapshot = status();
+}
+
 }  // namespace fr::supervisor

@@ -36,8 +36,9 @@ constexpr size_t kStandbyTailLines = 200;
 
 }  // namespace
 
-Standby::Standby(StandbyHost& host)
+Standby::Standby(StandbyHost& host, const ListenHandoff& listen)
     : m_host(host),
+      m_listen(listen),
       m_streak(host.config().restart),
       m_park_timer(host.loop()),
       m_backoff_timer(host.loop()),
@@ -105,7 +106,7 @@ void Standby::spawn() {
   UniqueFd ours(sv[0]), theirs(sv[1]);
   // Descriptors 3 and 4 are the listening socket's and the private endpoint's in the child
   // (SpawnSpec::listen_fd, probe_fd): the gate goes elsewhere.
-  if (m_host.listen_fd() >= 0 && (theirs.get() == 3 || theirs.get() == 4)) theirs.reset(::fcntl(theirs.get(), F_DUPFD_CLOEXEC, 5));
+  if (m_listen.fd >= 0 && (theirs.get() == 3 || theirs.get() == 4)) theirs.reset(::fcntl(theirs.get(), F_DUPFD_CLOEXEC, 5));
   if (!theirs) {
     failed("spawn", std::string("moving the gate socket off descriptor 3: ") + std::strerror(errno));
     return;
@@ -118,7 +119,7 @@ void Standby::spawn() {
   spec.env["FASTRESTART_STANDBY_FD"] = std::to_string(theirs.get());
   spec.env["FASTRESTART_STANDBY_LEVEL"] = standby_level_name(cfg.standby.level);
   spec.pass_fd = theirs.get();
-  spec.listen_fd = m_host.listen_fd();  // held without accepting until the release (docs/listen-socket.md)
+  spec.listen_fd = m_listen.fd;  // held without accepting until the release (docs/listen-socket.md)
   spec.listen_fd_name = kListenFdName;
   spec.working_dir = cfg.engine.working_dir;
   spec.new_pid_namespace = m_host.snapshottable();
@@ -220,7 +221,7 @@ void Standby::on_parked() {
   auto check_port = [this] {
     if (m_phase != Phase::kParked || !m_proc) return;
     const auto port = engine_serve_port(m_host.config());
-    if (pid_t p = group_listener(m_proc->pid, port, m_host.listen_inode()))
+    if (pid_t p = group_listener(m_proc->pid, port, m_listen.inode))
       failed("listening", "pid " + std::to_string(p) + " listens on the engine's port " + std::to_string(port) +
                               " before its release");
   };

@@ -62,7 +62,7 @@ bool Standby::on_exit(pid_t pid, int status) {
   f.last_lines = &e.tail;
   f.rules = m_host.output_rules().empty() ? nullptr : &m_host.output_rules();
   Classification c = classify_exit(f);
-  if (m_host.listen_fd() >= 0 && is_failure(c.cause))
+  if (m_listen.fd >= 0 && is_failure(c.cause))
     if (auto conflict = listen_conflict_detail(&e.tail, engine_serve_port(cfg))) c.detail = *conflict;
   const bool was_parked = m_phase == Phase::kParked;
   const bool stopped = m_phase == Phase::kStopping;

@@ -38,12 +38,10 @@ class StandbyHost {
   // Counts the daemons' (re)starts: a standby started on an earlier generation is of no use at warmed.
   virtual uint64_t daemon_generation() const = 0;
   // The standby's command line and environment (for_standby: only a warmed standby's reserve is checked
-  // against free memory), the listening socket it holds without accepting (-1: none), whether engines
-  // start in their own PID namespace (snapshots).
+  // against free memory), whether engines start in their own PID namespace (snapshots). The listening
+  // socket comes with the part's construction (part.h's ListenHandoff).
   virtual std::vector<std::string> engine_argv(bool for_standby) const = 0;
   virtual std::map<std::string, std::string> engine_env(bool for_standby) = 0;
-  virtual int listen_fd() const = 0;
-  virtual uint64_t listen_inode() const = 0;
   virtual bool snapshottable() const = 0;
   // Why no engine (nor standby) may start on the GPUs' shares now; "" when it may.
   virtual std::string engine_share_refusal() = 0;

@@ -111,4 +111,11 @@ std::optional<status::StandbyStatus> Standby::status() const {
   return st;
 }
 
+void Standby::after_ready(const ReadyFacts& ready) {
+  if (ready.released) after_ready(ready.since_spawn);
+  maybe_spawn();  // one standby behind the engine, never before it is ready
+}
+
+void Standby::fill_status(status::SupervisorStatus& st) const { st.standby = status(); }
+
 }  // namespace fr::supervisor
