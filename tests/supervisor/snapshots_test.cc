@@ -39,8 +39,6 @@ class FakeSnapshotHost final : public SnapshotHost {
   std::string failure;
   UniqueFd restore_output;
 
-  Loop& loop() override { return event_loop; }
-  const Config& config() const override { return cfg; }
   void raise(Event e) override { events.push_back(e); }
   void set_status(const std::string& s, const std::string&) override { status_text = s; }
   std::vector<std::string> engine_argv(bool) const override { return {"/bin/true", "--model", "m"}; }
@@ -103,7 +101,7 @@ class SnapshotsTest : public ::testing::Test {
 
   test::TempDir dir;
   FakeSnapshotHost host;
-  Snapshots snaps{host};
+  Snapshots snaps{host, {host.event_loop, host.cfg}};
 };
 
 TEST_F(SnapshotsTest, NotListedInRestartStartIsUnavailableAndChangesNoEngine) {

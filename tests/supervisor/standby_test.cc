@@ -48,8 +48,6 @@ class FakeStandbyHost final : public StandbyHost {
   std::vector<std::string> argv{"/bin/bash", "-c",
                                 R"(printf '{"op":"parked","v":1,"level":"pre_gpu","pid":%s}\n' $$ >&"$FASTRESTART_STANDBY_FD"; exec sleep 60)"};
 
-  Loop& loop() override { return event_loop; }
-  const Config& config() const override { return cfg; }
   GpuProbe& gpus() override { return probe; }
   const FlagList& engine_flags() const override { return flags; }
   const EngineAdapter& engine_kind() const override { return builtin_engine_adapter(cfg.engine.kind); }
@@ -115,7 +113,7 @@ class StandbyPart : public ::testing::Test {
 
   test::TempDir dir;
   FakeStandbyHost host;
-  Standby standby{host};
+  Standby standby{host, {host.event_loop, host.cfg}};
   pid_t pid = -1;  // a standby the test must clean up
 };
 

@@ -1,4 +1,5 @@
-// What the snapshots part (snapshots.h) needs from the supervisor: the loop and the config, the engine's
+// What the snapshots part (snapshots.h) needs from the supervisor (the loop and the config come with its
+// construction: part.h's PartBasics): the engine's
 // command line as a start would run it, and the few steps that touch the live
 // engine, which stays the supervisor's (a restore makes its record, a dump pauses its health checks).
 // Implemented by Supervisor; tests give their own. Loop thread only.
@@ -29,8 +30,6 @@ struct DumpTarget {
 class SnapshotHost {
  public:
   virtual ~SnapshotHost() = default;
-  virtual Loop& loop() = 0;
-  virtual const Config& config() const = 0;
   // Feeds the lifecycle table: kRestartRequested (`snapshot restore`), kSnapshotCreated.
   virtual void raise(Event e) = 0;
   virtual void set_status(const std::string& s, const std::string& extra = {}) = 0;

@@ -29,8 +29,8 @@ namespace fr::supervisor {
 
 class Snapshots final : public Part {
  public:
-  // `listen`: the socket a restored engine gets and a dump names (kNoListen: none).
-  explicit Snapshots(SnapshotHost& host, const ListenHandoff& listen = kNoListen);
+  // basics.listen: the socket a restored engine gets and a dump names (kNoListen: none).
+  Snapshots(SnapshotHost& host, const PartBasics& basics);
   ~Snapshots() override;
 
   // Reads the config and checks criu, the helper and the artifacts' directory once, before the loop
@@ -85,6 +85,8 @@ class Snapshots final : public Part {
   nlohmann::json inspect(const std::string& which) const;
 
   SnapshotHost& m_host;
+  Loop& m_loop;
+  const Config& m_cfg;
   const ListenHandoff& m_listen;
   bool m_wanted = false;         // restart.start lists "snapshot"
   bool m_usable = false;         // and criu is there and new enough

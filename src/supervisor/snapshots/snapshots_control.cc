@@ -109,7 +109,7 @@ json Snapshots::handle(const json& req, std::shared_ptr<std::promise<json>> repl
   if (!engine.in_pid_ns) return snapshot_error("unsupported", "the engine was not started in its own PID namespace");
   // zero_copy: the helper asks the engine to release the daemon's pools first (and refuses, with the
   // reason, when the engine does not answer).
-  if (m_host.config().gpus.size() > 1) return snapshot_error("unsupported", "snapshots are tensor-parallel 1 only (gpus lists more than one)");
+  if (m_cfg.gpus.size() > 1) return snapshot_error("unsupported", "snapshots are tensor-parallel 1 only (gpus lists more than one)");
   std::vector<std::string> args{"--pid", std::to_string(engine.pid), "--stdout-pipe", pipe_name(engine.output_fd)};
   if (!id.empty()) args.insert(args.end(), {"--id", id});
   // The dump ends the engine: that exit is ours, and the next start restores the new artifact.

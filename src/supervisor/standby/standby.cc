@@ -36,18 +36,20 @@ constexpr size_t kStandbyTailLines = 200;
 
 }  // namespace
 
-Standby::Standby(StandbyHost& host, const ListenHandoff& listen)
+Standby::Standby(StandbyHost& host, const PartBasics& basics)
     : m_host(host),
-      m_listen(listen),
-      m_streak(host.config().restart),
-      m_park_timer(host.loop()),
-      m_backoff_timer(host.loop()),
-      m_port_timer(host.loop()) {}
+      m_loop(basics.loop),
+      m_cfg(basics.config),
+      m_listen(basics.listen),
+      m_streak(basics.config.restart),
+      m_park_timer(basics.loop),
+      m_backoff_timer(basics.loop),
+      m_port_timer(basics.loop) {}
 
 Standby::~Standby() = default;
 
 bool Standby::wanted() const {
-  const auto& s = m_host.config().restart.start;
+  const auto& s = m_cfg.restart.start;
   return std::find(s.begin(), s.end(), StartPath::kStandby) != s.end();
 }
 
@@ -59,7 +61,7 @@ void Standby::add_known_pids(std::set<pid_t>& known) const {
 
 std::map<std::string, FileIdentity> Standby::model_files() const {
   // The identities of the files under weights.checkpoint, else under the engine kind's local model path.
-  std::vector<std::string> roots = m_host.config().weights.checkpoint;
+  std::vector<std::string> roots = m_cfg.weights.checkpoint;
   if (roots.empty())
     if (std::string m = m_host.engine_kind().local_model_path(m_host.engine_flags()); !m.empty()) roots.push_back(std::move(m));
   return identify_model_files(fr::supervisor::model_files(roots));
@@ -67,7 +69,7 @@ std::map<std::string, FileIdentity> Standby::model_files() const {
 
 std::string Standby::stale() const {
   if (!m_created) return {};
-  return standby_stale_reason(m_flags, m_launch, m_checkpoint, m_host.engine_flags(), m_host.config(),
+  return standby_stale_reason(m_flags, m_launch, m_checkpoint, m_host.engine_flags(), m_cfg,
                               [this] { return model_files(); });
 }
 
@@ -78,7 +80,7 @@ void Standby::maybe_spawn() {
     case Phase::kDisabled:
       if (m_streak.disabled_flags() == m_host.engine_flags()) return;
       spdlog::info("standby: the flags changed since it was disabled; trying again");
-      m_streak.enable(m_host.config().restart);
+      m_streak.enable(m_cfg.restart);
       break;
     case Phase::kStopping:
     case Phase::kBackoff:
@@ -96,7 +98,7 @@ void Standby::maybe_spawn() {
 }
 
 void Standby::spawn() {
-  const Config& cfg = m_host.config();
+  const Config& cfg = m_cfg;
   m_phase = Phase::kOff;
   int sv[2];
   if (::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) != 0) {
@@ -126,7 +128,7 @@ void Standby::spawn() {
   if (!cfg.engine.cgroup.empty()) spec.cgroup_procs = cfg.engine.cgroup + "/cgroup.procs";
   e->in_pid_ns = spec.new_pid_namespace;
   UniqueFd endpoint = prepare_private_endpoint(cfg, spec, *e);  // the standby's own: its checks after the release
-  e->spawned_at = m_host.loop().now_s();
+  e->spawned_at = m_loop.now_s();
   e->attach_since_unix = static_cast<double>(std::time(nullptr));
   m_used_before.clear();
   if (cfg.weights.backend != "host")
@@ -137,7 +139,7 @@ void Standby::spawn() {
     failed("spawn", "not started: " + refused);
     return;
   }
-  auto st = spawn_supervised(m_host.loop(), spec, "standby", [raw](const std::string& l) {
+  auto st = spawn_supervised(m_loop, spec, "standby", [raw](const std::string& l) {
     raw->tail.push_back(l);
     if (raw->tail.size() > kStandbyTailLines) raw->tail.pop_front();
     raw->report->observe(l);
@@ -151,7 +153,7 @@ void Standby::spawn() {
   m_proc = std::move(e);
   m_gate = std::move(ours);
   m_gate_reader = std::make_unique<LineReader>(
-      m_host.loop(), m_gate.get(), [this](const std::string& l) { on_gate_line(l); }, [this] { on_gate_closed(); });
+      m_loop, m_gate.get(), [this](const std::string& l) { on_gate_line(l); }, [this] { on_gate_closed(); });
   m_phase = Phase::kStarting;
   m_flags = m_host.engine_flags();
   m_daemon_generation = m_host.daemon_generation();
@@ -196,7 +198,7 @@ void Standby::on_gate_line(const std::string& line) {
     failed("protocol", m.error().message);
     return;
   }
-  const std::string want = standby_level_name(m_host.config().standby.level);
+  const std::string want = standby_level_name(m_cfg.standby.level);
   if (m->level != want) {
     failed("protocol", "parked at " + m->level + ", but standby.level is " + want);
     return;
@@ -211,16 +213,16 @@ void Standby::on_gate_line(const std::string& line) {
 }
 
 void Standby::on_parked() {
-  const Config& cfg = m_host.config();
+  const Config& cfg = m_cfg;
   m_park_timer.stop();
   m_phase = Phase::kParked;
-  m_parked_at = m_host.loop().now_s();  // the failure streak is not over yet: it may die parked (see note_failure)
+  m_parked_at = m_loop.now_s();  // the failure streak is not over yet: it may die parked (see note_failure)
   measure_memory(/*at_park=*/true);      // at every park: its reserve follows the flags it was started on
   spdlog::info("standby: pid {} parked at {} after {:.2f} s, {} MiB of GPU memory", m_proc->pid,
                standby_level_name(cfg.standby.level), m_parked_at - m_proc->spawned_at, m_gpu_bytes / kStandbyMiB);
   auto check_port = [this] {
     if (m_phase != Phase::kParked || !m_proc) return;
-    const auto port = engine_serve_port(m_host.config());
+    const auto port = engine_serve_port(m_cfg);
     if (pid_t p = group_listener(m_proc->pid, port, m_listen.inode))
       failed("listening", "pid " + std::to_string(p) + " listens on the engine's port " + std::to_string(port) +
                               " before its release");
@@ -230,14 +232,14 @@ void Standby::on_parked() {
 }
 
 void Standby::note_failure(const std::string& what) {
-  if (m_streak.fail(m_host.loop().now_s(), m_parked_at, what, m_host.config(), m_host.engine_flags()))
+  if (m_streak.fail(m_loop.now_s(), m_parked_at, what, m_cfg, m_host.engine_flags()))
     spdlog::error("standby: disabled: {}", m_streak.disabled());
 }
 
 void Standby::retry_later() {
   m_phase = Phase::kBackoff;
   spdlog::info("standby: starting another in {:.2f} s ({} failure(s) in a row of standby.max_failures {})", m_streak.backoff_s(),
-               m_streak.in_row(), m_host.config().standby.max_failures);
+               m_streak.in_row(), m_cfg.standby.max_failures);
   m_backoff_timer.start(m_streak.backoff_s(), [this] {
     if (m_phase != Phase::kBackoff) return;
     m_phase = Phase::kOff;

@@ -30,8 +30,8 @@ enum class StandbyPhase { kOff, kStarting, kParked, kStopping, kBackoff, kDisabl
 
 class Standby final : public Part {
  public:
-  // `listen`: the socket a standby holds without accepting until its release (kNoListen: none).
-  explicit Standby(StandbyHost& host, const ListenHandoff& listen = kNoListen);
+  // basics.listen: the socket a standby holds without accepting until its release (kNoListen: none).
+  Standby(StandbyHost& host, const PartBasics& basics);
   ~Standby() override;
 
   // StartPart: the path "standby". refusal: nullopt while a standby is parked on the current flags,
@@ -88,6 +88,8 @@ class Standby final : public Part {
   std::map<std::string, FileIdentity> model_files() const;
 
   StandbyHost& m_host;
+  Loop& m_loop;
+  const Config& m_cfg;
   const ListenHandoff& m_listen;
   bool m_created = false;                // maybe_spawn ran once (an engine was ready with the path listed)
   Phase m_phase = Phase::kOff;

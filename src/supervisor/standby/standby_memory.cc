@@ -17,7 +17,7 @@ constexpr uint64_t kReserveBytesPerMiB = 1048576;
 }  // namespace
 
 uint64_t Standby::reserve_bytes(const std::string& gpu) const {
-  const Config& cfg = m_host.config();
+  const Config& cfg = m_cfg;
   if (!wanted() || cfg.standby.level != StandbyLevel::kWarmed) return 0;
   if (cfg.standby.reserve_mib > 0) return cfg.standby.reserve_mib * kReserveBytesPerMiB;
   auto it = m_held_by_gpu.find(gpu);
@@ -31,7 +31,7 @@ uint64_t Standby::present_bytes(const std::string& gpu) const {
 }
 
 void Standby::measure_memory(bool at_park) {
-  const Config& cfg = m_host.config();
+  const Config& cfg = m_cfg;
   if (!alive() || m_phase != Phase::kParked) return;
   if (cfg.gpus.empty() || cfg.weights.backend == "host") return;
   const pid_t group = m_proc->pid;

@@ -14,6 +14,8 @@
 #include <string>
 
 #include "status/status.h"
+#include "supervisor/config.h"
+#include "supervisor/loop.h"
 #include "supervisor/start/start_path.h"
 
 namespace fr::supervisor {
@@ -28,6 +30,14 @@ struct ListenHandoff {
 
 // No listening socket: the engine binds its port itself.
 inline const ListenHandoff kNoListen{};
+
+// What every part is built with besides its host: the loop it runs on, the config and the listening
+// socket. Each is the Supervisor's and outlives the part; the config may change in place (a re-read).
+struct PartBasics {
+  Loop& loop;
+  const Config& config;
+  const ListenHandoff& listen = kNoListen;
+};
 
 // What a part learns at READY (Supervisor::decide_path_after_ready).
 struct ReadyFacts {

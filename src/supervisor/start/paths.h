@@ -20,7 +20,7 @@ class SnapshotHost;
 struct PartHosts {
   StandbyHost& standby;
   SnapshotHost& snapshots;
-  const ListenHandoff& listen;
+  PartBasics basics;
 };
 
 struct StartPathRow {
