@@ -68,7 +68,7 @@ Supervisor::Supervisor(Config config, std::unique_ptr<GpuProbe> gpus, std::uniqu
   m_kind = kind.ok() ? std::move(*kind) : make_builtin_engine_adapter(m_cfg.engine.kind);
   m_output_rules = m_kind->failure_rules();
   m_daemons = make_daemon_set(*this);
-  const PartHosts hosts{*this, *this, {m_loop, m_cfg, m_listen}};
+  const PartHosts hosts{*this, *this, {m_loop, m_cfg, m_listen}, *m_gpus, m_stats};
   for (const StartPathRow& row : start_path_rows())
     if (row.make) m_parts.push_back(row.make(hosts));
   m_snapshots = static_cast<Snapshots*>(part(StartPath::kSnapshot));

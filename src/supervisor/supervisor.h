@@ -176,7 +176,6 @@ class Supervisor : private StartHost, private DaemonHost, private SnapshotHost, 
   std::optional<status::ArenaOutcomeStatus> arena_outcome() const;  // status `arena_outcome`
 
   // SnapshotHost (supervisor_snapshot.cc): the snapshots part's steps on the live engine
-  const Stats& stats() const override { return m_stats; }
   std::string reported_state() const override { return reported_state_name(m_state); }
   bool reload_running() const override { return m_reload != nullptr; }
   void restoring_engine(const std::string& id) override;

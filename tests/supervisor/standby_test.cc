@@ -48,7 +48,6 @@ class FakeStandbyHost final : public StandbyHost {
   std::vector<std::string> argv{"/bin/bash", "-c",
                                 R"(printf '{"op":"parked","v":1,"level":"pre_gpu","pid":%s}\n' $$ >&"$FASTRESTART_STANDBY_FD"; exec sleep 60)"};
 
-  GpuProbe& gpus() override { return probe; }
   const FlagList& engine_flags() const override { return flags; }
   const EngineAdapter& engine_kind() const override { return builtin_engine_adapter(cfg.engine.kind); }
   const std::vector<OutputRule>& output_rules() const override { return rules; }
@@ -113,7 +112,7 @@ class StandbyPart : public ::testing::Test {
 
   test::TempDir dir;
   FakeStandbyHost host;
-  Standby standby{host, {host.event_loop, host.cfg}};
+  Standby standby{host, {host.event_loop, host.cfg}, host.probe};
   pid_t pid = -1;  // a standby the test must clean up
 };
 

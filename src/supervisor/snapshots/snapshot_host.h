@@ -36,8 +36,6 @@ class SnapshotHost {
   // What an engine start runs now (argv with its flags, environment): the helper's spec.
   virtual std::vector<std::string> engine_argv(bool for_standby = false) const = 0;
   virtual std::map<std::string, std::string> engine_env(bool for_standby = false) = 0;
-  // What status and /metrics counted (the break-even of `snapshot inspect` reads the times to ready).
-  virtual const Stats& stats() const = 0;
 
   // Control: a create or restore needs an engine that serves and no reload; the words say why not.
   virtual bool engine_serving() const = 0;

@@ -36,8 +36,8 @@ bool lists_snapshot(const Config& c) {
 
 }  // namespace
 
-Snapshots::Snapshots(SnapshotHost& host, const PartBasics& basics)
-    : m_host(host), m_loop(basics.loop), m_cfg(basics.config), m_listen(basics.listen) {}
+Snapshots::Snapshots(SnapshotHost& host, const PartBasics& basics, const Stats& stats)
+    : m_host(host), m_loop(basics.loop), m_cfg(basics.config), m_listen(basics.listen), m_stats(stats) {}
 
 Snapshots::~Snapshots() = default;
 

@@ -30,7 +30,9 @@ namespace fr::supervisor {
 class Snapshots final : public Part {
  public:
   // basics.listen: the socket a restored engine gets and a dump names (kNoListen: none).
-  Snapshots(SnapshotHost& host, const PartBasics& basics);
+  // `stats`: what status and /metrics counted (the break-even of `snapshot inspect` reads the times to
+  // ready); it outlives the part.
+  Snapshots(SnapshotHost& host, const PartBasics& basics, const Stats& stats);
   ~Snapshots() override;
 
   // Reads the config and checks criu, the helper and the artifacts' directory once, before the loop
@@ -88,6 +90,7 @@ class Snapshots final : public Part {
   Loop& m_loop;
   const Config& m_cfg;
   const ListenHandoff& m_listen;
+  const Stats& m_stats;
   bool m_wanted = false;         // restart.start lists "snapshot"
   bool m_usable = false;         // and criu is there and new enough
   std::string m_criu;            // resolved path

@@ -42,7 +42,7 @@ json Snapshots::inspect(const std::string& which) const {
   if (!m.ok()) return snapshot_error(errc_name(m.error().code), m.error().message);
   // Break-even: restores needed before the time saved pays back the creation, from measured times.
   json hist = json::object();
-  for (const auto& [path, h] : m_host.stats().time_to_ready()) hist[path] = h.to_json();
+  for (const auto& [path, h] : m_stats.time_to_ready()) hist[path] = h.to_json();
   const double restore = hist.contains("snapshot") ? histogram_mean(hist["snapshot"]) : 0.0;
   double normal = 0;
   std::string normal_path;

@@ -36,11 +36,12 @@ constexpr size_t kStandbyTailLines = 200;
 
 }  // namespace
 
-Standby::Standby(StandbyHost& host, const PartBasics& basics)
+Standby::Standby(StandbyHost& host, const PartBasics& basics, GpuProbe& gpus)
     : m_host(host),
       m_loop(basics.loop),
       m_cfg(basics.config),
       m_listen(basics.listen),
+      m_gpus(gpus),
       m_streak(basics.config.restart),
       m_park_timer(basics.loop),
       m_backoff_timer(basics.loop),
@@ -133,7 +134,7 @@ void Standby::spawn() {
   m_used_before.clear();
   if (cfg.weights.backend != "host")
     for (const auto& gpu : cfg.gpus)
-      if (auto m = m_host.gpus().memory(gpu); m.ok()) m_used_before[gpu] = static_cast<double>(m->used);
+      if (auto m = m_gpus.memory(gpu); m.ok()) m_used_before[gpu] = static_cast<double>(m->used);
   Engine* raw = e.get();
   if (const std::string refused = m_host.engine_share_refusal(); !refused.empty()) {
     failed("spawn", "not started: " + refused);

@@ -31,7 +31,8 @@ enum class StandbyPhase { kOff, kStarting, kParked, kStopping, kBackoff, kDisabl
 class Standby final : public Part {
  public:
   // basics.listen: the socket a standby holds without accepting until its release (kNoListen: none).
-  Standby(StandbyHost& host, const PartBasics& basics);
+  // `gpus`: the GPU probe (its memory before a spawn and at a park); it outlives the part.
+  Standby(StandbyHost& host, const PartBasics& basics, GpuProbe& gpus);
   ~Standby() override;
 
   // StartPart: the path "standby". refusal: nullopt while a standby is parked on the current flags,
@@ -91,6 +92,7 @@ class Standby final : public Part {
   Loop& m_loop;
   const Config& m_cfg;
   const ListenHandoff& m_listen;
+  GpuProbe& m_gpus;
   bool m_created = false;                // maybe_spawn ran once (an engine was ready with the path listed)
   Phase m_phase = Phase::kOff;
   std::unique_ptr<Engine> m_proc;        // its process; the live engine's record at the release

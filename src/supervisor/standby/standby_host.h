@@ -1,5 +1,5 @@
 // What the standby part (standby.h) needs from the supervisor (the loop and the config come with its
-// construction: part.h's PartBasics): the GPU probe, the
+// construction: part.h's PartBasics, and the GPU probe): the
 // engine's command line and flags as a start would run them now, whether an engine serves, the daemons'
 // generation (a warmed standby maps one's weights), the memory floor, and the hand-over of a released
 // standby as the live engine. Implemented by Supervisor; tests give their own. Loop thread only.
@@ -25,7 +25,6 @@ namespace fr::supervisor {
 class StandbyHost {
  public:
   virtual ~StandbyHost() = default;
-  virtual GpuProbe& gpus() = 0;
   virtual const FlagList& engine_flags() const = 0;  // the engine's current flags
   virtual const EngineAdapter& engine_kind() const = 0;
   // The failure lines of the engine kind, which classify a standby's exit as an engine's.

@@ -8,6 +8,8 @@
 #include <span>
 
 #include "supervisor/config.h"
+#include "supervisor/host_probe.h"
+#include "supervisor/stats.h"
 #include "supervisor/start/part.h"
 #include "supervisor/start/start_path.h"
 
@@ -21,6 +23,8 @@ struct PartHosts {
   StandbyHost& standby;
   SnapshotHost& snapshots;
   PartBasics basics;
+  GpuProbe& gpus;      // the standby's: its memory before a spawn and at a park
+  const Stats& stats;  // the snapshots': the times to ready `snapshot inspect` reads
 };
 
 struct StartPathRow {
