@@ -302,7 +302,6 @@ class Value {
 constexpr const char* kModes[] = {"zero_copy", "copy", "off"};
 constexpr const char* kDaemons[] = {"native", "none", "vllm-preload"};
 constexpr const char* kBackends[] = {"cuda", "host"};
-constexpr const char* kStartPaths[] = {"snapshot", "warm", "cold", "standby"};
 constexpr const char* kStandbyLevels[] = {"pre_gpu", "warmed"};
 constexpr const char* kLevels[] = {"trace", "debug", "info", "warn", "error"};
 constexpr const char* kListens[] = {"engine", "supervisor", "front"};
@@ -378,7 +377,7 @@ Status set_start(const Value& v, Config& c) {
   std::vector<StartPath> out;
   for (size_t i = 0; i < arr->size(); ++i) {
     Value e = v.element(i, *arr->get(i));
-    FR_ASSIGN(size_t k, e.choice(kStartPaths));
+    FR_ASSIGN(size_t k, e.choice(start_path_names()));
     auto p = static_cast<StartPath>(k);
     if (std::find(out.begin(), out.end(), p) != out.end()) {
       return e.fail(in_quotes(start_path_name(p)) + " listed twice");
@@ -808,16 +807,6 @@ const char* weights_mode_name(WeightsMode m) {
 }
 
 const char* daemon_kind_name(DaemonKind d) { return kDaemons[static_cast<int>(d)]; }
-
-const char* start_path_name(StartPath p) {
-  switch (p) {
-    case StartPath::kSnapshot: return "snapshot";
-    case StartPath::kWarm: return "warm";
-    case StartPath::kCold: return "cold";
-    case StartPath::kStandby: return "standby";
-  }
-  return "cold";
-}
 
 std::string address_change(const EngineConfig& running, const EngineConfig& next) {
   std::string changed;

@@ -229,7 +229,9 @@ inline bool supervisor_owns_socket(const EngineConfig& e) { return e.listen != E
 const char* engine_kind_name(EngineKind k);
 const char* weights_mode_name(WeightsMode m);
 const char* daemon_kind_name(DaemonKind d);
+// The start paths' names, from their table (start/paths.cc): one path's, and all in StartPath's order.
 const char* start_path_name(StartPath p);
+std::span<const char* const> start_path_names();
 const char* standby_level_name(StandbyLevel l);
 
 }  // namespace fr::supervisor

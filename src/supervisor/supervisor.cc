@@ -8,6 +8,7 @@
 #include <systemd/sd-daemon.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
@@ -67,8 +68,11 @@ Supervisor::Supervisor(Config config, std::unique_ptr<GpuProbe> gpus, std::uniqu
   m_kind = kind.ok() ? std::move(*kind) : make_builtin_engine_adapter(m_cfg.engine.kind);
   m_output_rules = m_kind->failure_rules();
   m_daemons = make_daemon_set(*this);
-  m_snapshots = std::make_unique<Snapshots>(static_cast<SnapshotHost&>(*this));
-  m_standby = std::make_unique<Standby>(static_cast<StandbyHost&>(*this));
+  const PartHosts hosts{*this, *this, {m_loop, m_cfg, m_listen}, *m_gpus, m_stats};
+  for (const StartPathRow& row : start_path_rows())
+    if (row.make) m_parts.push_back(row.make(hosts));
+  m_snapshots = static_cast<Snapshots*>(part(StartPath::kSnapshot));
+  m_standby = static_cast<Standby*>(part(StartPath::kStandby));
   load_persisted_flags();
   register_secret_words(m_flags.words(), m_cfg.engine.secret_flags);
   m_last_ready_flags = m_flags;
@@ -76,13 +80,9 @@ Supervisor::Supervisor(Config config, std::unique_ptr<GpuProbe> gpus, std::uniqu
 
 Supervisor::~Supervisor() = default;
 
-StartPart* Supervisor::part(StartPath path) const {
-  switch (path) {
-    case StartPath::kStandby: return m_standby.get();
-    case StartPath::kSnapshot: return m_snapshots.get();
-    case StartPath::kWarm:
-    case StartPath::kCold: return nullptr;
-  }
+Part* Supervisor::part(StartPath path) const {
+  for (const auto& p : m_parts)
+    if (p->path() == path) return p.get();
   return nullptr;
 }
 
@@ -193,10 +193,9 @@ int Supervisor::run() {
   m_signals.clear();
   // A front still running here (fastrestartd gave up: crash loop) is asked to finish what it holds, then killed.
   if (m_front) m_front->stop_blocking();
-  m_standby->close();
+  for (auto& p : m_parts) p->close();
   m_engine.reset();
   m_daemons->close();
-  m_snapshots->close();
   for (Timer* t : {&m_poll_timer, &m_deadline_timer, &m_health_timer, &m_drain_timer, &m_backoff_timer,
                    &m_kill_timer, &m_watchdog_timer})
     t->stop();
@@ -246,8 +245,7 @@ void Supervisor::reap() {
     }
     if (m_front && m_front->on_exit(pid, status)) continue;
     if (m_daemons->on_exit(pid, status)) continue;
-    if (m_standby->on_exit(pid, status)) continue;
-    if (m_snapshots->on_exit(pid, status)) continue;
+    if (std::any_of(m_parts.begin(), m_parts.end(), [&](auto& p) { return p->on_exit(pid, status); })) continue;
     m_snapshots->keep_exit(pid, status);  // perhaps a restored engine its helper has not named yet
     spdlog::debug("reaped orphan pid {}", pid);
   }
@@ -367,7 +365,7 @@ Status Supervisor::spawn_engine(StartPath expected) {
   spec.argv = engine_argv();
   e.strict = m_daemons->engine_spawned();  // counted by the set (vllm preload: the first start is strict)
   spec.env = engine_env();
-  spec.listen_fd = m_listen_fd;
+  spec.listen_fd = m_listen.fd;
   spec.listen_fd_name = kListenFdName;
   spec.working_dir = m_cfg.engine.working_dir;
   spec.new_pid_namespace = m_snapshots->wanted();
@@ -546,12 +544,12 @@ void Supervisor::decide_path_after_ready() {
     m_status_text = text;
     spdlog::info("READY: path {} in {} (engine pid {})", path, fmt_s(since_spawn), m_engine->pid);
     if (m_reload) finish_reload(!m_reload->rolled_back, m_reload->rollback_reason);
-    const StartAttempt* restore = m_attempts.last_on(StartPath::kSnapshot);  // this start's, if any
-    m_snapshots->after_ready(path, restore ? restore->outcome : "", restore ? restore->why.detail : "", m_last_start);
     m_health_timer.start(m_cfg.readiness.check_interval_s, [this] { check_health(); }, m_cfg.readiness.check_interval_s);
-    if (!m_engine->standby_level.empty()) m_standby->after_ready(since_spawn);
+    const StartAttempt* restore = m_attempts.last_on(StartPath::kSnapshot);  // this start's, if any
+    const ReadyFacts ready{path, since_spawn, !m_engine->standby_level.empty(), restore ? restore->outcome : "",
+                           restore ? restore->why.detail : "", &m_last_start};
+    for (auto& p : m_parts) p->after_ready(ready);
     if (!m_engine->standby_level.empty()) m_last_start["standby_level"] = m_engine->standby_level;
-    m_standby->maybe_spawn();  // one standby behind the engine, never before it is ready
   };
   if (!e.snapshot_id.empty()) return finish("snapshot");
   if (!e.standby_level.empty()) return finish("standby");
@@ -653,7 +651,7 @@ void Supervisor::on_engine_exit(int status) {
   // During a stop, a SIGTERM'd engine counts as requested whatever its status.
   if (is_terminal(m_state)) f.requested = true;
   Classification c = classify_exit(f);
-  if (m_listen_fd >= 0 && is_failure(c.cause))
+  if (m_listen.fd >= 0 && is_failure(c.cause))
     if (auto conflict = listen_conflict_detail(&e.tail, engine_serve_port(m_cfg))) c.detail = *conflict;
   // A push whose flags never became ready is rolled back: a rejected push, not a failure of the running
   // configuration. It is counted apart and does not feed the crash-loop limit or the backoff.

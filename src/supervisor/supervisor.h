@@ -38,6 +38,8 @@
 #include "supervisor/standby/standby.h"
 #include "supervisor/standby/standby_host.h"
 #include "supervisor/start/attempts.h"
+#include "supervisor/start/part.h"
+#include "supervisor/start/paths.h"
 #include "supervisor/start/start_path.h"
 #include "supervisor/stats.h"
 #include "supervisor/supervised_child.h"
@@ -88,8 +90,8 @@ class Supervisor : private StartHost, private DaemonHost, private SnapshotHost, 
   // started with (fd 3, LISTEN_FDS). The caller owns it and keeps it open longer than this object; call
   // before run(). `inode` identifies it among the listeners on the engine's port.
   void use_listen_socket(int fd, uint64_t inode) {
-    m_listen_fd = fd;
-    m_listen_inode = inode;
+    m_listen.fd = fd;
+    m_listen.inode = inode;
   }
   // engine.listen = "front" (docs/front.md, "Running it"): the public listening socket fastrestart-front is
   // started with (fd 3), before the first engine and again after each death of the front; the engines get
@@ -154,7 +156,7 @@ class Supervisor : private StartHost, private DaemonHost, private SnapshotHost, 
   bool daemons_hold_old_weights() const override;
   void reload_daemons_for_start() override;
   Status spawn_engine(StartPath expected) override;
-  StartPart* part(StartPath path) const override;  // the standby and the snapshots
+  Part* part(StartPath path) const override;  // m_parts' part for `path`; nullptr: none
 
   // StandbyHost (supervisor_standby.cc): the standby part's view of the engine, and its hand-over
   const std::vector<OutputRule>& output_rules() const override { return m_output_rules; }
@@ -174,9 +176,6 @@ class Supervisor : private StartHost, private DaemonHost, private SnapshotHost, 
   std::optional<status::ArenaOutcomeStatus> arena_outcome() const;  // status `arena_outcome`
 
   // SnapshotHost (supervisor_snapshot.cc): the snapshots part's steps on the live engine
-  int listen_fd() const override { return m_listen_fd; }
-  uint64_t listen_inode() const override { return m_listen_inode; }
-  const Stats& stats() const override { return m_stats; }
   std::string reported_state() const override { return reported_state_name(m_state); }
   bool reload_running() const override { return m_reload != nullptr; }
   void restoring_engine(const std::string& id) override;
@@ -230,20 +229,20 @@ class Supervisor : private StartHost, private DaemonHost, private SnapshotHost, 
   RestartPolicy m_policy;
   OomCounter m_oom;
   int m_exit_code = kExitOk;
-  int m_listen_fd = -1;        // use_listen_socket(); -1: the engine binds its port itself
-  uint64_t m_listen_inode = 0;
+  ListenHandoff m_listen;      // use_listen_socket(); fd -1: the engine binds its port itself. The parts read it.
   double m_started_at = 0;
 
   FlagList m_flags;             // current engine flags
   FlagList m_last_ready_flags;  // for rollback
   std::unique_ptr<Engine> m_engine;
   std::unique_ptr<PendingReload> m_reload;
-  // The snapshots (snapshots/snapshots.h): the StartPart of the path "snapshot".
-  std::unique_ptr<Snapshots> m_snapshots;
   uint64_t m_daemon_generation = 0;              // counts the daemons' (re)starts: a warmed standby maps one's weights
-  // The standby (standby/standby.h): the StartPart of the path "standby". Declared after m_engine: a
-  // release moves its process there.
-  std::unique_ptr<Standby> m_standby;
+  // The parts, one per path with state of its own, in start/paths.h's order; the hooks every part has
+  // (part.h) run over all of them. Declared after m_engine: a standby's release moves its process there.
+  std::vector<std::unique_ptr<Part>> m_parts;
+  // The two the Supervisor also asks for what only they do (m_parts owns them).
+  Snapshots* m_snapshots = nullptr;  // the path "snapshot" (snapshots/snapshots.h)
+  Standby* m_standby = nullptr;      // the path "standby" (standby/standby.h)
 
   size_t m_start_index = 0;                      // the path that started the engine (restart.start index)
 

@@ -260,7 +260,6 @@ json Supervisor::status_json() {
     st.engine = std::move(e);
   }
   m_stats.fill(st);
-  st.metrics.snapshots = m_snapshots->counts();
   st.name = m_cfg.name;
   st.config = m_cfg.path;
   st.state = reported_state_name(m_state);
@@ -274,8 +273,7 @@ json Supervisor::status_json() {
   st.backoff_s = m_policy.backoff_s();
   st.failure = m_failure;
   st.reload_in_progress = m_reload != nullptr;
-  st.snapshot = m_snapshots->status();
-  st.standby = m_standby->status();
+  for (const auto& p : m_parts) p->fill_status(st);
   if (m_front) st.front = m_front->status();
   json out = to_json(st);
   // The running engine's KV cache survival (kv_stats.h): null until it printed its line.

@@ -8,10 +8,9 @@ namespace fr::supervisor {
 std::set<pid_t> Supervisor::known_children() const {
   std::set<pid_t> known;
   m_daemons->add_known_pids(known);  // the weight daemons (vllm preload: its launcher, and so its ranks' group)
-  m_snapshots->add_known_pids(known);  // the snapshot helper
+  for (const auto& p : m_parts) p->add_known_pids(known);  // the snapshot helper, the standby's process
   // The engine, spawned or restored from a snapshot and adopted: its group is handled as the engine's.
   if (m_engine && !m_engine->exited && m_engine->pid > 0) known.insert(m_engine->pid);
-  m_standby->add_known_pids(known);
   if (m_front && m_front->pid() > 0) known.insert(m_front->pid());  // fastrestart-front is ours, not a leftover
   return known;
 }

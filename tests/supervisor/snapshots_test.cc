@@ -39,15 +39,10 @@ class FakeSnapshotHost final : public SnapshotHost {
   std::string failure;
   UniqueFd restore_output;
 
-  Loop& loop() override { return event_loop; }
-  const Config& config() const override { return cfg; }
   void raise(Event e) override { events.push_back(e); }
   void set_status(const std::string& s, const std::string&) override { status_text = s; }
   std::vector<std::string> engine_argv(bool) const override { return {"/bin/true", "--model", "m"}; }
   std::map<std::string, std::string> engine_env(bool) override { return {{"FAKE_RESULT", result}}; }
-  int listen_fd() const override { return -1; }
-  uint64_t listen_inode() const override { return 0; }
-  const Stats& stats() const override { return counted; }
   bool engine_serving() const override { return serving; }
   std::string reported_state() const override { return "starting"; }
   bool reload_running() const override { return reloading; }
@@ -105,7 +100,7 @@ class SnapshotsTest : public ::testing::Test {
 
   test::TempDir dir;
   FakeSnapshotHost host;
-  Snapshots snaps{host};
+  Snapshots snaps{host, {host.event_loop, host.cfg}, host.counted};
 };
 
 TEST_F(SnapshotsTest, NotListedInRestartStartIsUnavailableAndChangesNoEngine) {

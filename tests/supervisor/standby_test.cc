@@ -48,9 +48,6 @@ class FakeStandbyHost final : public StandbyHost {
   std::vector<std::string> argv{"/bin/bash", "-c",
                                 R"(printf '{"op":"parked","v":1,"level":"pre_gpu","pid":%s}\n' $$ >&"$FASTRESTART_STANDBY_FD"; exec sleep 60)"};
 
-  Loop& loop() override { return event_loop; }
-  const Config& config() const override { return cfg; }
-  GpuProbe& gpus() override { return probe; }
   const FlagList& engine_flags() const override { return flags; }
   const EngineAdapter& engine_kind() const override { return builtin_engine_adapter(cfg.engine.kind); }
   const std::vector<OutputRule>& output_rules() const override { return rules; }
@@ -64,8 +61,6 @@ class FakeStandbyHost final : public StandbyHost {
   uint64_t daemon_generation() const override { return generation; }
   std::vector<std::string> engine_argv(bool) const override { return argv; }
   std::map<std::string, std::string> engine_env(bool) override { return {}; }
-  int listen_fd() const override { return -1; }
-  uint64_t listen_inode() const override { return 0; }
   bool snapshottable() const override { return false; }
   std::string engine_share_refusal() override { return share_refused; }
   std::optional<double> engine_died_at() const override { return died_at; }
@@ -117,7 +112,7 @@ class StandbyPart : public ::testing::Test {
 
   test::TempDir dir;
   FakeStandbyHost host;
-  Standby standby{host};
+  Standby standby{host, {host.event_loop, host.cfg}, host.probe};
   pid_t pid = -1;  // a standby the test must clean up
 };
 

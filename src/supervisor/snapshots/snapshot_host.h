@@ -1,5 +1,6 @@
-// What the snapshots part (snapshots.h) needs from the supervisor: the loop and the config, the engine's
-// command line as a start would run it, the listening socket, and the few steps that touch the live
+// What the snapshots part (snapshots.h) needs from the supervisor (the loop and the config come with its
+// construction: part.h's PartBasics): the engine's
+// command line as a start would run it, and the few steps that touch the live
 // engine, which stays the supervisor's (a restore makes its record, a dump pauses its health checks).
 // Implemented by Supervisor; tests give their own. Loop thread only.
 #pragma once
@@ -29,19 +30,12 @@ struct DumpTarget {
 class SnapshotHost {
  public:
   virtual ~SnapshotHost() = default;
-  virtual Loop& loop() = 0;
-  virtual const Config& config() const = 0;
   // Feeds the lifecycle table: kRestartRequested (`snapshot restore`), kSnapshotCreated.
   virtual void raise(Event e) = 0;
   virtual void set_status(const std::string& s, const std::string& extra = {}) = 0;
   // What an engine start runs now (argv with its flags, environment): the helper's spec.
   virtual std::vector<std::string> engine_argv(bool for_standby = false) const = 0;
   virtual std::map<std::string, std::string> engine_env(bool for_standby = false) = 0;
-  // fastrestartd's listening socket (engine.listen = "supervisor") and its inode; -1 when it has none.
-  virtual int listen_fd() const = 0;
-  virtual uint64_t listen_inode() const = 0;
-  // What status and /metrics counted (the break-even of `snapshot inspect` reads the times to ready).
-  virtual const Stats& stats() const = 0;
 
   // Control: a create or restore needs an engine that serves and no reload; the words say why not.
   virtual bool engine_serving() const = 0;

@@ -36,12 +36,13 @@ bool lists_snapshot(const Config& c) {
 
 }  // namespace
 
-Snapshots::Snapshots(SnapshotHost& host) : m_host(host) {}
+Snapshots::Snapshots(SnapshotHost& host, const PartBasics& basics, const Stats& stats)
+    : m_host(host), m_loop(basics.loop), m_cfg(basics.config), m_listen(basics.listen), m_stats(stats) {}
 
 Snapshots::~Snapshots() = default;
 
 void Snapshots::init() {
-  const Config& cfg = m_host.config();
+  const Config& cfg = m_cfg;
   m_wanted = lists_snapshot(cfg);
   m_dir = cfg.snapshot.dir.empty() ? state_dir(cfg) + "/snapshots" : cfg.snapshot.dir;
   m_helper = snapshot_helper_binary(cfg);
@@ -83,12 +84,12 @@ void Snapshots::add_engine_env(std::map<std::string, std::string>& env) const {
   env["UV_USE_IO_URING"] = "0";
   // A snapshottable engine in zero_copy must release the daemon's pools before a dump: the helper asks it
   // there (docs/snapshot.md, "The prepare/resume exchange").
-  if (m_host.config().weights.mode == WeightsMode::kZeroCopy) env["FASTRESTART_SNAPSHOT_SOCKET"] = m_dir + "/.engine.sock";
+  if (m_cfg.weights.mode == WeightsMode::kZeroCopy) env["FASTRESTART_SNAPSHOT_SOCKET"] = m_dir + "/.engine.sock";
 }
 
 // Writes the engine spec and starts the helper with `args`; its output is read like an engine's.
 bool Snapshots::spawn_helper(const std::string& job, std::vector<std::string> args) {
-  const Config& cfg = m_host.config();
+  const Config& cfg = m_cfg;
   snapshot::EngineSpec spec;
   spec.argv = m_host.engine_argv();
   spec.argv[0] = find_program(spec.argv[0]);
@@ -114,10 +115,10 @@ bool Snapshots::spawn_helper(const std::string& job, std::vector<std::string> ar
   SpawnSpec hs;
   hs.argv = {m_helper, job, "--dir", m_dir, "--criu", m_criu, "--spec", spec_path, "--result", m_result_path};
   hs.argv.insert(hs.argv.end(), args.begin(), args.end());
-  if (const int listen = m_host.listen_fd(); listen >= 0) {
+  if (const int listen = m_listen.fd; listen >= 0) {
     // fastrestartd's listening socket (docs/listen-socket.md, "Snapshots"): a create names it, so that the
     // images take it from the restore; a restore is handed it (as fd 3) for the restored engine.
-    if (job == "create") hs.argv.insert(hs.argv.end(), {"--listen-socket", "socket:[" + std::to_string(m_host.listen_inode()) + "]"});
+    if (job == "create") hs.argv.insert(hs.argv.end(), {"--listen-socket", "socket:[" + std::to_string(m_listen.inode) + "]"});
     if (job == "restore") hs.listen_fd = listen, hs.argv.insert(hs.argv.end(), {"--listen-fd", "3"});
   }
   hs.env = spec.env;  // CUDA_VISIBLE_DEVICES: the helper sees the engine's GPU as device 0
@@ -128,11 +129,11 @@ bool Snapshots::spawn_helper(const std::string& job, std::vector<std::string> ar
   }
   m_helper_pid = child->pid;
   m_job = job;
-  m_job_started = m_host.loop().now_s();
-  if (!m_job_timer) m_job_timer = std::make_unique<Timer>(m_host.loop());
+  m_job_started = m_loop.now_s();
+  if (!m_job_timer) m_job_timer = std::make_unique<Timer>(m_loop);
   m_job_timer->start(cfg.snapshot.timeout_s, [this] {
     if (m_helper_pid <= 0) return;
-    spdlog::error("snapshot {}: the helper ran past snapshot.timeout_s ({} s): killing it", m_job, m_host.config().snapshot.timeout_s);
+    spdlog::error("snapshot {}: the helper ran past snapshot.timeout_s ({} s): killing it", m_job, m_cfg.snapshot.timeout_s);
     signal_group(m_helper_pid, -1, SIGKILL);
     // A tree it already restored would outlive it (reparented to us): CRIU wrote its pid here.
     if (m_job == "restore" && m_host.engine_present()) {
@@ -151,7 +152,7 @@ bool Snapshots::spawn_helper(const std::string& job, std::vector<std::string> ar
   } else {
     m_helper_output = std::move(child->output);
     m_helper_reader = std::make_unique<LineReader>(
-        m_host.loop(), m_helper_output.get(), [](const std::string& l) { spdlog::info("[snapshot] {}", l); }, [] {});
+        m_loop, m_helper_output.get(), [](const std::string& l) { spdlog::info("[snapshot] {}", l); }, [] {});
   }
   return true;
 }
@@ -179,7 +180,7 @@ Status Snapshots::start() {
   m_force_id.clear();
   m_restoring = id;
   m_host.restoring_engine(id);
-  if (!spawn_helper("restore", {"--id", id, "--oracle-timeout", std::to_string(m_host.config().readiness.check_timeout_s * 6)})) {
+  if (!spawn_helper("restore", {"--id", id, "--oracle-timeout", std::to_string(m_cfg.readiness.check_timeout_s * 6)})) {
     m_host.restore_not_spawned();
     return Error{Errc::kInternal, "cannot start the snapshot helper to restore " + id};
   }
@@ -201,7 +202,7 @@ bool Snapshots::on_exit(pid_t pid, int status) {
               {"error", "fastrestart-snapshot " + job + " exited with " + snapshot::describe_status(status) +
                             " and left no result"}};
   }
-  result["seconds"] = m_host.loop().now_s() - m_job_started;
+  result["seconds"] = m_loop.now_s() - m_job_started;
   if (job == "restore") after_restore_job(result);
   else after_create_job(result);
   return true;

@@ -23,13 +23,16 @@
 #include "status/status.h"
 #include "supervisor/loop.h"
 #include "supervisor/snapshots/snapshot_host.h"
-#include "supervisor/start/start_path.h"
+#include "supervisor/start/part.h"
 
 namespace fr::supervisor {
 
-class Snapshots final : public StartPart {
+class Snapshots final : public Part {
  public:
-  explicit Snapshots(SnapshotHost& host);
+  // basics.listen: the socket a restored engine gets and a dump names (kNoListen: none).
+  // `stats`: what status and /metrics counted (the break-even of `snapshot inspect` reads the times to
+  // ready); it outlives the part.
+  Snapshots(SnapshotHost& host, const PartBasics& basics, const Stats& stats);
   ~Snapshots() override;
 
   // Reads the config and checks criu, the helper and the artifacts' directory once, before the loop
@@ -37,7 +40,7 @@ class Snapshots final : public StartPart {
   // unusable, with the reason in status, when any is missing.
   void init();
   // The loop ends: a job cut short is killed, and every handle goes.
-  void close();
+  void close() override;
 
   // StartPart: the path "snapshot".
   std::optional<StartRefusal> refusal() const override;
@@ -55,9 +58,9 @@ class Snapshots final : public StartPart {
 
   // A reaped child: true when it was the helper (its job is then finished). keep_exit: another pid that
   // none claimed, perhaps a restored engine that died before the helper's result named it.
-  bool on_exit(pid_t pid, int status);
+  bool on_exit(pid_t pid, int status) override;
   void keep_exit(pid_t pid, int status);
-  void add_known_pids(std::set<pid_t>& known) const;
+  void add_known_pids(std::set<pid_t>& known) const override;
 
   // The control op `snapshot`: the reply, or null when it comes later through `reply` (a create answers
   // once its artifact was restored, or not).
@@ -70,6 +73,12 @@ class Snapshots final : public StartPart {
   nlohmann::json status() const;  // status "snapshot"
   status::SnapshotCounts counts() const;
 
+  // Part: the path tag; at every READY, after_ready above with the start's facts; status "snapshot" and
+  // its /metrics counts.
+  StartPath path() const override { return StartPath::kSnapshot; }
+  void after_ready(const ReadyFacts& ready) override;
+  void fill_status(status::SupervisorStatus& st) const override;
+
  private:
   std::string next_id() const;  // the artifact the path would restore ("" none)
   bool spawn_helper(const std::string& job, std::vector<std::string> args);
@@ -78,6 +87,10 @@ class Snapshots final : public StartPart {
   nlohmann::json inspect(const std::string& which) const;
 
   SnapshotHost& m_host;
+  Loop& m_loop;
+  const Config& m_cfg;
+  const ListenHandoff& m_listen;
+  const Stats& m_stats;
   bool m_wanted = false;         // restart.start lists "snapshot"
   bool m_usable = false;         // and criu is there and new enough
   std::string m_criu;            // resolved path

@@ -42,7 +42,7 @@ json Snapshots::inspect(const std::string& which) const {
   if (!m.ok()) return snapshot_error(errc_name(m.error().code), m.error().message);
   // Break-even: restores needed before the time saved pays back the creation, from measured times.
   json hist = json::object();
-  for (const auto& [path, h] : m_host.stats().time_to_ready()) hist[path] = h.to_json();
+  for (const auto& [path, h] : m_stats.time_to_ready()) hist[path] = h.to_json();
   const double restore = hist.contains("snapshot") ? histogram_mean(hist["snapshot"]) : 0.0;
   double normal = 0;
   std::string normal_path;
@@ -109,7 +109,7 @@ json Snapshots::handle(const json& req, std::shared_ptr<std::promise<json>> repl
   if (!engine.in_pid_ns) return snapshot_error("unsupported", "the engine was not started in its own PID namespace");
   // zero_copy: the helper asks the engine to release the daemon's pools first (and refuses, with the
   // reason, when the engine does not answer).
-  if (m_host.config().gpus.size() > 1) return snapshot_error("unsupported", "snapshots are tensor-parallel 1 only (gpus lists more than one)");
+  if (m_cfg.gpus.size() > 1) return snapshot_error("unsupported", "snapshots are tensor-parallel 1 only (gpus lists more than one)");
   std::vector<std::string> args{"--pid", std::to_string(engine.pid), "--stdout-pipe", pipe_name(engine.output_fd)};
   if (!id.empty()) args.insert(args.end(), {"--id", id});
   // The dump ends the engine: that exit is ours, and the next start restores the new artifact.
@@ -167,6 +167,15 @@ void Snapshots::after_ready(const std::string& path, const std::string& restore_
   }
   for (auto& w : m_create_waiters) w->set_value(reply);
   m_create_waiters.clear();
+}
+
+void Snapshots::after_ready(const ReadyFacts& ready) {
+  after_ready(ready.path, ready.restore_outcome, ready.restore_detail, ready.last_start ? *ready.last_start : json());
+}
+
+void Snapshots::fill_status(status::SupervisorStatus& st) const {
+  st.metrics.snapshots = counts();
+  st.snapshot = status();
 }
 
 }  // namespace fr::supervisor

@@ -36,17 +36,21 @@ constexpr size_t kStandbyTailLines = 200;
 
 }  // namespace
 
-Standby::Standby(StandbyHost& host)
+Standby::Standby(StandbyHost& host, const PartBasics& basics, GpuProbe& gpus)
     : m_host(host),
-      m_streak(host.config().restart),
-      m_park_timer(host.loop()),
-      m_backoff_timer(host.loop()),
-      m_port_timer(host.loop()) {}
+      m_loop(basics.loop),
+      m_cfg(basics.config),
+      m_listen(basics.listen),
+      m_gpus(gpus),
+      m_streak(basics.config.restart),
+      m_park_timer(basics.loop),
+      m_backoff_timer(basics.loop),
+      m_port_timer(basics.loop) {}
 
 Standby::~Standby() = default;
 
 bool Standby::wanted() const {
-  const auto& s = m_host.config().restart.start;
+  const auto& s = m_cfg.restart.start;
   return std::find(s.begin(), s.end(), StartPath::kStandby) != s.end();
 }
 
@@ -58,7 +62,7 @@ void Standby::add_known_pids(std::set<pid_t>& known) const {
 
 std::map<std::string, FileIdentity> Standby::model_files() const {
   // The identities of the files under weights.checkpoint, else under the engine kind's local model path.
-  std::vector<std::string> roots = m_host.config().weights.checkpoint;
+  std::vector<std::string> roots = m_cfg.weights.checkpoint;
   if (roots.empty())
     if (std::string m = m_host.engine_kind().local_model_path(m_host.engine_flags()); !m.empty()) roots.push_back(std::move(m));
   return identify_model_files(fr::supervisor::model_files(roots));
@@ -66,7 +70,7 @@ std::map<std::string, FileIdentity> Standby::model_files() const {
 
 std::string Standby::stale() const {
   if (!m_created) return {};
-  return standby_stale_reason(m_flags, m_launch, m_checkpoint, m_host.engine_flags(), m_host.config(),
+  return standby_stale_reason(m_flags, m_launch, m_checkpoint, m_host.engine_flags(), m_cfg,
                               [this] { return model_files(); });
 }
 
@@ -77,7 +81,7 @@ void Standby::maybe_spawn() {
     case Phase::kDisabled:
       if (m_streak.disabled_flags() == m_host.engine_flags()) return;
       spdlog::info("standby: the flags changed since it was disabled; trying again");
-      m_streak.enable(m_host.config().restart);
+      m_streak.enable(m_cfg.restart);
       break;
     case Phase::kStopping:
     case Phase::kBackoff:
@@ -95,7 +99,7 @@ void Standby::maybe_spawn() {
 }
 
 void Standby::spawn() {
-  const Config& cfg = m_host.config();
+  const Config& cfg = m_cfg;
   m_phase = Phase::kOff;
   int sv[2];
   if (::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) != 0) {
@@ -105,7 +109,7 @@ void Standby::spawn() {
   UniqueFd ours(sv[0]), theirs(sv[1]);
   // Descriptors 3 and 4 are the listening socket's and the private endpoint's in the child
   // (SpawnSpec::listen_fd, probe_fd): the gate goes elsewhere.
-  if (m_host.listen_fd() >= 0 && (theirs.get() == 3 || theirs.get() == 4)) theirs.reset(::fcntl(theirs.get(), F_DUPFD_CLOEXEC, 5));
+  if (m_listen.fd >= 0 && (theirs.get() == 3 || theirs.get() == 4)) theirs.reset(::fcntl(theirs.get(), F_DUPFD_CLOEXEC, 5));
   if (!theirs) {
     failed("spawn", std::string("moving the gate socket off descriptor 3: ") + std::strerror(errno));
     return;
@@ -118,25 +122,25 @@ void Standby::spawn() {
   spec.env["FASTRESTART_STANDBY_FD"] = std::to_string(theirs.get());
   spec.env["FASTRESTART_STANDBY_LEVEL"] = standby_level_name(cfg.standby.level);
   spec.pass_fd = theirs.get();
-  spec.listen_fd = m_host.listen_fd();  // held without accepting until the release (docs/listen-socket.md)
+  spec.listen_fd = m_listen.fd;  // held without accepting until the release (docs/listen-socket.md)
   spec.listen_fd_name = kListenFdName;
   spec.working_dir = cfg.engine.working_dir;
   spec.new_pid_namespace = m_host.snapshottable();
   if (!cfg.engine.cgroup.empty()) spec.cgroup_procs = cfg.engine.cgroup + "/cgroup.procs";
   e->in_pid_ns = spec.new_pid_namespace;
   UniqueFd endpoint = prepare_private_endpoint(cfg, spec, *e);  // the standby's own: its checks after the release
-  e->spawned_at = m_host.loop().now_s();
+  e->spawned_at = m_loop.now_s();
   e->attach_since_unix = static_cast<double>(std::time(nullptr));
   m_used_before.clear();
   if (cfg.weights.backend != "host")
     for (const auto& gpu : cfg.gpus)
-      if (auto m = m_host.gpus().memory(gpu); m.ok()) m_used_before[gpu] = static_cast<double>(m->used);
+      if (auto m = m_gpus.memory(gpu); m.ok()) m_used_before[gpu] = static_cast<double>(m->used);
   Engine* raw = e.get();
   if (const std::string refused = m_host.engine_share_refusal(); !refused.empty()) {
     failed("spawn", "not started: " + refused);
     return;
   }
-  auto st = spawn_supervised(m_host.loop(), spec, "standby", [raw](const std::string& l) {
+  auto st = spawn_supervised(m_loop, spec, "standby", [raw](const std::string& l) {
     raw->tail.push_back(l);
     if (raw->tail.size() > kStandbyTailLines) raw->tail.pop_front();
     raw->report->observe(l);
@@ -150,7 +154,7 @@ void Standby::spawn() {
   m_proc = std::move(e);
   m_gate = std::move(ours);
   m_gate_reader = std::make_unique<LineReader>(
-      m_host.loop(), m_gate.get(), [this](const std::string& l) { on_gate_line(l); }, [this] { on_gate_closed(); });
+      m_loop, m_gate.get(), [this](const std::string& l) { on_gate_line(l); }, [this] { on_gate_closed(); });
   m_phase = Phase::kStarting;
   m_flags = m_host.engine_flags();
   m_daemon_generation = m_host.daemon_generation();
@@ -195,7 +199,7 @@ void Standby::on_gate_line(const std::string& line) {
     failed("protocol", m.error().message);
     return;
   }
-  const std::string want = standby_level_name(m_host.config().standby.level);
+  const std::string want = standby_level_name(m_cfg.standby.level);
   if (m->level != want) {
     failed("protocol", "parked at " + m->level + ", but standby.level is " + want);
     return;
@@ -210,17 +214,17 @@ void Standby::on_gate_line(const std::string& line) {
 }
 
 void Standby::on_parked() {
-  const Config& cfg = m_host.config();
+  const Config& cfg = m_cfg;
   m_park_timer.stop();
   m_phase = Phase::kParked;
-  m_parked_at = m_host.loop().now_s();  // the failure streak is not over yet: it may die parked (see note_failure)
+  m_parked_at = m_loop.now_s();  // the failure streak is not over yet: it may die parked (see note_failure)
   measure_memory(/*at_park=*/true);      // at every park: its reserve follows the flags it was started on
   spdlog::info("standby: pid {} parked at {} after {:.2f} s, {} MiB of GPU memory", m_proc->pid,
                standby_level_name(cfg.standby.level), m_parked_at - m_proc->spawned_at, m_gpu_bytes / kStandbyMiB);
   auto check_port = [this] {
     if (m_phase != Phase::kParked || !m_proc) return;
-    const auto port = engine_serve_port(m_host.config());
-    if (pid_t p = group_listener(m_proc->pid, port, m_host.listen_inode()))
+    const auto port = engine_serve_port(m_cfg);
+    if (pid_t p = group_listener(m_proc->pid, port, m_listen.inode))
       failed("listening", "pid " + std::to_string(p) + " listens on the engine's port " + std::to_string(port) +
                               " before its release");
   };
@@ -229,14 +233,14 @@ void Standby::on_parked() {
 }
 
 void Standby::note_failure(const std::string& what) {
-  if (m_streak.fail(m_host.loop().now_s(), m_parked_at, what, m_host.config(), m_host.engine_flags()))
+  if (m_streak.fail(m_loop.now_s(), m_parked_at, what, m_cfg, m_host.engine_flags()))
     spdlog::error("standby: disabled: {}", m_streak.disabled());
 }
 
 void Standby::retry_later() {
   m_phase = Phase::kBackoff;
   spdlog::info("standby: starting another in {:.2f} s ({} failure(s) in a row of standby.max_failures {})", m_streak.backoff_s(),
-               m_streak.in_row(), m_host.config().standby.max_failures);
+               m_streak.in_row(), m_cfg.standby.max_failures);
   m_backoff_timer.start(m_streak.backoff_s(), [this] {
     if (m_phase != Phase::kBackoff) return;
     m_phase = Phase::kOff;

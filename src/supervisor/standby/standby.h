@@ -22,15 +22,17 @@
 #include "supervisor/loop.h"
 #include "supervisor/standby/standby_host.h"
 #include "supervisor/standby/streak.h"
-#include "supervisor/start/start_path.h"
+#include "supervisor/start/part.h"
 
 namespace fr::supervisor {
 
 enum class StandbyPhase { kOff, kStarting, kParked, kStopping, kBackoff, kDisabled };
 
-class Standby final : public StartPart {
+class Standby final : public Part {
  public:
-  explicit Standby(StandbyHost& host);
+  // basics.listen: the socket a standby holds without accepting until its release (kNoListen: none).
+  // `gpus`: the GPU probe (its memory before a spawn and at a park); it outlives the part.
+  Standby(StandbyHost& host, const PartBasics& basics, GpuProbe& gpus);
   ~Standby() override;
 
   // StartPart: the path "standby". refusal: nullopt while a standby is parked on the current flags,
@@ -51,15 +53,20 @@ class Standby final : public StartPart {
   bool stop_before_daemons(const std::string& why);
   // A reaped child: true when it was the standby's process (its exit is then handled: a failure counts in
   // the streak and a successor follows a backoff).
-  bool on_exit(pid_t pid, int status);
-  void close();  // the loop ends: its process record, gate and timers go
+  bool on_exit(pid_t pid, int status) override;
+  void close() override;  // the loop ends: its process record, gate and timers go
 
   bool alive() const;
   std::string stale() const;  // why the standby no longer matches a start now ("" when it does)
-  void add_known_pids(std::set<pid_t>& known) const;
+  void add_known_pids(std::set<pid_t>& known) const override;
   // After READY of an engine released from a standby: its timeline.
   void after_ready(double since_release);
   std::optional<status::StandbyStatus> status() const;  // nullopt unless wanted()
+  // Part: the path tag; at every READY, a released engine's timeline and then one standby behind the
+  // engine (maybe_spawn, never before it is ready); status "standby" and the memory rows' reserve.
+  StartPath path() const override { return StartPath::kStandby; }
+  void after_ready(const ReadyFacts& ready) override;
+  void fill_status(status::SupervisorStatus& st) const override;
 
   // Memory (docs/standby.md, "Memory"). reserve_bytes: what a GPU's share leaves for a warmed standby
   // (standby.reserve_mib, else what the last parked one held there). present_bytes: what a running
@@ -82,6 +89,10 @@ class Standby final : public StartPart {
   std::map<std::string, FileIdentity> model_files() const;
 
   StandbyHost& m_host;
+  Loop& m_loop;
+  const Config& m_cfg;
+  const ListenHandoff& m_listen;
+  GpuProbe& m_gpus;
   bool m_created = false;                // maybe_spawn ran once (an engine was ready with the path listed)
   Phase m_phase = Phase::kOff;
   std::unique_ptr<Engine> m_proc;        // its process; the live engine's record at the release

@@ -48,7 +48,7 @@ bool Standby::stop_before_daemons(const std::string& why) {
 
 bool Standby::on_exit(pid_t pid, int status) {
   if (!alive() || pid != m_proc->pid) return false;
-  const Config& cfg = m_host.config();
+  const Config& cfg = m_cfg;
   Engine& e = *m_proc;
   if (e.reader) e.reader->drain();  // its last lines may still be in the pipe: they classify the exit
   e.exited = true;
@@ -62,7 +62,7 @@ bool Standby::on_exit(pid_t pid, int status) {
   f.last_lines = &e.tail;
   f.rules = m_host.output_rules().empty() ? nullptr : &m_host.output_rules();
   Classification c = classify_exit(f);
-  if (m_host.listen_fd() >= 0 && is_failure(c.cause))
+  if (m_listen.fd >= 0 && is_failure(c.cause))
     if (auto conflict = listen_conflict_detail(&e.tail, engine_serve_port(cfg))) c.detail = *conflict;
   const bool was_parked = m_phase == Phase::kParked;
   const bool stopped = m_phase == Phase::kStopping;
@@ -75,7 +75,7 @@ bool Standby::on_exit(pid_t pid, int status) {
   if (stopped) {
     spdlog::info("standby pid {} stopped ({}: {})", pgid, m_stop_reason, c.detail);
     // Discarded (new flags, config, daemons, model) is no failure, but ends the streak if it proved itself.
-    if (!failed_kill) m_streak.end_of_parked(m_parked_at, m_host.loop().now_s(), cfg);
+    if (!failed_kill) m_streak.end_of_parked(m_parked_at, m_loop.now_s(), cfg);
   } else {
     m_failures["died"]++;
     m_last_failure = std::string(was_parked ? "died while parked: " : "died before parking: ") + exit_cause_name(c.cause) +

@@ -1,4 +1,5 @@
-// What the standby part (standby.h) needs from the supervisor: the loop, the config, the GPU probe, the
+// What the standby part (standby.h) needs from the supervisor (the loop and the config come with its
+// construction: part.h's PartBasics, and the GPU probe): the
 // engine's command line and flags as a start would run them now, whether an engine serves, the daemons'
 // generation (a warmed standby maps one's weights), the memory floor, and the hand-over of a released
 // standby as the live engine. Implemented by Supervisor; tests give their own. Loop thread only.
@@ -24,9 +25,6 @@ namespace fr::supervisor {
 class StandbyHost {
  public:
   virtual ~StandbyHost() = default;
-  virtual Loop& loop() = 0;
-  virtual const Config& config() const = 0;
-  virtual GpuProbe& gpus() = 0;
   virtual const FlagList& engine_flags() const = 0;  // the engine's current flags
   virtual const EngineAdapter& engine_kind() const = 0;
   // The failure lines of the engine kind, which classify a standby's exit as an engine's.
@@ -38,12 +36,10 @@ class StandbyHost {
   // Counts the daemons' (re)starts: a standby started on an earlier generation is of no use at warmed.
   virtual uint64_t daemon_generation() const = 0;
   // The standby's command line and environment (for_standby: only a warmed standby's reserve is checked
-  // against free memory), the listening socket it holds without accepting (-1: none), whether engines
-  // start in their own PID namespace (snapshots).
+  // against free memory), whether engines start in their own PID namespace (snapshots). The listening
+  // socket comes with the part's construction (part.h's ListenHandoff).
   virtual std::vector<std::string> engine_argv(bool for_standby) const = 0;
   virtual std::map<std::string, std::string> engine_env(bool for_standby) = 0;
-  virtual int listen_fd() const = 0;
-  virtual uint64_t listen_inode() const = 0;
   virtual bool snapshottable() const = 0;
   // Why no engine (nor standby) may start on the GPUs' shares now; "" when it may.
   virtual std::string engine_share_refusal() = 0;

@@ -17,7 +17,7 @@ constexpr uint64_t kReserveBytesPerMiB = 1048576;
 }  // namespace
 
 uint64_t Standby::reserve_bytes(const std::string& gpu) const {
-  const Config& cfg = m_host.config();
+  const Config& cfg = m_cfg;
   if (!wanted() || cfg.standby.level != StandbyLevel::kWarmed) return 0;
   if (cfg.standby.reserve_mib > 0) return cfg.standby.reserve_mib * kReserveBytesPerMiB;
   auto it = m_held_by_gpu.find(gpu);
@@ -31,7 +31,7 @@ uint64_t Standby::present_bytes(const std::string& gpu) const {
 }
 
 void Standby::measure_memory(bool at_park) {
-  const Config& cfg = m_host.config();
+  const Config& cfg = m_cfg;
   if (!alive() || m_phase != Phase::kParked) return;
   if (cfg.gpus.empty() || cfg.weights.backend == "host") return;
   const pid_t group = m_proc->pid;
@@ -40,7 +40,7 @@ void Standby::measure_memory(bool at_park) {
     // Its own processes' memory, as the driver accounts it: not used memory now minus at its spawn, which
     // also counts whatever else started or ended on the GPU while it warmed up.
     std::optional<uint64_t> bytes;
-    if (auto ps = m_host.gpus().processes(gpu); ps.ok()) {
+    if (auto ps = m_gpus.processes(gpu); ps.ok()) {
       uint64_t n = 0;
       bool foreign = false;  // pids of another PID namespace (NVML in a container lists the host's)
       for (const GpuProcess& p : *ps) {
@@ -51,7 +51,7 @@ void Standby::measure_memory(bool at_park) {
       if (n > 0 || !foreign) bytes = n;
     }
     if (auto before = m_used_before.find(gpu); !bytes && at_park && before != m_used_before.end()) {
-      if (auto m = m_host.gpus().memory(gpu); m.ok())
+      if (auto m = m_gpus.memory(gpu); m.ok())
         bytes = static_cast<uint64_t>(std::max(0.0, static_cast<double>(m->used) - before->second));
     }
     if (!bytes) continue;  // unreadable now: the last figure stands

@@ -42,7 +42,7 @@ std::optional<StartRefusal> Standby::refusal() const {
   }
   if (!alive()) return StartRefusal{"not_parked", "the standby is gone"};
   if (auto why = stale(); !why.empty()) return StartRefusal{"unavailable", why};
-  if (m_host.config().standby.level == StandbyLevel::kWarmed && m_daemon_generation != m_host.daemon_generation())
+  if (m_cfg.standby.level == StandbyLevel::kWarmed && m_daemon_generation != m_host.daemon_generation())
     return StartRefusal{"unavailable", "the weight daemons were reloaded since the standby attached to them"};
   return std::nullopt;
 }
@@ -55,8 +55,8 @@ Status Standby::start() {
     failed("release", why);
     return make_error(Errc::kIo, why);
   }
-  const Config& cfg = m_host.config();
-  const double now = m_host.loop().now_s();
+  const Config& cfg = m_cfg;
+  const double now = m_loop.now_s();
   m_port_timer.stop();
   m_gate_reader.reset();
   m_gate.reset();
@@ -84,7 +84,7 @@ void Standby::after_ready(double since_release) {
 
 std::optional<status::StandbyStatus> Standby::status() const {
   if (!wanted()) return std::nullopt;
-  const Config& cfg = m_host.config();
+  const Config& cfg = m_cfg;
   status::StandbyStatus st;
   st.level = standby_level_name(cfg.standby.level);
   for (const auto& gpu : cfg.gpus) st.reserve_bytes += reserve_bytes(gpu);  // per GPU: status.memory[]
@@ -95,7 +95,7 @@ std::optional<status::StandbyStatus> Standby::status() const {
   st.state = standby_phase_name(m_phase);
   if (alive()) {
     st.pid = m_proc->pid;
-    st.age_s = m_host.loop().now_s() - m_proc->spawned_at;
+    st.age_s = m_loop.now_s() - m_proc->spawned_at;
   }
   st.gpu_bytes = m_phase == Phase::kParked ? m_gpu_bytes : 0;
   st.spawns = m_spawns;
@@ -110,5 +110,12 @@ std::optional<status::StandbyStatus> Standby::status() const {
   st.death_to_ready_s = m_death_to_ready_s;
   return st;
 }
+
+void Standby::after_ready(const ReadyFacts& ready) {
+  if (ready.released) after_ready(ready.since_spawn);
+  maybe_spawn();  // one standby behind the engine, never before it is ready
+}
+
+void Standby::fill_status(status::SupervisorStatus& st) const { st.standby = status(); }
 
 }  // namespace fr::supervisor

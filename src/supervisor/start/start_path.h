@@ -4,7 +4,7 @@
 // failed (status "start_paths", /metrics fastrestart_start_path_total, STATUS=).
 //
 // A path is one file (warm.cc and cold.cc in this folder; standby/path.cc and snapshots/path.cc beside the
-// part that serves them) and one line in registry.cc. It decides from facts the StartHost gives it and acts
+// part that serves them) and one row in paths.cc. It decides from facts the StartHost gives it and acts
 // only through the StartHost, so it owns no process. A path that needs state of its own (a parked standby,
 // a snapshot artifact) reaches it as a StartPart: StartHost::part(id) names no path.
 #pragma once
@@ -59,7 +59,7 @@ class StartHost {
 };
 
 // The refusal and start of a path served by a part: `host.part(path)`'s, or `unavailable` when the host
-// has no such part.
+// has no such part (part_path.cc).
 std::optional<StartRefusal> part_refusal(const StartHost& host, StartPath path);
 Result<StartOutcome> start_part(StartHost& host, StartPath path);
 
@@ -82,7 +82,7 @@ class PartStartPath final : public StartPathImpl {
   Result<StartOutcome> start(StartHost& host) const override { return start_part(host, Id); }
 };
 
-// The registered implementation of `id` (registry.cc).
+// The implementation of `id`: its row in the table (paths.cc).
 const StartPathImpl& start_path(StartPath id);
 
 // One implementation per file.
