@@ -33,7 +33,11 @@ struct TmpGuard {
 
 }  // namespace
 
-Status write_file_atomic(const std::string& path, const std::string& text, mode_t mode) {
+namespace {
+
+// The temporary written whole and renamed over `path`; with `durable`, fsync'ed before the rename and the
+// directory after it.
+Status replace_file(const std::string& path, const std::string& text, mode_t mode, bool durable) {
   const std::string tmp = path + ".tmp";
   UniqueFd fd(::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, mode));
   if (!fd) return sys_error("open " + tmp);
@@ -41,17 +45,28 @@ Status write_file_atomic(const std::string& path, const std::string& text, mode_
   FR_TRY(write_full(fd.get(), text.data(), text.size(), tmp));
   if (::fchmod(fd.get(), mode) != 0) return sys_error("chmod " + tmp);
   // Data before the rename: otherwise a crash can leave `path` renamed but empty (ext4, xfs).
-  if (::fsync(fd.get()) != 0) return sys_error("fsync " + tmp);
+  if (durable && ::fsync(fd.get()) != 0) return sys_error("fsync " + tmp);
   // close() reports the deferred write errors of some file systems (NFS): check it.
   if (::close(fd.release()) != 0) return sys_error("close " + tmp);
   if (::rename(tmp.c_str(), path.c_str()) != 0) return sys_error("rename " + tmp + " to " + path);
   guard.armed = false;
+  if (!durable) return {};
   // The rename itself is durable once the directory is.
   const std::string dir = parent_of(path);
   UniqueFd dfd(::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
   if (!dfd) return sys_error("open directory " + dir);
   if (::fsync(dfd.get()) != 0 && errno != EINVAL) return sys_error("fsync directory " + dir);
   return {};
+}
+
+}  // namespace
+
+Status write_file_atomic(const std::string& path, const std::string& text, mode_t mode) {
+  return replace_file(path, text, mode, true);
+}
+
+Status write_file_replace(const std::string& path, const std::string& text, mode_t mode) {
+  return replace_file(path, text, mode, false);
 }
 
 }  // namespace fr

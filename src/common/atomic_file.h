@@ -15,4 +15,10 @@ namespace fr {
 // the file and the step with the errno text ("write /s/flags.json.tmp: No space left on device").
 Status write_file_atomic(const std::string& path, const std::string& text, mode_t mode = 0600);
 
+// As write_file_atomic, without the fsyncs: a reader sees the old content or the new one, never a part,
+// and the content survives the writer's death (the page cache keeps it), but not a crash of the machine.
+// For files rewritten often on a latency-sensitive path (the front's status file, docs/front.md), where
+// two fsyncs per write cost milliseconds and a machine crash makes the content moot anyway.
+Status write_file_replace(const std::string& path, const std::string& text, mode_t mode = 0600);
+
 }  // namespace fr

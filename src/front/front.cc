@@ -13,12 +13,12 @@
 
 #include <nlohmann/json.hpp>
 
-#include "common/atomic_file.h"
 #include "front/http_request.h"
 #include "front/http_response.h"
 #include "front/splice.h"
 #include "front/sse.h"
 #include "front/stats.h"
+#include "front/status_writer.h"
 
 namespace fr::front {
 namespace {
@@ -122,7 +122,7 @@ std::string chunk(std::string_view data) {
 class Server {
  public:
   Server(uv_loop_t* loop, FrontOptions opt, sockaddr_storage upstream)
-      : m_loop(loop), m_opt(std::move(opt)), m_upstream(upstream) {}
+      : m_loop(loop), m_opt(std::move(opt)), m_upstream(upstream), m_status(loop, m_opt.status_file) {}
 
   Status start(int listen_fd);
   void write_status();
@@ -168,6 +168,7 @@ class Server {
   uv_timer_t m_timer{};
   uv_signal_t m_sigterm{}, m_sigint{};
   FrontStats m_stats;
+  StatusWriter m_status;
   bool m_dirty = true;
   bool m_stopping = false;
   Clock::time_point m_stop_deadline{};
@@ -199,7 +200,8 @@ Status Server::start(int listen_fd) {
 void Server::write_status() {
   m_stats.held_now = m_held.size();
   m_stats.connections = m_clients.size();
-  if (!m_opt.status_file.empty()) (void)write_file_atomic(m_opt.status_file, m_stats.to_json().dump() + "\n", 0644);
+  // Off the loop (status_writer.h): a write that waits on the disk never delays a request.
+  if (!m_opt.status_file.empty()) m_status.post(m_stats.to_json().dump() + "\n");
   m_dirty = false;
 }
 
