@@ -20,7 +20,9 @@ ResponseParser::ResponseParser(bool head_request, Sink sink) : m_head_request(he
 
 void ResponseParser::feed(const char* data, size_t n) {
   if (failed() || m_complete || n == 0) return;
-  http_parser_execute(&m_parser, &m_settings, data, n);
+  const size_t used = http_parser_execute(&m_parser, &m_settings, data, n);
+  // Bytes past the end of the answer: nothing was asked for them, so the connection is not clean.
+  if (m_complete && used < n) m_trailing = true;
   const auto err = HTTP_PARSER_ERRNO(&m_parser);
   if (err != HPE_OK && err != HPE_PAUSED && m_error.empty())
     m_error = std::string("malformed answer from the engine: ") + http_errno_description(err);
@@ -86,6 +88,7 @@ int ResponseParser::on_body(http_parser* p, const char* at, size_t n) {
 int ResponseParser::on_message_complete(http_parser* p) {
   auto& self = *static_cast<ResponseParser*>(p->data);
   self.m_complete = true;
+  self.m_keep_alive = http_should_keep_alive(p) != 0;
   http_parser_pause(p, 1);
   return 0;
 }

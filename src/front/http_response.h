@@ -8,6 +8,9 @@
 //   text/event-stream: the body is passed on as it arrives instead of buffered).
 // - Body bytes (de-chunked) go to the sink given to the constructor; complete() once the message ended.
 // - A response to HEAD has no body: construct with head_request = true.
+// - reusable(): the answer is complete, framed by its length or chunks (not by the connection's end), the
+//   engine did not ask to close (Connection: close, or HTTP/1.0 without keep-alive), and no byte followed
+//   it: the connection may carry the next request.
 #pragma once
 
 #include <http_parser.h>
@@ -37,6 +40,7 @@ class ResponseParser {
   const std::string& reason() const { return m_reason; }
   const Headers& headers() const { return m_headers; }
   bool event_stream() const { return m_event_stream; }
+  bool reusable() const { return m_complete && m_keep_alive && !m_trailing && !failed(); }
 
  private:
   static int on_status(http_parser* p, const char* at, size_t n);
@@ -55,6 +59,7 @@ class ResponseParser {
   size_t m_head_bytes = 0;
   int m_status = 0;
   bool m_in_value = false, m_head_complete = false, m_complete = false, m_event_stream = false;
+  bool m_keep_alive = false, m_trailing = false;
 };
 
 }  // namespace fr::front

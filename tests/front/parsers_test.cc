@@ -4,6 +4,7 @@
 #include <string>
 
 #include "front/http_request.h"
+#include "front/http_response.h"
 #include "front/sse.h"
 
 namespace fr::front {
@@ -105,6 +106,34 @@ TEST(FrontSse, OversizedEventFails) {
   s.feed("data: " + std::string(32, 'x'));
   EXPECT_FALSE(s.next_event());
   EXPECT_TRUE(s.failed());
+}
+
+// Whether the engine's connection may carry the next request (the front's upstream pool keeps it then).
+bool reusable_after(const std::string& answer, bool eof = false, bool head = false) {
+  std::string body;
+  ResponseParser p(head, [&](std::string_view d) {
+    body.append(d);
+    return true;
+  });
+  p.feed(answer.data(), answer.size());
+  if (eof) p.feed_eof();
+  return p.complete() && p.reusable();
+}
+
+TEST(FrontResponseParser, ReusableOnlyWhenFramedKeptAliveAndClean) {
+  const std::string ok = "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 2\r\n\r\n{}";
+  EXPECT_TRUE(reusable_after(ok));
+  EXPECT_TRUE(reusable_after("HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n2\r\n{}\r\n0\r\n\r\n"));
+  EXPECT_TRUE(reusable_after("HTTP/1.1 400 Bad Request\r\nContent-Length: 0\r\n\r\n"));
+  EXPECT_TRUE(reusable_after("HTTP/1.1 200 OK\r\nContent-Length: 7\r\n\r\n", false, true));  // HEAD
+  // The engine asks to close; HTTP/1.0 without keep-alive; a body delimited by the connection's end.
+  EXPECT_FALSE(reusable_after("HTTP/1.1 200 OK\r\nConnection: close\r\nContent-Length: 2\r\n\r\n{}"));
+  EXPECT_FALSE(reusable_after("HTTP/1.0 200 OK\r\nContent-Length: 2\r\n\r\n{}"));
+  EXPECT_FALSE(reusable_after("HTTP/1.1 200 OK\r\n\r\n{}", true));
+  // Bytes nobody asked for after the answer, in the same read: the connection is out of step.
+  EXPECT_FALSE(reusable_after(ok + "HTTP/1.1 200 OK\r\n"));
+  // Cut before its end.
+  EXPECT_FALSE(reusable_after(ok.substr(0, ok.size() - 1), true));
 }
 
 }  // namespace
