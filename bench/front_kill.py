@@ -276,14 +276,84 @@ def kv_continuations(work, ckpt, which, a):
     return out
 
 
+def stream_tokens(port, i):
+    ok, got = ask(port, body_of(i % 16, True))
+    return got.count('"finish_reason":') - got.count('"choices":[]') if ok else 0
+
+
+def cost_only(work, ckpt, which, a):
+    """The front's cost without kills, side by side: one fastrestartd with engine.listen = "front"; each
+    non-streamed request goes once through the front and once straight to the same engine (its loopback
+    socket), the order alternating, so drift in the machine's load hits both paths alike. Then streams, one
+    client at a time and at the engine's full concurrency (--threads clients), front and direct in
+    alternating rounds."""
+    sup = launch(work, "front", ckpt, which, a)
+    try:
+        sup.wait(ready_engine(), "the first engine (front)", 120)
+        st = sup.status(); front_pid = st["front"]["pid"]
+        ports = {"front": sup.port, "direct": int(st["front"]["upstream"].rsplit(":", 1)[1])}
+        for i in range(20):
+            for p in ports.values(): assert ask(p, body_of(i % 16, False))[0]
+        load0 = os.getloadavg()
+        lat = {"front": [], "direct": []}; diff = []
+        for i in range(a.cost_pairs):
+            pair = {}
+            for via in (("front", "direct") if i % 2 else ("direct", "front")):
+                t = time.perf_counter(); ok, got = ask(ports[via], body_of(i % 16, False)); pair[via] = time.perf_counter() - t
+                assert ok, got
+                lat[via].append(pair[via])
+            diff.append(pair["front"] - pair["direct"])
+        res = {"load_before": load0, "pairs": a.cost_pairs,
+               "p50_ms": {k: statistics.median(v) * 1e3 for k, v in lat.items()},
+               "p90_ms": {k: statistics.quantiles(v, n=10)[-1] * 1e3 for k, v in lat.items()},
+               "paired_diff_p50_ms": statistics.median(diff) * 1e3}
+        res["added_p50_ms"] = res["p50_ms"]["front"] - res["p50_ms"]["direct"]
+
+        def streams(via, clients, seconds):
+            stop = time.monotonic() + seconds; counts = [0] * clients
+            def worker(j):
+                k = 0
+                while time.monotonic() < stop:
+                    counts[j] += stream_tokens(ports[via], j + k); k += clients
+            cpu0 = cpu_s(front_pid); t0 = time.perf_counter()
+            th = [threading.Thread(target=worker, args=(j,)) for j in range(clients)]
+            for t in th: t.start()
+            for t in th: t.join()
+            return sum(counts), time.perf_counter() - t0, cpu_s(front_pid) - cpu0
+        for name, clients, seconds in (("one_client", 1, 4.0), ("full_concurrency", a.threads, 4.0)):
+            tot = {"front": [0, 0.0, 0.0], "direct": [0, 0.0, 0.0]}
+            for r in range(4):
+                for via in (("front", "direct") if r % 2 else ("direct", "front")):
+                    n, dt, cpu = streams(via, clients, seconds)
+                    tot[via][0] += n; tot[via][1] += dt; tot[via][2] += cpu
+            res[name] = {"clients": clients,
+                         "tokens_per_s": {k: v[0] / v[1] for k, v in tot.items()},
+                         "tokens": {k: v[0] for k, v in tot.items()},
+                         "front_cpu_s_per_1000_tokens": tot["front"][2] / tot["front"][0] * 1000,
+                         "front_cpu_s_while_direct_per_1000_tokens": tot["direct"][2] / tot["direct"][0] * 1000}
+            tp = res[name]["tokens_per_s"]
+            res[name]["front_vs_direct"] = tp["front"] / tp["direct"] - 1
+        res["load_after"] = os.getloadavg()
+        out = {"host": socket.gethostname(), "date": datetime.datetime.utcnow().isoformat() + "Z", "machine": fr.machine_cpu(),
+               "max_tokens": MAX_TOKENS, "token_delay_s": a.token_delay, "engine_threads": a.threads,
+               "cpu_clock_ticks_per_s": os.sysconf("SC_CLK_TCK"), "cost": res, "front_status": sup.status().get("front")}
+        print(json.dumps(res), flush=True)
+        return out
+    finally:
+        sup.stop(30)
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--build", default="build"); ap.add_argument("--kills", type=int, default=3)
     ap.add_argument("--seconds", type=float, default=5); ap.add_argument("--token-delay", type=float, default=0.01)
     ap.add_argument("--threads", type=int, default=64, help="the tiny engine's HTTP threads")
     ap.add_argument("--clients", default="64,256")
-    ap.add_argument("--part", choices=["all", "kill", "kv"], default="all",
-                    help="kill: the load under kills and the no-kill cost; kv: tokens recomputed per continued stream")
+    ap.add_argument("--part", choices=["all", "kill", "kv", "cost"], default="all",
+                    help="kill: the load under kills and the no-kill cost; kv: tokens recomputed per continued stream; "
+                         "cost: only the no-kill cost, front and direct interleaved (front_cost.json)")
+    ap.add_argument("--cost-pairs", type=int, default=300, help="--part cost: non-streamed requests per path")
+    ap.add_argument("--out", default=None, help="--part cost: the raw JSON's file name (default front_cost.json)")
     ap.add_argument("--kv-trials", type=int, default=8, help="--part kv: single-stream trials")
     ap.add_argument("--kv-token-delay", type=float, default=0.05, help="--part kv: the engine's token delay")
     a = ap.parse_args()
@@ -305,6 +375,14 @@ def main():
         if a.part == "kv":
             shutil.rmtree(work, ignore_errors=True)
             return
+    if a.part == "cost":
+        out = cost_only(work, ckpt, which, a)
+        os.makedirs(d, exist_ok=True)
+        path = os.path.join(d, a.out or "front_cost.json")
+        with open(path, "w") as f: json.dump(out, f, indent=1)
+        print("wrote", path)
+        shutil.rmtree(work, ignore_errors=True)
+        return
     sups = {}
     try:
         for mode in ("front", "supervisor"):
