@@ -15,4 +15,8 @@ namespace fr {
 // the file and the step with the errno text ("write /s/flags.json.tmp: No space left on device").
 Status write_file_atomic(const std::string& path, const std::string& text, mode_t mode = 0600);
 
+// A private file (it may hold secrets: pushed flags with --api-key): `text` written to `path` as
+// write_file_atomic does, mode 0600, its directory created 0700 when missing (and its parents as needed).
+Status write_private_file(const std::string& path, const std::string& text);
+
 }  // namespace fr
