@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <filesystem>
 
 #include "common/fd.h"
 #include "common/io.h"
@@ -67,6 +68,14 @@ Status write_file_atomic(const std::string& path, const std::string& text, mode_
 
 Status write_file_replace(const std::string& path, const std::string& text, mode_t mode) {
   return replace_file(path, text, mode, false);
+}
+
+Status write_private_file(const std::string& path, const std::string& text) {
+  const auto dir = std::filesystem::path(path).parent_path();
+  std::error_code ec;
+  std::filesystem::create_directories(dir.parent_path(), ec);
+  if (::mkdir(dir.c_str(), 0700) != 0 && errno != EEXIST) return sys_error("mkdir " + dir.string());
+  return write_file_atomic(path, text, 0600);  // fsync'ed; no half-written file or stray .tmp on failure
 }
 
 }  // namespace fr

@@ -21,4 +21,8 @@ Status write_file_atomic(const std::string& path, const std::string& text, mode_
 // two fsyncs per write cost milliseconds and a machine crash makes the content moot anyway.
 Status write_file_replace(const std::string& path, const std::string& text, mode_t mode = 0600);
 
+// A private file (it may hold secrets: pushed flags with --api-key): `text` written to `path` as
+// write_file_atomic does, mode 0600, its directory created 0700 when missing (and its parents as needed).
+Status write_private_file(const std::string& path, const std::string& text);
+
 }  // namespace fr

@@ -4,6 +4,7 @@
 
 #include <string>
 
+#include "common/atomic_file.h"  // write_private_file, for the files here
 #include "fastrestart/result.h"
 #include "supervisor/config.h"
 
@@ -14,7 +15,5 @@ std::string state_dir(const Config& c);
 // A file in the state directory (control.state_dir, else $STATE_DIRECTORY/<name>, /var/lib/fastrestart/<name>
 // for root, ~/.local/state/fastrestart/<name>).
 std::string state_path(const Config& c, const std::string& name);
-// Writes `text` to `path` atomically, mode 0600, creating its directory 0700 if needed.
-Status write_private_file(const std::string& path, const std::string& text);
 
 }  // namespace fr::supervisor

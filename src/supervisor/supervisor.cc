@@ -1,5 +1,4 @@
 #include "supervisor/supervisor.h"
-#include "supervisor/supervisor_internal.h"
 
 #include <signal.h>
 #include <sys/prctl.h>
@@ -28,6 +27,7 @@
 #include "supervisor/private_endpoint.h"
 #include "supervisor/readiness.h"
 #include "supervisor/redaction.h"
+#include "supervisor/state_files.h"
 #include "supervisor/start/walk.h"
 #include "supervisor/supervised_child.h"
 
@@ -54,6 +54,7 @@ Supervisor::Supervisor(Config config, std::unique_ptr<GpuProbe> gpus, std::uniqu
       m_notify(make_scrubbing_notifier(std::move(notifier))),
       m_policy(m_cfg.restart),
       m_oom(m_cfg.engine.cgroup),
+      m_reload(state_path(m_cfg, "flags.json"), m_cfg.engine.flags),
       m_poll_timer(m_loop),
       m_deadline_timer(m_loop),
       m_health_timer(m_loop),
@@ -61,7 +62,6 @@ Supervisor::Supervisor(Config config, std::unique_ptr<GpuProbe> gpus, std::uniqu
       m_backoff_timer(m_loop),
       m_kill_timer(m_loop),
       m_watchdog_timer(m_loop) {
-  m_flags = m_cfg.engine.flags;
   register_secrets(m_cfg.engine);  // before anything logs or reports (docs/reliability.md, "Secrets")
   // The config's check read the kind's rules files already; one that broke since leaves the built-in rules.
   auto kind = make_engine_adapter(m_cfg);
@@ -73,9 +73,7 @@ Supervisor::Supervisor(Config config, std::unique_ptr<GpuProbe> gpus, std::uniqu
     if (row.make) m_parts.push_back(row.make(hosts));
   m_snapshots = static_cast<Snapshots*>(part(StartPath::kSnapshot));
   m_standby = static_cast<Standby*>(part(StartPath::kStandby));
-  load_persisted_flags();
-  register_secret_words(m_flags.words(), m_cfg.engine.secret_flags);
-  m_last_ready_flags = m_flags;
+  register_secret_words(m_reload.flags().words(), m_cfg.engine.secret_flags);  // flags.json's
 }
 
 Supervisor::~Supervisor() = default;
@@ -186,9 +184,7 @@ int Supervisor::run() {
   m_running = true;
   m_loop.run();
   m_running = false;
-  if (m_reload)
-    for (auto& w : m_reload->waiters) w->set_value(json{{"ok", false}, {"error", {{"code", "cancelled"}, {"message", "the supervisor stopped"}}}});
-  m_reload.reset();
+  m_reload.close();
   // Close every handle we own before the loop goes away.
   m_signals.clear();
   // A front still running here (fastrestartd gave up: crash loop) is asked to finish what it holds, then killed.
@@ -269,7 +265,7 @@ void Supervisor::stop_daemons() {
 // Engine
 
 EngineLaunch Supervisor::launch() const {
-  return {m_cfg, m_flags, *m_kind, *m_gpus, m_daemons->preload_use(), m_daemons->loader_protocol(), gpu_shares()};
+  return {m_cfg, m_reload.flags(), *m_kind, *m_gpus, m_daemons->preload_use(), m_daemons->loader_protocol(), gpu_shares()};
 }
 
 std::vector<std::string> Supervisor::engine_argv(bool for_standby) const { return engine_launch_argv(launch(), for_standby); }
@@ -515,7 +511,6 @@ void Supervisor::decide_path_after_ready() {
     m_ever_ready = true;
     m_daemons->engine_ready();
     m_policy.on_ready(m_loop.now_s());
-    m_last_ready_flags = m_engine->flags;
     m_stats.ready(path, since_spawn);
     // ready_at_s is on the clock of last_exit.died_at_s (CLOCK_MONOTONIC): a benchmark on the same machine
   // times a restart from its own kill(2) with it (docs/benchmarks.md, "How a restart is timed").
@@ -543,7 +538,9 @@ void Supervisor::decide_path_after_ready() {
     m_notify->notify("READY=1\nSTATUS=" + text + "; engine pid " + std::to_string(m_engine->pid));
     m_status_text = text;
     spdlog::info("READY: path {} in {} (engine pid {})", path, fmt_s(since_spawn), m_engine->pid);
-    if (m_reload) finish_reload(!m_reload->rolled_back, m_reload->rollback_reason);
+    const ReadyOutcome reload = m_reload.ready(m_engine->flags, path, m_loop.now_s(), m_cfg.engine.flags);
+    if (reload.outcome) m_stats.reload(*reload.outcome);
+    if (reload.rollback) roll_back(*reload.rollback, /*posted=*/true);
     m_health_timer.start(m_cfg.readiness.check_interval_s, [this] { check_health(); }, m_cfg.readiness.check_interval_s);
     const StartAttempt* restore = m_attempts.last_on(StartPath::kSnapshot);  // this start's, if any
     const ReadyFacts ready{path, since_spawn, !m_engine->standby_level.empty(), restore ? restore->outcome : "",
@@ -655,7 +652,7 @@ void Supervisor::on_engine_exit(int status) {
     if (auto conflict = listen_conflict_detail(&e.tail, engine_serve_port(m_cfg))) c.detail = *conflict;
   // A push whose flags never became ready is rolled back: a rejected push, not a failure of the running
   // configuration. It is counted apart and does not feed the crash-loop limit or the backoff.
-  const bool rejected_push = m_reload && !m_reload->rolled_back && is_failure(c.cause);
+  const bool rejected_push = m_reload.on_trial() && is_failure(c.cause);
   if (!rejected_push) m_stats.restart(exit_cause_name(c.cause));
   m_last_exit = {{"cause", exit_cause_name(c.cause)}, {"detail", c.detail}, {"pid", e.pid},
                  {"uptime_s", e.died_at - e.spawned_at}, {"unix_time", std::time(nullptr)},
@@ -738,18 +735,11 @@ void Supervisor::after_drain() {
     raise(Event::kDrainedRestart);  // the table maps any drained event to stopping the daemons
     return;
   }
-  if (m_reload && failure && !m_reload->rolled_back) {
-    // The pushed flags never became ready: go back to the last flags that were.
-    m_reload->rolled_back = true;
-    m_reload->rollback_reason = cause + ": " + m_last_exit.value("detail", std::string());
-    spdlog::error("reload failed ({}); rolling back to: {}", escape_control_chars(m_reload->rollback_reason), m_reload->old_flags.for_log());
-    m_stats.rollback(cause, m_last_exit.value("detail", std::string()), m_reload->new_flags.redacted(), std::time(nullptr));
-    m_flags = m_reload->old_flags;
-    // Not an exit of the running configuration: the policy does not see it (no failure, no backoff step);
-    // the restart with the old flags goes at once.
-    raise(m_reload->cold ? Event::kDrainedColdRestart : Event::kDrainedRestart);
-    return;
-  }
+  // Pushed flags that never became ready go back to the last flags that were (reload/reload.h). Not an
+  // exit of the running configuration: the policy does not see it (no failure, no backoff step); the
+  // restart with the old flags goes at once.
+  if (auto rollback = m_reload.after_exit(failure, cause, m_last_exit.value("detail", std::string())))
+    return roll_back(*rollback, /*posted=*/false);
   // What follows the drain is the table's: a cold reload or a changed checkpoint drains in kReloading,
   // stop-engine in kHolding; the policy's verdict is the event.
   Verdict v = m_policy.on_exit(m_loop.now_s(), failure, was_warm);

@@ -31,6 +31,7 @@
 #include "supervisor/orphans.h"
 #include "supervisor/policy.h"
 #include "supervisor/readiness.h"
+#include "supervisor/reload/reload.h"
 #include "supervisor/engine.h"
 #include "supervisor/engine_launch.h"
 #include "supervisor/snapshots/snapshot_host.h"
@@ -101,8 +102,6 @@ class Supervisor : private StartHost, private DaemonHost, private SnapshotHost, 
   void use_front_socket(int fd, uint16_t upstream_port);
 
  private:
-  struct PendingReload;
-
   void raise(Event e) override;  // DaemonHost, SnapshotHost
   void perform(Action a);
   void set_status(const std::string& s, const std::string& extra = {}) override;
@@ -121,7 +120,7 @@ class Supervisor : private StartHost, private DaemonHost, private SnapshotHost, 
   bool awaiting_daemons() const override { return awaits_daemons(m_state); }
   bool terminal() const override { return is_terminal(m_state); }
   const std::string& status_text() const override { return m_status_text; }
-  const FlagList& engine_flags() const override { return m_flags; }
+  const FlagList& engine_flags() const override { return m_reload.flags(); }
   const EngineAdapter& engine_kind() const override { return *m_kind; }
 
   // engine
@@ -177,7 +176,7 @@ class Supervisor : private StartHost, private DaemonHost, private SnapshotHost, 
 
   // SnapshotHost (supervisor_snapshot.cc): the snapshots part's steps on the live engine
   std::string reported_state() const override { return reported_state_name(m_state); }
-  bool reload_running() const override { return m_reload != nullptr; }
+  bool reload_running() const override { return m_reload.pending(); }
   void restoring_engine(const std::string& id) override;
   void restore_spawned(UniqueFd output) override;
   void restore_not_spawned() override;
@@ -207,19 +206,18 @@ class Supervisor : private StartHost, private DaemonHost, private SnapshotHost, 
   // One that moves where the engine serves (address_change: engine.host/port/listen) is refused whole, so
   // m_cfg.engine's address is fastrestartd's start's for its lifetime: the socket it holds and the probes agree.
   nlohmann::json reread_config(std::shared_ptr<std::promise<nlohmann::json>> waiter);
-  // Starts a reload on `next`; `waiter`, when set, is answered once the engine is ready on them or rolled
-  // back (the reply is then null). Answers at once when nothing changes or the engine kind refuses them.
-  nlohmann::json start_reload(const FlagList& next, std::shared_ptr<std::promise<nlohmann::json>> waiter);
-  void finish_reload(bool ok, const std::string& why);
+  // Starts a reload on `next` (m_reload: reload/reload.h); `waiter`, when set, is answered once the engine
+  // is ready on them or rolled back (the reply is then null). Answers at once when nothing changes or the
+  // engine kind refuses them.
+  nlohmann::json start_reload(const FlagList& next, Reload::Waiter waiter);
+  // A rolled-back push: counted, and the engine restarted on the last ready flags (at once, or `posted`).
+  void roll_back(const Rollback& r, bool posted);
 
   // What the engine kind says (supervisor_kind.cc; m_kind, engines/engine_kind.h).
   std::string path_from_engine_report(Engine& e);  // "warm" | "cold" | "" (no word from the engine)
   std::string readiness_model() const;
   nlohmann::json handle_check(const ControlRequest& req);  // already read (control_request.h)
   std::string refuse_push(const FlagList& next);  // "" when the engine would start
-  Status persist_flags();
-  void rollback_unpersisted(std::unique_ptr<PendingReload> r, const std::string& why);
-  void load_persisted_flags();
 
   Config m_cfg;
   std::unique_ptr<GpuProbe> m_gpus;
@@ -232,10 +230,9 @@ class Supervisor : private StartHost, private DaemonHost, private SnapshotHost, 
   ListenHandoff m_listen;      // use_listen_socket(); fd -1: the engine binds its port itself. The parts read it.
   double m_started_at = 0;
 
-  FlagList m_flags;             // current engine flags
-  FlagList m_last_ready_flags;  // for rollback
+  // The engine's flags, the last ready ones, flags.json and a pending reload (reload/reload.h).
+  Reload m_reload;
   std::unique_ptr<Engine> m_engine;
-  std::unique_ptr<PendingReload> m_reload;
   uint64_t m_daemon_generation = 0;              // counts the daemons' (re)starts: a warmed standby maps one's weights
   // The parts, one per path with state of its own, in start/paths.h's order; the hooks every part has
   // (part.h) run over all of them. Declared after m_engine: a standby's release moves its process there.

@@ -3,7 +3,6 @@
 // their bytes count in the engine's share (supervisor_memory.cc).
 #include "supervisor/arena_outcome.h"
 #include "supervisor/supervisor.h"
-#include "supervisor/supervisor_internal.h"
 
 namespace fr::supervisor {
 

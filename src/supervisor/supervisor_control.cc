@@ -1,5 +1,5 @@
 // The control side of the Supervisor: status, reload, restart, stop-engine, start-engine, daemons
-// (docs/supervisor.md, "Control protocol"), and the persistence of pushed flags.
+// (docs/supervisor.md, "Control protocol"). What a reload decides is the Reload's (reload/reload.h).
 #include <fcntl.h>
 #include <spdlog/spdlog.h>
 #include <sys/stat.h>
@@ -18,13 +18,11 @@
 #include "common/secrets.h"
 #include "supervisor/control_request.h"
 #include "supervisor/flags.h"
-#include "supervisor/flags_file.h"
 #include "supervisor/kv_stats.h"
 #include "supervisor/state_files.h"
 #include "supervisor/redaction.h"
 #include "supervisor/supervisor.h"
 #include "status/status.h"
-#include "supervisor/supervisor_internal.h"
 #include "supervisor/engines/check.h"
 
 namespace fr::supervisor {
@@ -36,8 +34,6 @@ namespace {
 json error(const std::string& code, const std::string& msg) {
   return {{"ok", false}, {"error", {{"code", code}, {"message", msg}}}};
 }
-
-std::string flags_file(const Config& c) { return state_path(c, "flags.json"); }
 
 double monotonic_usec() {
   timespec ts{};
@@ -78,7 +74,7 @@ json Supervisor::handle(const json& req, std::shared_ptr<std::promise<json>> rep
     if (json busy = reload_refusal(); !busy.is_null()) return busy;
     std::shared_ptr<std::promise<json>> waiter = parsed->wait ? reply : nullptr;
     if (!parsed->flags) return reread_config(waiter);  // systemctl reload: fastrestartctl reload without flags
-    return start_reload(pushed_flags(*parsed, m_flags), waiter);
+    return start_reload(pushed_flags(*parsed, m_reload.flags()), waiter);
   }
   if (op == "restart" || op == "start-engine" || op == "stop-engine") {
     if (m_snapshots->creating()) return error("busy", "a snapshot is being created; try again when it is done");
@@ -96,7 +92,7 @@ json Supervisor::handle(const json& req, std::shared_ptr<std::promise<json>> rep
 json Supervisor::reload_refusal() const {
   if (m_snapshots->creating()) return error("busy", "a snapshot is being created; try again when it is done");
   if (is_terminal(m_state)) return error("busy", std::string("the supervisor is ") + state_name(m_state));
-  if (m_reload) return error("busy", "a reload is already in progress");
+  if (m_reload.pending()) return error("busy", "a reload is already in progress");
   return nullptr;
 }
 
@@ -134,83 +130,36 @@ json Supervisor::reread_config(std::shared_ptr<std::promise<json>> waiter) {
   m_cfg.memory = c->memory;
   m_standby->maybe_spawn();  // a standby started from the old config is replaced now (docs/standby.md)
   if (!flags_changed)
-    return {{"ok", true}, {"path", "unchanged"}, {"flags", m_flags.redacted()}, {"message", "re-read " + m_cfg.path + ": the engine's flags are unchanged"}};
+    return {{"ok", true}, {"path", "unchanged"}, {"flags", m_reload.flags().redacted()}, {"message", "re-read " + m_cfg.path + ": the engine's flags are unchanged"}};
   return start_reload(m_cfg.engine.flags, std::move(waiter));
 }
 
-json Supervisor::start_reload(const FlagList& next, std::shared_ptr<std::promise<json>> waiter) {
-  if (next == m_flags && engine_serving())
-    return {{"ok", true}, {"path", "unchanged"}, {"flags", m_flags.redacted()}, {"message", "the flags are unchanged"}};
+json Supervisor::start_reload(const FlagList& next, Reload::Waiter waiter) {
+  const FlagList& flags = m_reload.flags();
+  if (next == flags && engine_serving())
+    return {{"ok", true}, {"path", "unchanged"}, {"flags", flags.redacted()}, {"message", "the flags are unchanged"}};
   // Checks before a flag push: nothing restarts when vLLM would not start with these flags.
   if (auto why = refuse_push(next); !why.empty()) {
     spdlog::error("reload refused: {}", escape_control_chars(why));
     return error("refused", "refused, nothing restarted: " + why);
   }
-  auto affecting = daemon_affecting_changes(m_kind->flag_rules(), m_flags, next);
-  m_reload = std::make_unique<PendingReload>();
-  m_reload->old_flags = m_last_ready_flags;
-  m_reload->new_flags = next;
-  m_reload->cold = !affecting.empty();
-  m_reload->started = m_loop.now_s();
-  if (waiter) m_reload->waiters.push_back(std::move(waiter));
-  m_flags = next;
+  auto affecting = daemon_affecting_changes(m_kind->flag_rules(), flags, next);
   spdlog::info("reload: flags now '{}' ({})", next.for_log(),
                affecting.empty() ? "engine only, warm cache" : "changes what the daemons hold: cold");
+  m_reload.begin(next, !affecting.empty(), m_loop.now_s(), std::move(waiter));
   char buf[64];
   std::snprintf(buf, sizeof buf, "%.0f", monotonic_usec());
   m_notify->notify(std::string("RELOADING=1\nMONOTONIC_USEC=") + buf + "\nSTATUS=Reloading (" +
-                   (m_reload->cold ? "cold" : "warm") + ")");
-  raise(m_reload->cold ? Event::kColdReloadRequested : Event::kRestartRequested);
-  if (m_reload && m_reload->waiters.empty()) return {{"ok", true}, {"message", "reload started"}, {"cold", m_reload->cold}};
-  return nullptr;
+                   (m_reload.cold() ? "cold" : "warm") + ")");
+  raise(m_reload.cold() ? Event::kColdReloadRequested : Event::kRestartRequested);
+  return m_reload.started_reply();
 }
 
-void Supervisor::finish_reload(bool ok, const std::string& why) {
-  auto r = std::move(m_reload);
-  const double took = m_loop.now_s() - r->started;
-  json reply{{"ok", ok},
-             {"path", m_engine ? m_engine->path : ""},
-             {"cold_reload", r->cold},
-             {"time_to_ready_s", took},
-             {"flags", m_flags.redacted()},
-             {"rolled_back", r->rolled_back}};
-  if (ok) {
-    // Flags that cannot be persisted would be lost (or older ones run) at the next fastrestartd start:
-    // the push fails, and the engine goes back to the flags that are on disk.
-    if (auto st = persist_flags(); !st.ok()) return rollback_unpersisted(std::move(r), st.error().message);
-  }
-  m_stats.reload(r->rolled_back ? "rolled_back" : r->cold ? "cold" : "warm");
-  if (ok) {
-    spdlog::info("reload done in {:.2f} s ({})", took, reply["path"].get<std::string>());
-  } else {
-    reply["error"] = {{"code", "rolled_back"},
-                      {"message", (r->unpersisted ? why : "the new flags never became ready (" + why + ")") +
-                                      "; rolled back to the last flags that were ready, and the engine is ready on them again"}};
-  }
-  for (auto& w : r->waiters) w->set_value(reply);
-}
-
-// The new flags are ready but not on disk: restart on the previous ones (they are what flags.json holds),
-// and answer the push with the reason once the engine is ready again (finish_reload).
-void Supervisor::rollback_unpersisted(std::unique_ptr<PendingReload> r, const std::string& why) {
-  spdlog::error("reload failed ({}); rolling back to: {}", escape_control_chars(why), r->old_flags.for_log());
-  r->rolled_back = r->unpersisted = true;
-  r->rollback_reason = why;
-  m_stats.rollback("unpersisted", why, r->new_flags.redacted(), std::time(nullptr));
-  m_flags = m_last_ready_flags = r->old_flags;
-  const bool cold = r->cold;  // the daemons were reloaded for the new flags: reload them for the old ones
-  m_reload = std::move(r);
+void Supervisor::roll_back(const Rollback& r, bool posted) {
+  m_stats.rollback(r.cause, r.detail, r.rejected_flags, std::time(nullptr));
+  if (!posted) return raise(r.cold ? Event::kDrainedColdRestart : Event::kDrainedRestart);
+  const bool cold = r.cold;
   m_loop.post([this, cold] { raise(cold ? Event::kColdReloadRequested : Event::kRestartRequested); });
-}
-
-Status Supervisor::persist_flags() { return save_pushed_flags(flags_file(m_cfg), m_flags, m_cfg.engine.flags); }
-
-void Supervisor::load_persisted_flags() {
-  const std::string path = flags_file(m_cfg);
-  if (auto pushed = load_pushed_flags(path, m_cfg.engine.flags)) {
-    m_flags = std::move(*pushed);
-    spdlog::info("using the pushed flags from {}", path);
-  }
 }
 
 json Supervisor::status_json() {
@@ -265,14 +214,14 @@ json Supervisor::status_json() {
   st.state = reported_state_name(m_state);
   st.status_text = m_status_text;
   st.uptime_s = m_loop.now_s() - m_started_at;
-  st.flags = m_flags.redacted();
+  st.flags = m_reload.flags().redacted();
   st.last_exit = m_last_exit;
   st.last_start = m_last_start;
   st.start_paths = m_attempts.rows();
   st.memory_utilization = m_cfg.memory.utilization;
   st.backoff_s = m_policy.backoff_s();
   st.failure = m_failure;
-  st.reload_in_progress = m_reload != nullptr;
+  st.reload_in_progress = m_reload.pending();
   for (const auto& p : m_parts) p->fill_status(st);
   if (m_front) st.front = m_front->status();
   json out = to_json(st);

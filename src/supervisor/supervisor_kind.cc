@@ -4,7 +4,6 @@
 
 #include "supervisor/engines/check.h"
 #include "supervisor/supervisor.h"
-#include "supervisor/supervisor_internal.h"
 
 namespace fr::supervisor {
 
@@ -28,7 +27,7 @@ std::string Supervisor::refuse_push(const FlagList& next) {
 }
 
 json Supervisor::handle_check(const ControlRequest& req) {
-  return check_reply({m_cfg, *m_kind, m_flags, /*own_environment=*/true}, pushed_flags(req, m_flags), /*with_would=*/true);
+  return check_reply({m_cfg, *m_kind, m_reload.flags(), /*own_environment=*/true}, pushed_flags(req, m_reload.flags()), /*with_would=*/true);
 }
 
 }  // namespace fr::supervisor

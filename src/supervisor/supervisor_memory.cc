@@ -2,7 +2,6 @@
 // own, current figures, less a warmed standby's reserve (the standby's own, standby/standby_memory.cc),
 // and the floor below which no engine is started.
 #include "supervisor/supervisor.h"
-#include "supervisor/supervisor_internal.h"
 
 #include <unistd.h>
 

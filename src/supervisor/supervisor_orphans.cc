@@ -1,7 +1,6 @@
 // Which of fastrestartd's children it started itself: everything else that reparents to it is an engine
 // leftover (orphans.h), swept at the drain step (wait_drain).
 #include "supervisor/supervisor.h"
-#include "supervisor/supervisor_internal.h"
 
 namespace fr::supervisor {
 

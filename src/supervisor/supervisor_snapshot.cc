@@ -10,7 +10,7 @@
 
 #include "supervisor/engine_group_record.h"
 #include "supervisor/supervisor.h"
-#include "supervisor/supervisor_internal.h"
+#include "supervisor/state_files.h"
 
 namespace fr::supervisor {
 

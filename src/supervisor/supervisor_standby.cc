@@ -5,13 +5,13 @@
 
 #include "supervisor/engine_group_record.h"
 #include "supervisor/supervisor.h"
-#include "supervisor/supervisor_internal.h"
+#include "supervisor/state_files.h"
 
 namespace fr::supervisor {
 
 std::unique_ptr<Engine> Supervisor::new_engine_record() {
   auto e = std::make_unique<Engine>();
-  e->flags = m_flags;
+  e->flags = m_reload.flags();
   e->report = m_kind->new_report();
   return e;
 }

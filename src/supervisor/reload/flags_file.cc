@@ -1,10 +1,10 @@
-#include "supervisor/flags_file.h"
+#include "supervisor/reload/flags_file.h"
 
 #include <nlohmann/json.hpp>
 #include <spdlog/spdlog.h>
 
 #include "common/io.h"
-#include "supervisor/state_files.h"
+#include "common/atomic_file.h"
 
 namespace fr::supervisor {
 
