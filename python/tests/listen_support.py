@@ -8,6 +8,7 @@ import subprocess
 import sys
 
 FDNAME = "fastrestart-engine"
+PROBE_FDNAME = "fastrestart-probe"
 
 
 def listening_socket(backlog=16):
@@ -63,7 +64,7 @@ def popen_with_socket(argv, sock, env=None, names=FDNAME, fds="1", pid=None, kee
         if fds == "1":
             env["LISTEN_FDS"] = "2"
         if names == FDNAME:
-            env["LISTEN_FDNAMES"] = FDNAME + ":fastrestart-probe"
+            env["LISTEN_FDNAMES"] = FDNAME + ":" + PROBE_FDNAME
         keep = tuple(keep) + (probe.fileno(),)
     return subprocess.Popen([sys.executable, "-c", _TRAMPOLINE, str(src), "self" if pid is None else "given"]
                             + list(argv), env=env, pass_fds=(src,) + tuple(keep), **kwargs)

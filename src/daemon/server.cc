@@ -737,7 +737,7 @@ Result<json> Server::do_arena_release(Conn& c, const json& req) {
   FR_ASSIGN(proto::ArenaReleaseRequest r, proto::arena_release_from_json(req));
   FR_ASSIGN(Requester who, requester_of(c.sender, c.senders_differ, c.fd.get(), "arena_release"));
   FR_ASSIGN(uint64_t freed, m_arenas.release(r.name, who));
-  return ok({{"name", r.name}, {"freed_bytes", freed}});
+  return ok(proto::to_json(proto::ArenaReleaseReply{r.name, freed}));
 }
 
 }  // namespace fr::daemon

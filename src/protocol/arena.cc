@@ -108,4 +108,6 @@ Result<ArenaReleaseRequest> arena_release_from_json(const json& j) {
   return r;
 }
 
+json to_json(const ArenaReleaseReply& r) { return json{{"name", r.name}, {"freed_bytes", r.freed_bytes}}; }
+
 }  // namespace fr::proto

@@ -1,6 +1,8 @@
 // The KV-arena requests of the weight-daemon protocol (docs/protocol.md, "arena_lease", "arena_release"):
-// the one arena-name rule, and the codecs of the lease request, its reply and the release request. The
-// daemon decodes requests and encodes replies with these; the engine's library does the reverse.
+// the one arena-name rule, and the codecs of the lease request, its reply, the release request and its
+// reply. The daemon decodes requests and encodes replies with these; the engine's library and
+// fastrestart-weightctl encode requests (the engine's library decodes the lease reply; weightctl prints the
+// release reply as it came).
 #pragma once
 
 #include <cstdint>
@@ -56,5 +58,11 @@ struct ArenaReleaseRequest {
 };
 json to_json(const ArenaReleaseRequest& r);  // with "op": "arena_release"
 Result<ArenaReleaseRequest> arena_release_from_json(const json& j);
+
+struct ArenaReleaseReply {
+  std::string name;
+  uint64_t freed_bytes = 0;  // the dropped arena's pool; its memory goes when a holder that released it unmaps
+};
+json to_json(const ArenaReleaseReply& r);  // without "ok"
 
 }  // namespace fr::proto

@@ -27,6 +27,24 @@ static Status read_record(const json& j, const std::string& w, DaemonClientRecor
 
 static Status read(const json& j, const std::string& w, DaemonClientRecord& r) { return read_record(j, w, r, "mode"); }
 
+Status read_progress(const json& j, const std::string& w, DaemonProgress& p) {
+  auto it = j.find("progress");
+  if (it == j.end() || it->is_null()) return {};
+  const std::string pw = w + ".progress";
+  FR_TRY(json_fields::object(*it, pw));
+  FR_TRY(field(*it, "done_bytes", pw, p.done_bytes));
+  FR_TRY(field(*it, "total_bytes", pw, p.total_bytes));
+  FR_TRY(field(*it, "elapsed_s", pw, p.elapsed_s));
+  FR_TRY(field(*it, "rate_bytes_per_s", pw, p.rate_bytes_per_s));
+  return {};
+}
+
+json to_json(const DaemonProgress& p) {
+  json j{{"done_bytes", p.done_bytes}, {"total_bytes", p.total_bytes}, {"rate_bytes_per_s", p.rate_bytes_per_s}};
+  if (p.elapsed_s) j["elapsed_s"] = *p.elapsed_s;
+  return j;
+}
+
 static Status read(const json& j, const std::string& w, DaemonEntryStatus& e) {
   FR_TRY(json_fields::object(j, w));
   FR_TRY(field(j, "fingerprint", w, e.fingerprint));
@@ -39,14 +57,7 @@ static Status read(const json& j, const std::string& w, DaemonEntryStatus& e) {
   FR_TRY(field(j, "config", w, e.config));
   FR_TRY(field(j, "digest", w, e.digest));
   FR_TRY(field(j, "error", w, e.error));
-  if (auto it = j.find("progress"); it != j.end() && !it->is_null()) {
-    const std::string pw = w + ".progress";
-    FR_TRY(json_fields::object(*it, pw));
-    FR_TRY(field(*it, "done_bytes", pw, e.progress.done_bytes));
-    FR_TRY(field(*it, "total_bytes", pw, e.progress.total_bytes));
-    FR_TRY(field(*it, "elapsed_s", pw, e.progress.elapsed_s));
-    FR_TRY(field(*it, "rate_bytes_per_s", pw, e.progress.rate_bytes_per_s));
-  }
+  FR_TRY(read_progress(j, w, e.progress));
   FR_TRY(field(j, "attaches", w, e.attaches));
   return {};
 }
@@ -112,8 +123,7 @@ json to_json(const DaemonStatus& s) {
                        {"config", e.config},
                        {"digest", e.digest ? json(*e.digest) : json(nullptr)},
                        {"error", e.error ? json(*e.error) : json(nullptr)},
-                       {"progress", {{"done_bytes", e.progress.done_bytes}, {"total_bytes", e.progress.total_bytes},
-                                     {"elapsed_s", e.progress.elapsed_s}, {"rate_bytes_per_s", e.progress.rate_bytes_per_s}}},
+                       {"progress", to_json(e.progress)},
                        {"attaches", std::move(at)}});
   }
   json misses = json::array();

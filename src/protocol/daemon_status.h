@@ -17,10 +17,13 @@
 
 namespace fr::proto {
 
+// A load's progress. fastrestartd's status shows each daemon's row with the same struct (status::DaemonRowStatus,
+// the sum over its entries), where no one elapsed time applies: elapsed_s is left unset there and then
+// absent on the wire.
 struct DaemonProgress {
   uint64_t done_bytes = 0;
   uint64_t total_bytes = 0;
-  double elapsed_s = 0;
+  std::optional<double> elapsed_s;  // the daemon sets it for every entry
   double rate_bytes_per_s = 0;
 };
 
@@ -82,6 +85,12 @@ struct DaemonStatus {
 nlohmann::json to_json(const DaemonArenaStatus& a, const char* wait_key);
 Status read_arenas(const nlohmann::json& j, const char* key, const std::string& where, std::vector<DaemonArenaStatus>& out,
                    const char* wait_key);
+
+// The progress object's codec, for the daemon's entries and fastrestartd's daemon rows alike: elapsed_s
+// only when set. read_progress reads j["progress"] (absent or null: unchanged), naming
+// "<where>.progress.<field>" in errors.
+nlohmann::json to_json(const DaemonProgress& p);
+Status read_progress(const nlohmann::json& j, const std::string& where, DaemonProgress& p);
 
 // The reply without "ok" (the server adds it).
 nlohmann::json to_json(const DaemonStatus& s);

@@ -36,13 +36,7 @@ static Status read(const json& j, const std::string& w, DaemonRowStatus& d) {
   FR_TRY(field(j, "entries", w, d.entries));
   FR_TRY(field(j, "arena_bytes", w, d.arena_bytes));
   FR_TRY(proto::read_arenas(j, "arenas", w, d.arenas, "waited_s"));
-  if (auto it = j.find("progress"); it != j.end() && !it->is_null()) {
-    const std::string pw = w + ".progress";
-    FR_TRY(object(*it, pw));
-    FR_TRY(field(*it, "done_bytes", pw, d.progress.done_bytes));
-    FR_TRY(field(*it, "total_bytes", pw, d.progress.total_bytes));
-    FR_TRY(field(*it, "rate_bytes_per_s", pw, d.progress.rate_bytes_per_s));
-  }
+  FR_TRY(proto::read_progress(j, w, d.progress));
   if (j.contains("health") || j.contains("argv") || j.contains("watched_files")) {
     PreloadDetails p;
     FR_TRY(field(j, "health", w, p.health));
@@ -240,8 +234,7 @@ json to_json(const DaemonRowStatus& d) {
          {"error", d.error},
          {"held_bytes", d.held_bytes},
          {"entries", d.entries},
-         {"progress", {{"done_bytes", d.progress.done_bytes}, {"total_bytes", d.progress.total_bytes},
-                       {"rate_bytes_per_s", d.progress.rate_bytes_per_s}}}};
+         {"progress", proto::to_json(d.progress)}};
   if (!d.kind.empty()) j["kind"] = d.kind;
   if (d.socket) {  // a native daemon: its arenas (none for the other kinds)
     j["socket"] = *d.socket;

@@ -35,11 +35,8 @@ struct EngineStatus {
   nlohmann::json vllm;  // engine.kind = vllm: what the engine reported; null (omitted) for other kinds
 };
 
-struct DaemonProgressStatus {
-  uint64_t done_bytes = 0;
-  uint64_t total_bytes = 0;
-  double rate_bytes_per_s = 0;
-};
+// A daemon row's progress: the sum over its entries, in the daemon's own struct and codec (elapsed_s unset).
+using DaemonProgressStatus = proto::DaemonProgress;
 
 // `vllm preload`'s row adds these (docs/vllm.md).
 struct PreloadDetails {

@@ -38,6 +38,7 @@ TEST(ListenNames, ThePythonTestsStartEnginesAsFastrestartdDoes) {
   const std::string support = source_file("python/tests/listen_support.py");
   ASSERT_FALSE(support.empty()) << "python/tests/listen_support.py not read";
   EXPECT_TRUE(assigns(support, "FDNAME", fastrestart::kListenFdName)) << "FDNAME in python/tests/listen_support.py";
+  EXPECT_TRUE(assigns(support, "PROBE_FDNAME", fastrestart::kProbeFdName)) << "PROBE_FDNAME in python/tests/listen_support.py";
 }
 
 }  // namespace

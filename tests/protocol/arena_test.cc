@@ -77,5 +77,9 @@ TEST(ArenaCodec, TheReleaseRequest) {
   EXPECT_EQ(e.error().message, "arena_release.name: missing");
 }
 
+TEST(ArenaCodec, TheReleaseReplyIsTheDocumentedObject) {
+  EXPECT_EQ(to_json(ArenaReleaseReply{"kv", 4096}), (json{{"name", "kv"}, {"freed_bytes", 4096}}));
+}
+
 }  // namespace
 }  // namespace fr::proto

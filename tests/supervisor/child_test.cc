@@ -89,7 +89,7 @@ TEST(SpawnChild, TheListeningSocketArrivesAsDescriptor3WithTheChildsPid) {
     SpawnSpec spec;
     spec.argv = {"/bin/sh", "-c", script};
     spec.listen_fd = l->fd();
-    spec.listen_fd_name = "fastrestart-engine";
+    spec.listen_fd_name = kListenFdName;
     spec.new_pid_namespace = pid_ns;
     auto s = spawn_child(spec);
     ASSERT_TRUE(s.ok()) << s.error().message;
@@ -167,7 +167,7 @@ TEST(SpawnChild, ThePrivateEndpointArrivesAsDescriptor4) {
   SpawnSpec spec;
   spec.argv = {"/bin/sh", "-c", "echo fds=$LISTEN_FDS names=$LISTEN_FDNAMES; readlink /proc/self/fd/3 /proc/self/fd/4"};
   spec.listen_fd = l->fd();
-  spec.listen_fd_name = "fastrestart-engine";
+  spec.listen_fd_name = kListenFdName;
   spec.probe_fd = e->fd.get();
   spec.probe_fd_name = kProbeFdName;
   auto s = spawn_child(spec);
