@@ -115,14 +115,8 @@ class Front {
 
 // Raw bytes to the front, and everything it answers until it closes (or 10 s).
 std::string raw(uint16_t port, const std::string& bytes, bool close_after_send = false) {
-  UniqueFd fd(::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_port = htons(port);
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  if (::connect(fd.get(), reinterpret_cast<sockaddr*>(&a), sizeof a) != 0) return "connect failed";
-  timeval tv{10, 0};
-  ::setsockopt(fd.get(), SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+  UniqueFd fd = fr::test::connect_loopback(port, 10);
+  if (!fd) return "connect failed";
   if (::send(fd.get(), bytes.data(), bytes.size(), MSG_NOSIGNAL) < 0) return "send failed";
   if (close_after_send) return "";
   std::string out;
@@ -461,14 +455,8 @@ size_t count_of(const std::string& s, const std::string& what) {
 // client has read k events ("data:" lines) of the stream.
 std::string stream_through(uint16_t port, const std::string& body,
                            std::vector<std::pair<size_t, std::function<void()>>> at_events = {}) {
-  UniqueFd fd(::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_port = htons(port);
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  if (::connect(fd.get(), reinterpret_cast<sockaddr*>(&a), sizeof a) != 0) return "connect failed";
-  timeval tv{60, 0};
-  ::setsockopt(fd.get(), SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+  UniqueFd fd = fr::test::connect_loopback(port, 60);
+  if (!fd) return "connect failed";
   const std::string req = "POST /v1/completions HTTP/1.1\r\nContent-Type: application/json\r\nConnection: close\r\n"
                           "Content-Length: " + std::to_string(body.size()) + "\r\n\r\n" + body;
   if (::send(fd.get(), req.data(), req.size(), MSG_NOSIGNAL) < 0) return "send failed";

@@ -235,6 +235,19 @@ uint16_t free_port() {
   return ntohs(a.sin_port);
 }
 
+UniqueFd connect_loopback(uint16_t port, int recv_timeout_s) {
+  UniqueFd fd(::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
+  if (!fd) return fd;
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_port = htons(port);
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  if (::connect(fd.get(), reinterpret_cast<sockaddr*>(&a), sizeof a) != 0) return UniqueFd();
+  timeval tv{recv_timeout_s, 0};
+  ::setsockopt(fd.get(), SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+  return fd;
+}
+
 int open_fd_count(pid_t pid) {
   std::error_code ec;
   std::filesystem::directory_iterator it("/proc/" + std::to_string(pid) + "/fd", ec);

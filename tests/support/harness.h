@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "common/fd.h"
 #include "common/safetensors.h"
 
 namespace fr::test {
@@ -72,6 +73,10 @@ class Daemon {
 // A TCP port on 127.0.0.1 that was free a moment ago (bound to port 0, then closed): for a server the test
 // starts next. Another process may take it in between; tests live with that on a private machine.
 uint16_t free_port();
+
+// A TCP connection to 127.0.0.1:`port` whose reads give up after `recv_timeout_s` (SO_RCVTIMEO), or an
+// invalid fd when connect(2) fails: the client side of tests that speak raw HTTP to a server.
+UniqueFd connect_loopback(uint16_t port, int recv_timeout_s);
 
 // How many descriptors process `pid` has open now (its /proc/<pid>/fd), or -1 when that cannot be read
 // (the process is gone). Leak checks compare it before and after.

@@ -79,14 +79,8 @@ std::vector<std::string> events_of(const std::string& body) {
 
 // One streamed completion over a raw socket: `reached` is raised once kKillAfter token events arrived.
 std::string stream_completion(uint16_t port, const std::string& prompt, std::atomic<int>* reached) {
-  UniqueFd fd(::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_port = htons(port);
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  if (::connect(fd.get(), reinterpret_cast<sockaddr*>(&a), sizeof a) != 0) return "connect failed";
-  timeval tv{120, 0};
-  ::setsockopt(fd.get(), SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+  UniqueFd fd = fr::test::connect_loopback(port, 120);
+  if (!fd) return "connect failed";
   const std::string body =
       json{{"model", "t"}, {"prompt", prompt}, {"max_tokens", kMaxTokens}, {"stream", true}, {"temperature", 0}}.dump();
   const std::string req = "POST /v1/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
