@@ -562,7 +562,15 @@ void Supervisor::decide_path_after_ready() {
   const double since = e.attach_since_unix - 1;
   run_in_pool<AttachSeen>(
       m_loop, [socks, pgid, since] { return attach_seen(socks, pgid, since); },
-      [this, finish](AttachSeen seen) {
+      [this, finish, pgid](AttachSeen seen) {
+        // The query may outlive its engine: a daemon slow to answer (stopped, respawning) holds it for up to
+        // its call timeout, while the engine is restarted and the next one spawned. Its answer is about
+        // that engine only: applied to the next one, it would mark an engine ready that was never probed,
+        // which then dies at the start deadline (ARCHITECTURE.md, "Readiness is a real request").
+        if (!m_engine || m_engine->pid != pgid || m_engine->exited || m_engine->stop_requested) {
+          spdlog::info("engine pid {} is gone or stopping: its attach result is dropped", pgid);
+          return;
+        }
         // A miss by the engine decides even when an attach by it follows: an engine that loaded from disk
         // and published then adopts the daemon's copy (docs/tinyengine.md, "Loading"); its start was cold.
         if (!seen.miss.empty()) seen.hit = false;

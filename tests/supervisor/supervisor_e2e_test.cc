@@ -478,6 +478,54 @@ TEST(Fastrestartd, ADeadDaemonIsRespawnedAndTheEngineKeepsServing) {
   EXPECT_NE(d.log().find("respawning in"), std::string::npos);
 }
 
+// After an engine's readiness passes, the daemons' attach records decide its path, asked on the thread
+// pool. A daemon that does not answer holds that query for its call timeout; the engine is restarted
+// meanwhile, and the answer, when it comes, is about the engine that is gone: applied to the next one it
+// would make that one ready unprobed, to be killed at the start deadline (the soak found this).
+TEST(Fastrestartd, ALateAttachResultIsNotAppliedToTheNextEngine) {
+  Options o;
+  o.engine_flags = ", \"--fault-token-delay\", \"0.6\"";  // readiness takes 0.6 s after the load
+  o.startup_timeout_s = 8;
+  Fastrestartd d(o);
+  ASSERT_TRUE(d.notify().wait_for("READY=1")) << d.log();
+  auto s = d.status();
+  const pid_t daemon = s["daemons"][0]["pid"], first = s["engine"]["pid"];
+  auto engine_pid = [](const json& j) -> pid_t { return j["engine"].is_object() ? j["engine"].value("pid", 0) : 0; };
+  ASSERT_EQ(d.ctl({"restart"}).exit_code, 0);
+  // The second engine attaches (the first published); the daemon is stopped before its readiness passes.
+  pid_t second = 0;
+  auto until = Clock::now() + std::chrono::seconds(30);
+  while (Clock::now() < until) {
+    const pid_t p = engine_pid(d.status());
+    const json load = d.engine_stats()["load"];
+    if (p != first && p > 0 && load.is_object() && load.value("path", "") == "attach") {
+      second = p;
+      break;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  ASSERT_GT(second, 0) << d.log();
+  ASSERT_EQ(::kill(daemon, SIGSTOP), 0);
+  ASSERT_TRUE(d.wait_status([&](const json& j) { return j["state"] == "ready" && engine_pid(j) == second; }, 20))
+      << d.log();
+  ASSERT_EQ(d.ctl({"restart"}).exit_code, 0);
+  const bool spawned = d.wait_status([&](const json& j) {
+    const pid_t p = engine_pid(j);
+    return p != second && p > 0;
+  }, 20);
+  ::kill(daemon, SIGCONT);
+  ASSERT_TRUE(spawned) << d.log();
+  pid_t third = d.status()["engine"]["pid"];
+  // The third engine is ready by its own probe, not by the second one's late answer.
+  EXPECT_TRUE(d.wait_status([&](const json& j) {
+    return j["state"] == "ready" && engine_pid(j) == third && !j["engine"].value("path", "").empty();
+  }, 20)) << d.log();
+  EXPECT_EQ(restarts(d.status(), "start_timeout"), 0) << d.log();
+  EXPECT_NE(d.log().find("engine pid " + std::to_string(second) + " is gone or stopping: its attach result is dropped"),
+            std::string::npos)
+      << "the daemon answered before the second engine stopped: the case was not exercised\n" << d.log();
+}
+
 TEST(Fastrestartd, ADaemonThatCannotStartDoesNotStopTheEngine) {
   Options o;
   test::TempDir scratch;  // the weight daemon's socket dir (made 0700 by fastrestartd): this test's own, never the system's default
