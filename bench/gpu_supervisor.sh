@@ -48,7 +48,8 @@ ctl() { fastrestartctl --socket "$w/ctl/gpu.ctl" "$@"; }
 sync; echo 3 >/proc/sys/vm/drop_caches 2>/dev/null || true
 python3 "$(dirname "$0")/fastrestartd_run.py" exec "$w/gpu.toml" "$out/fastrestartd-gpu.log" &  # the benches' one launcher
 sup=$!
-ready() { grep -c 'READY: path' "$out/fastrestartd-gpu.log"; }
+# 0 until the launcher has created its log (grep alone prints nothing then, and the test below errs).
+ready() { local n; n=$(grep -c 'READY: path' "$out/fastrestartd-gpu.log" 2>/dev/null); echo "${n:-0}"; }
 wait_ready() { for _ in $(seq 6000); do [ "$(ready)" -ge "$1" ] && return 0; sleep 0.05; done; return 1; }
 wait_ready 1 || { echo "never ready"; tail -30 "$out/fastrestartd-gpu.log"; kill $sup; exit 1; }
 ctl status --json >"$out/status-cold.json"
