@@ -73,20 +73,29 @@ class CudaArenaRange final : public ArenaRange {
     FR_TRY(check(d.cuMemAddressReserve(&va, n, g, 0, 0), "cuMemAddressReserve(arena)"));
     r->m_range = cuda::AddressRange(dev->context(), cuda::Range{va, n});
     const uint64_t chunk = placeholder_size(n, g);
+    // Every mapping covers its allocation whole: the driver may refuse to map a part of one
+    // (CUDA_ERROR_NOT_SUPPORTED), so a range that is no multiple of the chunk ends on a second placeholder
+    // of exactly what is left.
+    const uint64_t tail = n % chunk;
     FR_ASSIGN(r->m_placeholder, cuda::create_shareable(dev, chunk));
+    if (tail != 0) {
+      FR_ASSIGN(r->m_tail_placeholder, cuda::create_shareable(dev, tail));
+    }
     for (uint64_t off = 0; off < n; off += chunk) {
       const uint64_t len = std::min(chunk, n - off);
-      FR_TRY(check(d.cuMemMap(va + off, len, 0, r->m_placeholder.get(), 0), "cuMemMap(arena placeholder)"));
+      const cuda::Allocation& ph = len == chunk ? r->m_placeholder : r->m_tail_placeholder;
+      FR_TRY(check(d.cuMemMap(va + off, len, 0, ph.get(), 0), "cuMemMap(arena placeholder)"));
       r->m_maps.emplace_back(dev->context(), cuda::Range{va + off, len});
     }
     FR_TRY(r->set_access());
-    r->m_placeholder_bytes = chunk;
+    r->m_placeholder_bytes = chunk + tail;
     return std::unique_ptr<ArenaRange>(std::move(r));
   }
   ~CudaArenaRange() override {
     ScopedContext scope(m_dev->context());
     m_maps.clear();
     m_placeholder.reset();
+    m_tail_placeholder.reset();
     m_range.reset();
   }
 
@@ -104,6 +113,7 @@ class CudaArenaRange final : public ArenaRange {
     FR_TRY(check(m_dev->driver().cuCtxSynchronize(), "cuCtxSynchronize(before the arena's unmap)"));
     m_maps.clear();
     m_placeholder.reset();
+    m_tail_placeholder.reset();
     m_swapped = false;
     m_unmapped = true;
     return {};
@@ -122,6 +132,7 @@ class CudaArenaRange final : public ArenaRange {
     FR_TRY(check(d.cuCtxSynchronize(), "cuCtxSynchronize(before the arena swap)"));
     m_maps.clear();  // cuMemUnmap of each placeholder chunk; the range stays reserved
     m_placeholder.reset();
+    m_tail_placeholder.reset();
     const cuda::Range r = m_range.get();
     FR_TRY(check(d.cuMemMap(r.ptr, r.size, 0, arena.get(), 0), "cuMemMap(arena)"));
     m_maps.emplace_back(m_dev->context(), r);
@@ -144,6 +155,7 @@ class CudaArenaRange final : public ArenaRange {
   std::shared_ptr<cuda::Device> m_dev;
   cuda::AddressRange m_range;
   cuda::Allocation m_placeholder;
+  cuda::Allocation m_tail_placeholder;  // the last chunk's, when it is shorter
   std::vector<cuda::Mapping> m_maps;
   uint64_t m_placeholder_bytes = 0;
   bool m_swapped = false;

@@ -292,5 +292,33 @@ TEST(CudaDevice, ArenaPlaceholderAliasesAndTheSwapKeepsTheAddress) {
   EXPECT_EQ(digest_of(back.data(), back.size()), f.digest) << "the pool's bytes, through the range's address";
 }
 
+// A range of more than kMaxPlaceholderMaps granules that is no multiple of the chunk: every chunk maps a
+// placeholder allocation whole (the last one its own, shorter one), where mapping a part of the chunk's
+// allocation can be refused by the driver (CUDA_ERROR_NOT_SUPPORTED). The whole range is writable.
+TEST(CudaDevice, ArenaPlaceholderOfARangeThatIsNoMultipleOfItsChunk) {
+  FR_SKIP_WITHOUT_GPU();
+  auto cd = cuda::Device::open_ordinal(0);
+  ASSERT_TRUE(cd.ok());
+  const uint64_t g = (*cd)->vmm_granularity();
+  const uint64_t bytes = (loader::kMaxPlaceholderMaps + 1) * g;  // chunk 2 granules: the last one alone
+  ASSERT_NE(bytes % loader::placeholder_size(bytes, g), 0u);
+  auto dev = loader::make_cuda_device(0);
+  ASSERT_TRUE(dev.ok()) << dev.error().to_string();
+  auto range = (*dev)->reserve_arena(bytes);
+  ASSERT_TRUE(range.ok()) << range.error().to_string();
+  auto& r = **range;
+  EXPECT_EQ(r.size(), bytes);
+  EXPECT_EQ(r.placeholder_bytes(), loader::placeholder_size(bytes, g) + bytes % loader::placeholder_size(bytes, g));
+  const cuda::Driver& d = (*cd)->driver();
+  cuda::ScopedContext scope((*cd)->context());
+  ASSERT_TRUE(scope.status().ok());
+  const auto base = reinterpret_cast<CUdeviceptr>(r.base());
+  ASSERT_EQ(d.cuMemsetD8(base, 0x5a, bytes), CUDA_SUCCESS);
+  ASSERT_EQ(d.cuCtxSynchronize(), CUDA_SUCCESS);
+  unsigned char last = 0;
+  ASSERT_EQ(d.cuMemcpyDtoH(&last, base + bytes - 1, 1), CUDA_SUCCESS);
+  EXPECT_EQ(last, 0x5a);
+}
+
 }  // namespace
 }  // namespace fr
