@@ -10,27 +10,22 @@
 #include <unistd.h>
 
 #include <cerrno>
-#include <charconv>
+#include <climits>
 #include <cstdlib>
 #include <cstring>
 #include <initializer_list>
 #include <string>
 #include <vector>
 
+#include "common/parse_number.h"
+
 namespace fastrestart {
 namespace {
 
 constexpr int kListenFdsStart = 3;  // SD_LISTEN_FDS_START
 
-Error bad_env(const char* name, const std::string& value, const std::string& why) {
-  return Error{Errc::kInvalidArgument, std::string(name) + "=" + value + ": " + why};
-}
-
-template <typename T>
-bool parse_number(const std::string& s, T& out) {
-  const auto [end, ec] = std::from_chars(s.data(), s.data() + s.size(), out);
-  return ec == std::errc{} && end == s.data() + s.size();
-}
+using fr::bad_env;
+using fr::parse_env_int;
 
 std::vector<std::string> split_names(const std::string& s) {
   std::vector<std::string> out;
@@ -147,8 +142,7 @@ Result<std::vector<int>> take_sockets(std::initializer_list<std::string_view> na
   const bool has_names = names_env != nullptr;
   UnsetOnExit unset;
   if (!pid_env || !fds_env) return out;
-  long pid = 0;
-  if (!parse_number(pid_text, pid) || pid <= 0) return bad_env("LISTEN_PID", pid_text, "not a process id");
+  FR_ASSIGN(const int64_t pid, parse_env_int<int64_t>("LISTEN_PID", pid_text, 1, INT64_MAX, "not a process id"));
   if (pid != ::getpid()) {
     // Meant for another process (systemd's rule: not ours). Said in one line, since with fastrestartd it
     // is nearly always a wrapper between it and the engine that forks instead of exec'ing, and the engine
@@ -159,8 +153,7 @@ Result<std::vector<int>> take_sockets(std::initializer_list<std::string_view> na
                "between the supervisor and the engine must exec it, not fork)");
     return out;
   }
-  int count = 0;
-  if (!parse_number(fds_text, count) || count < 0) return bad_env("LISTEN_FDS", fds_text, "not a descriptor count");
+  FR_ASSIGN(const int count, parse_env_int<int>("LISTEN_FDS", fds_text, 0, INT_MAX, "not a descriptor count"));
   if (count == 0) return out;
   std::vector<int> index(names.size(), -1);
   if (has_names) {

@@ -7,7 +7,7 @@
 #include <unistd.h>
 
 #include <cerrno>
-#include <charconv>
+#include <climits>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -15,6 +15,7 @@
 
 #include "common/bounded_json.h"
 #include "common/fd.h"
+#include "common/parse_number.h"
 #include "protocol/messages.h"
 
 namespace fastrestart {
@@ -29,16 +30,12 @@ const char* env_or_empty(const char* name) {
   return v ? v : "";
 }
 
-Error bad_env(const char* name, const std::string& value, const std::string& why) {
-  return Error{Errc::kInvalidArgument, std::string(name) + "=" + value + ": " + why};
-}
+using fr::bad_env;
 
 // The fd in FASTRESTART_STANDBY_FD, checked to be an open stream socket.
 Result<int> standby_fd() {
   const std::string v = env_or_empty(kStandbyFdEnv);
-  int fd = -1;
-  const auto [end, ec] = std::from_chars(v.data(), v.data() + v.size(), fd);
-  if (ec != std::errc{} || end != v.data() + v.size() || fd < 0) return bad_env(kStandbyFdEnv, v, "not a file descriptor number");
+  FR_ASSIGN(const int fd, fr::parse_env_int<int>(kStandbyFdEnv, v, 0, INT_MAX, "not a file descriptor number"));
   struct stat st {};
   if (::fstat(fd, &st) != 0) return bad_env(kStandbyFdEnv, v, std::string("not an open file descriptor (") + std::strerror(errno) + ")");
   int type = 0;

@@ -1,10 +1,9 @@
 #include "supervisor/arena_line.h"
 
-#include "protocol/arena.h"
-
-#include <charconv>
-#include <cmath>
 #include <map>
+
+#include "common/parse_number.h"
+#include "protocol/arena.h"
 
 namespace fr::supervisor {
 namespace {
@@ -14,20 +13,6 @@ constexpr std::string_view kArenaMarker = "fastrestart-arena:";
 Error arena_bad(const std::string& what) { return make_error(Errc::kInvalidArgument, "fastrestart-arena: " + what); }
 
 bool arena_space(char c) { return c == ' ' || c == '\t' || c == '\r'; }
-
-std::optional<uint64_t> arena_positive_integer(std::string_view s) {
-  uint64_t v = 0;
-  auto [p, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
-  if (s.empty() || ec != std::errc() || p != s.data() + s.size() || v == 0) return std::nullopt;
-  return v;
-}
-
-std::optional<double> arena_seconds(std::string_view s) {
-  double v = 0;
-  auto [p, ec] = std::from_chars(s.data(), s.data() + s.size(), v, std::chars_format::fixed);
-  if (s.empty() || ec != std::errc() || p != s.data() + s.size() || !std::isfinite(v) || v < 0) return std::nullopt;
-  return v;
-}
 
 // Reads the `key=value` words after the outcome; a quoted value may hold spaces. Values are kept as read
 // (quotes removed, escapes resolved).
@@ -110,18 +95,16 @@ Result<std::optional<ArenaLine>> parse_arena_line(std::string_view line) {
   const std::string* name = get("name");
   if (!name || !proto::valid_arena_name(*name)) return arena_bad("leased: name: missing, or not 1-64 of A-Z a-z 0-9 _ . -");
   a.name = *name;
-  const std::string* bytes = get("bytes");
-  auto b = bytes ? arena_positive_integer(*bytes) : std::nullopt;
-  if (!b) return arena_bad("leased: bytes: missing, or not an integer > 0");
-  a.bytes = *b;
-  const std::string* generation = get("generation");
-  auto g = generation ? arena_positive_integer(*generation) : std::nullopt;
-  if (!g) return arena_bad("leased: generation: missing, or not an integer > 0");
-  a.generation = *g;
+  for (auto [key, out] : {std::pair{"bytes", &a.bytes}, std::pair{"generation", &a.generation}}) {
+    const std::string* v = get(key);
+    auto n = v ? to_u64(*v) : std::nullopt;
+    if (!n || *n == 0) return arena_bad(std::string("leased: ") + key + ": missing, or not an integer > 0");
+    *out = *n;
+  }
   for (auto [key, out] : {std::pair{"waited_s", &a.waited_s}, std::pair{"swap_s", &a.swap_s}}) {
     const std::string* v = get(key);
-    auto s = v ? arena_seconds(*v) : std::nullopt;
-    if (!s) return arena_bad(std::string("leased: ") + key + ": missing, or not a decimal >= 0");
+    auto s = v ? to_decimal(*v) : std::nullopt;
+    if (!s || *s < 0) return arena_bad(std::string("leased: ") + key + ": missing, or not a decimal >= 0");
     *out = *s;
   }
   return std::optional<ArenaLine>(std::move(a));

@@ -1,9 +1,10 @@
 #include "supervisor/engine_progress.h"
 
 #include <cctype>
-#include <charconv>
 #include <cstdio>
 #include <sstream>
+
+#include "common/parse_number.h"
 
 namespace fr::supervisor {
 namespace {
@@ -15,13 +16,6 @@ bool is_word(const std::string& s) {
   for (char c : s)
     if (!(std::isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '-' || c == '.')) return false;
   return true;
-}
-
-std::optional<uint64_t> number(const std::string& s) {
-  uint64_t v = 0;
-  auto [p, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
-  if (ec != std::errc() || p != s.data() + s.size() || s.empty()) return std::nullopt;
-  return v;
 }
 
 std::string mib(uint64_t b) {
@@ -55,8 +49,8 @@ std::optional<EngineProgress> parse_engine_progress(const std::string& line) {
     if (eq == std::string::npos) return std::nullopt;
     const std::string k = word.substr(0, eq), v = word.substr(eq + 1);
     if (k == "phase" && is_word(v)) p.phase = v;
-    else if (k == "done") done = number(v);
-    else if (k == "total") total = number(v);
+    else if (k == "done") done = to_u64(v);
+    else if (k == "total") total = to_u64(v);
     else if (k == "unit" && is_word(v)) p.unit = v;
     // other keys: ignored, so engines may add their own
   }
@@ -75,7 +69,7 @@ std::optional<EngineProgress> parse_progress_pattern(const std::vector<ProgressP
     word = word.substr(0, word.find_first_of(" \t\r["));
     const auto slash = word.find('/');
     if (slash == std::string::npos) continue;
-    auto done = number(word.substr(0, slash)), total = number(word.substr(slash + 1));
+    auto done = to_u64(word.substr(0, slash)), total = to_u64(word.substr(slash + 1));
     if (!done || !total || *done > *total) continue;
     return EngineProgress{pat.phase, *done, *total, pat.unit};
   }

@@ -4,7 +4,6 @@
 #include <unistd.h>
 
 #include <cerrno>
-#include <charconv>
 #include <cstdio>
 #include <map>
 
@@ -15,6 +14,7 @@
 
 #include "common/control_chars.h"
 #include "common/fd.h"
+#include "common/parse_number.h"
 
 namespace fr::supervisor {
 namespace {
@@ -37,13 +37,6 @@ bool kv_hex_id(std::string_view s) {
   for (char c : s)
     if (!((c >= '0' && c <= '9') || (c >= 'a' && c <= 'f'))) return false;
   return true;
-}
-
-std::optional<uint64_t> kv_count(std::string_view s) {
-  uint64_t v = 0;
-  auto [p, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
-  if (s.empty() || ec != std::errc() || p != s.data() + s.size()) return std::nullopt;
-  return v;
 }
 
 }  // namespace
@@ -79,9 +72,7 @@ Result<std::optional<KvStatsRecord>> parse_kv_stats(std::string_view text) {
   auto count = [&](const std::string& key, uint64_t& out) -> Status {
     auto it = words.find(key);
     if (it == words.end()) return kv_bad(key + ": missing");
-    auto v = kv_count(it->second);
-    if (!v) return kv_bad(key + ": not an unsigned integer: \"" + std::string(it->second.substr(0, 32)) + "\"");
-    out = *v;
+    FR_ASSIGN(out, parse_u64(it->second, key));
     return {};
   };
   auto id = words.find("id");
