@@ -14,6 +14,7 @@
 #include "common/atomic_file.h"
 #include "common/fd.h"
 #include "common/io.h"
+#include "common/parse_number.h"
 
 namespace fr::snapshot {
 namespace {
@@ -168,9 +169,7 @@ std::optional<uint64_t> parse_socket_name(const std::string& name) {
   if (name.size() < kPrefix.size() + 2 || name.compare(0, kPrefix.size(), kPrefix) != 0 || name.back() != ']')
     return std::nullopt;
   const std::string digits = name.substr(kPrefix.size(), name.size() - kPrefix.size() - 1);
-  if (digits.empty() || digits.size() > 20 || digits.find_first_not_of("0123456789") != std::string::npos)
-    return std::nullopt;
-  return std::stoull(digits);
+  return to_u64(digits);  // nullopt past 2^64-1 too, where std::stoull would throw
 }
 
 Result<int> hand_down_listen_socket(const std::string& images, uint64_t inode) {

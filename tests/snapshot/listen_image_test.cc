@@ -169,7 +169,8 @@ TEST_F(ListenImage, ACorruptImageIsNamed) {
 TEST(SocketName, RoundTripsAndRejectsOtherNames) {
   EXPECT_EQ(socket_name(1442420), "socket:[1442420]");
   EXPECT_EQ(parse_socket_name("socket:[1442420]"), 1442420u);
-  for (const char* bad : {"", "socket:[]", "socket:[12", "pipe:[12]", "socket:[1x]", "socket:[123456789012345678901]"})
+  for (const char* bad : {"", "socket:[]", "socket:[12", "pipe:[12]", "socket:[1x]", "socket:[123456789012345678901]",
+                          "socket:[99999999999999999999]", "socket:[-1]", "socket:[ 1]"})
     EXPECT_FALSE(parse_socket_name(bad)) << bad;
 }
 
