@@ -18,11 +18,13 @@ void guard(const char* where, const std::function<void()>& fn) noexcept {
 
 Loop::Loop() {
   uv_loop_init(&m_loop);
+  m_loop.data = this;  // run_work's completions look for m_closed here
   uv_async_init(&m_loop, &m_async, &Loop::on_async);
   m_async.data = this;
 }
 
 Loop::~Loop() {
+  m_closed = true;
   uv_close(reinterpret_cast<uv_handle_t*>(&m_async), nullptr);
   // Let every pending close callback run, then close the loop. A stop() called while the loop was not
   // running (an event raised from outside a callback) makes the next uv_run return before it runs the
@@ -186,7 +188,12 @@ void run_work(Loop& loop, std::function<void()> work, std::function<void()> done
       loop.get(), &w->req, [](uv_work_t* r) { guard("pool work", static_cast<Work*>(r->data)->work); },
       [](uv_work_t* r, int) {
         auto* item = static_cast<Work*>(r->data);
-        guard("pool work done", item->done);
+        // Work still in the pool when the Loop is destroyed completes in its destructor's last run, after
+        // its owner (the Supervisor, a daemon set) is gone: `done` would act on freed memory.
+        if (static_cast<Loop*>(r->loop->data)->closed())
+          spdlog::info("a thread-pool result that came back after its loop ended is dropped");
+        else
+          guard("pool work done", item->done);
         delete item;
       });
 }

@@ -27,9 +27,14 @@ class Loop {
 
   // Thread-safe: runs fn on the loop thread soon.
   void post(std::function<void()> fn);
+  // The destructor has begun: what still completes in its last run is dropped (run_work).
+  bool closed() const { return m_closed; }
 
  private:
   static void on_async(uv_async_t* a);
+  // Set by the destructor: posted tasks and thread-pool completions that arrive after it are dropped, not
+  // run (their owners, destroyed before the Loop they were built on, are gone).
+  bool m_closed = false;
   uv_loop_t m_loop{};
   uv_async_t m_async{};
   std::mutex m_mu;
@@ -85,7 +90,8 @@ class LineReader {
   H* m_h;
 };
 
-// Runs `work` on libuv's thread pool and `done` on the loop thread with its result.
+// Runs `work` on libuv's thread pool and `done` on the loop thread with its result; `done` is dropped
+// when the Loop is being destroyed by then (the work itself always runs to its end).
 template <typename T>
 void run_in_pool(Loop& loop, std::function<T()> work, std::function<void(T)> done);
 

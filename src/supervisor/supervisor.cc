@@ -612,8 +612,19 @@ void Supervisor::stop_engine(bool kill_now) {
   m_health_timer.stop();
   m_deadline_timer.stop();
   if (!m_engine || m_engine->exited) {
-    // Nothing running: go straight to what comes after a drain.
-    m_loop.post([this] { wait_drain(); });
+    // Nothing running: go straight to what comes after a drain. Posted, it may come after that engine's
+    // drain already ran (a failed spawn posts its own exit, which drains it too, and the drain's step can run
+    // before this post): a second drain would count the exit again in the policy, or reset (orphan) an
+    // engine started since. It is about the engine of now only.
+    const bool had = m_engine != nullptr;
+    const pid_t pid = had ? m_engine->pid : -1;
+    m_loop.post([this, had, pid] {
+      if ((m_engine != nullptr) != had || (had && m_engine->pid != pid)) {
+        spdlog::info("the drain asked for an engine that is no longer there (pid {}) is dropped", pid);
+        return;
+      }
+      wait_drain();
+    });
     return;
   }
   Engine& e = *m_engine;

@@ -86,6 +86,13 @@ void Supervisor::dump_begins() {
 
 void Supervisor::dump_failed() {
   if (!m_engine || m_engine->exited || m_engine->path.empty()) return;
+  // The dump's result may come after the engine was asked to stop meanwhile (SIGTERM, a dead preload): that
+  // stop stands. Cleared, the exit it asked for would count as a crash and health checks would run again.
+  if (m_state != State::kReady) {
+    spdlog::info("the failed dump's engine (pid {}) is being stopped ({}): it is not checked again", m_engine->pid,
+                 state_name(m_state));
+    return;
+  }
   m_engine->stop_requested = false;
   m_health_timer.start(m_cfg.readiness.check_interval_s, [this] { check_health(); }, m_cfg.readiness.check_interval_s);
 }

@@ -70,7 +70,16 @@ class NativeDaemons final : public DaemonSet {
   void stop() override {
     bool any = false;
     for (auto& d : m_daemons) {
-      if (d->exited) continue;
+      if (d->exited) {
+        // A dead daemon's pending respawn belongs to the set being stopped: fired while the others are still
+        // stopping (a cold reload), it would start a daemon nobody stops, so kDaemonsStopped never came.
+        if (d->respawn && d->respawn->active()) {
+          d->respawn->stop();
+          spdlog::info("weight daemon for {} (pid {}): its respawn is dropped, the daemons are stopping",
+                       d->gpu.empty() ? "host" : d->gpu, d->pid);
+        }
+        continue;
+      }
       d->stopping = true;
       any = true;
       ::kill(d->pid, SIGTERM);
@@ -212,6 +221,7 @@ void NativeDaemons::spawn(Daemon& d) {
 void NativeDaemons::poll() {
   struct Reply {
     size_t index;
+    pid_t pid;  // the daemon asked: one respawned in its place since is not described by this reply
     Result<json> status;
   };
   // While daemons are being stopped their exits decide what follows (kDaemonsStopped); a status they
@@ -232,12 +242,13 @@ void NativeDaemons::poll() {
     Daemon& d = *m_daemons[i];
     if (d.exited || d.stopping) continue;
     std::string sock = d.socket;
+    const pid_t pid = d.pid;
     run_in_pool<Reply>(
         m_host.loop(),
-        [i, sock]() -> Reply {
+        [i, pid, sock]() -> Reply {
           auto c = DaemonClient::connect(sock, 1.0, "fastrestartd");
-          if (!c.ok()) return {i, c.error()};
-          return {i, c->call({{"op", "status"}}, 5)};
+          if (!c.ok()) return {i, pid, c.error()};
+          return {i, pid, c->call({{"op", "status"}}, 5)};
         },
         [this, pending, remaining, generation](Reply r) {
           pending->push_back(std::move(r));
@@ -253,6 +264,13 @@ void NativeDaemons::poll() {
           for (auto& rep : *pending) {
             if (rep.index >= m_daemons.size()) continue;
             Daemon& dm = *m_daemons[rep.index];
+            // The batch waits for its slowest daemon (up to its call timeout): meanwhile this one may have died
+            // and been respawned in place, and the dead one's status (ready, its held bytes) is not the new one's.
+            if (dm.pid != rep.pid || dm.exited) {
+              spdlog::info("weight daemon pid {} is gone: its status reply is dropped", rep.pid);
+              all_ready = false;
+              continue;
+            }
             if (!rep.status.ok()) {
               all_ready = false;  // not listening yet
               continue;

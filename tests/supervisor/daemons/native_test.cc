@@ -218,5 +218,41 @@ TEST(NativeDaemons, RealDaemonsGetReadyRespawnAfterADeathAndStopAsOne) {
   set->close();
 }
 
+// A daemon that died while an engine ran waits out its respawn backoff; the set stopped meanwhile (a cold
+// reload: fastrestartd is not stopping) must not respawn it while the others stop. Respawned then, it was a
+// daemon nobody had stopped, and kDaemonsStopped never came: the reload hung in loading.
+TEST(NativeDaemons, ADeadDaemonIsNotRespawnedOnceTheSetIsStopping) {
+  fr::test::TempDir tmp;
+  const std::string dir = tmp / "sockets";
+  ASSERT_EQ(::mkdir(dir.c_str(), 0700), 0);
+  FakeHost host;
+  host.cfg.weights.backend = "host";
+  host.cfg.weights.daemon_path = fr::test::weightd();
+  host.cfg.weights.socket_dir = dir;
+  host.cfg.gpus = {"0", "1"};
+  auto set = make_daemon_set(host);
+  set->start();
+  ASSERT_TRUE(run_until(host.event_loop, *set, [&] { return !host.events.empty(); }));
+  ASSERT_EQ(host.events.back(), Event::kDaemonsReady);
+  host.awaiting = false;  // an engine runs
+  const auto rows = set->rows();
+  const pid_t dead = static_cast<pid_t>(rows[0].pid), other = static_cast<pid_t>(rows[1].pid);
+  ASSERT_EQ(::kill(dead, SIGKILL), 0);
+  reap(*set, dead);  // its respawn is due in 0.5 s (the backoff's first step)
+  set->stop();       // SIGTERM to the other; its exit is reaped only below
+  // Run the loop past the respawn's due time: libuv fires timers in the order they fall due, so this one,
+  // armed later for longer, comes after the respawn would have.
+  Timer past(host.event_loop);
+  past.start(1.0, [&] { host.event_loop.stop(); });
+  host.event_loop.run();
+  const auto now = set->rows();
+  EXPECT_EQ(static_cast<pid_t>(now[0].pid), dead) << "the dead daemon was respawned while the set stopped";
+  if (static_cast<pid_t>(now[0].pid) != dead) ::kill(static_cast<pid_t>(now[0].pid), SIGKILL);
+  reap(*set, other);
+  ASSERT_EQ(host.events.size(), 2u) << "the last daemon's exit ends the stop";
+  EXPECT_EQ(host.events[1], Event::kDaemonsStopped);
+  set->close();
+}
+
 }  // namespace
 }  // namespace fr::supervisor
