@@ -59,42 +59,12 @@ def http_json(port, path, timeout=30):
 
 def config_toml(d, name, command, flags, port, weights, backend):
     """The fastrestartd config of one stage: engine NAME on 127.0.0.1:PORT, its files under d."""
-    q = json.dumps
-    key = "".join(f"{k} = {q(v)}\n" for k, v in weights.get("key", {}).items())
-    gpus = '["0"]' if backend == "cuda" else "[]"
-    return f"""gpus = {gpus}
-[model]
-name = "{name}"
-[engine]
-kind = "generic"
-command = {q(command)}
-flags = {q(flags + ["--host", "127.0.0.1", "--port", str(port), "--served-model-name", name])}
-host = "127.0.0.1"
-port = {port}
-stop_grace_s = 20
-[weights]
-mode = "{weights['mode']}"
-backend = "{backend}"
-checkpoint = {q(weights['checkpoint'])}
-socket_dir = "{d}/run"
-daemon_path = "{shutil.which('fastrestart-weightd')}"
-[weights.key]
-{key}
-[readiness]
-model = "{name}"
-startup_timeout_s = 1200
-poll_interval_s = 0.02
-check_interval_s = 30
-[restart]
-backoff_initial_s = 0.01
-backoff_max_s = 0.05
-crash_loop_limit = 1000
-[control]
-socket = "{d}/ctl/s.ctl"
-state_dir = "{d}/state"
-[http]
-listen = "none"
-"""
+    return fr.supervisor_config(
+        d, name, command, flags + ["--host", "127.0.0.1", "--port", str(port), "--served-model-name", name], port,
+        {"mode": weights["mode"], "backend": backend, "checkpoint": weights["checkpoint"],
+         "daemon_path": shutil.which("fastrestart-weightd"), "key": weights.get("key", {})},
+        top={"gpus": ["0"] if backend == "cuda" else []}, engine={"stop_grace_s": 20},
+        readiness={"startup_timeout_s": 1200, "check_interval_s": 30})
 
 
 class Supervisor(fr.Fastrestartd):
@@ -103,7 +73,7 @@ class Supervisor(fr.Fastrestartd):
     def __init__(self, work, name, command, flags, port, weights, out, backend="cuda"):
         d = os.path.join(work, name)
         shutil.rmtree(d, ignore_errors=True)
-        super().__init__(d, config_toml(d, name, command, flags, port, weights, backend), os.path.join(d, "ctl", "s.ctl"),
+        super().__init__(d, config_toml(d, name, command, flags, port, weights, backend), fr.control_socket(d),
                          log_path=os.path.join(out, "logs", f"fastrestartd-{name}.log"))
         self.port, self.name = port, name
         self.start()

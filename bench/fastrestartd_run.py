@@ -34,13 +34,8 @@ PROMPT = "The capital of France is"  # the oracle prompt
 
 # The [weights.key] of the PyTorch reference engine at TP=1 (docs/refengine.md; bench/gpu_standby.sh writes
 # the same in bash): the key under which it publishes and attaches its weights.
-REFENGINE_WEIGHTS_KEY = """[weights.key]
-arch = "LlamaForCausalLM"
-dtype = "BF16"
-engine = "fastrestart-refengine 0.1.0"
-tp_size = "1"
-tp_rank = "0"
-"""
+REFENGINE_WEIGHTS_KEY = {"arch": "LlamaForCausalLM", "dtype": "BF16", "engine": "fastrestart-refengine 0.1.0",
+                         "tp_size": "1", "tp_rank": "0"}
 
 
 def log(msg):
@@ -97,6 +92,45 @@ def add_daemon_args(ap):
     ap.add_argument("--log", required=True)
     ap.add_argument("--port", type=int, required=True)
     ap.add_argument("--model", required=True)
+
+
+def toml_text(doc):
+    """TOML for DOC: its scalar and list keys first, then each dict value as a [table] (nested ones as
+    [table.sub]). Values are strings, numbers, booleans and lists of them, which JSON spells as TOML does;
+    a key whose value is None is left out."""
+    def table(name, keys):
+        plain = [f"{k} = {json.dumps(v)}" for k, v in keys.items() if v is not None and not isinstance(v, dict)]
+        head = [f"[{name}]"] if name else []
+        subs = [table(f"{name}.{k}" if name else k, v) for k, v in keys.items() if isinstance(v, dict)]
+        return "\n".join(head + plain + [t for t in subs if t])
+    return table("", doc) + "\n"
+
+
+def supervisor_config(d, model, command, flags, port, weights, **tables):
+    """fastrestartd's config for one benchmark run (docs/config.md), as TOML: engine MODEL (COMMAND, FLAGS)
+    on 127.0.0.1:PORT, WEIGHTS the [weights] table (its socket_dir defaults to d/run), its control socket
+    control_socket(d), its state under d/state, no HTTP listener, and the short backoff every benchmark
+    uses (kills are the bench's, never a crash loop). TABLES add to or override a table's keys
+    ({"engine": {"listen": "front"}, "standby": {"level": "warmed"}}); `top` holds top-level keys ({"gpus": ["0"]})."""
+    doc = dict(tables.pop("top", {}))
+    doc.update({
+        "model": {"name": model},
+        "engine": {"kind": "generic", "command": command, "flags": flags, "host": "127.0.0.1", "port": port,
+                   "stop_grace_s": 5},
+        "weights": dict({"socket_dir": os.path.join(d, "run")}, **weights),
+        "readiness": {"model": model, "poll_interval_s": 0.02, "startup_timeout_s": 120},
+        "restart": {"backoff_initial_s": 0.01, "backoff_max_s": 0.05, "crash_loop_limit": 1000},
+        "control": {"socket": control_socket(d), "state_dir": os.path.join(d, "state")},
+        "http": {"listen": "none"},
+    })
+    for name, keys in tables.items():
+        doc.setdefault(name, {}).update(keys)
+    return toml_text(doc)
+
+
+def control_socket(d):
+    """The control socket of the run whose files are under d (supervisor_config)."""
+    return os.path.join(d, "ctl", "s.ctl")
 
 
 def fastrestartd_argv(config, binary="fastrestartd", extra=()):

@@ -39,56 +39,26 @@ MAX_TOKENS = 24
 HOLD_S = 30  # front.hold_s: the default
 
 
-def config_toml(d, ckpt, mode, port, which, token_delay, threads):
+def config_toml(d, ckpt, mode, port, which, token_delay, threads, engine_flags=(), readiness=None):
     """fastrestartd's config for one mode, its files under d."""
-    q = json.dumps
     run = os.path.join(d, "run")
     flags = ["--host", "127.0.0.1", "--port", str(port), "--served-model-name", "t", "--threads", str(threads),
              "--fault-token-delay", str(token_delay), "--load-format", "fastrestart", "--fastrestart-socket-dir", run,
-             "--shutdown-grace", "2"]
-    toml = f"""[model]
-name = "t"
-[engine]
-command = {q([which["fastrestart-tinyengine"], "serve", ckpt])}
-flags = {q(flags)}
-host = "127.0.0.1"
-port = {port}
-listen = "{mode}"
-listen_backlog = 4096
-stop_grace_s = 5
-[weights]
-mode = "zero_copy"
-backend = "host"
-checkpoint = {q(ckpt)}
-socket_dir = "{run}"
-daemon_path = {q(which["fastrestart-weightd"])}
-[readiness]
-model = "t"
-endpoint = "private"
-poll_interval_s = 0.02
-startup_timeout_s = 120
-[restart]
-backoff_initial_s = 0.01
-backoff_max_s = 0.05
-crash_loop_limit = 1000
-warm_failures_before_cold = 0
-start = ["warm", "cold"]
-[control]
-socket = "{os.path.join(d, 'ctl', 't.ctl')}"
-state_dir = "{d}/state"
-[http]
-listen = "none"
-"""
-    if mode == "front":
-        toml += f'[front]\nhold_s = {HOLD_S}\npath = {q(which["fastrestart-front"])}\n'
-    return toml
+             "--shutdown-grace", "2", *engine_flags]
+    tables = {"front": {"hold_s": HOLD_S, "path": which["fastrestart-front"]}} if mode == "front" else {}
+    return fr.supervisor_config(
+        d, "t", [which["fastrestart-tinyengine"], "serve", ckpt], flags, port,
+        {"mode": "zero_copy", "backend": "host", "checkpoint": ckpt, "daemon_path": which["fastrestart-weightd"]},
+        engine={"kind": None, "listen": mode, "listen_backlog": 4096},
+        readiness=dict({"endpoint": "private"}, **(readiness or {})),
+        restart={"warm_failures_before_cold": 0, "start": ["warm", "cold"]}, **tables)
 
 
 def launch(work, mode, ckpt, which, a):
     d = os.path.join(work, mode)
     port = fr.free_port()
     sup = fr.Fastrestartd(d, config_toml(d, ckpt, mode, port, which, a.token_delay, a.threads),
-                          os.path.join(d, "ctl", "t.ctl"), fastrestartd=which["fastrestartd"],
+                          fr.control_socket(d), fastrestartd=which["fastrestartd"],
                           fastrestartctl=which["fastrestartctl"])
     err = sup.check()
     if err:
@@ -198,12 +168,10 @@ KV_BLOCK_TOKENS = 4
 
 def kv_config(d, ckpt, port, which, a):
     """The front mode's config with the tiny engine's prefix cache on a host KV arena and health-only checks."""
-    toml = config_toml(d, ckpt, "front", port, which, a.kv_token_delay, a.threads)
-    flags = '"--shutdown-grace", "2"'
-    assert flags in toml
-    toml = toml.replace(flags, flags + f', "--kv-arena-bytes", "33554432", "--kv-arena-wait", "10", '
-                                       f'"--block-size", "{KV_BLOCK_TOKENS}"', 1)
-    return toml.replace('endpoint = "private"\n', 'endpoint = "private"\nrequest_path = ""\n', 1)
+    return config_toml(d, ckpt, "front", port, which, a.kv_token_delay, a.threads,
+                       engine_flags=("--kv-arena-bytes", "33554432", "--kv-arena-wait", "10",
+                                     "--block-size", str(KV_BLOCK_TOKENS)),
+                       readiness={"request_path": ""})
 
 
 def stream_reporting(port, prompt, at):
@@ -253,7 +221,7 @@ def kv_trial(sup, streams, k, tag):
 
 def kv_continuations(work, ckpt, which, a):
     d = os.path.join(work, "front-kv"); port = fr.free_port()
-    sup = fr.Fastrestartd(d, kv_config(d, ckpt, port, which, a), os.path.join(d, "ctl", "t.ctl"),
+    sup = fr.Fastrestartd(d, kv_config(d, ckpt, port, which, a), fr.control_socket(d),
                           fastrestartd=which["fastrestartd"], fastrestartctl=which["fastrestartctl"])
     err = sup.check()
     if err: sys.exit(f"front_kill: fastrestartd --check (front-kv): {err}")

@@ -92,62 +92,30 @@ def on_sigterm(*_):
 # --- fastrestartd ------------------------------------------------------------------------------------------
 def config_toml(a, listen, path, port, d, ckpt):
     """The fastrestartd config of one run (its files under d): engine "t" on 127.0.0.1:port."""
-    q = json.dumps
     warm = path != "cold"
     run = os.path.join(d, "run")
     flags = ["--host", "127.0.0.1", "--port", str(port), "--served-model-name", "t",
              "--load-format", "fastrestart" if warm else "disk", "--fastrestart-socket-dir", run]
+    weights = {"mode": "zero_copy" if warm else "off", "checkpoint": ckpt, "daemon_path": a.which["fastrestart-weightd"]}
     if a.engine == "ref":
         # bench/gpu_standby.sh's config() for the reference engine: its flags in the command, GPU 0, CUDA daemon
         command = [a.python, REFENGINE, "serve", ckpt] + a.ref_flags.split()
-        top, backend, grace, check = f"gpus = {q(a.gpus)}\n", "cuda", 20, 30
+        top, grace, check = {"gpus": a.gpus}, 20, 30
+        weights.update(backend="cuda", key=REFENGINE_WEIGHTS_KEY if warm else None)
     else:
         command = [a.which["fastrestart-tinyengine"], "serve", ckpt]
         flags += ["--shutdown-grace", "2", "--fault-startup-delay", str(a.startup_delay)]
-        top, backend, grace, check = "", "host", 5, 5
+        top, grace, check = {}, 5, 5
+        weights.update(backend="host")
     start = {"cold": ["cold"], "warm": ["warm", "cold"]}.get(path, ["standby", "warm", "cold"])
-    toml = top + f"""[model]
-name = "t"
-[engine]
-kind = "generic"
-command = {q(command)}
-flags = {q(flags)}
-host = "127.0.0.1"
-port = {port}
-stop_grace_s = {grace}
-"""
+    engine = {"stop_grace_s": grace}
     if listen == "supervisor":
-        toml += f'listen = "supervisor"\nlisten_backlog = {a.backlog}\n'
-    toml += f"""[weights]
-mode = "{'zero_copy' if warm else 'off'}"
-backend = "{backend}"
-checkpoint = {q(ckpt)}
-socket_dir = "{run}"
-daemon_path = "{a.which['fastrestart-weightd']}"
-"""
-    if a.engine == "ref" and warm:
-        toml += REFENGINE_WEIGHTS_KEY
-    toml += f"""[readiness]
-model = "t"
-poll_interval_s = 0.02
-check_interval_s = {check}
-startup_timeout_s = 300
-[restart]
-backoff_initial_s = 0.01
-backoff_max_s = 0.05
-crash_loop_limit = 1000
-warm_failures_before_cold = 0
-start = {q(start)}
-"""
-    if path in ("pre_gpu", "warmed"):
-        toml += f'[standby]\nlevel = "{path}"\n'
-    toml += f"""[control]
-socket = "{os.path.join(d, 'ctl', 't.ctl')}"
-state_dir = "{d}/state"
-[http]
-listen = "none"
-"""
-    return toml
+        engine.update(listen="supervisor", listen_backlog=a.backlog)
+    return fr.supervisor_config(
+        d, "t", command, flags, port, weights, top=top, engine=engine,
+        readiness={"check_interval_s": check, "startup_timeout_s": 300},
+        restart={"warm_failures_before_cold": 0, "start": start},
+        **({"standby": {"level": path}} if path in ("pre_gpu", "warmed") else {}))
 
 
 # An engine exit that the bench's kill -9 did not cause: the engine cannot start (fastrestartd would go on
@@ -175,7 +143,7 @@ def launcher(work, listen, path, a, ckpt):
     d = os.path.join(work, f"{listen}-{path}")
     shutil.rmtree(d, ignore_errors=True)
     port = free_port()
-    sup = fr.Fastrestartd(d, config_toml(a, listen, path, port, d, ckpt), os.path.join(d, "ctl", "t.ctl"),
+    sup = fr.Fastrestartd(d, config_toml(a, listen, path, port, d, ckpt), fr.control_socket(d),
                           fastrestartd=a.which["fastrestartd"], fastrestartctl=a.which["fastrestartctl"])
     sup.port = port
     return sup

@@ -257,7 +257,6 @@ class Run(fr.Driver):
 def tiny_config(a, d, port, ckpt, progs):
     """--launch tiny: the fastrestartd config of a.path for the tiny engine on the CPU over a host weight
     daemon, its files under d."""
-    q = json.dumps
     run = os.path.join(d, "run")
     flags = ["--load-format", "fastrestart", "--fastrestart-socket-dir", run, "--fault-startup-delay",
              str(a.startup_delay), "--shutdown-grace", "2", "--host", "127.0.0.1", "--port", str(port),
@@ -267,40 +266,11 @@ def tiny_config(a, d, port, ckpt, progs):
                     "warmed_arena": (["standby", "warm", "cold"], "warmed")}[a.path]
     if a.path == "warmed_arena":
         flags += ["--kv-arena-bytes", str(a.kv_arena_bytes)]
-    toml = f"""[model]
-name = "{a.model}"
-[engine]
-kind = "generic"
-command = {q([progs["fastrestart-tinyengine"], "serve", ckpt])}
-flags = {q(flags)}
-host = "127.0.0.1"
-port = {port}
-stop_grace_s = 5
-[weights]
-mode = "zero_copy"
-backend = "host"
-checkpoint = {q(ckpt)}
-socket_dir = "{run}"
-daemon_path = "{progs['fastrestart-weightd']}"
-[readiness]
-model = "{a.model}"
-poll_interval_s = 0.01
-check_interval_s = 30
-startup_timeout_s = 120
-[restart]
-start = {q(start)}
-backoff_initial_s = 0.01
-backoff_max_s = 0.05
-crash_loop_limit = 1000
-"""
-    if level:
-        toml += f'[standby]\nlevel = "{level}"\n'
-    return toml + f"""[control]
-socket = "{d}/ctl/s.ctl"
-state_dir = "{d}/state"
-[http]
-listen = "none"
-"""
+    return fr.supervisor_config(
+        d, a.model, [progs["fastrestart-tinyengine"], "serve", ckpt], flags, port,
+        {"mode": "zero_copy", "backend": "host", "checkpoint": ckpt, "daemon_path": progs["fastrestart-weightd"]},
+        readiness={"poll_interval_s": 0.01, "check_interval_s": 30}, restart={"start": start},
+        **({"standby": {"level": level}} if level else {}))
 
 
 def launch_tiny(a):
@@ -316,7 +286,7 @@ def launch_tiny(a):
                    stdout=subprocess.DEVNULL)
     a.port = fr.free_port()
     d = os.path.join(work, a.path)
-    sup = fr.Fastrestartd(d, tiny_config(a, d, a.port, ckpt, progs), os.path.join(d, "ctl", "s.ctl"),
+    sup = fr.Fastrestartd(d, tiny_config(a, d, a.port, ckpt, progs), fr.control_socket(d),
                           log_path=a.log, fastrestartd=progs["fastrestartd"], fastrestartctl=progs["fastrestartctl"])
     sup.start()
     a.socket, a.log, a.pid = sup.sock, sup.logpath, sup.pid

@@ -37,7 +37,7 @@ class KillClock(unittest.TestCase):
         self.port = fr.free_port()
         d = os.path.join(self.work, "sup")
         self.sup = fr.Fastrestartd(d, standby_cycles.tiny_config(a, d, self.port, ckpt, PROGS),
-                                   os.path.join(d, "ctl", "s.ctl"), fastrestartd=PROGS["fastrestartd"],
+                                   fr.control_socket(d), fastrestartd=PROGS["fastrestartd"],
                                    fastrestartctl=PROGS["fastrestartctl"]).start()
 
     def tearDown(self):
