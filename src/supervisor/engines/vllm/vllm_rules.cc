@@ -381,7 +381,7 @@ const VllmRules& builtin_vllm_rules() {
   static const VllmRules rules = [] {
     auto r = parse_vllm_rules(kVllmRulesToml, "data/vllm.toml (built in)");
     if (!r.ok()) {
-      // Only a broken edit of data/vllm.toml gets here; tests/supervisor/vllm_rules_test.cc catches it first.
+      // Only a broken edit of data/vllm.toml gets here; tests/supervisor/engines/vllm/vllm_rules_test.cc catches it first.
       std::fprintf(stderr, "fastrestart: %s\n", r.error().message.c_str());
       std::abort();
     }
