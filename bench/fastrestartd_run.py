@@ -1,6 +1,6 @@
 """What the benchmark drivers share (bench/standby_cycles.py, bench/tp_cycles.py, bench/e2e_restart.py,
-bench/socket_restart.py): the one launcher of fastrestartd (Fastrestartd), its control socket
-(fastrestartctl), its log's READY lines, its engine's HTTP API, nvidia-smi, the kill clock (KillClock,
+bench/socket_restart.py, bench/front_kill.py): the one writer of fastrestartd's config (supervisor_config), the
+one launcher of fastrestartd (Fastrestartd), its control socket (fastrestartctl), its log's READY lines, its engine's HTTP API, nvidia-smi, the kill clock (KillClock,
 Prober: every restart figure starts at the kill(2) the bench sends), and the loop of kill -9 cycles that
 saves the results after every cycle, so that a run cut short by its timeout keeps what it measured.
 
