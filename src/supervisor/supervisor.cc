@@ -21,6 +21,7 @@
 #include "supervisor/engine_group_record.h"
 #include "supervisor/engine_launch.h"
 #include "supervisor/engine_progress.h"
+#include "supervisor/engine_rows.h"
 #include "supervisor/flags.h"
 #include "supervisor/kv_stats.h"
 #include "supervisor/listen_socket.h"
@@ -120,7 +121,7 @@ void Supervisor::perform(Action a) {
       // The backoff spaces out failing starts; a parked standby's start was paid for while the engine
       // served, and none is started again before an engine is ready, so it goes at once (docs/standby.md).
       double b = m_standby->refusal() ? m_policy.backoff_s() : 0.0;
-      if (b > 0) set_status("Restarting in " + fmt_s(b) + " (after " + m_last_exit.value("cause", std::string("exit")) + ")");
+      if (b > 0) set_status("Restarting in " + fmt_s(b) + " (after " + (m_last_exit ? m_last_exit->cause : "exit") + ")");
       m_backoff_timer.start(b, [this] { raise(Event::kBackoffElapsed); });
       break;
     }
@@ -390,7 +391,7 @@ Status Supervisor::spawn_engine(StartPath expected) {
     e.exited = true;
     e.status = 127 << 8;
     e.died_at = m_loop.now_s();
-    m_last_exit = {{"cause", "crash"}, {"detail", s.error().message}, {"unix_time", std::time(nullptr)}};
+    m_last_exit = unrun_exit_row("crash", s.error().message);
     m_stats.restart("crash");
     // Through the table like any other exit (the process never ran: there is nothing to classify).
     m_loop.post([this] { raise(Event::kEngineExited); });
@@ -504,7 +505,8 @@ void Supervisor::decide_path_after_ready() {
   Engine& e = *m_engine;
   const double ready_at = m_loop.now_s();
   const double since_spawn = ready_at - e.spawned_at;
-  const double since_death = m_last_exit.contains("died_at_s") ? ready_at - m_last_exit["died_at_s"].get<double>() : since_spawn;
+  const std::optional<double> died = engine_died_at();
+  const double since_death = died ? ready_at - *died : since_spawn;
   auto finish = [this, ready_at, since_spawn, since_death](std::string path) {
     if (!m_engine) return;
     m_engine->path = path;
@@ -513,12 +515,8 @@ void Supervisor::decide_path_after_ready() {
     m_policy.on_ready(m_loop.now_s());
     m_stats.ready(path, since_spawn);
     // ready_at_s is on the clock of last_exit.died_at_s (CLOCK_MONOTONIC): a benchmark on the same machine
-  // times a restart from its own kill(2) with it (docs/benchmarks.md, "How a restart is timed").
-  m_last_start = {{"path", path}, {"time_to_ready_s", since_spawn}, {"since_previous_exit_s", since_death},
-                    {"ready_at_s", ready_at}, {"unix_time", std::time(nullptr)}, {"pid", m_engine->pid},
-                    {"start_paths", json::array()}};
-    for (const auto& a : m_attempts.rows()) m_last_start["start_paths"].push_back(to_json(a));
-    if (!m_engine->snapshot_id.empty()) m_last_start["snapshot_id"] = m_engine->snapshot_id;
+    // times a restart from its own kill(2) with it (docs/benchmarks.md, "How a restart is timed").
+    m_last_start = start_row(*m_engine, path, ready_at, since_death, m_attempts.rows());
     // A start on the warm path that did not attach: say why (the daemons' miss record, the engine's own
     // result line, or that the engine never asked the daemons).
     std::string why_cold;
@@ -528,8 +526,8 @@ void Supervisor::decide_path_after_ready() {
                      ? m_engine->miss_reason
                      : "the engine did not ask the weight daemons (no attach or miss by its pid): does it look for their "
                        "sockets in " + dir + " (FASTRESTART_SOCKET_DIR)?";
-      m_last_start["expected"] = "warm";
-      m_last_start["warm_miss"] = why_cold;
+      m_last_start->expected = "warm";
+      m_last_start->warm_miss = why_cold;
       spdlog::warn("the start was expected warm but the engine loaded from disk: {}", why_cold);
     }
     std::string text = "Ready (" + path + ") in " + fmt_s(since_spawn);
@@ -544,9 +542,9 @@ void Supervisor::decide_path_after_ready() {
     m_health_timer.start(m_cfg.readiness.check_interval_s, [this] { check_health(); }, m_cfg.readiness.check_interval_s);
     const StartAttempt* restore = m_attempts.last_on(StartPath::kSnapshot);  // this start's, if any
     const ReadyFacts ready{path, since_spawn, !m_engine->standby_level.empty(), restore ? restore->outcome : "",
-                           restore ? restore->why.detail : "", &m_last_start};
+                           restore ? restore->why.detail : "", &*m_last_start};
     for (auto& p : m_parts) p->after_ready(ready);
-    if (!m_engine->standby_level.empty()) m_last_start["standby_level"] = m_engine->standby_level;
+    if (!m_engine->standby_level.empty()) m_last_start->standby_level = m_engine->standby_level;
   };
   if (!e.snapshot_id.empty()) return finish("snapshot");
   if (!e.standby_level.empty()) return finish("standby");
@@ -673,9 +671,7 @@ void Supervisor::on_engine_exit(int status) {
   // configuration. It is counted apart and does not feed the crash-loop limit or the backoff.
   const bool rejected_push = m_reload.on_trial() && is_failure(c.cause);
   if (!rejected_push) m_stats.restart(exit_cause_name(c.cause));
-  m_last_exit = {{"cause", exit_cause_name(c.cause)}, {"detail", c.detail}, {"pid", e.pid},
-                 {"uptime_s", e.died_at - e.spawned_at}, {"unix_time", std::time(nullptr)},
-                 {"died_at_s", e.died_at}, {"was_ready", !e.path.empty()}};
+  m_last_exit = exit_row(e, exit_cause_name(c.cause), c.detail);
   if (is_failure(c.cause))
     spdlog::error("engine pid {} exited: {} ({})", e.pid, exit_cause_name(c.cause), c.detail);
   else
@@ -746,7 +742,8 @@ void Supervisor::wait_drain() {
 
 void Supervisor::after_drain() {
   ::unlink(state_path(m_cfg, "engine.pgid").c_str());  // the engine's group is gone
-  const std::string cause = m_last_exit.value("cause", std::string("requested"));
+  const std::string cause = m_last_exit ? m_last_exit->cause : "requested";
+  const std::string detail = m_last_exit ? m_last_exit->detail : "";
   const bool failure = cause != "requested";
   const bool was_warm = m_engine && m_engine->warm_expected;
   m_engine.reset();
@@ -757,7 +754,7 @@ void Supervisor::after_drain() {
   // Pushed flags that never became ready go back to the last flags that were (reload/reload.h). Not an
   // exit of the running configuration: the policy does not see it (no failure, no backoff step); the
   // restart with the old flags goes at once.
-  if (auto rollback = m_reload.after_exit(failure, cause, m_last_exit.value("detail", std::string())))
+  if (auto rollback = m_reload.after_exit(failure, cause, detail))
     return roll_back(*rollback, /*posted=*/false);
   // What follows the drain is the table's: a cold reload or a changed checkpoint drains in kReloading,
   // stop-engine in kHolding; the policy's verdict is the event.
@@ -771,7 +768,7 @@ void Supervisor::after_drain() {
     case Verdict::kGiveUp:
       m_failure = std::to_string(m_policy.failures_in_window()) + " failures within " +
                   std::to_string(static_cast<int>(m_cfg.restart.crash_loop_window_s)) + " s; last: " + cause + " (" +
-                  m_last_exit.value("detail", std::string()) + ")";
+                  detail + ")";
       raise(Event::kDrainedGiveUp);
       break;
   }

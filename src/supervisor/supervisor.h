@@ -250,8 +250,8 @@ class Supervisor : private StartHost, private DaemonHost, private SnapshotHost, 
   Stats m_stats;  // what status and /metrics count (docs/health.md: "metrics", "restarts", "rollbacks")
   // The current (or last) start: each listed path asked, in order, and what it answered (start/attempts.h).
   StartAttempts m_attempts{m_stats};
-  nlohmann::json m_last_exit;
-  nlohmann::json m_last_start;
+  std::optional<status::LastExitStatus> m_last_exit;    // engine_rows.h builds both
+  std::optional<status::LastStartStatus> m_last_start;
   std::string m_status_text;
   std::string m_failure;
   int m_consecutive_health_failures = 0;

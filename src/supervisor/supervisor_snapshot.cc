@@ -9,6 +9,7 @@
 #include <ctime>
 
 #include "supervisor/engine_group_record.h"
+#include "supervisor/engine_rows.h"
 #include "supervisor/supervisor.h"
 #include "supervisor/state_files.h"
 
@@ -63,8 +64,7 @@ void Supervisor::restore_failed(const std::string& detail) {
     // Stopped while restoring: nothing runs; finish like an exit we asked for.
     e.exited = true;
     e.died_at = m_loop.now_s();
-    m_last_exit = {{"cause", "requested"}, {"detail", "stopped while restoring a snapshot"},
-                   {"unix_time", std::time(nullptr)}, {"died_at_s", e.died_at}};
+    m_last_exit = unrun_exit_row("requested", "stopped while restoring a snapshot", e.died_at);
     raise(Event::kEngineExited);
     return;
   }

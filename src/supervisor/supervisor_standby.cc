@@ -17,8 +17,7 @@ std::unique_ptr<Engine> Supervisor::new_engine_record() {
 }
 
 std::optional<double> Supervisor::engine_died_at() const {
-  if (!m_last_exit.contains("died_at_s")) return std::nullopt;
-  return m_last_exit["died_at_s"].get<double>();
+  return m_last_exit ? m_last_exit->died_at_s : std::nullopt;
 }
 
 void Supervisor::adopt_engine(std::unique_ptr<Engine> engine) {
