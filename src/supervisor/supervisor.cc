@@ -521,11 +521,7 @@ void Supervisor::decide_path_after_ready() {
     // result line, or that the engine never asked the daemons).
     std::string why_cold;
     if (m_engine->warm_expected && path == "cold") {
-      const std::string dir = m_cfg.weights.socket_dir.empty() ? default_socket_dir() : m_cfg.weights.socket_dir;
-      why_cold = !m_engine->miss_reason.empty()
-                     ? m_engine->miss_reason
-                     : "the engine did not ask the weight daemons (no attach or miss by its pid): does it look for their "
-                       "sockets in " + dir + " (FASTRESTART_SOCKET_DIR)?";
+      why_cold = warm_miss_reason(*m_engine, m_cfg.weights.socket_dir.empty() ? default_socket_dir() : m_cfg.weights.socket_dir);
       m_last_start->expected = "warm";
       m_last_start->warm_miss = why_cold;
       spdlog::warn("the start was expected warm but the engine loaded from disk: {}", why_cold);
