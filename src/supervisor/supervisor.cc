@@ -56,9 +56,6 @@ Supervisor::Supervisor(Config config, std::unique_ptr<GpuProbe> gpus, std::uniqu
       m_policy(m_cfg.restart),
       m_oom(m_cfg.engine.cgroup),
       m_reload(state_path(m_cfg, "flags.json"), m_cfg.engine.flags),
-      m_poll_timer(m_loop),
-      m_deadline_timer(m_loop),
-      m_health_timer(m_loop),
       m_drain_timer(m_loop),
       m_backoff_timer(m_loop),
       m_kill_timer(m_loop),
@@ -141,6 +138,21 @@ void Supervisor::perform(Action a) {
   }
 }
 
+// EngineWatchHost: its events go through the table.
+Engine* Supervisor::watched_engine() { return m_engine.get(); }
+void Supervisor::readiness_passed() { raise(Event::kEngineReady); }
+void Supervisor::start_timed_out() { raise(Event::kStartTimeout); }
+void Supervisor::engine_hung() { raise(Event::kHung); }
+
+// Before the first READY=1 systemd's start timeout runs: while the engine is alive and within
+// startup_timeout_s it is making its way (loading, compiling), so keep extending (ARCHITECTURE.md,
+// "Readiness is a real request").
+void Supervisor::still_starting() {
+  if (m_ever_ready || m_loop.now_s() - m_last_extend < kExtendEveryS) return;
+  m_last_extend = m_loop.now_s();
+  m_notify->notify("EXTEND_TIMEOUT_USEC=" + std::to_string(static_cast<uint64_t>(kExtendEveryS * 3e6)));
+}
+
 void Supervisor::set_status(const std::string& s, const std::string& extra) {
   m_status_text = s;
   spdlog::info("status: {}", s);
@@ -193,8 +205,8 @@ int Supervisor::run() {
   for (auto& p : m_parts) p->close();
   m_engine.reset();
   m_daemons->close();
-  for (Timer* t : {&m_poll_timer, &m_deadline_timer, &m_health_timer, &m_drain_timer, &m_backoff_timer,
-                   &m_kill_timer, &m_watchdog_timer})
+  m_watch.stop();
+  for (Timer* t : {&m_drain_timer, &m_backoff_timer, &m_kill_timer, &m_watchdog_timer})
     t->stop();
   spdlog::info("fastrestartd exiting with code {}", m_exit_code);
   return m_exit_code;
@@ -400,7 +412,7 @@ Status Supervisor::spawn_engine(StartPath expected) {
   // If fastrestartd dies, the next one kills what is left of this group (kill_recorded_group).
   if (auto st = write_private_file(state_path(m_cfg, "engine.pgid"), engine_group_record(e.pid)); !st.ok())
     spdlog::warn("could not record the engine's process group: {}", st.error().message);
-  arm_readiness(true);
+  m_watch.arm(true);
   return {};
 }
 
@@ -419,89 +431,8 @@ LineHandler Supervisor::engine_line_handler(Engine* raw) {
   };
 }
 
-// How often readiness is polled: restart.poll_interval_s, but every 5 ms in the first 2 s after a
-// standby's release, whose engine is up in a fraction of a second (docs/standby.md).
-double Supervisor::readiness_poll_interval() const {
-  const double every = m_cfg.readiness.poll_interval_s;
-  if (m_engine && !m_engine->standby_level.empty() && m_loop.now_s() - m_engine->spawned_at < 2) return std::min(every, 0.005);
-  return every;
-}
-
-// The start deadline, and (poll_now) the readiness polls of m_engine.
-void Supervisor::arm_readiness(bool poll_now) {
-  m_consecutive_health_failures = 0;
-  m_deadline_timer.start(m_cfg.readiness.startup_timeout_s, [this] {
-    if (m_engine && !m_engine->exited) {
-      spdlog::error("engine not ready after {} s: killing it", m_cfg.readiness.startup_timeout_s);
-      m_engine->killed_timeout = true;
-      raise(Event::kStartTimeout);
-    }
-  });
-  if (poll_now) m_poll_timer.start(readiness_poll_interval(), [this] { poll_readiness(); });
-}
-
-// Runs a readiness (full) or health probe of the current engine on the thread pool; `on_result` runs on
-// the loop only if that engine is still the current one and the state is still `expected`. False when no
-// probe was started: none is wanted, or one is still in flight (possibly of an engine before this one).
-bool Supervisor::probe_engine(bool full, std::function<void(ProbeResult)> on_result) {
-  // Readiness probes an engine not yet ready, health one that is; neither one being stopped.
-  auto wanted = [this, full] {
-    return m_engine && !m_engine->exited && !m_engine->stop_requested && m_engine->path.empty() == full;
-  };
-  if (!wanted() || m_probe_in_flight) return false;
-  m_probe_in_flight = true;
-  const pid_t pid = m_engine->pid;
-  // Its private endpoint when it has one: never behind the clients' requests in the public accept queue.
-  const bool private_endpoint = m_engine->probe_port != 0;
-  // Otherwise where the engine serves: with engine.listen = "front", fastrestartd's loopback socket.
-  auto host = private_endpoint ? std::string(kProbeHost) : engine_serve_host(m_cfg);
-  auto port = private_endpoint ? m_engine->probe_port : engine_serve_port(m_cfg);
-  auto rc = m_cfg.readiness;
-  if (rc.model.empty()) rc.model = readiness_model();  // vLLM: the served name, else it answers 404
-  run_in_pool<ProbeResult>(
-      m_loop,
-      [host, port, rc, full] {
-        return full ? probe_readiness(host, port, rc, std::min(rc.check_timeout_s, 30.0))
-                    : probe_health(host, port, rc, rc.check_timeout_s);
-      },
-      [this, pid, wanted, on_result = std::move(on_result)](ProbeResult r) {
-        m_probe_in_flight = false;
-        if (!wanted() || m_engine->pid != pid) return;
-        on_result(std::move(r));
-      });
-  return true;
-}
-
-void Supervisor::poll_readiness() {
-  const bool started = probe_engine(true, [this](ProbeResult r) {
-    if (r.ok) {
-      spdlog::info("readiness passed: {} answered {}", m_cfg.readiness.request_path, json(r.detail).dump());
-      raise(Event::kEngineReady);
-      return;
-    }
-    if (r.health_ok) spdlog::info("readiness: {}", r.detail);
-    // Before the first READY=1 systemd's start timeout runs: while the engine is alive and within
-    // startup_timeout_s it is making its way (loading, compiling), so keep extending (ARCHITECTURE.md,
-    // "Readiness is a real request").
-    if (!m_ever_ready && m_loop.now_s() - m_last_extend >= kExtendEveryS) {
-      m_last_extend = m_loop.now_s();
-      m_notify->notify("EXTEND_TIMEOUT_USEC=" + std::to_string(static_cast<uint64_t>(kExtendEveryS * 3e6)));
-    }
-    // A probe that waited out its timeout on the private endpoint waited in its queue: the next one goes at
-    // once, so that one is always waiting there when the engine starts accepting (READY follows at once).
-    const bool waiting = r.unanswered && m_engine->probe_port != 0;
-    m_poll_timer.start(waiting ? 0.0 : readiness_poll_interval(), [this] { poll_readiness(); });
-  });
-  // A probe still in flight is of the engine before this one: a health check of an engine that died
-  // while its connection waited in the queue of a socket fastrestartd owns, answered only once the next
-  // engine accepts. Its result is dropped, so poll again, or readiness would never be looked at (the
-  // start would run out its deadline and fall through to the next path).
-  if (!started && m_engine && !m_engine->exited && m_engine->path.empty())
-    m_poll_timer.start(readiness_poll_interval(), [this] { poll_readiness(); });
-}
-
 void Supervisor::decide_path_after_ready() {
-  m_deadline_timer.stop();
+  m_watch.stop_deadline();
   Engine& e = *m_engine;
   const double ready_at = m_loop.now_s();
   const double since_spawn = ready_at - e.spawned_at;
@@ -535,7 +466,7 @@ void Supervisor::decide_path_after_ready() {
     const ReadyOutcome reload = m_reload.ready(m_engine->flags, path, m_loop.now_s(), m_cfg.engine.flags);
     if (reload.outcome) m_stats.reload(*reload.outcome);
     if (reload.rollback) roll_back(*reload.rollback, /*posted=*/true);
-    m_health_timer.start(m_cfg.readiness.check_interval_s, [this] { check_health(); }, m_cfg.readiness.check_interval_s);
+    m_watch.start_health();
     const StartAttempt* restore = m_attempts.last_on(StartPath::kSnapshot);  // this start's, if any
     const ReadyFacts ready{path, since_spawn, !m_engine->standby_level.empty(), restore ? restore->outcome : "",
                            restore ? restore->why.detail : "", &*m_last_start};
@@ -585,26 +516,8 @@ void Supervisor::decide_path_after_ready() {
       });
 }
 
-void Supervisor::check_health() {
-  probe_engine(false, [this](ProbeResult r) {
-    if (r.ok) {
-      m_consecutive_health_failures = 0;
-      return;
-    }
-    ++m_consecutive_health_failures;
-    spdlog::warn("health check failed ({} of {}): {}", m_consecutive_health_failures, m_cfg.readiness.hang_after_failures,
-                 r.detail);
-    if (m_consecutive_health_failures >= m_cfg.readiness.hang_after_failures) {
-      m_engine->killed_hang = true;
-      raise(Event::kHung);
-    }
-  });
-}
-
 void Supervisor::stop_engine(bool kill_now) {
-  m_poll_timer.stop();
-  m_health_timer.stop();
-  m_deadline_timer.stop();
+  m_watch.stop();
   if (!m_engine || m_engine->exited) {
     // Nothing running: go straight to what comes after a drain. Posted, it may come after that engine's
     // drain already ran (a failed spawn posts its own exit, which drains it too, and the drain's step can run
@@ -646,9 +559,7 @@ void Supervisor::on_engine_exit(int status) {
   e.exited = true;
   e.status = status;
   e.died_at = m_loop.now_s();
-  m_poll_timer.stop();
-  m_health_timer.stop();
-  m_deadline_timer.stop();
+  m_watch.stop();
   auto oom_after = m_oom.read();
   ExitFacts f;
   f.wait_status = status;

@@ -34,7 +34,7 @@ void Supervisor::adopt_engine(std::unique_ptr<Engine> engine) {
   // died: used memory now includes that engine's, still being freed (a release does not wait for it), and
   // this one's own context (warmed).
   set_status("Starting the engine (standby released at " + e.standby_level + ")");
-  arm_readiness(true);
+  m_watch.arm(true);
 }
 
 }  // namespace fr::supervisor
