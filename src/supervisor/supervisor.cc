@@ -16,7 +16,7 @@
 #include "common/control_chars.h"
 #include "common/io.h"
 #include "common/private_dir.h"
-#include "supervisor/attach_seen.h"
+#include "supervisor/attach_path.h"
 #include "supervisor/child.h"
 #include "supervisor/engine_group_record.h"
 #include "supervisor/engine_launch.h"
@@ -478,7 +478,7 @@ void Supervisor::decide_path_after_ready() {
   e.report->finish();  // what the engine says nothing about
   if (m_daemons->engine_report_decides() || (m_kind->reports_attach() && !m_daemons->loader_protocol())) {
     // vLLM's own words decide: "Mapped N tensors from the weight cache daemon" / the loader's result line.
-    return finish(path_from_engine_report(e) == "warm" ? "warm" : "cold");
+    return finish(path_from_engine_report(e, m_stats) == "warm" ? "warm" : "cold");
   }
   if (!m_daemons->loader_protocol()) return finish("cold");
   // Did the engine really attach? The daemons' records by its pid say (attach_seen.h).
@@ -496,23 +496,7 @@ void Supervisor::decide_path_after_ready() {
           spdlog::info("engine pid {} is gone or stopping: its attach result is dropped", pgid);
           return;
         }
-        // A miss by the engine decides even when an attach by it follows: an engine that loaded from disk
-        // and published then adopts the daemon's copy (docs/tinyengine.md, "Loading"); its start was cold.
-        if (!seen.miss.empty()) seen.hit = false;
-        if (seen.hit) {
-          m_stats.attach("hit");
-        } else if (!seen.miss.empty()) {
-          m_stats.attach_miss(seen.miss.substr(0, 80));
-          if (m_engine) m_engine->miss_reason = "the weight daemon answered: " + seen.miss;
-          m_stats.attach("fallback");
-          spdlog::info("the engine missed the weight cache ({}) and loaded from disk", seen.miss);
-        } else if (m_engine && m_kind->reports_attach()) {
-          // No daemon record by its pid: the vLLM plugin's result line is the engine's own word.
-          seen.hit = path_from_engine_report(*m_engine) == "warm";
-        } else {
-          m_stats.attach("none");
-        }
-        finish(seen.hit ? "warm" : "cold");
+        finish(attach_path(std::move(seen), *m_engine, m_kind->reports_attach(), m_stats));
       });
 }
 

@@ -218,7 +218,6 @@ class Supervisor : private StartHost, private DaemonHost, private SnapshotHost, 
   void roll_back(const Rollback& r, bool posted);
 
   // What the engine kind says (supervisor_kind.cc; m_kind, engines/engine_kind.h).
-  std::string path_from_engine_report(Engine& e);  // "warm" | "cold" | "" (no word from the engine)
   std::string readiness_model() const override;
   nlohmann::json handle_check(const ControlRequest& req);  // already read (control_request.h)
   std::string refuse_push(const FlagList& next);  // "" when the engine would start
