@@ -92,6 +92,14 @@ Status field(const json& j, const char* key, const std::string& where, T& out) {
   return read(*it, where + "." + key, out);
 }
 
+// The same for a field a row has no meaning without: absent or null is "<where>.<key>: missing".
+template <class T>
+Status required(const json& j, const char* key, const std::string& where, T& out) {
+  auto it = j.find(key);
+  if (it == j.end() || it->is_null()) return bad(where + "." + key, "missing");
+  return read(*it, where + "." + key, out);
+}
+
 inline Status object(const json& j, const std::string& where) {
   if (!j.is_object()) return bad(where, "not an object");
   return {};

@@ -76,6 +76,34 @@ static Status read(const json& j, const std::string& w, StartAttemptStatus& a) {
   return {};
 }
 
+static Status read(const json& j, const std::string& w, LastExitStatus& e) {
+  FR_TRY(object(j, w));
+  FR_TRY(json_fields::required(j, "cause", w, e.cause));
+  FR_TRY(field(j, "detail", w, e.detail));
+  FR_TRY(field(j, "unix_time", w, e.unix_time));
+  FR_TRY(field(j, "pid", w, e.pid));
+  FR_TRY(field(j, "uptime_s", w, e.uptime_s));
+  FR_TRY(field(j, "died_at_s", w, e.died_at_s));
+  FR_TRY(field(j, "was_ready", w, e.was_ready));
+  return {};
+}
+
+static Status read(const json& j, const std::string& w, LastStartStatus& s) {
+  FR_TRY(object(j, w));
+  FR_TRY(json_fields::required(j, "path", w, s.path));
+  FR_TRY(field(j, "time_to_ready_s", w, s.time_to_ready_s));
+  FR_TRY(field(j, "since_previous_exit_s", w, s.since_previous_exit_s));
+  FR_TRY(field(j, "ready_at_s", w, s.ready_at_s));
+  FR_TRY(field(j, "unix_time", w, s.unix_time));
+  FR_TRY(field(j, "pid", w, s.pid));
+  FR_TRY(field(j, "start_paths", w, s.start_paths));
+  FR_TRY(field(j, "snapshot_id", w, s.snapshot_id));
+  FR_TRY(field(j, "expected", w, s.expected));
+  FR_TRY(field(j, "warm_miss", w, s.warm_miss));
+  FR_TRY(field(j, "standby_level", w, s.standby_level));
+  return {};
+}
+
 static Status read(const json& j, const std::string& w, StartPathCount& c) {
   FR_TRY(object(j, w));
   FR_TRY(field(j, "path", w, c.path));
@@ -257,6 +285,26 @@ json to_json(const StartAttemptStatus& a) {
   return row;
 }
 
+json to_json(const LastExitStatus& e) {
+  json j{{"cause", e.cause}, {"detail", e.detail}, {"unix_time", e.unix_time}};
+  if (e.pid) j["pid"] = *e.pid;
+  if (e.uptime_s) j["uptime_s"] = *e.uptime_s;
+  if (e.died_at_s) j["died_at_s"] = *e.died_at_s;
+  if (e.was_ready) j["was_ready"] = *e.was_ready;
+  return j;
+}
+
+json to_json(const LastStartStatus& s) {
+  json attempts = json::array();
+  for (const auto& a : s.start_paths) attempts.push_back(to_json(a));
+  json j{{"path", s.path}, {"time_to_ready_s", s.time_to_ready_s}, {"since_previous_exit_s", s.since_previous_exit_s},
+         {"ready_at_s", s.ready_at_s}, {"unix_time", s.unix_time}, {"pid", s.pid}, {"start_paths", attempts}};
+  for (const auto& [key, value] : {std::pair{"snapshot_id", &s.snapshot_id}, std::pair{"expected", &s.expected},
+                                   std::pair{"warm_miss", &s.warm_miss}, std::pair{"standby_level", &s.standby_level}})
+    if (*value) j[key] = **value;
+  return j;
+}
+
 namespace {
 
 json to_json(const MemoryRowStatus& m) {
@@ -321,8 +369,8 @@ json to_json(const SupervisorStatus& s) {
           {"flags", s.flags},
           {"restarts", json(s.restarts)},
           {"rollbacks", {{"count", s.rollbacks.count}, {"by_cause", json(s.rollbacks.by_cause)}, {"recent", recent}}},
-          {"last_exit", s.last_exit},
-          {"last_start", s.last_start},
+          {"last_exit", s.last_exit ? to_json(*s.last_exit) : json(nullptr)},
+          {"last_start", s.last_start ? to_json(*s.last_start) : json(nullptr)},
           {"start_paths", attempts},
           {"daemons", daemons},
           {"memory", memory},
@@ -372,11 +420,8 @@ Result<SupervisorStatus> supervisor_status_from_json(const json& j, const std::s
     FR_TRY(field(*it, "by_cause", rw, s.rollbacks.by_cause));
     FR_TRY(field(*it, "recent", rw, s.rollbacks.recent));
   }
-  for (const char* k : {"last_exit", "last_start"})
-    if (auto it = j.find(k); it != j.end() && !it->is_null() && !it->is_object())
-      return json_fields::bad(w + "." + k, "not an object");
-  s.last_exit = j.value("last_exit", json(nullptr));
-  s.last_start = j.value("last_start", json(nullptr));
+  FR_TRY(field(j, "last_exit", w, s.last_exit));
+  FR_TRY(field(j, "last_start", w, s.last_start));
   FR_TRY(field(j, "start_paths", w, s.start_paths));
   FR_TRY(field(j, "daemons", w, s.daemons));
   FR_TRY(field(j, "memory", w, s.memory));

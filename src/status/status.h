@@ -1,11 +1,11 @@
 // The supervisor's status (docs/supervisor.md, "Control protocol"; docs/health.md) as one typed struct and its
 // codec. Supervisor::status_json() fills it and encodes it; fastrestartctl and /metrics decode it. The wire
 // form is the JSON documented there, unchanged. Decoding keeps defaults for absent fields (an older or newer
-// peer) and fails on a mistyped one, naming it ("status.engine.pid: not an integer").
+// peer) and fails on a mistyped one, naming it ("status.engine.pid: not an integer"), or on a row present
+// without the one field it means nothing without ("status.last_exit.cause: missing").
 //
 // A few parts keep their JSON form because another component owns their shape: the engine kind's report
-// (`engine.vllm`, the vLLM adapter's VllmReport), `last_exit` and `last_start` (what the lifecycle records),
-// `rollbacks.recent` and `snapshot` (docs/snapshot.md).
+// (`engine.vllm`, the vLLM adapter's VllmReport), `rollbacks.recent` and `snapshot` (docs/snapshot.md).
 #pragma once
 
 #include <cstdint>
@@ -138,6 +138,34 @@ struct MetricsStatus {
   std::optional<SnapshotCounts> snapshots;
 };
 
+// The last engine's exit (`last_exit`, docs/supervisor.md): its cause (classify.h's names) and detail. An
+// engine that never ran (its spawn failed) has no pid, uptime nor death time.
+struct LastExitStatus {
+  std::string cause;  // required on the wire
+  std::string detail;
+  int64_t unix_time = 0;
+  std::optional<int64_t> pid;
+  std::optional<double> uptime_s;
+  std::optional<double> died_at_s;  // fastrestartd's reap, CLOCK_MONOTONIC (the clock of last_start.ready_at_s)
+  std::optional<bool> was_ready;
+};
+
+// The last start that became ready (`last_start`, docs/supervisor.md, "Start paths"): the path it took,
+// its clocks, and each listed path's answer. The optional members are present only when they apply.
+struct LastStartStatus {
+  std::string path;                  // required on the wire
+  double time_to_ready_s = 0;        // from the engine's exec (or a standby's release)
+  double since_previous_exit_s = 0;  // from the reap of the engine before it (time_to_ready_s without one)
+  double ready_at_s = 0;             // READY, CLOCK_MONOTONIC
+  int64_t unix_time = 0;
+  int64_t pid = 0;
+  std::vector<StartAttemptStatus> start_paths;
+  std::optional<std::string> snapshot_id;    // restored from this snapshot
+  std::optional<std::string> expected;       // "warm" when the warm path loaded from disk anyway
+  std::optional<std::string> warm_miss;      // and why
+  std::optional<std::string> standby_level;  // a released standby's level
+};
+
 // The standby engine (docs/standby.md, "Status and metrics"); absent unless restart.start lists "standby".
 struct StandbyStatus {
   std::string state;   // off | starting | parked | stopping | backoff | disabled
@@ -194,8 +222,8 @@ struct SupervisorStatus {
   std::vector<std::string> flags;      // redacted
   std::map<std::string, uint64_t> restarts;  // by cause
   RollbacksStatus rollbacks;
-  nlohmann::json last_exit;   // null or {cause, detail, ...}
-  nlohmann::json last_start;  // null or {path, time_to_ready_s, ...}
+  std::optional<LastExitStatus> last_exit;    // null before any exit
+  std::optional<LastStartStatus> last_start;  // null before any READY
   std::vector<StartAttemptStatus> start_paths;
   std::vector<DaemonRowStatus> daemons;
   std::vector<MemoryRowStatus> memory;
@@ -218,6 +246,8 @@ nlohmann::json to_json(const StartAttemptStatus& a);
 nlohmann::json to_json(const StandbyStatus& s);
 nlohmann::json to_json(const FrontStatus& f);
 nlohmann::json to_json(const ArenaOutcomeStatus& a);
+nlohmann::json to_json(const LastExitStatus& e);
+nlohmann::json to_json(const LastStartStatus& s);
 // `where` names the object in errors ("status").
 Result<SupervisorStatus> supervisor_status_from_json(const nlohmann::json& j, const std::string& where = "status");
 

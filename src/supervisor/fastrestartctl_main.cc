@@ -78,13 +78,11 @@ bool print_status(const json& j) {
   std::string r;
   for (const auto& [k, v] : s.restarts) r += (r.empty() ? "" : ", ") + k + " " + std::to_string(v);
   std::printf("%-18s %s\n", "restarts", r.empty() ? "none" : r.c_str());
-  if (s.last_exit.is_object())
-    std::printf("%-18s %s: %s\n", "last exit", s.last_exit.value("cause", "").c_str(), s.last_exit.value("detail", "").c_str());
-  if (s.last_start.is_object()) {
-    std::printf("%-18s %s in %.2f s\n", "last start", s.last_start.value("path", "").c_str(),
-                s.last_start.value("time_to_ready_s", 0.0));
-    if (s.last_start.contains("warm_miss"))
-      std::printf("%-18s %s\n", "warm miss", s.last_start.value("warm_miss", "").c_str());
+  if (s.last_exit)
+    std::printf("%-18s %s: %s\n", "last exit", s.last_exit->cause.c_str(), s.last_exit->detail.c_str());
+  if (s.last_start) {
+    std::printf("%-18s %s in %.2f s\n", "last start", s.last_start->path.c_str(), s.last_start->time_to_ready_s);
+    if (s.last_start->warm_miss) std::printf("%-18s %s\n", "warm miss", s.last_start->warm_miss->c_str());
   }
   // Each start path of restart.start that was skipped or failed at the current (or last) start, with why.
   for (const auto& a : s.start_paths)

@@ -16,11 +16,12 @@
 #include "common/control_chars.h"
 #include "common/io.h"
 #include "common/private_dir.h"
-#include "supervisor/attach_seen.h"
+#include "supervisor/attach_path.h"
 #include "supervisor/child.h"
 #include "supervisor/engine_group_record.h"
 #include "supervisor/engine_launch.h"
 #include "supervisor/engine_progress.h"
+#include "supervisor/engine_rows.h"
 #include "supervisor/flags.h"
 #include "supervisor/kv_stats.h"
 #include "supervisor/listen_socket.h"
@@ -55,9 +56,6 @@ Supervisor::Supervisor(Config config, std::unique_ptr<GpuProbe> gpus, std::uniqu
       m_policy(m_cfg.restart),
       m_oom(m_cfg.engine.cgroup),
       m_reload(state_path(m_cfg, "flags.json"), m_cfg.engine.flags),
-      m_poll_timer(m_loop),
-      m_deadline_timer(m_loop),
-      m_health_timer(m_loop),
       m_drain_timer(m_loop),
       m_backoff_timer(m_loop),
       m_kill_timer(m_loop),
@@ -120,7 +118,7 @@ void Supervisor::perform(Action a) {
       // The backoff spaces out failing starts; a parked standby's start was paid for while the engine
       // served, and none is started again before an engine is ready, so it goes at once (docs/standby.md).
       double b = m_standby->refusal() ? m_policy.backoff_s() : 0.0;
-      if (b > 0) set_status("Restarting in " + fmt_s(b) + " (after " + m_last_exit.value("cause", std::string("exit")) + ")");
+      if (b > 0) set_status("Restarting in " + fmt_s(b) + " (after " + (m_last_exit ? m_last_exit->cause : "exit") + ")");
       m_backoff_timer.start(b, [this] { raise(Event::kBackoffElapsed); });
       break;
     }
@@ -138,6 +136,21 @@ void Supervisor::perform(Action a) {
     case Action::kStopDaemons: stop_daemons(); break;
     case Action::kExit: m_loop.stop(); break;
   }
+}
+
+// EngineWatchHost: its events go through the table.
+Engine* Supervisor::watched_engine() { return m_engine.get(); }
+void Supervisor::readiness_passed() { raise(Event::kEngineReady); }
+void Supervisor::start_timed_out() { raise(Event::kStartTimeout); }
+void Supervisor::engine_hung() { raise(Event::kHung); }
+
+// Before the first READY=1 systemd's start timeout runs: while the engine is alive and within
+// startup_timeout_s it is making its way (loading, compiling), so keep extending (ARCHITECTURE.md,
+// "Readiness is a real request").
+void Supervisor::still_starting() {
+  if (m_ever_ready || m_loop.now_s() - m_last_extend < kExtendEveryS) return;
+  m_last_extend = m_loop.now_s();
+  m_notify->notify("EXTEND_TIMEOUT_USEC=" + std::to_string(static_cast<uint64_t>(kExtendEveryS * 3e6)));
 }
 
 void Supervisor::set_status(const std::string& s, const std::string& extra) {
@@ -192,8 +205,8 @@ int Supervisor::run() {
   for (auto& p : m_parts) p->close();
   m_engine.reset();
   m_daemons->close();
-  for (Timer* t : {&m_poll_timer, &m_deadline_timer, &m_health_timer, &m_drain_timer, &m_backoff_timer,
-                   &m_kill_timer, &m_watchdog_timer})
+  m_watch.stop();
+  for (Timer* t : {&m_drain_timer, &m_backoff_timer, &m_kill_timer, &m_watchdog_timer})
     t->stop();
   spdlog::info("fastrestartd exiting with code {}", m_exit_code);
   return m_exit_code;
@@ -390,7 +403,7 @@ Status Supervisor::spawn_engine(StartPath expected) {
     e.exited = true;
     e.status = 127 << 8;
     e.died_at = m_loop.now_s();
-    m_last_exit = {{"cause", "crash"}, {"detail", s.error().message}, {"unix_time", std::time(nullptr)}};
+    m_last_exit = unrun_exit_row("crash", s.error().message);
     m_stats.restart("crash");
     // Through the table like any other exit (the process never ran: there is nothing to classify).
     m_loop.post([this] { raise(Event::kEngineExited); });
@@ -399,7 +412,7 @@ Status Supervisor::spawn_engine(StartPath expected) {
   // If fastrestartd dies, the next one kills what is left of this group (kill_recorded_group).
   if (auto st = write_private_file(state_path(m_cfg, "engine.pgid"), engine_group_record(e.pid)); !st.ok())
     spdlog::warn("could not record the engine's process group: {}", st.error().message);
-  arm_readiness(true);
+  m_watch.arm(true);
   return {};
 }
 
@@ -418,93 +431,13 @@ LineHandler Supervisor::engine_line_handler(Engine* raw) {
   };
 }
 
-// How often readiness is polled: restart.poll_interval_s, but every 5 ms in the first 2 s after a
-// standby's release, whose engine is up in a fraction of a second (docs/standby.md).
-double Supervisor::readiness_poll_interval() const {
-  const double every = m_cfg.readiness.poll_interval_s;
-  if (m_engine && !m_engine->standby_level.empty() && m_loop.now_s() - m_engine->spawned_at < 2) return std::min(every, 0.005);
-  return every;
-}
-
-// The start deadline, and (poll_now) the readiness polls of m_engine.
-void Supervisor::arm_readiness(bool poll_now) {
-  m_consecutive_health_failures = 0;
-  m_deadline_timer.start(m_cfg.readiness.startup_timeout_s, [this] {
-    if (m_engine && !m_engine->exited) {
-      spdlog::error("engine not ready after {} s: killing it", m_cfg.readiness.startup_timeout_s);
-      m_engine->killed_timeout = true;
-      raise(Event::kStartTimeout);
-    }
-  });
-  if (poll_now) m_poll_timer.start(readiness_poll_interval(), [this] { poll_readiness(); });
-}
-
-// Runs a readiness (full) or health probe of the current engine on the thread pool; `on_result` runs on
-// the loop only if that engine is still the current one and the state is still `expected`. False when no
-// probe was started: none is wanted, or one is still in flight (possibly of an engine before this one).
-bool Supervisor::probe_engine(bool full, std::function<void(ProbeResult)> on_result) {
-  // Readiness probes an engine not yet ready, health one that is; neither one being stopped.
-  auto wanted = [this, full] {
-    return m_engine && !m_engine->exited && !m_engine->stop_requested && m_engine->path.empty() == full;
-  };
-  if (!wanted() || m_probe_in_flight) return false;
-  m_probe_in_flight = true;
-  const pid_t pid = m_engine->pid;
-  // Its private endpoint when it has one: never behind the clients' requests in the public accept queue.
-  const bool private_endpoint = m_engine->probe_port != 0;
-  // Otherwise where the engine serves: with engine.listen = "front", fastrestartd's loopback socket.
-  auto host = private_endpoint ? std::string(kProbeHost) : engine_serve_host(m_cfg);
-  auto port = private_endpoint ? m_engine->probe_port : engine_serve_port(m_cfg);
-  auto rc = m_cfg.readiness;
-  if (rc.model.empty()) rc.model = readiness_model();  // vLLM: the served name, else it answers 404
-  run_in_pool<ProbeResult>(
-      m_loop,
-      [host, port, rc, full] {
-        return full ? probe_readiness(host, port, rc, std::min(rc.check_timeout_s, 30.0))
-                    : probe_health(host, port, rc, rc.check_timeout_s);
-      },
-      [this, pid, wanted, on_result = std::move(on_result)](ProbeResult r) {
-        m_probe_in_flight = false;
-        if (!wanted() || m_engine->pid != pid) return;
-        on_result(std::move(r));
-      });
-  return true;
-}
-
-void Supervisor::poll_readiness() {
-  const bool started = probe_engine(true, [this](ProbeResult r) {
-    if (r.ok) {
-      spdlog::info("readiness passed: {} answered {}", m_cfg.readiness.request_path, json(r.detail).dump());
-      raise(Event::kEngineReady);
-      return;
-    }
-    if (r.health_ok) spdlog::info("readiness: {}", r.detail);
-    // Before the first READY=1 systemd's start timeout runs: while the engine is alive and within
-    // startup_timeout_s it is making its way (loading, compiling), so keep extending (ARCHITECTURE.md,
-    // "Readiness is a real request").
-    if (!m_ever_ready && m_loop.now_s() - m_last_extend >= kExtendEveryS) {
-      m_last_extend = m_loop.now_s();
-      m_notify->notify("EXTEND_TIMEOUT_USEC=" + std::to_string(static_cast<uint64_t>(kExtendEveryS * 3e6)));
-    }
-    // A probe that waited out its timeout on the private endpoint waited in its queue: the next one goes at
-    // once, so that one is always waiting there when the engine starts accepting (READY follows at once).
-    const bool waiting = r.unanswered && m_engine->probe_port != 0;
-    m_poll_timer.start(waiting ? 0.0 : readiness_poll_interval(), [this] { poll_readiness(); });
-  });
-  // A probe still in flight is of the engine before this one: a health check of an engine that died
-  // while its connection waited in the queue of a socket fastrestartd owns, answered only once the next
-  // engine accepts. Its result is dropped, so poll again, or readiness would never be looked at (the
-  // start would run out its deadline and fall through to the next path).
-  if (!started && m_engine && !m_engine->exited && m_engine->path.empty())
-    m_poll_timer.start(readiness_poll_interval(), [this] { poll_readiness(); });
-}
-
 void Supervisor::decide_path_after_ready() {
-  m_deadline_timer.stop();
+  m_watch.stop_deadline();
   Engine& e = *m_engine;
   const double ready_at = m_loop.now_s();
   const double since_spawn = ready_at - e.spawned_at;
-  const double since_death = m_last_exit.contains("died_at_s") ? ready_at - m_last_exit["died_at_s"].get<double>() : since_spawn;
+  const std::optional<double> died = engine_died_at();
+  const double since_death = died ? ready_at - *died : since_spawn;
   auto finish = [this, ready_at, since_spawn, since_death](std::string path) {
     if (!m_engine) return;
     m_engine->path = path;
@@ -513,23 +446,15 @@ void Supervisor::decide_path_after_ready() {
     m_policy.on_ready(m_loop.now_s());
     m_stats.ready(path, since_spawn);
     // ready_at_s is on the clock of last_exit.died_at_s (CLOCK_MONOTONIC): a benchmark on the same machine
-  // times a restart from its own kill(2) with it (docs/benchmarks.md, "How a restart is timed").
-  m_last_start = {{"path", path}, {"time_to_ready_s", since_spawn}, {"since_previous_exit_s", since_death},
-                    {"ready_at_s", ready_at}, {"unix_time", std::time(nullptr)}, {"pid", m_engine->pid},
-                    {"start_paths", json::array()}};
-    for (const auto& a : m_attempts.rows()) m_last_start["start_paths"].push_back(to_json(a));
-    if (!m_engine->snapshot_id.empty()) m_last_start["snapshot_id"] = m_engine->snapshot_id;
+    // times a restart from its own kill(2) with it (docs/benchmarks.md, "How a restart is timed").
+    m_last_start = start_row(*m_engine, path, ready_at, since_death, m_attempts.rows());
     // A start on the warm path that did not attach: say why (the daemons' miss record, the engine's own
     // result line, or that the engine never asked the daemons).
     std::string why_cold;
     if (m_engine->warm_expected && path == "cold") {
-      const std::string dir = m_cfg.weights.socket_dir.empty() ? default_socket_dir() : m_cfg.weights.socket_dir;
-      why_cold = !m_engine->miss_reason.empty()
-                     ? m_engine->miss_reason
-                     : "the engine did not ask the weight daemons (no attach or miss by its pid): does it look for their "
-                       "sockets in " + dir + " (FASTRESTART_SOCKET_DIR)?";
-      m_last_start["expected"] = "warm";
-      m_last_start["warm_miss"] = why_cold;
+      why_cold = warm_miss_reason(*m_engine, m_cfg.weights.socket_dir.empty() ? default_socket_dir() : m_cfg.weights.socket_dir);
+      m_last_start->expected = "warm";
+      m_last_start->warm_miss = why_cold;
       spdlog::warn("the start was expected warm but the engine loaded from disk: {}", why_cold);
     }
     std::string text = "Ready (" + path + ") in " + fmt_s(since_spawn);
@@ -541,19 +466,19 @@ void Supervisor::decide_path_after_ready() {
     const ReadyOutcome reload = m_reload.ready(m_engine->flags, path, m_loop.now_s(), m_cfg.engine.flags);
     if (reload.outcome) m_stats.reload(*reload.outcome);
     if (reload.rollback) roll_back(*reload.rollback, /*posted=*/true);
-    m_health_timer.start(m_cfg.readiness.check_interval_s, [this] { check_health(); }, m_cfg.readiness.check_interval_s);
+    m_watch.start_health();
     const StartAttempt* restore = m_attempts.last_on(StartPath::kSnapshot);  // this start's, if any
     const ReadyFacts ready{path, since_spawn, !m_engine->standby_level.empty(), restore ? restore->outcome : "",
-                           restore ? restore->why.detail : "", &m_last_start};
+                           restore ? restore->why.detail : "", &*m_last_start};
     for (auto& p : m_parts) p->after_ready(ready);
-    if (!m_engine->standby_level.empty()) m_last_start["standby_level"] = m_engine->standby_level;
+    if (!m_engine->standby_level.empty()) m_last_start->standby_level = m_engine->standby_level;
   };
   if (!e.snapshot_id.empty()) return finish("snapshot");
   if (!e.standby_level.empty()) return finish("standby");
   e.report->finish();  // what the engine says nothing about
   if (m_daemons->engine_report_decides() || (m_kind->reports_attach() && !m_daemons->loader_protocol())) {
     // vLLM's own words decide: "Mapped N tensors from the weight cache daemon" / the loader's result line.
-    return finish(path_from_engine_report(e) == "warm" ? "warm" : "cold");
+    return finish(path_from_engine_report(e, m_stats) == "warm" ? "warm" : "cold");
   }
   if (!m_daemons->loader_protocol()) return finish("cold");
   // Did the engine really attach? The daemons' records by its pid say (attach_seen.h).
@@ -571,46 +496,12 @@ void Supervisor::decide_path_after_ready() {
           spdlog::info("engine pid {} is gone or stopping: its attach result is dropped", pgid);
           return;
         }
-        // A miss by the engine decides even when an attach by it follows: an engine that loaded from disk
-        // and published then adopts the daemon's copy (docs/tinyengine.md, "Loading"); its start was cold.
-        if (!seen.miss.empty()) seen.hit = false;
-        if (seen.hit) {
-          m_stats.attach("hit");
-        } else if (!seen.miss.empty()) {
-          m_stats.attach_miss(seen.miss.substr(0, 80));
-          if (m_engine) m_engine->miss_reason = "the weight daemon answered: " + seen.miss;
-          m_stats.attach("fallback");
-          spdlog::info("the engine missed the weight cache ({}) and loaded from disk", seen.miss);
-        } else if (m_engine && m_kind->reports_attach()) {
-          // No daemon record by its pid: the vLLM plugin's result line is the engine's own word.
-          seen.hit = path_from_engine_report(*m_engine) == "warm";
-        } else {
-          m_stats.attach("none");
-        }
-        finish(seen.hit ? "warm" : "cold");
+        finish(attach_path(std::move(seen), *m_engine, m_kind->reports_attach(), m_stats));
       });
 }
 
-void Supervisor::check_health() {
-  probe_engine(false, [this](ProbeResult r) {
-    if (r.ok) {
-      m_consecutive_health_failures = 0;
-      return;
-    }
-    ++m_consecutive_health_failures;
-    spdlog::warn("health check failed ({} of {}): {}", m_consecutive_health_failures, m_cfg.readiness.hang_after_failures,
-                 r.detail);
-    if (m_consecutive_health_failures >= m_cfg.readiness.hang_after_failures) {
-      m_engine->killed_hang = true;
-      raise(Event::kHung);
-    }
-  });
-}
-
 void Supervisor::stop_engine(bool kill_now) {
-  m_poll_timer.stop();
-  m_health_timer.stop();
-  m_deadline_timer.stop();
+  m_watch.stop();
   if (!m_engine || m_engine->exited) {
     // Nothing running: go straight to what comes after a drain. Posted, it may come after that engine's
     // drain already ran (a failed spawn posts its own exit, which drains it too, and the drain's step can run
@@ -652,9 +543,7 @@ void Supervisor::on_engine_exit(int status) {
   e.exited = true;
   e.status = status;
   e.died_at = m_loop.now_s();
-  m_poll_timer.stop();
-  m_health_timer.stop();
-  m_deadline_timer.stop();
+  m_watch.stop();
   auto oom_after = m_oom.read();
   ExitFacts f;
   f.wait_status = status;
@@ -673,9 +562,7 @@ void Supervisor::on_engine_exit(int status) {
   // configuration. It is counted apart and does not feed the crash-loop limit or the backoff.
   const bool rejected_push = m_reload.on_trial() && is_failure(c.cause);
   if (!rejected_push) m_stats.restart(exit_cause_name(c.cause));
-  m_last_exit = {{"cause", exit_cause_name(c.cause)}, {"detail", c.detail}, {"pid", e.pid},
-                 {"uptime_s", e.died_at - e.spawned_at}, {"unix_time", std::time(nullptr)},
-                 {"died_at_s", e.died_at}, {"was_ready", !e.path.empty()}};
+  m_last_exit = exit_row(e, exit_cause_name(c.cause), c.detail);
   if (is_failure(c.cause))
     spdlog::error("engine pid {} exited: {} ({})", e.pid, exit_cause_name(c.cause), c.detail);
   else
@@ -746,7 +633,8 @@ void Supervisor::wait_drain() {
 
 void Supervisor::after_drain() {
   ::unlink(state_path(m_cfg, "engine.pgid").c_str());  // the engine's group is gone
-  const std::string cause = m_last_exit.value("cause", std::string("requested"));
+  const std::string cause = m_last_exit ? m_last_exit->cause : "requested";
+  const std::string detail = m_last_exit ? m_last_exit->detail : "";
   const bool failure = cause != "requested";
   const bool was_warm = m_engine && m_engine->warm_expected;
   m_engine.reset();
@@ -757,7 +645,7 @@ void Supervisor::after_drain() {
   // Pushed flags that never became ready go back to the last flags that were (reload/reload.h). Not an
   // exit of the running configuration: the policy does not see it (no failure, no backoff step); the
   // restart with the old flags goes at once.
-  if (auto rollback = m_reload.after_exit(failure, cause, m_last_exit.value("detail", std::string())))
+  if (auto rollback = m_reload.after_exit(failure, cause, detail))
     return roll_back(*rollback, /*posted=*/false);
   // What follows the drain is the table's: a cold reload or a changed checkpoint drains in kReloading,
   // stop-engine in kHolding; the policy's verdict is the event.
@@ -771,7 +659,7 @@ void Supervisor::after_drain() {
     case Verdict::kGiveUp:
       m_failure = std::to_string(m_policy.failures_in_window()) + " failures within " +
                   std::to_string(static_cast<int>(m_cfg.restart.crash_loop_window_s)) + " s; last: " + cause + " (" +
-                  m_last_exit.value("detail", std::string()) + ")";
+                  detail + ")";
       raise(Event::kDrainedGiveUp);
       break;
   }

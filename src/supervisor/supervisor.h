@@ -34,6 +34,7 @@
 #include "supervisor/reload/reload.h"
 #include "supervisor/engine.h"
 #include "supervisor/engine_launch.h"
+#include "supervisor/engine_watch.h"
 #include "supervisor/snapshots/snapshot_host.h"
 #include "supervisor/snapshots/snapshots.h"
 #include "supervisor/standby/standby.h"
@@ -68,9 +69,11 @@ sigset_t handled_signals();
 void block_handled_signals();
 
 // The parts reach it through their hosts, which it implements privately: the start paths (StartHost), the
-// weight daemons (DaemonHost), the snapshots (SnapshotHost), the standby (StandbyHost). A method of the
+// weight daemons (DaemonHost), the snapshots (SnapshotHost), the standby (StandbyHost); so does the watch
+// of its engine's readiness and health (EngineWatchHost). A method of the
 // same name in several hosts (loop, config, raise, ...) is one answer for all.
-class Supervisor : private StartHost, private DaemonHost, private SnapshotHost, private StandbyHost {
+class Supervisor : private StartHost, private DaemonHost, private SnapshotHost, private StandbyHost,
+                   private EngineWatchHost {
  public:
   Supervisor(Config config, std::unique_ptr<GpuProbe> gpus, std::unique_ptr<Notifier> notifier);
   ~Supervisor() override;
@@ -127,9 +130,6 @@ class Supervisor : private StartHost, private DaemonHost, private SnapshotHost, 
   void start_engine();
   void stop_engine(bool kill_now);
   void on_engine_exit(int status);
-  void poll_readiness();
-  bool probe_engine(bool full, std::function<void(ProbeResult)> on_result);  // full: readiness, else health
-  void check_health();
   void wait_drain();
   void after_drain();
   // What an engine (or a standby) is started with now (engine_launch.h); changes nothing.
@@ -141,8 +141,12 @@ class Supervisor : private StartHost, private DaemonHost, private SnapshotHost, 
   // Why no engine (or standby) may start on the shares now, with the figures; "" when it may. Sets
   // status's engine_share_refused and logs it once per change.
   std::string engine_share_refusal() override;
-  void arm_readiness(bool poll_now);
-  double readiness_poll_interval() const;
+  // EngineWatchHost (engine_watch.h): the readiness polls, start deadline and health checks of m_engine
+  Engine* watched_engine() override;
+  void readiness_passed() override;
+  void still_starting() override;  // EXTEND_TIMEOUT_USEC before the first READY=1
+  void start_timed_out() override;
+  void engine_hung() override;
   // READY: which path the start took (the daemons' records by its pid, else the engine's own word), then
   // what follows it (a pending reload or snapshot create answered, health checks, the next standby).
   void decide_path_after_ready();
@@ -214,8 +218,7 @@ class Supervisor : private StartHost, private DaemonHost, private SnapshotHost, 
   void roll_back(const Rollback& r, bool posted);
 
   // What the engine kind says (supervisor_kind.cc; m_kind, engines/engine_kind.h).
-  std::string path_from_engine_report(Engine& e);  // "warm" | "cold" | "" (no word from the engine)
-  std::string readiness_model() const;
+  std::string readiness_model() const override;
   nlohmann::json handle_check(const ControlRequest& req);  // already read (control_request.h)
   std::string refuse_push(const FlagList& next);  // "" when the engine would start
 
@@ -243,19 +246,17 @@ class Supervisor : private StartHost, private DaemonHost, private SnapshotHost, 
 
   size_t m_start_index = 0;                      // the path that started the engine (restart.start index)
 
-  Timer m_poll_timer, m_deadline_timer, m_health_timer, m_drain_timer, m_backoff_timer, m_kill_timer,
-      m_watchdog_timer;
+  Timer m_drain_timer, m_backoff_timer, m_kill_timer, m_watchdog_timer;
+  EngineWatch m_watch{m_loop, m_cfg, *this};  // the readiness polls, start deadline and health checks
   std::vector<std::unique_ptr<Signal>> m_signals;
 
   Stats m_stats;  // what status and /metrics count (docs/health.md: "metrics", "restarts", "rollbacks")
   // The current (or last) start: each listed path asked, in order, and what it answered (start/attempts.h).
   StartAttempts m_attempts{m_stats};
-  nlohmann::json m_last_exit;
-  nlohmann::json m_last_start;
+  std::optional<status::LastExitStatus> m_last_exit;    // engine_rows.h builds both
+  std::optional<status::LastStartStatus> m_last_start;
   std::string m_status_text;
   std::string m_failure;
-  int m_consecutive_health_failures = 0;
-  bool m_probe_in_flight = false;
   bool m_ever_ready = false;     // READY=1 sent once: systemd's start timeout no longer applies
   double m_last_extend = 0;
   // Per GPU: memory used before the engine started, minus the daemons' pools then (contexts, driver

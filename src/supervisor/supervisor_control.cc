@@ -17,6 +17,7 @@
 #include "common/io.h"
 #include "common/secrets.h"
 #include "supervisor/control_request.h"
+#include "supervisor/engine_rows.h"
 #include "supervisor/flags.h"
 #include "supervisor/kv_stats.h"
 #include "supervisor/state_files.h"
@@ -167,47 +168,14 @@ json Supervisor::status_json() {
   st.daemons = m_daemons->rows();
   if (m_cfg.weights.backend != "host") {
     m_standby->measure_memory(/*at_park=*/false);  // current: a parked standby's processes may have grown since its park
-    const auto shares = gpu_shares();
-    for (const auto& gpu : m_cfg.gpus) {
-      status::MemoryRowStatus row;
-      row.gpu = gpu;
-      auto m = m_gpus->memory(gpu);
-      if (!m.ok()) {
-        row.error = m.error().message;
-      } else {
-        row.uuid = m->uuid;
-        row.name = m->name;
-        row.total_bytes = m->total;
-        row.used_bytes = m->used;
-        row.free_bytes = m->free;
-        row.budget_bytes = static_cast<uint64_t>(m_cfg.memory.utilization * static_cast<double>(m->total));
-        row.daemon_held_bytes = held_bytes(gpu);
-        row.standby_reserve_bytes = m_standby->reserve_bytes(gpu);
-        if (st.memory.size() < shares.size()) {
-          const GpuShare& sh = shares[st.memory.size()];
-          row.arena_bytes = sh.in.arena;
-          row.engine_share = sh.share;
-          row.engine_share_bytes = sh.share_bytes;
-          row.engine_own_bytes = sh.own_bytes;
-        }
-      }
-      st.memory.push_back(std::move(row));
-    }
+    // One share per GPU, in gpus order (gpu_shares()): what the daemon holds outside the engine, the reserve.
+    const std::vector<GpuShare> shares = gpu_shares();
+    for (size_t i = 0; i < m_cfg.gpus.size() && i < shares.size(); ++i)
+      st.memory.push_back(memory_row(m_cfg.gpus[i], m_gpus->memory(m_cfg.gpus[i]), m_cfg.memory.utilization, shares[i]));
   }
   if (!m_share_refused.empty()) st.engine_share_refused = m_share_refused;
   st.arena_outcome = arena_outcome();
-  if (m_engine) {
-    status::EngineStatus e;
-    e.pid = m_engine->pid;
-    e.uptime_s = m_loop.now_s() - m_engine->spawned_at;
-    e.path = m_engine->path;
-    e.snapshot_id = m_engine->snapshot_id;
-    e.flags = m_engine->flags.redacted();
-    e.running = !m_engine->exited;
-    e.readiness_endpoint = m_engine->endpoint_note;
-    e.vllm = m_engine->report->to_json();  // the kind's own report (null for generic)
-    st.engine = std::move(e);
-  }
+  if (m_engine) st.engine = engine_row(*m_engine, m_loop.now_s());
   m_stats.fill(st);
   st.name = m_cfg.name;
   st.config = m_cfg.path;

@@ -1,5 +1,6 @@
 // The Supervisor's questions to its engine kind (m_kind, engines/engine_kind.h) that touch its own counters
-// and state: the engine's own word on its weights, the model readiness asks for, the checks before a push.
+// and state: the model readiness asks for, the checks before a push. (The engine's own word on its weights:
+// attach_path.h.)
 #include <spdlog/spdlog.h>
 
 #include "supervisor/engines/check.h"
@@ -8,14 +9,6 @@
 namespace fr::supervisor {
 
 using nlohmann::json;
-
-std::string Supervisor::path_from_engine_report(Engine& e) {
-  const AttachWord w = e.report->attach_word();
-  for (const auto& m : w.misses) m_stats.attach_miss(m);
-  m_stats.attach(w.counted);
-  if (e.miss_reason.empty()) e.miss_reason = w.miss_reason;
-  return w.path;
-}
 
 std::string Supervisor::readiness_model() const { return m_engine ? m_kind->readiness_model(m_engine->flags) : std::string(); }
 

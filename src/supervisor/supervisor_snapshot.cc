@@ -9,6 +9,7 @@
 #include <ctime>
 
 #include "supervisor/engine_group_record.h"
+#include "supervisor/engine_rows.h"
 #include "supervisor/supervisor.h"
 #include "supervisor/state_files.h"
 
@@ -30,7 +31,7 @@ void Supervisor::restore_spawned(UniqueFd output) {
   // The helper's output pipe becomes the restored engine's stdout/stderr (criu --inherit-fd): read as any
   // engine's (its tail, progress, and the arena line of the lease its resume takes).
   read_child_output(m_loop, std::move(output), "engine", engine_line_handler(m_engine.get()), *m_engine);
-  arm_readiness(false);
+  m_watch.arm(false);
 }
 
 void Supervisor::restore_not_spawned() { m_engine.reset(); }
@@ -54,7 +55,7 @@ void Supervisor::restored(pid_t pid, std::optional<int> exited) {
     signal_group(e.pid, e.pidfd.get(), SIGKILL);
     return;
   }
-  m_poll_timer.start(0.0, [this] { poll_readiness(); });
+  m_watch.poll_now();
 }
 
 void Supervisor::restore_failed(const std::string& detail) {
@@ -63,12 +64,11 @@ void Supervisor::restore_failed(const std::string& detail) {
     // Stopped while restoring: nothing runs; finish like an exit we asked for.
     e.exited = true;
     e.died_at = m_loop.now_s();
-    m_last_exit = {{"cause", "requested"}, {"detail", "stopped while restoring a snapshot"},
-                   {"unix_time", std::time(nullptr)}, {"died_at_s", e.died_at}};
+    m_last_exit = unrun_exit_row("requested", "stopped while restoring a snapshot", e.died_at);
     raise(Event::kEngineExited);
     return;
   }
-  m_deadline_timer.stop();
+  m_watch.stop_deadline();
   m_engine.reset();
   m_attempts.record(StartPath::kSnapshot, "failed", {"failed", detail});
   walk_start_paths(m_start_index + 1);
@@ -80,7 +80,7 @@ DumpTarget Supervisor::dump_target() const {
 }
 
 void Supervisor::dump_begins() {
-  m_health_timer.stop();
+  m_watch.stop_health();
   m_engine->stop_requested = true;
 }
 
@@ -94,7 +94,7 @@ void Supervisor::dump_failed() {
     return;
   }
   m_engine->stop_requested = false;
-  m_health_timer.start(m_cfg.readiness.check_interval_s, [this] { check_health(); }, m_cfg.readiness.check_interval_s);
+  m_watch.start_health();
 }
 
 void Supervisor::create_finished() {

@@ -17,8 +17,7 @@ std::unique_ptr<Engine> Supervisor::new_engine_record() {
 }
 
 std::optional<double> Supervisor::engine_died_at() const {
-  if (!m_last_exit.contains("died_at_s")) return std::nullopt;
-  return m_last_exit["died_at_s"].get<double>();
+  return m_last_exit ? m_last_exit->died_at_s : std::nullopt;
 }
 
 void Supervisor::adopt_engine(std::unique_ptr<Engine> engine) {
@@ -35,7 +34,7 @@ void Supervisor::adopt_engine(std::unique_ptr<Engine> engine) {
   // died: used memory now includes that engine's, still being freed (a release does not wait for it), and
   // this one's own context (warmed).
   set_status("Starting the engine (standby released at " + e.standby_level + ")");
-  arm_readiness(true);
+  m_watch.arm(true);
 }
 
 }  // namespace fr::supervisor

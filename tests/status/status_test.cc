@@ -1,5 +1,5 @@
 // The supervisor's status codec (status/status.h): what status_json() encodes decodes to the same struct
-// and re-encodes to the same JSON, and a mistyped field is named in the error.
+// and re-encodes to the same JSON, and a mistyped field (or a missing one a row needs) is named in the error.
 #include "status/status.h"
 
 #include <gtest/gtest.h>
@@ -29,8 +29,26 @@ SupervisorStatus sample() {
   s.rollbacks.count = 1;
   s.rollbacks.by_cause = {{"crash", 1}};
   s.rollbacks.recent = {json{{"unix_time", 1764480000}, {"cause", "crash"}, {"detail", "exit 1"}, {"rejected_flags", {"--x"}}}};
-  s.last_exit = {{"cause", "crash"}, {"detail", "exit status 1"}, {"pid", 41}};
-  s.last_start = {{"path", "warm"}, {"time_to_ready_s", 1.5}};
+  LastExitStatus x;
+  x.cause = "crash";
+  x.detail = "exit status 1";
+  x.unix_time = 1764480000;
+  x.pid = 41;
+  x.uptime_s = 30.5;
+  x.died_at_s = 9000.25;
+  x.was_ready = true;
+  s.last_exit = x;
+  LastStartStatus r;
+  r.path = "cold";
+  r.time_to_ready_s = 1.5;
+  r.since_previous_exit_s = 1.75;
+  r.ready_at_s = 9002;
+  r.unix_time = 1764480002;
+  r.pid = 42;
+  r.start_paths = {{"warm", "failed", "no_attach", "loaded from disk"}, {"cold", "started", std::nullopt, ""}};
+  r.expected = "warm";
+  r.warm_miss = "no entries";
+  s.last_start = r;
   s.start_paths = {{"snapshot", "skipped", "no_snapshot", "no snapshot yet"}, {"warm", "started", std::nullopt, ""}};
   DaemonRowStatus d;
   d.gpu = "0";
@@ -181,6 +199,60 @@ TEST(SupervisorStatusCodec, WireFormKeepsTheDocumentedFields) {
   EXPECT_TRUE(to_json(idle)["standby"].is_null());
 }
 
+// The last exit and the last start (docs/supervisor.md): typed rows with the field names status always
+// had; the optional members are left out of the wire form when unset, as the lifecycle wrote them.
+TEST(SupervisorStatusCodec, TheLastExitAndStartRowsRoundTrip) {
+  const json j = to_json(sample());
+  EXPECT_EQ(j["last_exit"], (json{{"cause", "crash"}, {"detail", "exit status 1"}, {"unix_time", 1764480000}, {"pid", 41},
+                                  {"uptime_s", 30.5}, {"died_at_s", 9000.25}, {"was_ready", true}}));
+  EXPECT_EQ(j["last_start"], (json{{"path", "cold"}, {"time_to_ready_s", 1.5}, {"since_previous_exit_s", 1.75},
+                                   {"ready_at_s", 9002.0}, {"unix_time", 1764480002}, {"pid", 42},
+                                   {"start_paths", {{{"path", "warm"}, {"outcome", "failed"}, {"reason", "no_attach"},
+                                                     {"detail", "loaded from disk"}},
+                                                    {{"path", "cold"}, {"outcome", "started"}}}},
+                                   {"expected", "warm"}, {"warm_miss", "no entries"}}));
+  auto back = supervisor_status_from_json(j);
+  ASSERT_TRUE(back.ok()) << back.error().message;
+  ASSERT_TRUE(back->last_exit.has_value());
+  EXPECT_EQ(back->last_exit->died_at_s.value_or(0), 9000.25);
+  EXPECT_EQ(back->last_exit->was_ready.value_or(false), true);
+  ASSERT_TRUE(back->last_start.has_value());
+  EXPECT_EQ(back->last_start->warm_miss.value_or(""), "no entries");
+  EXPECT_FALSE(back->last_start->snapshot_id.has_value());
+  ASSERT_EQ(back->last_start->start_paths.size(), 2u);
+  EXPECT_EQ(back->last_start->start_paths[0].reason.value_or(""), "no_attach");
+  EXPECT_EQ(to_json(*back), j);
+
+  // An engine that never ran (its spawn failed): cause, detail and time only.
+  LastExitStatus unrun;
+  unrun.cause = "crash";
+  unrun.detail = "exec: No such file or directory";
+  unrun.unix_time = 1764480003;
+  EXPECT_EQ(to_json(unrun), (json{{"cause", "crash"}, {"detail", "exec: No such file or directory"}, {"unix_time", 1764480003}}));
+  // A restored engine released from a standby: the rows it adds.
+  LastStartStatus restored;
+  restored.path = "snapshot";
+  restored.snapshot_id = "s-1";
+  restored.standby_level = "warmed";
+  const json rj = to_json(restored);
+  EXPECT_EQ(rj["snapshot_id"], "s-1");
+  EXPECT_EQ(rj["standby_level"], "warmed");
+  EXPECT_FALSE(rj.contains("expected"));
+  EXPECT_FALSE(rj.contains("warm_miss"));
+
+  // Before any exit or READY: null, and null decodes to none.
+  SupervisorStatus fresh = sample();
+  fresh.last_exit.reset();
+  fresh.last_start.reset();
+  const json fj = to_json(fresh);
+  EXPECT_TRUE(fj["last_exit"].is_null());
+  EXPECT_TRUE(fj["last_start"].is_null());
+  auto none = supervisor_status_from_json(fj);
+  ASSERT_TRUE(none.ok()) << none.error().message;
+  EXPECT_FALSE(none->last_exit.has_value());
+  EXPECT_FALSE(none->last_start.has_value());
+}
+
 TEST(SupervisorStatusCodec, AbsentFieldsKeepTheirDefaults) {
   auto s = supervisor_status_from_json(json::object());
   ASSERT_TRUE(s.ok()) << s.error().message;
@@ -221,6 +293,33 @@ TEST(SupervisorStatusCodec, MalformedStatusNamesTheField) {
   j = to_json(sample());
   j["standby"]["last_release"]["release_to_ready_s"] = "fast";
   expect_error(j, "status.standby.last_release.release_to_ready_s: not a number");
+  j = to_json(sample());
+  j["last_exit"]["died_at_s"] = "later";
+  expect_error(j, "status.last_exit.died_at_s: not a number");
+  j = to_json(sample());
+  j["last_exit"]["pid"] = 41.5;
+  expect_error(j, "status.last_exit.pid: not an integer");
+  j = to_json(sample());
+  j["last_exit"].erase("cause");
+  expect_error(j, "status.last_exit.cause: missing");
+  j = to_json(sample());
+  j["last_exit"] = "crash";
+  expect_error(j, "status.last_exit: not an object");
+  j = to_json(sample());
+  j["last_start"]["path"] = nullptr;
+  expect_error(j, "status.last_start.path: missing");
+  j = to_json(sample());
+  j["last_start"]["time_to_ready_s"] = "1.5";
+  expect_error(j, "status.last_start.time_to_ready_s: not a number");
+  j = to_json(sample());
+  j["last_start"]["start_paths"][1]["outcome"] = 3;
+  expect_error(j, "status.last_start.start_paths[1].outcome: not a string");
+  j = to_json(sample());
+  j["last_start"]["warm_miss"] = false;
+  expect_error(j, "status.last_start.warm_miss: not a string");
+  j = to_json(sample());
+  j["last_start"] = json::array();
+  expect_error(j, "status.last_start: not an object");
   expect_error(json::array(), "status: not an object");
   expect_error(json{{"state", 1}}, "status.state: not a string");
 }

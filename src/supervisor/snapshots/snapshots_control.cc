@@ -170,7 +170,7 @@ void Snapshots::after_ready(const std::string& path, const std::string& restore_
 }
 
 void Snapshots::after_ready(const ReadyFacts& ready) {
-  after_ready(ready.path, ready.restore_outcome, ready.restore_detail, ready.last_start ? *ready.last_start : json());
+  after_ready(ready.path, ready.restore_outcome, ready.restore_detail, ready.last_start ? status::to_json(*ready.last_start) : json());
 }
 
 void Snapshots::fill_status(status::SupervisorStatus& st) const {

@@ -46,7 +46,7 @@ struct ReadyFacts {
   bool released = false;         // the engine is a released standby
   std::string restore_outcome;   // this start's attempt on the path "snapshot" ("" when it made none)
   std::string restore_detail;
-  const nlohmann::json* last_start = nullptr;  // status's last_start for this start
+  const status::LastStartStatus* last_start = nullptr;  // status's last_start for this start
 };
 
 class Part : public StartPart {
