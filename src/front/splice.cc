@@ -1,5 +1,6 @@
 #include "front/splice.h"
 
+#include <algorithm>
 #include <optional>
 #include <utility>
 
@@ -346,8 +347,10 @@ StreamSplice::Next StreamSplice::resume_chat() {
     }
     next["continue_final_message"] = true;
     next["add_generation_prompt"] = false;
+    // The limit the engine reads (vLLM: max_completion_tokens, else max_tokens) is above `sent`; the other,
+    // when both are given, is ignored by it and kept valid.
     for (const char* k : {"max_completion_tokens", "max_tokens"})
-      if (present(next, k)) next[k] = next[k].get<int64_t>() - static_cast<int64_t>(sent);
+      if (present(next, k)) next[k] = std::max<int64_t>(1, next[k].get<int64_t>() - static_cast<int64_t>(sent));
   }  // else nothing reached the client but the role chunk: the request as it was
   m_next_body = dump(next);
   if (m_next_body.size() > m_max_body) {
