@@ -86,6 +86,17 @@ ch() {  # ch ID TEXT TOKEN PROMPT_IDS FINISH: one chunk event in vLLM's format
 { printf '\003{"prompt":"hi","max_tokens":9,"stream":true}\000'
   printf 'data: {"choices":[{"text":"ab"}]}\n\ndata: {"choices":[{"text":"c"}]}\n\ndata: {"choices":[{"text":"d"}]}\n\n'; } | seed fuzz_front_splice
 printf '\001{"prompt":"hi","max_tokens":9,"stream":true,"n":2}\000data: {"error":{"message":"x"}}\n\n' | seed fuzz_front_splice
+# Chat streams (the first byte's 0x10 bit): the role chunk, content chunks, the continuation's role chunk.
+cc() {  # cc ID DELTA FINISH: one chat chunk event in vLLM's format
+  printf 'data: {"id":"%s","object":"chat.completion.chunk","created":1,"model":"tiny","choices":[{"index":0,"delta":%s,"logprobs":null,"finish_reason":%s,"token_ids":null}]}\n\n' "$1" "$2" "$3"
+}
+{ printf '\023{"messages":[{"role":"user","content":"hi"}],"max_completion_tokens":5,"stream":true,"stream_options":{"include_usage":true}}\000'
+  cc A '{"role":"assistant","content":""}' null; cc A '{"content":"He"}' null; cc A '{"content":""}' null
+  cc B '{"role":"assistant","content":""}' null; cc B '{"content":"llo"}' '"length"'
+  printf 'data: {"id":"B","object":"chat.completion.chunk","created":2,"model":"tiny","choices":[],"usage":{"prompt_tokens":9,"total_tokens":12,"completion_tokens":3}}\n\ndata: [DONE]\n\n'
+} | seed fuzz_front_splice
+{ printf '\022{"messages":[{"role":"user","content":"q"},{"role":"assistant","content":"O"}],"max_tokens":4,"stream":true,"add_generation_prompt":false,"continue_final_message":true}\000'
+  cc A '{"role":"assistant","content":""}' null; cc A '{"tool_calls":[{"index":0,"function":{"name":"f"}}]}' null; } | seed fuzz_front_splice
 # Engine output lines (fuzz_engine_line): every arena, loader and progress line the docs, the data files
 # and the engines' sources show, and near misses; lines as loggers prefix them.
 {

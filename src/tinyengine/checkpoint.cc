@@ -41,7 +41,7 @@ uint16_t f32_to_bf16(float f) {
   return static_cast<uint16_t>(bits >> 16);
 }
 
-std::vector<std::byte> fill_tensor(const TensorSpec& spec, const ModelConfig& c, uint64_t seed) {
+std::vector<std::byte> fill_tensor(const TensorSpec& spec, const ModelConfig& c, uint64_t seed, bool printable) {
   const auto n = static_cast<size_t>(spec.numel());
   const size_t es = dtype_size(c.dtype);
   std::vector<std::byte> out(n * es);
@@ -55,7 +55,11 @@ std::vector<std::byte> fill_tensor(const TensorSpec& spec, const ModelConfig& c,
   }
   for (size_t i = 0; i < n; ++i) {
     const double u = static_cast<double>(splitmix64(state) >> 11) * (1.0 / 9007199254740992.0);  // [0, 1)
-    const auto v = static_cast<float>(center + (2 * u - 1) * a);
+    auto v = static_cast<float>(center + (2 * u - 1) * a);
+    if (printable && spec.name == "lm_head") {
+      const size_t token = i / static_cast<size_t>(spec.shape[1]);
+      if (token < 0x20 || token > 0x7e) v *= 1.0f / 64;
+    }
     if (c.dtype == DType::kBF16) {
       const uint16_t b = f32_to_bf16(v);
       std::memcpy(out.data() + i * 2, &b, 2);
@@ -143,7 +147,7 @@ Result<std::vector<std::string>> generate_checkpoint(const GenOptions& options, 
     std::vector<TensorData> tensors;
     data.reserve(shards[i].size());
     for (const TensorSpec* s : shards[i]) {
-      data.push_back(fill_tensor(*s, options.config, options.seed));
+      data.push_back(fill_tensor(*s, options.config, options.seed, options.printable));
       tensors.push_back({s->name, options.config.dtype, s->shape, data.back()});
     }
     const std::string path = (fs::path(out_dir) / name).string();

@@ -25,6 +25,9 @@ struct GenOptions {
   ModelConfig config;
   uint64_t seed = 1;
   uint64_t shard_bytes = 1ull << 30;  // a shard holds tensors up to this many bytes (one tensor may exceed)
+  // lm_head's rows of every token but printable ASCII (0x20..0x7e) scaled by 1/64, so that greedy output is
+  // printable text: answers a client can read back and send again as text (a chat continued by the front).
+  bool printable = false;
 };
 
 // The config whose weights take about `target_bytes`: `base` plus extra wide blocks (each tensor at most

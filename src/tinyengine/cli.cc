@@ -131,6 +131,7 @@ void define_gen(CLI::App& sub, std::function<int()>& run) {
   sub.add_option("--size", *size, "approximate total weight bytes (e.g. 2G): adds wide extra blocks");
   sub.add_option("--dtype", *dtype, "F32|BF16")->check(CLI::IsMember({"F32", "BF16"}))->capture_default_str();
   sub.add_option("--shard-size", *shard, "largest shard file (e.g. 1G)")->capture_default_str();
+  sub.add_flag("--printable", o->printable, "greedy output in printable ASCII (lm_head rows of other tokens scaled down)");
   sub.add_option("--d-model", c.d_model)->capture_default_str();
   sub.add_option("--n-heads", c.n_heads)->capture_default_str();
   sub.add_option("--n-layers", c.n_layers)->capture_default_str();

@@ -19,6 +19,7 @@
 #include <spdlog/spdlog.h>
 
 #include "common/bounded_json.h"
+#include "tinyengine/chat.h"
 #include "tinyengine/tp.h"
 
 namespace fr::te {
@@ -301,16 +302,21 @@ json EngineServer::models() const {
   return {{"object", "list"}, {"data", json::array({card})}};
 }
 
-Result<CompletionRequest> EngineServer::parse_completion(const std::string& body) const {
-  auto bad = [](const std::string& m) { return make_error(Errc::kInvalidArgument, m); };
+Result<nlohmann::json> EngineServer::parse_request_object(const std::string& body) const {
   auto parsed = parse_json_bounded(body, {32, 65536, "the request body"});
-  if (!parsed.ok()) return bad(parsed.error().message);
+  if (!parsed.ok()) return make_error(Errc::kInvalidArgument, parsed.error().message);
   json req = std::move(*parsed);
-  if (!req.is_object()) return bad("the request body must be a JSON object");
+  if (!req.is_object()) return make_error(Errc::kInvalidArgument, "the request body must be a JSON object");
   if (req.contains("model") && !req["model"].is_null()) {
     if (!req["model"].is_string() || req["model"].get<std::string>() != model_name())
       return make_error(Errc::kNotFound, "The model `" + dump(req["model"]) + "` does not exist.");
   }
+  return req;
+}
+
+Result<CompletionRequest> EngineServer::parse_completion(const std::string& body) const {
+  auto bad = [](const std::string& m) { return make_error(Errc::kInvalidArgument, m); };
+  FR_ASSIGN(json req, parse_request_object(body));
   if (!req.contains("prompt")) return bad("'prompt' is required");
   CompletionRequest c;
   FR_ASSIGN(c.prompts, parse_prompts(req["prompt"]));
@@ -326,6 +332,34 @@ Result<CompletionRequest> EngineServer::parse_completion(const std::string& body
       return bad("'logprobs' must be an integer 0..20");
     c.top = req["logprobs"].get<int>();
   }
+  FR_TRY(parse_common(req, c));
+  return c;
+}
+
+Result<std::pair<CompletionRequest, ChatPrompt>> EngineServer::parse_chat(const std::string& body) const {
+  auto bad = [](const std::string& m) { return make_error(Errc::kInvalidArgument, m); };
+  FR_ASSIGN(json req, parse_request_object(body));
+  FR_ASSIGN(ChatPrompt prompt, render_chat(req));
+  CompletionRequest c;
+  c.prompts.push_back(tokenize(prompt.text));
+  // vLLM: max_completion_tokens, else the deprecated max_tokens.
+  for (const char* k : {"max_tokens", "max_completion_tokens"}) {
+    if (!req.contains(k) || req[k].is_null()) continue;
+    if (!req[k].is_number_integer() || req[k].get<int64_t>() < 0 || req[k].get<int64_t>() > 1'000'000)
+      return bad(std::string("'") + k + "' must be a non-negative integer");
+    c.max_tokens = req[k].get<int>();
+  }
+  if ((req.contains("logprobs") && !req["logprobs"].is_null() && req["logprobs"] != false) ||
+      (req.contains("top_logprobs") && !req["top_logprobs"].is_null()))
+    return bad("'logprobs' and 'top_logprobs' are not supported for chat by this engine");
+  for (const char* k : {"tools", "tool_choice", "functions", "function_call"})
+    if (req.contains(k) && !req[k].is_null()) return bad(std::string("'") + k + "' is not supported by this engine");
+  FR_TRY(parse_common(req, c));
+  return std::pair{std::move(c), std::move(prompt)};
+}
+
+Status EngineServer::parse_common(const nlohmann::json& req, CompletionRequest& c) const {
+  auto bad = [](const std::string& m) { return make_error(Errc::kInvalidArgument, m); };
   if (req.contains("temperature") && !req["temperature"].is_null() &&
       (!req["temperature"].is_number() || req["temperature"].get<double>() < 0))
     return bad("'temperature' must be a non-negative number");
@@ -362,7 +396,7 @@ Result<CompletionRequest> EngineServer::parse_completion(const std::string& body
                  "requested " + std::to_string(p.size() + static_cast<size_t>(c.max_tokens)) + " tokens (" +
                  std::to_string(p.size()) + " in the messages, " + std::to_string(c.max_tokens) +
                  " in the completion). Please reduce the length of the messages or completion.");
-  return c;
+  return {};
 }
 
 Result<Generation> EngineServer::generate(const std::vector<int>& prompt, int max_tokens, int top) {
@@ -452,6 +486,51 @@ Result<StreamedCompletion> EngineServer::stream_completion(const std::string& bo
                              static_cast<int64_t>(std::time(nullptr)), model_name());
 }
 
+std::pair<int, json> EngineServer::chat(const std::string& body) {
+  auto parsed = parse_chat(body);
+  if (!parsed) return error_answer(parsed.error());
+  const auto& [c, prompt] = *parsed;
+  if (c.stream) return {400, error_body(400, "'stream': true is answered as an event stream (POST /v1/chat/completions)")};
+  auto gen = generate(c.prompts[0], c.max_tokens, -1);
+  if (!gen) return error_answer(gen.error());
+  if (m_options.faults.token_delay_s > 0)
+    std::this_thread::sleep_for(std::chrono::duration<double>(m_options.faults.token_delay_s) * gen->steps.size());
+  return {200, chat_answer(c, prompt.role, *gen, "chatcmpl-" + std::to_string(::getpid()) + "-" + std::to_string(++m_next_id),
+                           static_cast<int64_t>(std::time(nullptr)), model_name())};
+}
+
+Result<StreamedCompletion> EngineServer::stream_chat(const std::string& body) {
+  FR_ASSIGN(auto parsed, parse_chat(body));
+  const auto& [c, prompt] = parsed;
+  if (!c.stream) return make_error(Errc::kInvalidArgument, "'stream' is not true");
+  FR_ASSIGN(auto gen, generate(c.prompts[0], c.max_tokens, -1));
+  return build_chat_stream_events(c, prompt.role, gen,
+                                  "chatcmpl-" + std::to_string(::getpid()) + "-" + std::to_string(++m_next_id),
+                                  static_cast<int64_t>(std::time(nullptr)), model_name());
+}
+
+void EngineServer::send_stream(std::shared_ptr<StreamedCompletion> events, httplib::Response& res) {
+  // One event per token, the token delay before each (a kill lands mid-stream); the head events (a chat
+  // stream's role chunk) go out at once, and so do the last ones (usage, [DONE]). m_in_flight counts the
+  // stream until its last byte is written.
+  auto next = std::make_shared<size_t>(0);
+  const double delay = m_options.faults.token_delay_s;
+  res.status = 200;
+  res.set_chunked_content_provider(
+      "text/event-stream",
+      [events, next, delay](size_t, httplib::DataSink& sink) {
+        if (*next >= events->events.size()) {
+          sink.done();
+          return true;
+        }
+        if (delay > 0 && *next >= events->head_events && *next < events->token_events)
+          std::this_thread::sleep_for(std::chrono::duration<double>(delay));
+        const std::string& ev = events->events[(*next)++];
+        return sink.write(ev.data(), ev.size());
+      },
+      [this](bool) { --m_in_flight; });
+}
+
 void EngineServer::routes(httplib::Server& s) {
   s.Get("/health", [this](const httplib::Request&, httplib::Response& res) {
     block_if_hung();
@@ -485,28 +564,32 @@ void EngineServer::routes(httplib::Server& s) {
         return send(res, status, body);
       }
       ++m_completions;
-      // One event per token, the token delay before each (a kill lands mid-stream); the last events
-      // (usage, [DONE]) follow at once. m_in_flight counts the stream until its last byte is written.
-      auto events = std::make_shared<StreamedCompletion>(std::move(*streamed));
-      auto next = std::make_shared<size_t>(0);
-      const double delay = m_options.faults.token_delay_s;
-      res.status = 200;
-      res.set_chunked_content_provider(
-          "text/event-stream",
-          [events, next, delay](size_t, httplib::DataSink& sink) {
-            if (*next >= events->events.size()) {
-              sink.done();
-              return true;
-            }
-            if (delay > 0 && *next < events->token_events)
-              std::this_thread::sleep_for(std::chrono::duration<double>(delay));
-            const std::string& ev = events->events[(*next)++];
-            return sink.write(ev.data(), ev.size());
-          },
-          [this](bool) { --m_in_flight; });
+      send_stream(std::make_shared<StreamedCompletion>(std::move(*streamed)), res);
       return;
     }
     auto [status, body] = complete(req.body);
+    --m_in_flight;
+    if (status != 200) ++m_errors;
+    else ++m_completions;
+    send(res, status, body);
+  });
+  s.Post("/v1/chat/completions", [this](const httplib::Request& req, httplib::Response& res) {
+    block_if_hung();
+    if (m_state == State::kLoading) return send(res, 503, error_body(503, "the model is loading"));
+    ++m_in_flight;
+    auto parsed = parse_json_bounded(req.body, {32, 65536, "the request body"});
+    if (parsed.ok() && parsed->is_object() && parsed->value("stream", false) == true) {
+      auto streamed = stream_chat(req.body);
+      if (!streamed) {
+        --m_in_flight;
+        ++m_errors;
+        auto [status, body] = error_answer(streamed.error());
+        return send(res, status, body);
+      }
+      ++m_completions;
+      return send_stream(std::make_shared<StreamedCompletion>(std::move(*streamed)), res);
+    }
+    auto [status, body] = chat(req.body);
     --m_in_flight;
     if (status != 200) ++m_errors;
     else ++m_completions;

@@ -18,12 +18,14 @@
 #include <nlohmann/json.hpp>
 
 #include "fastrestart/result.h"
+#include "tinyengine/chat.h"
 #include "tinyengine/loader.h"
 #include "tinyengine/options.h"
 #include "tinyengine/stream.h"
 
 namespace httplib {
 class Server;
+struct Response;
 }
 
 namespace fr::te {
@@ -81,10 +83,21 @@ class EngineServer {
   // A "stream": true completions body: its events (stream.h), or the error (kNotFound: unknown model, 404;
   // kInternal: 500; else 400) to answer before any event. Public for unit tests.
   Result<StreamedCompletion> stream_completion(const std::string& body);
+  // The same for a chat completions body (chat.h): the chat.completion answer, or a "stream": true body's
+  // chat.completion.chunk events. Public for unit tests.
+  std::pair<int, nlohmann::json> chat(const std::string& body);
+  Result<StreamedCompletion> stream_chat(const std::string& body);
 
  private:
   void routes(httplib::Server& s);
+  Result<nlohmann::json> parse_request_object(const std::string& body) const;
   Result<CompletionRequest> parse_completion(const std::string& body) const;
+  Result<std::pair<CompletionRequest, ChatPrompt>> parse_chat(const std::string& body) const;
+  // The fields completions and chat share (temperature, stream, stream_options, return_token_ids, echo, n)
+  // and the context length check.
+  Status parse_common(const nlohmann::json& req, CompletionRequest& c) const;
+  // Streams `events` to the client, the token delay before each token event.
+  void send_stream(std::shared_ptr<StreamedCompletion> events, httplib::Response& res);
   Result<Generation> generate(const std::vector<int>& prompt, int max_tokens, int top);
   void block_if_hung() const;
   std::string model_name() const;

@@ -41,7 +41,8 @@ struct CompletionRequest {
 
 struct StreamedCompletion {
   std::vector<std::string> events;  // whole SSE events, in order
-  size_t token_events = 0;          // the first ones are one per token
+  size_t token_events = 0;          // the first ones are one per token (after the head events)
+  size_t head_events = 0;           // events before the first token's (a chat stream's role chunk)
 };
 
 StreamedCompletion build_stream_events(const CompletionRequest& req, const std::vector<Generation>& gens,

@@ -147,7 +147,7 @@ class FrontTest : public ::testing::Test {
     m_engine_port = fr::test::free_port();
   }
   std::unique_ptr<Engine> start_engine(std::vector<std::string> args = {}) {
-    auto e = std::make_unique<Engine>(tiny_checkpoint(), args, EngineStart{{}, m_engine_port});
+    auto e = std::make_unique<Engine>(m_checkpoint, args, EngineStart{{}, m_engine_port});
     EXPECT_TRUE(e->wait_ready(20)) << e->log();
     return e;
   }
@@ -157,6 +157,7 @@ class FrontTest : public ::testing::Test {
   UniqueFd m_listen;
   uint16_t m_port = 0;
   uint16_t m_engine_port = 0;
+  std::string m_checkpoint = tiny_checkpoint();
 };
 
 TEST_F(FrontTest, ForwardsOnKeepAliveConnections) {
@@ -454,10 +455,11 @@ size_t count_of(const std::string& s, const std::string& what) {
 // POSTs a streamed completion to the front and reads the answer to its end; `at_events[k]` runs once the
 // client has read k events ("data:" lines) of the stream.
 std::string stream_through(uint16_t port, const std::string& body,
-                           std::vector<std::pair<size_t, std::function<void()>>> at_events = {}) {
+                           std::vector<std::pair<size_t, std::function<void()>>> at_events = {},
+                           const std::string& path = "/v1/completions") {
   UniqueFd fd = fr::test::connect_loopback(port, 60);
   if (!fd) return "connect failed";
-  const std::string req = "POST /v1/completions HTTP/1.1\r\nContent-Type: application/json\r\nConnection: close\r\n"
+  const std::string req = "POST " + path + " HTTP/1.1\r\nContent-Type: application/json\r\nConnection: close\r\n"
                           "Content-Length: " + std::to_string(body.size()) + "\r\n\r\n" + body;
   if (::send(fd.get(), req.data(), req.size(), MSG_NOSIGNAL) < 0) return "send failed";
   std::string out;
@@ -600,6 +602,60 @@ TEST_F(FrontStreamTest, NotContinuableEndsWithAnErrorNamingTheReason) {
   const auto st = front.status([](const json& j) { return j["requests"]["failed"]["stream_interrupted"] == 1; });
   EXPECT_EQ(st["requests"]["not_continued"]["guided"], 1) << st.dump();
   EXPECT_EQ(st["requests"]["continued"], 0) << st.dump();
+}
+
+// The content a chat stream's client reads: its chunks' delta.content joined.
+std::string chat_content(const std::string& stream) {
+  std::string out;
+  for (size_t at = stream.find("data: {"); at != std::string::npos; at = stream.find("data: {", at + 1)) {
+    auto j = json::parse(stream.substr(at + 6, stream.find("\n\n", at) - at - 6), nullptr, false);
+    if (j.is_discarded() || !j.contains("choices") || j["choices"].empty()) continue;
+    const auto& d = j["choices"][0]["delta"];
+    if (d.contains("content") && d["content"].is_string()) out += d["content"].get<std::string>();
+  }
+  return out;
+}
+
+// kill -9 mid-way through a chat stream: the front sends the messages again with the content the client
+// has as the assistant's message, continued (continue_final_message); the client reads one stream, byte
+// for byte the uninterrupted one: one role chunk, one id, one usage event, one [DONE], the same content.
+// The checkpoint answers in printable ASCII (gen --printable): a chat is continued as text, and the test
+// weights' usual bytes that are not UTF-8 reach a client as U+FFFD, which cannot be sent back as they were.
+TEST_F(FrontStreamTest, ChatKilledMidStreamContinuesTheAssistantMessage) {
+  m_checkpoint = fr::te::test::printable_checkpoint();
+  const std::vector<json> bodies = {
+      {{"messages", {{{"role", "system"}, {"content", "answer at length"}}, {{"role", "user"}, {"content", "go on"}}}},
+       {"max_completion_tokens", 24},
+       {"stream", true},
+       {"temperature", 0},
+       {"stream_options", {{"include_usage", true}}}},
+      // A request that continues its own assistant message: the text sent is appended to it.
+      {{"messages", {{{"role", "user"}, {"content", "a story"}}, {{"role", "assistant"}, {"content", "Once"}}}},
+       {"max_tokens", 20},
+       {"stream", true},
+       {"add_generation_prompt", false},
+       {"continue_final_message", true}},
+  };
+  m_engine = start_engine({"--fault-token-delay", "0.03"});
+  Front front(m_listen.get(), m_engine_port, {"--hold-s", "30"});
+  for (size_t i = 0; i < bodies.size(); ++i) {
+    const auto want = dechunk(stream_through(m_port, bodies[i].dump(), {}, "/v1/chat/completions"));
+    ASSERT_FALSE(want.empty());
+    ASSERT_NE(want.find("\"object\":\"chat.completion.chunk\""), std::string::npos) << want;
+    const auto raw_got = stream_through(m_port, bodies[i].dump(), {{6, [&] { restart_engine(); }}}, "/v1/chat/completions");
+    const auto got = dechunk(raw_got);
+    ASSERT_FALSE(got.empty()) << raw_got << front.log();
+    EXPECT_EQ(chat_content(got), chat_content(want)) << "request " << i;
+    EXPECT_GE(chat_content(got).size(), 10u) << got;
+    EXPECT_EQ(got, as_if_from(want, got)) << "request " << i;
+    EXPECT_EQ(count_of(got, "\"role\":\"assistant\""), 1u) << got;
+    EXPECT_EQ(count_of(got, "data: [DONE]"), 1u);
+    EXPECT_EQ(count_of(got, "\"usage\":{"), i == 0 ? 1u : 0u);
+    EXPECT_EQ(got.find("error"), std::string::npos) << got;
+  }
+  const auto st = front.status([](const json& j) { return j["requests"]["continued"] == 2; });
+  EXPECT_EQ(st["requests"]["continued"], 2) << st.dump();
+  EXPECT_EQ(st["requests"]["failed"]["stream_interrupted"], 0) << st.dump();
 }
 
 }  // namespace

@@ -146,6 +146,24 @@ const std::string& tiny_checkpoint() {
   return path;
 }
 
+const std::string& printable_checkpoint() {
+  static const std::string path = [] {
+    const std::string dir = make_temp_dir();
+    GenOptions o;
+    o.seed = 7;
+    o.printable = true;
+    auto files = generate_checkpoint(o, dir);
+    if (!files) std::abort();
+    return dir;
+  }();
+  static const bool cleanup = [] { return std::atexit([] {
+    std::error_code ec;
+    std::filesystem::remove_all(path, ec);
+  }) == 0; }();
+  (void)cleanup;
+  return path;
+}
+
 Answer answer_of(const nlohmann::json& completion) {
   Answer a;
   const auto& c = completion.at("choices").at(0);

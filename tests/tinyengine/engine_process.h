@@ -58,6 +58,8 @@ class Engine {
 
 // A tiny checkpoint written once per test binary (deterministic), shared by the tests.
 const std::string& tiny_checkpoint();
+// The same with GenOptions::printable: greedy answers in printable ASCII, which round-trip as text.
+const std::string& printable_checkpoint();
 
 // A completion's token ids and log-probabilities.
 struct Answer {

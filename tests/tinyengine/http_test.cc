@@ -3,6 +3,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdlib>
 #include <fstream>
@@ -145,6 +146,38 @@ TEST(TinyEngineHttp, GenSubcommandWritesACheckpointOfTheChosenSize) {
   Engine e(d.path(), {});
   ASSERT_TRUE(e.wait_ready()) << e.log();
   EXPECT_EQ(e.post("/v1/completions", completion_request("hi", 3)).first, 200);
+}
+
+// POST /v1/chat/completions on the real binary, its checkpoint written by `gen --printable`: the answer is
+// printable text, the completion of the rendered prompt; the stream is text/event-stream; vLLM's 400s.
+TEST(TinyEngineHttp, ChatAnswersAndStreamsOnAPrintableCheckpoint) {
+  fr::test::TempDir d;
+  auto r = fr::test::run({tinyengine_bin(), "gen", "--out", d.path(), "--printable", "--seed", "3"});
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  Engine e(d.path(), {"--served-model-name", "tiny"});
+  ASSERT_TRUE(e.wait_ready()) << e.log();
+  const json messages = json::array({{{"role", "user"}, {"content", "hello"}}});
+  auto [st, chat] = e.post("/v1/chat/completions", {{"model", "tiny"}, {"messages", messages}, {"max_tokens", 16}});
+  ASSERT_EQ(st, 200) << chat.dump();
+  EXPECT_EQ(chat["object"], "chat.completion");
+  const std::string content = chat["choices"][0]["message"]["content"];
+  EXPECT_FALSE(content.empty());
+  EXPECT_TRUE(std::all_of(content.begin(), content.end(), [](char c) { return c >= 0x20 && c < 0x7f; })) << content;
+  auto [cs, completion] = e.post("/v1/completions", {{"prompt", "user: hello\nassistant: "}, {"max_tokens", 16}});
+  ASSERT_EQ(cs, 200);
+  EXPECT_EQ(completion["choices"][0]["text"], content);
+  auto c = e.client();
+  auto stream = c.Post("/v1/chat/completions", json{{"messages", messages}, {"max_tokens", 4}, {"stream", true}}.dump(),
+                       "application/json");
+  ASSERT_TRUE(stream);
+  EXPECT_EQ(stream->status, 200);
+  EXPECT_EQ(stream->get_header_value("Content-Type"), "text/event-stream");
+  EXPECT_NE(stream->body.find("\"delta\":{\"role\":\"assistant\",\"content\":\"\"}"), std::string::npos) << stream->body;
+  EXPECT_TRUE(stream->body.ends_with("data: [DONE]\n\n"));
+  auto [bs, both] = e.post("/v1/chat/completions",
+                           {{"messages", messages}, {"continue_final_message", true}, {"add_generation_prompt", true}});
+  EXPECT_EQ(bs, 400);
+  EXPECT_NE(both["error"]["message"].get<std::string>().find("Cannot set both"), std::string::npos) << both.dump();
 }
 
 // The end-to-end form of weight sensitivity: an engine handed a checkpoint that differs in one weight

@@ -46,8 +46,11 @@ const char* const kPrompts[] = {"The capital of France is", "Once upon a time", 
 
 class FrontE2e : public ::testing::Test {
  protected:
-  void launch(const std::string& engine_flags = "", double front_grace_s = 5) {
-    ASSERT_EQ(test::run({FR_TINYENGINE_BIN, "gen", "--out", m_dir / "model", "--size", "4M"}).exit_code, 0);
+  // printable: a `gen --printable` checkpoint, whose answers are printable text (a chat continued as text).
+  void launch(const std::string& engine_flags = "", double front_grace_s = 5, bool printable = false) {
+    std::vector<std::string> gen = {FR_TINYENGINE_BIN, "gen", "--out", m_dir / "model", "--size", "4M"};
+    if (printable) gen.push_back("--printable");
+    ASSERT_EQ(test::run(gen).exit_code, 0);
     m_port = test::free_port();
     m_http = test::free_port();
     const std::string run = m_dir / "run";
@@ -178,6 +181,108 @@ TEST_F(FrontE2e, EngineKilledUnderLoadNoRequestFails) {
       << metrics.body;
   EXPECT_EQ(m_sup->stop(SIGTERM), 0) << m_sup->log();
   EXPECT_EQ(front_connect(m_port), ECONNREFUSED);
+}
+
+// A streamed chat over a raw socket to the front, its body de-chunked; `events` counts its "data:" events
+// as they arrive.
+std::string stream_chat(uint16_t port, const json& body, std::atomic<int>* events = nullptr) {
+  UniqueFd fd = test::connect_loopback(port, 120);
+  if (!fd) return "connect failed";
+  const std::string b = body.dump();
+  const std::string req = "POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+                          "Connection: close\r\nContent-Length: " + std::to_string(b.size()) + "\r\n\r\n" + b;
+  if (::send(fd.get(), req.data(), req.size(), MSG_NOSIGNAL) != static_cast<ssize_t>(req.size())) return "send failed";
+  std::string raw;
+  char buf[4096];
+  for (ssize_t n; (n = ::recv(fd.get(), buf, sizeof buf, 0)) > 0;) {
+    raw.append(buf, static_cast<size_t>(n));
+    if (events) {
+      int k = 0;
+      for (size_t at = raw.find("data: "); at != std::string::npos; at = raw.find("data: ", at + 1)) ++k;
+      *events = k;
+    }
+  }
+  const size_t head = raw.find("\r\n\r\n");
+  if (head == std::string::npos || raw.substr(0, head).find("chunked") == std::string::npos) return "not chunked: " + raw;
+  std::string out;
+  for (size_t at = head + 4;;) {
+    const size_t eol = raw.find("\r\n", at);
+    if (eol == std::string::npos) return "cut: " + raw;
+    const size_t n = std::stoul(raw.substr(at, eol - at), nullptr, 16);
+    if (n == 0) return out;
+    out += raw.substr(eol + 2, n);
+    at = eol + 2 + n + 2;
+  }
+}
+
+// A chat stream's events as a client compares them: id and created removed (they name the engine process
+// and the second); and its content, the deltas joined.
+std::vector<std::string> chat_events(const std::string& body, std::string* content) {
+  std::vector<std::string> out;
+  for (size_t at = body.find("data: "); at != std::string::npos; at = body.find("data: ", at + 1)) {
+    const size_t end = body.find("\n\n", at);
+    std::string data = body.substr(at + 6, end == std::string::npos ? std::string::npos : end - at - 6);
+    auto j = nlohmann::ordered_json::parse(data, nullptr, false);
+    if (j.is_object()) {
+      j.erase("id");
+      j.erase("created");
+      if (j.contains("choices") && !j["choices"].empty() && j["choices"][0]["delta"].contains("content"))
+        *content += j["choices"][0]["delta"]["content"].get<std::string>();
+      data = j.dump();
+    }
+    out.push_back(data);
+  }
+  return out;
+}
+
+// Chat streams mid-way when the engine is SIGKILLed: the front continues each on the next engine with the
+// content sent as the assistant's message (continue_final_message); every client reads the uninterrupted
+// stream, event for event (id and created aside): one role chunk, the same content, one usage, one [DONE].
+TEST_F(FrontE2e, ChatStreamsKilledMidWayReadAsUninterrupted) {
+  launch(", \"--fault-token-delay\", \"0.05\"", 5, true);
+  json st = ready();
+  const pid_t first = st["engine"]["pid"];
+  std::vector<json> bodies;
+  for (int i = 0; i < 3; ++i)
+    bodies.push_back({{"model", "t"},
+                      {"messages", json::array({{{"role", "user"}, {"content", "question " + std::to_string(i)}}})},
+                      {"max_completion_tokens", 30},
+                      {"stream", true},
+                      {"temperature", 0},
+                      {"stream_options", {{"include_usage", true}}}});
+  std::vector<std::string> want;
+  for (const auto& b : bodies) want.push_back(stream_chat(m_port, b));
+  std::vector<std::atomic<int>> events(bodies.size());
+  std::vector<std::string> got(bodies.size());
+  std::vector<std::thread> clients;
+  for (size_t i = 0; i < bodies.size(); ++i)
+    clients.emplace_back([&, i] { got[i] = stream_chat(m_port, bodies[i], &events[i]); });
+  // Each client has the role chunk and some content, far from the end (30 tokens, 0.05 s apart).
+  for (int w = 0; w < 60000; ++w) {
+    bool all = true;
+    for (auto& e : events) all = all && e >= 8;
+    if (all) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  for (auto& e : events) ASSERT_GE(e.load(), 8) << m_sup->log();
+  ASSERT_EQ(::kill(first, SIGKILL), 0);
+  for (auto& t : clients) t.join();
+  for (size_t i = 0; i < bodies.size(); ++i) {
+    std::string want_content, got_content;
+    const auto w = chat_events(want[i], &want_content);
+    const auto g = chat_events(got[i], &got_content);
+    ASSERT_EQ(w.size(), 33u) << "role, 30 tokens, usage, [DONE]: " << want[i];
+    EXPECT_EQ(g, w) << "stream " << i << ": " << got[i];
+    EXPECT_EQ(got_content, want_content) << "stream " << i;
+    EXPECT_EQ(got[i].find("error"), std::string::npos) << got[i];
+  }
+  ASSERT_TRUE(m_sup->wait_for([&](const json& s) {
+    return front_of(s).value("requests", json::object()).value("continued", 0) >= 3;
+  }, 30, &st)) << st.dump(1) << m_sup->log();
+  EXPECT_EQ(front_of(st)["requests"]["continued"], 3) << st.dump();
+  EXPECT_EQ(front_of(st).value("requests", json::object()).value("failed", json::object()).value("stream_interrupted", 0), 0)
+      << st.dump();
+  EXPECT_EQ(m_sup->stop(SIGTERM), 0) << m_sup->log();
 }
 
 // The front SIGKILLed under load: fastrestartd starts another (counted, its exit logged), requests sent
