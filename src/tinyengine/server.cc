@@ -550,51 +550,34 @@ void EngineServer::routes(httplib::Server& s) {
     if (m_state == State::kLoading) return send(res, 503, error_body(503, "the model is loading"));
     send(res, 200, models());
   });
-  s.Post("/v1/completions", [this](const httplib::Request& req, httplib::Response& res) {
-    block_if_hung();
-    if (m_state == State::kLoading) return send(res, 503, error_body(503, "the model is loading"));
-    ++m_in_flight;
-    auto parsed = parse_json_bounded(req.body, {32, 65536, "the request body"});
-    if (parsed.ok() && parsed->is_object() && parsed->value("stream", false) == true) {
-      auto streamed = stream_completion(req.body);
-      if (!streamed) {
-        --m_in_flight;
-        ++m_errors;
-        auto [status, body] = error_answer(streamed.error());
-        return send(res, status, body);
+  // Both generation endpoints share the counting and the streamed/whole split; only their request shape
+  // differs (docs/tinyengine.md, "Chat").
+  auto generation = [this](auto streamed_of, auto whole_of) {
+    return [this, streamed_of, whole_of](const httplib::Request& req, httplib::Response& res) {
+      block_if_hung();
+      if (m_state == State::kLoading) return send(res, 503, error_body(503, "the model is loading"));
+      ++m_in_flight;
+      auto parsed = parse_json_bounded(req.body, {32, 65536, "the request body"});
+      if (parsed.ok() && parsed->is_object() && parsed->value("stream", false) == true) {
+        auto streamed = (this->*streamed_of)(req.body);
+        if (!streamed) {
+          --m_in_flight;
+          ++m_errors;
+          auto [status, body] = error_answer(streamed.error());
+          return send(res, status, body);
+        }
+        ++m_completions;
+        return send_stream(std::make_shared<StreamedCompletion>(std::move(*streamed)), res);
       }
-      ++m_completions;
-      send_stream(std::make_shared<StreamedCompletion>(std::move(*streamed)), res);
-      return;
-    }
-    auto [status, body] = complete(req.body);
-    --m_in_flight;
-    if (status != 200) ++m_errors;
-    else ++m_completions;
-    send(res, status, body);
-  });
-  s.Post("/v1/chat/completions", [this](const httplib::Request& req, httplib::Response& res) {
-    block_if_hung();
-    if (m_state == State::kLoading) return send(res, 503, error_body(503, "the model is loading"));
-    ++m_in_flight;
-    auto parsed = parse_json_bounded(req.body, {32, 65536, "the request body"});
-    if (parsed.ok() && parsed->is_object() && parsed->value("stream", false) == true) {
-      auto streamed = stream_chat(req.body);
-      if (!streamed) {
-        --m_in_flight;
-        ++m_errors;
-        auto [status, body] = error_answer(streamed.error());
-        return send(res, status, body);
-      }
-      ++m_completions;
-      return send_stream(std::make_shared<StreamedCompletion>(std::move(*streamed)), res);
-    }
-    auto [status, body] = chat(req.body);
-    --m_in_flight;
-    if (status != 200) ++m_errors;
-    else ++m_completions;
-    send(res, status, body);
-  });
+      auto [status, body] = (this->*whole_of)(req.body);
+      --m_in_flight;
+      if (status != 200) ++m_errors;
+      else ++m_completions;
+      send(res, status, body);
+    };
+  };
+  s.Post("/v1/completions", generation(&EngineServer::stream_completion, &EngineServer::complete));
+  s.Post("/v1/chat/completions", generation(&EngineServer::stream_chat, &EngineServer::chat));
   s.set_error_handler([](const httplib::Request& req, httplib::Response& res) {
     if (!res.body.empty()) return;
     send(res, res.status, error_body(res.status, res.status == 404 ? "no route " + req.path : "request failed"));
