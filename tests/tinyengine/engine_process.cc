@@ -13,6 +13,7 @@
 #include <fstream>
 #include <sstream>
 #include <thread>
+#include <vector>
 
 #include "tinyengine/checkpoint.h"
 
@@ -129,38 +130,36 @@ std::pair<int, nlohmann::json> Engine::post(const std::string& path, const nlohm
   return {r->status, nlohmann::json::parse(r->body, nullptr, false)};
 }
 
+// A checkpoint generated on first use in this test process, removed at its exit.
+static std::string generated_for_this_process(const GenOptions& o) {
+  static std::vector<std::string> dirs;
+  static const bool cleanup = std::atexit([] {
+    std::error_code ec;
+    for (const auto& d : dirs) std::filesystem::remove_all(d, ec);
+  }) == 0;
+  (void)cleanup;
+  std::string dir = make_temp_dir();
+  if (!generate_checkpoint(o, dir)) std::abort();
+  dirs.push_back(dir);
+  return dir;
+}
+
 const std::string& tiny_checkpoint() {
   static const std::string path = [] {
-    const std::string dir = make_temp_dir();
     GenOptions o;
     o.seed = 7;
-    auto files = generate_checkpoint(o, dir);
-    if (!files) std::abort();
-    return dir;
+    return generated_for_this_process(o);
   }();
-  static const bool cleanup = [] { return std::atexit([] {
-    std::error_code ec;
-    std::filesystem::remove_all(path, ec);
-  }) == 0; }();
-  (void)cleanup;
   return path;
 }
 
 const std::string& printable_checkpoint() {
   static const std::string path = [] {
-    const std::string dir = make_temp_dir();
     GenOptions o;
     o.seed = 7;
     o.printable = true;
-    auto files = generate_checkpoint(o, dir);
-    if (!files) std::abort();
-    return dir;
+    return generated_for_this_process(o);
   }();
-  static const bool cleanup = [] { return std::atexit([] {
-    std::error_code ec;
-    std::filesystem::remove_all(path, ec);
-  }) == 0; }();
-  (void)cleanup;
   return path;
 }
 
