@@ -146,9 +146,12 @@ class FirstByte(unittest.TestCase):
         self.assertTrue(ok)
         for r in ok:
             # the first of 4 events is written after one token delay, the other 3 each after another: the
-            # first byte is that event (not the status line before it), and the answer goes on after it
+            # first byte is that event (not the status line before it), and the answer goes on after it.
+            # Only lower bounds from the send hold on a loaded machine: a late read of the first event
+            # shortens the gap after it (the later events are already buffered).
             self.assertGreaterEqual(r.first_byte - r.sent, DELAY)
-            self.assertGreaterEqual(r.ended - r.first_byte, 3 * DELAY)
+            self.assertGreaterEqual(r.ended - r.sent, 4 * DELAY)
+            self.assertGreater(r.ended, r.first_byte)
 
     def test_a_plain_answer_begins_at_its_status_line(self):
         prober, ok = self.requests(stream=False)
