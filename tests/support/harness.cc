@@ -222,15 +222,44 @@ int Daemon::stop(int sig) {
 
 std::string Daemon::log() const { return slurp(m_log); }
 
+namespace {
+
+// The low end of the kernel's ephemeral port range, or Linux's default where it cannot be read.
+int ephemeral_low() {
+  std::ifstream in("/proc/sys/net/ipv4/ip_local_port_range");
+  int low = 0, high = 0;
+  if (in >> low >> high && low > 1024) return low;
+  return 32768;
+}
+
+bool bindable(UniqueFd& s, uint16_t port) {
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_port = htons(port);
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  return ::bind(s.get(), reinterpret_cast<sockaddr*>(&a), sizeof a) == 0;
+}
+
+}  // namespace
+
 uint16_t free_port() {
+  const int low = 10000, high = ephemeral_low();  // [low, high)
+  thread_local std::mt19937 rng(std::random_device{}() ^ static_cast<unsigned>(::getpid()));
+  if (high - low >= 1000) {
+    std::uniform_int_distribution<int> pick(low, high - 1);
+    for (int attempt = 0; attempt < 200; ++attempt) {
+      UniqueFd s(::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
+      if (!s) throw std::runtime_error(std::string("free_port: socket: ") + std::strerror(errno));
+      const auto port = static_cast<uint16_t>(pick(rng));
+      if (bindable(s, port)) return port;
+    }
+  }
+  // A machine whose ephemeral range starts low: let the kernel pick.
   UniqueFd s(::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
   if (!s) throw std::runtime_error(std::string("free_port: socket: ") + std::strerror(errno));
   sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
   socklen_t n = sizeof a;
-  if (::bind(s.get(), reinterpret_cast<sockaddr*>(&a), sizeof a) != 0 ||
-      ::getsockname(s.get(), reinterpret_cast<sockaddr*>(&a), &n) != 0)
+  if (!bindable(s, 0) || ::getsockname(s.get(), reinterpret_cast<sockaddr*>(&a), &n) != 0)
     throw std::runtime_error(std::string("free_port: bind/getsockname: ") + std::strerror(errno));
   return ntohs(a.sin_port);
 }

@@ -70,8 +70,11 @@ class Daemon {
   pid_t m_pid = -1;
 };
 
-// A TCP port on 127.0.0.1 that was free a moment ago (bound to port 0, then closed): for a server the test
-// starts next. Another process may take it in between; tests live with that on a private machine.
+// A TCP port on 127.0.0.1 that was free a moment ago, for a server the test starts next. It comes from
+// below the kernel's ephemeral range (net.ipv4.ip_local_port_range): a port the server releases and binds
+// again (an engine killed, then restored by CRIU) must not be taken meanwhile as the local port of some
+// outgoing connection, which an ephemeral port can be on a busy machine. Another test may still pick the
+// same port; tests live with that on a private machine.
 uint16_t free_port();
 
 // A TCP connection to 127.0.0.1:`port` whose reads give up after `recv_timeout_s` (SO_RCVTIMEO), or an
