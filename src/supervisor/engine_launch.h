@@ -27,6 +27,14 @@ struct EngineLaunch {
   std::vector<GpuShare> shares;       // each GPU's share now, in gpus order (empty without GPUs)
 };
 
+// What a start runs now: the command line, its environment, and whether the engine starts as PID 1 of a
+// PID namespace of its own (snapshots.wanted(): only such an engine can be dumped).
+struct EngineCommand {
+  std::vector<std::string> argv;
+  std::map<std::string, std::string> env;
+  bool own_pid_namespace = false;
+};
+
 // The engine's memory fraction of each GPU of gpus, in order; empty without GPUs (or the host backend).
 // `warn`: log a share (for_standby: a warmed standby's reserve) that does not fit in the GPU's free memory
 // (memory.check_free). for_standby: the share is allocated after the release, once the engine is gone, so

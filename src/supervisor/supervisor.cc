@@ -23,6 +23,7 @@
 #include "supervisor/engine_progress.h"
 #include "supervisor/engine_rows.h"
 #include "supervisor/flags.h"
+#include "supervisor/gpu_leftover.h"
 #include "supervisor/kv_stats.h"
 #include "supervisor/listen_socket.h"
 #include "supervisor/private_endpoint.h"
@@ -66,7 +67,7 @@ Supervisor::Supervisor(Config config, std::unique_ptr<GpuProbe> gpus, std::uniqu
   m_kind = kind.ok() ? std::move(*kind) : make_builtin_engine_adapter(m_cfg.engine.kind);
   m_output_rules = m_kind->failure_rules();
   m_daemons = make_daemon_set(*this);
-  const PartHosts hosts{*this, *this, {m_loop, m_cfg, m_listen}, *m_gpus, m_stats};
+  const PartHosts hosts{*this, *this, *this, {m_loop, m_cfg, m_listen}, *m_gpus, m_stats};
   for (const StartPathRow& row : start_path_rows())
     if (row.make) m_parts.push_back(row.make(hosts));
   m_snapshots = static_cast<Snapshots*>(part(StartPath::kSnapshot));
@@ -281,13 +282,12 @@ EngineLaunch Supervisor::launch() const {
   return {m_cfg, m_reload.flags(), *m_kind, *m_gpus, m_daemons->preload_use(), m_daemons->loader_protocol(), gpu_shares()};
 }
 
-std::vector<std::string> Supervisor::engine_argv(bool for_standby) const { return engine_launch_argv(launch(), for_standby); }
-
-std::map<std::string, std::string> Supervisor::engine_env(bool for_standby) {
-  std::map<std::string, std::string> env = engine_launch_env(launch(), for_standby);
-  m_snapshots->add_engine_env(env);
-  env[kKvStatsEnv] = state_path(m_cfg, kKvStatsFileName);  // docs/kv-survival.md, "In fastrestartd's status"
-  return env;
+EngineCommand Supervisor::engine_command(bool for_standby) {
+  const EngineLaunch in = launch();
+  EngineCommand c{engine_launch_argv(in, for_standby), engine_launch_env(in, for_standby), m_snapshots->wanted()};
+  m_snapshots->add_engine_env(c.env);
+  c.env[kKvStatsEnv] = state_path(m_cfg, kKvStatsFileName);  // docs/kv-survival.md, "In fastrestartd's status"
+  return c;
 }
 
 void Supervisor::start_engine() {
@@ -370,14 +370,15 @@ Status Supervisor::spawn_engine(StartPath expected) {
   m_engine = new_engine_record();
   Engine& e = *m_engine;
   e.warm_expected = expected == StartPath::kWarm;
-  SpawnSpec spec;
-  spec.argv = engine_argv();
+  EngineCommand command = engine_command();
   e.strict = m_daemons->engine_spawned();  // counted by the set (vllm preload: the first start is strict)
-  spec.env = engine_env();
+  SpawnSpec spec;
+  spec.argv = std::move(command.argv);
+  spec.env = std::move(command.env);
   spec.listen_fd = m_listen.fd;
   spec.listen_fd_name = kListenFdName;
   spec.working_dir = m_cfg.engine.working_dir;
-  spec.new_pid_namespace = m_snapshots->wanted();
+  spec.new_pid_namespace = command.own_pid_namespace;
   if (!m_cfg.engine.cgroup.empty()) spec.cgroup_procs = m_cfg.engine.cgroup + "/cgroup.procs";
   e.in_pid_ns = spec.new_pid_namespace;
   // Closed when this function returns: from then on the engine alone holds its private endpoint.
@@ -473,31 +474,9 @@ void Supervisor::decide_path_after_ready() {
     for (auto& p : m_parts) p->after_ready(ready);
     if (!m_engine->standby_level.empty()) m_last_start->standby_level = m_engine->standby_level;
   };
-  if (!e.snapshot_id.empty()) return finish("snapshot");
-  if (!e.standby_level.empty()) return finish("standby");
-  e.report->finish();  // what the engine says nothing about
-  if (m_daemons->engine_report_decides() || (m_kind->reports_attach() && !m_daemons->loader_protocol())) {
-    // vLLM's own words decide: "Mapped N tensors from the weight cache daemon" / the loader's result line.
-    return finish(path_from_engine_report(e, m_stats) == "warm" ? "warm" : "cold");
-  }
-  if (!m_daemons->loader_protocol()) return finish("cold");
-  // Did the engine really attach? The daemons' records by its pid say (attach_seen.h).
-  const std::vector<std::string> socks = m_daemons->attach_sockets();
-  const pid_t pgid = e.pid;
-  const double since = e.attach_since_unix - 1;
-  run_in_pool<AttachSeen>(
-      m_loop, [socks, pgid, since] { return attach_seen(socks, pgid, since); },
-      [this, finish, pgid](AttachSeen seen) {
-        // The query may outlive its engine: a daemon slow to answer (stopped, respawning) holds it for up to
-        // its call timeout, while the engine is restarted and the next one spawned. Its answer is about
-        // that engine only: applied to the next one, it would mark an engine ready that was never probed,
-        // which then dies at the start deadline (ARCHITECTURE.md, "Readiness is a real request").
-        if (!m_engine || m_engine->pid != pgid || m_engine->exited || m_engine->stop_requested) {
-          spdlog::info("engine pid {} is gone or stopping: its attach result is dropped", pgid);
-          return;
-        }
-        finish(attach_path(std::move(seen), *m_engine, m_kind->reports_attach(), m_stats));
-      });
+  const ReadyPathFacts facts{m_daemons->engine_report_decides(), m_daemons->loader_protocol(), m_kind->reports_attach(),
+                             m_daemons->attach_sockets()};
+  decide_ready_path(m_loop, e, facts, m_stats, [this] { return m_engine.get(); }, finish);
 }
 
 void Supervisor::stop_engine(bool kill_now) {
@@ -599,31 +578,22 @@ void Supervisor::wait_drain() {
       again(0.02);
       return;
     }
-    // Leak check (ARCHITECTURE.md, "Memory accounting"): GPU memory used must fall back to what the daemons
-    // hold (and a standby, when one runs). Not before a standby's release, which waits for no memory
+    // Leak check (gpu_leftover.h). Not before a standby's release, which waits for no memory
     // (docs/standby.md, "Memory"): only a drain that restarts releases one (holding discards it, reloading
     // the daemons does too).
     const bool release_next = m_state == State::kDraining && !m_standby->refusal() && !requested_start_path();
-    if (!release_next && !m_cfg.gpus.empty() && m_cfg.weights.backend != "host") {
-      for (const auto& gpu : m_cfg.gpus) {
-        auto m = m_gpus->memory(gpu);
-        if (!m.ok()) continue;
-        // What the engine left behind: used beyond what was used before it started, pools aside.
+    if (!release_next && m_cfg.weights.backend != "host") {
+      // The daemon's arenas stay after the engine's exit, waiting for the next lease: not a leak.
+      auto expected = [this](const std::string& gpu) {
         auto base = m_baseline_used.find(gpu);
-        const uint64_t standby = m_standby->present_bytes(gpu);
-        // The daemon's arenas stay after the engine's exit, waiting for the next lease: not a leak.
-        double expected = (base != m_baseline_used.end() ? base->second : 0.0) + static_cast<double>(daemon_gpu_bytes(gpu)) +
-                          static_cast<double>(standby);
-        double extra = static_cast<double>(m->used) - expected;
-        if (extra > m_cfg.memory.leak_tolerance_mib * 1048576.0) {
-          if (waited < m_cfg.memory.settle_timeout_s) {
-            again(0.1);
-            return;
-          }
-          spdlog::warn("GPU {}: {} still used after the engine exited, beyond the daemons' {} and what was used "
-                       "before it started (a leak: orphaned workers?)", gpu, gb_text(extra), gb_text(double(daemon_gpu_bytes(gpu))));
-        }
-      }
+        return (base != m_baseline_used.end() ? base->second : 0.0) + static_cast<double>(daemon_gpu_bytes(gpu)) +
+               static_cast<double>(m_standby->present_bytes(gpu));
+      };
+      const auto left = gpu_leftovers(*m_gpus, m_cfg.gpus, expected, m_cfg.memory.leak_tolerance_mib * 1048576.0);
+      if (!left.empty() && waited < m_cfg.memory.settle_timeout_s) return again(0.1);
+      for (const auto& l : left)
+        spdlog::warn("GPU {}: {} still used after the engine exited, beyond the daemons' {} and what was used "
+                     "before it started (a leak: orphaned workers?)", l.gpu, gb_text(l.bytes), gb_text(double(daemon_gpu_bytes(l.gpu))));
     }
     m_kill_timer.stop();
     after_drain();

@@ -72,7 +72,7 @@ void block_handled_signals();
 // weight daemons (DaemonHost), the snapshots (SnapshotHost), the standby (StandbyHost); so does the watch
 // of its engine's readiness and health (EngineWatchHost). A method of the
 // same name in several hosts (loop, config, raise, ...) is one answer for all.
-class Supervisor : private StartHost, private DaemonHost, private SnapshotHost, private StandbyHost,
+class Supervisor : private StartHost, private DaemonHost, private SnapshotHost, private RestoreHost, private StandbyHost,
                    private EngineWatchHost {
  public:
   Supervisor(Config config, std::unique_ptr<GpuProbe> gpus, std::unique_ptr<Notifier> notifier);
@@ -134,8 +134,7 @@ class Supervisor : private StartHost, private DaemonHost, private SnapshotHost, 
   void after_drain();
   // What an engine (or a standby) is started with now (engine_launch.h); changes nothing.
   EngineLaunch launch() const;
-  std::vector<std::string> engine_argv(bool for_standby = false) const override;
-  std::map<std::string, std::string> engine_env(bool for_standby = false) override;
+  EngineCommand engine_command(bool for_standby = false) override;  // StandbyHost, SnapshotHost
   // memory (supervisor_memory.cc, docs/supervisor.md "Memory"): each GPU's share from its own figures
   std::vector<GpuShare> gpu_shares() const;
   // Why no engine (or standby) may start on the shares now, with the figures; "" when it may. Sets
@@ -162,10 +161,9 @@ class Supervisor : private StartHost, private DaemonHost, private SnapshotHost, 
   Part* part(StartPath path) const override;  // m_parts' part for `path`; nullptr: none
 
   // StandbyHost (supervisor_standby.cc): the standby part's view of the engine, and its hand-over
-  const std::vector<OutputRule>& output_rules() const override { return m_output_rules; }
+  bool engine_steady() const override { return !is_terminal(m_state) && engine_serving(); }
   std::unique_ptr<Engine> new_engine_record() override;
   uint64_t daemon_generation() const override { return m_daemon_generation; }
-  bool snapshottable() const override { return m_snapshots->wanted(); }
   std::optional<double> engine_died_at() const override;
   void adopt_engine(std::unique_ptr<Engine> engine) override;
   void standby_gone() override { stop_daemons(); }
@@ -178,7 +176,7 @@ class Supervisor : private StartHost, private DaemonHost, private SnapshotHost, 
   void observe_arena_line(Engine& e, const std::string& line);
   std::optional<status::ArenaOutcomeStatus> arena_outcome() const;  // status `arena_outcome`
 
-  // SnapshotHost (supervisor_snapshot.cc): the snapshots part's steps on the live engine
+  // SnapshotHost, RestoreHost (supervisor_snapshot.cc): the snapshots part's steps on the live engine
   std::string reported_state() const override { return reported_state_name(m_state); }
   bool reload_running() const override { return m_reload.pending(); }
   void restoring_engine(const std::string& id) override;

@@ -16,6 +16,7 @@
 #include "common/fd.h"
 #include "common/io.h"
 #include "common/secrets.h"
+#include "supervisor/config_reread.h"
 #include "supervisor/control_request.h"
 #include "supervisor/engine_rows.h"
 #include "supervisor/flags.h"
@@ -105,32 +106,18 @@ json Supervisor::reread_config(std::shared_ptr<std::promise<json>> waiter) {
   register_secrets(c->engine);
   if (auto st = check_engine_config(*c); !st.ok())
     return error("invalid_argument", "keeping the running config: " + st.error().message);
-  // Where the engine serves is fixed at fastrestartd's start: with engine.listen = "supervisor" the socket
-  // bound then is the one every engine gets, and the probes go where the engine serves. Applying a new
-  // address here alone would probe a port nobody listens on and kill every engine as never ready.
-  if (auto why = address_change(m_cfg.engine, c->engine); !why.empty()) {
-    spdlog::error("re-read {}: refused, nothing changed: {}", m_cfg.path, why);
-    return error("refused", "keeping the running config: " + why);
+  // Where the engine serves and the front's settings are fixed at fastrestartd's start (config_reread.h).
+  auto r = reread(m_cfg, *c);
+  if (!r.ok()) {
+    spdlog::error("re-read {}: refused, nothing changed: {}", m_cfg.path, r.error().message);
+    return error("refused", "keeping the running config: " + r.error().message);
   }
-  // The front's settings are its flags: a new front would be needed, and the one running holds clients'
-  // requests. Refused whole like an address change (docs/config.md, "Reload").
-  if (auto why = front_change(m_cfg.front, c->front); !why.empty()) {
-    spdlog::error("re-read {}: refused, nothing changed: {}", m_cfg.path, why);
-    return error("refused", "keeping the running config: " + why);
-  }
-  const bool flags_changed = c->engine.flags != m_cfg.engine.flags;
-  // The adapter reads the running engines' output: the kind and its rules stay until fastrestartd restarts.
-  if (!(c->engine.kind == m_cfg.engine.kind) || c->engine.vllm_rules != m_cfg.engine.vllm_rules)
+  if (r->kind_deferred)
     spdlog::warn("re-read {}: engine.kind and engine.vllm_rules take effect at fastrestartd's next start (still {})",
                  m_cfg.path, engine_kind_name(m_kind->kind()));
-  const std::string running_rules = m_cfg.engine.vllm_rules;
-  m_cfg.engine = c->engine;
-  m_cfg.engine.kind = m_kind->kind();
-  m_cfg.engine.vllm_rules = running_rules;
-  m_cfg.readiness = c->readiness;
-  m_cfg.memory = c->memory;
+  m_cfg = std::move(r->config);  // in place: the parts hold a reference to it
   m_standby->maybe_spawn();  // a standby started from the old config is replaced now (docs/standby.md)
-  if (!flags_changed)
+  if (!r->flags_changed)
     return {{"ok", true}, {"path", "unchanged"}, {"flags", m_reload.flags().redacted()}, {"message", "re-read " + m_cfg.path + ": the engine's flags are unchanged"}};
   return start_reload(m_cfg.engine.flags, std::move(waiter));
 }

@@ -36,8 +36,8 @@ bool lists_snapshot(const Config& c) {
 
 }  // namespace
 
-Snapshots::Snapshots(SnapshotHost& host, const PartBasics& basics, const Stats& stats)
-    : m_host(host), m_loop(basics.loop), m_cfg(basics.config), m_listen(basics.listen), m_stats(stats) {}
+Snapshots::Snapshots(SnapshotHost& host, RestoreHost& restore_host, const PartBasics& basics, const Stats& stats)
+    : m_host(host), m_restore_host(restore_host), m_loop(basics.loop), m_cfg(basics.config), m_listen(basics.listen), m_stats(stats) {}
 
 Snapshots::~Snapshots() = default;
 
@@ -91,9 +91,10 @@ void Snapshots::add_engine_env(std::map<std::string, std::string>& env) const {
 bool Snapshots::spawn_helper(const std::string& job, std::vector<std::string> args) {
   const Config& cfg = m_cfg;
   snapshot::EngineSpec spec;
-  spec.argv = m_host.engine_argv();
+  EngineCommand command = m_host.engine_command(/*for_standby=*/false);
+  spec.argv = std::move(command.argv);
   spec.argv[0] = find_program(spec.argv[0]);
-  spec.env = m_host.engine_env();
+  spec.env = std::move(command.env);
   spec.files = checkpoint_files(cfg);
   spec.host = engine_serve_host(cfg);
   spec.port = engine_serve_port(cfg);
@@ -136,7 +137,7 @@ bool Snapshots::spawn_helper(const std::string& job, std::vector<std::string> ar
     spdlog::error("snapshot {}: the helper ran past snapshot.timeout_s ({} s): killing it", m_job, m_cfg.snapshot.timeout_s);
     signal_group(m_helper_pid, -1, SIGKILL);
     // A tree it already restored would outlive it (reparented to us): CRIU wrote its pid here.
-    if (m_job == "restore" && m_host.engine_present()) {
+    if (m_job == "restore" && m_restore_host.engine_present()) {
       auto pid = read_file(m_dir + "/" + m_restoring + "/images/restored.pid", 64);
       if (pid.ok() && std::atoi(pid->c_str()) > 0) ::kill(std::atoi(pid->c_str()), SIGKILL);
     }
@@ -148,7 +149,7 @@ bool Snapshots::spawn_helper(const std::string& job, std::vector<std::string> ar
   }());
   if (job == "restore") {
     // The helper's output pipe becomes the restored engine's stdout/stderr (criu --inherit-fd).
-    m_host.restore_spawned(std::move(child->output));
+    m_restore_host.restore_spawned(std::move(child->output));
   } else {
     m_helper_output = std::move(child->output);
     m_helper_reader = std::make_unique<LineReader>(
@@ -179,9 +180,9 @@ Status Snapshots::start() {
   const std::string id = next_id();
   m_force_id.clear();
   m_restoring = id;
-  m_host.restoring_engine(id);
+  m_restore_host.restoring_engine(id);
   if (!spawn_helper("restore", {"--id", id, "--oracle-timeout", std::to_string(m_cfg.readiness.check_timeout_s * 6)})) {
-    m_host.restore_not_spawned();
+    m_restore_host.restore_not_spawned();
     return Error{Errc::kInternal, "cannot start the snapshot helper to restore " + id};
   }
   return {};
@@ -218,7 +219,7 @@ void Snapshots::add_known_pids(std::set<pid_t>& known) const {
 }
 
 void Snapshots::after_restore_job(const json& result) {
-  if (!m_host.engine_present()) return;
+  if (!m_restore_host.engine_present()) return;
   const std::string id = m_restoring;
   if (result.value("ok", false)) {
     const pid_t pid = result.value("pid", -1);
@@ -229,7 +230,7 @@ void Snapshots::after_restore_job(const json& result) {
     std::optional<int> exited;
     if (auto it = m_orphans.find(pid); it != m_orphans.end()) exited = it->second;
     m_orphans.clear();
-    m_host.restored(pid, exited);
+    m_restore_host.restored(pid, exited);
     return;
   }
   const std::string why = result.value("error", std::string("restore failed"));
@@ -237,7 +238,7 @@ void Snapshots::after_restore_job(const json& result) {
   m_failed_ids.insert(id);
   m_last_failure = {{"id", id}, {"reason", why}, {"unix_time", std::time(nullptr)}};
   spdlog::error("snapshot {} not restored: {}; falling back to a normal start", id, why);
-  m_host.restore_failed("snapshot " + id + " not restored: " + why);
+  m_restore_host.restore_failed("snapshot " + id + " not restored: " + why);
 }
 
 json Snapshots::status() const {

@@ -32,7 +32,7 @@ class Snapshots final : public Part {
   // basics.listen: the socket a restored engine gets and a dump names (kNoListen: none).
   // `stats`: what status and /metrics counted (the break-even of `snapshot inspect` reads the times to
   // ready); it outlives the part.
-  Snapshots(SnapshotHost& host, const PartBasics& basics, const Stats& stats);
+  Snapshots(SnapshotHost& host, RestoreHost& restore_host, const PartBasics& basics, const Stats& stats);
   ~Snapshots() override;
 
   // Reads the config and checks criu, the helper and the artifacts' directory once, before the loop
@@ -87,6 +87,7 @@ class Snapshots final : public Part {
   nlohmann::json inspect(const std::string& which) const;
 
   SnapshotHost& m_host;
+  RestoreHost& m_restore_host;
   Loop& m_loop;
   const Config& m_cfg;
   const ListenHandoff& m_listen;

@@ -75,7 +75,7 @@ std::string Standby::stale() const {
 }
 
 void Standby::maybe_spawn() {
-  if (!wanted() || m_host.terminal() || !m_host.engine_serving()) return;
+  if (!wanted() || !m_host.engine_steady()) return;
   m_created = true;
   switch (m_phase) {
     case Phase::kDisabled:
@@ -117,15 +117,16 @@ void Standby::spawn() {
   ::fcntl(ours.get(), F_SETFL, O_NONBLOCK);
   std::unique_ptr<Engine> e = m_host.new_engine_record();
   SpawnSpec spec;
-  spec.argv = m_host.engine_argv(/*for_standby=*/true);
-  spec.env = m_host.engine_env(/*for_standby=*/true);
+  EngineCommand command = m_host.engine_command(/*for_standby=*/true);
+  spec.argv = std::move(command.argv);
+  spec.env = std::move(command.env);
   spec.env["FASTRESTART_STANDBY_FD"] = std::to_string(theirs.get());
   spec.env["FASTRESTART_STANDBY_LEVEL"] = standby_level_name(cfg.standby.level);
   spec.pass_fd = theirs.get();
   spec.listen_fd = m_listen.fd;  // held without accepting until the release (docs/listen-socket.md)
   spec.listen_fd_name = kListenFdName;
   spec.working_dir = cfg.engine.working_dir;
-  spec.new_pid_namespace = m_host.snapshottable();
+  spec.new_pid_namespace = command.own_pid_namespace;
   if (!cfg.engine.cgroup.empty()) spec.cgroup_procs = cfg.engine.cgroup + "/cgroup.procs";
   e->in_pid_ns = spec.new_pid_namespace;
   UniqueFd endpoint = prepare_private_endpoint(cfg, spec, *e);  // the standby's own: its checks after the release

@@ -60,7 +60,8 @@ bool Standby::on_exit(pid_t pid, int status) {
   f.wait_status = status;
   f.requested = m_phase == Phase::kStopping;
   f.last_lines = &e.tail;
-  f.rules = m_host.output_rules().empty() ? nullptr : &m_host.output_rules();
+  const std::vector<OutputRule> rules = m_host.engine_kind().failure_rules();  // as the live engine's exit
+  f.rules = rules.empty() ? nullptr : &rules;
   Classification c = classify_exit(f);
   if (m_listen.fd >= 0 && is_failure(c.cause))
     if (auto conflict = listen_conflict_detail(&e.tail, engine_serve_port(cfg))) c.detail = *conflict;

@@ -15,6 +15,7 @@
 #include "supervisor/classify.h"
 #include "supervisor/config.h"
 #include "supervisor/engine.h"
+#include "supervisor/engine_launch.h"
 #include "supervisor/engines/engine_kind.h"
 #include "supervisor/flags.h"
 #include "supervisor/host_probe.h"
@@ -26,21 +27,18 @@ class StandbyHost {
  public:
   virtual ~StandbyHost() = default;
   virtual const FlagList& engine_flags() const = 0;  // the engine's current flags
+  // The engine kind: its failure lines classify a standby's exit as an engine's.
   virtual const EngineAdapter& engine_kind() const = 0;
-  // The failure lines of the engine kind, which classify a standby's exit as an engine's.
-  virtual const std::vector<OutputRule>& output_rules() const = 0;
   // A new engine record on the current flags, with the kind's report.
   virtual std::unique_ptr<Engine> new_engine_record() = 0;
-  virtual bool terminal() const = 0;        // stopping or failed: no standby is started
-  virtual bool engine_serving() const = 0;  // a standby is started only behind an engine that serves
+  // An engine serves and fastrestartd is neither stopping nor failed: only then is a standby started.
+  virtual bool engine_steady() const = 0;
   // Counts the daemons' (re)starts: a standby started on an earlier generation is of no use at warmed.
   virtual uint64_t daemon_generation() const = 0;
-  // The standby's command line and environment (for_standby: only a warmed standby's reserve is checked
-  // against free memory), whether engines start in their own PID namespace (snapshots). The listening
-  // socket comes with the part's construction (part.h's ListenHandoff).
-  virtual std::vector<std::string> engine_argv(bool for_standby) const = 0;
-  virtual std::map<std::string, std::string> engine_env(bool for_standby) = 0;
-  virtual bool snapshottable() const = 0;
+  // The standby's command line, environment and PID namespace (engine_launch.h; for_standby: only a
+  // warmed standby's reserve is checked against free memory). The listening socket comes with the part's
+  // construction (part.h's ListenHandoff).
+  virtual EngineCommand engine_command(bool for_standby) = 0;
   // Why no engine (nor standby) may start on the GPUs' shares now; "" when it may.
   virtual std::string engine_share_refusal() = 0;
   // When the last engine died (loop time), for the release's timeline; nullopt when none died yet.

@@ -9,7 +9,7 @@
 namespace fr::supervisor {
 namespace {
 
-std::unique_ptr<Part> make_snapshots(const PartHosts& h) { return std::make_unique<Snapshots>(h.snapshots, h.basics, h.stats); }
+std::unique_ptr<Part> make_snapshots(const PartHosts& h) { return std::make_unique<Snapshots>(h.snapshots, h.restore, h.basics, h.stats); }
 std::unique_ptr<Part> make_standby(const PartHosts& h) { return std::make_unique<Standby>(h.standby, h.basics, h.gpus); }
 
 constexpr StartPathRow kRows[] = {

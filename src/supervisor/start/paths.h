@@ -17,11 +17,13 @@ namespace fr::supervisor {
 
 class StandbyHost;
 class SnapshotHost;
+class RestoreHost;
 
 // What a part is built with: the Supervisor's host interfaces and the listening socket.
 struct PartHosts {
   StandbyHost& standby;
   SnapshotHost& snapshots;
+  RestoreHost& restore;
   PartBasics basics;
   GpuProbe& gpus;      // the standby's: its memory before a spawn and at a park
   const Stats& stats;  // the snapshots': the times to ready `snapshot inspect` reads

@@ -24,7 +24,7 @@ namespace {
 
 using nlohmann::json;
 
-class FakeSnapshotHost final : public SnapshotHost {
+class FakeSnapshotHost final : public SnapshotHost, public RestoreHost {
  public:
   Config cfg;
   Loop event_loop;
@@ -41,8 +41,7 @@ class FakeSnapshotHost final : public SnapshotHost {
 
   void raise(Event e) override { events.push_back(e); }
   void set_status(const std::string& s, const std::string&) override { status_text = s; }
-  std::vector<std::string> engine_argv(bool) const override { return {"/bin/true", "--model", "m"}; }
-  std::map<std::string, std::string> engine_env(bool) override { return {{"FAKE_RESULT", result}}; }
+  EngineCommand engine_command(bool) override { return {{"/bin/true", "--model", "m"}, {{"FAKE_RESULT", result}}, false}; }
   bool engine_serving() const override { return serving; }
   std::string reported_state() const override { return "starting"; }
   bool reload_running() const override { return reloading; }
@@ -100,7 +99,7 @@ class SnapshotsTest : public ::testing::Test {
 
   test::TempDir dir;
   FakeSnapshotHost host;
-  Snapshots snaps{host, {host.event_loop, host.cfg}, host.counted};
+  Snapshots snaps{host, host, {host.event_loop, host.cfg}, host.counted};
 };
 
 TEST_F(SnapshotsTest, NotListedInRestartStartIsUnavailableAndChangesNoEngine) {

@@ -37,7 +37,6 @@ class FakeStandbyHost final : public StandbyHost {
   NoGpus probe;
   Loop event_loop;
   FlagList flags;
-  std::vector<OutputRule> rules;
   bool serving = true, stopping = false;
   uint64_t generation = 1;
   std::string share_refused;  // engine_share_refusal()
@@ -50,18 +49,14 @@ class FakeStandbyHost final : public StandbyHost {
 
   const FlagList& engine_flags() const override { return flags; }
   const EngineAdapter& engine_kind() const override { return builtin_engine_adapter(cfg.engine.kind); }
-  const std::vector<OutputRule>& output_rules() const override { return rules; }
   std::unique_ptr<Engine> new_engine_record() override {
     auto e = std::make_unique<Engine>();
     e->flags = flags;
     return e;
   }
-  bool terminal() const override { return stopping; }
-  bool engine_serving() const override { return serving; }
+  bool engine_steady() const override { return serving && !stopping; }
   uint64_t daemon_generation() const override { return generation; }
-  std::vector<std::string> engine_argv(bool) const override { return argv; }
-  std::map<std::string, std::string> engine_env(bool) override { return {}; }
-  bool snapshottable() const override { return false; }
+  EngineCommand engine_command(bool) override { return {argv, {}, false}; }
   std::string engine_share_refusal() override { return share_refused; }
   std::optional<double> engine_died_at() const override { return died_at; }
   void adopt_engine(std::unique_ptr<Engine> e) override { adopted = std::move(e); }
