@@ -34,4 +34,9 @@ Verdict RestartPolicy::on_exit(double now, bool failure, bool warm) {
   return Verdict::kRestart;
 }
 
+std::string RestartPolicy::give_up_reason(const std::string& cause, const std::string& detail) const {
+  return std::to_string(failures_in_window()) + " failures within " + std::to_string(static_cast<int>(m_c.crash_loop_window_s)) +
+         " s; last: " + cause + " (" + detail + ")";
+}
+
 }  // namespace fr::supervisor

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <deque>
+#include <string>
 
 #include "supervisor/config.h"
 
@@ -23,6 +24,8 @@ class RestartPolicy {
 
   double backoff_s() const { return m_backoff; }
   int failures_in_window() const { return static_cast<int>(m_failures.size()); }
+  // Why kGiveUp: "N failures within W s; last: <cause> (<detail>)", status's failure.
+  std::string give_up_reason(const std::string& cause, const std::string& detail) const;
 
  private:
   RestartConfig m_c;

@@ -627,9 +627,7 @@ void Supervisor::after_drain() {
       raise(Event::kDrainedColdRestart);
       break;
     case Verdict::kGiveUp:
-      m_failure = std::to_string(m_policy.failures_in_window()) + " failures within " +
-                  std::to_string(static_cast<int>(m_cfg.restart.crash_loop_window_s)) + " s; last: " + cause + " (" +
-                  detail + ")";
+      m_failure = m_policy.give_up_reason(cause, detail);
       raise(Event::kDrainedGiveUp);
       break;
   }

@@ -55,6 +55,7 @@ TEST(Policy, CrashLoopGivesUpWithinTheWindowOnly) {
   EXPECT_EQ(p.on_exit(100, true, false), Verdict::kRestart);  // the first two fell out of the window
   EXPECT_EQ(p.on_exit(110, true, false), Verdict::kRestart);
   EXPECT_EQ(p.on_exit(120, true, false), Verdict::kGiveUp);
+  EXPECT_EQ(p.give_up_reason("crash", "exit code 1"), "3 failures within 60 s; last: crash (exit code 1)");
 }
 
 TEST(Policy, FailingWarmStartsEscalateToCold) {
