@@ -11,7 +11,7 @@
 #include "support/harness.h"
 
 namespace fr::supervisor {
-namespace {
+namespace attach_path_test {
 
 struct Decided {
   Loop loop;
@@ -82,5 +82,5 @@ TEST(ReadyPath, AnAnswerForAnEngineThatIsGoneIsDropped) {
   EXPECT_FALSE(stopping.path.has_value());
 }
 
-}  // namespace
+}  // namespace attach_path_test
 }  // namespace fr::supervisor

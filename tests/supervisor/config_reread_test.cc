@@ -8,7 +8,7 @@
 #include <string>
 
 namespace fr::supervisor {
-namespace {
+namespace config_reread_test {
 
 const std::string kPath = "/etc/fastrestart/reread.toml";
 
@@ -71,5 +71,5 @@ TEST(ConfigReread, AnotherFrontSettingIsRefusedWholeAndNamesIt) {
   EXPECT_NE(r.error().message.find("front.hold_s"), std::string::npos) << r.error().message;
 }
 
-}  // namespace
+}  // namespace config_reread_test
 }  // namespace fr::supervisor

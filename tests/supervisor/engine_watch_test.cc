@@ -11,7 +11,7 @@
 #include <thread>
 
 namespace fr::supervisor {
-namespace {
+namespace engine_watch_test {
 
 // An engine on a loopback port whose answers the test sets: the completion's status (200 answers " Paris"),
 // /health's, and how long each completion takes.
@@ -164,5 +164,5 @@ TEST_F(EngineWatchTest, AnAnswerAboutAnEngineThatIsNoLongerCurrentIsDropped) {
   watch.stop();
 }
 
-}  // namespace
+}  // namespace engine_watch_test
 }  // namespace fr::supervisor

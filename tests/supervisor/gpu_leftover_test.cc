@@ -7,7 +7,7 @@
 #include <map>
 
 namespace fr::supervisor {
-namespace {
+namespace gpu_leftover_test {
 
 constexpr double kMiB = 1048576.0;
 
@@ -51,5 +51,5 @@ TEST(GpuLeftover, AGpuThatCannotBeReadIsNoLeak) {
   EXPECT_TRUE(gpu_leftovers(probe, {}, [](const std::string&) { return 0.0; }, 0).empty());
 }
 
-}  // namespace
+}  // namespace gpu_leftover_test
 }  // namespace fr::supervisor
