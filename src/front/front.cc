@@ -32,15 +32,23 @@ class Server;
 struct Client;
 struct Exchange;
 
-// One connection to the engine for one attempt of one request. Its lifetime ends in its close callback;
-// `owner` is cleared when the exchange lets it go, after which its callbacks do nothing.
+// One connection to the engine. It carries one attempt of one request at a time (`owner`), and between
+// requests waits in Server::m_idle when the engine kept it alive (docs/front.md, "Connections to the
+// engine"). Its lifetime ends in its close callback; while it has no owner its reads only watch for the
+// engine closing it.
 struct Upstream {
   uv_tcp_t tcp{};
   uv_connect_t connect{};
   uv_write_t write{};
+  Server* server = nullptr;
   std::string wire;  // the request's bytes, alive until the write completes
   Exchange* owner = nullptr;
   std::unique_ptr<ResponseParser> parser;
+  bool connected = false;  // on_up_connect succeeded
+  bool idle = false;       // in Server::m_idle
+  bool reused = false;     // the current attempt is not this connection's first request
+  bool writing = false;    // a write is queued (the connection cannot go idle before it completes)
+  bool answered = false;   // a byte of the current attempt's answer arrived
 };
 
 struct Exchange {
@@ -142,7 +150,12 @@ class Server {
 
   // The engine.
   void attempt(Exchange* ex);
+  void send_on(Exchange* ex, Upstream* u);
+  Upstream* take_idle();
+  void connect_new(Exchange* ex);
   void release_upstream(Exchange* ex);
+  void recycle_upstream(Exchange* ex);
+  void close_upstream(Upstream* u);
   static void on_up_connect(uv_connect_t* req, int status);
   static void on_up_written(uv_write_t* w, int status);
   static void on_up_read(uv_stream_t* s, ssize_t nread, const uv_buf_t* buf);
@@ -174,6 +187,7 @@ class Server {
   Clock::time_point m_stop_deadline{};
   std::set<Exchange*> m_held;
   std::set<Client*> m_clients;
+  std::vector<Upstream*> m_idle;  // kept-alive connections to the engine, the most recently used last
 };
 
 Status Server::start(int listen_fd) {
@@ -200,6 +214,7 @@ Status Server::start(int listen_fd) {
 void Server::write_status() {
   m_stats.held_now = m_held.size();
   m_stats.connections = m_clients.size();
+  m_stats.upstream_idle = m_idle.size();
   // Off the loop (status_writer.h): a write that waits on the disk never delays a request.
   if (!m_opt.status_file.empty()) m_status.post(m_stats.to_json().dump() + "\n");
   m_dirty = false;
@@ -310,7 +325,8 @@ std::string Server::wire_of(const Request& r, const std::string& body) const {
     if (!hop_by_hop(k)) w += k + ": " + v + "\r\n";
   if (!body.empty() || r.method == "POST" || r.method == "PUT" || r.method == "PATCH")
     w += "Content-Length: " + std::to_string(body.size()) + "\r\n";
-  w += "Connection: close\r\n\r\n";
+  // The engine keeps the connection for the next request unless the pool is off (docs/front.md).
+  w += m_opt.max_idle_connections > 0 ? "\r\n" : "Connection: close\r\n\r\n";
   w += body;
   return w;
 }
@@ -368,7 +384,7 @@ void Server::reply(Client* c, int status, const std::string& message, bool close
 void Server::done(Client* c, bool keep_alive) {
   if (c->ex) {
     unhold(c->ex.get());
-    release_upstream(c->ex.get());
+    recycle_upstream(c->ex.get());
     c->ex.reset();
   }
   m_dirty = true;
@@ -385,12 +401,16 @@ void Server::done(Client* c, bool keep_alive) {
 void Server::attempt(Exchange* ex) {
   ex->waiting = false;
   if (++ex->attempts > 1) ++m_stats.resent;
-  auto* u = new Upstream;
+  if (Upstream* u = take_idle()) return send_on(ex, u);
+  connect_new(ex);
+}
+
+// The exchange's attempt on `u`, a connection that is connected: a fresh parser, the request written, the
+// answer read.
+void Server::send_on(Exchange* ex, Upstream* u) {
   u->owner = ex;
+  u->answered = false;
   u->wire = ex->wire;
-  u->tcp.data = u;
-  u->connect.data = u;
-  u->write.data = u;
   ex->up = u;
   ex->body.clear();
   ex->too_large = false;
@@ -411,7 +431,38 @@ void Server::attempt(Exchange* ex) {
     e->body.append(data);
     return true;
   });
+  if (!u->connected) return;  // on_up_connect writes
+  uv_buf_t b = uv_buf_init(u->wire.data(), static_cast<unsigned>(u->wire.size()));
+  if (int rc = uv_write(&u->write, reinterpret_cast<uv_stream_t*>(&u->tcp), &b, 1, on_up_written); rc != 0)
+    return upstream_failed(ex, std::string("send: ") + uv_strerror(rc));
+  u->writing = true;
+}
+
+// The most recently used idle connection (the engine closes the others first when it times them out).
+Upstream* Server::take_idle() {
+  while (!m_idle.empty()) {
+    Upstream* u = m_idle.back();
+    m_idle.pop_back();
+    u->idle = false;
+    m_dirty = true;
+    if (uv_is_closing(reinterpret_cast<uv_handle_t*>(&u->tcp)) == 0) {
+      u->reused = true;
+      return u;
+    }
+  }
+  return nullptr;
+}
+
+void Server::connect_new(Exchange* ex) {
+  ++m_stats.upstream_connects;
+  m_dirty = true;
+  auto* u = new Upstream;
+  u->server = this;
+  u->tcp.data = u;
+  u->connect.data = u;
+  u->write.data = u;
   uv_tcp_init(m_loop, &u->tcp);
+  send_on(ex, u);  // sets the parser; the write waits for the connection
   int rc = uv_tcp_connect(&u->connect, &u->tcp, reinterpret_cast<const sockaddr*>(&m_upstream), on_up_connect);
   if (rc != 0) upstream_failed(ex, std::string("connect: ") + uv_strerror(rc));
 }
@@ -420,6 +471,31 @@ void Server::release_upstream(Exchange* ex) {
   Upstream* u = std::exchange(ex->up, nullptr);
   if (!u) return;
   u->owner = nullptr;
+  close_upstream(u);
+}
+
+// The exchange is over: its connection waits for the next request when the engine's answer left it
+// reusable (ResponseParser::reusable) and the pool has room; otherwise it is closed.
+void Server::recycle_upstream(Exchange* ex) {
+  Upstream* u = ex->up;
+  if (!u || !u->parser || !u->parser->reusable() || u->writing || m_stopping ||
+      m_idle.size() >= m_opt.max_idle_connections ||
+      uv_is_closing(reinterpret_cast<uv_handle_t*>(&u->tcp)) != 0)
+    return release_upstream(ex);
+  ex->up = nullptr;
+  u->owner = nullptr;
+  u->parser.reset();
+  u->idle = true;
+  m_idle.push_back(u);
+  m_dirty = true;
+}
+
+void Server::close_upstream(Upstream* u) {
+  if (u->idle) {
+    m_idle.erase(std::find(m_idle.begin(), m_idle.end(), u));
+    u->idle = false;
+    m_dirty = true;
+  }
   if (uv_is_closing(reinterpret_cast<uv_handle_t*>(&u->tcp)) == 0)
     uv_close(reinterpret_cast<uv_handle_t*>(&u->tcp), [](uv_handle_t* h) { delete static_cast<Upstream*>(h->data); });
 }
@@ -428,12 +504,14 @@ void Server::on_up_connect(uv_connect_t* req, int status) {
   auto* u = static_cast<Upstream*>(req->data);
   Exchange* ex = u->owner;
   if (!ex) return;
-  Server* self = ex->client->server;
+  Server* self = u->server;
   if (status < 0) return self->upstream_failed(ex, std::string("connect: ") + uv_strerror(status));
+  u->connected = true;
   uv_tcp_nodelay(&u->tcp, 1);
   uv_buf_t b = uv_buf_init(u->wire.data(), static_cast<unsigned>(u->wire.size()));
   if (int rc = uv_write(&u->write, reinterpret_cast<uv_stream_t*>(&u->tcp), &b, 1, on_up_written); rc != 0)
     return self->upstream_failed(ex, std::string("send: ") + uv_strerror(rc));
+  u->writing = true;
   uv_read_start(reinterpret_cast<uv_stream_t*>(&u->tcp),
                 [](uv_handle_t*, size_t, uv_buf_t* b2) {
                   static thread_local char buf[64 << 10];
@@ -444,18 +522,29 @@ void Server::on_up_connect(uv_connect_t* req, int status) {
 
 void Server::on_up_written(uv_write_t* w, int status) {
   auto* u = static_cast<Upstream*>(w->data);
+  if (status == UV_ECANCELED) return;  // closed: the handle's memory stays until its close callback
+  u->writing = false;
   Exchange* ex = u->owner;
   if (!ex || status >= 0) return;
-  ex->client->server->upstream_failed(ex, std::string("send: ") + uv_strerror(status));
+  u->server->upstream_failed(ex, std::string("send: ") + uv_strerror(status));
 }
 
 void Server::on_up_read(uv_stream_t* s, ssize_t nread, const uv_buf_t* buf) {
   auto* u = static_cast<Upstream*>(s->data);
+  if (nread == 0) return;
   Exchange* ex = u->owner;
-  if (!ex || nread == 0) return;
-  if (nread > 0) u->parser->feed(buf->base, static_cast<size_t>(nread));
-  else u->parser->feed_eof();
-  ex->client->server->check_upstream(ex);
+  if (!ex) {
+    // Idle: the engine closed it (its keep-alive timeout, or its death), or sent bytes nobody asked for.
+    if (u->idle) u->server->close_upstream(u);
+    return;
+  }
+  if (nread > 0) {
+    u->answered = true;
+    u->parser->feed(buf->base, static_cast<size_t>(nread));
+  } else {
+    u->parser->feed_eof();
+  }
+  u->server->check_upstream(ex);
 }
 
 void Server::check_upstream(Exchange* ex) {
@@ -547,7 +636,12 @@ void Server::finish_buffered(Exchange* ex) {
 }
 
 void Server::upstream_failed(Exchange* ex, const std::string& why) {
+  // A kept-alive connection the engine closed before it answered a byte (its idle timeout crossed the
+  // request, or it died while the connection waited): sent again at once on a new connection, neither
+  // held nor counted re-sent. A dead engine fails that one too, and then it is held.
+  const bool stale = ex->up && ex->up->reused && !ex->up->answered;
   release_upstream(ex);
+  if (stale) return connect_new(ex);
   ex->last_error = why;
   if (ex->started && !continue_stream(ex, why)) return;
   const auto now = Clock::now();
@@ -675,6 +769,7 @@ void Server::begin_stop() {
   // Closing our descriptor leaves the socket listening for its other holder (fastrestartd): connections
   // that arrive from now on wait for the next front.
   uv_close(reinterpret_cast<uv_handle_t*>(&m_listener), nullptr);
+  for (Upstream* u : std::vector<Upstream*>(m_idle)) close_upstream(u);
   for (Client* c : std::vector<Client*>(m_clients.begin(), m_clients.end()))
     if (!c->ex && c->pending_writes == 0) close_client(c);
 }

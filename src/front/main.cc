@@ -22,6 +22,10 @@ int main(int argc, char** argv) {
   app.add_option("--max-response-bytes", o.max_response_bytes,
                  "largest buffered answer; larger: 503 (front.max_response_bytes)")
       ->capture_default_str();
+  app.add_option("--max-idle-connections", o.max_idle_connections,
+                 "kept-alive connections to the engine between requests; 0: a new one per request "
+                 "(front.max_idle_connections)")
+      ->capture_default_str();
   app.add_option("--status-file", o.status_file, "write the counters here as JSON when they change");
   app.add_option("--stop-grace-s", o.stop_grace_s, "at SIGTERM, seconds requests in flight may still finish")
       ->capture_default_str();

@@ -14,6 +14,7 @@ nlohmann::json FrontStats::to_json() const {
   for (const auto& [k, v] : rejected) rejected_j[k] = v;
   return {{"pid", ::getpid()},
           {"connections", connections},
+          {"upstream", {{"connects", upstream_connects}, {"idle", upstream_idle}}},
           {"requests",
            {{"received", received},
             {"answered", answered},

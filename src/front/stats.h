@@ -18,6 +18,8 @@ struct FrontStats {
   uint64_t continued = 0;  // started streams the client read whole although their engine died
 
   uint64_t connections = 0;  // client connections open now
+  uint64_t upstream_connects = 0;  // connections opened to the engine (fewer than requests: the pool)
+  uint64_t upstream_idle = 0;      // kept-alive connections to the engine waiting now
   std::map<std::string, uint64_t> rejected;  // answered by the front itself, by status ("400", "413", "431")
   std::map<std::string, uint64_t> failed;    // not answered by the engine, by reason
   std::map<std::string, uint64_t> not_continued;  // streams cut (stream_interrupted), by why (splice.h)

@@ -504,6 +504,7 @@ const KeySpec kFrontKeys[] = {
     FR_KEY("max_body_bytes", FR_ASSIGN(int64_t n, v.integer_in(1, int64_t{1} << 40)); c.front.max_body_bytes = static_cast<uint64_t>(n)),
     FR_KEY("max_response_bytes", FR_ASSIGN(int64_t n, v.integer_in(1, int64_t{1} << 40)); c.front.max_response_bytes = static_cast<uint64_t>(n)),
     FR_KEY("stop_grace_s", FR_ASSIGN(c.front.stop_grace_s, v.positive())),
+    FR_KEY("max_idle_connections", FR_ASSIGN(c.front.max_idle_connections, v.int_in(0, 65536))),
     FR_KEY("path", FR_ASSIGN(c.front.path, v.absolute_path())),
     FR_KEY("upstream_port", FR_ASSIGN(int p, v.int_in(0, 65535)); c.front.upstream_port = static_cast<uint16_t>(p)),
 };
@@ -834,6 +835,7 @@ std::string front_change(const FrontConfig& running, const FrontConfig& next) {
   note("front.max_body_bytes", std::to_string(running.max_body_bytes), std::to_string(next.max_body_bytes));
   note("front.max_response_bytes", std::to_string(running.max_response_bytes), std::to_string(next.max_response_bytes));
   note("front.stop_grace_s", fmt_number(running.stop_grace_s), fmt_number(next.stop_grace_s));
+  note("front.max_idle_connections", std::to_string(running.max_idle_connections), std::to_string(next.max_idle_connections));
   note("front.path", "\"" + running.path + "\"", "\"" + next.path + "\"");
   note("front.upstream_port", std::to_string(running.upstream_port), std::to_string(next.upstream_port));
   if (changed.empty()) return {};

@@ -82,9 +82,13 @@ class Front {
   void kill(int sig) {
     if (m_pid > 0) {
       ::kill(m_pid, sig);
-      ::waitpid(m_pid, nullptr, 0);
+      ::waitpid(m_pid, &m_wait_status, 0);
       m_pid = -1;
     }
+  }
+  // After kill(): the exit code, or 128 + the signal that ended it.
+  int exit_code() const {
+    return WIFEXITED(m_wait_status) ? WEXITSTATUS(m_wait_status) : 128 + WTERMSIG(m_wait_status);
   }
   // The front's counters once `pred` holds (or the last read after 10 s).
   json status(const std::function<bool(const json&)>& pred = [](const json&) { return true; }) const {
@@ -111,6 +115,7 @@ class Front {
   fr::test::TempDir m_dir;
   std::string m_status, m_log;
   pid_t m_pid = -1;
+  int m_wait_status = 0;
 };
 
 // Raw bytes to the front, and everything it answers until it closes (or 10 s).
@@ -181,6 +186,124 @@ TEST_F(FrontTest, ForwardsOnKeepAliveConnections) {
   EXPECT_EQ(st["requests"]["answered"], 4) << st.dump();
   EXPECT_EQ(st["connections"], 1) << "one keep-alive connection for all four";
   EXPECT_EQ(st["requests"]["held"], 0);
+}
+
+// The front's connections to the engine are kept alive: sequential requests, each from a client connection
+// of its own, travel on the same upstream connection (the tiny engine's HTTP library closes one after 5
+// requests, so 10 take at most 2), and the answers are the engine's own.
+TEST_F(FrontTest, UpstreamConnectionsAreReused) {
+  auto engine = start_engine();
+  Front front(m_listen.get(), m_engine_port);
+  httplib::Client direct("127.0.0.1", m_engine_port);
+  constexpr int kRequests = 10;
+  for (int i = 0; i < kRequests; ++i) {
+    httplib::Client c("127.0.0.1", m_port);
+    c.set_keep_alive(false);
+    c.set_read_timeout(10);
+    auto got = post(c, completion_body(prompt_of(i), 4));
+    ASSERT_TRUE(got) << front.log();
+    EXPECT_EQ(got->status, 200);
+    EXPECT_EQ(comparable(got->body), comparable(post(direct, completion_body(prompt_of(i), 4))->body));
+  }
+  const auto st = front.status([](const json& j) { return j["requests"]["answered"] == kRequests; });
+  EXPECT_EQ(st["requests"]["answered"], kRequests) << st.dump();
+  EXPECT_LE(st["upstream"]["connects"].get<int>(), 2) << st.dump();
+  EXPECT_GE(st["upstream"]["connects"].get<int>(), 1) << st.dump();
+  EXPECT_EQ(st["requests"]["resent"], 0) << st.dump();
+}
+
+// --max-idle-connections 0: a connection per request, closed after it (the behaviour without the pool).
+TEST_F(FrontTest, NoPoolOpensAConnectionPerRequest) {
+  auto engine = start_engine();
+  Front front(m_listen.get(), m_engine_port, {"--max-idle-connections", "0"});
+  httplib::Client c("127.0.0.1", m_port);
+  c.set_read_timeout(10);
+  for (int i = 0; i < 4; ++i) {
+    auto got = post(c, completion_body(prompt_of(i), 4));
+    ASSERT_TRUE(got) << front.log();
+    EXPECT_EQ(got->status, 200);
+  }
+  const auto st = front.status([](const json& j) { return j["requests"]["answered"] == 4; });
+  EXPECT_EQ(st["upstream"]["connects"], 4) << st.dump();
+  EXPECT_EQ(st["upstream"]["idle"], 0) << st.dump();
+}
+
+// An engine whose kept-alive connection closes just as the front sends on it (its idle timeout crossing the
+// request): the request goes again at once on a new connection, neither held nor counted re-sent. The
+// engine here is a script on a real socket: it answers the first request, reads the second and closes
+// without a byte, then answers on the next connection.
+TEST_F(FrontTest, KeptAliveConnectionClosedUnderARequestIsSentAgainAtOnce) {
+  uint16_t engine_port = 0;
+  UniqueFd engine_listen = listen_any(engine_port);
+  auto read_request = [](int fd) {
+    std::string in;
+    char buf[4096];
+    while (in.find("\r\n\r\n") == std::string::npos) {
+      const ssize_t n = ::recv(fd, buf, sizeof buf, 0);
+      if (n <= 0) return std::string();
+      in.append(buf, static_cast<size_t>(n));
+    }
+    return in;
+  };
+  auto answer = [](int fd, const std::string& body) {
+    const std::string out = "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: " +
+                            std::to_string(body.size()) + "\r\n\r\n" + body;
+    return ::send(fd, out.data(), out.size(), MSG_NOSIGNAL) == static_cast<ssize_t>(out.size());
+  };
+  std::atomic<int> served{0};
+  std::thread script([&] {
+    UniqueFd first(::accept(engine_listen.get(), nullptr, nullptr));
+    if (read_request(first.get()).empty() || !answer(first.get(), R"({"n":1})")) return;
+    served = 1;
+    if (read_request(first.get()).empty()) return;
+    first.reset();  // the second request: closed, not a byte answered
+    UniqueFd second(::accept(engine_listen.get(), nullptr, nullptr));
+    if (read_request(second.get()).empty() || !answer(second.get(), R"({"n":2})")) return;
+    served = 2;
+  });
+  Front front(m_listen.get(), engine_port);
+  httplib::Client c("127.0.0.1", m_port);
+  c.set_read_timeout(10);
+  auto a = c.Get("/v1/models");
+  auto b = c.Get("/v1/models");
+  script.join();
+  ASSERT_TRUE(a) << front.log();
+  ASSERT_TRUE(b) << front.log();
+  EXPECT_EQ(a->body, R"({"n":1})");
+  EXPECT_EQ(b->body, R"({"n":2})");
+  EXPECT_EQ(served, 2);
+  const auto st = front.status([](const json& j) { return j["requests"]["answered"] == 2; });
+  EXPECT_EQ(st["upstream"]["connects"], 2) << st.dump();
+  EXPECT_EQ(st["requests"]["held"], 0) << st.dump();
+  EXPECT_EQ(st["requests"]["resent"], 0) << st.dump();
+}
+
+// kill -9 of an engine while the pool holds connections to it: they are dropped, the next request is held
+// until the next engine answers, and a SIGTERM afterwards ends the front (exit 0) with its pool closed.
+TEST_F(FrontTest, PooledConnectionsToAKilledEngineAreDropped) {
+  auto engine = start_engine();
+  Front front(m_listen.get(), m_engine_port);
+  httplib::Client c("127.0.0.1", m_port);
+  c.set_read_timeout(30);
+  ASSERT_TRUE(post(c, completion_body(prompt_of(1), 4)));
+  auto st = front.status([](const json& j) { return j["upstream"]["idle"] == 1; });
+  EXPECT_EQ(st["upstream"]["idle"], 1) << st.dump();
+  engine->signal(SIGKILL);
+  ASSERT_TRUE(engine->wait_exit(10));
+  st = front.status([](const json& j) { return j["upstream"]["idle"] == 0; });
+  EXPECT_EQ(st["upstream"]["idle"], 0) << "the dead engine's connection left the pool: " << st.dump();
+  engine.reset();
+  std::thread restart([&] { engine = start_engine(); });
+  auto got = post(c, completion_body(prompt_of(2), 4));
+  restart.join();
+  ASSERT_TRUE(got) << front.log();
+  EXPECT_EQ(got->status, 200) << got->body;
+  st = front.status([](const json& j) { return j["requests"]["answered"] == 2; });
+  EXPECT_EQ(st["requests"]["answered"], 2) << st.dump();
+  EXPECT_EQ(st["requests"]["failed"]["hold_timeout"], 0) << st.dump();
+  c.stop();
+  front.kill(SIGTERM);
+  EXPECT_EQ(front.exit_code(), 0) << front.log();
 }
 
 // How many connections wait in the accept queue of the socket listening on 127.0.0.1:port (/proc/net/tcp:

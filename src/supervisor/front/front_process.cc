@@ -62,6 +62,7 @@ std::vector<std::string> front_argv(const Config& c, const std::string& status_f
           "--max-body-bytes", std::to_string(c.front.max_body_bytes),
           "--max-response-bytes", std::to_string(c.front.max_response_bytes),
           "--stop-grace-s", num(c.front.stop_grace_s),
+          "--max-idle-connections", std::to_string(c.front.max_idle_connections),
           "--status-file", status_file};
 }
 

@@ -74,6 +74,7 @@ TEST(FrontConfig, BadValuesNameTheFileAndTheField) {
   expect_front_error(h + "max_body_bytes = -1\n", 8, "front.max_body_bytes", {"got -1"});
   expect_front_error(h + "max_response_bytes = 0\n", 8, "front.max_response_bytes", {"got 0"});
   expect_front_error(h + "stop_grace_s = -2\n", 8, "front.stop_grace_s");
+  expect_front_error(h + "max_idle_connections = -1\n", 8, "front.max_idle_connections", {"got -1"});
   expect_front_error(h + "path = \"fastrestart-front\"\n", 8, "front.path");
   expect_front_error(h + "upstream_port = 70000\n", 8, "front.upstream_port", {"0..65535"});
   expect_front_error(h + "upstream_port = 8000\n", 8, "front.upstream_port", {"engine.port"});
@@ -133,13 +134,14 @@ TEST(FrontConfig, AReloadThatChangesTheFrontIsRefused) {
 
 TEST(FrontConfig, TheFrontsCommandLine) {
   auto c = parse_front(kFrontHead + "[front]\nhold_s = 2.5\nmax_held_requests = 9\nmax_body_bytes = 100\n"
-                                    "max_response_bytes = 200\nstop_grace_s = 4\npath = \"/opt/front\"\n");
+                                    "max_response_bytes = 200\nstop_grace_s = 4\nmax_idle_connections = 7\n"
+                                    "path = \"/opt/front\"\n");
   ASSERT_TRUE(c.ok()) << c.error().message;
   c->front.bound_upstream_port = 4321;
   const std::vector<std::string> want{"/opt/front", "--upstream", "127.0.0.1:4321", "--hold-s", "2.5",
                                       "--max-held-requests", "9", "--max-body-bytes", "100",
                                       "--max-response-bytes", "200", "--stop-grace-s", "4",
-                                      "--status-file", "/state/front.status.json"};
+                                      "--max-idle-connections", "7", "--status-file", "/state/front.status.json"};
   EXPECT_EQ(front_argv(*c, "/state/front.status.json"), want);
 }
 
