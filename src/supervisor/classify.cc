@@ -98,6 +98,16 @@ bool is_address_in_use(const std::string& l) {
 
 }  // namespace
 
+Classification classify_engine_exit(ExitFacts f, const std::deque<std::string>& last_lines,
+                                    const std::vector<OutputRule>& rules, std::optional<int> handed_port) {
+  f.last_lines = &last_lines;
+  f.rules = rules.empty() ? nullptr : &rules;
+  Classification c = classify_exit(f);
+  if (handed_port && is_failure(c.cause))
+    if (auto conflict = listen_conflict_detail(&last_lines, *handed_port)) c.detail = *conflict;
+  return c;
+}
+
 std::optional<std::string> listen_conflict_detail(const std::deque<std::string>* last_lines, int port) {
   const auto* l = find_line(last_lines, is_address_in_use);
   if (!l) return std::nullopt;

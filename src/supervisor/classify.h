@@ -60,4 +60,10 @@ Classification classify_exit(const ExitFacts& f);
 // quoting the engine's newest such line; nullopt when no line says it.
 std::optional<std::string> listen_conflict_detail(const std::deque<std::string>* last_lines, int port);
 
+// An engine process's exit (the live engine's or a standby's), classified alike: classify_exit over `f` with
+// the engine's recent output and its kind's rules; with a listening socket handed down (`handed_port`, the
+// port it serves), a failure gets listen_conflict_detail's words when its output has them.
+Classification classify_engine_exit(ExitFacts f, const std::deque<std::string>& last_lines,
+                                    const std::vector<OutputRule>& rules, std::optional<int> handed_port);
+
 }  // namespace fr::supervisor

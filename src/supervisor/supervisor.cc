@@ -65,7 +65,6 @@ Supervisor::Supervisor(Config config, std::unique_ptr<GpuProbe> gpus, std::uniqu
   // The config's check read the kind's rules files already; one that broke since leaves the built-in rules.
   auto kind = make_engine_adapter(m_cfg);
   m_kind = kind.ok() ? std::move(*kind) : make_builtin_engine_adapter(m_cfg.engine.kind);
-  m_output_rules = m_kind->failure_rules();
   m_daemons = make_daemon_set(*this);
   const PartHosts hosts{*this, *this, *this, {m_loop, m_cfg, m_listen}, *m_gpus, m_stats};
   for (const StartPathRow& row : start_path_rows())
@@ -530,13 +529,10 @@ void Supervisor::on_engine_exit(int status) {
   f.killed_for_timeout = e.killed_timeout;
   f.killed_for_hang = e.killed_hang;
   f.oom_kill_recorded = e.oom_before && oom_after && *oom_after > *e.oom_before;
-  f.last_lines = &e.tail;
-  f.rules = m_output_rules.empty() ? nullptr : &m_output_rules;
   // During a stop, a SIGTERM'd engine counts as requested whatever its status.
   if (is_terminal(m_state)) f.requested = true;
-  Classification c = classify_exit(f);
-  if (m_listen.fd >= 0 && is_failure(c.cause))
-    if (auto conflict = listen_conflict_detail(&e.tail, engine_serve_port(m_cfg))) c.detail = *conflict;
+  const Classification c = classify_engine_exit(f, e.tail, m_kind->failure_rules(),
+                                                m_listen.fd >= 0 ? std::optional(engine_serve_port(m_cfg)) : std::nullopt);
   // A push whose flags never became ready is rolled back: a rejected push, not a failure of the running
   // configuration. It is counted apart and does not feed the crash-loop limit or the backoff.
   const bool rejected_push = m_reload.on_trial() && is_failure(c.cause);

@@ -266,7 +266,6 @@ class Supervisor : private StartHost, private DaemonHost, private SnapshotHost, 
   std::atomic<bool> m_running{false};                    // stop-engine: do not restart until start-engine
 
   std::unique_ptr<EngineAdapter> m_kind;   // engine.kind: what differs per kind (engines/registry.cc)
-  std::vector<OutputRule> m_output_rules;  // its exit messages, for classify_exit
   std::unique_ptr<DaemonSet> m_daemons;    // weights.daemon's kind (daemons/registry.cc)
   LeftoverSweeper m_leftovers;  // engine processes outside its group (orphans.h)
   std::unique_ptr<FrontProcess> m_front;  // engine.listen = "front": use_front_socket()

@@ -59,12 +59,8 @@ bool Standby::on_exit(pid_t pid, int status) {
   ExitFacts f;
   f.wait_status = status;
   f.requested = m_phase == Phase::kStopping;
-  f.last_lines = &e.tail;
-  const std::vector<OutputRule> rules = m_host.engine_kind().failure_rules();  // as the live engine's exit
-  f.rules = rules.empty() ? nullptr : &rules;
-  Classification c = classify_exit(f);
-  if (m_listen.fd >= 0 && is_failure(c.cause))
-    if (auto conflict = listen_conflict_detail(&e.tail, engine_serve_port(cfg))) c.detail = *conflict;
+  const Classification c = classify_engine_exit(f, e.tail, m_host.engine_kind().failure_rules(),  // as the live engine's
+                                                m_listen.fd >= 0 ? std::optional(engine_serve_port(cfg)) : std::nullopt);
   const bool was_parked = m_phase == Phase::kParked;
   const bool stopped = m_phase == Phase::kStopping;
   const bool failed_kill = stopped && m_stop_reason.starts_with("failed:");
