@@ -27,6 +27,9 @@ using Clock = std::chrono::steady_clock;
 constexpr auto kFirstBackoff = std::chrono::milliseconds(20);
 constexpr auto kMaxBackoff = std::chrono::milliseconds(500);
 constexpr uint64_t kTickMs = 10;
+// An idle kept-alive connection to the engine is closed after this: an engine that gives each connection a
+// thread gets it back soon after a burst (docs/front.md, "Design").
+constexpr auto kIdleUpstreamTimeout = std::chrono::seconds(1);
 
 class Server;
 struct Client;
@@ -46,6 +49,7 @@ struct Upstream {
   std::unique_ptr<ResponseParser> parser;
   bool connected = false;  // on_up_connect succeeded
   bool idle = false;       // in Server::m_idle
+  std::chrono::steady_clock::time_point idle_since{};
   bool reused = false;     // the current attempt is not this connection's first request
   bool writing = false;    // a write is queued (the connection cannot go idle before it completes)
   bool answered = false;   // a byte of the current attempt's answer arrived
@@ -486,6 +490,7 @@ void Server::recycle_upstream(Exchange* ex) {
   u->owner = nullptr;
   u->parser.reset();
   u->idle = true;
+  u->idle_since = Clock::now();
   m_idle.push_back(u);
   m_dirty = true;
 }
@@ -742,6 +747,8 @@ void Server::tick() {
       attempt(ex);
     }
   }
+  // The oldest idle connections are at the front of m_idle.
+  while (!m_idle.empty() && now - m_idle.front()->idle_since >= kIdleUpstreamTimeout) close_upstream(m_idle.front());
   if (m_stopping) {
     bool busy = false;
     for (Client* c : m_clients) busy = busy || c->ex != nullptr;

@@ -3,8 +3,9 @@
 // Contract
 // - run_front(listen_fd, options) accepts clients on `listen_fd` (a listening TCP socket, the front's to
 //   use; its owner, fastrestartd, may hold another copy: connections wait in its queue while no front runs)
-//   and forwards each complete request to options.upstream, on a kept-alive connection from a pool of at most
-//   options.max_idle_connections idle ones (0: a connection of its own per attempt, Connection: close).
+//   and forwards each complete request to options.upstream, on a connection of its own per attempt
+//   (Connection: close), or with options.max_idle_connections > 0 on a kept-alive one from a pool of at most
+//   that many idle ones, each closed after 1 s idle.
 //   Client connections keep alive (HTTP/1.1); pipelined requests are answered in order, one at a time.
 // - A request whose engine cannot be reached, or dies before the answer has started to reach the client, is
 //   held (its bytes kept) and sent again as it was, with a short backoff, until the engine answers or

@@ -15,7 +15,7 @@ struct FrontOptions {
   size_t max_response_bytes = 16 << 20;  // front.max_response_bytes: a larger buffered answer is 503
   std::string status_file;           // the counters as JSON, rewritten (atomically) when they change
   double stop_grace_s = 10;          // SIGTERM: how long requests in flight may still finish
-  size_t max_idle_connections = 64;  // front.max_idle_connections: kept-alive connections to the engine; 0: one per request
+  size_t max_idle_connections = 0;   // front.max_idle_connections: kept-alive connections to the engine; 0: one per request
 };
 
 }  // namespace fr::front

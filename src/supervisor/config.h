@@ -163,7 +163,7 @@ struct FrontConfig {
   uint64_t max_body_bytes = 1 << 20;           // --max-body-bytes: a larger request body is answered 413
   uint64_t max_response_bytes = 16 << 20;      // --max-response-bytes: a larger buffered answer is 503
   double stop_grace_s = 10;                    // --stop-grace-s: at fastrestartd's stop, requests in flight finish
-  int max_idle_connections = 64;               // --max-idle-connections: kept-alive connections to the engine
+  int max_idle_connections = 0;                // --max-idle-connections: kept-alive connections to the engine
   std::string path;                            // empty: fastrestart-front beside fastrestartd, then $PATH
   // The engines' loopback listening socket (127.0.0.1); 0: a port the kernel picks at fastrestartd's start.
   uint16_t upstream_port = 0;
