@@ -286,4 +286,15 @@ int open_fd_count(pid_t pid) {
   return n;
 }
 
+int fds_open_on(pid_t pid, const std::filesystem::path& path) {
+  std::error_code ec;
+  int n = 0;
+  for (std::filesystem::directory_iterator it("/proc/" + std::to_string(pid) + "/fd", ec), end; !ec && it != end;
+       it.increment(ec)) {
+    std::error_code link_ec;
+    if (std::filesystem::read_symlink(it->path(), link_ec) == path) ++n;
+  }
+  return n;
+}
+
 }  // namespace fr::test

@@ -4,6 +4,7 @@
 #include <sys/types.h>
 
 #include <cstdint>
+#include <filesystem>
 
 #include <map>
 #include <string>
@@ -84,6 +85,10 @@ UniqueFd connect_loopback(uint16_t port, int recv_timeout_s);
 // How many descriptors process `pid` has open now (its /proc/<pid>/fd), or -1 when that cannot be read
 // (the process is gone). Leak checks compare it before and after.
 int open_fd_count(pid_t pid);
+// How many of the process's descriptors are open on `path` (its /proc/PID/fd links). A test that sends a
+// process descriptors of a file of its own counts exactly those, whatever else the process opens or closes
+// meanwhile (an instrumented build still finishing its start, a probe's connection).
+int fds_open_on(pid_t pid, const std::filesystem::path& path);
 
 // A memory cgroup of the test's own, limited to `limit_bytes`: under /sys/fs/cgroup/memory (v1) or
 // /sys/fs/cgroup (v2), whichever this machine lets us write. Without one, dir() is empty and skip_reason()
