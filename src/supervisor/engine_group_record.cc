@@ -12,6 +12,7 @@
 #include "common/io.h"
 #include "supervisor/child.h"
 #include "supervisor/proc_stat.h"
+#include "supervisor/state_files.h"
 
 namespace fr::supervisor {
 
@@ -61,6 +62,16 @@ pid_t kill_recorded_group(const std::string& path) {
   }
   ::kill(static_cast<pid_t>(-pgid), SIGKILL);
   return static_cast<pid_t>(pgid);
+}
+
+int kill_left_engine_groups(const Config& cfg) {
+  int killed = 0;
+  for (const char* record : {"engine.pgid", "standby.pgid"})
+    if (pid_t g = kill_recorded_group(state_path(cfg, record))) {
+      spdlog::warn("killed process group {} ({}), left running by a previous fastrestartd that did not stop cleanly", g, record);
+      ++killed;
+    }
+  return killed;
 }
 
 }  // namespace fr::supervisor

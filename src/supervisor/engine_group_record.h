@@ -8,10 +8,18 @@
 
 #include <string>
 
+#include "supervisor/config.h"
+
 namespace fr::supervisor {
 
 // "<pgid> <leader start time>\n" for a group whose leader `pgid` runs now; "<pgid>\n" when its start
 // time cannot be read (such a record is never acted on).
 std::string engine_group_record(pid_t pgid);
+
+// SIGKILLs the engine's and the standby's groups that a previous fastrestartd of `cfg` left running (their
+// records engine.pgid and standby.pgid in its state directory; kill_recorded_group, child.h), saying so in
+// the log; returns how many. fastrestartd does it before it binds the engine's port, which such a group's
+// processes may still hold, and again as its run begins.
+int kill_left_engine_groups(const Config& cfg);
 
 }  // namespace fr::supervisor

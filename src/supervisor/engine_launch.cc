@@ -4,6 +4,7 @@
 #include <cstdio>
 #include <spdlog/spdlog.h>
 
+#include "supervisor/listen_socket.h"
 #include "supervisor/memory_share.h"
 
 namespace fr::supervisor {
@@ -83,6 +84,18 @@ std::map<std::string, std::string> engine_launch_env(const EngineLaunch& in, boo
   if (!cfg.weights.socket_dir.empty()) env["FASTRESTART_SOCKET_DIR"] = cfg.weights.socket_dir;
   env["FASTRESTART_WEIGHTS_MODE"] = weights_mode_name(cfg.weights.mode);
   return env;
+}
+
+SpawnSpec engine_spawn_spec(const Config& cfg, EngineCommand command, int listen_fd) {
+  SpawnSpec spec;
+  spec.argv = std::move(command.argv);
+  spec.env = std::move(command.env);
+  spec.listen_fd = listen_fd;
+  spec.listen_fd_name = kListenFdName;
+  spec.working_dir = cfg.engine.working_dir;
+  spec.new_pid_namespace = command.own_pid_namespace;
+  if (!cfg.engine.cgroup.empty()) spec.cgroup_procs = cfg.engine.cgroup + "/cgroup.procs";
+  return spec;
 }
 
 }  // namespace fr::supervisor

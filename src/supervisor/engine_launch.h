@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "supervisor/child.h"
 #include "supervisor/config.h"
 #include "supervisor/engines/engine_kind.h"
 #include "supervisor/flags.h"
@@ -44,5 +45,10 @@ std::vector<double> engine_gpu_fractions(const EngineLaunch& in, bool for_standb
 std::vector<std::string> engine_launch_argv(const EngineLaunch& in, bool for_standby);
 // engine.env and fastrestartd's own variables (CUDA_VISIBLE_DEVICES, FASTRESTART_*).
 std::map<std::string, std::string> engine_launch_env(const EngineLaunch& in, bool for_standby);
+
+// The spawn of an engine or a standby running `command`: its argv, environment and PID namespace, the
+// listening socket `listen_fd` (fd 3 in the child, LISTEN_FDNAMES fastrestart-engine; -1: none; docs/listen-socket.md),
+// engine.working_dir and engine.cgroup. The caller adds what is its own (a standby's gate, the private endpoint).
+SpawnSpec engine_spawn_spec(const Config& cfg, EngineCommand command, int listen_fd);
 
 }  // namespace fr::supervisor

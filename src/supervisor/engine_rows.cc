@@ -4,6 +4,16 @@
 
 namespace fr::supervisor {
 
+ExitFacts engine_exit_facts(const Engine& e, int wait_status, bool stopping, std::optional<uint64_t> oom_after) {
+  ExitFacts f;
+  f.wait_status = wait_status;
+  f.requested = stopping || (e.stop_requested && !e.killed_hang && !e.killed_timeout);
+  f.killed_for_timeout = e.killed_timeout;
+  f.killed_for_hang = e.killed_hang;
+  f.oom_kill_recorded = e.oom_before && oom_after && *oom_after > *e.oom_before;
+  return f;
+}
+
 status::LastExitStatus exit_row(const Engine& e, const std::string& cause, const std::string& detail) {
   status::LastExitStatus row = unrun_exit_row(cause, detail, e.died_at);
   row.pid = e.pid;

@@ -10,12 +10,17 @@
 
 #include "fastrestart/result.h"
 #include "status/status.h"
+#include "supervisor/classify.h"
 #include "supervisor/engine.h"
 #include "supervisor/host_probe.h"
 #include "supervisor/memory_share.h"
 
 namespace fr::supervisor {
 
+// The facts of `e`'s exit with `wait_status`, for classify_engine_exit: a stop asked for (not a kill for a
+// start timeout or a hang) or fastrestartd stopping (`stopping`: any exit then is requested), and whether the
+// cgroup's OOM kill count grew while it ran (`oom_after`: read at the exit).
+ExitFacts engine_exit_facts(const Engine& e, int wait_status, bool stopping, std::optional<uint64_t> oom_after);
 // The exit of an engine that ran, classified as `cause` (classify.h's name) with `detail`: its pid, how
 // long it ran, its reap (e.died_at) and whether it had been ready.
 status::LastExitStatus exit_row(const Engine& e, const std::string& cause, const std::string& detail);

@@ -12,6 +12,7 @@
 #include "health/health_server.h"
 #include "supervisor/control.h"
 #include "supervisor/daemons/daemon_set.h"
+#include "supervisor/engine_group_record.h"
 #include "supervisor/instance_claims.h"
 #include "supervisor/instance_lock.h"
 #include "supervisor/listen_socket.h"
@@ -106,7 +107,7 @@ int main(int argc, char** argv) {
   if (cfg->engine.listen != EngineListen::kEngine) {
     // An engine a SIGKILLed fastrestartd left behind (its workers) may still hold the last socket: its
     // group goes first, and the bind is retried while its processes exit.
-    const bool killed = sup.kill_leftover_groups() > 0;
+    const bool killed = kill_left_engine_groups(*cfg) > 0;
     auto bind_retrying = [&](const std::string& host, uint16_t port, const char* fields) {
       auto l = ListenSocket::open(host, port, cfg->engine.listen_backlog, fields);
       for (int i = 0; killed && !l.ok() && l.error().code == fr::Errc::kBusy && i < 100; ++i) {

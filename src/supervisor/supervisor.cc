@@ -57,10 +57,9 @@ Supervisor::Supervisor(Config config, std::unique_ptr<GpuProbe> gpus, std::uniqu
       m_policy(m_cfg.restart),
       m_oom(m_cfg.engine.cgroup),
       m_reload(state_path(m_cfg, "flags.json"), m_cfg.engine.flags),
-      m_drain_timer(m_loop),
       m_backoff_timer(m_loop),
-      m_kill_timer(m_loop),
-      m_watchdog_timer(m_loop) {
+      m_watchdog_timer(m_loop),
+      m_end(m_loop, m_cfg, *m_gpus, *this) {
   register_secrets(m_cfg.engine);  // before anything logs or reports (docs/reliability.md, "Secrets")
   // The config's check read the kind's rules files already; one that broke since leaves the built-in rules.
   auto kind = make_engine_adapter(m_cfg);
@@ -190,7 +189,7 @@ int Supervisor::run() {
   }
   spdlog::info("fastrestartd {} serving '{}' from {}", FASTRESTART_VERSION, m_cfg.name, m_cfg.path);
   m_snapshots->init();
-  kill_leftover_groups();
+  kill_left_engine_groups(m_cfg);
   // The front answers the port from here on: requests wait in it for the first engine (up to front.hold_s).
   if (m_front) m_front->start();
   start_daemons();  // m_state starts as kLoading
@@ -206,8 +205,8 @@ int Supervisor::run() {
   m_engine.reset();
   m_daemons->close();
   m_watch.stop();
-  for (Timer* t : {&m_drain_timer, &m_backoff_timer, &m_kill_timer, &m_watchdog_timer})
-    t->stop();
+  for (Timer* t : {&m_backoff_timer, &m_watchdog_timer}) t->stop();
+  m_end.stop();
   spdlog::info("fastrestartd exiting with code {}", m_exit_code);
   return m_exit_code;
 }
@@ -232,16 +231,6 @@ void Supervisor::on_stop_signal() {
     }
   }
   raise(Event::kStopRequested);
-}
-
-int Supervisor::kill_leftover_groups() {
-  int killed = 0;
-  for (const char* record : {"engine.pgid", "standby.pgid"})
-    if (pid_t g = kill_recorded_group(state_path(m_cfg, record))) {
-      spdlog::warn("killed process group {} ({}), left running by a previous fastrestartd that did not stop cleanly", g, record);
-      ++killed;
-    }
-  return killed;
 }
 
 void Supervisor::reap() {
@@ -369,26 +358,17 @@ Status Supervisor::spawn_engine(StartPath expected) {
   m_engine = new_engine_record();
   Engine& e = *m_engine;
   e.warm_expected = expected == StartPath::kWarm;
-  EngineCommand command = engine_command();
+  // The command first: engine_spawned() counts this start, and vllm preload's command (strict or with a
+  // fallback) depends on the count before it.
+  SpawnSpec spec = engine_spawn_spec(m_cfg, engine_command(), m_listen.fd);
   e.strict = m_daemons->engine_spawned();  // counted by the set (vllm preload: the first start is strict)
-  SpawnSpec spec;
-  spec.argv = std::move(command.argv);
-  spec.env = std::move(command.env);
-  spec.listen_fd = m_listen.fd;
-  spec.listen_fd_name = kListenFdName;
-  spec.working_dir = m_cfg.engine.working_dir;
-  spec.new_pid_namespace = command.own_pid_namespace;
-  if (!m_cfg.engine.cgroup.empty()) spec.cgroup_procs = m_cfg.engine.cgroup + "/cgroup.procs";
   e.in_pid_ns = spec.new_pid_namespace;
   // Closed when this function returns: from then on the engine alone holds its private endpoint.
   const UniqueFd endpoint = prepare_private_endpoint(m_cfg, spec, e);
   e.oom_before = m_oom.read();
   e.spawned_at = m_loop.now_s();
   e.attach_since_unix = static_cast<double>(std::time(nullptr));
-  if (m_cfg.weights.backend != "host")
-    for (const auto& gpu : m_cfg.gpus)
-      if (auto m = m_gpus->memory(gpu); m.ok())
-        m_baseline_used[gpu] = static_cast<double>(m->used) - static_cast<double>(daemon_gpu_bytes(gpu));
+  m_end.note_engine_spawn();
   const std::string skipped = m_attempts.text();
   set_status(std::string("Starting the engine (") + (e.warm_expected ? "warm" : "cold") + ")" +
              (skipped.empty() ? "" : "; " + skipped));
@@ -499,20 +479,7 @@ void Supervisor::stop_engine(bool kill_now) {
   Engine& e = *m_engine;
   e.stop_requested = true;
   if (e.pid < 0) return;  // the snapshot helper is restoring it: after_restore_job kills what it restored
-  if (kill_now) {
-    spdlog::warn("killing the engine's process group {}", e.pid);
-    signal_group(e.pid, e.pidfd.get(), SIGKILL);
-    return;
-  }
-  spdlog::info("stopping the engine's process group {} (SIGTERM, {} s grace)", e.pid, m_cfg.engine.stop_grace_s);
-  signal_group(e.pid, e.pidfd.get(), SIGTERM);
-  const pid_t pgid = e.pid;
-  m_kill_timer.start(m_cfg.engine.stop_grace_s, [this, pgid] {
-    if (group_alive(pgid)) {
-      spdlog::warn("engine group {} still alive after {} s: SIGKILL", pgid, m_cfg.engine.stop_grace_s);
-      signal_group(pgid, -1, SIGKILL);
-    }
-  });
+  m_end.terminate(e.pid, e.pidfd.get(), kill_now);
 }
 
 void Supervisor::on_engine_exit(int status) {
@@ -522,15 +489,8 @@ void Supervisor::on_engine_exit(int status) {
   e.status = status;
   e.died_at = m_loop.now_s();
   m_watch.stop();
-  auto oom_after = m_oom.read();
-  ExitFacts f;
-  f.wait_status = status;
-  f.requested = e.stop_requested && !e.killed_hang && !e.killed_timeout;
-  f.killed_for_timeout = e.killed_timeout;
-  f.killed_for_hang = e.killed_hang;
-  f.oom_kill_recorded = e.oom_before && oom_after && *oom_after > *e.oom_before;
   // During a stop, a SIGTERM'd engine counts as requested whatever its status.
-  if (is_terminal(m_state)) f.requested = true;
+  const ExitFacts f = engine_exit_facts(e, status, is_terminal(m_state), m_oom.read());
   const Classification c = classify_engine_exit(f, e.tail, m_kind->failure_rules(),
                                                 m_listen.fd >= 0 ? std::optional(engine_serve_port(m_cfg)) : std::nullopt);
   // A push whose flags never became ready is rolled back: a rejected push, not a failure of the running
@@ -546,56 +506,16 @@ void Supervisor::on_engine_exit(int status) {
 }
 
 void Supervisor::wait_drain() {
-  // The engine's main process is gone; its group (workers) and its GPU memory may not be yet.
-  const pid_t pgid = m_engine ? m_engine->pid : -1;
-  const double start = m_loop.now_s();
   // The engine may have published a new pool since the last status poll: refresh the held bytes now.
   if (!m_cfg.gpus.empty()) m_daemons->refresh();
-  // The step re-arms itself through the timer. It holds itself only weakly: the timer's callback holds
-  // the strong reference, so the closure is freed once the drain is over (a self-capturing shared_ptr
-  // leaked it on every engine exit: LeakSanitizer, docs/reliability.md).
-  auto tick = std::make_shared<std::function<void()>>();
-  std::weak_ptr<std::function<void()>> weak = tick;
-  auto again = [this, weak](double after_s) {
-    if (auto t = weak.lock()) m_drain_timer.start(after_s, [t] { (*t)(); });
-  };
-  *tick = [this, pgid, start, again] {
-    const double waited = m_loop.now_s() - start;
-    if (group_alive(pgid)) {
-      if (waited > m_cfg.engine.stop_grace_s) {
-        spdlog::warn("engine group {} outlived its leader by {} s: SIGKILL", pgid, m_cfg.engine.stop_grace_s);
-        signal_group(pgid, -1, SIGKILL);
-      }
-      again(0.02);
-      return;
-    }
-    // Processes that left the engine's group and came back to us as orphans (orphans.h).
-    if (m_leftovers.sweep(::getpid(), known_children(), m_state == State::kStopping ? "at stop" : "before the next start") > 0) {
-      again(0.02);
-      return;
-    }
-    // Leak check (gpu_leftover.h). Not before a standby's release, which waits for no memory
-    // (docs/standby.md, "Memory"): only a drain that restarts releases one (holding discards it, reloading
-    // the daemons does too).
-    const bool release_next = m_state == State::kDraining && !m_standby->refusal() && !requested_start_path();
-    if (!release_next && m_cfg.weights.backend != "host") {
-      // The daemon's arenas stay after the engine's exit, waiting for the next lease: not a leak.
-      auto expected = [this](const std::string& gpu) {
-        auto base = m_baseline_used.find(gpu);
-        return (base != m_baseline_used.end() ? base->second : 0.0) + static_cast<double>(daemon_gpu_bytes(gpu)) +
-               static_cast<double>(m_standby->present_bytes(gpu));
-      };
-      const auto left = gpu_leftovers(*m_gpus, m_cfg.gpus, expected, m_cfg.memory.leak_tolerance_mib * 1048576.0);
-      if (!left.empty() && waited < m_cfg.memory.settle_timeout_s) return again(0.1);
-      for (const auto& l : left)
-        spdlog::warn("GPU {}: {} still used after the engine exited, beyond the daemons' {} and what was used "
-                     "before it started (a leak: orphaned workers?)", l.gpu, gb_text(l.bytes), gb_text(double(daemon_gpu_bytes(l.gpu))));
-    }
-    m_kill_timer.stop();
-    after_drain();
-  };
-  m_drain_timer.start(0.0, [tick] { (*tick)(); });
+  m_end.drain(m_engine ? m_engine->pid : -1, [this] { after_drain(); });
 }
+
+bool Supervisor::release_follows() const {
+  return m_state == State::kDraining && !m_standby->refusal() && !requested_start_path();
+}
+
+uint64_t Supervisor::standby_gpu_bytes(const std::string& gpu) const { return m_standby->present_bytes(gpu); }
 
 void Supervisor::after_drain() {
   ::unlink(state_path(m_cfg, "engine.pgid").c_str());  // the engine's group is gone

@@ -28,11 +28,11 @@
 #include "supervisor/notifier.h"
 #include "supervisor/lifecycle.h"
 #include "supervisor/loop.h"
-#include "supervisor/orphans.h"
 #include "supervisor/policy.h"
 #include "supervisor/readiness.h"
 #include "supervisor/reload/reload.h"
 #include "supervisor/engine.h"
+#include "supervisor/engine_end.h"
 #include "supervisor/engine_launch.h"
 #include "supervisor/engine_watch.h"
 #include "supervisor/snapshots/snapshot_host.h"
@@ -69,11 +69,11 @@ sigset_t handled_signals();
 void block_handled_signals();
 
 // The parts reach it through their hosts, which it implements privately: the start paths (StartHost), the
-// weight daemons (DaemonHost), the snapshots (SnapshotHost), the standby (StandbyHost); so does the watch
-// of its engine's readiness and health (EngineWatchHost). A method of the
+// weight daemons (DaemonHost), the snapshots (SnapshotHost), the standby (StandbyHost); so do the watch
+// of its engine's readiness and health (EngineWatchHost) and its stop and drain (EngineEndHost). A method of the
 // same name in several hosts (loop, config, raise, ...) is one answer for all.
 class Supervisor : private StartHost, private DaemonHost, private SnapshotHost, private RestoreHost, private StandbyHost,
-                   private EngineWatchHost {
+                   private EngineWatchHost, private EngineEndHost {
  public:
   Supervisor(Config config, std::unique_ptr<GpuProbe> gpus, std::unique_ptr<Notifier> notifier);
   ~Supervisor() override;
@@ -84,11 +84,6 @@ class Supervisor : private StartHost, private DaemonHost, private SnapshotHost, 
 
   // Thread-safe: a control request (docs/supervisor.md, "Control protocol"); returns the reply.
   nlohmann::json request(const nlohmann::json& req);
-
-  // SIGKILLs the engine and standby groups a previous fastrestartd left running (kill_recorded_group);
-  // returns how many. run() does it first; main does it earlier when it binds the engine's port, which a
-  // leftover engine's processes may still hold.
-  int kill_leftover_groups();
 
   // engine.listen = "supervisor" (docs/listen-socket.md): the listening socket every engine and standby is
   // started with (fd 3, LISTEN_FDS). The caller owns it and keeps it open longer than this object; call
@@ -115,7 +110,7 @@ class Supervisor : private StartHost, private DaemonHost, private SnapshotHost, 
   uint64_t held_bytes(const std::string& gpu) const { return m_daemons->held_bytes(gpu); }
   // All the daemon's memory on `gpu`, its KV arenas with its weights: what stays used after an engine's
   // exit (the leak check), where held_bytes() is only what is held outside the engine's share.
-  uint64_t daemon_gpu_bytes(const std::string& gpu) const { return held_bytes(gpu) + m_daemons->arena_bytes(gpu); }
+  uint64_t daemon_gpu_bytes(const std::string& gpu) const override { return held_bytes(gpu) + m_daemons->arena_bytes(gpu); }
   // DaemonHost
   Loop& loop() override { return m_loop; }
   const Config& config() const override { return m_cfg; }
@@ -130,8 +125,12 @@ class Supervisor : private StartHost, private DaemonHost, private SnapshotHost, 
   void start_engine();
   void stop_engine(bool kill_now);
   void on_engine_exit(int status);
-  void wait_drain();
+  void wait_drain();   // m_end's drain of the engine that exited, then after_drain()
   void after_drain();
+  // EngineEndHost (engine_end.h; known_children and daemon_gpu_bytes are declared with their kin)
+  bool stopping() const override { return m_state == State::kStopping; }
+  bool release_follows() const override;
+  uint64_t standby_gpu_bytes(const std::string& gpu) const override;
   // What an engine (or a standby) is started with now (engine_launch.h); changes nothing.
   EngineLaunch launch() const;
   EngineCommand engine_command(bool for_standby = false) override;  // StandbyHost, SnapshotHost
@@ -192,7 +191,7 @@ class Supervisor : private StartHost, private DaemonHost, private SnapshotHost, 
 
   // signals and reaping
   void reap();
-  std::set<pid_t> known_children() const;  // ours, not engine leftovers (supervisor_orphans.cc)
+  std::set<pid_t> known_children() const override;  // ours, not engine leftovers (supervisor_orphans.cc)
   void on_sighup();
   // SIGTERM/SIGINT: with a front, it stops taking requests and drains first (front.stop_grace_s); then the
   // lifecycle's stop (engine, then daemons). A second signal during the drain ends it at once.
@@ -244,8 +243,9 @@ class Supervisor : private StartHost, private DaemonHost, private SnapshotHost, 
 
   size_t m_start_index = 0;                      // the path that started the engine (restart.start index)
 
-  Timer m_drain_timer, m_backoff_timer, m_kill_timer, m_watchdog_timer;
+  Timer m_backoff_timer, m_watchdog_timer;
   EngineWatch m_watch{m_loop, m_cfg, *this};  // the readiness polls, start deadline and health checks
+  EngineEnd m_end;  // the engine's stop and the drain after its exit
   std::vector<std::unique_ptr<Signal>> m_signals;
 
   Stats m_stats;  // what status and /metrics count (docs/health.md: "metrics", "restarts", "rollbacks")
@@ -257,9 +257,6 @@ class Supervisor : private StartHost, private DaemonHost, private SnapshotHost, 
   std::string m_failure;
   bool m_ever_ready = false;     // READY=1 sent once: systemd's start timeout no longer applies
   double m_last_extend = 0;
-  // Per GPU: memory used before the engine started, minus the daemons' pools then (contexts, driver
-  // reserve, other processes). After an exit, used must fall back to this plus the pools held now.
-  std::map<std::string, double> m_baseline_used;
   // What the last engine that was m_engine said of its KV arena (arena_line.h), for status once it is gone.
   std::optional<status::ArenaOutcomeStatus> m_arena_outcome;
   std::string m_share_refused;  // engine_share_refusal() at the last start: memory.min_share not met
@@ -267,7 +264,6 @@ class Supervisor : private StartHost, private DaemonHost, private SnapshotHost, 
 
   std::unique_ptr<EngineAdapter> m_kind;   // engine.kind: what differs per kind (engines/registry.cc)
   std::unique_ptr<DaemonSet> m_daemons;    // weights.daemon's kind (daemons/registry.cc)
-  LeftoverSweeper m_leftovers;  // engine processes outside its group (orphans.h)
   std::unique_ptr<FrontProcess> m_front;  // engine.listen = "front": use_front_socket()
 };
 

@@ -1,5 +1,5 @@
 // Which of fastrestartd's children it started itself: everything else that reparents to it is an engine
-// leftover (orphans.h), swept at the drain step (wait_drain).
+// leftover (orphans.h), swept at the drain step (EngineEnd::drain, engine_end.h).
 #include "supervisor/supervisor.h"
 
 namespace fr::supervisor {

@@ -30,9 +30,9 @@ void Supervisor::adopt_engine(std::unique_ptr<Engine> engine) {
   read_child_output(m_loop, std::move(e.output), "engine", engine_line_handler(&e), e);
   if (auto st = write_private_file(state_path(m_cfg, "engine.pgid"), engine_group_record(e.pid)); !st.ok())
     spdlog::warn("could not record the engine's process group: {}", st.error().message);
-  // m_baseline_used (the leak check's "used before the engine") stays what it was before the engine that
-  // died: used memory now includes that engine's, still being freed (a release does not wait for it), and
-  // this one's own context (warmed).
+  // No note_engine_spawn here: the drain's baseline (the leak check's "used before the engine") stays what it
+  // was before the engine that died: used memory now includes that engine's, still being freed (a release
+  // does not wait for it), and this one's own context (warmed).
   set_status("Starting the engine (standby released at " + e.standby_level + ")");
   m_watch.arm(true);
 }

@@ -116,18 +116,11 @@ void Standby::spawn() {
   }
   ::fcntl(ours.get(), F_SETFL, O_NONBLOCK);
   std::unique_ptr<Engine> e = m_host.new_engine_record();
-  SpawnSpec spec;
-  EngineCommand command = m_host.engine_command(/*for_standby=*/true);
-  spec.argv = std::move(command.argv);
-  spec.env = std::move(command.env);
+  // The listening socket is held without accepting until the release (docs/listen-socket.md).
+  SpawnSpec spec = engine_spawn_spec(cfg, m_host.engine_command(/*for_standby=*/true), m_listen.fd);
   spec.env["FASTRESTART_STANDBY_FD"] = std::to_string(theirs.get());
   spec.env["FASTRESTART_STANDBY_LEVEL"] = standby_level_name(cfg.standby.level);
   spec.pass_fd = theirs.get();
-  spec.listen_fd = m_listen.fd;  // held without accepting until the release (docs/listen-socket.md)
-  spec.listen_fd_name = kListenFdName;
-  spec.working_dir = cfg.engine.working_dir;
-  spec.new_pid_namespace = command.own_pid_namespace;
-  if (!cfg.engine.cgroup.empty()) spec.cgroup_procs = cfg.engine.cgroup + "/cgroup.procs";
   e->in_pid_ns = spec.new_pid_namespace;
   UniqueFd endpoint = prepare_private_endpoint(cfg, spec, *e);  // the standby's own: its checks after the release
   e->spawned_at = m_loop.now_s();
