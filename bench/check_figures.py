@@ -75,6 +75,11 @@ ARENA_A = "vshape-arena-h200-8b-2026-12-03.json"
 SOCKET = "socket-h200-8b-2026-12-02.json"
 E2E = "e2e-h200-2026-11-30.json"
 STANDBY = "standby-h200-2026-12-01.json"
+# The kill clock on the H100 (2026-12-06): call a (snapshot, warm, cold) and call b (the arena standby, pre_gpu)
+KC = "vshape-killclock-h100-13e52d9-2026-12-06/"
+KC_A, KC_B = KC + "a-vshape-results.json", KC + "b-vshape-results.json"
+KC_PATHS = {"arena": (KC_B, "warmed_arena"), "snap": (KC_A, "snapshot_arena"), "pre_gpu": (KC_B, "pre_gpu"),
+            "warm": (KC_A, "warm"), "cold": (KC_A, "cold")}
 CPU_DATE = "2026-12-03"
 CPU_PATHS = ("warmed_arena", "warmed", "pre_gpu", "warm", "cold")
 
@@ -149,6 +154,30 @@ FIGURES = {
 }
 
 
+def kc(r, name, key):
+    f, path = KC_PATHS[name]
+    return values(r, f, vs(path), key)
+
+
+def kc_cell(r, name, key):
+    """'median s (max)' over several kills, the one value of a single kill."""
+    v = kc(r, name, key)
+    return med_max(v) if len(v) > 1 else fmt_s(v[0])
+
+
+for _n in KC_PATHS:
+    FIGURES[f"kc.{_n}.ready"] = (lambda n: lambda r: kc_cell(r, n, "kill_to_ready_s"))(_n)
+    FIGURES[f"kc.{_n}.answer"] = (lambda n: lambda r: kc_cell(r, n, "kill_to_first_answer_s"))(_n)
+    FIGURES[f"kc.{_n}.ready.median"] = (lambda n: lambda r: "| " + fmt_s(med(kc(r, n, "kill_to_ready_s"))) + " |")(_n)
+    FIGURES[f"kc.{_n}.answer.median"] = (lambda n: lambda r: fmt_s(med(kc(r, n, "kill_to_first_answer_s"))) + " |")(_n)
+    FIGURES[f"kc.{_n}.n"] = (lambda n: lambda r: f"| {len(kc(r, n, 'kill_to_ready_s'))} |")(_n)
+    FIGURES[f"kc.{_n}.reap"] = (lambda n: lambda r: fmt_s(med(kc(r, n, "kill_to_reap_s")), 3))(_n)
+FIGURES["kc.arena.reap_to_release"] = lambda r: "release " + fmt_s(med(kc(r, "arena", "reap_to_release_s")), 3)
+FIGURES["kc.arena.lease_wait"] = lambda r: "lease wait " + fmt_s(med(kc(r, "arena", "kv_arena_wait_s")), 3)
+FIGURES["kc.arena.swap_in"] = lambda r: "`swap_in` " + fmt_s(med(kc(r, "arena", "kv_arena_swap_in_s")), 3)
+FIGURES["kc.arena.release_to_ready"] = lambda r: "release → READY " + fmt_s(med(kc(r, "arena", "release_to_ready_s")))
+
+
 def cpu_cell(key):
     def f(r, path):
         s = cpu_summary(r, path, key)
@@ -182,27 +211,39 @@ FIGURES["cpu.sock.refused_supervisor"] = lambda r: (
 # --- where each figure is written: (page, a text naming its line, [figures]) ----------------------------------
 BENCH = "docs/benchmarks.md"
 CHECKS = [
-    (BENCH, "| standby `warmed`, KV cache in the daemon's arena |", ["arena20.kill", "arena20.n", "arena20.reap"]),
-    (BENCH, "| CRIU snapshot, weights and KV cache left out |", ["snapB.kill", "snapB.reap"]),
+    (BENCH, "| standby `warmed`, KV cache in the daemon's arena | ≤", ["arena20.kill", "arena20.n", "arena20.reap"]),
+    (BENCH, "| CRIU snapshot, weights and KV cache left out | ≤", ["snapB.kill", "snapB.reap"]),
     (BENCH, "| standby `pre_gpu` | ≤", ["pre_gpu.kill", "pre_gpu.reap"]),
     (BENCH, "| standby `warmed`, no arena |", ["warmed.kill", "warmed.reap"]),
     (BENCH, "| new engine process, weights from the daemon | ≤", ["warm.kill", "warm.reap"]),
-    (BENCH, "| new engine process, `restart.start = [\"cold\"]` |", ["cold.kill", "cold.reap"]),
-    (BENCH, "Breakdown of the arena path", ["arena20.reap_to_release", "arena20.lease_wait", "arena20.swap_in",
+    (BENCH, "| new engine process, `restart.start = [\"cold\"]` | ≤", ["cold.kill", "cold.reap"]),
+    (BENCH, "Breakdown of the arena path (the 20 kills", ["arena20.reap_to_release", "arena20.lease_wait", "arena20.swap_in",
                                             "arena20.release_to_ready"]),
     (BENCH, "| standby `warmed` | 0.", ["sock.warmed.answer", "sock.warmed.sent", "sock.warmed.ready", "sock.refused"]),
     (BENCH, "| standby `pre_gpu` | 0.", ["sock.pre_gpu.answer", "sock.pre_gpu.ready"]),
-    (BENCH, "| new engine process, weights from the daemon | 1", ["sock.warm.answer", "sock.warm.ready"]),
+    (BENCH, "| new engine process, weights from the daemon | 11.", ["sock.warm.answer", "sock.warm.ready"]),
     (BENCH, "binding the port itself", ["sock.engine.warmed", "sock.engine.pre_gpu", "sock.engine.warm"]),
     (BENCH, "| C++ tiny engine, 16 GB, weights from the daemon |", ["e2e.tiny.kill", "e2e.tiny.reap"]),
     (BENCH, "| PyTorch engine, one request at a time, standby `warmed` |", ["standby.warmed.kill", "standby.warmed.reap"]),
     (BENCH, "| the same, standby `pre_gpu` |", ["standby.pre_gpu.kill", "standby.pre_gpu.reap"]),
     (BENCH, "| the same, new process, weights from the daemon |", ["standby.warm.kill", "standby.warm.reap"]),
-    ("README.md", "| standby `warmed`, KV cache in the weight daemon's arena |", ["arena20.kill.median"]),
-    ("README.md", "| CRIU snapshot, weights and KV cache left out |", ["snapB.kill.median"]),
-    ("README.md", "| new engine process, weights from the weight daemon |", ["warm.kill"]),
-    ("README.md", "| C++ tiny engine, weights from the weight daemon |", ["e2e.tiny.kill.median"]),
-    ("README.md", "| C++ tiny engine, cold from disk |", ["standby.tiny_cold.kill"]),
+    # the kill clock on the H100: benchmarks.md's table and breakdown, the README's table
+    (BENCH, "Breakdown of the arena path (the 10 kills", ["kc.arena.reap", "kc.arena.reap_to_release",
+                                                           "kc.arena.lease_wait", "kc.arena.swap_in",
+                                                           "kc.arena.release_to_ready"]),
+] + [(BENCH, marker, [f"kc.{n}.ready", f"kc.{n}.answer", f"kc.{n}.n", f"kc.{n}.reap"]) for n, marker in (
+    ("arena", "| standby `warmed`, KV cache in the daemon's arena | 0."),
+    ("snap", "| CRIU snapshot, weights and KV cache left out | 2."),
+    ("pre_gpu", "| standby `pre_gpu` | 6."),
+    ("warm", "| new engine process, weights from the daemon | 16."),
+    ("cold", "| new engine process, `restart.start = [\"cold\"]` | 17."))
+] + [("README.md", marker, [f"kc.{n}.ready.median", f"kc.{n}.answer.median"]) for n, marker in (
+    ("arena", "| standby `warmed`, KV cache in the weight daemon's arena |"),
+    ("snap", "| CRIU snapshot, weights and KV cache left out |"),
+    ("pre_gpu", "| standby `pre_gpu` (parked before the GPU) |"),
+    ("warm", "| new engine process, weights from the weight daemon |"),
+    ("cold", "| new engine process, weight daemon reloaded from disk |"))
+] + [
     (BENCH, "With fastrestartd owning the port no connection", ["cpu.sock.refused_supervisor"]),
 ] + [(BENCH, f"| `{p}`, 4 clients |", [f"cpu.sock.{p}.ready", f"cpu.sock.{p}.answer", f"cpu.sock.{p}.refused"])
      for p in ("warmed", "pre_gpu", "warm", "cold")] + [(BENCH, f"| `{p}` |", [f"cpu.{p}.kill", f"cpu.{p}.answer", f"cpu.{p}.n", f"cpu.{p}.reap", f"cpu.{p}.from_reap"])
@@ -245,7 +286,7 @@ def check(root):
     # every table row of the reader's page with a figure in seconds names an existing raw file
     for i, line in enumerate(pages.get(BENCH, [])):
         if line.startswith("|") and re.search(r"\d s\b", line):
-            files = re.findall(r"`([\w.+-]+\.json)`", line)
+            files = re.findall(r"`([\w./+-]+\.json)`", line)
             section = next((lines_ for lines_ in reversed(pages[BENCH][:i]) if lines_.startswith("## ")), "")
             if section.startswith("## How a restart"):
                 continue

@@ -89,6 +89,9 @@ TOML
 # path) and sup (its pid).
 fastrestartd_start() {
   log=$1/fastrestartd.log
+  # Made here, not only by the launcher: a reader started right after (standby_cycles.py --log) would
+  # otherwise race its Python start (seen on a fresh GPU machine: FileNotFoundError).
+  : >"$log"
   python3 "$root/bench/fastrestartd_run.py" exec "$1/fastrestart.toml" "$log" &
   sup=$!
 }
