@@ -43,11 +43,25 @@ class CheckFigures(unittest.TestCase):
         self.assertEqual(r.returncode, 0, r.stderr)
 
     def test_a_readme_figure_that_is_not_its_raw_files_fails(self):
-        self.edit("README.md", "| ≤ 0.40 s |", "| ≤ 0.26 s |")
+        # the arena standby's kill -> READY median, written as its reap -> READY figure
+        self.edit("README.md", "| 0.36 s | 0.38 s |", "| 0.23 s | 0.38 s |")
         r = run(self.root)
         self.assertEqual(r.returncode, 1)
         self.assertIn("README.md", r.stderr)
-        self.assertIn("arena20.kill.median is '≤ 0.40 s'", r.stderr)
+        self.assertIn("kc.arena.ready.median is '| 0.36 s |'", r.stderr)
+
+    def test_a_kill_clock_row_whose_raw_file_lacks_a_kill_fails(self):
+        # one kill fewer in the raw file: the count and the median in the table no longer match it
+        import json
+        p = os.path.join(self.root, "bench", "results", "vshape-killclock-h100-13e52d9-2026-12-06", "b-vshape-results.json")
+        with open(p) as f:
+            d = json.load(f)
+        d["warmed_arena"]["cycles"]["kills"].pop()
+        with open(p, "w") as f:
+            json.dump(d, f)
+        r = run(self.root)
+        self.assertEqual(r.returncode, 1)
+        self.assertIn("kc.arena.n is '| 9 |'", r.stderr)
 
     def test_a_reap_figure_written_as_the_kill_figure_fails(self):
         # the arena's reap-based median (0.25 s) in the kill column
