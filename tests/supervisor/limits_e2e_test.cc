@@ -73,6 +73,8 @@ TEST(FastrestartdLimits, TheControlSocketRefusesDeepManyValuedAndDescriptorCarry
   { std::ofstream(marker) << "x"; }
   UniqueFd sent_fd(::open(marker.c_str(), O_RDONLY | O_CLOEXEC));
   ASSERT_TRUE(sent_fd.valid());
+  // The count can see such a descriptor at all: the test's own is one (else the check below is vacuous).
+  ASSERT_EQ(test::fds_open_on(::getpid(), marker), 1);
   const std::string status_req = "{\"op\":\"status\"}";
   r = raw_request(sup.control(), frame_header(static_cast<uint32_t>(status_req.size())) + status_req,
                   {sent_fd.get(), sent_fd.get()});

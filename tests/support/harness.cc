@@ -288,11 +288,14 @@ int open_fd_count(pid_t pid) {
 
 int fds_open_on(pid_t pid, const std::filesystem::path& path) {
   std::error_code ec;
+  // /proc's links name the file by its resolved path: a path through a symlink would never match.
+  const std::filesystem::path target = std::filesystem::weakly_canonical(path, ec);
+  if (ec) return -1;
   int n = 0;
   for (std::filesystem::directory_iterator it("/proc/" + std::to_string(pid) + "/fd", ec), end; !ec && it != end;
        it.increment(ec)) {
     std::error_code link_ec;
-    if (std::filesystem::read_symlink(it->path(), link_ec) == path) ++n;
+    if (std::filesystem::read_symlink(it->path(), link_ec) == target) ++n;
   }
   return n;
 }

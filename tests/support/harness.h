@@ -87,7 +87,8 @@ UniqueFd connect_loopback(uint16_t port, int recv_timeout_s);
 int open_fd_count(pid_t pid);
 // How many of the process's descriptors are open on `path` (its /proc/PID/fd links). A test that sends a
 // process descriptors of a file of its own counts exactly those, whatever else the process opens or closes
-// meanwhile (an instrumented build still finishing its start, a probe's connection).
+// meanwhile (an instrumented build still finishing its start, a probe's connection). `path` may go through
+// symlinks; -1 when it cannot be resolved.
 int fds_open_on(pid_t pid, const std::filesystem::path& path);
 
 // A memory cgroup of the test's own, limited to `limit_bytes`: under /sys/fs/cgroup/memory (v1) or
