@@ -2,7 +2,7 @@
 # Runs on the GPU machine, from the repository root, with .bundle/ (scripts/gpu-bundle.sh) carried:
 # the CUDA tests, then the weight-store benchmark (bench/h200_weights.py), results under $OUT.
 #
-# usage: scripts/gpu-run.sh [smoke|full|tests|tests-native|tests-torch|tests-vllm|kv-prefix|arena-snapshot|e2e-smoke|e2e|snapshot-plugin|snapshot-refengine|snapshot-weightless|standby|vshape|vshape-smoke|vshape-arena|tp|tp-smoke|socket]
+# usage: scripts/gpu-run.sh [smoke|full|tests|tests-native|tests-torch|tests-vllm|kv-prefix|kv-kills|arena-snapshot|e2e-smoke|e2e|snapshot-plugin|snapshot-refengine|snapshot-weightless|standby|vshape|vshape-smoke|vshape-arena|tp|tp-smoke|socket]
 #   smoke: machine facts, the CUDA tests, and the benchmark on a 1% checkpoint (about 160 MB)
 #   full:  the CUDA tests and the benchmark on the full Llama-3.1-8B-shaped checkpoint (16 GB)
 #   e2e-smoke: the Python tests with torch (binding, reference engine), then bench/e2e_restart.py on small
@@ -54,6 +54,11 @@
 #   kv-prefix: prefix reuse across a kill in the reference engine: test_refengine_prefix and test_refengine's
 #          prefix test, then bench/kv_survival.py --engine ref (8k-token prefix, 8b shape: time to first token
 #          cached, after kill -9 with the index, with it dropped, without prefix caching); at most about 560 s
+#   kv-kills: the prefix index under fastrestartd (bench/kv_kills.py --engine ref; docs/kv-survival.md,
+#          "Under fastrestartd"): a `warmed` standby, the K/V in the CUDA daemon's arena, the index in the host
+#          daemon's (weights.host_arenas); an 8k-token prefix's time to first token around a kill, then
+#          KV_KILLS (20) kills at random instants under traffic, each followed by 50 prompts compared with the
+#          never-killed engine's answers; KV_KILLS_SHAPE (8b); at most KV_KILLS_BUDGET_S (540) s
 #   socket: what a client sees across kill -9 with the listening socket owned by the engine and by fastrestartd
 #          (bench/socket_restart.py --engine ref; docs/bench-notes.md "No refused connection across a restart"):
 #          the 16 GB reference engine (Llama-3.1-8B shape, generated into /var/tmp/frstandby/llama unless there,
@@ -265,6 +270,23 @@ case "$mode" in
       bash -c "python3 bench/kv_survival.py --engine ref --bin-dir '$bundle/bin' --model '$ck' \
         --prefix-tokens ${KV_PREFIX_TOKENS:-8192} --samples ${KV_PREFIX_SAMPLES:-5} --out '$OUT' | tee '$OUT/kv_survival.txt'" || rc=1
     exit $rc
+    ;;
+  kv-kills)
+    shape=${KV_KILLS_SHAPE:-8b}
+    ck=/var/tmp/frstandby/llama
+    [ "$shape" = 8b ] || ck=/var/tmp/frstandby/llama-$shape
+    if [ ! -f "$ck/config.json" ]; then
+      rm -rf "$ck"
+      timeout 180 python3 bench/gen_llama_checkpoint.py "$ck" --shape "$shape" >"$OUT/gen.log" 2>&1 ||
+        { say "gen_llama_checkpoint --shape $shape failed: $(tail -2 "$OUT/gen.log")"; exit 1; }
+      rm -f "$OUT/gen.log"
+    fi
+    budget=$((${KV_KILLS_BUDGET_S:-540} - SECONDS))
+    say "== the prefix index under fastrestartd (bench/kv_kills.py --engine ref, $shape, ${KV_KILLS:-20} kills, budget $budget s)"
+    run_collect kv_kills $((budget + 30)) "bench/kv_kills.py --engine ref" kv_kills.txt \
+      bash -c "python3 bench/kv_kills.py --engine ref --bin '$bundle/bin' --checkpoint '$ck' --phases '${KV_KILLS_PHASES:-ttft,kills}' \
+        --kills ${KV_KILLS:-20} --budget-s $budget --out '$OUT' | tee '$OUT/kv_kills.txt'"
+    exit
     ;;
   socket)
     # The 8b checkpoint is bench/gpu_standby.sh's (/var/tmp/frstandby/llama): one generated earlier in this

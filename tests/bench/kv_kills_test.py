@@ -1,0 +1,74 @@
+#!/usr/bin/env python3
+"""bench/kv_kills.py (the prefix index across kill -9 under fastrestartd) on the CPU: the real fastrestartd,
+its host weight daemon and the tiny engine with a `warmed` standby; the bench's verdict on results that
+break the index's promise.
+
+    kv_kills_test.py BUILD_DIR
+"""
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import unittest
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+BENCH = os.path.join(os.path.dirname(os.path.dirname(HERE)), "bench")
+sys.path.insert(0, BENCH)
+import kv_kills  # noqa: E402
+
+BUILD = None
+
+
+class Verdict(unittest.TestCase):
+    def result(self, engine, differ=(), header="valid", dropped=None):
+        return {"engine": engine, "ttft": {"kv_after": {"header": "valid"}},
+                "kills": {"done": [{"kill": 1, "recovery": {"header": header}, "differ": list(differ),
+                                    "kill_dropped_original": dropped or {}}]}}
+
+    def test_a_clean_result_has_none(self):
+        self.assertEqual(kv_kills.violations(self.result("tiny")), [])
+
+    def test_a_differing_answer_breaks_the_bit_exact_engine_only(self):
+        d = [{"equal": False, "first_diff": 3, "logprob_gap": 0.5, "prompt": 7}]
+        self.assertEqual(len(kv_kills.violations(self.result("tiny", d))), 1)
+        self.assertEqual(kv_kills.violations(self.result("ref", d)), [])
+
+    def test_a_torn_drop_or_a_header_not_valid_breaks_any_engine(self):
+        self.assertIn("torn", kv_kills.violations(self.result("ref", dropped={"torn": 1}))[0])
+        self.assertIn("header empty", kv_kills.violations(self.result("ref", header="empty"))[0])
+
+    def test_compare_names_the_first_difference_and_its_gap(self):
+        self.assertEqual(kv_kills.compare(("abc", [-1.0, -2.0, -3.0]), ("abc", [-1.0, -2.0, -3.0])), {"equal": True})
+        c = kv_kills.compare(("abd", [-1.0, -2.0, -3.5]), ("abc", [-1.0, -2.0, -3.0]))
+        self.assertEqual((c["equal"], c["first_diff"], c["logprob_gap"]), (False, 2, 0.5))
+
+
+class TinyUnderFastrestartd(unittest.TestCase):
+    def test_the_index_survives_every_kill_and_answers_as_before(self):
+        out = tempfile.mkdtemp(prefix="kv-kills-test-")
+        r = subprocess.run([sys.executable, os.path.join(BENCH, "kv_kills.py"), "--engine", "tiny", "--bin", BUILD,
+                            "--kills", "3", "--samples", "2", "--out", out],
+                           capture_output=True, text=True, timeout=240)
+        self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+        [name] = [n for n in os.listdir(out) if n.endswith(".json")]
+        res = json.load(open(os.path.join(out, name)))
+        self.assertEqual(res["violations"], [])
+        t = res["ttft"]
+        self.assertEqual(t["kv_after"]["header"], "valid", t)
+        self.assertGreater(t["kv_after"]["recovered"], 0, t)
+        self.assertEqual(t["kv_without_index"]["header"], "identity", t)
+        self.assertEqual(set(t["ms"]), {"cold_first_request", "cached_before_kill", "sent_at_kill",
+                                        "after_kill_with_index", "restart_without_index"})
+        self.assertIsNotNone(t["kill"].get("kill_to_ready_s"), t["kill"])
+        done = res["kills"]["done"]
+        self.assertEqual(len(done), 3)
+        for d in done:
+            self.assertEqual(d["equal"], 50, d)
+            self.assertGreater(d["recovery"]["recovered"], 0, d)
+        self.assertIn("answers equal to the never-killed engine's: 150 of 150", r.stdout)
+
+
+if __name__ == "__main__":
+    BUILD = sys.argv.pop(1)
+    unittest.main()
