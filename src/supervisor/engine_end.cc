@@ -6,6 +6,7 @@
 
 #include "supervisor/child.h"
 #include "supervisor/gpu_leftover.h"
+#include "supervisor/group_stop.h"
 #include "supervisor/memory_share.h"
 
 namespace fr::supervisor {
@@ -21,9 +22,8 @@ EngineEnd::EngineEnd(Loop& loop, const Config& cfg, GpuProbe& gpus, EngineEndHos
 
 void EngineEnd::note_engine_spawn() {
   if (m_cfg.weights.backend == "host") return;
-  for (const auto& gpu : m_cfg.gpus)
-    if (auto m = m_gpus.memory(gpu); m.ok())
-      m_baseline_used[gpu] = static_cast<double>(m->used) - static_cast<double>(m_host.daemon_gpu_bytes(gpu));
+  for (const auto& [gpu, used] : gpus_used_now(m_gpus, m_cfg.gpus))
+    m_baseline_used[gpu] = used - static_cast<double>(m_host.daemon_gpu_bytes(gpu));
 }
 
 void EngineEnd::terminate(pid_t pgid, int pidfd, bool kill_now) {
@@ -32,15 +32,8 @@ void EngineEnd::terminate(pid_t pgid, int pidfd, bool kill_now) {
     signal_group(pgid, pidfd, SIGKILL);
     return;
   }
-  const double grace = m_cfg.engine.stop_grace_s;
-  spdlog::info("stopping the engine's process group {} (SIGTERM, {} s grace)", pgid, grace);
-  signal_group(pgid, pidfd, SIGTERM);
-  m_kill_timer.start(grace, [pgid, grace] {
-    if (group_alive(pgid)) {
-      spdlog::warn("engine group {} still alive after {} s: SIGKILL", pgid, grace);
-      signal_group(pgid, -1, SIGKILL);
-    }
-  });
+  stop_group(m_kill_timer, {.pgid = pgid, .pidfd = pidfd, .grace_s = m_cfg.engine.stop_grace_s,
+                            .what = "the engine's process group"});
 }
 
 void EngineEnd::drain(pid_t pgid, std::function<void()> done) {

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <functional>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -16,6 +17,10 @@ struct GpuLeftover {
   std::string gpu;
   double bytes = 0;  // used beyond what is expected
 };
+
+// Each GPU of `gpus` whose used memory can be read now: its used bytes. What an engine or a standby is
+// measured against at its spawn (both subtract what they must from it).
+std::map<std::string, double> gpus_used_now(GpuProbe& probe, const std::vector<std::string>& gpus);
 
 // Each GPU of `gpus`, in order, whose used memory exceeds `expected(gpu)` by more than `tolerance_bytes`,
 // with the excess. A GPU whose memory cannot be read now is left out (no figure, no leak).

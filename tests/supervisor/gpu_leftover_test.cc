@@ -51,5 +51,15 @@ TEST(GpuLeftover, AGpuThatCannotBeReadIsNoLeak) {
   EXPECT_TRUE(gpu_leftovers(probe, {}, [](const std::string&) { return 0.0; }, 0).empty());
 }
 
+TEST(GpuLeftover, UsedNowHasEachReadableGpu) {
+  SetProbe probe;
+  probe.used = {{"0", 7 * 1048576ull}, {"2", 9 * 1048576ull}};
+  const auto used = gpus_used_now(probe, {"0", "1", "2"});
+  ASSERT_EQ(used.size(), 2u) << "GPU 1 cannot be read: no figure";
+  EXPECT_DOUBLE_EQ(used.at("0"), 7 * kMiB);
+  EXPECT_DOUBLE_EQ(used.at("2"), 9 * kMiB);
+  EXPECT_TRUE(gpus_used_now(probe, {}).empty());
+}
+
 }  // namespace gpu_leftover_test
 }  // namespace fr::supervisor

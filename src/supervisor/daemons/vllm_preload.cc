@@ -18,6 +18,7 @@
 #include "common/file_identity.h"
 #include "supervisor/child.h"
 #include "supervisor/daemons/daemon_set.h"
+#include "supervisor/group_stop.h"
 #include "supervisor/flags.h"
 #include "supervisor/readiness.h"
 #include "supervisor/supervised_child.h"
@@ -281,15 +282,8 @@ void VllmPreload::stop() {
   p.stopping = true;
   // vLLM: "SIGINT/SIGTERM to the vllm preload process terminates all daemon ranks, which unlinks their
   // sockets and releases the GPU memory". The ranks are its children, in its process group.
-  spdlog::info("stopping vllm preload (pid {}, SIGTERM)", p.pid);
-  ::kill(p.pid, SIGTERM);
-  const pid_t pgid = p.pid;
-  m_kill_timer.start(kPreloadStopGraceS, [pgid] {
-    if (group_alive(pgid)) {
-      spdlog::warn("vllm preload group {} still alive after {} s: SIGKILL", pgid, kPreloadStopGraceS);
-      signal_group(pgid, -1, SIGKILL);
-    }
-  });
+  stop_group(m_kill_timer, {.pgid = p.pid, .grace_s = kPreloadStopGraceS, .what = "the vllm preload's process group",
+                            .term_to = TermTo::kLeader});
 }
 
 void VllmPreload::preload_exited(int status) {

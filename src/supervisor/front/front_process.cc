@@ -15,6 +15,7 @@
 
 #include "common/io.h"
 #include "supervisor/child.h"
+#include "supervisor/group_stop.h"
 #include "supervisor/listen_socket.h"
 
 namespace fr::supervisor {
@@ -184,14 +185,10 @@ void FrontProcess::stop(std::function<void()> done) {
     return;
   }
   m_on_stopped = std::move(done);
-  spdlog::info("stopping fastrestart-front pid {} (SIGTERM: it stops taking requests and lets those in flight "
-               "finish for {} s)", m_child.pid, m_cfg.front.stop_grace_s);
-  ::kill(m_child.pid, SIGTERM);
-  m_kill_timer.start(m_cfg.front.stop_grace_s + kFrontKillAfterGraceS, [this] {
-    if (!m_running) return;
-    spdlog::warn("fastrestart-front pid {} still runs {} s after its grace: SIGKILL", m_child.pid, kFrontKillAfterGraceS);
-    signal_group(m_child.pid, m_child.pidfd.get(), SIGKILL);
-  });
+  // The front stops taking requests at the SIGTERM and lets those in flight finish for its own grace.
+  stop_group(m_kill_timer, {.pgid = m_child.pid, .pidfd = m_child.pidfd.get(),
+                            .grace_s = m_cfg.front.stop_grace_s + kFrontKillAfterGraceS,
+                            .what = "fastrestart-front's process group", .term_to = TermTo::kLeader});
 }
 
 void FrontProcess::kill_now() {

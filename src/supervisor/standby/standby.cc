@@ -18,6 +18,7 @@
 #include "common/control_chars.h"
 #include "supervisor/child.h"
 #include "supervisor/engine_group_record.h"
+#include "supervisor/gpu_leftover.h"
 #include "supervisor/listen_socket.h"
 #include "supervisor/private_endpoint.h"
 #include "supervisor/standby/gate_message.h"
@@ -126,9 +127,7 @@ void Standby::spawn() {
   e->spawned_at = m_loop.now_s();
   e->attach_since_unix = static_cast<double>(std::time(nullptr));
   m_used_before.clear();
-  if (cfg.weights.backend != "host")
-    for (const auto& gpu : cfg.gpus)
-      if (auto m = m_gpus.memory(gpu); m.ok()) m_used_before[gpu] = static_cast<double>(m->used);
+  if (cfg.weights.backend != "host") m_used_before = gpus_used_now(m_gpus, cfg.gpus);
   Engine* raw = e.get();
   if (const std::string refused = m_host.engine_share_refusal(); !refused.empty()) {
     failed("spawn", "not started: " + refused);

@@ -8,6 +8,7 @@
 #include <spdlog/spdlog.h>
 
 #include "supervisor/child.h"
+#include "supervisor/group_stop.h"
 #include "supervisor/listen_socket.h"
 #include "supervisor/standby/gate_message.h"
 #include "supervisor/standby/standby.h"
@@ -32,11 +33,8 @@ void Standby::discard(const std::string& why) {
   m_phase = Phase::kStopping;
   m_stop_reason = why;
   m_port_timer.stop();
-  signal_group(m_proc->pid, m_proc->pidfd.get(), SIGTERM);
-  const pid_t pgid = m_proc->pid;
-  m_park_timer.start(kStandbyStopGraceS, [pgid] {
-    if (group_alive(pgid)) signal_group(pgid, -1, SIGKILL);
-  });
+  stop_group(m_park_timer, {.pgid = m_proc->pid, .pidfd = m_proc->pidfd.get(), .grace_s = kStandbyStopGraceS,
+                            .what = "the standby's process group"});
 }
 
 bool Standby::stop_before_daemons(const std::string& why) {
