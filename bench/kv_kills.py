@@ -14,8 +14,8 @@ Phase ttft (one prompt with a long prefix, greedy, one token):
 
 Phase kills (correctness): --kills engines in turn, each SIGKILLed at a random instant while two clients
 send prompts over shared prefixes with random answer lengths (prefill and decode in flight); after each
-restart, 50 prompts over 10 shared prefixes, asked one at a time, are answered as the first engine answered
-them before any kill (tokens and log-probabilities). The tiny engine's forward is bit-exact, so every answer
+restart, 50 prompts over 10 shared prefixes, asked one at a time, are answered as the engine serving before
+the phase's first kill answered them, never killed itself (tokens and log-probabilities). The tiny engine's forward is bit-exact, so every answer
 must be equal. The reference engine's is not bitwise the same over cached and recomputed positions (other GEMM
 shapes): an answer that differs is reported with the gap between the two engines' log-probabilities at the
 first differing token (a near-tie flips under rounding; a wrong K/V gives a gap far above it). Every recovery
