@@ -49,7 +49,7 @@ int main(int argc, char** argv) {
   std::printf("payload %zu bytes (%.1f MiB)\n", text.size(), static_cast<double>(text.size()) / (1 << 20));
   std::printf("peak RSS, KiB: baseline (the text, forked) %ld, unbounded parse %ld, decode_payload %ld\n", base, unbounded, bounded);
   std::printf("held beyond the text: unbounded %.1f MiB (%.1fx the text), decode_payload %.1f MiB\n",
-              static_cast<double>(unbounded - base) / 1024, static_cast<double>(unbounded - base) * 1024 / text.size(),
+              static_cast<double>(unbounded - base) / 1024, static_cast<double>(unbounded - base) * 1024 / static_cast<double>(text.size()),
               static_cast<double>(bounded - base) / 1024);
   return 0;
 }

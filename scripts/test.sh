@@ -25,26 +25,26 @@ phase "building build/"
 scripts/build.sh -DCMAKE_INSTALL_PREFIX=/usr
 sanitize="${SANITIZE:-1}"
 
-# background STEP CMD...: CMD at nice 19 in a process group of its own, its output in build/bg-STEP.log;
-# its pid in bg_STEP. When this script fails, every background step's group is stopped with it: a failed
-# run leaves no compiler or fresh-root build behind.
-bg_groups=()
+# background STEP CMD...: CMD at nice 19 in a process group of its own (setsid execs it: its pid is the
+# group's id), its output in build/bg-STEP.log; its pid in bg_STEP. When this script fails or is stopped,
+# every background step not yet waited for is stopped with it (`jobs -p` lists only those, so no pid that
+# may have been reused is signalled): a failed run leaves no compiler or fresh-root build behind.
 background() {
   local step=$1
   shift
   setsid nice -n 19 "$@" >"build/bg-$step.log" 2>&1 &
   printf -v "bg_${step//-/_}" '%s' $!
-  bg_groups+=($!)
 }
 stop_background() {
   local rc=$? g
   [ "$rc" = 0 ] && return
   # (a step that has not yet become its own group is stopped by its pid)
-  for g in "${bg_groups[@]}"; do kill -TERM -- "-$g" 2>/dev/null || kill -TERM "$g" 2>/dev/null || true; done
+  for g in $(jobs -p); do kill -TERM -- "-$g" 2>/dev/null || kill -TERM "$g" 2>/dev/null || true; done
 }
 trap stop_background EXIT
 trap "exit 143" TERM
 trap "exit 130" INT
+trap "exit 129" HUP
 # join STEP: waits for a background step; on failure prints its log's end and fails.
 join() {
   local pid_var="bg_${1//-/_}"

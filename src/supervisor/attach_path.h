@@ -28,7 +28,7 @@ struct ReadyPathFacts {
   bool engine_report_decides = false;  // the daemons leave it to the engine's word (DaemonSet)
   bool loader_protocol = false;        // the daemons keep records of attaches by pid (DaemonSet)
   bool kind_reports_attach = false;    // the engine kind's report names its attach (EngineAdapter)
-  std::vector<std::string> attach_sockets;  // the daemons to ask (DaemonSet::attach_sockets)
+  std::vector<std::string> attach_sockets{};  // the daemons to ask (DaemonSet::attach_sockets)
 };
 
 // The path a ready engine took, given to `done`: "snapshot" (restored), "standby" (released), else "warm"

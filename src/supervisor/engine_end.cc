@@ -53,6 +53,7 @@ void EngineEnd::drain_step() {
     m_drain_timer.start(kGroupPollS, [this] { drain_step(); });
     return;
   }
+  m_kill_timer.stop();  // the group is gone and its id may be reused: terminate's SIGKILL must not outlive it
   if (m_leftovers.sweep(::getpid(), m_host.known_children(), m_host.stopping() ? "at stop" : "before the next start") > 0) {
     m_drain_timer.start(kGroupPollS, [this] { drain_step(); });
     return;

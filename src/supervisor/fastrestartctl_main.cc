@@ -181,7 +181,7 @@ bool print_status(const json& j) {
   }
   if (s.front) {
     const fr::status::FrontStatus& f = *s.front;
-    const auto& r = f.requests;
+    const auto& req = f.requests;
     auto u = [](uint64_t n) { return static_cast<unsigned long long>(n); };
     std::printf("%-18s %s", "front", f.state.c_str());
     if (f.pid > 0) std::printf(", pid %lld", static_cast<long long>(f.pid));
@@ -189,12 +189,12 @@ bool print_status(const json& j) {
     if (!f.last_exit.empty()) std::printf(" (last exit: %s)", f.last_exit.c_str());
     std::printf(", %llu connection(s)\n", u(f.connections));
     std::printf("%-18s %llu received, %llu answered, %llu held now, %llu held, %llu re-sent, %llu continued, "
-                "%llu lost in dead fronts\n", "front requests", u(r.received), u(r.answered), u(r.held_now), u(r.held),
-                u(r.resent), u(r.continued), u(r.lost));
+                "%llu lost in dead fronts\n", "front requests", u(req.received), u(req.answered), u(req.held_now), u(req.held),
+                u(req.resent), u(req.continued), u(req.lost));
     std::string failed, rejected;
-    for (const auto& [k, n] : r.failed)
+    for (const auto& [k, n] : req.failed)
       if (n) failed += (failed.empty() ? "" : ", ") + k + " " + std::to_string(n);
-    for (const auto& [k, n] : r.rejected)
+    for (const auto& [k, n] : req.rejected)
       if (n) rejected += (rejected.empty() ? "" : ", ") + k + " " + std::to_string(n);
     std::printf("%-18s %s; rejected: %s\n", "front failed", failed.empty() ? "none" : failed.c_str(),
                 rejected.empty() ? "none" : rejected.c_str());

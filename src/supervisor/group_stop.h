@@ -1,7 +1,8 @@
 // Stopping a supervised child's process group: SIGTERM now, then SIGKILL to the whole group once a grace has
-// passed while any member still lives. The engine, the standby, the vLLM preload and the front all stop this
-// way, so each says the same in the log and none leaves a member of its group behind after its grace
-// (ARCHITECTURE.md, "Stop order").
+// passed while any member still lives. The engine, the standby, the vLLM preload and the front stop this way
+// when they are asked to (the native weight daemons, each a process of its own, are stopped by pid), so each
+// says the same in the log (ARCHITECTURE.md, "Stop order"). A caller that stops the timer early (the leader
+// reaped) takes over its group's leftovers: the engine's drain does; the front has none of its own.
 #pragma once
 
 #include <sys/types.h>

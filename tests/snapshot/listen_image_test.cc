@@ -45,10 +45,10 @@ Decoded decode(const std::string& s) {
   while (at < s.size()) {
     const uint64_t key = read();
     if ((key & 7) == 0) {
-      d.v[key >> 3] = read();
+      d.v[static_cast<uint32_t>(key >> 3)] = read();
     } else {
       const size_t n = read();
-      d.b[key >> 3] = s.substr(at, n);
+      d.b[static_cast<uint32_t>(key >> 3)] = s.substr(at, n);
       at += n;
     }
   }

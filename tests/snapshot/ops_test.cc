@@ -90,7 +90,7 @@ class Ops : public ::testing::Test {
     struct stat st{};
     ::fstat(m_output.get(), &st);
     return CreateRequest{m_engine, m_dir / "snaps", criu_path(), m_spec, "pipe:[" + std::to_string(st.st_ino) + "]",
-                         "test", "a"};
+                         "test", "a", ""};
   }
   RestoreRequest restore_request() {
     RestoreRequest r;

@@ -18,13 +18,17 @@ namespace fr::supervisor {
 namespace group_stop_test {
 
 // A group of its own: a leader with SIGTERM's default action and one member it forks, which ignores SIGTERM
-// when `member_ignores_term`. Both wait a minute at most, should the test fail. Returns the group's id.
+// when `member_ignores_term`. Both wait a minute at most, should the test fail. Returns the group's id once
+// the member is set up (it says so through a pipe): no sleep stands in for that.
 pid_t group_of_two(bool member_ignores_term) {
+  int ready[2];
+  if (::pipe(ready) != 0) return -1;
   const pid_t pid = ::fork();
   if (pid == 0) {
     ::setpgid(0, 0);
     if (::fork() == 0) {
       if (member_ignores_term) ::signal(SIGTERM, SIG_IGN);
+      (void)!::write(ready[1], "m", 1);
       for (int i = 0; i < 600; ++i) ::usleep(100'000);
       ::_exit(0);
     }
@@ -32,6 +36,10 @@ pid_t group_of_two(bool member_ignores_term) {
     ::_exit(0);
   }
   ::setpgid(pid, pid);  // either side may run first: both set it
+  ::close(ready[1]);
+  char c = 0;
+  (void)!::read(ready[0], &c, 1);
+  ::close(ready[0]);
   return pid;
 }
 
@@ -73,8 +81,8 @@ struct Fixture {
 TEST(GroupStop, ASigtermToTheWholeGroupEndsEveryMemberThatHeedsIt) {
   Fixture f;
   const pid_t pgid = group_of_two(/*member_ignores_term=*/false);
-  ::usleep(200'000);  // the member is forked by now
-  uv_update_time(f.loop.get());  // libuv times from the loop's cached clock, 0.2 s stale after the sleep
+  ASSERT_GT(pgid, 0);
+  uv_update_time(f.loop.get());  // libuv times from the loop's cached clock
   stop_group(f.kill_timer, {.pgid = pgid, .grace_s = 5, .what = "the test group"});
   const double took = f.run_until([&] { return !alive(pgid) && f.reaped.size() >= 2; });
   EXPECT_TRUE(f.killed_by(pgid, SIGTERM));
@@ -85,27 +93,28 @@ TEST(GroupStop, ASigtermToTheWholeGroupEndsEveryMemberThatHeedsIt) {
 TEST(GroupStop, ALeadersSigtermSparesTheMembersUntilTheGraceThenTheGroupIsKilled) {
   Fixture f;
   const pid_t pgid = group_of_two(/*member_ignores_term=*/false);
-  ::usleep(200'000);
+  ASSERT_GT(pgid, 0);
   uv_update_time(f.loop.get());
-  stop_group(f.kill_timer, {.pgid = pgid, .grace_s = 0.5, .what = "the test group", .term_to = TermTo::kLeader});
+  const double t0 = f.loop.now_s();
+  stop_group(f.kill_timer, {.pgid = pgid, .grace_s = 1.0, .what = "the test group", .term_to = TermTo::kLeader});
   f.run_until([&] { return f.reaped.count(pgid) > 0; });
   ASSERT_TRUE(f.killed_by(pgid, SIGTERM)) << "the leader did not get the SIGTERM";
   EXPECT_TRUE(alive(pgid)) << "the SIGTERM reached the member too";
-  const double took = f.run_until([&] { return f.reaped.size() >= 2; });
+  f.run_until([&] { return f.reaped.size() >= 2; });
   EXPECT_EQ(f.member_signal(pgid), SIGKILL);
-  EXPECT_GT(took, 0.1) << "the member was killed before the grace was over";
+  EXPECT_GE(f.loop.now_s() - t0, 0.9) << "the member was killed before the grace was over";
   EXPECT_FALSE(alive(pgid));
 }
 
 TEST(GroupStop, StoppingTheTimerDropsTheSigkill) {
   Fixture f;
   const pid_t pgid = group_of_two(/*member_ignores_term=*/true);
-  ::usleep(200'000);
+  ASSERT_GT(pgid, 0);
   uv_update_time(f.loop.get());
   stop_group(f.kill_timer, {.pgid = pgid, .grace_s = 0.2, .what = "the test group", .term_to = TermTo::kLeader});
-  f.run_until([&] { return f.reaped.count(pgid) > 0; });
-  f.kill_timer.stop();
+  f.kill_timer.stop();  // as a caller does once the group is reaped and done
   f.run_until([] { return false; }, 0.6);
+  EXPECT_TRUE(f.killed_by(pgid, SIGTERM)) << "the leader did not get the SIGTERM";
   EXPECT_TRUE(alive(pgid)) << "killed although its timer was stopped";
   ::kill(-pgid, SIGKILL);
   f.run_until([&] { return f.reaped.size() >= 2; });
