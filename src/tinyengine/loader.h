@@ -135,15 +135,13 @@ Result<std::string> daemon_socket_of(const LoadOptions& options);
 
 // --kv-arena-bytes (docs/tinyengine.md, "KV arena"): a KV arena of `bytes` leased from the weight daemon of
 // `options.device` (engine_loader's lease_arena, waiting at most `wait_s` for its previous holder's exit).
-// `arena` keeps it mapped; the lease itself is this process's until it exits.
+// `arena` keeps it mapped; the lease itself is this process's until it exits. What the lease reply said
+// beyond what the KV cache needs (the wait, the swap) stays with the Arena: kv_arena_line prints it.
 struct KvArenaLease {
   std::shared_ptr<void> arena;  // the fastrestart::Arena
   void* base = nullptr;         // the range's address
   bool host = false;            // host memory (the host backend): base is readable here
-  std::string name;
   uint64_t bytes = 0;  // as leased: the mapped range's size (the request rounded up), the daemon's `bytes`
-  double waited_s = 0;
-  double swap_s = 0;
   uint64_t generation = 0;
 };
 Result<KvArenaLease> lease_kv_arena(uint64_t bytes, double wait_s, const LoadOptions& options);

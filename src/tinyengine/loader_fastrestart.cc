@@ -113,10 +113,7 @@ Result<KvArenaLease> lease_kv_arena(uint64_t bytes, double wait_s, const LoadOpt
   fastrestart::ArenaLease lease;
   FR_ASSIGN(auto arena, fastrestart::lease_arena(a, &lease));
   KvArenaLease out;
-  out.name = a.name;
   out.bytes = arena->bytes();  // as leased: the range, rounded up to the page or granule (the daemon's `bytes`)
-  out.waited_s = lease.waited_s;
-  out.swap_s = lease.seconds;
   out.generation = lease.generation;
   out.base = arena->base();
   out.host = a.device == "host" || a.device.rfind("host:", 0) == 0;
