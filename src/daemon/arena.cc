@@ -183,9 +183,12 @@ Result<ArenaGrant> ArenaTable::lease(const proto::ArenaLeaseRequest& req, const 
   auto drop_if_empty = [&] {
     if (!a.pool && !a.holder && a.waiting == 0) m_arenas.erase(req.name);
   };
-  ArenaGrant g;
+  ArenaGrant grant;
+  proto::ArenaLeaseReply& g = grant.reply;
+  g.name = req.name;
   if (a.pool && a.bytes != req.bytes) {
-    g.resized_from = a.bytes;
+    g.resized = true;
+    g.previous_bytes = a.bytes;
     spdlog::info("arena {}: size {} -> {} bytes: dropping the old arena", a.name, a.bytes, req.bytes);
     a.pool.reset();
   }
@@ -224,7 +227,7 @@ Result<ArenaGrant> ArenaTable::lease(const proto::ArenaLeaseRequest& req, const 
     g.zeroed = true;
   }
   a.last_uid = who.uid;
-  FR_ASSIGN(g.fd, a.pool->share_fd());
+  FR_ASSIGN(grant.fd, a.pool->share_fd());
   if (!a.holder) {
     a.holder = who.pid;
     a.holder_pidfd = std::make_shared<UniqueFd>(::fcntl(who.pidfd.get(), F_DUPFD_CLOEXEC, 0));
@@ -240,13 +243,13 @@ Result<ArenaGrant> ArenaTable::lease(const proto::ArenaLeaseRequest& req, const 
   g.pool_bytes = a.pool->size();
   g.leases = a.leases;
   g.generation = a.generation;
-  g.previous_holder = waited_for;
+  if (waited_for) g.previous_holder_pid = *waited_for;
   g.waited_s = waited_for ? seconds_since(t0) : 0.0;
   if (waited_for) a.last_wait_s = g.waited_s;
   spdlog::info("arena {} leased to pid {} uid {} ({} bytes{}{}, lease {}{})", a.name, who.pid, who.uid, a.bytes, g.created ? ", new" : "",
-               g.resized_from ? ", resized" : "", a.leases,
+               g.resized ? ", resized" : "", a.leases,
                waited_for ? fmt::format(", after {:.3f} s waiting for pid {}'s exit", g.waited_s, *waited_for) : "");
-  return g;
+  return grant;
 }
 
 Result<uint64_t> ArenaTable::release(const std::string& name, const Requester& who) {

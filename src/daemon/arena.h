@@ -65,17 +65,11 @@ struct Requester {
 // naming why when the kernel cannot name it reliably, or when the sender has already exited.
 Result<Requester> requester_of(const MessageSender& sender, bool senders_differ, int sock, const char* op);
 
+// A lease granted: the memory, and the lease reply that describes it (docs/protocol.md, "arena_lease"), whole
+// but for its `backend`, which the server names.
 struct ArenaGrant {
   UniqueFd fd;                  // read-write: a memfd (host) or an exported VMM handle (CUDA)
-  uint64_t bytes = 0;           // as asked
-  uint64_t pool_bytes = 0;      // allocated (rounded up to the page or the VMM granularity)
-  bool created = false;         // new (zero-filled) memory: nothing an earlier holder wrote is in it
-  bool zeroed = false;          // existing memory cleared: its previous holder ran as another uid
-  std::optional<uint64_t> resized_from;  // the dropped arena's size, when the size changed
-  std::optional<pid_t> previous_holder;  // whose exit this lease waited for, if it waited
-  double waited_s = 0;          // time spent waiting for the previous holder's exit
-  uint64_t leases = 0;          // leases granted on this arena, this one included
-  uint64_t generation = 0;      // 1 for a new arena, +1 per lease: names this lease in records
+  proto::ArenaLeaseReply reply;
 };
 
 struct ArenaEviction {

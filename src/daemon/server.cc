@@ -717,20 +717,8 @@ Result<json> Server::do_arena_lease(Conn& c, const json& req, UniqueFd* fd_out) 
     return g.error();
   }
   *fd_out = std::move(g->fd);
-  proto::ArenaLeaseReply reply;
-  reply.name = r.name;
-  reply.bytes = g->bytes;
-  reply.pool_bytes = g->pool_bytes;
-  reply.backend = m_backend.name();
-  reply.created = g->created;
-  reply.resized = g->resized_from.has_value();
-  reply.zeroed = g->zeroed;
-  reply.previous_bytes = g->resized_from;
-  if (g->previous_holder) reply.previous_holder_pid = *g->previous_holder;
-  reply.waited_s = g->waited_s;
-  reply.leases = g->leases;
-  reply.generation = g->generation;
-  return ok(proto::to_json(reply));
+  g->reply.backend = m_backend.name();
+  return ok(proto::to_json(g->reply));
 }
 
 Result<json> Server::do_arena_release(Conn& c, const json& req) {
