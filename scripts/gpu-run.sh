@@ -104,6 +104,23 @@ run_collect() {
   rm -f "$OUT/$name.out" "$OUT/$sumfile"
   return $rc
 }
+# llama_checkpoint SHAPE: the generated Llama checkpoint of SHAPE in $ck (8b: bench/gpu_standby.sh's
+# /var/tmp/frstandby/llama, else /var/tmp/frstandby/llama-SHAPE). One generated earlier in this lease is
+# reused (its config.json is written last, so it marks a whole checkpoint); a failed generation ends the run.
+llama_checkpoint() {
+  local shape=$1 t0=$SECONDS
+  ck=/var/tmp/frstandby/llama
+  [ "$shape" = 8b ] || ck=/var/tmp/frstandby/llama-$shape
+  if [ -f "$ck/config.json" ]; then
+    say "checkpoint ($shape): $ck, already there"
+    return
+  fi
+  rm -rf "$ck"
+  timeout 180 python3 bench/gen_llama_checkpoint.py "$ck" --shape "$shape" >"$OUT/gen.log" 2>&1 ||
+    { say "gen_llama_checkpoint --shape $shape failed: $(tail -2 "$OUT/gen.log")"; exit 1; }
+  rm -f "$OUT/gen.log"
+  say "checkpoint ($shape): $(du -sh "$ck" | cut -f1) in $((SECONDS - t0)) s"
+}
 # run_pytests LIMIT LOG LABEL TEST...: python -m unittest in python/tests against the bundle's weight daemon
 # under `timeout LIMIT` (0: no limit), its output in $OUT/LOG; "LABEL: exit RC; <its last lines>". Returns
 # the exit code.
@@ -257,15 +274,7 @@ case "$mode" in
     say "$(timeout 60 python3 -c 'import torch, transformers; print("torch", torch.__version__, "transformers", transformers.__version__)' 2>&1 | tail -1)"
     run_pytests 200 python-tests.log "prefix tests" test_refengine_prefix \
       test_refengine.RefEngineTest.test_prefix_reuse_survives_kill_nine_with_the_index_in_a_host_arena || rc=1
-    shape=${KV_PREFIX_SHAPE:-8b}
-    ck=/var/tmp/frstandby/llama
-    [ "$shape" = 8b ] || ck=/var/tmp/frstandby/llama-$shape
-    if [ ! -f "$ck/config.json" ]; then
-      rm -rf "$ck"
-      timeout 180 python3 bench/gen_llama_checkpoint.py "$ck" --shape "$shape" >"$OUT/gen.log" 2>&1 ||
-        { say "gen_llama_checkpoint --shape $shape failed: $(tail -2 "$OUT/gen.log")"; exit 1; }
-      rm -f "$OUT/gen.log"
-    fi
+    llama_checkpoint "${KV_PREFIX_SHAPE:-8b}"
     run_collect kv_survival "$((560 - SECONDS > 60 ? 560 - SECONDS : 60))" "bench/kv_survival.py --engine ref" kv_survival.txt \
       bash -c "python3 bench/kv_survival.py --engine ref --bin-dir '$bundle/bin' --model '$ck' \
         --prefix-tokens ${KV_PREFIX_TOKENS:-8192} --samples ${KV_PREFIX_SAMPLES:-5} --out '$OUT' | tee '$OUT/kv_survival.txt'" || rc=1
@@ -273,14 +282,7 @@ case "$mode" in
     ;;
   kv-kills)
     shape=${KV_KILLS_SHAPE:-8b}
-    ck=/var/tmp/frstandby/llama
-    [ "$shape" = 8b ] || ck=/var/tmp/frstandby/llama-$shape
-    if [ ! -f "$ck/config.json" ]; then
-      rm -rf "$ck"
-      timeout 180 python3 bench/gen_llama_checkpoint.py "$ck" --shape "$shape" >"$OUT/gen.log" 2>&1 ||
-        { say "gen_llama_checkpoint --shape $shape failed: $(tail -2 "$OUT/gen.log")"; exit 1; }
-      rm -f "$OUT/gen.log"
-    fi
+    llama_checkpoint "$shape"
     budget=$((${KV_KILLS_BUDGET_S:-540} - SECONDS))
     say "== the prefix index under fastrestartd (bench/kv_kills.py --engine ref, $shape, ${KV_KILLS:-20} kills, budget $budget s)"
     run_collect kv_kills $((budget + 30)) "bench/kv_kills.py --engine ref" kv_kills.txt \
@@ -289,22 +291,9 @@ case "$mode" in
     exit
     ;;
   socket)
-    # The 8b checkpoint is bench/gpu_standby.sh's (/var/tmp/frstandby/llama): one generated earlier in this
-    # lease is reused (its config.json is written last, so it marks a whole checkpoint).
     shape=${SOCKET_SHAPE:-8b}
-    ck=/var/tmp/frstandby/llama
-    [ "$shape" = 8b ] || ck=/var/tmp/frstandby/llama-$shape
     say "$(timeout 60 python3 -c 'import torch, transformers; print("torch", torch.__version__, "transformers", transformers.__version__)' 2>&1 | tail -1)"
-    if [ ! -f "$ck/config.json" ]; then
-      t0=$SECONDS
-      rm -rf "$ck"
-      timeout 180 python3 bench/gen_llama_checkpoint.py "$ck" --shape "$shape" >"$OUT/gen.log" 2>&1 ||
-        { say "gen_llama_checkpoint --shape $shape failed: $(tail -2 "$OUT/gen.log")"; exit 1; }
-      rm -f "$OUT/gen.log"
-      say "checkpoint ($shape): $(du -sh "$ck" | cut -f1) in $((SECONDS - t0)) s"
-    else
-      say "checkpoint ($shape): $ck, already there"
-    fi
+    llama_checkpoint "$shape"
     budget=$((${SOCKET_BUDGET_S:-500} - SECONDS))
     say "== a client across kill -9, engine.listen ${SOCKET_LISTEN:-supervisor,engine} (bench/socket_restart.py --engine ref, ${SOCKET_KILLS:-warmed=3,pre_gpu=2,warm=1}, budget $budget s at $SECONDS s)"
     # the runs end within the budget; a stop running past it gets 20 s more, then SIGTERM (the running run
