@@ -249,7 +249,8 @@ class Fastrestartd:
 # Where each program lies in a build tree (a folder holding the programs, such as the GPU bundle's bin/, has
 # them at its top).
 PROGRAMS = {"fastrestartd": "src/supervisor", "fastrestartctl": "src/supervisor",
-            "fastrestart-tinyengine": "src/tinyengine", "fastrestart-weightd": "src/daemon"}
+            "fastrestart-tinyengine": "src/tinyengine", "fastrestart-weightd": "src/daemon",
+            "fastrestart-front": "src/front"}
 
 
 def find_programs(bin_dir, names):

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Builds the CUDA configuration here (build-gpu/) and packs what the GPU test machine needs into .bundle/:
-# the daemon, the CLI, the CUDA tests and their helper, the attach benchmark, the snapshot helper (stripped of
+# the daemon, the CLI, the front, the CUDA tests and their helper, the attach benchmark, the snapshot helper (stripped of
 # debug info), CRIU (scripts/build-criu.sh), and
 # the non-system shared libraries ldd names for them (spdlog, fmt, ...). glibc, libstdc++ and libgcc are
 # not carried: the GPU machine runs Ubuntu 24.04, whose copies are newer than Debian 12's.
@@ -16,7 +16,8 @@ root=$(cd "$(dirname "$0")/.." && pwd)
 build=$root/build-gpu
 bundle=$root/.bundle
 targets=(fastrestart-weightd fastrestart-weightctl gpu_digest_test vmm_share_test no_driver_test fr_cuda_helper
-         fr_attach_bench fastrestartd fastrestartctl fastrestart-tinyengine tinyengine_test fastrestart-snapshot)
+         fr_attach_bench fastrestartd fastrestartctl fastrestart-tinyengine tinyengine_test fastrestart-snapshot
+         fastrestart-front)
 
 py=${FR_BUNDLE_PYTHON:-$(ls -d /root/.pyenv/versions/3.12*/bin/python3 2>/dev/null | tail -1)}
 py=${py:-$(command -v python3.12 || true)}

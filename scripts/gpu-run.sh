@@ -2,7 +2,7 @@
 # Runs on the GPU machine, from the repository root, with .bundle/ (scripts/gpu-bundle.sh) carried:
 # the CUDA tests, then the weight-store benchmark (bench/h200_weights.py), results under $OUT.
 #
-# usage: scripts/gpu-run.sh [smoke|full|tests|tests-native|tests-torch|tests-vllm|kv-prefix|kv-kills|arena-snapshot|e2e-smoke|e2e|snapshot-plugin|snapshot-refengine|snapshot-weightless|standby|vshape|vshape-smoke|vshape-arena|tp|tp-smoke|socket]
+# usage: scripts/gpu-run.sh [smoke|full|tests|tests-native|tests-torch|tests-vllm|kv-prefix|kv-kills|front|arena-snapshot|e2e-smoke|e2e|snapshot-plugin|snapshot-refengine|snapshot-weightless|standby|vshape|vshape-smoke|vshape-arena|tp|tp-smoke|socket]
 #   smoke: machine facts, the CUDA tests, and the benchmark on a 1% checkpoint (about 160 MB)
 #   full:  the CUDA tests and the benchmark on the full Llama-3.1-8B-shaped checkpoint (16 GB)
 #   e2e-smoke: the Python tests with torch (binding, reference engine), then bench/e2e_restart.py on small
@@ -59,6 +59,11 @@
 #          daemon's (weights.host_arenas); an 8k-token prefix's time to first token around a kill, then
 #          KV_KILLS (20) kills at random instants under traffic, each followed by 50 prompts compared with the
 #          never-killed engine's answers; KV_KILLS_SHAPE (8b); at most KV_KILLS_BUDGET_S (540) s
+#   front: what clients see across kill -9 with engine.listen "front" and "supervisor" (bench/front_kill_ref.py;
+#          docs/front.md, "On a GPU"): the batched reference engine (FRONT_SHAPE 8b, the KV cache in the CUDA
+#          daemon's arena, a `warmed` standby), each mode in turn: FRONT_CLIENTS (64,256) clients, half
+#          streaming, FRONT_KILLS (2) kills each; then, through the front, FRONT_SINGLE_KILLS (3) single
+#          streams killed mid-way (token-equal, extra wait against the service gap); at most FRONT_BUDGET_S (540) s
 #   socket: what a client sees across kill -9 with the listening socket owned by the engine and by fastrestartd
 #          (bench/socket_restart.py --engine ref; docs/bench-notes.md "No refused connection across a restart"):
 #          the 16 GB reference engine (Llama-3.1-8B shape, generated into /var/tmp/frstandby/llama unless there,
@@ -288,6 +293,16 @@ case "$mode" in
     run_collect kv_kills $((budget + 30)) "bench/kv_kills.py --engine ref" kv_kills.txt \
       bash -c "python3 bench/kv_kills.py --engine ref --bin '$bundle/bin' --checkpoint '$ck' --phases '${KV_KILLS_PHASES:-ttft,kills}' \
         --kills ${KV_KILLS:-20} --budget-s $budget --out '$OUT' | tee '$OUT/kv_kills.txt'"
+    exit
+    ;;
+  front)
+    shape=${FRONT_SHAPE:-8b}
+    llama_checkpoint "$shape"
+    budget=$((${FRONT_BUDGET_S:-540} - SECONDS))
+    say "== clients across kill -9 through fastrestart-front and straight to fastrestartd's port (bench/front_kill_ref.py, $shape, clients ${FRONT_CLIENTS:-64,256}, ${FRONT_KILLS:-2} kills each, budget $budget s)"
+    run_collect front_kill $((budget - 30)) "bench/front_kill_ref.py" front_kill.txt \
+      bash -c "python3 bench/front_kill_ref.py --engine ref --bin '$bundle/bin' --checkpoint '$ck' --clients '${FRONT_CLIENTS:-64,256}' \
+        --kills ${FRONT_KILLS:-2} --single-kills ${FRONT_SINGLE_KILLS:-3} --modes '${FRONT_MODES:-front,supervisor}' --out '$OUT' 2>&1 | tee '$OUT/front_kill.txt'"
     exit
     ;;
   socket)

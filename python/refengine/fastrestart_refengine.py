@@ -58,6 +58,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer  # noqa: E40
 
 import refengine_batch as rb  # noqa: E402 -- next to this script: sys.path[0]
 import refengine_prefix as rp  # noqa: E402
+import refengine_stream as rs  # noqa: E402
 import refengine_tp as tp  # noqa: E402
 
 VERSION = "0.1.0"
@@ -842,6 +843,14 @@ class Engine:
                 return self._generate_graph(ids, max_tokens, want_logprobs)
             return self._generate_eager(ids, max_tokens, want_logprobs)
 
+    def generate_stream(self, ids, max_tokens, want_logprobs):
+        """Yields (token, logprob): token by token as the batched engine decodes them; the single-request
+        engine computes the whole answer first (as the tiny engine does) and yields it."""
+        if self.runner is not None:
+            yield from self.runner.submit_stream(rb.Request(ids, max_tokens, want_logprobs))
+            return
+        yield from zip(*self.generate(ids, max_tokens, want_logprobs))
+
     def _generate_eager(self, ids, max_tokens, want_logprobs):
         torch = self.torch
         toks, lps = [], []
@@ -1113,6 +1122,16 @@ def make_handler(engine):
             if too_long:
                 engine.requests["errors"] += 1
                 return self.error(400, f"max_tokens: {too_long}")
+            try:
+                stream, include_usage, return_ids = rs.stream_fields(req)
+            except ValueError as e:
+                engine.requests["errors"] += 1
+                return self.error(400, str(e))
+            if stream:
+                return self.stream(rs.CompletionStream(
+                    f"cmpl-{os.getpid()}-s{threading.get_ident()}-{time.monotonic_ns()}", int(time.time()),
+                    engine.args.served_model_name, ids, max_tokens, token_text, return_token_ids=return_ids,
+                    include_usage=include_usage, logprobs=logprobs is not None))
             toks, lps = engine.generate(ids, max_tokens, logprobs is not None)
             engine.requests["completions"] += 1
             choice = {"index": 0, "text": "".join(token_text(t) for t in toks), "token_ids": toks,
@@ -1124,6 +1143,28 @@ def make_handler(engine):
                              "model": engine.args.served_model_name, "choices": [choice],
                              "usage": {"prompt_tokens": len(ids), "completion_tokens": len(toks),
                                        "total_tokens": len(ids) + len(toks)}})
+
+        def stream(self, events):
+            """A streamed completion (refengine_stream): the head, then one chunked event per token as the
+            engine decodes it. A client gone mid-stream ends the write; the request decodes on to its end."""
+            self.send_response(200)
+            self.send_header("Content-Type", "text/event-stream")
+            self.send_header("Transfer-Encoding", "chunked")
+            self.end_headers()
+            try:
+                try:
+                    for tok, lp in engine.generate_stream(events.prompt, events.max_tokens, events.logprobs):
+                        self.wfile.write(rs.chunk(events.token(tok, lp)))
+                        self.wfile.flush()
+                    engine.requests["completions"] += 1
+                    tail = events.end()
+                except RuntimeError as e:
+                    engine.requests["errors"] += 1
+                    tail = events.error(str(e))
+                self.wfile.write(rs.chunk(tail) + rs.chunk(b""))
+                self.wfile.flush()
+            except OSError:
+                self.close_connection = True
 
     return Handler
 

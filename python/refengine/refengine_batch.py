@@ -149,9 +149,22 @@ class Request:
         self.pos = None  # the position of the next token fed (the last generated one's)
         self.error = None
         self.done = threading.Event()
+        self.progress = threading.Condition()  # notified at every token and at the end (a streamed answer)
 
     def finished(self):
         return len(self.tokens) >= self.max_tokens
+
+    def advanced(self):
+        """The step thread: a token was appended, or the request ended (done set)."""
+        with self.progress:
+            self.progress.notify_all()
+
+    def tokens_after(self, n, timeout=None):
+        """Blocks until the request has more than n tokens or is done (or TIMEOUT s passed); returns
+        (tokens[n:], logprobs[n:]), the tokens a stream has not sent yet."""
+        with self.progress:
+            self.progress.wait_for(lambda: len(self.tokens) > n or self.done.is_set(), timeout)
+            return self.tokens[n:], self.logprobs[n:]
 
 
 class SlotScheduler:
@@ -255,6 +268,7 @@ class Batcher:
             req.pos = len(req.ids)  # where the token just generated goes when it is fed
             self.stats["prefills"] += 1
             self._finish(req)
+            req.advanced()
         rows = self.sched.rows()
         if not rows:
             return bool(admitted)
@@ -273,6 +287,7 @@ class Batcher:
             req.logprobs.append(float(lps[slot]) if req.want_logprobs else None)
             req.pos += 1
             self._finish(req)
+            req.advanced()
         return True
 
     def fail_all(self, why):
@@ -286,3 +301,4 @@ class Batcher:
         for req in reqs:
             req.error = why
             req.done.set()
+            req.advanced()

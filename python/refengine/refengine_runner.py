@@ -288,6 +288,20 @@ class Runner:
             raise RuntimeError(req.error)
         return req.tokens, req.logprobs
 
+    def submit_stream(self, req):
+        """Yields (token, logprob) as the step thread produces them; raises RuntimeError if it failed."""
+        self.batcher.submit(req)
+        n = 0
+        while True:
+            toks, lps = req.tokens_after(n)
+            for t, lp in zip(toks, lps):
+                yield t, lp
+            n += len(toks)
+            if req.done.is_set() and n >= len(req.tokens):
+                break
+        if req.error:
+            raise RuntimeError(req.error)
+
     def _loop(self):
         import os
         torch = self.torch

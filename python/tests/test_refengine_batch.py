@@ -4,11 +4,14 @@ static slots, and the flag rules. The GPU side (the profile, the KV cache, the g
 test_refengine's test_batched_engine_... on the GPU machine: without torch it skips with the reason."""
 
 import contextlib
+import http.client
 import importlib.util
 import io
+import json
 import os
 import sys
 import threading
+import types
 import unittest
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -16,6 +19,7 @@ sys.path.insert(0, os.path.join(HERE, "..", "refengine"))
 
 import fastrestart_refengine as ref  # noqa: E402 -- imports no torch before start()
 import refengine_batch as rb  # noqa: E402
+import refengine_stream as rs  # noqa: E402
 
 GIB = 1 << 30
 
@@ -426,6 +430,143 @@ class KvArenaForward(unittest.TestCase):
         arena = self.fastrestart.reserve_arena("kv", 4096, socket_dir=self.run_dir)
         with self.assertRaisesRegex(ValueError, "does not fit the arena"):
             r.place_kv(3, 32, arena)
+
+
+class Streaming(unittest.TestCase):
+    """A streamed answer (refengine_stream, Request.tokens_after): tokens read as the step thread decodes
+    them, the events in vLLM's format, and the engine's HTTP handler writing them chunked."""
+
+    def test_a_reader_gets_every_token_in_order_while_the_step_thread_decodes(self):
+        b = rb.Batcher(2, [1, 2])
+        reqs = [rb.Request([70 + i] * (2 + i), 5 + 3 * i, False) for i in range(3)]
+        got = [[] for _ in reqs]
+
+        def read(i):
+            n = 0
+            while True:
+                toks, _ = reqs[i].tokens_after(n, timeout=10)
+                got[i] += toks
+                n += len(toks)
+                if reqs[i].done.is_set() and n >= len(reqs[i].tokens):
+                    return
+
+        readers = [threading.Thread(target=read, args=(i,)) for i in range(len(reqs))]
+        for t in readers:
+            t.start()
+        for r in reqs:
+            b.submit(r)
+
+        def step(size, n, ids, pos):
+            return [stand_in_next(t, p) for t, p in zip(ids, pos)], [-1.0] * n
+
+        while b.iterate(stand_in_prefill, step):
+            pass
+        for t in readers:
+            t.join(10)
+            self.assertFalse(t.is_alive())
+        for r, g in zip(reqs, got):
+            self.assertEqual(g, alone(r.ids, r.max_tokens))
+
+    def test_a_failed_step_thread_wakes_a_waiting_reader(self):
+        b = rb.Batcher(1, [1])
+        req = rb.Request([65], 4, False)
+        b.submit(req)
+        woke = []
+        t = threading.Thread(target=lambda: woke.append(req.tokens_after(0, timeout=10)))
+        t.start()
+        b.fail_all("the GPU fell off")
+        t.join(10)
+        self.assertEqual(woke, [([], [])])
+        self.assertEqual(req.error, "the GPU fell off")
+
+    def events(self, raw):
+        out = raw.decode().split("\n\n")
+        self.assertEqual(out[-1], "")
+        self.assertEqual(out[-2], "data: [DONE]")
+        return [json.loads(e[len("data: "):]) for e in out[:-2]]
+
+    def test_events_are_vllms_completion_stream(self):
+        s = rs.CompletionStream("cmpl-1", 1700000000, "m", [1, 2, 3], 2, lambda t: f"<{t}>",
+                                return_token_ids=True, include_usage=True)
+        raw = s.token(7) + s.token(8) + s.end()
+        ev = self.events(raw)
+        self.assertEqual(len(ev), 3)
+        self.assertEqual(list(ev[0]), ["id", "object", "created", "model", "choices", "usage"])
+        self.assertEqual(list(ev[0]["choices"][0]), ["index", "text", "logprobs", "finish_reason", "stop_reason",
+                                                     "prompt_token_ids", "token_ids"])
+        c0, c1 = ev[0]["choices"][0], ev[1]["choices"][0]
+        self.assertEqual((c0["text"], c0["prompt_token_ids"], c0["token_ids"], c0["finish_reason"]),
+                         ("<7>", [1, 2, 3], [7], None))
+        self.assertEqual((c1["text"], c1["prompt_token_ids"], c1["token_ids"], c1["finish_reason"]),
+                         ("<8>", None, [8], "length"))
+        self.assertEqual(ev[2]["choices"], [])
+        self.assertEqual(ev[2]["usage"], {"prompt_tokens": 3, "total_tokens": 5, "completion_tokens": 2})
+        self.assertEqual({e["id"] for e in ev}, {"cmpl-1"})
+
+    def test_without_token_ids_or_usage(self):
+        s = rs.CompletionStream("c", 1, "m", [5], 1, str)
+        ev = self.events(s.token(9, -0.25) + s.end())
+        self.assertEqual(len(ev), 1)
+        self.assertIsNone(ev[0]["choices"][0]["token_ids"])
+        self.assertEqual(ev[0]["choices"][0]["prompt_token_ids"], [5])
+        s = rs.CompletionStream("c", 1, "m", [5], 1, str, logprobs=True)
+        ev = self.events(s.token(9, -0.25) + s.end())
+        self.assertEqual(ev[0]["choices"][0]["logprobs"], {"tokens": ["9"], "token_logprobs": [-0.25]})
+
+    def test_stream_fields_name_the_field_at_fault(self):
+        self.assertEqual(rs.stream_fields({}), (False, False, False))
+        self.assertEqual(rs.stream_fields({"stream": True, "stream_options": {}}), (True, True, False))
+        self.assertEqual(rs.stream_fields({"stream": True, "stream_options": {"include_usage": False},
+                                           "return_token_ids": True}), (True, False, True))
+        for bad, field in (({"stream": "yes"}, "stream:"), ({"stream_options": {}}, "stream_options:"),
+                           ({"stream": True, "stream_options": []}, "stream_options:"),
+                           ({"stream": True, "stream_options": {"include_usage": 1}}, "include_usage"),
+                           ({"return_token_ids": "no"}, "return_token_ids")):
+            with self.assertRaisesRegex(ValueError, field):
+                rs.stream_fields(bad)
+
+    def test_the_handler_streams_chunked_events_as_they_come(self):
+        """The engine's own HTTP handler over a stand-in engine whose tokens come one by one."""
+        gate = threading.Semaphore(0)
+
+        class StandIn:
+            state = "ready"
+            args = types.SimpleNamespace(served_model_name="m")
+            hf_config = types.SimpleNamespace(vocab_size=1000)
+            requests = {"completions": 0, "errors": 0}
+
+            def check_length(self, ids, max_tokens):
+                return None
+
+            def generate_stream(self, ids, max_tokens, want_logprobs):
+                for i in range(max_tokens):
+                    gate.acquire()  # the test releases token by token
+                    yield stand_in_next(ids[-1], i), -1.0
+
+        server = ref.Server(("127.0.0.1", 0), ref.make_handler(StandIn()))
+        threading.Thread(target=server.serve_forever, daemon=True).start()
+        self.addCleanup(server.server_close)
+        self.addCleanup(server.shutdown)
+        c = http.client.HTTPConnection("127.0.0.1", server.server_address[1], timeout=10)
+        self.addCleanup(c.close)
+        c.request("POST", "/v1/completions", json.dumps({"prompt": [3, 4], "max_tokens": 3, "stream": True,
+                                                          "return_token_ids": True, "stream_options": {}}))
+        gate.release()  # the head is sent before the first token; the first event after it
+        r = c.getresponse()
+        self.assertEqual(r.status, 200)
+        self.assertEqual(r.getheader("Content-Type"), "text/event-stream")
+        first = r.readline() + r.readline()
+        self.assertTrue(first.startswith(b"data: {"), first)
+        self.assertEqual(json.loads(first[6:])["choices"][0]["token_ids"], [stand_in_next(4, 0)])
+        gate.release()
+        gate.release()
+        ev = self.events(first + r.read())
+        self.assertEqual([e["choices"][0]["token_ids"][0] for e in ev[:3]], [stand_in_next(4, i) for i in range(3)])
+        self.assertEqual(ev[3]["usage"]["completion_tokens"], 3)
+        c.request("POST", "/v1/completions", json.dumps({"prompt": [3], "stream": 1}))
+        r = c.getresponse()
+        self.assertEqual(r.status, 400)
+        self.assertIn("stream:", json.loads(r.read())["error"]["message"])
 
 
 if __name__ == "__main__":
