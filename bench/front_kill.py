@@ -313,7 +313,7 @@ def cost_only(work, ckpt, which, a):
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--build", default="build"); ap.add_argument("--kills", type=int, default=3)
+    ap.add_argument("--build", default="build", help="a build tree, or a folder holding the programs (.bundle/bin)"); ap.add_argument("--kills", type=int, default=3)
     ap.add_argument("--seconds", type=float, default=5); ap.add_argument("--token-delay", type=float, default=0.01)
     ap.add_argument("--threads", type=int, default=64, help="the tiny engine's HTTP threads")
     ap.add_argument("--clients", default="64,256")
@@ -322,19 +322,20 @@ def main():
                          "cost: only the no-kill cost, front and direct interleaved (front_cost.json)")
     ap.add_argument("--cost-pairs", type=int, default=300, help="--part cost: non-streamed requests per path")
     ap.add_argument("--out", default=None, help="--part cost: the raw JSON's file name (default front_cost.json)")
+    ap.add_argument("--results", default=None, help="the raw JSON's folder (default bench/results/front-kill-<host>-<date>)")
     ap.add_argument("--kv-trials", type=int, default=8, help="--part kv: single-stream trials")
     ap.add_argument("--kv-token-delay", type=float, default=0.05, help="--part kv: the engine's token delay")
     a = ap.parse_args()
-    which = fr.find_programs(a.build, ["fastrestartd", "fastrestartctl", "fastrestart-tinyengine", "fastrestart-weightd"])
-    which["fastrestart-front"] = os.path.abspath(os.path.join(a.build, "src/front/fastrestart-front"))
+    which = fr.find_programs(a.build, ["fastrestartd", "fastrestartctl", "fastrestart-tinyengine", "fastrestart-weightd",
+                                       "fastrestart-front"])
     missing = [n for n, p in which.items() if not p or not os.access(p, os.X_OK)]
     if missing:
         sys.exit(f"front_kill: not found: {', '.join(missing)} (build them: scripts/build.sh)")
     work = tempfile.mkdtemp(prefix="front-kill-"); ckpt = os.path.join(work, "ckpt")
     subprocess.run([which["fastrestart-tinyengine"], "gen", "--out", ckpt], check=True, stdout=subprocess.DEVNULL,
                    stderr=subprocess.DEVNULL)
-    d = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results",
-                     f"front-kill-{socket.gethostname()}-{datetime.datetime.utcnow():%Y%m%d}")
+    d = a.results or os.path.join(os.path.dirname(os.path.abspath(__file__)), "results",
+                                  f"front-kill-{socket.gethostname()}-{datetime.datetime.utcnow():%Y%m%d}")
     if a.part in ("all", "kv"):
         kv = kv_continuations(work, ckpt, which, a)
         os.makedirs(d, exist_ok=True)

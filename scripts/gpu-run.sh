@@ -63,7 +63,9 @@
 #          docs/front.md, "On a GPU"): the batched reference engine (FRONT_SHAPE 8b, the KV cache in the CUDA
 #          daemon's arena, a `warmed` standby), each mode in turn: FRONT_CLIENTS (64,256) clients, half
 #          streaming, FRONT_KILLS (2) kills each; then, through the front, FRONT_SINGLE_KILLS (3) single
-#          streams killed mid-way (token-equal, extra wait against the service gap); at most FRONT_BUDGET_S (540) s
+#          streams killed mid-way (token-equal, extra wait against the service gap); then, with 150 s left, the
+#          front's cost without kills on this machine's CPU (bench/front_kill.py --part cost, the tiny engine,
+#          FRONT_COST_PAIRS 150); at most FRONT_BUDGET_S (540) s
 #   socket: what a client sees across kill -9 with the listening socket owned by the engine and by fastrestartd
 #          (bench/socket_restart.py --engine ref; docs/bench-notes.md "No refused connection across a restart"):
 #          the 16 GB reference engine (Llama-3.1-8B shape, generated into /var/tmp/frstandby/llama unless there,
@@ -303,7 +305,18 @@ case "$mode" in
     run_collect front_kill $((budget - 30)) "bench/front_kill_ref.py" front_kill.txt \
       bash -c "python3 bench/front_kill_ref.py --engine ref --bin '$bundle/bin' --checkpoint '$ck' --clients '${FRONT_CLIENTS:-64,256}' \
         --kills ${FRONT_KILLS:-2} --single-kills ${FRONT_SINGLE_KILLS:-3} --modes '${FRONT_MODES:-front,supervisor}' --out '$OUT' 2>&1 | tee '$OUT/front_kill.txt'"
-    exit
+    rc=$?
+    # the front's cost without kills on this machine's cores (the tiny engine on the CPU, front and direct
+    # interleaved), when at least 150 s of the budget are left
+    if [ $((${FRONT_BUDGET_S:-540} - SECONDS)) -ge 150 ]; then
+      say "== the front's cost without kills (bench/front_kill.py --part cost, the tiny engine, at $SECONDS s)"
+      run_collect front_cost $((${FRONT_BUDGET_S:-540} - SECONDS - 10)) "bench/front_kill.py --part cost" front_cost.txt \
+        bash -c "python3 bench/front_kill.py --part cost --cost-pairs ${FRONT_COST_PAIRS:-150} --build '$bundle/bin' \
+          --results '$OUT' 2>&1 | tail -3 | tee '$OUT/front_cost.txt'"
+    else
+      say "the front's cost without kills: left out (under 150 s of the budget left at $SECONDS s)"
+    fi
+    exit $rc
     ;;
   socket)
     shape=${SOCKET_SHAPE:-8b}
