@@ -181,6 +181,8 @@ class FastrestartModelLoader(BaseModelLoader):
         if daemon_answered:
             retargeted = _retargeted(self._fr, files, config, key)
             reason += ("; not published: " + retargeted) if retargeted else self._publish(model, key, device, ops, report)
+            if report.publish == "ok" and opts.mode == "zero_copy":
+                reason += self._adopt(model, key, device, ops, report)
         report.reason = reason
         report.total_ms = _ms(t0)
         result_line.emit(report)
@@ -231,6 +233,45 @@ class FastrestartModelLoader(BaseModelLoader):
             del arrays
         report.publish, report.publish_ms = "ok", _ms(tp)
         report.key, report.tensors, report.bytes = info["fingerprint"], count, nbytes
+        return ""
+
+
+    def _adopt(self, model, key, device, ops, report):
+        """zero_copy after a publish: attach the entry just published and bind its tensors in place of the
+        cold-loaded ones, which are freed, so the first life holds one copy of the weights, as every later
+        life does (docs/vllm-plugin.md, "One copy from the first life"). The tensors are the post-processed
+        ones the publish exported, so nothing is processed again; references held by value are rebound as
+        on a hit. Any failure keeps serving the own copy (the values are the same either way) and says why;
+        returns text to append to the reason."""
+        ta = time.monotonic()
+        why = None
+        try:
+            r = self._fr.attach(key, mode="zero_copy", fallback=True, connect_timeout_s=self.options.connect_timeout_s,
+                                state_timeout_s=self.options.state_timeout_s, socket_dir=self.options.socket_dir,
+                                device=device)
+        except (ValueError, RuntimeError) as e:
+            r, why = None, "the attach after the publish failed: %s" % e
+        else:
+            if not r.hit:
+                why = "the attach after the publish missed: %s" % r.reason
+            elif r.fingerprint != report.key:
+                why = "the daemon's entry %s is not the one published (%s)" % (r.fingerprint, report.key)
+        if why is None:
+            try:
+                state.bind_state(model, r.tensors, ops)
+            except state.BindError as e:  # nothing was registered past the failing tensor: a mix of equal values
+                why = "the entry just published does not bind: %s" % e
+        report.adopt_ms = _ms(ta)
+        if why is not None:
+            report.adopt = "failed"
+            logger.warning("fastrestart: serving this engine's own copy of the weights, not the daemon's: %s", why)
+            return "; not adopted: " + why
+        del r
+        gc.collect()  # the cold-loaded tensors' last references
+        ops.release_memory()  # their memory back to the driver: one copy on the GPU, as nvidia-smi shows
+        setattr(model, ZERO_COPY_MARK, True)
+        report.adopt = "ok"
+        logger.info("fastrestart: adopted the daemon's copy (%s); this engine's own copy is freed", report.key)
         return ""
 
 

@@ -1,7 +1,8 @@
 """The one line the loader writes per load: what the supervisor reads (format: docs/vllm-plugin.md).
 
     fastrestart-loader: v=1 result=hit key=9f1c2b7a0d4e5f61 device=cuda:0 tp=0/1 pp=0/1 dp=0/1 mode=zero_copy
-      tensors=291 bytes=16060522496 attach_ms=1.9 load_ms=- publish=- publish_ms=- total_ms=35.2 reason=""
+      tensors=291 bytes=16060522496 attach_ms=1.9 load_ms=- publish=- publish_ms=- total_ms=35.2 adopt=-
+      adopt_ms=- reason=""
 
 (one line in reality). Fields come in this order, always all of them, `-` where a field does not apply;
 `reason` is last and is a JSON string. The line goes straight to file descriptor 2, not through logging:
@@ -13,12 +14,13 @@ import dataclasses
 import json
 import os
 
-__all__ = ["LoadReport", "PREFIX", "RESULTS", "PUBLISH", "format_line", "parse_line", "emit"]
+__all__ = ["LoadReport", "PREFIX", "RESULTS", "PUBLISH", "ADOPT", "format_line", "parse_line", "emit"]
 
 PREFIX = "fastrestart-loader:"
 VERSION = "1"
 RESULTS = ("hit", "miss", "fallback", "fail")
 PUBLISH = ("ok", "busy", "failed", "skipped", "-")
+ADOPT = ("ok", "failed", "-")
 
 
 @dataclasses.dataclass
@@ -43,11 +45,13 @@ class LoadReport:
     publish: str = "-"
     publish_ms: float | None = None
     total_ms: float | None = None
+    adopt: str = "-"          # zero_copy after a publish: ok (serving the daemon's copy, the own one freed), failed
+    adopt_ms: float | None = None
     reason: str = ""
 
 
 _FIELDS = ("key", "device", "tp", "pp", "dp", "mode", "tensors", "bytes", "attach_ms", "load_ms", "publish",
-           "publish_ms", "total_ms")
+           "publish_ms", "total_ms", "adopt", "adopt_ms")
 
 
 def _value(v):
@@ -64,6 +68,8 @@ def format_line(report):
         raise ValueError("result: %r is not one of %s" % (report.result, RESULTS))
     if report.publish not in PUBLISH:
         raise ValueError("publish: %r is not one of %s" % (report.publish, PUBLISH))
+    if report.adopt not in ADOPT:
+        raise ValueError("adopt: %r is not one of %s" % (report.adopt, ADOPT))
     parts = [PREFIX, "v=" + VERSION, "result=" + report.result]
     parts += ["%s=%s" % (f, _value(getattr(report, f))) for f in _FIELDS]
     parts.append("reason=" + json.dumps(report.reason, ensure_ascii=True))

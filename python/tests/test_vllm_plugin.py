@@ -163,9 +163,12 @@ class PluginTest(unittest.TestCase):
         self.assertEqual(warm.out["logits"], cold.out["logits"])    # bit-identical results
         self.assertEqual(warm.out["scale_float"], cold.out["scale_float"])  # Python-side state rebuilt
         self.assertTrue(warm.out["tied"])                           # lm_head is the embedding, still
+        self.assertEqual(cold.line["adopt"], "ok", cold.err)          # the first life serves the daemon's copy
+        self.assertNotEqual(cold.line["adopt_ms"], "-")
+        self.assertEqual(warm.line["adopt"], "-")
         if backend.NAME == "numpy":
             self.assertFalse(warm.out["embed_writeable"])           # zero_copy: the read-only mapping
-            self.assertTrue(cold.out["embed_writeable"])
+            self.assertFalse(cold.out["embed_writeable"])           # adopted after the publish: the same mapping
         for f in ("device", "tp", "pp", "dp", "mode", "attach_ms", "total_ms"):
             self.assertNotEqual(warm.line[f], "-", f)
         self.assertEqual(warm.line["tp"], "0/1")
@@ -194,13 +197,36 @@ class PluginTest(unittest.TestCase):
 
     def test_in_place_weight_update_is_refused_after_a_zero_copy_hit(self):
         self.start_daemon()
-        cold = self.assert_started(self.serve("--reload-weights"), "miss", "ok")  # own memory: allowed
+        # copy mode: the cold start keeps its own memory (no adoption), so an update is allowed
+        cold = self.assert_started(self.serve("--reload-weights", extra={"mode": "copy"}), "miss", "ok")
+        self.assertEqual(cold.line["adopt"], "-")
+        if backend.NAME == "numpy":
+            self.assertTrue(cold.out["embed_writeable"])
         s = self.serve("--reload-weights")
         self.assertEqual(s.rc, 1)
         self.assertEqual(s.line["result"], "hit")
         self.assertIn("read-only memory (mode zero_copy)", s.err)
         warm = self.assert_started(self.serve("--reload-weights", extra={"mode": "copy"}), "hit")
         self.assertEqual(warm.out["logits"], cold.out["logits"])
+
+    def test_a_zero_copy_cold_start_adopts_the_copy_it_published_and_refuses_an_update(self):
+        """One copy of the weights from the first life: after its publish the cold start binds the daemon's
+        copy in place of its own (read-only from then on, as after a hit), answering the same."""
+        self.start_daemon()
+        adopted = self.assert_started(self.serve(), "miss", "ok")
+        self.assertEqual(adopted.line["adopt"], "ok", adopted.err)
+        own = self.assert_started(self.serve(extra={"mode": "copy"}), "hit")  # the daemon's bytes, copied
+        self.assertEqual(adopted.out["logits"], own.out["logits"])
+        if backend.NAME == "numpy":
+            self.assertFalse(adopted.out["embed_writeable"])
+            self.assertTrue(own.out["embed_writeable"])
+        self.stop_daemon()
+        shutil.rmtree(self.run_dir)
+        self.start_daemon()  # a new daemon: the next cold start misses again, and its update is refused
+        s = self.serve("--reload-weights")
+        self.assertEqual(s.rc, 1, s.err)
+        self.assertEqual((s.line["result"], s.line["publish"], s.line["adopt"]), ("miss", "ok", "ok"), s.err)
+        self.assertIn("read-only memory (mode zero_copy)", s.err)
 
     def test_verify_hit(self):
         self.start_daemon()
