@@ -144,7 +144,7 @@ def run_load(m, clients, want):
                 if (not ok or not same) and len(res["examples"]) < 4:
                     res["examples"].append({"after_s": round(t - t0, 3), "took_s": round(dt, 3), "got": got[:400]})
 
-    threads = [threading.Thread(target=client, args=(i,)) for i in range(clients)]
+    threads = [threading.Thread(target=client, args=(i,), daemon=True) for i in range(clients)]
     before = fk.front_counters(m.sup.status()) if m.mode == "front" else None
     for t in threads:
         t.start()
@@ -156,8 +156,11 @@ def run_load(m, clients, want):
         time.sleep(a.settle_s)
     finally:
         stop.set()
+        # a request held across the last kill ends within ready_timeout; after SIGTERM the bench stops now
+        end = time.monotonic() + (2 if STOPPING else a.ready_timeout)
         for t in threads:
-            t.join()
+            t.join(max(0.0, end - time.monotonic()))
+    res["stuck_clients"] = sum(t.is_alive() for t in threads)
     res["took_s"] = round(time.monotonic() - t0, 3)
     if before is not None:
         res["front_before"], res["front_after"] = before, fk.front_counters(m.sup.status())
@@ -251,7 +254,12 @@ def violations(res):
     return out
 
 
+STOPPING = False
+
+
 def interrupted(*_):
+    global STOPPING
+    STOPPING = True
     raise KeyboardInterrupt("SIGTERM")
 
 
