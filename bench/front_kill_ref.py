@@ -224,12 +224,17 @@ def single_streams(m, rng):
         rec = {"killed_after_events": at, "ok": ok, "took_s": round(dt, 4), "uninterrupted_s": round(alone_s, 4),
                "extra_wait_s": round(dt - alone_s, 4), "path": clock.rec.get("path"),
                "kill_to_ready_s": clock.rec.get("kill_to_ready_s"),
-               "tokens_equal": ok and stream_texts(got) == stream_texts(want)}
+               "tokens_equal": ok and stream_texts(got) == stream_texts(want),
+               "got_tokens": stream_texts(got) if ok else None, "want_tokens": stream_texts(want)}
+        if ok and not rec["tokens_equal"]:
+            g, w = rec["got_tokens"], rec["want_tokens"]
+            rec["first_diff"] = next((j for j, (x, y) in enumerate(zip(g, w)) if x != y), min(len(g), len(w)))
         if rec["kill_to_ready_s"] is not None:
             rec["extra_minus_gap_s"] = round(rec["extra_wait_s"] - rec["kill_to_ready_s"], 4)
         if not ok or not rec["tokens_equal"]:
             rec["got"], rec["want"] = got[:600], want[:600]
-        fr.log(f"  batch-1 kill {k + 1}: " + json.dumps({x: rec[x] for x in rec if x not in ("got", "want")}))
+        fr.log(f"  batch-1 kill {k + 1}: " + json.dumps({x: rec[x] for x in rec if x not in ("got", "want", "got_tokens",
+                                                                                              "want_tokens")}))
         out.append(rec)
     return out
 

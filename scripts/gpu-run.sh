@@ -283,7 +283,7 @@ case "$mode" in
       test_refengine.RefEngineTest.test_prefix_reuse_survives_kill_nine_with_the_index_in_a_host_arena || rc=1
     llama_checkpoint "${KV_PREFIX_SHAPE:-8b}"
     run_collect kv_survival "$((560 - SECONDS > 60 ? 560 - SECONDS : 60))" "bench/kv_survival.py --engine ref" kv_survival.txt \
-      bash -c "python3 bench/kv_survival.py --engine ref --bin-dir '$bundle/bin' --model '$ck' \
+      bash -o pipefail -c "python3 bench/kv_survival.py --engine ref --bin-dir '$bundle/bin' --model '$ck' \
         --prefix-tokens ${KV_PREFIX_TOKENS:-8192} --samples ${KV_PREFIX_SAMPLES:-5} --out '$OUT' | tee '$OUT/kv_survival.txt'" || rc=1
     exit $rc
     ;;
@@ -293,7 +293,7 @@ case "$mode" in
     budget=$((${KV_KILLS_BUDGET_S:-540} - SECONDS))
     say "== the prefix index under fastrestartd (bench/kv_kills.py --engine ref, $shape, ${KV_KILLS:-20} kills, budget $budget s)"
     run_collect kv_kills $((budget + 30)) "bench/kv_kills.py --engine ref" kv_kills.txt \
-      bash -c "python3 bench/kv_kills.py --engine ref --bin '$bundle/bin' --checkpoint '$ck' --phases '${KV_KILLS_PHASES:-ttft,kills}' \
+      bash -o pipefail -c "python3 bench/kv_kills.py --engine ref --bin '$bundle/bin' --checkpoint '$ck' --phases '${KV_KILLS_PHASES:-ttft,kills}' \
         --kills ${KV_KILLS:-20} --budget-s $budget --out '$OUT' | tee '$OUT/kv_kills.txt'"
     exit
     ;;
@@ -303,7 +303,7 @@ case "$mode" in
     budget=$((${FRONT_BUDGET_S:-540} - SECONDS))
     say "== clients across kill -9 through fastrestart-front and straight to fastrestartd's port (bench/front_kill_ref.py, $shape, clients ${FRONT_CLIENTS:-64,256}, ${FRONT_KILLS:-2} kills each, budget $budget s)"
     run_collect front_kill $((budget - 30)) "bench/front_kill_ref.py" front_kill.txt \
-      bash -c "python3 bench/front_kill_ref.py --engine ref --bin '$bundle/bin' --checkpoint '$ck' --clients '${FRONT_CLIENTS:-64,256}' \
+      bash -o pipefail -c "python3 bench/front_kill_ref.py --engine ref --bin '$bundle/bin' --checkpoint '$ck' --clients '${FRONT_CLIENTS:-64,256}' \
         --kills ${FRONT_KILLS:-2} --single-kills ${FRONT_SINGLE_KILLS:-3} --modes '${FRONT_MODES:-front,supervisor}' --out '$OUT' 2>&1 | tee '$OUT/front_kill.txt'"
     rc=$?
     # the front's cost without kills on this machine's cores (the tiny engine on the CPU, front and direct
@@ -311,7 +311,7 @@ case "$mode" in
     if [ $((${FRONT_BUDGET_S:-540} - SECONDS)) -ge 150 ]; then
       say "== the front's cost without kills (bench/front_kill.py --part cost, the tiny engine, at $SECONDS s)"
       run_collect front_cost $((${FRONT_BUDGET_S:-540} - SECONDS - 10)) "bench/front_kill.py --part cost" front_cost.txt \
-        bash -c "python3 bench/front_kill.py --part cost --cost-pairs ${FRONT_COST_PAIRS:-150} --build '$bundle/bin' \
+        bash -o pipefail -c "python3 bench/front_kill.py --part cost --cost-pairs ${FRONT_COST_PAIRS:-150} --build '$bundle/bin' \
           --results '$OUT' 2>&1 | tail -3 | tee '$OUT/front_cost.txt'"
     else
       say "the front's cost without kills: left out (under 150 s of the budget left at $SECONDS s)"

@@ -152,8 +152,10 @@ class PrefixIndex:
     def recover(self, kv_generation, kv_created, checksums):
         """Rebuilds the lookups from the memory before anything is served (invariant 3). kv_generation: the
         KV arena's lease generation now (0: the KV cache is not in an arena: nothing can survive);
-        kv_created: the KV arena is new (zero-filled). checksums(slot, n) -> the data checksums of the slot's
-        first n blocks as the device computes them now (a list of n ints). Returns self.recovery:
+        kv_created: the KV arena is new (zero-filled). checksums({slot: n, ...}) -> {slot: the data checksums
+        of the slot's first n blocks as the device computes them now (a list of n ints)}: one call for every
+        slot, so that the device checksums them in a few batched passes instead of one pass per slot (a
+        recovery before the engine serves: its time is the restart's). Returns self.recovery:
         {"header", "recovered", "dropped": {reason: blocks}}."""
         rec = self.recovery = {"header": "empty", "recovered": 0, "dropped": {}}
         dropped = rec["dropped"]
@@ -189,8 +191,11 @@ class PrefixIndex:
         if not keep:
             self.buf[:index_bytes(self.slots, self.positions)] = 0
         else:
-            for s in range(self.slots):
-                self._recover_slot(s, checksums, dropped)
+            hashed = {s: self._recover_hashes(s, dropped) for s in range(self.slots)}
+            wanted = {s: len(h) for s, h in hashed.items() if h}
+            now = checksums(wanted) if wanted else {}
+            for s, want in hashed.items():
+                self._recover_checksums(s, want, now.get(s, []), dropped)
         for s in range(self.slots):
             rec["recovered"] += self.valid[s]
             self.clock = max(self.clock, int(self.u64[self._rec(s) + 1]))
@@ -210,16 +215,18 @@ class PrefixIndex:
             total += v if v <= max_blocks(positions) else 0
         return total
 
-    def _recover_slot(self, s, checksums, dropped):
+    def _recover_hashes(self, s, dropped):
+        """Slot s's chain recomputed from its tokens: the hashes of its blocks up to the first that fails
+        (empty for a slot with nothing published, or one whose record is torn)."""
         r = self._rec(s)
         n = int(self.u64[r])
         self.valid[s], self.hashes[s] = 0, []
         if n == 0:
-            return
+            return []
         if n > self.max_blocks:
             dropped["torn"] = dropped.get("torn", 0) + 1  # not a count a publish writes: the whole slot
             self.u64[r] = 0
-            return
+            return []
         toks = self._tokens(s)[:n * BLOCK]
         good = n
         if int(toks.min()) < 0 or int(toks.max()) >= self.vocab:
@@ -232,14 +239,19 @@ class PrefixIndex:
                 break
         if good < n:
             dropped["hash"] = dropped.get("hash", 0) + n - good
-        if good:
-            now = checksums(s, good)
-            for j in range(good):
-                if int(now[j]) & MASK != int(self.u64[r + 3 + 2 * j]):
-                    dropped["checksum"] = dropped.get("checksum", 0) + good - j
-                    good = j
-                    break
-        self.u64[r] = good
+        return want[:good]
+
+    def _recover_checksums(self, s, want, now, dropped):
+        """Slot s keeps its blocks up to the first whose data checksum the device computes otherwise now."""
+        r = self._rec(s)
+        good = len(want)
+        for j in range(good):
+            if j >= len(now) or int(now[j]) & MASK != int(self.u64[r + 3 + 2 * j]):
+                dropped["checksum"] = dropped.get("checksum", 0) + good - j
+                good = j
+                break
+        if int(self.u64[r]) != good:
+            self.u64[r] = good  # what a hash or checksum dropped is unpublished in the index too
         self.valid[s] = good
         self.hashes[s] = want[:good]
         for j, h in enumerate(self.hashes[s]):

@@ -98,6 +98,10 @@ class Device:
         w = np.arange(1, rp.BLOCK + 1, dtype=np.int64)
         return [int((self.kv[slot, j * rp.BLOCK:(j + 1) * rp.BLOCK] * w).sum()) for j in range(first, upto)]
 
+    def checksums_of(self, wanted):
+        self.recoveries = getattr(self, "recoveries", 0) + 1  # one call per recovery, every slot in it
+        return {s: self.checksums(s, 0, n) for s, n in wanted.items()}
+
 
 def expected_kv(tokens):
     out, prev = [], 7
@@ -141,7 +145,7 @@ def engine(index_buf, kv, kv_generation, kv_created=False, identity=IDENTITY):
     """One engine's start: the index recovered, the Batcher with the prefix hooks."""
     dev = Device(kv)
     idx = rp.PrefixIndex(index_buf, identity, SLOTS, POSITIONS, VOCAB)
-    rec = idx.recover(kv_generation, kv_created, lambda s, n: dev.checksums(s, 0, n))
+    rec = idx.recover(kv_generation, kv_created, dev.checksums_of)
     pre = rp.PrefixCache(idx, dev)
     model = StandIn(kv, idx)
     return rb.Batcher(SLOTS, [1, 2, 4], pad_pos=POSITIONS - 1, prefix=pre), model, idx, rec
@@ -195,7 +199,7 @@ class PrefixReuse(unittest.TestCase):
     def test_a_slot_reused_for_another_prompt_is_unpublished_before_it_is_written(self):
         buf = np.zeros(rp.index_bytes(1, POSITIONS), dtype=np.uint8)
         idx = rp.PrefixIndex(buf, IDENTITY, 1, POSITIONS, VOCAB)
-        idx.recover(0, False, lambda s, n: [])
+        idx.recover(0, False, lambda wanted: {})
         a = list(range(40))
         slot, cached = idx.match(a, [0])
         self.assertEqual((slot, cached), (0, 0))
@@ -244,8 +248,9 @@ class Recovery(unittest.TestCase):
         b, model, idx, rec = self.recover()
         idx.by_hash[(0, 12345)] = {0}  # a stale lookup the rebuild must not keep
         dev = Device(self.kv)
-        again = idx.recover(3, False, lambda s, n: dev.checksums(s, 0, n))
+        again = idx.recover(3, False, dev.checksums_of)
         self.assertEqual((again["header"], again["recovered"]), ("valid", self.published))
+        self.assertEqual(dev.recoveries, 1)  # every slot's blocks checksummed in one device call
         self.assertNotIn((0, 12345), idx.by_hash)
         self.assertEqual(sum(len(v) for v in idx.by_hash.values()), self.published)
 
@@ -354,7 +359,7 @@ class KvStatsText(unittest.TestCase):
             try:
                 buf = np.zeros(rp.index_bytes(SLOTS, POSITIONS), dtype=np.uint8)
                 idx = rp.PrefixIndex(buf, IDENTITY, SLOTS, POSITIONS, VOCAB)
-                idx.recover(0, False, lambda s, n: [])
+                idx.recover(0, False, lambda wanted: {})
                 out = io.StringIO()
                 with contextlib.redirect_stdout(out):
                     rep = rp.KvReport(idx, "private", lambda m: None)
