@@ -65,7 +65,8 @@ class TensorOps:
         raise NotImplementedError
 
     def release_memory(self):
-        """Give cached device memory back after a failed warm path (before a cold load)."""
+        """Give cached device memory back to the driver (after a failed warm path, before a cold load; after
+        an adoption, the cold-loaded copy)."""
 
 
 class TorchOps(TensorOps):
