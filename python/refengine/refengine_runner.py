@@ -365,12 +365,17 @@ class TorchPrefixDevice:
         layer (it runs before the next engine serves: its time is the restart's)."""
         order = sorted(wanted, key=lambda s: (-wanted[s], s))
         out, i = {}, 0
-        while i < len(order):
-            n = wanted[order[i]]
-            group = order[i:i + max(1, self.CHUNK_BLOCKS // max(n, 1))]
-            i += len(group)
-            sums = self._checksums_group(group, n)
-            out.update({s: sums[k][:wanted[s]] for k, s in enumerate(group)})
+        try:
+            while i < len(order):
+                n = wanted[order[i]]
+                group = order[i:i + max(1, self.CHUNK_BLOCKS // max(n, 1))]
+                i += len(group)
+                sums = self._checksums_group(group, n)
+                out.update({s: sums[k][:wanted[s]] for k, s in enumerate(group)})
+        except RuntimeError as e:  # a batch that does not fit the memory left: slot by slot, as a publish does
+            log = getattr(self.r, "log", None) or (lambda m: print(m, flush=True))  # before start_loop: none yet
+            log(f"prefix recovery: batched checksums failed ({type(e).__name__}: {e}); slot by slot")
+            out = {s: self.checksums(s, 0, n) for s, n in wanted.items()}
         return out
 
     def _checksums_group(self, group, n):
