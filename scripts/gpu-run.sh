@@ -17,7 +17,8 @@
 #   tests-native: the CUDA gtests (no_driver_test, gpu_digest_test, vmm_share_test, tinyengine_test's
 #          TinyEngineCuda.*) and bench/gpu_supervisor.sh; each step gets at most what is left of 560 s
 #   tests-torch: the Python tests with torch on cuda:0 (test_binding test_torch test_refengine test_arena
-#          test_refengine_batch; 362 s on the H200), under a 540 s limit
+#          test_refengine_batch; 362 s on the H200), under a 540 s limit; TESTS_TORCH_MODULES names others
+#          (unittest names, e.g. "test_refengine_batch test_refengine_prefix")
 #   tests-vllm: the vLLM plugin's tests on cuda:0 (python/tests/gpu_vllm_plugin.sh; each test starts torch:
 #          201 s on the H200 once, past 260 s since), under a 540 s limit
 #   snapshot-refengine: the same snapshot benchmark on the PyTorch reference engine, SNAP_SHAPES
@@ -387,8 +388,9 @@ case "$mode" in
     fi
     if [ "$mode" = tests ] || [ "$mode" = tests-torch ]; then
       say "== Python tests with torch (binding, torch, reference engine, KV arena, batched engine; at $SECONDS s)"
+      # shellcheck disable=SC2086  # TESTS_TORCH_MODULES: a list of unittest names, split on purpose
       run_pytests "${TESTS_TORCH_TIMEOUT_S:-540}" python-tests.log "python tests" \
-        test_binding test_torch test_refengine test_arena test_refengine_batch || rc=1
+        ${TESTS_TORCH_MODULES:-test_binding test_torch test_refengine test_arena test_refengine_batch} || rc=1
       grep -E '(FAIL|ERROR|skipped)' "$OUT/python-tests.log" | head -20 | tee -a "$summary"
     fi
     if [ "$mode" = tests ] || [ "$mode" = tests-vllm ]; then
