@@ -80,8 +80,8 @@ def ready_engine(not_pid=None, since=None):
     return pred
 
 
-def body_of(i, stream):
-    b = {"prompt": f"client {i} asks", "max_tokens": MAX_TOKENS, "temperature": 0}
+def body_of(i, stream, max_tokens=MAX_TOKENS):
+    b = {"prompt": f"client {i} asks", "max_tokens": max_tokens, "temperature": 0}
     if stream: b.update(stream=True, stream_options={"include_usage": True})
     return json.dumps(b)
 
@@ -174,23 +174,26 @@ def kv_config(d, ckpt, port, which, a):
                        readiness={"request_path": ""})
 
 
-def stream_reporting(port, prompt, at):
-    """One stream, read to its end: (ok, body). AT = (k, callback): the callback runs once k token events
-    were read (the kill comes after every stream's callback)."""
-    body = json.dumps({"prompt": prompt, "max_tokens": MAX_TOKENS, "temperature": 0, "stream": True})
+def read_stream(port, body, at=None, reached=None):
+    """One stream read to its end: (ok, body text). REACHED() runs once AT token events were read (kv_trial's
+    kill comes after every stream's callback; front_kill_ref kills from it)."""
     c = http.client.HTTPConnection("127.0.0.1", port, timeout=120)
-    c.request("POST", "/v1/completions", body, {"Content-Type": "application/json"})
-    r = c.getresponse()
-    data, n = [], 0
-    while True:
-        line = r.readline()
-        if not line: break
-        line = line.decode()
-        data.append(line)
-        if line.startswith("data: {") and '"text"' in line:
-            n += 1
-            if n == at[0]: at[1]()
-    c.close()
+    try:
+        c.request("POST", "/v1/completions", body, {"Content-Type": "application/json"})
+        r = c.getresponse()
+        data, n = [], 0
+        while True:
+            line = r.readline()
+            if not line: break
+            line = line.decode()
+            data.append(line)
+            if line.startswith("data: {") and '"text"' in line:
+                n += 1
+                if n == at: reached()
+    except (OSError, http.client.HTTPException) as e:
+        return False, repr(e)
+    finally:
+        c.close()
     text = "".join(data)
     return r.status == 200 and '"error"' not in text and text.endswith("data: [DONE]\n\n"), text
 
@@ -203,7 +206,8 @@ def kv_trial(sup, streams, k, tag):
     results = [None] * streams
     prompts = [f"{tag} stream {i}: tell me a story" + "!" * (i % 3) for i in range(streams)]
     threads = [threading.Thread(target=lambda i=i: results.__setitem__(
-        i, stream_reporting(sup.port, prompts[i], (k, reached.release)))) for i in range(streams)]
+        i, read_stream(sup.port, json.dumps({"prompt": prompts[i], "max_tokens": MAX_TOKENS, "temperature": 0,
+                                      "stream": True}), k, reached.release))) for i in range(streams)]
     for t in threads: t.start()
     for _ in range(streams): reached.acquire()
     os.kill(engine, 9)

@@ -23,7 +23,7 @@ Per mode:
     of token events: its answer must be the uninterrupted one token for token, and its extra wait (its time
     minus the uninterrupted stream's) is set beside the service gap (kill(2) -> the next engine's READY).
 """
-import argparse, http.client, json, os, random, shutil, signal, subprocess, sys, tempfile, threading, time
+import argparse, json, os, random, shutil, signal, subprocess, sys, tempfile, threading, time
 
 import fastrestartd_run as fr
 import front_kill as fk
@@ -64,10 +64,7 @@ def config(d, a, mode, port):
 
 
 def body_of(i, stream):
-    b = {"prompt": f"client {i} asks", "max_tokens": MAX_TOKENS, "temperature": 0}
-    if stream:
-        b.update(stream=True, stream_options={"include_usage": True})
-    return json.dumps(b)
+    return fk.body_of(i, stream, MAX_TOKENS)
 
 
 def parked(st):
@@ -167,31 +164,6 @@ def run_load(m, clients, want):
     return res
 
 
-def read_stream(port, body, at=None, kill=None):
-    """One stream read to its end: (ok, body text). KILL() runs once AT token events were read."""
-    c = http.client.HTTPConnection("127.0.0.1", port, timeout=120)
-    try:
-        c.request("POST", "/v1/completions", body, {"Content-Type": "application/json"})
-        r = c.getresponse()
-        data, n = [], 0
-        while True:
-            line = r.readline()
-            if not line:
-                break
-            line = line.decode()
-            data.append(line)
-            if line.startswith("data: {") and '"text"' in line:
-                n += 1
-                if n == at:
-                    kill()
-    except (OSError, http.client.HTTPException) as e:
-        return False, repr(e)
-    finally:
-        c.close()
-    text = "".join(data)
-    return r.status == 200 and '"error"' not in text and text.endswith("data: [DONE]\n\n"), text
-
-
 def stream_texts(text):
     """The generated tokens of a stream: its chunks' texts, in order."""
     toks = []
@@ -209,7 +181,7 @@ def single_streams(m, rng):
         body = body_of(k % 16, True)
         st = m.sup.wait(parked, "a parked standby", m.a.ready_timeout)
         t = time.monotonic()
-        ok, want = read_stream(m.port, body)
+        ok, want = fk.read_stream(m.port, body)
         alone_s = time.monotonic() - t
         if not ok:
             raise RuntimeError(f"the uninterrupted stream failed: {want[:300]}")
@@ -217,7 +189,7 @@ def single_streams(m, rng):
         pid = st["engine"]["pid"]
         clock = fr.KillClock(pid)
         t = time.monotonic()
-        ok, got = read_stream(m.port, body, at, clock.kill)
+        ok, got = fk.read_stream(m.port, body, at, clock.kill)
         dt = time.monotonic() - t
         st = m.sup.wait(fk.ready_engine(pid, clock.t_kill), f"an engine after the kill of {pid}", m.a.ready_timeout)
         clock.ready(st)
