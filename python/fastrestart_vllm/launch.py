@@ -13,6 +13,11 @@ The loader plugin cannot do it either: vLLM loads its general plugins while it b
 (`make_arg_parser` -> `AsyncEngineArgs.add_cli_args` -> `load_general_plugins`), so a plugin runs before
 the bind, but it has no say in which socket `setup_server` makes.
 
+Flags under which vLLM would not serve on the passed socket (REFUSED) are refused twice: in argv before
+vLLM's main() runs, so that a refused start never loads the plugins or parks as a standby, and in the
+arguments vLLM parsed (`ServeSubcommand.cmd`, vllm/entrypoints/cli/serve.py), which also holds what a
+`--config` file or an argparse abbreviation set.
+
 Nothing of vLLM is imported here before vLLM's own main() runs (its `cli_env_setup` and
 `apply_runtime_environment` come first, as under `vllm serve`): an import hook patches each module below
 as vLLM itself imports it, right after the module's own code ran and before any other module can take
@@ -26,7 +31,8 @@ import socket
 import struct
 import sys
 
-__all__ = ["main", "install", "FACTORY", "MODULES", "REFUSED", "BACKLOG_ENV", "refused_flag", "backlog_of"]
+__all__ = ["main", "install", "FACTORY", "MODULES", "SERVE_MODULES", "REFUSED", "BACKLOG_ENV", "refused_flag",
+           "refused_mode", "backlog_of"]
 
 FACTORY = "create_server_socket"
 # Where vLLM has kept its socket factory, oldest layout first (vllm-project/vllm): defined in
@@ -46,6 +52,12 @@ MODULES = (
 # keyword arguments, never passing `backlog`, and uvicorn's Server.startup hands config.backlog to
 # loop.create_server(sock=...), whose start calls sock.listen(backlog) on the passed socket.
 UVICORN_CONFIG = "uvicorn.config"
+# Where `vllm serve`'s subcommand class lives (vllm/entrypoints/cli/serve.py, then
+# vllm/frontend/entrypoints/cli/serve.py with the old path an alias): its `ServeSubcommand.cmd` chooses the
+# server from the parsed arguments, and vllm/entrypoints/cli/main.py `_build_parser` hands the class's `cmd`
+# to the parser as `dispatch_function` after importing the module, so a `cmd` replaced right after the
+# module's own code ran is the one `main` dispatches to.
+SERVE_MODULES = ("vllm.entrypoints.cli.serve", "vllm.frontend.entrypoints.cli.serve")
 BACKLOG_ENV = "FASTRESTART_LISTEN_BACKLOG"
 
 # `vllm serve` flags under which vLLM would not serve HTTP on the one socket create_server_socket returns
@@ -84,6 +96,21 @@ def refused_flag(argv):
         if name in REFUSED:
             return name
     return None
+
+
+def refused_mode(args):
+    """The flag of REFUSED that vLLM's parsed arguments (`serve`'s argparse Namespace) turn on, or None.
+    This sees what refused_flag cannot: values from a `--config` YAML file (FlexibleArgumentParser puts them
+    among the arguments before parsing) and argparse's unambiguous abbreviations (`--headl`)."""
+    for flag in REFUSED:
+        if getattr(args, flag[2:].replace("-", "_"), None):
+            return flag
+    return None
+
+
+def _refusal(flag):
+    return ("fastrestart-vllm: %s is refused with the socket fastrestartd passed (engine.listen = "
+            "\"supervisor\"): %s" % (flag, REFUSED[flag]))
 
 
 def backlog_of(sock):
@@ -221,7 +248,27 @@ def install(sock, modules=MODULES, backlog=None):
         config.__init__ = __init__
         return "Config(backlog=%d)" % backlog
 
+    def patch_serve(mod):
+        command = getattr(mod, "ServeSubcommand", None)
+        if command is None or getattr(command.cmd, "_fastrestart_guard", False):
+            return None
+        inner = command.cmd
+
+        def cmd(args):
+            # The second check, on what vLLM parsed: by now the general plugins ran (a standby was parked
+            # and released), so this is later than main()'s check of argv, but still before vLLM binds,
+            # serves elsewhere or starts an engine.
+            flag = refused_mode(args)
+            if flag:
+                raise SystemExit(_refusal(flag))
+            return inner(args)
+
+        cmd._fastrestart_guard = True
+        command.cmd = staticmethod(cmd)
+        return "ServeSubcommand.cmd"
+
     patches = {name: patch_factory for name in modules}
+    patches.update({name: patch_serve for name in SERVE_MODULES})
     if backlog is not None:
         patches[UVICORN_CONFIG] = patch_uvicorn
     hook = _Patcher(patches)
@@ -243,18 +290,19 @@ def main(argv=None):
         except ValueError as e:
             raise SystemExit("fastrestart-vllm: the socket fastrestartd passed: %s" % e)
         if sock is not None:
+            # Refused here, before vLLM's main() runs (so before its plugins, and a standby's gate),
+            # when the flag is spelled out; install()'s guard on ServeSubcommand.cmd catches the rest.
             flag = refused_flag(argv[1:])
             if flag:
-                raise SystemExit("fastrestart-vllm: %s is refused with the socket fastrestartd passed "
-                                 "(engine.listen = \"supervisor\"): %s" % (flag, REFUSED[flag]))
+                raise SystemExit(_refusal(flag))
             try:
                 backlog = backlog_of(sock)
             except ValueError as e:
                 raise SystemExit("fastrestart-vllm: %s" % e)
             install(sock, backlog=backlog)
-            _say("serving on the socket fastrestartd passed (%s:%d, backlog %d); %s and uvicorn's Config "
-                 "are patched as vLLM imports them" % (sock.getsockname()[0], sock.getsockname()[1], backlog,
-                                                        FACTORY))
+            _say("serving on the socket fastrestartd passed (%s:%d, backlog %d); %s, uvicorn's Config and "
+                 "ServeSubcommand.cmd are patched as vLLM imports them" % (sock.getsockname()[0],
+                                                                           sock.getsockname()[1], backlog, FACTORY))
     sys.argv = ["vllm"] + argv
     from vllm.entrypoints.cli.main import main as vllm_main
     return vllm_main()

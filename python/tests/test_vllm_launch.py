@@ -246,6 +246,39 @@ class RefusalTest(_Procs):
         self.assertIsNone(launch.refused_flag(["m", "--grpc-port", "1"]))
         self.assertEqual(launch.refused_flag(["m", "--port", "1", "--headless"]), "--headless")
 
+    def test_what_only_the_parsed_arguments_show_is_refused_before_the_bind(self):
+        # argparse takes an unambiguous abbreviation (vLLM's FlexibleArgumentParser keeps allow_abbrev) and
+        # a --config file sets arguments too: neither is in argv as the flag's name, so the check of argv
+        # lets them through, and ServeSubcommand.cmd's guard refuses them from what vLLM parsed. That is
+        # after the plugins (the parser is built) and before setup_server binds or any engine starts.
+        from fastrestart_vllm import launch
+        for form, flag in ((["--headl"], "--headless"), (["--gr"], "--grpc"),
+                           (["--data-parallel-multi"], "--data-parallel-multi-port-external-lb")):
+            with self.subTest(form=form), listening_socket() as ls:
+                self.assertIsNone(launch.refused_flag(["m"] + form))
+                p = popen_with_socket([sys.executable, os.path.join(FAKE, "launch.py"), "serve", self.model,
+                                       "--port", str(ls.getsockname()[1])] + form, ls, env=self.env(),
+                                      stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                self.procs.append(p)
+                err = p.communicate(timeout=60)[1]
+                self.assertEqual(p.returncode, 1, err)
+                lines = err.splitlines()
+                self.assertEqual([x for x in lines if "is refused" in x], [launch._refusal(flag)], err)
+                self.assertIn("fastrestart-vllm: patched ServeSubcommand.cmd in vllm.entrypoints.cli.serve", lines)
+                plugins = [i for i, x in enumerate(lines) if x.startswith("fake-vllm: step=plugins role=api_server")]
+                self.assertLess(plugins[0], lines.index(launch._refusal(flag)))  # vLLM's parser was built first
+                self.assertNotIn("step=bind", err)
+                self.assertNotIn("not reproduced", err)  # vLLM's own cmd never ran
+
+    def test_refused_mode_reads_the_parsed_arguments(self):
+        from fastrestart_vllm import launch
+        ns = lambda **kw: type("Args", (), dict(dict(uds=None, grpc=False, headless=False,  # noqa: E731
+                                                    data_parallel_multi_port_external_lb=False), **kw))()
+        self.assertIsNone(launch.refused_mode(ns()))
+        self.assertEqual(launch.refused_mode(ns(uds="/tmp/x.sock")), "--uds")
+        self.assertEqual(launch.refused_mode(ns(data_parallel_multi_port_external_lb=True)),
+                         "--data-parallel-multi-port-external-lb")
+
     def test_without_a_passed_socket_they_pass_through_untouched(self):
         env = self.env()
         for k in ("LISTEN_FDS", "LISTEN_PID", "LISTEN_FDNAMES"):
