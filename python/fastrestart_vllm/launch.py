@@ -60,6 +60,13 @@ UVICORN_CONFIG = "uvicorn.config"
 SERVE_MODULES = ("vllm.entrypoints.cli.serve", "vllm.frontend.entrypoints.cli.serve")
 BACKLOG_ENV = "FASTRESTART_LISTEN_BACKLOG"
 
+# Said once when vLLM serves the passed socket from processes of its own (ServeSubcommand.cmd ->
+# run_multi_api_server: --api-server-count > 1, a data-parallel size > 1 by default, or VLLM_USE_RUST_FRONTEND).
+MULTI_SERVER_BACKLOG = ("several API server processes (or the Rust front end) serve the socket fastrestartd "
+                        "passed: each calls listen() with its own backlog (uvicorn's 2048), which replaces "
+                        "engine.listen_backlog for as long as the socket lives; set FASTRESTART_LISTEN_BACKLOG "
+                        "in engine.env so that the next engine through this launcher sets it back")
+
 # `vllm serve` flags under which vLLM would not serve HTTP on the one socket create_server_socket returns
 # (vllm/entrypoints/cli/serve.py ServeSubcommand.cmd, vllm/entrypoints/launchers/launcher.py setup_server).
 # Each is refused with a passed socket: the start would otherwise bind elsewhere or never accept, and
@@ -265,7 +272,20 @@ def install(sock, modules=MODULES, backlog=None):
 
         cmd._fastrestart_guard = True
         command.cmd = staticmethod(cmd)
-        return "ServeSubcommand.cmd"
+        what = ["ServeSubcommand.cmd"]
+        multi = getattr(mod, "run_multi_api_server", None)
+        if multi is not None and not getattr(multi, "_fastrestart_guard", False):
+            def run_multi_api_server(args, *rest, **kwargs):
+                # Served on the passed socket still (setup_server gets it), but by child processes this
+                # launcher does not reach: each API server process's uvicorn, or the Rust front end given
+                # the descriptor, calls listen() with its own backlog, and the kernel keeps the last one.
+                _say(MULTI_SERVER_BACKLOG)
+                return multi(args, *rest, **kwargs)
+
+            run_multi_api_server._fastrestart_guard = True
+            mod.run_multi_api_server = run_multi_api_server
+            what.append("run_multi_api_server")
+        return ", ".join(what)
 
     patches = {name: patch_factory for name in modules}
     patches.update({name: patch_serve for name in SERVE_MODULES})

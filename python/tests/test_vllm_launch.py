@@ -264,11 +264,32 @@ class RefusalTest(_Procs):
                 self.assertEqual(p.returncode, 1, err)
                 lines = err.splitlines()
                 self.assertEqual([x for x in lines if "is refused" in x], [launch._refusal(flag)], err)
-                self.assertIn("fastrestart-vllm: patched ServeSubcommand.cmd in vllm.entrypoints.cli.serve", lines)
+                self.assertIn("fastrestart-vllm: patched ServeSubcommand.cmd, run_multi_api_server in "
+                              "vllm.entrypoints.cli.serve", lines)
                 plugins = [i for i, x in enumerate(lines) if x.startswith("fake-vllm: step=plugins role=api_server")]
                 self.assertLess(plugins[0], lines.index(launch._refusal(flag)))  # vLLM's parser was built first
                 self.assertNotIn("step=bind", err)
                 self.assertNotIn("not reproduced", err)  # vLLM's own cmd never ran
+
+    def test_several_api_servers_are_served_but_said_to_lose_the_backlog(self):
+        # run_multi_api_server serves the passed socket from child processes the launcher does not reach:
+        # not refused, but one line says that their listen() replaces the backlog.
+        from fastrestart_vllm import launch
+        with listening_socket() as ls:
+            p = popen_with_socket([sys.executable, os.path.join(FAKE, "launch.py"), "serve", self.model,
+                                   "--port", str(ls.getsockname()[1]), "--api-server-count", "2"], ls,
+                                  env=self.env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+            self.procs.append(p)
+            err = p.communicate(timeout=60)[1]
+        self.assertEqual(p.returncode, 2, err)  # the reproduction stops where vLLM would start API servers
+        lines = err.splitlines()
+        self.assertEqual(lines.count("fastrestart-vllm: " + launch.MULTI_SERVER_BACKLOG), 1, err)
+        self.assertIn("fastrestart-vllm: patched ServeSubcommand.cmd, run_multi_api_server in "
+                      "vllm.entrypoints.cli.serve", lines)
+        self.assertLess(lines.index("fastrestart-vllm: " + launch.MULTI_SERVER_BACKLOG),
+                        lines.index("fake-vllm: --api-server-count 2 is not reproduced (vLLM would start API "
+                                    "server processes)"))
+        self.assertNotIn("is refused", err)
 
     def test_refused_mode_reads_the_parsed_arguments(self):
         from fastrestart_vllm import launch

@@ -9,10 +9,11 @@ vllm/frontend/entrypoints/cli/serve.py at 055e47c28003 is the same class):
 - `ServeSubcommand.cmd(args)` chooses the server from the parsed arguments (so flags given through
   `--config` YAML or as argparse abbreviations count too): `--grpc` runs `serve_grpc` (its own port);
   `--headless` runs `run_headless` (no API server); `--data-parallel-multi-port-external-lb` runs
-  `run_dp_supervisor` (an API server per local DP rank); `--api-server-count` > 1 runs
-  `run_multi_api_server`; otherwise one API server in this process: `run_server(args)`
-  (vllm/entrypoints/launchers/api_server/entry.py), imported inside `cmd` at that commit, so nothing of the
-  server is imported before the arguments are parsed. The reproduction has the last one.
+  `run_dp_supervisor` (an API server per local DP rank); `--api-server-count` > 1 (by default a
+  data-parallel size > 1, or VLLM_USE_RUST_FRONTEND) runs `run_multi_api_server`, a module global;
+  otherwise one API server in this process: `run_server(args)`
+  (vllm/entrypoints/launchers/api_server/entry.py), imported inside `cmd` at that commit, so nothing of
+  the server is imported before the arguments are parsed. The reproduction has the last one.
 """
 
 import sys
@@ -31,12 +32,23 @@ class ServeSubcommand:
                 print("fake-vllm: %s is not reproduced (vLLM would not run its single API server)" % flag,
                       file=sys.stderr)
                 return 2
+        if args.api_server_count is not None and args.api_server_count > 1:
+            return run_multi_api_server(args)
         from vllm.entrypoints.launchers.api_server.entry import run_server
         return run_server(args)
 
     def subparser_init(self, subparsers):
         from vllm.entrypoints.openai.cli_args import make_arg_parser
         return make_arg_parser(subparsers.add_parser(self.name))  # the general plugins load here
+
+
+def run_multi_api_server(args):
+    """vLLM's: `setup_server`, the engines, then `APIServerProcessManager` (API server processes, each
+    serving the one socket with its own uvicorn) or `RustFrontendProcessManager` (`--listen-fd`); called by
+    its module-global name from `cmd`. Not reproduced: the launcher's line about it is what is tested."""
+    print("fake-vllm: --api-server-count %d is not reproduced (vLLM would start API server processes)"
+          % args.api_server_count, file=sys.stderr)
+    return 2
 
 
 def cmd_init():
