@@ -291,6 +291,59 @@ class RefusalTest(_Procs):
                                     "server processes)"))
         self.assertNotIn("is refused", err)
 
+    def test_the_serve_guard_in_the_alias_layout_is_installed_once_and_refuses(self):
+        # vLLM's frontend layout (055e47c2): vllm/entrypoints/cli/serve.py a sys.modules alias of
+        # vllm/frontend/entrypoints/cli/serve.py, whose module also has run_multi_api_server.
+        serve = ("import sys\n"
+                 "class ServeSubcommand:\n"
+                 "    name = 'serve'\n"
+                 "    @staticmethod\n"
+                 "    def cmd(args):\n"
+                 "        if args.api_server_count > 1:\n"
+                 "            return run_multi_api_server(args)\n"
+                 "        return 'served'\n"
+                 "def run_multi_api_server(args):\n"
+                 "    return 'several'\n")
+        files = {
+            "vllm/__init__.py": "",
+            "vllm/entrypoints/__init__.py": "",
+            "vllm/entrypoints/cli/__init__.py": "",
+            "vllm/entrypoints/cli/serve.py":
+                "import importlib, sys\n"
+                "sys.modules[__name__] = importlib.import_module('vllm.frontend.entrypoints.cli.serve')\n",
+            "vllm/frontend/__init__.py": "",
+            "vllm/frontend/entrypoints/__init__.py": "",
+            "vllm/frontend/entrypoints/cli/__init__.py": "",
+            "vllm/frontend/entrypoints/cli/serve.py": serve,
+            "vllm/frontend/entrypoints/launchers/__init__.py": "",
+            "vllm/frontend/entrypoints/launchers/launcher.py": "def create_server_socket(addr, *, reuse_port):\n    pass\n",
+        }
+        root = os.path.join(self.tmp, "layout")
+        for path, text in files.items():
+            os.makedirs(os.path.dirname(os.path.join(root, path)), exist_ok=True)
+            with open(os.path.join(root, path), "w") as f:
+                f.write(text)
+        script = ("import socket, sys, types\n"
+                  "from fastrestart_vllm import launch\n"
+                  "s = socket.socket(); s.bind(('127.0.0.1', 0)); s.listen(5)\n"
+                  "hook = launch.install(s)\n"
+                  "from vllm.entrypoints.cli.serve import ServeSubcommand\n"
+                  "args = lambda **kw: types.SimpleNamespace(**dict(dict(uds=None, grpc=False, headless=False,\n"
+                  "    data_parallel_multi_port_external_lb=False, api_server_count=1), **kw))\n"
+                  "print(sorted(hook.patched))\n"
+                  "print(ServeSubcommand.cmd(args()), ServeSubcommand.cmd(args(api_server_count=2)))\n"
+                  "ServeSubcommand.cmd(args(grpc=True))\n")
+        env = dict(os.environ, PYTHONPATH=os.pathsep.join([root, os.environ.get("PYTHONPATH", "")]))
+        r = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env, timeout=60)
+        from fastrestart_vllm import launch
+        self.assertEqual(r.returncode, 1, r.stderr)
+        self.assertEqual(r.stdout.splitlines(), [str([("vllm.frontend.entrypoints.cli.serve",
+                                                       "ServeSubcommand.cmd, run_multi_api_server")]),
+                                                 "served several"])
+        err = r.stderr.splitlines()
+        self.assertEqual(err.count("fastrestart-vllm: " + launch.MULTI_SERVER_BACKLOG), 1, r.stderr)
+        self.assertEqual(err[-1], launch._refusal("--grpc"))
+
     def test_refused_mode_reads_the_parsed_arguments(self):
         from fastrestart_vllm import launch
         ns = lambda **kw: type("Args", (), dict(dict(uds=None, grpc=False, headless=False,  # noqa: E731
