@@ -13,10 +13,10 @@ The loader plugin cannot do it either: vLLM loads its general plugins while it b
 (`make_arg_parser` -> `AsyncEngineArgs.add_cli_args` -> `load_general_plugins`), so a plugin runs before
 the bind, but it has no say in which socket `setup_server` makes.
 
-Flags under which vLLM would not serve on the passed socket (REFUSED) are refused twice: in argv before
-vLLM's main() runs, so that a refused start never loads the plugins or parks as a standby, and in the
-arguments vLLM parsed (`ServeSubcommand.cmd`, vllm/entrypoints/cli/serve.py), which also holds what a
-`--config` file or an argparse abbreviation set.
+Flags under which vLLM would not serve on the passed socket (REFUSED) are refused twice: in argv (and its
+`--config` YAML file) before vLLM's main() runs, so that a refused start never loads the plugins or parks
+as a standby, and in the arguments vLLM parsed (`ServeSubcommand.cmd`, vllm/entrypoints/cli/serve.py),
+which also holds what an argparse abbreviation set.
 
 Nothing of vLLM is imported here before vLLM's own main() runs (its `cli_env_setup` and
 `apply_runtime_environment` come first, as under `vllm serve`): an import hook patches each module below
@@ -26,13 +26,14 @@ the factory from it by name.
 
 import importlib.abc
 import importlib.util
+import json
 import os
 import socket
 import struct
 import sys
 
 __all__ = ["main", "install", "FACTORY", "MODULES", "SERVE_MODULES", "REFUSED", "BACKLOG_ENV", "refused_flag",
-           "refused_mode", "backlog_of"]
+           "config_argv", "refused_mode", "backlog_of"]
 
 FACTORY = "create_server_socket"
 # Where vLLM has kept its socket factory, oldest layout first (vllm-project/vllm): defined in
@@ -82,6 +83,8 @@ REFUSED = {
                                               "on a port of its own (run_dp_supervisor); fastrestartd "
                                               "passes one socket",
 }
+# The refused flags that take a value (FrontendArgs.uds: `str | None`, parsed with optional_type).
+VALUED = ("--uds",)
 
 
 def _say(msg):
@@ -90,19 +93,66 @@ def _say(msg):
 
 
 def refused_flag(argv):
-    """The first flag of REFUSED set in `serve`'s argv (after the subcommand), or None. vLLM's
-    FlexibleArgumentParser takes `--a_b` for `--a-b` and `--flag=value`; the boolean
-    `--no-data-parallel-multi-port-external-lb` turns the mode off and is not refused. Arguments after a
-    bare `--` are positional for argparse and are not flags."""
-    for word in argv:
+    """The first flag of REFUSED that `serve`'s argv (after the subcommand) leaves on, or None, read as
+    vLLM's FlexibleArgumentParser reads it: `--a_b` is `--a-b`, `--flag=value` is `--flag value`, the last
+    of `--data-parallel-multi-port-external-lb` and its `--no-` form wins, and `--uds` with "" or "None"
+    (vLLM's optional_type) is no Unix socket. Arguments after a bare `--` are positional for argparse and
+    are not flags."""
+    state = {}
+    words = iter(argv)
+    for word in words:
         if word == "--":
             break
         if not word.startswith("--"):
             continue
-        name = "--" + word[2:].split("=", 1)[0].replace("_", "-")
-        if name in REFUSED:
-            return name
-    return None
+        name, eq, value = word[2:].partition("=")
+        name = "--" + name.replace("_", "-")
+        if name in VALUED:
+            if not eq:
+                value = next(words, "")
+            state[name] = value not in ("", "None")
+        elif name in REFUSED:
+            state[name] = True
+        elif name.startswith("--no-") and "--" + name[5:] in REFUSED:
+            state["--" + name[5:]] = False
+    return next((name for name, on in state.items() if on), None)
+
+
+def config_argv(argv):
+    """`serve`'s argv with the settings of its `--config` YAML file put where vLLM puts them (after the
+    model, before the other arguments: FlexibleArgumentParser._pull_args_from_config and load_config_file,
+    vllm/utils/argparse_utils.py), so that refused_flag sees them before vLLM's main() runs. argv as it is
+    when there is no such file or it cannot be read: vLLM then reports that itself, and the guard on
+    ServeSubcommand.cmd still sees what vLLM parsed."""
+    if argv.count("--config") != 1:
+        return argv
+    at = argv.index("--config")
+    if at + 1 >= len(argv) or not argv[at + 1].endswith((".yaml", ".yml")):
+        return argv
+    try:
+        import yaml  # vLLM's own dependency (its argparse_utils imports it); not part of vLLM
+        with open(argv[at + 1]) as f:
+            config = yaml.safe_load(f)
+    except Exception:  # noqa: BLE001 -- vLLM reads the file again and says what is wrong with it
+        return argv
+    if not isinstance(config, dict):
+        return argv
+    words = []
+    for key, value in config.items():
+        if isinstance(value, bool):
+            # vLLM adds `--no-KEY` only where the parser has it; for refused_flag an unknown one is nothing.
+            words.append("--%s" % key if value else "--no-%s" % key)
+        elif isinstance(value, list):
+            if value:
+                words += ["--%s" % key] + [str(item) for item in value]
+        elif isinstance(value, dict):
+            words += ["--%s" % key, json.dumps(value)]
+        else:
+            words += ["--%s" % key, str(value)]
+    rest = argv[:at] + argv[at + 2:]
+    if argv and not argv[0].startswith("-"):  # the model as the positional argument stays first
+        return rest[:1] + words + rest[1:]
+    return words + rest
 
 
 def refused_mode(args):
@@ -311,8 +361,9 @@ def main(argv=None):
             raise SystemExit("fastrestart-vllm: the socket fastrestartd passed: %s" % e)
         if sock is not None:
             # Refused here, before vLLM's main() runs (so before its plugins, and a standby's gate),
-            # when the flag is spelled out; install()'s guard on ServeSubcommand.cmd catches the rest.
-            flag = refused_flag(argv[1:])
+            # when argv or its --config file spells the flag out; install()'s guard on
+            # ServeSubcommand.cmd catches the rest (abbreviations).
+            flag = refused_flag(config_argv(argv[1:]))
             if flag:
                 raise SystemExit(_refusal(flag))
             try:

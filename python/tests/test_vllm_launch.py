@@ -245,6 +245,40 @@ class RefusalTest(_Procs):
         self.assertIsNone(launch.refused_flag(["m", "--served-model-name", "x", "--", "--grpc"]))
         self.assertIsNone(launch.refused_flag(["m", "--grpc-port", "1"]))
         self.assertEqual(launch.refused_flag(["m", "--port", "1", "--headless"]), "--headless")
+        # read as vLLM's parser reads it: the last of a boolean and its --no- form wins; --uds "" or None
+        # (vLLM's optional_type) is no Unix socket, and the value after --uds is not a flag
+        self.assertIsNone(launch.refused_flag(["m", "--data-parallel-multi-port-external-lb",
+                                               "--no-data_parallel_multi_port_external_lb"]))
+        self.assertEqual(launch.refused_flag(["m", "--no-data-parallel-multi-port-external-lb",
+                                              "--data-parallel-multi-port-external-lb"]),
+                         "--data-parallel-multi-port-external-lb")
+        for form in (["--uds", "None"], ["--uds="], ["--uds", ""], ["--uds=None"]):
+            self.assertIsNone(launch.refused_flag(["m"] + form), form)
+        self.assertEqual(launch.refused_flag(["m", "--uds", "--grpc"]), "--uds")
+
+    @unittest.skipIf(importlib.util.find_spec("yaml") is None, "PyYAML is not installed (vLLM's --config)")
+    def test_a_refused_setting_in_the_config_file_is_refused_before_vllm_runs(self):
+        from fastrestart_vllm import launch
+        cases = (("grpc: true\n", "--grpc"), ("uds: /tmp/x.sock\n", "--uds"),
+                 ("data_parallel_multi_port_external_lb: true\n", "--data-parallel-multi-port-external-lb"))
+        for text, flag in cases:
+            path = os.path.join(self.tmp, "serve.yaml")
+            with open(path, "w") as f:
+                f.write("port: 8000\n" + text)
+            with self.subTest(config=text), listening_socket() as ls:
+                p, i = self.launch(ls, ls.getsockname()[1], "--config", path)
+                self.assertEqual(p.wait(60), 1, self.output(i))
+                self.assertEqual(self.output(i), launch._refusal(flag) + "\n")  # no parser, no plugins
+        # where vLLM puts the file's settings: after the model, before the rest, so the command line wins
+        with open(path, "w") as f:
+            f.write("data-parallel-multi-port-external-lb: true\nuds: null\nheadless: false\n")
+        argv = ["m", "--config", path, "--no-data-parallel-multi-port-external-lb"]
+        self.assertEqual(launch.config_argv(argv), ["m", "--data-parallel-multi-port-external-lb", "--uds", "None",
+                                                    "--no-headless", "--no-data-parallel-multi-port-external-lb"])
+        self.assertIsNone(launch.refused_flag(launch.config_argv(argv)))
+        # a file vLLM cannot read either is left to vLLM, which says what is wrong with it
+        self.assertEqual(launch.config_argv(["m", "--config", os.path.join(self.tmp, "none.yaml")]),
+                         ["m", "--config", os.path.join(self.tmp, "none.yaml")])
 
     def test_what_only_the_parsed_arguments_show_is_refused_before_the_bind(self):
         # argparse takes an unambiguous abbreviation (vLLM's FlexibleArgumentParser keeps allow_abbrev) and
