@@ -307,7 +307,9 @@ def install(sock, modules=MODULES, backlog=None):
 
     def patch_serve(mod):
         command = getattr(mod, "ServeSubcommand", None)
-        if command is None or getattr(command.cmd, "_fastrestart_guard", False):
+        # A staticmethod in every vLLM checked; any other shape is left alone (the argv check still runs).
+        if command is None or not isinstance(command.__dict__.get("cmd"), staticmethod) \
+                or getattr(command.cmd, "_fastrestart_guard", False):
             return None
         inner = command.cmd
 
