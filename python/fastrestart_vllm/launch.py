@@ -18,8 +18,8 @@ Flags under which vLLM would not serve on the passed socket (REFUSED) are refuse
 as a standby, and in the arguments vLLM parsed (`ServeSubcommand.cmd`, vllm/entrypoints/cli/serve.py),
 which also holds what an argparse abbreviation set.
 
-Nothing of vLLM is imported here before vLLM's own main() runs (its `cli_env_setup` and
-`apply_runtime_environment` come first, as under `vllm serve`): an import hook patches each module below
+Nothing of vLLM is imported here before vLLM's own main() runs (its `cli_env_setup`, and in trees that
+have it `apply_runtime_environment`, come first, as under `vllm serve`): an import hook patches each module below
 as vLLM itself imports it, right after the module's own code ran and before any other module can take
 the factory from it by name.
 """
@@ -252,8 +252,10 @@ class _PatchingLoader(importlib.abc.Loader):
 
 def install(sock, modules=MODULES, backlog=None):
     """Arranges for vLLM's socket factory to return `sock` (already bound and listening) and, with
-    `backlog`, for uvicorn's Config to take it: installs the import hook (and patches at once what is
-    imported already). Returns the hook; its `patched` lists (module, what) as vLLM imports them.
+    `backlog`, for uvicorn's Config to take it, and wraps `ServeSubcommand.cmd` (the refusal guard on the
+    parsed arguments) and `run_multi_api_server` (its line about the backlog): installs the import hook
+    (and patches at once what is imported already). Returns the hook; its `patched` lists (module, what)
+    as vLLM imports them.
     A vLLM in which no module of `modules` mentions the factory raises SystemExit naming them.
     The factory's first call gets the socket; a second call (vLLM wanting another TCP socket) is an error,
     never a second bind of the engine's port."""
