@@ -19,9 +19,9 @@ as a standby, and in the arguments vLLM parsed (`ServeSubcommand.cmd`, vllm/entr
 which also holds what an argparse abbreviation set.
 
 Nothing of vLLM is imported here before vLLM's own main() runs (its `cli_env_setup`, and in trees that
-have it `apply_runtime_environment`, come first, as under `vllm serve`): an import hook patches each module below
-as vLLM itself imports it, right after the module's own code ran and before any other module can take
-the factory from it by name.
+have it `apply_runtime_environment`, come first, as under `vllm serve`): an import hook patches each
+module below as vLLM itself imports it, right after the module's own code ran and before any other
+module can take the factory from it by name.
 """
 
 import importlib.abc
@@ -157,8 +157,8 @@ def config_argv(argv):
 
 def refused_mode(args):
     """The flag of REFUSED that vLLM's parsed arguments (`serve`'s argparse Namespace) turn on, or None.
-    This sees what refused_flag cannot: values from a `--config` YAML file (FlexibleArgumentParser puts them
-    among the arguments before parsing) and argparse's unambiguous abbreviations (`--headl`)."""
+    This sees what refused_flag cannot: argparse's unambiguous abbreviations (`--headl`), and a `--config`
+    file config_argv could not read but vLLM could."""
     for flag in REFUSED:
         if getattr(args, flag[2:].replace("-", "_"), None):
             return flag
@@ -375,9 +375,9 @@ def main(argv=None):
             except ValueError as e:
                 raise SystemExit("fastrestart-vllm: %s" % e)
             install(sock, backlog=backlog)
+            host, port = sock.getsockname()[:2]
             _say("serving on the socket fastrestartd passed (%s:%d, backlog %d); %s, uvicorn's Config and "
-                 "ServeSubcommand.cmd are patched as vLLM imports them" % (sock.getsockname()[0],
-                                                                           sock.getsockname()[1], backlog, FACTORY))
+                 "ServeSubcommand.cmd are patched as vLLM imports them" % (host, port, backlog, FACTORY))
     sys.argv = ["vllm"] + argv
     from vllm.entrypoints.cli.main import main as vllm_main
     return vllm_main()

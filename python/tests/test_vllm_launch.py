@@ -300,7 +300,8 @@ class RefusalTest(_Procs):
                 self.assertEqual([x for x in lines if "is refused" in x], [launch._refusal(flag)], err)
                 self.assertIn("fastrestart-vllm: patched ServeSubcommand.cmd, run_multi_api_server in "
                               "vllm.entrypoints.cli.serve", lines)
-                plugins = [i for i, x in enumerate(lines) if x.startswith("fake-vllm: step=plugins role=api_server")]
+                plugins = [i for i, x in enumerate(lines)
+                           if x.startswith("fake-vllm: step=plugins role=api_server")]
                 self.assertLess(plugins[0], lines.index(launch._refusal(flag)))  # vLLM's parser was built first
                 self.assertNotIn("step=bind", err)
                 self.assertNotIn("not reproduced", err)  # vLLM's own cmd never ran
@@ -350,7 +351,8 @@ class RefusalTest(_Procs):
             "vllm/frontend/entrypoints/cli/__init__.py": "",
             "vllm/frontend/entrypoints/cli/serve.py": serve,
             "vllm/frontend/entrypoints/launchers/__init__.py": "",
-            "vllm/frontend/entrypoints/launchers/launcher.py": "def create_server_socket(addr, *, reuse_port):\n    pass\n",
+            "vllm/frontend/entrypoints/launchers/launcher.py":
+                "def create_server_socket(addr, *, reuse_port):\n    pass\n",
         }
         root = os.path.join(self.tmp, "layout")
         for path, text in files.items():

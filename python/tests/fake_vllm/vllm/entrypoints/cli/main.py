@@ -44,8 +44,10 @@ def _serve_parser():
     # The reproduction's own flags
     serve_parser.add_argument("--tp-rank", type=int, default=0)
     serve_parser.add_argument("--reload-weights", action="store_true",
-                              help="then update the weights in place as vLLM's reload_weights does (a new loader)")
-    serve_parser.add_argument("--processes", action="store_true", help="API server -> engine core -> worker processes")
+                              help="then update the weights in place as vLLM's reload_weights does "
+                                   "(a new loader)")
+    serve_parser.add_argument("--processes", action="store_true",
+                              help="API server -> engine core -> worker processes")
     return parser
 
 
