@@ -13,20 +13,27 @@ The loader plugin cannot do it either: vLLM loads its general plugins while it b
 (`make_arg_parser` -> `AsyncEngineArgs.add_cli_args` -> `load_general_plugins`), so a plugin runs before
 the bind, but it has no say in which socket `setup_server` makes.
 
-Nothing of vLLM is imported here before vLLM's own main() runs (its `cli_env_setup` and
-`apply_runtime_environment` come first, as under `vllm serve`): an import hook patches each module below
-as vLLM itself imports it, right after the module's own code ran and before any other module can take
-the factory from it by name.
+Flags under which vLLM would not serve on the passed socket (REFUSED) are refused twice: in argv (and its
+`--config` YAML file) before vLLM's main() runs, so that a refused start never loads the plugins or parks
+as a standby, and in the arguments vLLM parsed (`ServeSubcommand.cmd`, vllm/entrypoints/cli/serve.py),
+which also holds what an argparse abbreviation set.
+
+Nothing of vLLM is imported here before vLLM's own main() runs (its `cli_env_setup`, and in trees that
+have it `apply_runtime_environment`, come first, as under `vllm serve`): an import hook patches each
+module below as vLLM itself imports it, right after the module's own code ran and before any other
+module can take the factory from it by name.
 """
 
 import importlib.abc
 import importlib.util
+import json
 import os
 import socket
 import struct
 import sys
 
-__all__ = ["main", "install", "FACTORY", "MODULES", "REFUSED", "BACKLOG_ENV", "refused_flag", "backlog_of"]
+__all__ = ["main", "install", "FACTORY", "MODULES", "SERVE_MODULES", "REFUSED", "BACKLOG_ENV", "refused_flag",
+           "config_argv", "refused_mode", "backlog_of"]
 
 FACTORY = "create_server_socket"
 # Where vLLM has kept its socket factory, oldest layout first (vllm-project/vllm): defined in
@@ -46,7 +53,20 @@ MODULES = (
 # keyword arguments, never passing `backlog`, and uvicorn's Server.startup hands config.backlog to
 # loop.create_server(sock=...), whose start calls sock.listen(backlog) on the passed socket.
 UVICORN_CONFIG = "uvicorn.config"
+# Where `vllm serve`'s subcommand class lives (vllm/entrypoints/cli/serve.py, then
+# vllm/frontend/entrypoints/cli/serve.py with the old path an alias): its `ServeSubcommand.cmd` chooses the
+# server from the parsed arguments, and vllm/entrypoints/cli/main.py `_build_parser` hands the class's `cmd`
+# to the parser as `dispatch_function` after importing the module, so a `cmd` replaced right after the
+# module's own code ran is the one `main` dispatches to.
+SERVE_MODULES = ("vllm.entrypoints.cli.serve", "vllm.frontend.entrypoints.cli.serve")
 BACKLOG_ENV = "FASTRESTART_LISTEN_BACKLOG"
+
+# Said once when vLLM serves the passed socket from processes of its own (ServeSubcommand.cmd ->
+# run_multi_api_server: --api-server-count > 1, a data-parallel size > 1 by default, or VLLM_USE_RUST_FRONTEND).
+MULTI_SERVER_BACKLOG = ("several API server processes (or the Rust front end) serve the socket fastrestartd "
+                        "passed: each calls listen() with its own backlog (uvicorn's 2048), which replaces "
+                        "engine.listen_backlog for as long as the socket lives; set FASTRESTART_LISTEN_BACKLOG "
+                        "in engine.env so that the next engine through this launcher sets it back")
 
 # `vllm serve` flags under which vLLM would not serve HTTP on the one socket create_server_socket returns
 # (vllm/entrypoints/cli/serve.py ServeSubcommand.cmd, vllm/entrypoints/launchers/launcher.py setup_server).
@@ -63,6 +83,8 @@ REFUSED = {
                                               "on a port of its own (run_dp_supervisor); fastrestartd "
                                               "passes one socket",
 }
+# The refused flags that take a value (FrontendArgs.uds: `str | None`, parsed with optional_type).
+VALUED = ("--uds",)
 
 
 def _say(msg):
@@ -71,19 +93,81 @@ def _say(msg):
 
 
 def refused_flag(argv):
-    """The first flag of REFUSED set in `serve`'s argv (after the subcommand), or None. vLLM's
-    FlexibleArgumentParser takes `--a_b` for `--a-b` and `--flag=value`; the boolean
-    `--no-data-parallel-multi-port-external-lb` turns the mode off and is not refused. Arguments after a
-    bare `--` are positional for argparse and are not flags."""
-    for word in argv:
+    """The first flag of REFUSED that `serve`'s argv (after the subcommand) leaves on, or None, read as
+    vLLM's FlexibleArgumentParser reads it: `--a_b` is `--a-b`, `--flag=value` is `--flag value`, the last
+    of `--data-parallel-multi-port-external-lb` and its `--no-` form wins, and `--uds` with "" or "None"
+    (vLLM's optional_type) is no Unix socket. Arguments after a bare `--` are positional for argparse and
+    are not flags."""
+    state = {}
+    words = iter(argv)
+    for word in words:
         if word == "--":
             break
         if not word.startswith("--"):
             continue
-        name = "--" + word[2:].split("=", 1)[0].replace("_", "-")
-        if name in REFUSED:
-            return name
+        name, eq, value = word[2:].partition("=")
+        name = "--" + name.replace("_", "-")
+        if name in VALUED:
+            if not eq:
+                value = next(words, "")
+            state[name] = value not in ("", "None")
+        elif name in REFUSED:
+            state[name] = True
+        elif name.startswith("--no-") and "--" + name[5:] in REFUSED:
+            state["--" + name[5:]] = False
+    return next((name for name, on in state.items() if on), None)
+
+
+def config_argv(argv):
+    """`serve`'s argv with the settings of its `--config` YAML file put where vLLM puts them (after the
+    model, before the other arguments: FlexibleArgumentParser._pull_args_from_config and load_config_file,
+    vllm/utils/argparse_utils.py), so that refused_flag sees them before vLLM's main() runs. argv as it is
+    when there is no such file or it cannot be read: vLLM then reports that itself, and the guard on
+    ServeSubcommand.cmd still sees what vLLM parsed."""
+    if argv.count("--config") != 1:
+        return argv
+    at = argv.index("--config")
+    if at + 1 >= len(argv) or not argv[at + 1].endswith((".yaml", ".yml")):
+        return argv
+    try:
+        import yaml  # vLLM's own dependency (its argparse_utils imports it); not part of vLLM
+        with open(argv[at + 1]) as f:
+            config = yaml.safe_load(f)
+    except Exception:  # noqa: BLE001 -- vLLM reads the file again and says what is wrong with it
+        return argv
+    if not isinstance(config, dict):
+        return argv
+    words = []
+    for key, value in config.items():
+        if isinstance(value, bool):
+            # vLLM adds `--no-KEY` only where the parser has it; for refused_flag an unknown one is nothing.
+            words.append("--%s" % key if value else "--no-%s" % key)
+        elif isinstance(value, list):
+            if value:
+                words += ["--%s" % key] + [str(item) for item in value]
+        elif isinstance(value, dict):
+            words += ["--%s" % key, json.dumps(value)]
+        else:
+            words += ["--%s" % key, str(value)]
+    rest = argv[:at] + argv[at + 2:]
+    if argv and not argv[0].startswith("-"):  # the model as the positional argument stays first
+        return rest[:1] + words + rest[1:]
+    return words + rest
+
+
+def refused_mode(args):
+    """The flag of REFUSED that vLLM's parsed arguments (`serve`'s argparse Namespace) turn on, or None.
+    This sees what refused_flag cannot: argparse's unambiguous abbreviations (`--headl`), and a `--config`
+    file config_argv could not read but vLLM could."""
+    for flag in REFUSED:
+        if getattr(args, flag[2:].replace("-", "_"), None):
+            return flag
     return None
+
+
+def _refusal(flag):
+    return ("fastrestart-vllm: %s is refused with the socket fastrestartd passed (engine.listen = "
+            "\"supervisor\"): %s" % (flag, REFUSED[flag]))
 
 
 def backlog_of(sock):
@@ -168,8 +252,10 @@ class _PatchingLoader(importlib.abc.Loader):
 
 def install(sock, modules=MODULES, backlog=None):
     """Arranges for vLLM's socket factory to return `sock` (already bound and listening) and, with
-    `backlog`, for uvicorn's Config to take it: installs the import hook (and patches at once what is
-    imported already). Returns the hook; its `patched` lists (module, what) as vLLM imports them.
+    `backlog`, for uvicorn's Config to take it, and wraps `ServeSubcommand.cmd` (the refusal guard on the
+    parsed arguments) and `run_multi_api_server` (its line about the backlog): installs the import hook
+    (and patches at once what is imported already). Returns the hook; its `patched` lists (module, what)
+    as vLLM imports them.
     A vLLM in which no module of `modules` mentions the factory raises SystemExit naming them.
     The factory's first call gets the socket; a second call (vLLM wanting another TCP socket) is an error,
     never a second bind of the engine's port."""
@@ -221,7 +307,42 @@ def install(sock, modules=MODULES, backlog=None):
         config.__init__ = __init__
         return "Config(backlog=%d)" % backlog
 
+    def patch_serve(mod):
+        command = getattr(mod, "ServeSubcommand", None)
+        # A staticmethod in every vLLM checked; any other shape is left alone (the argv check still runs).
+        if command is None or not isinstance(command.__dict__.get("cmd"), staticmethod) \
+                or getattr(command.cmd, "_fastrestart_guard", False):
+            return None
+        inner = command.cmd
+
+        def cmd(args):
+            # The second check, on what vLLM parsed: by now the general plugins ran (a standby was parked
+            # and released), so this is later than main()'s check of argv, but still before vLLM binds,
+            # serves elsewhere or starts an engine.
+            flag = refused_mode(args)
+            if flag:
+                raise SystemExit(_refusal(flag))
+            return inner(args)
+
+        cmd._fastrestart_guard = True
+        command.cmd = staticmethod(cmd)
+        what = ["ServeSubcommand.cmd"]
+        multi = getattr(mod, "run_multi_api_server", None)
+        if multi is not None and not getattr(multi, "_fastrestart_guard", False):
+            def run_multi_api_server(args, *rest, **kwargs):
+                # Served on the passed socket still (setup_server gets it), but by child processes this
+                # launcher does not reach: each API server process's uvicorn, or the Rust front end given
+                # the descriptor, calls listen() with its own backlog, and the kernel keeps the last one.
+                _say(MULTI_SERVER_BACKLOG)
+                return multi(args, *rest, **kwargs)
+
+            run_multi_api_server._fastrestart_guard = True
+            mod.run_multi_api_server = run_multi_api_server
+            what.append("run_multi_api_server")
+        return ", ".join(what)
+
     patches = {name: patch_factory for name in modules}
+    patches.update({name: patch_serve for name in SERVE_MODULES})
     if backlog is not None:
         patches[UVICORN_CONFIG] = patch_uvicorn
     hook = _Patcher(patches)
@@ -243,18 +364,20 @@ def main(argv=None):
         except ValueError as e:
             raise SystemExit("fastrestart-vllm: the socket fastrestartd passed: %s" % e)
         if sock is not None:
-            flag = refused_flag(argv[1:])
+            # Refused here, before vLLM's main() runs (so before its plugins, and a standby's gate),
+            # when argv or its --config file spells the flag out; install()'s guard on
+            # ServeSubcommand.cmd catches the rest (abbreviations).
+            flag = refused_flag(config_argv(argv[1:]))
             if flag:
-                raise SystemExit("fastrestart-vllm: %s is refused with the socket fastrestartd passed "
-                                 "(engine.listen = \"supervisor\"): %s" % (flag, REFUSED[flag]))
+                raise SystemExit(_refusal(flag))
             try:
                 backlog = backlog_of(sock)
             except ValueError as e:
                 raise SystemExit("fastrestart-vllm: %s" % e)
             install(sock, backlog=backlog)
-            _say("serving on the socket fastrestartd passed (%s:%d, backlog %d); %s and uvicorn's Config "
-                 "are patched as vLLM imports them" % (sock.getsockname()[0], sock.getsockname()[1], backlog,
-                                                        FACTORY))
+            host, port = sock.getsockname()[:2]
+            _say("serving on the socket fastrestartd passed (%s:%d, backlog %d); %s, uvicorn's Config and "
+                 "ServeSubcommand.cmd are patched as vLLM imports them" % (host, port, backlog, FACTORY))
     sys.argv = ["vllm"] + argv
     from vllm.entrypoints.cli.main import main as vllm_main
     return vllm_main()

@@ -245,6 +245,149 @@ class RefusalTest(_Procs):
         self.assertIsNone(launch.refused_flag(["m", "--served-model-name", "x", "--", "--grpc"]))
         self.assertIsNone(launch.refused_flag(["m", "--grpc-port", "1"]))
         self.assertEqual(launch.refused_flag(["m", "--port", "1", "--headless"]), "--headless")
+        # read as vLLM's parser reads it: the last of a boolean and its --no- form wins; --uds "" or None
+        # (vLLM's optional_type) is no Unix socket, and the value after --uds is not a flag
+        self.assertIsNone(launch.refused_flag(["m", "--data-parallel-multi-port-external-lb",
+                                               "--no-data_parallel_multi_port_external_lb"]))
+        self.assertEqual(launch.refused_flag(["m", "--no-data-parallel-multi-port-external-lb",
+                                              "--data-parallel-multi-port-external-lb"]),
+                         "--data-parallel-multi-port-external-lb")
+        for form in (["--uds", "None"], ["--uds="], ["--uds", ""], ["--uds=None"]):
+            self.assertIsNone(launch.refused_flag(["m"] + form), form)
+        self.assertEqual(launch.refused_flag(["m", "--uds", "--grpc"]), "--uds")
+
+    @unittest.skipIf(importlib.util.find_spec("yaml") is None, "PyYAML is not installed (vLLM's --config)")
+    def test_a_refused_setting_in_the_config_file_is_refused_before_vllm_runs(self):
+        from fastrestart_vllm import launch
+        cases = (("grpc: true\n", "--grpc"), ("uds: /tmp/x.sock\n", "--uds"),
+                 ("data_parallel_multi_port_external_lb: true\n", "--data-parallel-multi-port-external-lb"))
+        for text, flag in cases:
+            path = os.path.join(self.tmp, "serve.yaml")
+            with open(path, "w") as f:
+                f.write("port: 8000\n" + text)
+            with self.subTest(config=text), listening_socket() as ls:
+                p, i = self.launch(ls, ls.getsockname()[1], "--config", path)
+                self.assertEqual(p.wait(60), 1, self.output(i))
+                self.assertEqual(self.output(i), launch._refusal(flag) + "\n")  # no parser, no plugins
+        # where vLLM puts the file's settings: after the model, before the rest, so the command line wins
+        with open(path, "w") as f:
+            f.write("data-parallel-multi-port-external-lb: true\nuds: null\nheadless: false\n")
+        argv = ["m", "--config", path, "--no-data-parallel-multi-port-external-lb"]
+        self.assertEqual(launch.config_argv(argv), ["m", "--data-parallel-multi-port-external-lb", "--uds", "None",
+                                                    "--no-headless", "--no-data-parallel-multi-port-external-lb"])
+        self.assertIsNone(launch.refused_flag(launch.config_argv(argv)))
+        # a file vLLM cannot read either is left to vLLM, which says what is wrong with it
+        self.assertEqual(launch.config_argv(["m", "--config", os.path.join(self.tmp, "none.yaml")]),
+                         ["m", "--config", os.path.join(self.tmp, "none.yaml")])
+
+    def test_what_only_the_parsed_arguments_show_is_refused_before_the_bind(self):
+        # argparse takes an unambiguous abbreviation (vLLM's FlexibleArgumentParser keeps allow_abbrev) and
+        # a --config file sets arguments too: neither is in argv as the flag's name, so the check of argv
+        # lets them through, and ServeSubcommand.cmd's guard refuses them from what vLLM parsed. That is
+        # after the plugins (the parser is built) and before setup_server binds or any engine starts.
+        from fastrestart_vllm import launch
+        for form, flag in ((["--headl"], "--headless"), (["--gr"], "--grpc"),
+                           (["--data-parallel-multi"], "--data-parallel-multi-port-external-lb")):
+            with self.subTest(form=form), listening_socket() as ls:
+                self.assertIsNone(launch.refused_flag(["m"] + form))
+                p = popen_with_socket([sys.executable, os.path.join(FAKE, "launch.py"), "serve", self.model,
+                                       "--port", str(ls.getsockname()[1])] + form, ls, env=self.env(),
+                                      stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                self.procs.append(p)
+                err = p.communicate(timeout=60)[1]
+                self.assertEqual(p.returncode, 1, err)
+                lines = err.splitlines()
+                self.assertEqual([x for x in lines if "is refused" in x], [launch._refusal(flag)], err)
+                self.assertIn("fastrestart-vllm: patched ServeSubcommand.cmd, run_multi_api_server in "
+                              "vllm.entrypoints.cli.serve", lines)
+                plugins = [i for i, x in enumerate(lines)
+                           if x.startswith("fake-vllm: step=plugins role=api_server")]
+                self.assertLess(plugins[0], lines.index(launch._refusal(flag)))  # vLLM's parser was built first
+                self.assertNotIn("step=bind", err)
+                self.assertNotIn("not reproduced", err)  # vLLM's own cmd never ran
+
+    def test_several_api_servers_are_served_but_said_to_lose_the_backlog(self):
+        # run_multi_api_server serves the passed socket from child processes the launcher does not reach:
+        # not refused, but one line says that their listen() replaces the backlog.
+        from fastrestart_vllm import launch
+        with listening_socket() as ls:
+            p = popen_with_socket([sys.executable, os.path.join(FAKE, "launch.py"), "serve", self.model,
+                                   "--port", str(ls.getsockname()[1]), "--api-server-count", "2"], ls,
+                                  env=self.env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+            self.procs.append(p)
+            err = p.communicate(timeout=60)[1]
+        self.assertEqual(p.returncode, 2, err)  # the reproduction stops where vLLM would start API servers
+        lines = err.splitlines()
+        self.assertEqual(lines.count("fastrestart-vllm: " + launch.MULTI_SERVER_BACKLOG), 1, err)
+        self.assertIn("fastrestart-vllm: patched ServeSubcommand.cmd, run_multi_api_server in "
+                      "vllm.entrypoints.cli.serve", lines)
+        self.assertLess(lines.index("fastrestart-vllm: " + launch.MULTI_SERVER_BACKLOG),
+                        lines.index("fake-vllm: --api-server-count 2 is not reproduced (vLLM would start API "
+                                    "server processes)"))
+        self.assertNotIn("is refused", err)
+
+    def test_the_serve_guard_in_the_alias_layout_is_installed_once_and_refuses(self):
+        # vLLM's frontend layout (055e47c2): vllm/entrypoints/cli/serve.py a sys.modules alias of
+        # vllm/frontend/entrypoints/cli/serve.py, whose module also has run_multi_api_server.
+        serve = ("import sys\n"
+                 "class ServeSubcommand:\n"
+                 "    name = 'serve'\n"
+                 "    @staticmethod\n"
+                 "    def cmd(args):\n"
+                 "        if args.api_server_count > 1:\n"
+                 "            return run_multi_api_server(args)\n"
+                 "        return 'served'\n"
+                 "def run_multi_api_server(args):\n"
+                 "    return 'several'\n")
+        files = {
+            "vllm/__init__.py": "",
+            "vllm/entrypoints/__init__.py": "",
+            "vllm/entrypoints/cli/__init__.py": "",
+            "vllm/entrypoints/cli/serve.py":
+                "import importlib, sys\n"
+                "sys.modules[__name__] = importlib.import_module('vllm.frontend.entrypoints.cli.serve')\n",
+            "vllm/frontend/__init__.py": "",
+            "vllm/frontend/entrypoints/__init__.py": "",
+            "vllm/frontend/entrypoints/cli/__init__.py": "",
+            "vllm/frontend/entrypoints/cli/serve.py": serve,
+            "vllm/frontend/entrypoints/launchers/__init__.py": "",
+            "vllm/frontend/entrypoints/launchers/launcher.py":
+                "def create_server_socket(addr, *, reuse_port):\n    pass\n",
+        }
+        root = os.path.join(self.tmp, "layout")
+        for path, text in files.items():
+            os.makedirs(os.path.dirname(os.path.join(root, path)), exist_ok=True)
+            with open(os.path.join(root, path), "w") as f:
+                f.write(text)
+        script = ("import socket, sys, types\n"
+                  "from fastrestart_vllm import launch\n"
+                  "s = socket.socket(); s.bind(('127.0.0.1', 0)); s.listen(5)\n"
+                  "hook = launch.install(s)\n"
+                  "from vllm.entrypoints.cli.serve import ServeSubcommand\n"
+                  "args = lambda **kw: types.SimpleNamespace(**dict(dict(uds=None, grpc=False, headless=False,\n"
+                  "    data_parallel_multi_port_external_lb=False, api_server_count=1), **kw))\n"
+                  "print(sorted(hook.patched))\n"
+                  "print(ServeSubcommand.cmd(args()), ServeSubcommand.cmd(args(api_server_count=2)))\n"
+                  "ServeSubcommand.cmd(args(grpc=True))\n")
+        env = dict(os.environ, PYTHONPATH=os.pathsep.join([root, os.environ.get("PYTHONPATH", "")]))
+        r = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env, timeout=60)
+        from fastrestart_vllm import launch
+        self.assertEqual(r.returncode, 1, r.stderr)
+        self.assertEqual(r.stdout.splitlines(), [str([("vllm.frontend.entrypoints.cli.serve",
+                                                       "ServeSubcommand.cmd, run_multi_api_server")]),
+                                                 "served several"])
+        err = r.stderr.splitlines()
+        self.assertEqual(err.count("fastrestart-vllm: " + launch.MULTI_SERVER_BACKLOG), 1, r.stderr)
+        self.assertEqual(err[-1], launch._refusal("--grpc"))
+
+    def test_refused_mode_reads_the_parsed_arguments(self):
+        from fastrestart_vllm import launch
+        ns = lambda **kw: type("Args", (), dict(dict(uds=None, grpc=False, headless=False,  # noqa: E731
+                                                    data_parallel_multi_port_external_lb=False), **kw))()
+        self.assertIsNone(launch.refused_mode(ns()))
+        self.assertEqual(launch.refused_mode(ns(uds="/tmp/x.sock")), "--uds")
+        self.assertEqual(launch.refused_mode(ns(data_parallel_multi_port_external_lb=True)),
+                         "--data-parallel-multi-port-external-lb")
 
     def test_without_a_passed_socket_they_pass_through_untouched(self):
         env = self.env()

@@ -28,6 +28,9 @@ def role_line(role):
 
 
 def spawn(role, args):
-    """Runs `role` (engine_core, worker) in a new process with `args` (an argparse Namespace); its exit code."""
-    return subprocess.run([sys.executable, os.path.join(HERE, "spawn_main.py"), role, json.dumps(vars(args))],
+    """Runs `role` (engine_core, worker) in a new process with `args` (an argparse Namespace); its exit code.
+    The parser's `dispatch_function` stays behind: vLLM hands its engine core a VllmConfig built from the
+    engine arguments, never the CLI's namespace, and the function is no JSON."""
+    values = {k: v for k, v in vars(args).items() if k != "dispatch_function"}
+    return subprocess.run([sys.executable, os.path.join(HERE, "spawn_main.py"), role, json.dumps(values)],
                           close_fds=True).returncode

@@ -1,5 +1,6 @@
 """uvicorn.config.Config reduced to what a passed socket sees: `backlog` (default 2048, as uvicorn's),
-host and port (only named in logs when a socket is passed), and every other keyword kept as given."""
+host and port (only named in logs when a socket is passed), and every other keyword kept as given.
+encode/uvicorn uvicorn/config.py `Config.__init__` (0.35.0, checked at e6c7ce791fc634b6eedee40e0d0207faa8a9aefd)."""
 
 
 class Config:

@@ -1,7 +1,9 @@
-"""vllm.plugins as in vLLM (vllm/plugins/__init__.py load_general_plugins, load_plugins_by_group): entry
-points of group vllm.general_plugins, filtered by VLLM_PLUGINS, loaded once per process (plugins_loaded);
-each loaded function is called. Callers, in vLLM's order: AsyncEngineArgs.add_cli_args (the parser of
-`vllm serve`), EngineCore.__init__, WorkerWrapperBase.init_worker."""
+"""vllm.plugins as in vLLM (vllm/plugins/__init__.py load_general_plugins, load_plugins_by_group; checked
+at 01425553bdbed63400efa72ff14a8f4ffe20bada): entry points of group vllm.general_plugins, filtered by
+VLLM_PLUGINS, loaded once per process (plugins_loaded); each loaded function is called, and an exception
+from it propagates (only a failed `plugin.load()` is logged and skipped). Callers, in vLLM's order:
+AsyncEngineArgs.add_cli_args (the parser of `vllm serve`), EngineCore.__init__,
+WorkerWrapperBase.init_worker."""
 
 import logging
 from importlib.metadata import entry_points

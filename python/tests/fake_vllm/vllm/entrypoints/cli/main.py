@@ -32,15 +32,22 @@ import standin
 
 
 def _serve_parser():
-    from vllm.entrypoints.openai.cli_args import make_arg_parser
+    """The parser and the command as vLLM's `_build_parser` makes them: the subcommand's module is imported
+    first (`_load_command`), its `subparser_init` builds the parser (the plugins load there), and
+    `dispatch_function` is the class's `cmd` as it is when the parser is built."""
+    from vllm.entrypoints.cli import serve
+    command = serve.cmd_init()[0]
     parser = argparse.ArgumentParser(prog="vllm")
     sub = parser.add_subparsers(dest="subparser", required=True)
-    serve = make_arg_parser(sub.add_parser("serve"))  # the general plugins load here
+    serve_parser = command.subparser_init(sub)
+    serve_parser.set_defaults(dispatch_function=command.cmd)
     # The reproduction's own flags
-    serve.add_argument("--tp-rank", type=int, default=0)
-    serve.add_argument("--reload-weights", action="store_true",
-                       help="then update the weights in place as vLLM's reload_weights does (a new loader)")
-    serve.add_argument("--processes", action="store_true", help="API server -> engine core -> worker processes")
+    serve_parser.add_argument("--tp-rank", type=int, default=0)
+    serve_parser.add_argument("--reload-weights", action="store_true",
+                              help="then update the weights in place as vLLM's reload_weights does "
+                                   "(a new loader)")
+    serve_parser.add_argument("--processes", action="store_true",
+                              help="API server -> engine core -> worker processes")
     return parser
 
 
@@ -59,8 +66,7 @@ def main():
     args = parser.parse_args(argv)
     if args.processes:
         repro.role_line("api_server")
-    from vllm.entrypoints.cli import serve
-    return serve.cmd(args)
+    return args.dispatch_function(args)
 
 
 if __name__ == "__main__":

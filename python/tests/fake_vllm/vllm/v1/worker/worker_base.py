@@ -1,9 +1,10 @@
 """vllm.v1.worker.worker_base reduced to `WorkerWrapperBase.init_worker`.
 
-vllm-project/vllm vllm/v1/worker/worker_base.py: `init_worker` calls `load_general_plugins()` before it
-builds the worker class; `WorkerProc.__init__` (vllm/v1/executor/multiproc_executor.py) calls it, then
-`self.worker.init_device()` and `load_model()`. The rest of the start is the engine core's calls into the
-worker (vllm/v1/engine/core.py `_initialize_kv_caches`), reproduced in order by run_worker.
+vllm-project/vllm vllm/v1/worker/worker_base.py (checked at 09aa6b34bf7bd7f309464cefb570552144db41c3):
+`init_worker` calls `load_general_plugins()` before it builds the worker class; `WorkerProc.__init__`
+(vllm/v1/executor/multiproc_executor.py) calls it, then `self.worker.init_device()` and `load_model()`.
+The rest of the start is the engine core's calls into the worker (vllm/v1/engine/core.py
+`_initialize_kv_caches`), reproduced in order by run_worker.
 """
 
 import repro
