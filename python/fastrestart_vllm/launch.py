@@ -65,8 +65,8 @@ BACKLOG_ENV = "FASTRESTART_LISTEN_BACKLOG"
 # run_multi_api_server: --api-server-count > 1, a data-parallel size > 1 by default, or VLLM_USE_RUST_FRONTEND).
 MULTI_SERVER_BACKLOG = ("several API server processes (or the Rust front end) serve the socket fastrestartd "
                         "passed: each calls listen() with its own backlog (uvicorn's 2048), which replaces "
-                        "engine.listen_backlog for as long as the socket lives; set FASTRESTART_LISTEN_BACKLOG "
-                        "in engine.env so that the next engine through this launcher sets it back")
+                        "engine.listen_backlog for as long as the socket lives; the next engine through this "
+                        "launcher sets it back from FASTRESTART_LISTEN_BACKLOG (fastrestartd sets it)")
 
 # `vllm serve` flags under which vLLM would not serve HTTP on the one socket create_server_socket returns
 # (vllm/entrypoints/cli/serve.py ServeSubcommand.cmd, vllm/entrypoints/launchers/launcher.py setup_server).
@@ -171,7 +171,8 @@ def _refusal(flag):
 
 
 def backlog_of(sock):
-    """The accept queue length `sock` listens with: FASTRESTART_LISTEN_BACKLOG when set, else what the
+    """The accept queue length `sock` listens with: FASTRESTART_LISTEN_BACKLOG when set (fastrestartd sets
+    it to engine.listen_backlog beside every socket it passes, unless engine.env does), else what the
     kernel holds for the socket (TCP_INFO of a listening socket: tcpi_sacked is sk_max_ack_backlog, the
     backlog fastrestartd's listen() set, already capped at net.core.somaxconn; what `ss -ltn` shows as
     Send-Q). A bad variable raises ValueError naming it."""

@@ -92,6 +92,9 @@ SpawnSpec engine_spawn_spec(const Config& cfg, EngineCommand command, int listen
   spec.env = std::move(command.env);
   spec.listen_fd = listen_fd;
   spec.listen_fd_name = kListenFdName;
+  // The socket's configured queue length, which the socket itself may no longer show (listen_names.h);
+  // engine.env's own value wins.
+  if (listen_fd >= 0) spec.env.try_emplace(fastrestart::kListenBacklogEnv, std::to_string(cfg.engine.listen_backlog));
   spec.working_dir = cfg.engine.working_dir;
   spec.new_pid_namespace = command.own_pid_namespace;
   if (!cfg.engine.cgroup.empty()) spec.cgroup_procs = cfg.engine.cgroup + "/cgroup.procs";

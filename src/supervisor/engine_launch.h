@@ -47,7 +47,8 @@ std::vector<std::string> engine_launch_argv(const EngineLaunch& in, bool for_sta
 std::map<std::string, std::string> engine_launch_env(const EngineLaunch& in, bool for_standby);
 
 // The spawn of an engine or a standby running `command`: its argv, environment and PID namespace, the
-// listening socket `listen_fd` (fd 3 in the child, LISTEN_FDNAMES fastrestart-engine; -1: none; docs/listen-socket.md),
+// listening socket `listen_fd` (fd 3 in the child, LISTEN_FDNAMES fastrestart-engine, and FASTRESTART_LISTEN_BACKLOG =
+// engine.listen_backlog unless engine.env sets it; -1: none; docs/listen-socket.md),
 // engine.working_dir and engine.cgroup. The caller adds what is its own (a standby's gate, the private endpoint).
 SpawnSpec engine_spawn_spec(const Config& cfg, EngineCommand command, int listen_fd);
 

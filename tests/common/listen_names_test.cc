@@ -41,5 +41,11 @@ TEST(ListenNames, ThePythonTestsStartEnginesAsFastrestartdDoes) {
   EXPECT_TRUE(assigns(support, "PROBE_FDNAME", fastrestart::kProbeFdName)) << "PROBE_FDNAME in python/tests/listen_support.py";
 }
 
+TEST(ListenNames, TheVllmLauncherReadsTheBacklogVariableFastrestartdSets) {
+  const std::string launch = source_file("python/fastrestart_vllm/launch.py");
+  ASSERT_FALSE(launch.empty()) << "python/fastrestart_vllm/launch.py not read";
+  EXPECT_TRUE(assigns(launch, "BACKLOG_ENV", fastrestart::kListenBacklogEnv)) << "BACKLOG_ENV in python/fastrestart_vllm/launch.py";
+}
+
 }  // namespace
 }  // namespace fr

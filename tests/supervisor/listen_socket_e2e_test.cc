@@ -40,6 +40,7 @@ struct Options {
   int crash_loop_limit = 50;
   double check_timeout_s = 0.5;       // readiness.check_timeout_s
   std::string endpoint;               // readiness.endpoint; empty: the default
+  std::map<std::string, std::string> env;  // engine.env
 };
 
 // connect(2) to 127.0.0.1:port: 0 when it connected (the socket is returned in *out), else the errno.
@@ -79,6 +80,7 @@ class ListenSocketTest : public ::testing::Test {
         .set("restart", "start", o.standby_level.empty() ? o.start : "[\"standby\", \"warm\", \"cold\"]")
         .http(m_http);
     if (!o.endpoint.empty()) c.text("readiness", "endpoint", o.endpoint);
+    for (const auto& [k, v] : o.env) c.text("engine.env", k, v);
     if (!o.standby_level.empty()) c.text("standby", "level", o.standby_level);
     m_cfg = c.write();
     m_config = std::make_unique<test::FastrestartdConfig>(c);
@@ -405,6 +407,25 @@ TEST_F(ListenSocketTest, ChildrenHoldNoDescriptorFastrestartdInherited) {
   EXPECT_GE(descendants.size(), 2u) << "the engine and the weight daemon";
   for (pid_t pid : descendants) EXPECT_FALSE(holds(pid)) << "pid " << pid << " holds " << marker;
   EXPECT_EQ(m_sup->stop(SIGTERM), 0) << m_sup->log();
+}
+
+// The engine is told the accept queue's configured length (engine.listen_backlog, 64 here) beside the
+// socket, which a server calling listen() again would otherwise change for good; engine.env's own value wins.
+TEST_F(ListenSocketTest, TheEngineIsToldTheConfiguredBacklogUnlessEngineEnvSetsIt) {
+  for (const std::string own : {"", "100"}) {
+    SCOPED_TRACE("engine.env FASTRESTART_LISTEN_BACKLOG = \"" + own + "\"");
+    m_port = test::free_port();
+    Options o;
+    if (!own.empty()) o.env["FASTRESTART_LISTEN_BACKLOG"] = own;
+    o.command = {"/bin/sh", "-c", "printf 'engine-backlog: %s.\\n' \"$FASTRESTART_LISTEN_BACKLOG\"; exec \"$0\" \"$@\"",
+                 FR_TINYENGINE_BIN, "serve", m_dir / "model", "--port", std::to_string(m_port), "--served-model-name", "t",
+                 "--load-format", "fastrestart", "--fastrestart-socket-dir", m_dir / "run", "--shutdown-grace", "2"};
+    launch(o);
+    ready();
+    const std::string log = m_sup->log();
+    EXPECT_NE(log.find("engine-backlog: " + (own.empty() ? std::string("64") : own) + ".\n"), std::string::npos) << log;
+    EXPECT_EQ(m_sup->stop(SIGTERM), 0) << m_sup->log();
+  }
 }
 
 // An engine that ignores LISTEN_FDS and binds the port itself: its "Address already in use" is named as
