@@ -43,7 +43,9 @@
 # call, e.g. VSHAPE_RUNS="warm pre_gpu warmed" then VSHAPE_RUNS="cold" VSHAPE_WARM_KILLS=...), VSHAPE_SHAPE (8b; tiny for a dry run), VSHAPE_FLAGS (more engine flags, e.g.
 # "--max-model-len 2048" on the tiny shape, whose 1 KiB positions would otherwise give each slot the
 # config's 131072), VSHAPE_CLIENTS (default 1,<the engine's max_num_seqs>), VSHAPE_MAX_TOKENS (64),
-# VSHAPE_LISTEN (empty: the engine binds the port; supervisor: fastrestartd holds it; private: and checks each
+# VSHAPE_LOAD_REPEAT (5: tokens/s measured that many times per client count on the live engine after each
+# path's last restart; the summary gives the median with its spread and says whether each path's median lies
+# within cold's spread), VSHAPE_LISTEN (empty: the engine binds the port; supervisor: fastrestartd holds it; private: and checks each
 # engine on its private endpoint).
 # Results: $OUT/vshape-summary.txt, $OUT/vshape-results.json, $OUT/vshape-logs.tar.gz.
 set -uo pipefail
@@ -54,6 +56,7 @@ budget=${VSHAPE_BUDGET_S:-470}
 runs=${VSHAPE_RUNS:-"warm pre_gpu warmed cold"}
 shape=${VSHAPE_SHAPE:-8b}
 maxtok=${VSHAPE_MAX_TOKENS:-64}
+repeat=${VSHAPE_LOAD_REPEAT:-5}
 w=/var/tmp/frvshape
 rm -rf "$w/sup" "$w/oracle.json"
 mkdir -p "$w/sup" "$OUT/vshape"
@@ -126,8 +129,8 @@ live() {
   echo "${pid:-}" >"$res/$1-pid.txt"
   n=$(python3 -c 'import json,sys; print((json.load(open(sys.argv[1])).get("batch") or {}).get("max_num_seqs") or 1)' "$res/$1-stats.json" 2>/dev/null || echo 1)
   clients=${VSHAPE_CLIENTS:-1,$n}
-  timeout 50 python3 "$root/bench/vshape_load.py" --port "$port" --clients "$clients" --max-tokens "$maxtok" \
-    --rounds 1 --reference 8 >"$res/$1-load.json" 2>"$d/load.err" || say "  load test failed: $(tail -1 "$d/load.err")"
+  timeout $((30 + 15 * repeat)) python3 "$root/bench/vshape_load.py" --port "$port" --clients "$clients" --max-tokens "$maxtok" \
+    --rounds 1 --reference 8 --repeat "$repeat" >"$res/$1-load.json" 2>"$d/load.err" || say "  load test failed: $(tail -1 "$d/load.err")"
 }
 
 port=8500
@@ -246,7 +249,24 @@ for f in sorted(glob.glob(os.path.join(res, "*.json"))):
               f" swap_in {s.get('kv_arena_swap_in_median_s', '-')} s; live engine's lease generation {lease.get('generation', '-')}"
               + (f"; FELL BACK: {ka['fallback']}" if ka.get("fallback") else "")
               + (f"; fallbacks over the kills: {s['kv_arena_fallbacks']}" if s.get("kv_arena_fallbacks") else ""))
+    spreads = [f"{x['clients']} clients {x['tokens_per_s']} ({x['spread']['min']}-{x['spread']['max']}, {len(x['tokens_per_s_each'])} times)"
+               for x in runs if x.get("spread")]
+    if spreads:
+        print("   tok/s median (spread): " + "; ".join(spreads))
     out[path] = {"cycles": r, "stats": st, "engine_mib": mib, "load": lo, "kv_arena": arena}
+# Throughput after each path against cold's: a path's median inside cold's spread (min-max) at the same
+# client count is "within"; the figure is believed only side by side, so only a cold run of this call counts.
+cold_runs = {x["clients"]: x for x in ((out.get("cold") or {}).get("load") or {}).get("runs", []) if x.get("spread")}
+for path in sorted(p for p in out if p != "cold"):
+    verdicts = []
+    for x in (out[path].get("load") or {}).get("runs", []):
+        c = cold_runs.get(x["clients"])
+        if c and x.get("tokens_per_s") is not None:
+            lo_, hi = c["spread"]["min"], c["spread"]["max"]
+            verdicts.append(f"{x['clients']} clients {x['tokens_per_s']} vs cold {lo_}-{hi}: "
+                            + ("within" if lo_ <= x["tokens_per_s"] <= hi else "OUTSIDE"))
+    if verdicts:
+        print(f"tok/s after {path} against cold's spread: " + "; ".join(verdicts))
 json.dump(out, open(os.path.join(os.path.dirname(res), "vshape-results.json"), "w"), indent=1)
 PY
 tar czf "$OUT/vshape-logs.tar.gz" -C "$w" sup 2>/dev/null

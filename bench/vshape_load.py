@@ -2,15 +2,19 @@
 """Throughput of a running engine at 1 and N concurrent clients, and how often batching changes the greedy
 tokens (docs/refengine.md, "Batched serving"; bench/gpu_vllm_shape.sh).
 
-    vshape_load.py --port P [--clients 1,64] [--max-tokens 64] [--rounds 2] [--reference 16]
+    vshape_load.py --port P [--clients 1,64] [--max-tokens 64] [--rounds 2] [--reference 16] [--repeat 5]
 
 Each client sends `rounds` completions of max_tokens tokens, prompt "request <client> <round>", one after
-the other; tokens/s = completion tokens of all clients / wall time. --reference R: the first R prompts are
-first sent alone (batch 1), and their answers under load are compared token by token. One JSON object on
-stdout.
+the other; tokens/s = completion tokens of all clients / wall time. --repeat K measures each client count K
+times (the later times with prompts of their own, so that no answer comes from a cache the first time
+filled): tokens/s is then the median, with each measurement and their spread (min, max), which is what a
+throughput is compared against (another start path's median inside cold's spread). --reference R: the
+first R prompts are first sent alone (batch 1), and their answers under load (the first measurement) are
+compared token by token. One JSON object on stdout.
 """
 import argparse
 import json
+import statistics
 import threading
 import time
 import urllib.request
@@ -24,12 +28,12 @@ def complete(port, prompt, max_tokens):
         return json.load(r)["choices"][0]["token_ids"]
 
 
-def run(port, clients, rounds, max_tokens):
+def run(port, clients, rounds, max_tokens, tag=""):
     answers, errors = {}, []
 
     def client(c):
         for r in range(rounds):
-            p = f"request {c} {r}"
+            p = f"request {c} {r}{tag}"
             try:
                 answers[p] = complete(port, p, max_tokens)
             except Exception as e:  # noqa: BLE001 -- counted and reported
@@ -54,14 +58,23 @@ def main():
     ap.add_argument("--rounds", type=int, default=2)
     ap.add_argument("--max-tokens", type=int, default=64)
     ap.add_argument("--reference", type=int, default=16)
+    ap.add_argument("--repeat", type=int, default=1)
     a = ap.parse_args()
-    out = {"max_tokens": a.max_tokens, "rounds": a.rounds, "runs": []}
+    if a.repeat < 1:
+        ap.error("--repeat: at least 1")
+    out = {"max_tokens": a.max_tokens, "rounds": a.rounds, "repeat": a.repeat, "runs": []}
     ref = {}
     for c in range(a.reference):
         p = f"request {c} 0"
         ref[p] = complete(a.port, p, a.max_tokens)
     for n in (int(x) for x in a.clients.split(",")):
         res, answers = run(a.port, n, a.rounds, a.max_tokens)
+        if a.repeat > 1:
+            each = [res] + [run(a.port, n, a.rounds, a.max_tokens, f" #{k}")[0] for k in range(1, a.repeat)]
+            tps = [x["tokens_per_s"] for x in each]
+            res = dict(res, tokens_per_s=round(statistics.median(tps), 1), tokens_per_s_each=tps,
+                       spread={"min": min(tps), "max": max(tps)}, errors=sum(x["errors"] for x in each),
+                       first_error=next((x["first_error"] for x in each if x["first_error"]), []))
         compared = [p for p in ref if p in answers]
         differ = [p for p in compared if answers[p] != ref[p]]
         res.update(compared_with_batch1=len(compared), differ_from_batch1=len(differ),
