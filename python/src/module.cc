@@ -510,6 +510,15 @@ struct ArenaHolder {
   std::mutex mu;
 };
 
+// cls.def_readonly(name, member) for each name/member pair, in order.
+template <class Class>
+void def_readonly_pairs(Class&) {}
+template <class Class, class Member, class... Rest>
+void def_readonly_pairs(Class& cls, const char* name, Member member, Rest... rest) {
+  cls.def_readonly(name, member);
+  def_readonly_pairs(cls, rest...);
+}
+
 // A holder's pid, or None for none (the loader's -1).
 template <class Pid>
 py::object pid_or_none(Pid pid) {
@@ -707,19 +716,13 @@ PYBIND11_MODULE(_fastrestart, m) {
         return "<fastrestart.Key " + k.key.fingerprint() + ", " + std::to_string(k.key.files.size()) + " file(s)>";
       });
 
-  py::class_<PyAttachResult>(m, "AttachResult")
-      .def_readonly("hit", &PyAttachResult::hit)
-      .def_readonly("key", &PyAttachResult::key)
-      .def_readonly("reason", &PyAttachResult::reason)
-      .def_readonly("differs", &PyAttachResult::differs)
-      .def_readonly("timings", &PyAttachResult::timings)
-      .def_readonly("digest", &PyAttachResult::digest)
-      .def_readonly("fingerprint", &PyAttachResult::fingerprint)
-      .def_readonly("mode", &PyAttachResult::mode)
-      .def_readonly("device", &PyAttachResult::device)
-      .def_readonly("pool_bytes", &PyAttachResult::pool_bytes)
-      .def_readonly("daemon_gpu_uuid", &PyAttachResult::daemon_gpu_uuid)
-      .def_readonly("tensors", &PyAttachResult::tensors)
+  using R = PyAttachResult;
+  py::class_<R> attach_result(m, "AttachResult");
+  def_readonly_pairs(attach_result, "hit", &R::hit, "key", &R::key, "reason", &R::reason, "differs", &R::differs,
+                     "timings", &R::timings, "digest", &R::digest, "fingerprint", &R::fingerprint, "mode", &R::mode,
+                     "device", &R::device, "pool_bytes", &R::pool_bytes, "daemon_gpu_uuid", &R::daemon_gpu_uuid,
+                     "tensors", &R::tensors);
+  attach_result
       .def("release_mapping", [](const PyAttachResult& r) { return weights_call(r, true); },
            "Snapshots: unmap the daemon's pool keeping the address range reserved (tensors keep their pointers; "
            "nothing may read them until reattach()). Returns the mapping's fingerprint, digest, base and bytes.")
