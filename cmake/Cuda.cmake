@@ -17,6 +17,18 @@ if(FASTRESTART_CUDA)
 endif()
 message(STATUS "fastrestart: CUDA backend ${FASTRESTART_HAVE_CUDA}")
 
+# fr_cuda_or_stub(<target> <cuda.cc> <stub.cc>): adds <cuda.cc>, linked to fr_cuda, to <target> when the CUDA
+# backend is on and the file is there, else <stub.cc> (its stand-in for builds without the CUDA toolkit).
+# Paths are relative to the calling CMakeLists.txt's folder.
+function(fr_cuda_or_stub target cuda_src stub_src)
+  if(FASTRESTART_HAVE_CUDA AND EXISTS ${CMAKE_CURRENT_SOURCE_DIR}/${cuda_src})
+    target_sources(${target} PRIVATE ${cuda_src})
+    target_link_libraries(${target} PRIVATE fr_cuda)
+  else()
+    target_sources(${target} PRIVATE ${stub_src})
+  endif()
+endfunction()
+
 # fr_embed_kernels(<out_var> <file.cu> <symbol> <header>): compiles file.cu with nvcc into a fatbin (SASS for
 # each of FR_CUDA_ARCHS, plus PTX of the last, which newer GPUs JIT) and embeds it as the byte array
 # <symbol> declared by <header> (src/cuda/embed_fatbin.cmake). Sets <out_var> to the generated .cc to add

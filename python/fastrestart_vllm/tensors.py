@@ -22,6 +22,17 @@ class Unpublishable(Exception):
     """This tensor (or model) cannot be published faithfully; the message says which and why."""
 
 
+def stride_order(strides, shape):
+    """For a tensor of these strides and shape: its dimensions from the largest stride to the smallest (the
+    permutation whose view is contiguous when the tensor is a transposed view), and the inverse permutation
+    (the spec's "perm", which rebuilds the view from that contiguous base)."""
+    order = sorted(range(len(shape)), key=lambda d: (-strides[d], -shape[d]))
+    inverse = [0] * len(order)
+    for i, d in enumerate(order):
+        inverse[d] = i
+    return order, inverse
+
+
 class TensorOps:
     """Interface. Framework tensors are opaque to the loader; only these functions touch them."""
 
@@ -114,12 +125,9 @@ class TorchOps(TensorOps):
             spec["device"] = "cpu"
             x = x.to(torch.device(device))
         if not x.is_contiguous():
-            order = sorted(range(x.dim()), key=lambda d: (-x.stride(d), -x.size(d)))
+            order, inverse = stride_order(x.stride(), x.shape)
             base = x.permute(order)
             if base.is_contiguous():
-                inverse = [0] * len(order)
-                for i, d in enumerate(order):
-                    inverse[d] = i
                 spec["perm"] = inverse
                 x = base
             else:

@@ -21,6 +21,7 @@
 #include "fastrestart/standby.h"
 
 namespace py = pybind11;
+using namespace pybind11::literals;  // "key"_a = value: the dicts below, built in their keys' order
 
 namespace {
 
@@ -275,16 +276,9 @@ struct PyAttachResult {
 // ---- snapshots without the weights (docs/snapshot.md) ----
 
 py::dict mapping_dict(const fastrestart::MappingInfo& i) {
-  py::dict d;
-  d["fingerprint"] = i.fingerprint;
-  d["digest"] = i.digest;
-  d["device"] = i.device;
-  d["daemon_socket"] = i.daemon_socket;
-  d["base"] = i.base;
-  d["bytes"] = i.bytes;
-  d["mapped"] = i.mapped;
-  d["seconds"] = i.seconds;
-  return d;
+  return py::dict("fingerprint"_a = i.fingerprint, "digest"_a = i.digest, "device"_a = i.device,
+                  "daemon_socket"_a = i.daemon_socket, "base"_a = i.base, "bytes"_a = i.bytes, "mapped"_a = i.mapped,
+                  "seconds"_a = i.seconds);
 }
 
 py::dict weights_call(const PyAttachResult& r, bool release) {
@@ -354,14 +348,8 @@ PyKey identify(const std::vector<std::string>& files, const std::map<std::string
 py::list key_files(const PyKey& k) {
   py::list out;
   for (const auto& f : k.key.files) {
-    py::dict d;
-    d["path"] = f.path;
-    d["dev"] = f.dev;
-    d["ino"] = f.ino;
-    d["size"] = f.size;
-    d["mtime_ns"] = f.mtime_ns;
-    d["ctime_ns"] = f.ctime_ns;
-    out.append(d);
+    out.append(py::dict("path"_a = f.path, "dev"_a = f.dev, "ino"_a = f.ino, "size"_a = f.size, "mtime_ns"_a = f.mtime_ns,
+                        "ctime_ns"_a = f.ctime_ns));
   }
   return out;
 }
@@ -522,17 +510,25 @@ struct ArenaHolder {
   std::mutex mu;
 };
 
+// cls.def_readonly(name, member) for each name/member pair, in order.
+template <class Class>
+void def_readonly_pairs(Class&) {}
+template <class Class, class Member, class... Rest>
+void def_readonly_pairs(Class& cls, const char* name, Member member, Rest... rest) {
+  cls.def_readonly(name, member);
+  def_readonly_pairs(cls, rest...);
+}
+
+// A holder's pid, or None for none (the loader's -1).
+template <class Pid>
+py::object pid_or_none(Pid pid) {
+  return pid < 0 ? py::object(py::none()) : py::object(py::cast(pid));
+}
+
 py::dict lease_dict(const fastrestart::ArenaLease& l) {
-  py::dict d;
-  d["created"] = l.created;
-  d["resized"] = l.resized;
-  d["previous_bytes"] = l.previous_bytes;
-  d["previous_holder_pid"] = l.previous_holder_pid < 0 ? py::none() : py::cast(l.previous_holder_pid);
-  d["waited_s"] = l.waited_s;
-  d["leases"] = l.leases;
-  d["generation"] = l.generation;
-  d["seconds"] = l.seconds;
-  return d;
+  return py::dict("created"_a = l.created, "resized"_a = l.resized, "previous_bytes"_a = l.previous_bytes,
+                  "previous_holder_pid"_a = pid_or_none(l.previous_holder_pid), "waited_s"_a = l.waited_s,
+                  "leases"_a = l.leases, "generation"_a = l.generation, "seconds"_a = l.seconds);
 }
 
 // dtype names: safetensors' (F16, BF16) or numpy/torch's (float16, bfloat16).
@@ -645,14 +641,8 @@ fastrestart::ArenaOptions arena_options(const std::string& name, uint64_t bytes,
                                         const std::string& device, const std::string& socket_dir) {
   check_timeout("wait_s", wait_s);
   check_timeout("connect_timeout_s", connect_timeout_s);
-  fastrestart::ArenaOptions o;
-  o.name = name;
-  o.bytes = bytes;
-  o.wait_s = wait_s;
-  o.connect_timeout_s = connect_timeout_s;
-  o.device = device;
-  o.socket_dir = socket_dir;
-  return o;
+  return {.name = name, .bytes = bytes, .wait_s = wait_s, .connect_timeout_s = connect_timeout_s, .socket_dir = socket_dir,
+          .device = device};
 }
 
 // host and host:<name> are host memory; cuda:<ordinal> the GPU's.
@@ -678,13 +668,8 @@ std::optional<py::dict> find_arena(const std::string& name, double connect_timeo
   const std::optional<fastrestart::ArenaInfo> found = without_gil([&] { return fastrestart::find_arena(o); });
   if (!found) return std::nullopt;
   const fastrestart::ArenaInfo& i = *found;
-  py::dict d;
-  d["name"] = name;
-  d["bytes"] = i.bytes;
-  d["holder_pid"] = i.holder_pid < 0 ? py::none() : py::cast(i.holder_pid);
-  d["leases"] = i.leases;
-  d["waiting"] = i.waiting;
-  return d;
+  return py::dict("name"_a = name, "bytes"_a = i.bytes, "holder_pid"_a = pid_or_none(i.holder_pid), "leases"_a = i.leases,
+                  "waiting"_a = i.waiting);
 }
 
 // The standby gate (fastrestart/standby.h): True released, False passed. It blocks without the GIL; told to
@@ -731,19 +716,13 @@ PYBIND11_MODULE(_fastrestart, m) {
         return "<fastrestart.Key " + k.key.fingerprint() + ", " + std::to_string(k.key.files.size()) + " file(s)>";
       });
 
-  py::class_<PyAttachResult>(m, "AttachResult")
-      .def_readonly("hit", &PyAttachResult::hit)
-      .def_readonly("key", &PyAttachResult::key)
-      .def_readonly("reason", &PyAttachResult::reason)
-      .def_readonly("differs", &PyAttachResult::differs)
-      .def_readonly("timings", &PyAttachResult::timings)
-      .def_readonly("digest", &PyAttachResult::digest)
-      .def_readonly("fingerprint", &PyAttachResult::fingerprint)
-      .def_readonly("mode", &PyAttachResult::mode)
-      .def_readonly("device", &PyAttachResult::device)
-      .def_readonly("pool_bytes", &PyAttachResult::pool_bytes)
-      .def_readonly("daemon_gpu_uuid", &PyAttachResult::daemon_gpu_uuid)
-      .def_readonly("tensors", &PyAttachResult::tensors)
+  using R = PyAttachResult;
+  py::class_<R> attach_result(m, "AttachResult");
+  def_readonly_pairs(attach_result, "hit", &R::hit, "key", &R::key, "reason", &R::reason, "differs", &R::differs,
+                     "timings", &R::timings, "digest", &R::digest, "fingerprint", &R::fingerprint, "mode", &R::mode,
+                     "device", &R::device, "pool_bytes", &R::pool_bytes, "daemon_gpu_uuid", &R::daemon_gpu_uuid,
+                     "tensors", &R::tensors);
+  attach_result
       .def("release_mapping", [](const PyAttachResult& r) { return weights_call(r, true); },
            "Snapshots: unmap the daemon's pool keeping the address range reserved (tensors keep their pointers; "
            "nothing may read them until reattach()). Returns the mapping's fingerprint, digest, base and bytes.")

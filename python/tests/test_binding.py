@@ -12,14 +12,13 @@ import signal
 import socket
 import subprocess
 import sys
-import tempfile
 import unittest
 
 import numpy as np
 
 import fastrestart
 import fastrestart.standby
-from weightd_support import Weightd, snapshot_exchange, write_safetensors
+from weightd_support import Weightd, checkpoint_dirs, snapshot_exchange, write_safetensors
 
 WEIGHTD = os.environ.get("FR_WEIGHTD_BIN", "")
 
@@ -45,9 +44,7 @@ def make_tensors(seed):
 @unittest.skipUnless(WEIGHTD and os.access(WEIGHTD, os.X_OK), "FR_WEIGHTD_BIN is not set to fastrestart-weightd")
 class BindingTest(unittest.TestCase):
     def setUp(self):
-        self.tmp = tempfile.mkdtemp(prefix="fr-py-")
-        self.run_dir = os.path.join(self.tmp, "run")
-        self.ckpt = os.path.join(self.tmp, "model.safetensors")
+        self.tmp, self.run_dir, self.ckpt = checkpoint_dirs("fr-py-")
         self.tensors = make_tensors(7)
         write_safetensors(self.ckpt, self.tensors)
         self.config = {"arch": "TestForCausalLM", "dtype": "mixed", "tp_rank": 0}

@@ -20,7 +20,7 @@ import urllib.error
 import urllib.request
 
 from test_torch import HAVE_CUDA, IMPORT_ERROR, WEIGHTD, TorchBase, torch
-from weightd_support import Weightd, snapshot_exchange
+from weightd_support import Weightd, read_gate_message, snapshot_exchange
 
 try:
     import fastrestart.standby  # noqa: F401
@@ -401,12 +401,8 @@ class RefEngineTest(TorchBase):
         try:
             with ours:
                 ours.settimeout(180)
-                data = b""
-                while not data.endswith(b"\n"):
-                    chunk = ours.recv(4096)
-                    self.assertTrue(chunk, open(log).read())
-                    data += chunk
-                self.assertEqual(json.loads(data), {"op": "parked", "v": 1, "level": "warmed", "pid": p.pid})
+                parked = read_gate_message(self, ours, lambda: open(log).read())
+                self.assertEqual(parked, {"op": "parked", "v": 1, "level": "warmed", "pid": p.pid})
                 text = open(log).read()
                 self.assertIn("cuda graph: decode step captured", text)  # captured before the gate
                 self.assertNotIn("listening on", text)

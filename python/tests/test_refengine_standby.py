@@ -22,20 +22,13 @@ import types
 import unittest
 
 from listen_support import listening_socket, popen_with_socket
-from weightd_support import spawn_engine, stop_processes
+from weightd_support import (CUDA_TOUCHED, NO_GATE, fake_model_dir, read_gate_message, read_text, spawn_engine,
+                             stop_processes)
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ENGINE = os.path.join(HERE, "..", "refengine", "fastrestart_refengine.py")
 FAKE = os.path.join(HERE, "fake_torch")
 
-try:
-    import fastrestart.standby  # noqa: F401 -- the engine's gate; the test only needs to know it is there
-except ImportError as e:
-    NO_GATE = f"the fastrestart binding has no standby module ({e})"
-else:
-    NO_GATE = ""
-
-CUDA_TOUCHED = "fake torch: torch.cuda."
 
 
 def free_port():
@@ -59,10 +52,7 @@ class StandbyGateTest(unittest.TestCase):
     def setUp(self):
         self.tmp = tempfile.mkdtemp(prefix="fr-refsb-")
         self.model = os.path.join(self.tmp, "model")
-        os.makedirs(self.model)
-        with open(os.path.join(self.model, "config.json"), "w") as f:
-            json.dump({"architectures": ["LlamaForCausalLM"], "torch_dtype": "bfloat16", "vocab_size": 256}, f)
-        open(os.path.join(self.model, "model.safetensors"), "wb").close()  # found by the glob, never read
+        fake_model_dir(self.model, {"architectures": ["LlamaForCausalLM"], "torch_dtype": "bfloat16", "vocab_size": 256})
         self.port = free_port()
         self.procs = []
 
@@ -79,16 +69,10 @@ class StandbyGateTest(unittest.TestCase):
             stdout=out, stderr=subprocess.STDOUT, env=env, pass_fds=fds))
 
     def output(self):
-        with open(self.log) as f:
-            return f.read()
+        return read_text(self.log)
 
     def read_parked(self, sock):
-        data = b""
-        while not data.endswith(b"\n"):
-            chunk = sock.recv(4096)
-            self.assertTrue(chunk, "the socket closed before a parked message:\n" + self.output())
-            data += chunk
-        return json.loads(data)
+        return read_gate_message(self, sock, lambda: "the socket closed before a parked message:\n" + self.output())
 
     def test_pre_gpu_parks_before_cuda_binds_no_port_and_proceeds_on_release(self):
         p, sock = self.start("pre_gpu")

@@ -16,6 +16,7 @@ Run: PYTHONPATH=<build>/python python3 -m unittest -v test_refengine_tp   (ctest
 """
 
 import argparse
+import contextlib
 import json
 import os
 import signal
@@ -32,16 +33,8 @@ ENGINE = os.path.join(REFENGINE, "fastrestart_refengine.py")
 FAKE = os.path.join(HERE, "fake_torch")
 sys.path.insert(0, REFENGINE)
 import refengine_tp as tp  # noqa: E402
-from weightd_support import spawn_engine, stop_processes  # noqa: E402
+from weightd_support import CUDA_TOUCHED, NO_GATE, fake_model_dir, read_text, spawn_engine, stop_processes  # noqa: E402
 
-try:
-    import fastrestart.standby  # noqa: F401
-except ImportError as e:
-    NO_GATE = f"the fastrestart binding has no standby module ({e})"
-else:
-    NO_GATE = ""
-
-CUDA_TOUCHED = "fake torch: torch.cuda."
 # Llama-3.1-8B's head counts and widths (bench/gen_llama_checkpoint.py --shape 8b)
 LLAMA = {"architectures": ["LlamaForCausalLM"], "torch_dtype": "bfloat16", "vocab_size": 128256,
          "hidden_size": 4096, "intermediate_size": 14336, "num_attention_heads": 32, "num_key_value_heads": 8}
@@ -64,6 +57,14 @@ def alive(pid):
             return f.read().rsplit(")", 1)[1].split()[0] != "Z"
     except OSError:
         return False
+
+
+def alive_after(pid, timeout=60):
+    """alive(pid) once it has ended, or after `timeout` seconds."""
+    deadline = time.monotonic() + timeout
+    while alive(pid) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    return alive(pid)
 
 
 class PlanTest(unittest.TestCase):
@@ -164,10 +165,7 @@ class EngineProcessTest(unittest.TestCase):
     def setUp(self):
         self.tmp = tempfile.mkdtemp(prefix="fr-reftp-")
         self.model = os.path.join(self.tmp, "model")
-        os.makedirs(self.model)
-        with open(os.path.join(self.model, "config.json"), "w") as f:
-            json.dump(LLAMA, f)
-        open(os.path.join(self.model, "model.safetensors"), "wb").close()  # found by the glob, never read
+        fake_model_dir(self.model, LLAMA)
         self.procs = []
         self.pids = []  # workers: not our children, killed at the end when still there
 
@@ -188,8 +186,7 @@ class EngineProcessTest(unittest.TestCase):
             stdout=out, stderr=subprocess.STDOUT, env=e, pass_fds=fds, start_new_session=own_group))
 
     def output(self):
-        with open(self.log) as f:
-            return f.read()
+        return read_text(self.log)
 
     def wait_for(self, text, p, timeout=120):
         """Until the log has `text` (or the engine exited: a failure naming the log)."""
@@ -208,6 +205,19 @@ class EngineProcessTest(unittest.TestCase):
         pid = int(out.split(mark, 1)[1].split(")", 1)[0])
         self.pids.append(pid)
         return pid
+
+    def start_parked_pair(self, own_group=False):
+        """Rank 0 and its worker (rank 1) sharing one device over gloo, parked at pre_gpu: (rank 0's process,
+        its gate socket, the worker's pid). The socket is closed when the park is not reached."""
+        p, sock = self.start("--tensor-parallel-size", "2", "--share-device", "--dist-backend", "gloo",
+                             level="pre_gpu", own_group=own_group)
+        with contextlib.ExitStack() as on_failure:
+            on_failure.enter_context(sock)
+            out = self.wait_for("waiting for rank 0's go", p)
+            pid = self.worker_pid(out)
+            self.wait_for("standby: parked at pre_gpu", p)
+            on_failure.pop_all()
+        return p, sock, pid
 
     def exits(self, p, code, *texts):
         self.assertEqual(p.wait(120), code, self.output())
@@ -256,29 +266,18 @@ class EngineProcessTest(unittest.TestCase):
 
     @unittest.skipIf(bool(NO_GATE), NO_GATE)
     def test_parked_standby_keeps_its_workers_off_the_gpu_and_they_die_with_it(self):
-        p, sock = self.start("--tensor-parallel-size", "2", "--share-device", "--dist-backend", "gloo",
-                             level="pre_gpu")
+        p, sock, pid = self.start_parked_pair()
         with sock:
-            out = self.wait_for("waiting for rank 0's go", p)
-            pid = self.worker_pid(out)
-            self.wait_for("standby: parked at pre_gpu", p)
             self.assertTrue(alive(pid))
             self.assertNotIn(CUDA_TOUCHED, self.output())  # neither rank 0 nor its worker touched the GPU
             p.send_signal(signal.SIGKILL)
             self.assertEqual(p.wait(60), -signal.SIGKILL)
-        deadline = time.monotonic() + 60
-        while alive(pid) and time.monotonic() < deadline:
-            time.sleep(0.05)
-        self.assertFalse(alive(pid), "rank 1 outlived rank 0's SIGKILL")
+        self.assertFalse(alive_after(pid), "rank 1 outlived rank 0's SIGKILL")
 
     @unittest.skipIf(bool(NO_GATE), NO_GATE)
     def test_a_worker_that_dies_ends_rank_0_at_once_naming_it(self):
-        p, sock = self.start("--tensor-parallel-size", "2", "--share-device", "--dist-backend", "gloo",
-                             level="pre_gpu")
+        p, sock, pid = self.start_parked_pair()
         with sock:
-            out = self.wait_for("waiting for rank 0's go", p)
-            pid = self.worker_pid(out)
-            self.wait_for("standby: parked at pre_gpu", p)
             os.kill(pid, signal.SIGKILL)
             self.exits(p, 1, f"tensor parallel: rank 1 (pid {pid}) was killed by signal 9: exiting")
 
@@ -286,32 +285,21 @@ class EngineProcessTest(unittest.TestCase):
     def test_sigterm_to_the_group_stops_rank_0_not_the_workers_first(self):
         """fastrestartd stops an engine by signalling its process group: the workers ignore SIGTERM and end
         with rank 0, so rank 0 never sees a worker die first (which would be a crash, exit 1)."""
-        p, sock = self.start("--tensor-parallel-size", "2", "--share-device", "--dist-backend", "gloo",
-                             level="pre_gpu", own_group=True)
+        p, sock, pid = self.start_parked_pair(own_group=True)
         with sock:
-            out = self.wait_for("waiting for rank 0's go", p)
-            pid = self.worker_pid(out)
-            self.wait_for("standby: parked at pre_gpu", p)
             with open(f"/proc/{pid}/status") as f:
                 ignored = int(next(line for line in f if line.startswith("SigIgn:")).split()[1], 16)
             for sig in (signal.SIGTERM, signal.SIGINT):
                 self.assertTrue(ignored & (1 << (sig - 1)), f"rank 1 does not ignore {sig.name}")
             os.killpg(p.pid, signal.SIGTERM)  # as fastrestartd stops an engine
             self.assertEqual(p.wait(60), -signal.SIGTERM)  # parked: SIGTERM's default action
-        deadline = time.monotonic() + 60
-        while alive(pid) and time.monotonic() < deadline:
-            time.sleep(0.05)
-        self.assertFalse(alive(pid))
+        self.assertFalse(alive_after(pid))
         self.assertNotIn("was killed by signal", self.output())
 
     @unittest.skipIf(bool(NO_GATE), NO_GATE)
     def test_release_lets_every_rank_on_to_the_gpu(self):
-        p, sock = self.start("--tensor-parallel-size", "2", "--share-device", "--dist-backend", "gloo",
-                             level="pre_gpu")
+        p, sock, _ = self.start_parked_pair()
         with sock:
-            out = self.wait_for("waiting for rank 0's go", p)
-            self.worker_pid(out)
-            self.wait_for("standby: parked at pre_gpu", p)
             self.assertNotIn(CUDA_TOUCHED, self.output())
             sock.sendall(b'{"op":"release"}\n')
             self.assertEqual(p.wait(120), 1)  # the fake's CUDA fails on every rank

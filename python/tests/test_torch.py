@@ -9,11 +9,10 @@ Run: PYTHONPATH=<build>/python FR_WEIGHTD_BIN=<...>/fastrestart-weightd python3 
 import gc
 import os
 import shutil
-import tempfile
 import unittest
 
 from test_binding import WEIGHTD
-from weightd_support import Weightd
+from weightd_support import Weightd, checkpoint_dirs
 
 try:
     import torch
@@ -43,9 +42,7 @@ class TorchBase(unittest.TestCase):
     backend = "host"
 
     def setUp(self):
-        self.tmp = tempfile.mkdtemp(prefix="fr-torch-")
-        self.run_dir = os.path.join(self.tmp, "run")
-        self.ckpt = os.path.join(self.tmp, "model.safetensors")
+        self.tmp, self.run_dir, self.ckpt = checkpoint_dirs("fr-torch-")
         self.want = torch_tensors(11)
         save_file(self.want, self.ckpt)
         self.config = {"arch": "LlamaForCausalLM", "dtype": "BF16", "tp_rank": 0}

@@ -30,7 +30,8 @@ sys.path.insert(0, FAKE)
 
 import backend  # noqa: E402
 from fastrestart_vllm import cache_key, options, result_line  # noqa: E402
-from weightd_support import Weightd, stop_processes, write_safetensors  # noqa: E402
+from weightd_support import (NO_GATE, Weightd, read_gate_message, read_text, stop_processes,  # noqa: E402
+                             write_safetensors)
 
 WEIGHTD = os.environ.get("FR_WEIGHTD_BIN", "")
 DEVICE = os.environ.get("FR_TEST_DEVICE", "cpu")  # cpu (host backend) or cuda (GPU 0, CUDA backend)
@@ -355,29 +356,29 @@ class PluginTest(unittest.TestCase):
                             "fallback")
 
 
-try:
-    import fastrestart.standby  # noqa: F401
-except ImportError as e:
-    NO_GATE = "the fastrestart binding has no standby module (%s)" % e
-else:
-    NO_GATE = ""
 
+class InstalledPluginCase(unittest.TestCase):
+    """The plugin installed through its entry point, as PluginTest does it, for the test cases below; and for
+    each test a model in a temporary directory of its own (self.tmp, named after tmp_prefix)."""
 
-@unittest.skipIf(bool(NO_GATE), NO_GATE)
-class StandbyTest(unittest.TestCase):
-    """docs/vllm.md "Standby engines": with vLLM's process structure (serve.py --processes: API server,
-    engine core, worker, each loading the plugins), the first process parks in register(), before the
-    engine core (and so any CUDA) exists; the processes started after the release pass their gate."""
-
-    # the plugin installed through its entry point, as PluginTest does it
+    tmp_prefix = "fr-vllm-"
     setUpClass = classmethod(PluginTest.setUpClass.__func__)
     tearDownClass = classmethod(PluginTest.tearDownClass.__func__)
     install_by_hand = staticmethod(PluginTest.install_by_hand)
 
     def setUp(self):
-        self.tmp = tempfile.mkdtemp(prefix="fr-vllm-sb-")
+        self.tmp = tempfile.mkdtemp(prefix=self.tmp_prefix)
         self.model = os.path.join(self.tmp, "model")
         make_model(self.model)
+
+
+@unittest.skipIf(bool(NO_GATE), NO_GATE)
+class StandbyTest(InstalledPluginCase):
+    """docs/vllm.md "Standby engines": with vLLM's process structure (serve.py --processes: API server,
+    engine core, worker, each loading the plugins), the first process parks in register(), before the
+    engine core (and so any CUDA) exists; the processes started after the release pass their gate."""
+
+    tmp_prefix = "fr-vllm-sb-"
 
     def tearDown(self):
         if getattr(self, "proc", None) is not None and self.proc.poll() is None:
@@ -401,16 +402,10 @@ class StandbyTest(unittest.TestCase):
         return p, ours
 
     def stderr(self):
-        with open(self.err) as f:
-            return f.read()
+        return read_text(self.err)
 
     def parked(self, sock):
-        data = b""
-        while not data.endswith(b"\n"):
-            chunk = sock.recv(4096)
-            self.assertTrue(chunk, "no parked message:\n" + self.stderr())
-            data += chunk
-        return json.loads(data)
+        return read_gate_message(self, sock, lambda: "no parked message:\n" + self.stderr())
 
     def test_the_first_process_parks_before_the_engine_core_starts(self):
         p, sock = self.start_standby()
@@ -463,20 +458,16 @@ def parse_lines(out):
     return merged
 
 
-class LaunchTest(unittest.TestCase):
+class LaunchTest(InstalledPluginCase):
     """docs/vllm.md "The port": vLLM loads its plugins while it builds its parser, before it binds its port, so
     without the hand-down a standby parks before its bind and, released while the live engine still
     listens, fails at bind(); through fastrestart_vllm.launch it serves on the socket fastrestartd passed
     (descriptor 3, LISTEN_FDS), and a standby parks without accepting, then serves on it."""
 
-    setUpClass = classmethod(PluginTest.setUpClass.__func__)
-    tearDownClass = classmethod(PluginTest.tearDownClass.__func__)
-    install_by_hand = staticmethod(PluginTest.install_by_hand)
+    tmp_prefix = "fr-vllm-launch-"
 
     def setUp(self):
-        self.tmp = tempfile.mkdtemp(prefix="fr-vllm-launch-")
-        self.model = os.path.join(self.tmp, "model")
-        make_model(self.model)
+        super().setUp()
         self.procs = []
 
     def tearDown(self):
@@ -516,12 +507,9 @@ class LaunchTest(unittest.TestCase):
                                      stderr=err, text=True, env=env, pass_fds=(theirs.fileno(),))
                 self.procs.append(p)
                 theirs.close()
-                data = b""
-                while not data.endswith(b"\n"):  # the plugins load while vLLM builds its parser: before the bind
-                    chunk = ours.recv(4096)
-                    self.assertTrue(chunk, "no parked message:\n" + self.read(err_path))
-                    data += chunk
-                self.assertEqual(json.loads(data)["pid"], p.pid)
+                # the plugins load while vLLM builds its parser: before the bind
+                parked = read_gate_message(self, ours, lambda: "no parked message:\n" + self.read(err_path))
+                self.assertEqual(parked["pid"], p.pid)
                 self.assertNotIn("step=bind", self.read(err_path))
                 ours.sendall(b'{"op":"release"}\n')
                 p.communicate(timeout=120)
@@ -564,12 +552,8 @@ class LaunchTest(unittest.TestCase):
                                       keep=(theirs.fileno(),), stdout=subprocess.PIPE, stderr=err, text=True)
                 self.procs.append(p)
                 theirs.close()
-                data = b""
-                while not data.endswith(b"\n"):
-                    chunk = ours.recv(4096)
-                    self.assertTrue(chunk, "no parked message:\n" + self.read(err_path))
-                    data += chunk
-                self.assertEqual(json.loads(data)["pid"], p.pid)
+                parked = read_gate_message(self, ours, lambda: "no parked message:\n" + self.read(err_path))
+                self.assertEqual(parked["pid"], p.pid)
                 self.assertNotIn("step=bind", self.read(err_path))  # parked at its parser build
                 waiting = socket.create_connection(ls.getsockname(), timeout=60)  # arrives while parked
                 ours.sendall(b'{"op":"release"}\n')

@@ -1,8 +1,9 @@
-"""What the Python tests share: a safetensors writer, a real fastrestart-weightd started and stopped, and
-a test's engine started with a standby's gate socket (spawn_engine) and the end of a test's child
+"""What the Python tests share: a safetensors writer, a real fastrestart-weightd started and stopped, a
+test's engine started with a standby's gate socket (spawn_engine), the gate's messages read from it
+(read_gate_message), whether the binding has the gate at all (NO_GATE), and the end of a test's child
 processes (stop_processes).
 
-Used by test_binding, test_torch, test_arena, test_refengine_standby, test_refengine_tp, test_vllm_launch
+Used by test_binding, test_torch, test_arena, test_refengine, test_refengine_standby, test_refengine_tp, test_vllm_launch
 and test_vllm_plugin (python/tests is their working directory).
 """
 
@@ -12,9 +13,20 @@ import signal
 import socket
 import struct
 import subprocess
+import tempfile
 import time
 
 import numpy as np
+
+try:
+    import fastrestart.standby  # noqa: F401 -- the engine's gate; the tests only need to know it is there
+except ImportError as e:
+    NO_GATE = f"the fastrestart binding has no standby module ({e})"
+else:
+    NO_GATE = ""
+
+# What fake_torch (python/tests/fake_torch) prints when anything reaches CUDA.
+CUDA_TOUCHED = "fake torch: torch.cuda."
 
 DTYPES = {np.dtype("float32"): "F32", np.dtype("float16"): "F16", np.dtype("int64"): "I64",
           np.dtype("uint8"): "U8", np.dtype("bool"): "BOOL", np.dtype("float64"): "F64"}
@@ -52,6 +64,40 @@ def spawn_engine(test, env, level, launch):
         ours.settimeout(120)
     test.procs.append(p)
     return p, ours
+
+
+def checkpoint_dirs(prefix):
+    """A test's temporary folder (named after `prefix`), the daemon's run folder in it and the path of the
+    checkpoint file in it: (tmp, run_dir, ckpt)."""
+    tmp = tempfile.mkdtemp(prefix=prefix)
+    return tmp, os.path.join(tmp, "run"), os.path.join(tmp, "model.safetensors")
+
+
+def read_text(path):
+    """The whole text of the file at `path` (a child's log, read again at each check)."""
+    with open(path) as f:
+        return f.read()
+
+
+def fake_model_dir(path, config):
+    """A model directory as the reference engine reads it on fake_torch: config.json holding `config` and an
+    empty model.safetensors (found by the engine's glob, never read)."""
+    os.makedirs(path)
+    with open(os.path.join(path, "config.json"), "w") as f:
+        json.dump(config, f)
+    open(os.path.join(path, "model.safetensors"), "wb").close()
+
+
+def read_gate_message(test, sock, why):
+    """The next message of a standby's gate on `sock` (one JSON line, docs/standby.md "The gate protocol"),
+    parsed. Each read asserts, through `test`, that the socket is still open, with why() (called at each
+    read, e.g. the engine's output so far) as the message."""
+    data = b""
+    while not data.endswith(b"\n"):
+        chunk = sock.recv(4096)
+        test.assertTrue(chunk, why())
+        data += chunk
+    return json.loads(data)
 
 
 def snapshot_exchange(path, op, timeout=30):

@@ -1,13 +1,14 @@
-// Reading optional fields of a JSON status object into typed members, for the status codecs
-// (status/status.h, protocol/daemon_status.h). An absent or null field keeps the member's default (an
-// older or newer peer may leave fields out); a present field of the wrong type is an error that names it by
-// its full path ("status.engine.pid: not an integer"). Nothing here throws.
+// Reading optional fields of a JSON status object into typed members, and writing optional members, for
+// the status codecs (status/status.h, protocol/daemon_status.h). An absent or null field keeps the member's
+// default (an older or newer peer may leave fields out); a present field of the wrong type is an error that
+// names it by its full path ("status.engine.pid: not an integer"). Nothing here throws.
 #pragma once
 
 #include <cstdint>
 #include <map>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -103,6 +104,44 @@ Status required(const json& j, const char* key, const std::string& where, T& out
 inline Status object(const json& j, const std::string& where) {
   if (!j.is_object()) return bad(where, "not an object");
   return {};
+}
+
+// fields()' steps: one key/member pair, then the rest.
+inline Status read_pairs(const json&, const std::string&) { return {}; }
+template <class T, class... Rest>
+Status read_pairs(const json& j, const std::string& where, const char* key, T& out, Rest&&... rest) {
+  FR_TRY(field(j, key, where, out));
+  return read_pairs(j, where, std::forward<Rest>(rest)...);
+}
+
+// The object j and its fields, given as key/member pairs: fields(j, w, "pid", s.pid, "name", s.name) is
+// object(j, w) then field() for each pair in order, stopping at the first error. One list of keys per
+// struct, read in the order the wire writes them.
+template <class... Pairs>
+Status fields(const json& j, const std::string& where, Pairs&&... pairs) {
+  FR_TRY(object(j, where));
+  return read_pairs(j, where, std::forward<Pairs>(pairs)...);
+}
+
+// The same for the object j[key], when present and not null (absent or null: nothing is read).
+template <class... Pairs>
+Status child_fields(const json& j, const char* key, const std::string& where, Pairs&&... pairs) {
+  auto it = j.find(key);
+  if (it == j.end() || it->is_null()) return {};
+  return fields(*it, where + "." + key, std::forward<Pairs>(pairs)...);
+}
+
+// Writing: an optional as its value or null on the wire; and keys, given as key/optional pairs, each
+// written only when its optional holds a value (absent on the wire otherwise).
+template <class T>
+json or_null(const std::optional<T>& v) {
+  return v ? json(*v) : json(nullptr);
+}
+inline void set_if(json&) {}
+template <class T, class... Rest>
+void set_if(json& j, const char* key, const std::optional<T>& v, const Rest&... rest) {
+  if (v) j[key] = *v;
+  set_if(j, rest...);
 }
 
 }  // namespace fr::json_fields

@@ -3,12 +3,8 @@
 namespace fr::daemon {
 
 const char* entry_state_name(EntryState s) {
-  switch (s) {
-    case EntryState::kLoading: return "loading";
-    case EntryState::kReady: return "ready";
-    case EntryState::kFailed: return "failed";
-  }
-  return "failed";
+  static constexpr const char* kNames[] = {"loading", "ready", "failed"};  // in EntryState's order
+  return kNames[static_cast<int>(s)];
 }
 
 Store::~Store() { clear(); }

@@ -62,6 +62,18 @@ fastrestart::Options make_options(const fr_options_t* o) {
   return opt;
 }
 
+// One call on the weights that returns a Status, under the C ABI's error rules (a NULL handle, the
+// call's error, or an exception, each as a code and a message in err).
+template <class Call>
+int weights_status_call(fr_weights_t* w, char* err, size_t errlen, Call call) try {
+  if (!w) return set_err(err, errlen, "weights is NULL"), FR_EINVAL;
+  auto r = call(*w->w);
+  if (!r.ok()) return set_err(err, errlen, r.error().message), code_of(r.error());
+  return FR_OK;
+} catch (const std::exception& e) {
+  return set_err(err, errlen, e.what()), FR_EFAIL;
+}
+
 }  // namespace
 
 extern "C" {
@@ -143,22 +155,12 @@ const char* fr_weights_digest(const fr_weights_t* w) { return w ? w->digest.c_st
 
 void fr_weights_release(fr_weights_t* w) { delete w; }
 
-int fr_weights_release_mapping(fr_weights_t* w, char* err, size_t errlen) try {
-  if (!w) return set_err(err, errlen, "weights is NULL"), FR_EINVAL;
-  auto r = w->w->release_mapping();
-  if (!r.ok()) return set_err(err, errlen, r.error().message), code_of(r.error());
-  return FR_OK;
-} catch (const std::exception& e) {
-  return set_err(err, errlen, e.what()), FR_EFAIL;
+int fr_weights_release_mapping(fr_weights_t* w, char* err, size_t errlen) {
+  return weights_status_call(w, err, errlen, [](fastrestart::Weights& weights) { return weights.release_mapping(); });
 }
 
-int fr_weights_reattach(fr_weights_t* w, char* err, size_t errlen) try {
-  if (!w) return set_err(err, errlen, "weights is NULL"), FR_EINVAL;
-  auto r = w->w->reattach();
-  if (!r.ok()) return set_err(err, errlen, r.error().message), code_of(r.error());
-  return FR_OK;
-} catch (const std::exception& e) {
-  return set_err(err, errlen, e.what()), FR_EFAIL;
+int fr_weights_reattach(fr_weights_t* w, char* err, size_t errlen) {
+  return weights_status_call(w, err, errlen, [](fastrestart::Weights& weights) { return weights.reattach(); });
 }
 
 int fr_snapshot_agent_start(fr_weights_t* const* weights, size_t n, fr_snapshot_hook_t quiesce, fr_snapshot_hook_t resume,

@@ -20,14 +20,10 @@ const std::string* find_header(const Headers& h, std::string_view name) {
 }
 
 RequestParser::RequestParser(RequestLimits limits) : m_limits(limits) {
-  http_parser_settings_init(&m_settings);
-  m_settings.on_message_begin = on_message_begin;
-  m_settings.on_url = on_url;
-  m_settings.on_header_field = on_header_field;
-  m_settings.on_header_value = on_header_value;
-  m_settings.on_headers_complete = on_headers_complete;
-  m_settings.on_body = on_body;
-  m_settings.on_message_complete = on_message_complete;
+  // The callbacks not named are null, as http_parser_settings_init leaves them.
+  m_settings = {.on_message_begin = on_message_begin, .on_url = on_url, .on_header_field = on_header_field,
+                .on_header_value = on_header_value, .on_headers_complete = on_headers_complete, .on_body = on_body,
+                .on_message_complete = on_message_complete};
   http_parser_init(&m_parser, HTTP_REQUEST);
   m_parser.data = this;
 }

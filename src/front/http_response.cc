@@ -7,13 +7,9 @@ constexpr size_t kMaxHeadBytes = 64 << 10;
 }  // namespace
 
 ResponseParser::ResponseParser(bool head_request, Sink sink) : m_head_request(head_request), m_sink(std::move(sink)) {
-  http_parser_settings_init(&m_settings);
-  m_settings.on_status = on_status;
-  m_settings.on_header_field = on_header_field;
-  m_settings.on_header_value = on_header_value;
-  m_settings.on_headers_complete = on_headers_complete;
-  m_settings.on_body = on_body;
-  m_settings.on_message_complete = on_message_complete;
+  // The callbacks not named are null, as http_parser_settings_init leaves them.
+  m_settings = {.on_status = on_status, .on_header_field = on_header_field, .on_header_value = on_header_value,
+                .on_headers_complete = on_headers_complete, .on_body = on_body, .on_message_complete = on_message_complete};
   http_parser_init(&m_parser, HTTP_RESPONSE);
   m_parser.data = this;
 }

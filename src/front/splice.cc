@@ -315,13 +315,18 @@ StreamSplice::Next StreamSplice::resume() {
     return Next::kCannot;
   }
   next["max_tokens"] = m_max_tokens - static_cast<int64_t>(m_tokens_sent);
+  return resend(next, m_tokens_sent);
+}
+
+StreamSplice::Next StreamSplice::resend(const ojson& next, uint64_t sent) {
   m_next_body = dump(next);
   if (m_next_body.size() > m_max_body) {
     cannot("body_too_large", "the continuation's request is over front.max_body_bytes = " + std::to_string(m_max_body));
     return Next::kCannot;
   }
   ++m_attempt;
-  m_tokens_before = m_tokens_sent;
+  m_tokens_sent = sent;
+  m_tokens_before = sent;
   return Next::kResend;
 }
 
@@ -352,15 +357,7 @@ StreamSplice::Next StreamSplice::resume_chat() {
     for (const char* k : {"max_completion_tokens", "max_tokens"})
       if (present(next, k)) next[k] = std::max<int64_t>(1, next[k].get<int64_t>() - static_cast<int64_t>(sent));
   }  // else nothing reached the client but the role chunk: the request as it was
-  m_next_body = dump(next);
-  if (m_next_body.size() > m_max_body) {
-    cannot("body_too_large", "the continuation's request is over front.max_body_bytes = " + std::to_string(m_max_body));
-    return Next::kCannot;
-  }
-  ++m_attempt;
-  m_tokens_sent = sent;
-  m_tokens_before = sent;
-  return Next::kResend;
+  return resend(next, sent);
 }
 
 }  // namespace fr::front

@@ -68,6 +68,9 @@ class StreamSplice {
   enum class ChatChunk { kKeep, kDrop, kPass };  // rewrite and send; drop; pass unchanged (not continuable)
   ChatChunk on_chat_choice(nlohmann::ordered_json& choice);
   Next resume_chat();
+  // The continuation `next` as the body to send, unless over max_body (kCannot); on kResend, `sent` tokens
+  // are counted as reached the client before it.
+  Next resend(const nlohmann::ordered_json& next, uint64_t sent);
   std::string usage_event(uint64_t prompt_tokens, uint64_t completion_tokens) const;
 
   nlohmann::ordered_json m_req;  // the client's body

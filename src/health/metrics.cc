@@ -110,6 +110,11 @@ class Writer {
     m_out += ' ' + value + '\n';
   }
   void sample(const Labels& labels, double value) { sample(labels, format_value(value)); }
+  // A family of one sample without labels.
+  void single(const std::string& name, const char* type, const char* help, double value) {
+    family(name, type, help);
+    sample({}, value);
+  }
   std::string take() { return std::move(m_out); }
 
  private:
@@ -126,8 +131,8 @@ std::string count(uint64_t n) { return std::to_string(n); }
 
 void supervisor_families(Writer& w, const SupervisorStatus& status, const std::string& version) {
   const std::string& state = status.state;
-  w.family("engine_up", "gauge", "1 while the engine is ready (passed its readiness request), else 0.");
-  w.sample({}, state == "ready" ? 1.0 : 0.0);
+  w.single("engine_up", "gauge", "1 while the engine is ready (passed its readiness request), else 0.",
+           state == "ready" ? 1.0 : 0.0);
 
   w.family("state", "gauge", "The supervisor's lifecycle state: 1 for the current one, 0 for the others.");
   bool known = false;
@@ -137,17 +142,16 @@ void supervisor_families(Writer& w, const SupervisorStatus& status, const std::s
   }
   if (!known && !state.empty()) w.sample({{"state", state}}, 1.0);
 
-  w.family("reload_in_progress", "gauge", "1 while a pushed config (reload) is being applied.");
-  w.sample({}, status.reload_in_progress ? 1.0 : 0.0);
+  w.single("reload_in_progress", "gauge", "1 while a pushed config (reload) is being applied.",
+           status.reload_in_progress ? 1.0 : 0.0);
 
   w.family("restarts_total", "counter", "Engine restarts by cause (crash, kernel_oom, cuda_oom, hung, ...).");
   for (const auto& [cause, n] : status.restarts) w.sample({{"cause", cause}}, count(n));
 
-  w.family("backoff_seconds", "gauge", "The current delay before the next engine start after a failure.");
-  w.sample({}, status.backoff_s);
+  w.single("backoff_seconds", "gauge", "The current delay before the next engine start after a failure.",
+           status.backoff_s);
 
-  w.family("uptime_seconds", "gauge", "Seconds since fastrestartd started.");
-  w.sample({}, status.uptime_s);
+  w.single("uptime_seconds", "gauge", "Seconds since fastrestartd started.", status.uptime_s);
 
   w.family("engine_uptime_seconds", "gauge", "Seconds since the current engine process was spawned.");
   if (status.engine) w.sample({}, status.engine->uptime_s);
@@ -382,24 +386,24 @@ void standby_families(Writer& w, const SupervisorStatus& status) {
   const auto& s = *status.standby;
   w.family("standby_parked", "gauge", "1 while a standby engine is parked at its gate, else 0.");
   w.sample({{"level", s.level}}, s.state == "parked" ? 1.0 : 0.0);
-  w.family("standby_spawns_total", "counter", "Standby engines started.");
-  w.sample({}, static_cast<double>(s.spawns));
-  w.family("standby_releases_total", "counter", "Standby engines released to become the engine.");
-  w.sample({}, static_cast<double>(s.releases));
+  w.single("standby_spawns_total", "counter", "Standby engines started.", static_cast<double>(s.spawns));
+  w.single("standby_releases_total", "counter", "Standby engines released to become the engine.",
+           static_cast<double>(s.releases));
   w.family("standby_failures_total", "counter",
            "Standby engines that failed, by reason: never_parked, died, listening, protocol, release, spawn.");
   for (const auto& [reason, n] : s.failures) w.sample({{"reason", sanitize_utf8(reason, kMaxReasonChars)}}, static_cast<double>(n));
-  w.family("standby_gpu_bytes", "gauge", "GPU memory the parked standby holds (used after its park minus before it started).");
-  w.sample({}, static_cast<double>(s.gpu_bytes));
-  w.family("standby_reserve_bytes", "gauge", "GPU memory the engine's budget leaves for a warmed standby.");
-  w.sample({}, static_cast<double>(s.reserve_bytes));
-  w.family("standby_age_seconds", "gauge", "Seconds since the current standby was started (0: none runs).");
-  w.sample({}, s.age_s);
+  w.single("standby_gpu_bytes", "gauge",
+           "GPU memory the parked standby holds (used after its park minus before it started).",
+           static_cast<double>(s.gpu_bytes));
+  w.single("standby_reserve_bytes", "gauge", "GPU memory the engine's budget leaves for a warmed standby.",
+           static_cast<double>(s.reserve_bytes));
+  w.single("standby_age_seconds", "gauge", "Seconds since the current standby was started (0: none runs).", s.age_s);
   w.family("standby_disabled", "gauge", "1 while the standby path is off after failures (until the flags change).");
   w.sample({}, s.disabled.empty() ? 0.0 : 1.0);
   if (s.release_to_ready_s) {
-    w.family("standby_release_to_ready_seconds", "gauge", "Seconds from the last release to a passed readiness request.");
-    w.sample({}, *s.release_to_ready_s);
+    w.single("standby_release_to_ready_seconds", "gauge",
+             "Seconds from the last release to a passed readiness request.",
+             *s.release_to_ready_s);
   }
 }
 
@@ -409,14 +413,14 @@ void front_families(Writer& w, const SupervisorStatus& status) {
   const auto& f = *status.front;
   const auto& r = f.requests;
   auto n = [](uint64_t v) { return static_cast<double>(v); };
-  w.family("front_up", "gauge", "1 while fastrestart-front runs, else 0 (between a death and its restart, or stopped).");
-  w.sample({}, f.pid > 0 ? 1.0 : 0.0);
-  w.family("front_restarts_total", "counter", "fastrestart-front processes started again after an exit fastrestartd did not ask for.");
-  w.sample({}, n(f.restarts));
-  w.family("front_connections", "gauge", "Client connections the front holds open now.");
-  w.sample({}, n(f.connections));
-  w.family("front_requests_received_total", "counter", "Complete requests the fronts read from clients.");
-  w.sample({}, n(r.received));
+  w.single("front_up", "gauge", "1 while fastrestart-front runs, else 0 (between a death and its restart, or stopped).",
+           f.pid > 0 ? 1.0 : 0.0);
+  w.single("front_restarts_total", "counter",
+           "fastrestart-front processes started again after an exit fastrestartd did not ask for.",
+           n(f.restarts));
+  w.single("front_connections", "gauge", "Client connections the front holds open now.", n(f.connections));
+  w.single("front_requests_received_total", "counter", "Complete requests the fronts read from clients.",
+           n(r.received));
   w.family("front_requests_total", "counter",
            "Requests the fronts finished, by outcome: answered (by an engine), rejected (by the front: bad requests), "
            "failed (the engine did not answer, by reason), lost (inside a front that died).");
@@ -426,14 +430,13 @@ void front_families(Writer& w, const SupervisorStatus& status) {
   for (const auto& [reason, v] : r.failed)
     w.sample({{"outcome", "failed"}, {"reason", sanitize_utf8(reason, kMaxReasonChars)}}, n(v));
   w.sample({{"outcome", "lost"}, {"reason", ""}}, n(r.lost));
-  w.family("front_requests_held_total", "counter", "Requests held at least once (the engine could not be reached or died before its answer).");
-  w.sample({}, n(r.held));
-  w.family("front_requests_held", "gauge", "Requests held now, waiting for an engine.");
-  w.sample({}, n(r.held_now));
-  w.family("front_requests_resent_total", "counter", "Sends of a held request after its first.");
-  w.sample({}, n(r.resent));
-  w.family("front_streams_continued_total", "counter", "Streams continued on the next engine after the engine's death.");
-  w.sample({}, n(r.continued));
+  w.single("front_requests_held_total", "counter",
+           "Requests held at least once (the engine could not be reached or died before its answer).",
+           n(r.held));
+  w.single("front_requests_held", "gauge", "Requests held now, waiting for an engine.", n(r.held_now));
+  w.single("front_requests_resent_total", "counter", "Sends of a held request after its first.", n(r.resent));
+  w.single("front_streams_continued_total", "counter", "Streams continued on the next engine after the engine's death.",
+           n(r.continued));
 }
 
 }  // namespace

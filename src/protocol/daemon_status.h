@@ -64,9 +64,7 @@ struct DaemonArenaStatus {
 };
 
 struct DaemonStatus {
-  std::string backend;
-  std::string gpu_uuid;
-  std::string gpu_name;
+  std::string backend, gpu_uuid, gpu_name;
   int64_t pid = 0;
   uint64_t held_bytes = 0;
   uint64_t clients = 0;

@@ -57,14 +57,9 @@ json file_json(const FileIdentity& f) {
 }
 
 Result<FileIdentity> file_from_json(const json& j, const std::string& where) {
-  Fields f(j, where);
   FileIdentity id;
-  FR_ASSIGN(id.path, f.str("path"));
-  FR_ASSIGN(id.dev, f.unsigned_int("dev"));
-  FR_ASSIGN(id.ino, f.unsigned_int("ino"));
-  FR_ASSIGN(id.size, f.unsigned_int("size"));
-  FR_ASSIGN(id.mtime_ns, f.integer("mtime_ns"));
-  FR_ASSIGN(id.ctime_ns, f.integer("ctime_ns"));
+  FR_TRY(Fields(j, where).read("path", id.path, "dev", id.dev, "ino", id.ino, "size", id.size, "mtime_ns", id.mtime_ns,
+                               "ctime_ns", id.ctime_ns));
   return id;
 }
 
@@ -90,23 +85,17 @@ json to_json(const Identity& id) {
 Result<Identity> identity_from_json(const json& j, const std::string& where) {
   Fields f(j, where);
   Identity id;
-  FR_ASSIGN(id.kernel_release, f.str("kernel_release"));
-  FR_ASSIGN(id.criu_version, f.str("criu_version"));
-  FR_ASSIGN(id.cuda, f.boolean("cuda"));
+  FR_TRY(f.read("kernel_release", id.kernel_release, "criu_version", id.criu_version, "cuda", id.cuda));
   FR_ASSIGN(const json* gpu, f.child("gpu", json::value_t::object));
-  Fields g(*gpu, f.path("gpu"));
-  FR_ASSIGN(id.gpu.driver_version, g.str("driver_version"));
-  FR_ASSIGN(id.gpu.uuid, g.str("uuid"));
-  FR_ASSIGN(id.gpu.name, g.str("name"));
-  FR_ASSIGN(id.executable, f.str("executable"));
-  FR_ASSIGN(id.executable_hash, f.str("executable_hash"));
+  FR_TRY(Fields(*gpu, f.path("gpu")).read("driver_version", id.gpu.driver_version, "uuid", id.gpu.uuid, "name",
+                                          id.gpu.name));
+  FR_TRY(f.read("executable", id.executable, "executable_hash", id.executable_hash));
   FR_ASSIGN(const json* files, f.child("files", json::value_t::array));
   for (size_t i = 0; i < files->size(); ++i) {
     FR_ASSIGN(FileIdentity fi, file_from_json((*files)[i], f.path("files[" + std::to_string(i) + "]")));
     id.files.push_back(std::move(fi));
   }
-  FR_ASSIGN(id.args, f.strings("args"));
-  FR_ASSIGN(id.env, f.string_map("env"));
+  FR_TRY(f.read("args", id.args, "env", id.env));
   if (j.contains("arg_hashes")) {
     FR_ASSIGN(id.arg_hashes, f.string_map("arg_hashes"));
   }

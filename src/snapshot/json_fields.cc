@@ -20,35 +20,34 @@ Result<const json*> Fields::get(const std::string& key) const {
   return &*it;
 }
 
+// The field at `key` as a T, when `is` holds for it; else "expected <what>".
+template <class T>
+static Result<T> scalar(const Fields& f, const std::string& key, bool (*is)(const json&), const char* what) {
+  FR_ASSIGN(const json* v, f.get(key));
+  if (!is(*v)) return f.fail(key, std::string("expected ") + what);
+  return v->get<T>();
+}
+
 Result<std::string> Fields::str(const std::string& key) const {
-  FR_ASSIGN(const json* v, get(key));
-  if (!v->is_string()) return fail(key, "expected a string");
-  return v->get<std::string>();
+  return scalar<std::string>(*this, key, [](const json& v) { return v.is_string(); }, "a string");
 }
 
 Result<int64_t> Fields::integer(const std::string& key) const {
-  FR_ASSIGN(const json* v, get(key));
-  if (!v->is_number_integer()) return fail(key, "expected an integer");
-  return v->get<int64_t>();
+  return scalar<int64_t>(*this, key, [](const json& v) { return v.is_number_integer(); }, "an integer");
 }
 
 Result<uint64_t> Fields::unsigned_int(const std::string& key) const {
-  FR_ASSIGN(const json* v, get(key));
-  if (!v->is_number_unsigned() && !(v->is_number_integer() && v->get<int64_t>() >= 0))
-    return fail(key, "expected an unsigned integer");
-  return v->get<uint64_t>();
+  return scalar<uint64_t>(*this, key, [](const json& v) {
+    return v.is_number_unsigned() || (v.is_number_integer() && v.get<int64_t>() >= 0);
+  }, "an unsigned integer");
 }
 
 Result<double> Fields::number(const std::string& key) const {
-  FR_ASSIGN(const json* v, get(key));
-  if (!v->is_number()) return fail(key, "expected a number");
-  return v->get<double>();
+  return scalar<double>(*this, key, [](const json& v) { return v.is_number(); }, "a number");
 }
 
 Result<bool> Fields::boolean(const std::string& key) const {
-  FR_ASSIGN(const json* v, get(key));
-  if (!v->is_boolean()) return fail(key, "expected a boolean");
-  return v->get<bool>();
+  return scalar<bool>(*this, key, [](const json& v) { return v.is_boolean(); }, "a boolean");
 }
 
 Result<std::vector<std::string>> Fields::strings(const std::string& key) const {

@@ -46,12 +46,8 @@ Result<Manifest> manifest_from_json(const json& j, const std::string& where) {
   if (format != kManifestFormat)
     return f.fail("format", "is " + std::to_string(format) + ", this build reads format " + std::to_string(kManifestFormat));
   m.format = static_cast<int>(format);
-  FR_ASSIGN(m.id, f.str("id"));
-  FR_ASSIGN(m.fastrestart_version, f.str("fastrestart_version"));
-  FR_ASSIGN(m.created_unix, f.number("created_unix"));
-  FR_ASSIGN(m.create_s, f.number("create_s"));
-  FR_ASSIGN(m.image_bytes, f.unsigned_int("image_bytes"));
-  FR_ASSIGN(m.stdout_pipe, f.str("stdout_pipe"));
+  FR_TRY(f.read("id", m.id, "fastrestart_version", m.fastrestart_version, "created_unix", m.created_unix, "create_s",
+                m.create_s, "image_bytes", m.image_bytes, "stdout_pipe", m.stdout_pipe));
   if (!m.stdout_pipe.empty() && m.stdout_pipe.rfind("pipe:[", 0) != 0)
     return f.fail("stdout_pipe", "expected \"pipe:[<inode>]\" or \"\"");
   // Absent in manifests written before snapshots could hold fastrestartd's socket: read as "".
@@ -75,31 +71,27 @@ Result<Manifest> manifest_from_json(const json& j, const std::string& where) {
     FR_ASSIGN(bool excluded, wf.boolean("excluded"));
     FR_ASSIGN(std::string exchange, wf.str("exchange"));
     if (exchange.empty() || exchange[0] != '/') return wf.fail("exchange", "expected an absolute socket path");
-    FR_ASSIGN(const json* entries, wf.child("entries", json::value_t::array));
-    for (size_t i = 0; i < entries->size(); ++i) {
-      const json& e = (*entries)[i];
-      const std::string at = "entries[" + std::to_string(i) + "]";
-      if (!e.is_object()) return wf.fail(at, "expected an object");
-      Fields ef(e, wf.path(at));
+    bool any_entry = false;
+    auto check_entry = [&](const Fields& ef) -> Status {
+      any_entry = true;
       for (const char* k : {"fingerprint", "digest", "device", "daemon_socket"}) FR_TRY(ef.str(k));
       FR_TRY(ef.unsigned_int("base"));
       FR_TRY(ef.unsigned_int("bytes"));
-    }
-    if (excluded != !entries->empty()) return wf.fail("excluded", "must be true exactly when entries is not empty");
+      return {};
+    };
+    FR_TRY(wf.each_object("entries", check_entry));
+    if (excluded != any_entry) return wf.fail("excluded", "must be true exactly when entries is not empty");
     // The KV arenas the engine unmapped (absent before arenas): named, on a device, at an address.
     if (auto a = weights->find("arenas"); a != weights->end()) {
-      FR_ASSIGN(const json* arenas, wf.child("arenas", json::value_t::array));
-      for (size_t i = 0; i < arenas->size(); ++i) {
-        const json& e = (*arenas)[i];
-        const std::string at = "arenas[" + std::to_string(i) + "]";
-        if (!e.is_object()) return wf.fail(at, "expected an object");
-        Fields ef(e, wf.path(at));
+      auto check_arena = [](const Fields& ef) -> Status {
         for (const char* k : {"name", "device", "daemon_socket"}) FR_TRY(ef.str(k));
         FR_TRY(ef.unsigned_int("base"));
         FR_TRY(ef.unsigned_int("bytes"));
         FR_ASSIGN(bool mapped, ef.boolean("mapped"));
         if (mapped) return ef.fail("mapped", "an arena the snapshot holds mapped cannot be restored");
-      }
+        return {};
+      };
+      FR_TRY(wf.each_object("arenas", check_arena));
     }
     m.weights = *weights;
   }

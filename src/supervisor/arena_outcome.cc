@@ -17,16 +17,9 @@ std::optional<status::ArenaOutcomeStatus> arena_outcome_of_line(const std::strin
   }
   if (!*parsed) return std::nullopt;
   const ArenaLine& a = **parsed;
-  status::ArenaOutcomeStatus o;
-  o.outcome = a.leased ? "leased" : "fallback";
-  o.pid = pid;
-  o.unix_time = static_cast<double>(std::time(nullptr));
-  o.name = a.name;
-  o.bytes = a.bytes;
-  o.waited_s = a.waited_s;
-  o.swap_s = a.swap_s;
-  o.generation = a.generation;
-  o.reason = a.reason;
+  status::ArenaOutcomeStatus o{.outcome = a.leased ? "leased" : "fallback", .pid = pid,
+                               .unix_time = static_cast<double>(std::time(nullptr)), .name = a.name, .bytes = a.bytes,
+                               .waited_s = a.waited_s, .swap_s = a.swap_s, .generation = a.generation, .reason = a.reason};
   if (a.leased)
     spdlog::info("engine pid {}: leased KV arena {} ({} bytes, generation {}) after waiting {:.3f} s; swap {:.3f} s", pid,
                  a.name, a.bytes, a.generation, a.waited_s, a.swap_s);

@@ -798,14 +798,7 @@ Result<Config> load_config(const std::string& path) {
 
 const char* engine_kind_name(EngineKind k) { return k.name(); }
 
-const char* weights_mode_name(WeightsMode m) {
-  switch (m) {
-    case WeightsMode::kZeroCopy: return "zero_copy";
-    case WeightsMode::kCopy: return "copy";
-    case WeightsMode::kOff: return "off";
-  }
-  return "off";
-}
+const char* weights_mode_name(WeightsMode m) { return kModes[static_cast<int>(m)]; }
 
 const char* daemon_kind_name(DaemonKind d) { return kDaemons[static_cast<int>(d)]; }
 

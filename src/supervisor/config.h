@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <initializer_list>
 #include <map>
 #include <optional>
 #include <span>
@@ -207,6 +208,11 @@ Result<Config> load_config(const std::string& path);
 // programs, e.g. fastrestart-tinyengine, also beside fastrestartd, and command[0] is then set to the path
 // found). Errors: Errc::kInvalidArgument, "<path>:<line>: <key>: <what>", the first problem found.
 Status check_host(Config& c);
+
+// The error of a check after parsing (check_host, an engine kind's checks): Errc::kInvalidArgument,
+// "<path>:<line>: <key>: <what>", the line of the first of `keys` the file has (1 when none), as parse_config's.
+Error config_error_at(const Config& c, std::initializer_list<const char*> keys, const std::string& key,
+                      const std::string& what);
 
 // A re-read config (SIGHUP, `fastrestartctl reload` without flags) against the running one: the fields
 // of where the engine serves that only fastrestartd's start applies (engine.host, engine.port,

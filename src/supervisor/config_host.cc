@@ -41,13 +41,7 @@ class HostCheck {
   explicit HostCheck(Config& c) : m_c(c) {}
 
   Error fail(std::initializer_list<const char*> keys, const std::string& key, const std::string& what) const {
-    int64_t line = 1;
-    for (const char* k : keys)
-      if (auto it = m_c.key_lines.find(k); it != m_c.key_lines.end()) {
-        line = it->second;
-        break;
-      }
-    return make_error(Errc::kInvalidArgument, m_c.path + ":" + std::to_string(line) + ": " + key + ": " + what);
+    return config_error_at(m_c, keys, key, what);
   }
 
   // The control socket's directory must pass ensure_private_dir() at start: ours, not a symlink, no more open
@@ -206,6 +200,17 @@ class HostCheck {
 };
 
 }  // namespace
+
+Error config_error_at(const Config& c, std::initializer_list<const char*> keys, const std::string& key,
+                      const std::string& what) {
+  int64_t line = 1;
+  for (const char* k : keys)
+    if (auto it = c.key_lines.find(k); it != c.key_lines.end()) {
+      line = it->second;
+      break;
+    }
+  return make_error(Errc::kInvalidArgument, c.path + ":" + std::to_string(line) + ": " + key + ": " + what);
+}
 
 Status check_host(Config& c) {
   HostCheck h(c);

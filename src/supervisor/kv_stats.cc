@@ -3,6 +3,7 @@
 #include <fcntl.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdio>
 #include <map>
@@ -23,7 +24,7 @@ constexpr std::string_view kKvMarker = "fastrestart-kv:";
 
 Error kv_bad(const std::string& what) { return make_error(Errc::kInvalidArgument, what); }
 
-bool kv_space(char c) { return c == ' ' || c == '\t' || c == '\r' || c == '\n'; }
+constexpr std::string_view kKvSpaces = " \t\r\n";  // between words
 
 bool kv_word(std::string_view s) {
   if (s.empty() || s.size() > 64) return false;
@@ -48,13 +49,11 @@ Result<std::optional<KvStatsRecord>> parse_kv_stats(std::string_view text) {
     return kv_bad("text of " + std::to_string(text.size()) + " bytes, over " + std::to_string(kMaxKvStatsText));
   std::string_view rest = text.substr(at + kKvMarker.size());
   std::map<std::string, std::string_view> words;
-  size_t i = 0;
-  while (i < rest.size()) {
-    while (i < rest.size() && kv_space(rest[i])) ++i;
-    if (i == rest.size()) break;
-    const size_t from = i;
-    while (i < rest.size() && !kv_space(rest[i])) ++i;
-    const std::string_view w = rest.substr(from, i - from);
+  for (size_t from = rest.find_first_not_of(kKvSpaces); from != std::string_view::npos;
+       from = rest.find_first_not_of(kKvSpaces, from)) {
+    const size_t end = std::min(rest.find_first_of(kKvSpaces, from), rest.size());
+    const std::string_view w = rest.substr(from, end - from);
+    from = end;
     const size_t eq = w.find('=');
     if (eq == std::string_view::npos || eq == 0)
       return kv_bad("a word that is not key=value: \"" + std::string(w.substr(0, 64)) + "\"");
@@ -79,14 +78,11 @@ Result<std::optional<KvStatsRecord>> parse_kv_stats(std::string_view text) {
   if (id == words.end() || !kv_hex_id(id->second)) return kv_bad("id: missing, or not 1-32 of 0-9 a-f");
   r.id = std::string(id->second);
   status::KvCacheStatus& k = r.kv;
-  FR_TRY(word("location", k.location));
-  FR_TRY(word("header", k.header));
-  FR_TRY(count("blocks", k.blocks));
-  FR_TRY(count("block_tokens", k.block_tokens));
-  FR_TRY(count("recovered", k.recovered));
-  FR_TRY(count("requests", k.requests));
-  FR_TRY(count("query_tokens", k.query_tokens));
-  FR_TRY(count("hit_tokens", k.hit_tokens));
+  for (auto [key, out] : {std::pair{"location", &k.location}, std::pair{"header", &k.header}}) FR_TRY(word(key, *out));
+  for (auto [key, out] : {std::pair{"blocks", &k.blocks}, std::pair{"block_tokens", &k.block_tokens},
+                          std::pair{"recovered", &k.recovered}, std::pair{"requests", &k.requests},
+                          std::pair{"query_tokens", &k.query_tokens}, std::pair{"hit_tokens", &k.hit_tokens}})
+    FR_TRY(count(key, *out));
   if (k.hit_tokens > k.query_tokens)
     return kv_bad("hit_tokens: " + std::to_string(k.hit_tokens) + " is more than query_tokens " + std::to_string(k.query_tokens));
   for (const auto& [key, value] : words) {

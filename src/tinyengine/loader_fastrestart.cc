@@ -18,15 +18,9 @@ struct PublishKey {
 namespace {
 
 fastrestart::Options to_options(const LoadOptions& o) {
-  fastrestart::Options f;
-  f.mode = o.zero_copy ? fastrestart::Mode::kZeroCopy : fastrestart::Mode::kCopy;
-  f.fallback = o.fallback;
-  f.verify = o.verify;
-  f.socket_dir = o.socket_dir;
-  f.device = o.device;
-  f.connect_timeout_s = o.connect_timeout_s;
-  f.state_timeout_s = o.state_timeout_s;
-  return f;
+  return {.mode = o.zero_copy ? fastrestart::Mode::kZeroCopy : fastrestart::Mode::kCopy, .fallback = o.fallback,
+          .connect_timeout_s = o.connect_timeout_s, .state_timeout_s = o.state_timeout_s, .verify = o.verify,
+          .socket_dir = o.socket_dir, .device = o.device};
 }
 
 fastrestart::Key to_key(const CheckpointInfo& info, const TpPlan& tp) { return {info.files, key_config(info, tp)}; }

@@ -204,12 +204,10 @@ Result<ModelConfig> ModelConfig::from_json(const std::string& text) {
   };
   if (j.value("arch", "") != "tinyengine") return make_error(Errc::kCorrupt, "model config: arch is not 'tinyengine'");
   if (j.value("vocab", 0) != kVocab) return make_error(Errc::kCorrupt, "model config: vocab is not 257");
-  FR_TRY(get_int("d_model", c.d_model));
-  FR_TRY(get_int("n_heads", c.n_heads));
-  FR_TRY(get_int("n_layers", c.n_layers));
-  FR_TRY(get_int("d_ff", c.d_ff));
-  FR_TRY(get_int("max_seq", c.max_seq));
-  FR_TRY(get_int("extra_blocks", c.extra_blocks));
+  for (auto [k, out] : {std::pair{"d_model", &c.d_model}, std::pair{"n_heads", &c.n_heads},
+                        std::pair{"n_layers", &c.n_layers}, std::pair{"d_ff", &c.d_ff}, std::pair{"max_seq", &c.max_seq},
+                        std::pair{"extra_blocks", &c.extra_blocks}})
+    FR_TRY(get_int(k, *out));
   FR_TRY(get_int("extra_width", c.extra_width));
   auto dt = dtype_from_name(j.value("dtype", ""));
   if (!dt) return make_error(Errc::kCorrupt, "model config: unknown dtype");

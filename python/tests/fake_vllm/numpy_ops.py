@@ -7,7 +7,7 @@ zero_copy mode), transposed views are published as their contiguous base plus a 
 import numpy as np
 
 import backend
-from fastrestart_vllm.tensors import TensorOps, Unpublishable
+from fastrestart_vllm.tensors import TensorOps, Unpublishable, stride_order
 
 
 class NumpyOps(TensorOps):
@@ -37,12 +37,9 @@ class NumpyOps(TensorOps):
         x = np.asarray(x)  # drop the Parameter subclass: publish wants plain buffers
         spec = {}
         if not x.flags.c_contiguous:
-            order = sorted(range(x.ndim), key=lambda d: (-x.strides[d], -x.shape[d]))
+            order, inverse = stride_order(x.strides, x.shape)
             base = x.transpose(order)
             if base.flags.c_contiguous:
-                inverse = [0] * len(order)
-                for i, d in enumerate(order):
-                    inverse[d] = i
                 spec["perm"] = inverse
                 x = base
             else:

@@ -22,9 +22,6 @@ class ColdPath final : public StartPathImpl {
 
 }  // namespace
 
-const StartPathImpl& cold_start_path() {
-  static const ColdPath p;
-  return p;
-}
+const StartPathImpl& cold_start_path() { static const ColdPath p; return p; }
 
 }  // namespace fr::supervisor

@@ -18,9 +18,6 @@ class WarmPath final : public StartPathImpl {
 
 }  // namespace
 
-const StartPathImpl& warm_start_path() {
-  static const WarmPath p;
-  return p;
-}
+const StartPathImpl& warm_start_path() { static const WarmPath p; return p; }
 
 }  // namespace fr::supervisor

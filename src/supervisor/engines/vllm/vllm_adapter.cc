@@ -16,17 +16,6 @@ using nlohmann::json;
 
 namespace {
 
-// "<path>:<line>: <key>: <what>", the line of the first of `keys` the file has (as parse_config's errors).
-Error fail_at(const Config& c, std::initializer_list<const char*> keys, const std::string& key, const std::string& what) {
-  int64_t line = 1;
-  for (const char* k : keys)
-    if (auto it = c.key_lines.find(k); it != c.key_lines.end()) {
-      line = it->second;
-      break;
-    }
-  return make_error(Errc::kInvalidArgument, c.path + ":" + std::to_string(line) + ": " + key + ": " + what);
-}
-
 // What one vLLM engine said: its version and model runner, vLLM's weight-cache result, the loader plugin's lines.
 class VllmEngineReport final : public EngineReport {
  public:
@@ -99,7 +88,7 @@ VllmAdapter::VllmAdapter(VllmRules rules) : m_rules(std::move(rules)) {
 
 Result<std::unique_ptr<EngineAdapter>> VllmAdapter::make(const Config& c) {
   auto rules = load_vllm_rules(c.engine.vllm_rules);
-  if (!rules.ok()) return fail_at(c, {"engine.vllm_rules", "engine"}, "engine.vllm_rules", rules.error().message);
+  if (!rules.ok()) return config_error_at(c, {"engine.vllm_rules", "engine"}, "engine.vllm_rules", rules.error().message);
   return std::unique_ptr<EngineAdapter>(std::make_unique<VllmAdapter>(std::move(*rules)));
 }
 
@@ -119,7 +108,7 @@ Status VllmAdapter::check_config(const Config& c) const {
     const bool command = f.subject.starts_with("engine.command");
     const bool daemon = f.subject.starts_with("weights.daemon");
     const char* key = env ? "engine.env" : command ? "engine.command" : daemon ? "weights.daemon" : "engine.flags";
-    return fail_at(c, {key, "engine"}, key, f.message + " (checked against vLLM " + target.version.str() + ": " + target.source + ")");
+    return config_error_at(c, {key, "engine"}, key, f.message + " (checked against vLLM " + target.version.str() + ": " + target.source + ")");
   }
   return {};
 }

@@ -192,20 +192,26 @@ Status read_section(const Reader& r, const toml::node& n, const std::string& key
 
 // ---- The sections (data/vllm.toml documents each key) ----
 
+// `fields`, then the keys a rule about flags ends with: how bad a hit is, what changed, what to use instead,
+// and where it is written (RemovedRule and GatedRule).
+template <typename T>
+std::vector<Field<T>> with_advice(std::vector<Field<T>> fields) {
+  for (auto&& f : {field("severity", &T::severity, &Reader::severity), field("what", &T::what, &Reader::string),
+                   field("use", &T::use, &Reader::string), field("ref", &T::ref, &Reader::string)})
+    fields.push_back(f);
+  return fields;
+}
+
 const std::vector<Field<RemovedRule>>& removed_fields() {
   using R = RemovedRule;
-  static const std::vector<Field<R>> f = {
+  static const std::vector<Field<R>> f = with_advice<R>({
       field("flag", &R::flag, &Reader::flag_name),
       field("env", &R::env, &Reader::string),
       field("command", &R::command, &Reader::string),
       field("value", &R::value, &Reader::string),
       field("value_contains", &R::value_contains, &Reader::string),
       field("version", &R::version, &Reader::version, Need::kRequired, "the vLLM release that removed or changed it"),
-      field("severity", &R::severity, &Reader::severity),
-      field("what", &R::what, &Reader::string),
-      field("use", &R::use, &Reader::string),
-      field("ref", &R::ref, &Reader::string),
-  };
+  });
   return f;
 }
 
@@ -217,15 +223,11 @@ Status check_removed(const Reader& r, const toml::table& t, const std::string& p
 
 const std::vector<Field<GatedRule>>& gated_fields() {
   using G = GatedRule;
-  static const std::vector<Field<G>> f = {
+  static const std::vector<Field<G>> f = with_advice<G>({
       field("when_any", &G::when_any, &Reader::flag_names, Need::kRequired, "the flags that need `unless`"),
       field("unless", &G::unless, &Reader::canonical_name, Need::kRequired, "the flag they need"),
       field("version", &G::version, &Reader::version, Need::kRequired, "the vLLM release from which they need it"),
-      field("severity", &G::severity, &Reader::severity),
-      field("what", &G::what, &Reader::string),
-      field("use", &G::use, &Reader::string),
-      field("ref", &G::ref, &Reader::string),
-  };
+  });
   return f;
 }
 
