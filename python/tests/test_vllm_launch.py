@@ -72,6 +72,32 @@ class _Procs(unittest.TestCase):
     def log(self, i):
         return os.path.join(self.tmp, "engine-%d.log" % i)
 
+    def layout(self, files):
+        """A package tree of `files` ({relative path: text}) under the test's folder, every folder a
+        package (an empty __init__.py where `files` gives none): its root."""
+        root = os.path.join(self.tmp, "layout")
+        for path, text in files.items():
+            folder = os.path.dirname(path)
+            while folder:
+                os.makedirs(os.path.join(root, folder), exist_ok=True)
+                init = os.path.join(root, folder, "__init__.py")
+                if not os.path.exists(init) and os.path.join(folder, "__init__.py") not in files:
+                    open(init, "w").close()
+                folder = os.path.dirname(folder)
+            with open(os.path.join(root, path), "w") as f:
+                f.write(text)
+        return root
+
+    def run_installed(self, root, body):
+        """A Python process with `root` first on its path that makes a listening socket `s`, installs the
+        launcher's hook on it (`hook`) and runs `body` (socket, sys and types imported)."""
+        script = ("import socket, sys, types\n"
+                  "from fastrestart_vllm import launch\n"
+                  "s = socket.socket(); s.bind(('127.0.0.1', 0)); s.listen(5)\n"
+                  "hook = launch.install(s)\n" + body)
+        env = dict(os.environ, PYTHONPATH=os.pathsep.join([root, os.environ.get("PYTHONPATH", "")]))
+        return subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env, timeout=60)
+
     def output(self, i):
         with open(self.log(i)) as f:
             return f.read()
@@ -340,37 +366,22 @@ class RefusalTest(_Procs):
                  "def run_multi_api_server(args):\n"
                  "    return 'several'\n")
         files = {
-            "vllm/__init__.py": "",
-            "vllm/entrypoints/__init__.py": "",
-            "vllm/entrypoints/cli/__init__.py": "",
             "vllm/entrypoints/cli/serve.py":
                 "import importlib, sys\n"
                 "sys.modules[__name__] = importlib.import_module('vllm.frontend.entrypoints.cli.serve')\n",
-            "vllm/frontend/__init__.py": "",
-            "vllm/frontend/entrypoints/__init__.py": "",
-            "vllm/frontend/entrypoints/cli/__init__.py": "",
             "vllm/frontend/entrypoints/cli/serve.py": serve,
-            "vllm/frontend/entrypoints/launchers/__init__.py": "",
             "vllm/frontend/entrypoints/launchers/launcher.py":
                 "def create_server_socket(addr, *, reuse_port):\n    pass\n",
         }
-        root = os.path.join(self.tmp, "layout")
-        for path, text in files.items():
-            os.makedirs(os.path.dirname(os.path.join(root, path)), exist_ok=True)
-            with open(os.path.join(root, path), "w") as f:
-                f.write(text)
-        script = ("import socket, sys, types\n"
-                  "from fastrestart_vllm import launch\n"
-                  "s = socket.socket(); s.bind(('127.0.0.1', 0)); s.listen(5)\n"
-                  "hook = launch.install(s)\n"
-                  "from vllm.entrypoints.cli.serve import ServeSubcommand\n"
-                  "args = lambda **kw: types.SimpleNamespace(**dict(dict(uds=None, grpc=False, headless=False,\n"
-                  "    data_parallel_multi_port_external_lb=False, api_server_count=1), **kw))\n"
-                  "print(sorted(hook.patched))\n"
-                  "print(ServeSubcommand.cmd(args()), ServeSubcommand.cmd(args(api_server_count=2)))\n"
-                  "ServeSubcommand.cmd(args(grpc=True))\n")
-        env = dict(os.environ, PYTHONPATH=os.pathsep.join([root, os.environ.get("PYTHONPATH", "")]))
-        r = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env, timeout=60)
+        root = self.layout(files)
+        r = self.run_installed(root,
+                               "from vllm.entrypoints.cli.serve import ServeSubcommand\n"
+                               "args = lambda **kw: types.SimpleNamespace(**dict(dict(uds=None, grpc=False,\n"
+                               "    headless=False, data_parallel_multi_port_external_lb=False, api_server_count=1),\n"
+                               "    **kw))\n"
+                               "print(sorted(hook.patched))\n"
+                               "print(ServeSubcommand.cmd(args()), ServeSubcommand.cmd(args(api_server_count=2)))\n"
+                               "ServeSubcommand.cmd(args(grpc=True))\n")
         from fastrestart_vllm import launch
         self.assertEqual(r.returncode, 1, r.stderr)
         self.assertEqual(r.stdout.splitlines(), [str([("vllm.frontend.entrypoints.cli.serve",
@@ -459,36 +470,20 @@ class BacklogTest(_Procs):
         # vLLM's later layout: launchers/launcher.py a sys.modules alias of frontend/.../launcher.py, and
         # utils/listen.py taking the factory by name (`from ..launcher import create_server_socket`).
         files = {
-            "vllm/__init__.py": "",
-            "vllm/entrypoints/__init__.py": "",
-            "vllm/entrypoints/launchers/__init__.py": "",
             "vllm/entrypoints/launchers/launcher.py":
                 "import importlib, sys\n"
                 "sys.modules[__name__] = importlib.import_module('vllm.frontend.entrypoints.launchers.launcher')\n",
-            "vllm/entrypoints/launchers/utils/__init__.py": "",
             "vllm/entrypoints/launchers/utils/listen.py": "from ..launcher import create_server_socket\n",
-            "vllm/frontend/__init__.py": "",
-            "vllm/frontend/entrypoints/__init__.py": "",
-            "vllm/frontend/entrypoints/launchers/__init__.py": "",
             "vllm/frontend/entrypoints/launchers/launcher.py":
                 "def create_server_socket(addr, *, reuse_port):\n    raise OSError('bound')\n",
         }
-        root = os.path.join(self.tmp, "layout")
-        for path, text in files.items():
-            os.makedirs(os.path.dirname(os.path.join(root, path)), exist_ok=True)
-            with open(os.path.join(root, path), "w") as f:
-                f.write(text)
-        script = ("import socket, sys\n"
-                  "from fastrestart_vllm import launch\n"
-                  "s = socket.socket(); s.bind(('127.0.0.1', 0)); s.listen(5)\n"
-                  "hook = launch.install(s)\n"
-                  "assert 'vllm' not in sys.modules\n"
-                  "from vllm.entrypoints.launchers.utils import listen\n"
-                  "from vllm.entrypoints.launchers import launcher\n"
-                  "assert listen.create_server_socket(('', 1), reuse_port=False) is s\n"
-                  "print(sorted(hook.patched))\n")
-        env = dict(os.environ, PYTHONPATH=os.pathsep.join([root, os.environ.get("PYTHONPATH", "")]))
-        r = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env, timeout=60)
+        root = self.layout(files)
+        r = self.run_installed(root,
+                               "assert 'vllm' not in sys.modules\n"
+                               "from vllm.entrypoints.launchers.utils import listen\n"
+                               "from vllm.entrypoints.launchers import launcher\n"
+                               "assert listen.create_server_socket(('', 1), reuse_port=False) is s\n"
+                               "print(sorted(hook.patched))\n")
         self.assertEqual(r.returncode, 0, r.stderr)
         # patched once, in the defining module, before listen.py took it by name: listen.py holds the patch
         self.assertEqual(r.stdout.strip(), str([("vllm.frontend.entrypoints.launchers.launcher",
