@@ -39,13 +39,14 @@ MAX_TOKENS = 24
 HOLD_S = 30  # front.hold_s: the default
 
 
-def config_toml(d, ckpt, mode, port, which, token_delay, threads, engine_flags=(), readiness=None):
+def config_toml(d, ckpt, mode, port, which, token_delay, threads, engine_flags=(), readiness=None, idle=0):
     """fastrestartd's config for one mode, its files under d."""
     run = os.path.join(d, "run")
     flags = ["--host", "127.0.0.1", "--port", str(port), "--served-model-name", "t", "--threads", str(threads),
              "--fault-token-delay", str(token_delay), "--load-format", "fastrestart", "--fastrestart-socket-dir", run,
              "--shutdown-grace", "2", *engine_flags]
-    tables = {"front": {"hold_s": HOLD_S, "path": which["fastrestart-front"]}} if mode == "front" else {}
+    tables = ({"front": dict({"hold_s": HOLD_S, "path": which["fastrestart-front"]},
+                             **({"max_idle_connections": idle} if idle else {}))} if mode == "front" else {})
     return fr.supervisor_config(
         d, "t", [which["fastrestart-tinyengine"], "serve", ckpt], flags, port,
         {"mode": "zero_copy", "backend": "host", "checkpoint": ckpt, "daemon_path": which["fastrestart-weightd"]},
@@ -57,7 +58,8 @@ def config_toml(d, ckpt, mode, port, which, token_delay, threads, engine_flags=(
 def launch(work, mode, ckpt, which, a):
     d = os.path.join(work, mode)
     port = fr.free_port()
-    sup = fr.Fastrestartd(d, config_toml(d, ckpt, mode, port, which, a.token_delay, a.threads),
+    sup = fr.Fastrestartd(d, config_toml(d, ckpt, mode, port, which, a.token_delay, a.threads,
+                                         idle=getattr(a, "max_idle_connections", 0)),
                           fr.control_socket(d), fastrestartd=which["fastrestartd"],
                           fastrestartctl=which["fastrestartctl"])
     err = sup.check()
@@ -308,6 +310,7 @@ def cost_only(work, ckpt, which, a):
         res["load_after"] = os.getloadavg()
         out = {"host": socket.gethostname(), "date": datetime.datetime.utcnow().isoformat() + "Z", "machine": fr.machine_cpu(),
                "max_tokens": MAX_TOKENS, "token_delay_s": a.token_delay, "engine_threads": a.threads,
+               "front_max_idle_connections": a.max_idle_connections,
                "cpu_clock_ticks_per_s": os.sysconf("SC_CLK_TCK"), "cost": res, "front_status": sup.status().get("front")}
         print(json.dumps(res), flush=True)
         return out
@@ -325,6 +328,8 @@ def main():
                     help="kill: the load under kills and the no-kill cost; kv: tokens recomputed per continued stream; "
                          "cost: only the no-kill cost, front and direct interleaved (front_cost.json)")
     ap.add_argument("--cost-pairs", type=int, default=300, help="--part cost: non-streamed requests per path")
+    ap.add_argument("--max-idle-connections", type=int, default=0,
+                    help="front.max_idle_connections (kept-alive connections to the engine; 0: one per request)")
     ap.add_argument("--out", default=None, help="--part cost: the raw JSON's file name (default front_cost.json)")
     ap.add_argument("--results", default=None, help="the raw JSON's folder (default bench/results/front-kill-<host>-<date>)")
     ap.add_argument("--kv-trials", type=int, default=8, help="--part kv: single-stream trials")

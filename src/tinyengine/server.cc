@@ -3,6 +3,7 @@
 #include "tinyengine/kv_cache.h"
 
 #include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -106,12 +107,26 @@ const char* state_name(EngineServer::State s) {
 
 namespace {
 
+// TCP_NODELAY on every connection the engine accepts: httplib writes an answer's head and body in separate
+// writes, and with Nagle's algorithm the body waits for the client's ACK of the head. A fresh connection's
+// first segments are ACKed at once, but on a kept-alive one (a client or fastrestart-front reusing its
+// connection) the client delays that ACK, about 40 ms on Linux, which then lands on every answer
+// (docs/tinyengine.md, "Serving").
+void set_nodelay(int fd) {
+  int yes = 1;
+  ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &yes, sizeof yes);
+}
+
 // httplib's Server with access to its listening socket (svr_sock_, protected): to serve on an inherited
 // socket, and to stop accepting on it without httplib's stop(), which shuts the socket down for every
 // process that holds it.
 class SharedSocketServer : public httplib::Server {
  public:
-  void adopt(int fd) { svr_sock_ = fd; }
+  // Connections accepted on the socket inherit its TCP_NODELAY (Linux copies it from the listener).
+  void adopt(int fd) {
+    set_nodelay(fd);
+    svr_sock_ = fd;
+  }
   // The accept loop ends at its next turn (set_idle_interval bounds its wait); the socket stays listening.
   int release() { return svr_sock_.exchange(INVALID_SOCKET); }
   int socket_fd() const { return svr_sock_; }
@@ -139,6 +154,7 @@ EngineServer::EngineServer(const ServeOptions& options)
   m_server->set_socket_options([](socket_t sock) {
     int yes = 1;
     ::setsockopt(sock, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof yes);
+    set_nodelay(sock);
   });
   routes(*m_server);
 }
