@@ -168,13 +168,15 @@ class Run:
                                    fastrestartd=a.which["fastrestartd"], fastrestartctl=a.which["fastrestartctl"])
         self.readies = 0
 
-    def steady(self, old_pid=None, park_timeout=None):
-        """Until the next READY of an engine other than old_pid (and its kv_cache row), then until the standby
-        is parked (at most park_timeout s: a kill before it parks makes a warm start instead): the status."""
+    def steady(self, old_pid=None, park_timeout=None, want_kv=True):
+        """Until the next READY of an engine other than old_pid (and, with want_kv, its kv_cache row: an engine
+        without prefix caching writes none), then until the standby is parked (at most park_timeout s: a kill
+        before it parks makes a warm start instead): the status."""
         self.readies += 1
         st = self.sup.wait_ready(self.readies, self.a.ready_timeout)
         pid = st["engine"]["pid"]
-        st = self.sup.wait(lambda s: (s.get("kv_cache") or {}).get("pid") == pid, "the engine's kv_cache row", 60)
+        if want_kv:
+            st = self.sup.wait(lambda s: (s.get("kv_cache") or {}).get("pid") == pid, "the engine's kv_cache row", 60)
         try:
             st = self.sup.wait(lambda s: (s.get("standby") or {}).get("state") == "parked", "a parked standby",
                                park_timeout or self.a.ready_timeout)
@@ -249,7 +251,7 @@ def phase_ttft(r, res):
            f"recovered {runs['kv_after'].get('recovered')} blocks, header {runs['kv_after'].get('header')}")
     pid = st["engine"]["pid"]
     r.sup.ctl("reload", "--add-flags", " ".join(eng.other_index()), timeout=a.ready_timeout)
-    st = r.steady(pid)
+    st = r.steady(pid, want_kv=a.engine != "ref")  # the reference engine without prefix caching has no index
     runs["kv_without_index"] = kv_row(st)
     ms["restart_without_index"] = [ttft(port, q("without", 0)) * 1e3]
     # back to the arena with the index for the kills
