@@ -1,15 +1,25 @@
 // The real binary over HTTP: endpoints, errors, readiness and graceful SIGTERM.
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <signal.h>
+#include <sys/socket.h>
+#include <sys/syscall.h>
+#include <unistd.h>
 
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <chrono>
 #include <cstdlib>
+#include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <future>
 #include <thread>
 
+#include "common/fd.h"
 #include "engine_process.h"
 #include "tinyengine/checkpoint.h"
 #include "support/harness.h"
@@ -124,6 +134,60 @@ TEST(TinyEngineHttp, BadUsageExits2AndBadCheckpointExits1) {
   Engine e("/nonexistent/checkpoint", {});
   EXPECT_EQ(e.wait_exit(5), 1) << e.log();
   EXPECT_NE(e.log().find("does not exist"), std::string::npos);
+}
+
+// The TCP port of a socket's own (peer: the other end's) address; 0 when it has none.
+uint16_t port_of(int fd, bool peer) {
+  sockaddr_in a{};
+  socklen_t n = sizeof a;
+  if ((peer ? ::getpeername(fd, reinterpret_cast<sockaddr*>(&a), &n) : ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &n)) != 0 ||
+      a.sin_family != AF_INET)
+    return 0;
+  return ntohs(a.sin_port);
+}
+
+// A kept-alive connection's answer must not wait on the client's delayed ACK: the engine's connection to
+// this client, found among the engine's own descriptors (pidfd_getfd), has TCP_NODELAY, and so does its
+// listening socket, from which accepted connections inherit it.
+TEST(TinyEngineHttp, TheEnginesConnectionsHaveTcpNodelay) {
+  Engine e(tiny_checkpoint(), {});
+  ASSERT_TRUE(e.wait_ready()) << e.log();
+  UniqueFd client(::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
+  sockaddr_in to{};
+  to.sin_family = AF_INET;
+  to.sin_port = htons(static_cast<uint16_t>(e.port()));
+  to.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ASSERT_EQ(::connect(client.get(), reinterpret_cast<sockaddr*>(&to), sizeof to), 0);
+  const std::string req = "GET /health HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n";  // kept alive: HTTP/1.1
+  ASSERT_EQ(::write(client.get(), req.data(), req.size()), static_cast<ssize_t>(req.size()));
+  char buf[512];
+  ASSERT_GT(::read(client.get(), buf, sizeof buf), 0);  // answered: the engine has accepted it
+  const uint16_t mine = port_of(client.get(), false);
+
+  UniqueFd pidfd(static_cast<int>(::syscall(SYS_pidfd_open, e.pid(), 0)));
+  if (!pidfd) GTEST_SKIP() << "pidfd_open: " << std::strerror(errno);
+  int checked_listener = 0, checked_connection = 0;
+  for (const auto& entry : std::filesystem::directory_iterator("/proc/" + std::to_string(e.pid()) + "/fd")) {
+    const int target = std::stoi(entry.path().filename());
+    UniqueFd fd(static_cast<int>(::syscall(SYS_pidfd_getfd, pidfd.get(), target, 0)));
+    if (!fd) {
+      if (errno == EPERM) GTEST_SKIP() << "pidfd_getfd needs ptrace rights over the engine (root, or ptrace_scope 0)";
+      continue;
+    }
+    int type = 0;
+    socklen_t len = sizeof type;
+    if (::getsockopt(fd.get(), SOL_SOCKET, SO_TYPE, &type, &len) != 0 || type != SOCK_STREAM) continue;
+    const bool listener = port_of(fd.get(), false) == e.port() && port_of(fd.get(), true) == 0;
+    const bool ours = port_of(fd.get(), true) == mine;
+    if (!listener && !ours) continue;
+    int nodelay = 0;
+    len = sizeof nodelay;
+    ASSERT_EQ(::getsockopt(fd.get(), IPPROTO_TCP, TCP_NODELAY, &nodelay, &len), 0);
+    EXPECT_NE(nodelay, 0) << (listener ? "the listening socket" : "the connection to the test") << ", fd " << target;
+    (listener ? checked_listener : checked_connection) += 1;
+  }
+  EXPECT_EQ(checked_listener, 1);
+  EXPECT_EQ(checked_connection, 1);
 }
 
 TEST(TinyEngineHttp, PortInUseExits1) {
