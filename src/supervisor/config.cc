@@ -372,13 +372,13 @@ Status set_checkpoint(const Value& v, Config& c) {
 
 Status set_start(const Value& v, Config& c) {
   auto arr = v.node().as_array();
-  if (!arr) return v.type_error("an array of \"standby\", \"snapshot\", \"warm\", \"cold\"");
-  if (arr->empty()) return v.fail("must name at least one start path (\"standby\", \"snapshot\", \"warm\", \"cold\")");
+  if (!arr) return v.type_error(("an array of " + join(start_path_names())).c_str());
+  if (arr->empty()) return v.fail("must name at least one start path (" + join(start_path_names()) + ")");
   std::vector<StartPath> out;
   for (size_t i = 0; i < arr->size(); ++i) {
     Value e = v.element(i, *arr->get(i));
     FR_ASSIGN(size_t k, e.choice(start_path_names()));
-    auto p = static_cast<StartPath>(k);
+    const StartPath p(start_path_names()[k]);
     if (std::find(out.begin(), out.end(), p) != out.end()) {
       return e.fail(in_quotes(start_path_name(p)) + " listed twice");
     }

@@ -3,6 +3,7 @@
 // fastrestartd then exits with kExitConfig and starts nothing.
 #pragma once
 
+#include <compare>
 #include <cstdint>
 #include <initializer_list>
 #include <map>
@@ -38,7 +39,27 @@ std::span<const char* const> engine_kind_names();
 
 enum class WeightsMode { kZeroCopy, kCopy, kOff };
 enum class DaemonKind { kNative, kNone, kVllmPreload };
-enum class StartPath { kSnapshot, kWarm, kCold, kStandby };
+// A start path (restart.start), by its name. The paths are the rows of one table (start/paths.def): a new
+// path is its folder and a line there, not a value here. These constants are the paths the Supervisor
+// itself names; paths.cc checks at compile time that each is a row of the table.
+class StartPath {
+ public:
+  constexpr explicit StartPath(const char* name) : m_name(name) {}
+  static const StartPath kSnapshot;
+  static const StartPath kWarm;
+  static const StartPath kCold;
+  static const StartPath kStandby;
+  constexpr const char* name() const { return m_name; }
+  friend constexpr bool operator==(StartPath a, StartPath b) { return std::string_view(a.m_name) == b.m_name; }
+  friend constexpr auto operator<=>(StartPath a, StartPath b) { return std::string_view(a.m_name) <=> b.m_name; }
+
+ private:
+  const char* m_name;  // static storage: a row's name
+};
+inline constexpr StartPath StartPath::kSnapshot{"snapshot"};
+inline constexpr StartPath StartPath::kWarm{"warm"};
+inline constexpr StartPath StartPath::kCold{"cold"};
+inline constexpr StartPath StartPath::kStandby{"standby"};
 enum class StandbyLevel { kPreGpu, kWarmed };
 
 enum class EngineListen { kEngine, kSupervisor, kFront };
@@ -236,8 +257,8 @@ inline bool supervisor_owns_socket(const EngineConfig& e) { return e.listen != E
 const char* engine_kind_name(EngineKind k);
 const char* weights_mode_name(WeightsMode m);
 const char* daemon_kind_name(DaemonKind d);
-// The start paths' names, from their table (start/paths.cc): one path's, and all in StartPath's order.
-const char* start_path_name(StartPath p);
+// The start paths' names, from their table (start/paths.def): one path's, and all in the table's order.
+inline const char* start_path_name(StartPath p) { return p.name(); }
 std::span<const char* const> start_path_names();
 const char* standby_level_name(StandbyLevel l);
 

@@ -67,7 +67,7 @@ Supervisor::Supervisor(Config config, std::unique_ptr<GpuProbe> gpus, std::uniqu
   m_daemons = make_daemon_set(*this);
   const PartHosts hosts{*this, *this, *this, {m_loop, m_cfg, m_listen}, *m_gpus, m_stats};
   for (const StartPathRow& row : start_path_rows())
-    if (row.make) m_parts.push_back(row.make(hosts));
+    if (auto p = row.make(hosts)) m_parts.push_back(std::move(p));
   m_snapshots = static_cast<Snapshots*>(part(StartPath::kSnapshot));
   m_standby = static_cast<Standby*>(part(StartPath::kStandby));
   register_secret_words(m_reload.flags().words(), m_cfg.engine.secret_flags);  // flags.json's

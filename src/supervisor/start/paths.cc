@@ -1,41 +1,53 @@
-// The table of start paths (paths.h). A row per path; nothing else names them.
+// The table of start paths (paths.h): paths.def's lines, expanded here into the declarations of each
+// path's functions and the rows. Nothing else names the paths.
 #include "supervisor/start/paths.h"
 
 #include <vector>
 
-#include "supervisor/snapshots/snapshots.h"
-#include "supervisor/standby/standby.h"
-
 namespace fr::supervisor {
+
+#define FR_START_PATH(name, decide, make) \
+  const StartPathImpl& decide();          \
+  std::unique_ptr<Part> make(const PartHosts& hosts);
+#include "supervisor/start/paths.def"
+#undef FR_START_PATH
+
 namespace {
 
-std::unique_ptr<Part> make_snapshots(const PartHosts& h) { return std::make_unique<Snapshots>(h.snapshots, h.restore, h.basics, h.stats); }
-std::unique_ptr<Part> make_standby(const PartHosts& h) { return std::make_unique<Standby>(h.standby, h.basics, h.gpus); }
-
 constexpr StartPathRow kRows[] = {
-    {StartPath::kSnapshot, "snapshot", snapshot_start_path, make_snapshots},
-    {StartPath::kWarm, "warm", warm_start_path, nullptr},
-    {StartPath::kCold, "cold", cold_start_path, nullptr},
-    {StartPath::kStandby, "standby", standby_start_path, make_standby},
+#define FR_START_PATH(name, decide, make) {StartPath(name), decide, make},
+#include "supervisor/start/paths.def"
+#undef FR_START_PATH
 };
 
+constexpr bool in_table(StartPath p) {
+  for (const auto& r : kRows)
+    if (r.path == p) return true;
+  return false;
+}
+static_assert(in_table(StartPath::kSnapshot) && in_table(StartPath::kWarm) && in_table(StartPath::kCold) &&
+                  in_table(StartPath::kStandby),
+              "a path the Supervisor names (config.h's StartPath constants) is not in paths.def");
+
 }  // namespace
+
+std::unique_ptr<Part> no_part(const PartHosts&) { return nullptr; }
 
 std::span<const StartPathRow> start_path_rows() { return kRows; }
 
 std::span<const char* const> start_path_names() {
   static const std::vector<const char*> names = [] {
     std::vector<const char*> out;
-    for (const auto& r : kRows) out.push_back(r.name);
+    for (const auto& r : kRows) out.push_back(r.path.name());
     return out;
   }();
   return names;
 }
 
-const char* start_path_name(StartPath p) {
+std::optional<StartPath> start_path_named(std::string_view name) {
   for (const auto& r : kRows)
-    if (r.path == p) return r.name;
-  return "cold";
+    if (name == r.path.name()) return r.path;
+  return std::nullopt;
 }
 
 const StartPathImpl& start_path(StartPath id) {

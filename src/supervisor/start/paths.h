@@ -1,11 +1,13 @@
-// The start paths: one table, one row per path {path, name, how it decides and starts, the part that
+// The start paths: one table (paths.def), one row per path {path, how it decides and starts, the part that
 // serves it}. The config parser reads the names from it (restart.start), the walk its decision, and the
-// Supervisor builds its parts from it. Adding a path: its folder (the part, if it has state of its own,
-// and its path file) and one row in paths.cc, plus its value in config.h's StartPath.
+// Supervisor builds its parts from it. Adding a path is its folder and one line in paths.def
+// (docs/start-paths.md shows one, and a test builds it).
 #pragma once
 
 #include <memory>
+#include <optional>
 #include <span>
+#include <string_view>
 
 #include "supervisor/config.h"
 #include "supervisor/host_probe.h"
@@ -30,15 +32,17 @@ struct PartHosts {
 };
 
 struct StartPathRow {
-  StartPath path;
-  const char* name;                                     // in restart.start, status and /metrics
-  const StartPathImpl& (*decide)();                     // its refusal and start (start_path.h)
-  std::unique_ptr<Part> (*make)(const PartHosts& hosts);  // nullptr: the path has no state of its own
+  StartPath path;                                         // its name: restart.start, status, /metrics
+  const StartPathImpl& (*decide)();                       // its refusal and start (start_path.h)
+  std::unique_ptr<Part> (*make)(const PartHosts& hosts);  // no_part: the path has no state of its own
 };
 
-// Every path, in StartPath's order.
+// Every path, in the table's order.
 std::span<const StartPathRow> start_path_rows();
-// The names, in the same order (the config parser's choice).
-std::span<const char* const> start_path_names();
+// The path named `name`; nullopt when the table has none.
+std::optional<StartPath> start_path_named(std::string_view name);
+
+// The `make` of a path without state of its own: nullptr.
+std::unique_ptr<Part> no_part(const PartHosts& hosts);
 
 }  // namespace fr::supervisor

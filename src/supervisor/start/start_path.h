@@ -4,7 +4,7 @@
 // failed (status "start_paths", /metrics fastrestart_start_path_total, STATUS=).
 //
 // A path is one file (warm.cc and cold.cc in this folder; standby/path.cc and snapshots/path.cc beside the
-// part that serves them) and one row in paths.cc. It decides from facts the StartHost gives it and acts
+// part that serves them) and one line in paths.def. It decides from facts the StartHost gives it and acts
 // only through the StartHost, so it owns no process. A path that needs state of its own (a parked standby,
 // a snapshot artifact) reaches it as a StartPart: StartHost::part(id) names no path.
 #pragma once
@@ -74,21 +74,19 @@ class StartPathImpl {
 };
 
 // A path served entirely by its part: its refusal and start are the part's (part_refusal, start_part).
-template <StartPath Id>
 class PartStartPath final : public StartPathImpl {
  public:
-  StartPath id() const override { return Id; }
-  std::optional<StartRefusal> refusal(const StartHost& host) const override { return part_refusal(host, Id); }
-  Result<StartOutcome> start(StartHost& host) const override { return start_part(host, Id); }
+  constexpr explicit PartStartPath(StartPath id) : m_id(id) {}
+  StartPath id() const override { return m_id; }
+  std::optional<StartRefusal> refusal(const StartHost& host) const override { return part_refusal(host, m_id); }
+  Result<StartOutcome> start(StartHost& host) const override { return start_part(host, m_id); }
+
+ private:
+  StartPath m_id;
 };
 
-// The implementation of `id`: its row in the table (paths.cc).
+// The implementation of `id`: its row in the table (paths.def); each path's own function is declared from
+// the table in paths.cc.
 const StartPathImpl& start_path(StartPath id);
-
-// One implementation per file.
-const StartPathImpl& snapshot_start_path();  // snapshots/path.cc
-const StartPathImpl& warm_start_path();      // start/warm.cc
-const StartPathImpl& cold_start_path();      // start/cold.cc
-const StartPathImpl& standby_start_path();   // standby/path.cc
 
 }  // namespace fr::supervisor
