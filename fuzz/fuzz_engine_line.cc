@@ -63,7 +63,7 @@ void check_arena(const std::string& line) {
   }
   const ArenaLine& l = **a;
   std::string again;
-  if (l.leased) {
+  if (l.outcome == "leased") {
     if (l.name.empty() || l.name.size() > 64 || l.bytes == 0 || l.generation == 0) __builtin_trap();
     if (!std::isfinite(l.waited_s) || l.waited_s < 0 || !std::isfinite(l.swap_s) || l.swap_s < 0) __builtin_trap();
     again = "fastrestart-arena: leased name=" + l.name + " bytes=" + std::to_string(l.bytes) + " waited_s=" +
@@ -78,11 +78,11 @@ void check_arena(const std::string& line) {
   auto b = parse_arena_line(again);
   if (!b.ok() || !*b) __builtin_trap();
   const ArenaLine& m = **b;
-  if (m.leased != l.leased || m.name != l.name || m.bytes != l.bytes || m.generation != l.generation ||
+  if (m.outcome != l.outcome || m.name != l.name || m.bytes != l.bytes || m.generation != l.generation ||
       m.waited_s != l.waited_s || m.swap_s != l.swap_s || m.reason != l.reason)
     __builtin_trap();
   // What status records of it: encodable (the control reply replaces what is not UTF-8).
-  if (auto o = arena_outcome_of_line(line, 4242); !o || o->outcome != (l.leased ? "leased" : "fallback")) __builtin_trap();
+  if (auto o = arena_outcome_of_line(line, 4242); !o || o->outcome != l.outcome) __builtin_trap();
 }
 
 void check_loader(const std::string& line) {

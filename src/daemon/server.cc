@@ -140,7 +140,7 @@ Result<std::unique_ptr<Server>> Server::create(Backend& backend, ServerOptions o
 }
 
 Server::Server(Backend& b, ServerOptions o)
-    : m_backend(b), m_opts(std::move(o)), m_arenas(b, {m_opts.arena_uid, m_opts.max_arenas, m_opts.max_arena_bytes, m_opts.arena_names}) {}
+    : m_backend(b), m_opts(std::move(o)), m_arenas(b, m_opts.arenas) {}
 
 Server::~Server() {
   m_stopping = true;

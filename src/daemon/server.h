@@ -10,7 +10,6 @@
 #include <memory>
 #include <mutex>
 #include <optional>
-#include <set>
 #include <string>
 #include <thread>
 #include <vector>
@@ -41,15 +40,11 @@ struct ServerOptions {
   double publish_timeout_s = 600;
   // An attach waits for a loading entry at most this long, whatever its wait_s asks.
   double attach_wait_limit_s = 3600;
-  // KV arenas this daemon holds at most (docs/weightd.md, "KV arenas"). A lease's wait for the previous
-  // holder is capped by attach_wait_limit_s too: it holds a slot that eviction cannot take back.
-  size_t max_arenas = 4;
-  // Who may lease and release arenas, whatever the socket's group allows (docs/protocol.md, "Arena
-  // security"): the engine's uid, the daemon's own by default; the names allowed (empty: any); the pool
-  // bytes of all arenas together.
-  uid_t arena_uid = 0;
-  std::set<std::string> arena_names;
-  uint64_t max_arena_bytes = 0;
+  // KV arenas (docs/weightd.md, "KV arenas"), as the ArenaTable takes them: who may lease and release
+  // them, whatever the socket's group allows (docs/protocol.md, "Arena security"; the engine's uid, the
+  // daemon's own by default), how many and how many bytes it holds at most, the names allowed. A lease's
+  // wait for the previous holder is capped by attach_wait_limit_s too.
+  ArenaPolicy arenas;
 };
 
 // Exit codes of fastrestart-weightd (docs/weightd.md).

@@ -116,17 +116,17 @@ int run(int argc, char** argv) {
   opts.test_read_hold = {test_delay_ms, test_gate ? test_gate : ""};
   opts.publish_timeout_s = publish_timeout_s;
   opts.attach_wait_limit_s = attach_wait_limit_s;
-  opts.max_arenas = static_cast<size_t>(max_arenas);
-  opts.arena_uid = arena_uid >= 0 ? static_cast<uid_t>(arena_uid) : ::geteuid();
+  opts.arenas.max_arenas = static_cast<size_t>(max_arenas);
+  opts.arenas.uid = arena_uid >= 0 ? static_cast<uid_t>(arena_uid) : ::geteuid();
   for (const auto& n : arena_names) {
     if (auto s = fr::proto::check_arena_name(n, "--arena-name"); !s.ok()) {
       spdlog::error("{}", s.error().message);
       return kExitUsage;
     }
-    opts.arena_names.insert(n);
+    opts.arenas.names.insert(n);
   }
-  opts.max_arena_bytes = max_arena_bytes ? max_arena_bytes
-                                         : static_cast<uint64_t>(::sysconf(_SC_PHYS_PAGES)) * static_cast<uint64_t>(::sysconf(_SC_PAGESIZE));
+  opts.arenas.max_bytes = max_arena_bytes ? max_arena_bytes
+                                          : static_cast<uint64_t>(::sysconf(_SC_PHYS_PAGES)) * static_cast<uint64_t>(::sysconf(_SC_PAGESIZE));
   if (!group.empty()) {
     auto g = fr::resolve_group(group);
     if (!g.ok()) {

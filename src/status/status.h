@@ -90,7 +90,8 @@ struct MemoryRowStatus {
 };
 
 // What the current (or last) engine said about its KV arena as it started: its `fastrestart-arena:` line
-// (docs/supervisor.md, "KV arenas"). Absent until an engine prints one; cleared at every engine spawn.
+// (docs/supervisor.md, "KV arenas"), which supervisor::parse_arena_line reads into this struct. Absent
+// until an engine prints one; cleared at every engine spawn.
 struct ArenaOutcomeStatus {
   std::string outcome;  // leased | fallback
   int64_t pid = 0;      // the engine that printed it

@@ -78,6 +78,7 @@ Result<std::optional<ArenaLine>> parse_arena_line(std::string_view line) {
     return it == pairs->end() ? nullptr : &it->second;
   };
   ArenaLine a;
+  a.outcome = std::string(outcome);
   if (outcome == "fallback") {
     const std::string* reason = get("reason");
     if (!reason || reason->empty()) return arena_bad("fallback: reason is missing or empty");
@@ -91,7 +92,6 @@ Result<std::optional<ArenaLine>> parse_arena_line(std::string_view line) {
     }
     return std::optional<ArenaLine>(std::move(a));
   }
-  a.leased = true;
   const std::string* name = get("name");
   if (!name || !proto::valid_arena_name(*name)) return arena_bad("leased: name: missing, or not 1-64 of A-Z a-z 0-9 _ . -");
   a.name = *name;

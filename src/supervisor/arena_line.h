@@ -22,21 +22,17 @@
 #include <string_view>
 
 #include "common/result.h"
+#include "status/status.h"
 
 namespace fr::supervisor {
 
 inline constexpr size_t kMaxArenaLine = 4096;
 inline constexpr size_t kMaxArenaReason = 512;
 
-struct ArenaLine {
-  bool leased = false;  // false: fallback
-  std::string name;
-  uint64_t bytes = 0;
-  double waited_s = 0;
-  double swap_s = 0;
-  uint64_t generation = 0;
-  std::string reason;  // fallback only; may hold any bytes but NUL (escape it before logging)
-};
+// The line as read is status's record of it, not a copy: `outcome` ("leased" or "fallback") and the line's
+// fields set, `pid` and `unix_time` left for the caller (arena_outcome.h). `reason` (fallback only) may
+// hold any bytes but NUL (escape it before logging).
+using ArenaLine = status::ArenaOutcomeStatus;
 
 // nullopt: not an arena line. An error (Errc::kInvalidArgument): an arena line that is malformed, naming
 // what is wrong ("fastrestart-arena: leased: bytes: not an integer > 0").

@@ -16,15 +16,14 @@ std::optional<status::ArenaOutcomeStatus> arena_outcome_of_line(const std::strin
     return std::nullopt;
   }
   if (!*parsed) return std::nullopt;
-  const ArenaLine& a = **parsed;
-  status::ArenaOutcomeStatus o{.outcome = a.leased ? "leased" : "fallback", .pid = pid,
-                               .unix_time = static_cast<double>(std::time(nullptr)), .name = a.name, .bytes = a.bytes,
-                               .waited_s = a.waited_s, .swap_s = a.swap_s, .generation = a.generation, .reason = a.reason};
-  if (a.leased)
+  status::ArenaOutcomeStatus o = std::move(**parsed);
+  o.pid = pid;
+  o.unix_time = static_cast<double>(std::time(nullptr));
+  if (o.outcome == "leased")
     spdlog::info("engine pid {}: leased KV arena {} ({} bytes, generation {}) after waiting {:.3f} s; swap {:.3f} s", pid,
-                 a.name, a.bytes, a.generation, a.waited_s, a.swap_s);
+                 o.name, o.bytes, o.generation, o.waited_s, o.swap_s);
   else
-    spdlog::warn("engine pid {}: no KV arena, it allocates its KV cache itself: {}", pid, escape_control_chars(a.reason));
+    spdlog::warn("engine pid {}: no KV arena, it allocates its KV cache itself: {}", pid, escape_control_chars(o.reason));
   return o;
 }
 

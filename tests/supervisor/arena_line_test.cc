@@ -7,6 +7,7 @@
 
 #include "fastrestart/arena.h"
 #include "supervisor/arena_line.h"
+#include "supervisor/arena_outcome.h"
 
 namespace fr::supervisor {
 namespace {
@@ -37,7 +38,7 @@ TEST(ArenaLine, EngineLoadersFallbackLineParsesBack) {
     const std::string line = fastrestart::arena_fallback_line(cases[i]);
     EXPECT_LE(line.size(), kMaxArenaLine) << line;
     const ArenaLine a = ok_line("[2026-01-01 00:00:00.000] [warning] " + line);
-    EXPECT_FALSE(a.leased);
+    EXPECT_EQ(a.outcome, "fallback");
     EXPECT_EQ(a.reason, want[i]) << line;
   }
 }
@@ -45,7 +46,7 @@ TEST(ArenaLine, EngineLoadersFallbackLineParsesBack) {
 // docs/supervisor.md, "KV arenas": the lines exactly as documented.
 TEST(ArenaLine, TheDocumentedLeasedLine) {
   const ArenaLine a = ok_line("fastrestart-arena: leased name=kv bytes=107374182400 waited_s=0.081 swap_s=0.003 generation=4");
-  EXPECT_TRUE(a.leased);
+  EXPECT_EQ(a.outcome, "leased");
   EXPECT_EQ(a.name, "kv");
   EXPECT_EQ(a.bytes, 107374182400u);
   EXPECT_DOUBLE_EQ(a.waited_s, 0.081);
@@ -56,8 +57,28 @@ TEST(ArenaLine, TheDocumentedLeasedLine) {
 
 TEST(ArenaLine, TheDocumentedFallbackLine) {
   const ArenaLine a = ok_line(R"(fastrestart-arena: fallback reason="arena_lease.wait_s: arena 'kv' is still leased to pid 4321")");
-  EXPECT_FALSE(a.leased);
+  EXPECT_EQ(a.outcome, "fallback");
   EXPECT_EQ(a.reason, "arena_lease.wait_s: arena 'kv' is still leased to pid 4321");
+}
+
+// The parsed line is status's record itself: the parser leaves pid and unix_time to arena_outcome_of_line.
+TEST(ArenaLine, TheOutcomeIsTheParsedLineWithThePidAndTime) {
+  const std::string line = "fastrestart-arena: leased name=kv bytes=4096 waited_s=0.5 swap_s=0.25 generation=2";
+  const ArenaLine a = ok_line(line);
+  EXPECT_EQ(a.pid, 0);
+  EXPECT_EQ(a.unix_time, 0);
+  auto o = arena_outcome_of_line(line, 4321);
+  ASSERT_TRUE(o.has_value());
+  EXPECT_EQ(o->pid, 4321);
+  EXPECT_GT(o->unix_time, 0);
+  EXPECT_EQ(o->outcome, "leased");
+  EXPECT_EQ(o->name, "kv");
+  EXPECT_EQ(o->bytes, 4096u);
+  EXPECT_DOUBLE_EQ(o->waited_s, 0.5);
+  EXPECT_DOUBLE_EQ(o->swap_s, 0.25);
+  EXPECT_EQ(o->generation, 2u);
+  EXPECT_FALSE(arena_outcome_of_line("fastrestart-arena: leased name=kv", 4321).has_value());  // malformed
+  EXPECT_FALSE(arena_outcome_of_line("no marker here", 4321).has_value());
 }
 
 TEST(ArenaLine, AfterALoggersPrefixInAnyOrderWithExtraKeys) {
@@ -149,7 +170,7 @@ TEST(ArenaLine, RandomMutationsNeverCrashOrYieldPartialRecords) {
     auto r = parse_arena_line(l);
     if (!r.ok() || !r->has_value()) continue;
     const ArenaLine& a = **r;
-    if (a.leased) {
+    if (a.outcome == "leased") {
       EXPECT_FALSE(a.name.empty()) << l;
       EXPECT_GT(a.bytes, 0u) << l;
       EXPECT_GT(a.generation, 0u) << l;
