@@ -7,8 +7,11 @@ reference engine on a GPU; the host daemon itself for the tiny engine on the CPU
 Phase ttft (one prompt with a long prefix, greedy, one token):
   cold_first_request          the first request (nothing cached)
   cached_before_kill          the prefix cached (median of --samples)
+  cached_after_idle           the same after the engine sat idle --idle-s seconds (what idleness alone costs)
   sent_at_kill                one request sent right after kill(2): kill -> its answer (the restart included)
-  after_kill_with_index       the next engine, the prefix recovered from the index (median of --samples)
+  right_after_ready           the next engine right after its READY, while the next standby starts beside it
+  after_kill_with_index       the next engine once the next standby has parked, the prefix recovered from the
+                              index (median of --samples)
   restart_without_index       the first request after a restart with no index to recover (what every
                               restart gives when the index dies with the engine): the tiny engine onto
                               another --block-size (another identity: the index dropped); the reference
@@ -169,22 +172,32 @@ class Run:
         self.readies = 0
 
     def steady(self, old_pid=None, park_timeout=None, want_kv=True):
-        """Until the next READY of an engine other than old_pid (and, with want_kv, its kv_cache row: an engine
-        without prefix caching writes none), then until the standby is parked (at most park_timeout s: a kill
-        before it parks makes a warm start instead): the status."""
+        """Until the next READY of an engine other than old_pid (ready()), then until the standby is parked
+        (parked()): the status."""
+        self.ready(want_kv)
+        return self.parked(park_timeout)
+
+    def ready(self, want_kv=True):
+        """Until the next READY (and, with want_kv, its kv_cache row: an engine without prefix caching writes
+        none): the status. The next standby may still be starting."""
         self.readies += 1
         st = self.sup.wait_ready(self.readies, self.a.ready_timeout)
         pid = st["engine"]["pid"]
         if want_kv:
             st = self.sup.wait(lambda s: (s.get("kv_cache") or {}).get("pid") == pid, "the engine's kv_cache row", 60)
+        return st
+
+    def parked(self, park_timeout=None):
+        """Until the standby is parked (at most park_timeout s: a kill before it parks makes a warm start
+        instead): the status."""
         try:
-            st = self.sup.wait(lambda s: (s.get("standby") or {}).get("state") == "parked", "a parked standby",
-                               park_timeout or self.a.ready_timeout)
+            return self.sup.wait(lambda s: (s.get("standby") or {}).get("state") == "parked", "a parked standby",
+                                 park_timeout or self.a.ready_timeout)
         except RuntimeError as e:
             if park_timeout is None:
                 raise
             fr.log(f"  {e}: going on")
-        return st
+        return self.sup.status()
 
 
 def prompts(eng, n_prefixes, per_prefix, tag):
@@ -230,23 +243,56 @@ class Traffic:
             t.join(90)
 
 
+class GpuClocks:
+    """nvidia-smi's SM clock, power and utilization every 100 ms into OUT/<name>.csv while a phase runs (where
+    there is nvidia-smi): a request slower than its neighbours is set against the GPU's own state (a GPU idle
+    for a while runs at lower clocks until it has been busy again)."""
+    def __init__(self, path):
+        self.path, self.proc = path, None
+
+    def __enter__(self):
+        if shutil.which("nvidia-smi"):
+            with open(self.path, "w") as f:
+                self.proc = subprocess.Popen(["nvidia-smi", "--query-gpu=timestamp,clocks.sm,power.draw,utilization.gpu",
+                                              "--format=csv", "-lms", "100"], stdout=f, stderr=subprocess.DEVNULL)
+        return self
+
+    def __exit__(self, *_):
+        if self.proc:
+            self.proc.terminate()
+            self.proc.wait(timeout=10)
+
+
 def phase_ttft(r, res):
     a, eng, port = r.a, r.eng, r.port
     prefix = ("You are a careful assistant. " * (eng.prefix_tokens // 29 + 1))[: eng.prefix_tokens]
     q = lambda tag, i: prefix + f" [{tag} question {i}]?"
-    runs = res["ttft"] = {"prefix_tokens": len(prefix), "samples": a.samples, "ms": {}}
+    runs = res["ttft"] = {"prefix_tokens": len(prefix), "samples": a.samples, "ms": {}, "sent_unix_s": {}}
     ms = runs["ms"]
-    ms["cold_first_request"] = [ttft(port, q("cold", 0)) * 1e3]
-    ms["cached_before_kill"] = [ttft(port, q("before", i)) * 1e3 for i in range(a.samples)]
+
+    def row(name, tag, n):  # n requests one after the other; each one's send time (to set against the clocks)
+        ms[name], runs["sent_unix_s"][name] = [], []
+        for i in range(n):
+            runs["sent_unix_s"][name].append(round(time.time(), 3))
+            ms[name].append(ttft(port, q(tag, i)) * 1e3)
+
+    row("cold_first_request", "cold", 1)
+    row("cached_before_kill", "before", a.samples)
+    # the same request after the engine sat idle as long as a restart takes: what idleness alone costs
+    time.sleep(a.idle_s)
+    row("cached_after_idle", "idle", a.samples)
     st = r.sup.status()
     runs["kv_before"] = kv_row(st)
     pid = st["engine"]["pid"]
     kc = fr.KillClock(pid).kill()
     ms["sent_at_kill"] = [(time.monotonic() - kc.t_kill + ttft(port, q("at-kill", 0))) * 1e3]
-    st = r.steady(pid)
+    st = r.ready()
+    # right after READY, while the next standby starts beside the engine: what a returning client meets
+    row("right_after_ready", "right-after", a.samples)
+    st = r.parked()
     runs["kill"] = kc.ready(st)
     runs["kv_after"] = kv_row(st)
-    ms["after_kill_with_index"] = [ttft(port, q("after", i)) * 1e3 for i in range(a.samples)]
+    row("after_kill_with_index", "after", a.samples)
     fr.log(f"ttft: kill -> READY {runs['kill'].get('kill_to_ready_s')} s via {runs['kill'].get('path')}; "
            f"recovered {runs['kv_after'].get('recovered')} blocks, header {runs['kv_after'].get('header')}")
     pid = st["engine"]["pid"]
@@ -329,7 +375,8 @@ def summary(res):
         lines.append(f"time to first token, prefix {t['prefix_tokens']} tokens, ms from the client (median of "
                      f"{t['samples']}; first requests one sample):")
         for k, v in t["ms"].items():
-            lines.append(f"  {k:28s} {statistics.median(v):10.2f}")
+            lines.append(f"  {k:28s} {statistics.median(v):10.2f}" + (f"   each: {', '.join(f'{x:.1f}' for x in v)}"
+                                                                       if len(v) > 1 else ""))
         ka, kb = t.get("kv_after") or {}, t.get("kv_without_index") or {}
         lines.append(f"  after the kill: header {ka.get('header')}, {ka.get('recovered')} blocks recovered, dropped "
                      f"{ka.get('dropped_by')}; kill -> READY {(t.get('kill') or {}).get('kill_to_ready_s')} s via "
@@ -368,6 +415,7 @@ def main():
     ap.add_argument("--phases", default="ttft,kills")
     ap.add_argument("--prefix-tokens", type=int)
     ap.add_argument("--samples", type=int, default=5)
+    ap.add_argument("--idle-s", type=float, default=5, help="s the engine sits idle before the cached_after_idle row")
     ap.add_argument("--kills", type=int, default=20)
     ap.add_argument("--kill-after-min-s", type=float, default=0.02)
     ap.add_argument("--kill-after-max-s", type=float, default=0.6)
@@ -414,7 +462,8 @@ def main():
         res["first_ready_s"] = round(time.monotonic() - t, 2)
         fr.log(f"ready and the standby parked in {res['first_ready_s']} s")
         if "ttft" in a.phases:
-            phase_ttft(r, res)
+            with GpuClocks(path[:-5] + "-gpu-clocks.csv"):
+                phase_ttft(r, res)
             save()
         if "kills" in a.phases:
             phase_kills(r, res, save, deadline - 30)

@@ -60,7 +60,7 @@ class TinyUnderFastrestartd(unittest.TestCase):
         self.addCleanup(shutil.rmtree, out, True)
         # A session of its own: a run stopped by the timeout takes its fastrestartd, daemon and engines along.
         p = subprocess.Popen([sys.executable, os.path.join(BENCH, "kv_kills.py"), "--engine", "tiny", "--bin", BUILD,
-                              "--kills", "3", "--samples", "2", "--out", out],
+                              "--kills", "3", "--samples", "2", "--idle-s", "0.5", "--out", out],
                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
         try:
             stdout, _ = p.communicate(timeout=240)
@@ -70,14 +70,16 @@ class TinyUnderFastrestartd(unittest.TestCase):
             self.fail(f"kv_kills.py did not finish in 240 s: {stdout[-3000:]}")
         self.assertEqual(p.returncode, 0, stdout)
         [name] = [n for n in os.listdir(out) if n.endswith(".json")]
-        res = json.load(open(os.path.join(out, name)))
+        with open(os.path.join(out, name)) as f:
+            res = json.load(f)
         self.assertEqual(res["violations"], [])
         t = res["ttft"]
         self.assertEqual(t["kv_after"]["header"], "valid", t)
         self.assertGreater(t["kv_after"]["recovered"], 0, t)
         self.assertEqual(t["kv_without_index"]["header"], "identity", t)
-        self.assertEqual(set(t["ms"]), {"cold_first_request", "cached_before_kill", "sent_at_kill",
-                                        "after_kill_with_index", "restart_without_index"})
+        self.assertEqual(set(t["ms"]), {"cold_first_request", "cached_before_kill", "cached_after_idle", "sent_at_kill",
+                                        "right_after_ready", "after_kill_with_index", "restart_without_index"})
+        self.assertEqual([len(t["sent_unix_s"][k]) for k in ("cached_after_idle", "right_after_ready")], [2, 2])
         self.assertIsNotNone(t["kill"].get("kill_to_ready_s"), t["kill"])
         done = res["kills"]["done"]
         self.assertEqual(len(done), 3)
