@@ -533,6 +533,11 @@ class Engine:
         # which must read the arena's KV range and so cannot run earlier (docs/refengine.md, "The check").
         reference = self.phase("check_reference_s", lambda: self._logits(ids))
         if over_arena:
+            # The first prefill through the batched forward loads its kernels (CUDA loads a module at its
+            # first launch): run once here over the placeholder, its result unused, so that neither the
+            # check after the release nor the first requests pay for it (docs/refengine.md, "The KV cache in
+            # an arena").
+            self.phase("prefill_warm_up_s", lambda: r.check(ids, reference, 0))
             # Parked with the graphs captured over the placeholder; the released standby leases the arena
             # (waiting for the dead engine's exit) and maps it at the same address: the graphs stay valid.
             self.gate("warmed")
