@@ -8,7 +8,8 @@ Each client sends `rounds` completions of max_tokens tokens, prompt "request <cl
 the other; tokens/s = completion tokens of all clients / wall time. --repeat K measures each client count K
 times (the later times with prompts of their own, so that no answer comes from a cache the first time
 filled): tokens/s is then the median, with each measurement and their spread (min, max), which is what a
-throughput is compared against (another start path's median inside cold's spread). --reference R: the
+throughput is compared against (another start path's median inside cold's spread); requests,
+completion_tokens and wall_s are then sums over the K measurements, each one's record in `each`. --reference R: the
 first R prompts are first sent alone (batch 1), and their answers under load (the first measurement) are
 compared token by token. One JSON object on stdout.
 """
@@ -72,9 +73,14 @@ def main():
         if a.repeat > 1:
             each = [res] + [run(a.port, n, a.rounds, a.max_tokens, f" #{k}")[0] for k in range(1, a.repeat)]
             tps = [x["tokens_per_s"] for x in each]
+            # requests, completion_tokens and wall_s are the sums over the K runs (one run's alone would
+            # read as the whole); each run's own record is in `each`
             res = dict(res, tokens_per_s=round(statistics.median(tps), 1), tokens_per_s_each=tps,
                        spread={"min": min(tps), "max": max(tps)}, errors=sum(x["errors"] for x in each),
-                       first_error=next((x["first_error"] for x in each if x["first_error"]), []))
+                       first_error=next((x["first_error"] for x in each if x["first_error"]), []),
+                       requests=sum(x["requests"] for x in each),
+                       completion_tokens=sum(x["completion_tokens"] for x in each),
+                       wall_s=round(sum(x["wall_s"] for x in each), 4), each=each)
         compared = [p for p in ref if p in answers]
         differ = [p for p in compared if answers[p] != ref[p]]
         res.update(compared_with_batch1=len(compared), differ_from_batch1=len(differ),
