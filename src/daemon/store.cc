@@ -1,9 +1,12 @@
 #include "daemon/store.h"
 
+#include <iterator>
+
 namespace fr::daemon {
 
 const char* entry_state_name(EntryState s) {
   static constexpr const char* kNames[] = {"loading", "ready", "failed"};  // in EntryState's order
+  static_assert(std::size(kNames) == static_cast<size_t>(EntryState::kFailed) + 1, "a name per EntryState");
   return kNames[static_cast<int>(s)];
 }
 

@@ -12,6 +12,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <initializer_list>
+#include <iterator>
 #include <span>
 
 #include "supervisor/flags.h"
@@ -306,6 +307,14 @@ constexpr const char* kStandbyLevels[] = {"pre_gpu", "warmed"};
 constexpr const char* kLevels[] = {"trace", "debug", "info", "warn", "error"};
 constexpr const char* kListens[] = {"engine", "supervisor", "front"};
 constexpr const char* kEndpoints[] = {"public", "private"};
+// A table one name short of its enum would read past its end: each covers its enum to the last enumerator.
+template <typename E>
+constexpr bool covers(size_t names, E last) { return names == static_cast<size_t>(last) + 1; }
+static_assert(covers(std::size(kModes), WeightsMode::kOff));
+static_assert(covers(std::size(kDaemons), DaemonKind::kVllmPreload));
+static_assert(covers(std::size(kStandbyLevels), StandbyLevel::kWarmed));
+static_assert(covers(std::size(kListens), EngineListen::kFront));
+static_assert(covers(std::size(kEndpoints), ReadinessEndpoint::kPrivate));
 
 Status set_gpus(const Value& v, Config& c) {
   auto arr = v.node().as_array();
