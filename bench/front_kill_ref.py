@@ -310,6 +310,13 @@ def main():
             out["front_status"] = (m.sup.try_status() or {}).get("front")
             out["stop_exit"] = m.sup.stop(30)
             save()
+            # What each restart spent its time on (the engine's phases, the index's recovery), kept beside the
+            # JSON: the lines of fastrestartd's log that tell a restart's steps, not the requests' noise.
+            steps = ("READY", "exited", "released", "leased KV arena", "prefix index:", "fastrestart-kv:",
+                     "batched forward vs", "load path=", "ready in ")
+            with open(f"{path[:-5]}-{mode}-fastrestartd.log", "w") as f:
+                f.write("".join(line for line in m.sup.text().splitlines(keepends=True)
+                                if any(k in line for k in steps)))
         if rc:
             break
     shutil.rmtree(work, ignore_errors=True)
