@@ -21,7 +21,8 @@ Phase ttft (one prompt with a long prefix, greedy, one token):
 Phase kills (correctness): --kills engines in turn, each SIGKILLed at a random instant while two clients
 send prompts over shared prefixes with random answer lengths (prefill and decode in flight); after each
 restart, 50 prompts over 10 shared prefixes, asked one at a time, are answered as the engine serving before
-the phase's first kill answered them, never killed itself (tokens and log-probabilities). The tiny engine's forward is bit-exact, so every answer
+the phase's first kill answered them the second time (over its cache, as after a kill), never killed itself
+(tokens and log-probabilities). The tiny engine's forward is bit-exact, so every answer
 must be equal. The reference engine's is not bitwise the same over cached and recomputed positions (other GEMM
 shapes): an answer that differs is reported with the gap between the two engines' log-probabilities at the
 first differing token (a near-tie flips under rounding; a wrong K/V gives a gap far above it). Every recovery
@@ -310,8 +311,15 @@ def phase_kills(r, res, save, deadline):
     a, port = r.a, r.port
     checks = prompts(r.eng, 10, 5, "check")
     answer_len = 8
+    # The oracle is the never-killed engine's second answer to each prompt, read over its cache as every
+    # answer after a kill is: its first answer computed the first prompt of each prefix in one prefill,
+    # which an engine that is not bitwise equal over cached and recomputed positions answers otherwise
+    # (how often, before any kill: `fresh_vs_cached`).
+    fresh = [answer(port, p, answer_len) for p in checks]
     oracle = [answer(port, p, answer_len) for p in checks]
-    out = res["kills"] = {"asked": a.kills, "done": [], "check_prompts": len(checks), "answer_tokens": answer_len}
+    out = res["kills"] = {"asked": a.kills, "done": [], "check_prompts": len(checks), "answer_tokens": answer_len,
+                          "fresh_vs_cached": [dict(c, prompt=i) for i, c in enumerate(map(compare, fresh, oracle))
+                                              if not c["equal"]]}
     rng = random.Random(a.seed)
     st = r.sup.status()
     last_cycle = 0.0
@@ -391,6 +399,8 @@ def summary(res):
         paths = {}
         for d in done:
             paths[d["path"]] = paths.get(d["path"], 0) + 1
+        lines.append(f"before any kill, answers over the cache differing from the first (computed) ones: "
+                     f"{len(k.get('fresh_vs_cached', []))} of {k['check_prompts']}")
         lines.append(f"kills: {len(done)} of {k['asked']} ({paths}); answers equal to the never-killed engine's: "
                      f"{eq} of {n}" + (f"; differing {n - eq}, log-probability gap at the first difference max "
                                        f"{max(gaps):.4g}" if gaps else "")

@@ -81,6 +81,7 @@ class TinyUnderFastrestartd(unittest.TestCase):
                                         "right_after_ready", "after_kill_with_index", "restart_without_index"})
         self.assertEqual([len(t["sent_unix_s"][k]) for k in ("cached_after_idle", "right_after_ready")], [2, 2])
         self.assertIsNotNone(t["kill"].get("kill_to_ready_s"), t["kill"])
+        self.assertEqual(res["kills"]["fresh_vs_cached"], [])  # bit-exact over cached and computed positions
         done = res["kills"]["done"]
         self.assertEqual(len(done), 3)
         for d in done:
