@@ -59,7 +59,9 @@ def config(d, a, mode, port):
     return fr.supervisor_config(
         d, "t", command, flags, port, weights,
         engine={"stop_grace_s": grace, "listen": mode, "listen_backlog": 4096},
-        readiness={"check_interval_s": check, "startup_timeout_s": 300},
+        # READY at the engine's first possible answer, not behind the clients' requests queued (or re-sent by
+        # the front) while it was dead (docs/listen-socket.md, "The private endpoint")
+        readiness={"check_interval_s": check, "startup_timeout_s": 300, "endpoint": "private"},
         restart={"warm_failures_before_cold": 0, "start": ["standby", "warm", "cold"]}, **tables)
 
 
