@@ -316,9 +316,12 @@ def main():
             # JSON: the lines of fastrestartd's log that tell a restart's steps, not the requests' noise.
             steps = ("READY", "exited", "released", "leased KV arena", "prefix index:", "fastrestart-kv:",
                      "batched forward vs", "load path=", "ready in ")
+            try:  # a fastrestartd that never started wrote no log: the error above says why
+                log = m.sup.text()
+            except OSError:
+                log = ""
             with open(f"{path[:-5]}-{mode}-fastrestartd.log", "w") as f:
-                f.write("".join(line for line in m.sup.text().splitlines(keepends=True)
-                                if any(k in line for k in steps)))
+                f.write("".join(line for line in log.splitlines(keepends=True) if any(k in line for k in steps)))
         if rc:
             break
     shutil.rmtree(work, ignore_errors=True)

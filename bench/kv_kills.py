@@ -246,8 +246,8 @@ class Traffic:
 
 class GpuClocks:
     """nvidia-smi's SM clock, power and utilization every 100 ms into OUT/<name>.csv while a phase runs (where
-    there is nvidia-smi): a request slower than its neighbours is set against the GPU's own state (a GPU idle
-    for a while runs at lower clocks until it has been busy again)."""
+    there is nvidia-smi): a request slower than its neighbours is set against the GPU's own state (its clock
+    after idling, another process's work)."""
     def __init__(self, path):
         self.path, self.proc = path, None
 
@@ -287,7 +287,7 @@ def phase_ttft(r, res):
     pid = st["engine"]["pid"]
     kc = fr.KillClock(pid).kill()
     ms["sent_at_kill"] = [(time.monotonic() - kc.t_kill + ttft(port, q("at-kill", 0))) * 1e3]
-    st = r.ready()
+    r.ready()
     # right after READY, while the next standby starts beside the engine: what a returning client meets
     row("right_after_ready", "right-after", a.samples)
     st = r.parked()
