@@ -836,9 +836,12 @@ class Engine:
             torch.cuda.synchronize(self.device)
             return last
 
-    def generate(self, ids, max_tokens, want_logprobs):
+    def generate(self, ids, max_tokens, want_logprobs, replay=0):
+        """replay: the last `replay` ids were generated for this request by an earlier engine
+        (Fastrestart-Generated-Tokens): the batched engine feeds them by decode steps (refengine_batch.Request);
+        the single-request engine prefills them with the prompt."""
         if self.runner is not None:  # decoded with the other requests in flight (refengine_runner)
-            return self.runner.submit(rb.Request(ids, max_tokens, want_logprobs))
+            return self.runner.submit(rb.Request(ids, max_tokens, want_logprobs, replay))
         with self.lock:
             if self.workers is not None:
                 # Every rank runs the same forwards, in the order of this lock (docs/refengine.md).
@@ -848,11 +851,11 @@ class Engine:
                 return self._generate_graph(ids, max_tokens, want_logprobs)
             return self._generate_eager(ids, max_tokens, want_logprobs)
 
-    def generate_stream(self, ids, max_tokens, want_logprobs):
+    def generate_stream(self, ids, max_tokens, want_logprobs, replay=0):
         """Yields (token, logprob): token by token as the batched engine decodes them; the single-request
-        engine computes the whole answer first (as the tiny engine does) and yields it."""
+        engine computes the whole answer first (as the tiny engine does) and yields it. replay: generate()."""
         if self.runner is not None:
-            yield from self.runner.submit_stream(rb.Request(ids, max_tokens, want_logprobs))
+            yield from self.runner.submit_stream(rb.Request(ids, max_tokens, want_logprobs, replay))
             return
         yield from zip(*self.generate(ids, max_tokens, want_logprobs))
 
@@ -1133,6 +1136,7 @@ def make_handler(engine):
                 return self.error(400, f"max_tokens: {too_long}")
             try:
                 stream, include_usage, return_ids = rs.stream_fields(req)
+                replay = rs.generated_tokens(self.headers.get(rs.GENERATED_TOKENS), prompt)
             except ValueError as e:
                 engine.requests["errors"] += 1
                 return self.error(400, str(e))
@@ -1140,8 +1144,8 @@ def make_handler(engine):
                 return self.stream(rs.CompletionStream(
                     f"cmpl-{os.getpid()}-s{threading.get_ident()}-{time.monotonic_ns()}", int(time.time()),
                     engine.args.served_model_name, ids, max_tokens, token_text, return_token_ids=return_ids,
-                    include_usage=include_usage, logprobs=logprobs is not None))
-            toks, lps = engine.generate(ids, max_tokens, logprobs is not None)
+                    include_usage=include_usage, logprobs=logprobs is not None, replay=replay))
+            toks, lps = engine.generate(ids, max_tokens, logprobs is not None, replay)
             engine.requests["completions"] += 1
             choice = {"index": 0, "text": "".join(token_text(t) for t in toks), "token_ids": toks,
                       "finish_reason": "length", "logprobs": None}
@@ -1162,7 +1166,8 @@ def make_handler(engine):
             self.end_headers()
             try:
                 try:
-                    for tok, lp in engine.generate_stream(events.prompt, events.max_tokens, events.logprobs):
+                    for tok, lp in engine.generate_stream(events.prompt, events.max_tokens, events.logprobs,
+                                                          events.replay):
                         self.wfile.write(rs.chunk(events.token(tok, lp)))
                         self.wfile.flush()
                     engine.requests["completions"] += 1

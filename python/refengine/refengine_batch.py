@@ -141,12 +141,22 @@ def kv_arena_layout(layers, slots, kv_heads, positions, head_dim, dtype_bytes):
 class Request:
     """One completion: its prompt, what it wants, and what decoding produced so far."""
 
-    def __init__(self, ids, max_tokens, want_logprobs):
+    def __init__(self, ids, max_tokens, want_logprobs, replay=0):
+        """replay: the last `replay` ids were generated for this same request by an earlier engine (a stream
+        the front continues after a kill: docs/front.md, "Fastrestart-Generated-Tokens"). They are fed by
+        decode steps, one per step, as that engine fed them, instead of being prefilled with the prompt: a
+        prefill computes in other shapes than a decode step, so its K/V and logits may differ in the last
+        bits, enough to pick another token at a near-tie (docs/refengine.md, "Continued streams")."""
         self.ids, self.max_tokens, self.want_logprobs = list(ids), max_tokens, want_logprobs
+        if not 0 <= replay < len(self.ids):
+            raise ValueError(f"replay: {replay} generated tokens of a {len(self.ids)}-token prompt (at most "
+                             f"{len(self.ids) - 1})")
+        self.replay = replay
         self.tokens, self.logprobs = [], []
         self.slot = None
         self.cached = 0  # prompt positions found in the slot's cached prefix (refengine_prefix), not computed
         self.pos = None  # the position of the next token fed (the last generated one's)
+        self.forced = []  # ids still to feed by decode steps before the answer's first token (replay)
         self.error = None
         self.done = threading.Event()
         self.progress = threading.Condition()  # notified at every token and at the end (a streamed answer)
@@ -232,8 +242,13 @@ class Batcher:
     With `prefix` (refengine_prefix.PrefixCache): a request is admitted into the free slot holding its
     longest cached prefix (prefix.choose), prefix.begin(slot, cached) runs before its prefill, the prefill is
     prefill(ids, slot, cached) (positions from `cached` on), and prefix.written(slot, tokens) publishes what
-    the prefill and, at the end, the decode wrote. pad_pos must then be a position no cached block holds
-    (the slot's last: refengine_prefix.max_blocks leaves it out)."""
+    the prefill wrote; after a decode step, prefix.written_many publishes each block the step filled, so
+    that a stream continued after a kill finds all but its last, partial block in the cache. pad_pos must
+    then be a position no cached block holds (the slot's last: refengine_prefix.max_blocks leaves it out).
+
+    A request with `replay` generated ids (Request) is prefilled only up to its prompt as first sent, or not
+    at all when the cache holds more; the ids after that are fed by decode steps, their outputs dropped, and
+    its answer starts with the output of the step that fed the last of them."""
 
     def __init__(self, max_num_seqs, sizes, pad_pos=0, prefix=None):
         self.sched = SlotScheduler(max_num_seqs)
@@ -257,18 +272,7 @@ class Batcher:
         pre = self.prefix
         admitted = self.sched.admit(pre.choose if pre is not None else None)
         for req in admitted:
-            if pre is None:
-                tok, lp = prefill(req.ids, req.slot)
-            else:
-                pre.begin(req.slot, req.cached)
-                tok, lp = prefill(req.ids, req.slot, req.cached)
-                pre.written(req.slot, req.ids)
-            req.tokens.append(int(tok))
-            req.logprobs.append(float(lp) if req.want_logprobs else None)
-            req.pos = len(req.ids)  # where the token just generated goes when it is fed
-            self.stats["prefills"] += 1
-            self._finish(req)
-            req.advanced()
+            self._prefill(req, prefill)
         rows = self.sched.rows()
         if not rows:
             return bool(admitted)
@@ -277,18 +281,58 @@ class Batcher:
         n = size or rows
         ids, pos = [0] * n, [self.pad_pos] * n
         for slot, req in active.items():
-            ids[slot], pos[slot] = req.tokens[-1], req.pos
+            ids[slot], pos[slot] = (req.forced[0] if req.forced else req.tokens[-1]), req.pos
         toks, lps = step(size, n, ids, pos)
         self.stats["steps"] += 1
         self.stats["rows"] += len(active)
         self.stats["graph_steps" if size else "eager_steps"] += 1
+        filled = []
         for slot, req in active.items():
+            req.pos += 1  # positions [0, pos) of the slot now hold K/V
+            if req.forced:
+                del req.forced[0]
+                if req.forced:  # a generated id fed again: its output is the one the earlier engine sent
+                    self._filled(req, filled)
+                    continue
             req.tokens.append(int(toks[slot]))
             req.logprobs.append(float(lps[slot]) if req.want_logprobs else None)
-            req.pos += 1
+            self._filled(req, filled)
             self._finish(req)
             req.advanced()
+        if filled:
+            pre.written_many(filled)
         return True
+
+    def _prefill(self, req, prefill):
+        """A request just admitted: its prompt (as first sent) prefilled after the cached prefix, then its
+        first token, or, with replay, the ids left to feed by decode steps."""
+        pre, ids = self.prefix, req.ids
+        upto = len(ids) - req.replay
+        start = 0
+        if pre is not None:
+            start = req.cached
+            pre.begin(req.slot, start)
+        if start < upto:
+            tok, lp = prefill(ids[:upto], req.slot) if pre is None else prefill(ids[:upto], req.slot, start)
+            self.stats["prefills"] += 1
+            if pre is not None:
+                pre.written(req.slot, ids[:upto])
+        else:  # the cache holds more than the prompt as first sent: nothing to prefill
+            upto = start
+        req.pos = upto  # where the next id fed goes
+        req.forced = ids[upto:]
+        if req.forced:
+            return
+        req.tokens.append(int(tok))
+        req.logprobs.append(float(lp) if req.want_logprobs else None)
+        self._finish(req)
+        req.advanced()
+
+    def _filled(self, req, out):
+        """After a decode step: a block the step completed, to publish (only with a prefix cache, and never
+        for a request that has just finished: _finish publishes it)."""
+        if self.prefix is not None and req.pos % BLOCK == 0 and not req.finished():
+            out.append((req.slot, (req.ids + req.tokens)[:req.pos]))
 
     def fail_all(self, why):
         """Completes every request in flight or waiting with an error (the step thread is going away)."""

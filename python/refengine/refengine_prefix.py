@@ -362,6 +362,26 @@ class PrefixCache:
             self.on_change()
         return n
 
+    def written_many(self, items):
+        """written() for several slots at once, [(slot, tokens), ...] (a decode step that filled a block in
+        each): one event waited for, the checksums in one pass where the device can (checksums_many)."""
+        spans = []
+        for slot, tokens in items:
+            first, upto = self.index.publishable(slot, len(tokens))
+            if upto > first:
+                spans.append((slot, tokens, first, upto))
+        if not spans:
+            return 0
+        event = self.device.record()
+        self.device.wait(event)  # invariant 2, as in written()
+        many = getattr(self.device, "checksums_many", None)
+        ranges = [(slot, first, upto) for slot, _, first, upto in spans]
+        sums = many(ranges) if many else [self.device.checksums(*r) for r in ranges]
+        n = sum(self.index.publish(slot, tokens, upto, ss) for (slot, tokens, _, upto), ss in zip(spans, sums))
+        if n and self.on_change:
+            self.on_change()
+        return n
+
     def take_slot(self, free):
         """A slot for a write outside any request (the startup check): emptied first (counted as evicted)."""
         slot, _ = self.index.match([], free)

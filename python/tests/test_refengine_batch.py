@@ -432,6 +432,31 @@ class KvArenaForward(unittest.TestCase):
             r.place_kv(3, 32, arena)
 
 
+class BlockChecksums(unittest.TestCase):
+    """refengine_runner.TorchPrefixDevice.checksums_many (the blocks a decode step filled, one pass) equals
+    checksums() range by range, bit for bit, for bf16 and float32 K/V. Needs torch (the GPU machine's
+    tests-torch run); CPU tensors."""
+
+    def test_one_pass_equals_range_by_range(self):
+        try:
+            import torch
+        except ImportError:
+            self.skipTest("no torch here (runs in scripts/gpu-run.sh tests-torch)")
+        import types
+        import refengine_runner
+        for dtype in (torch.bfloat16, torch.float32):
+            torch.manual_seed(3)
+            slots, hkv, positions, d = 5, 2, 4 * rb.BLOCK, 8
+            kv = [torch.randn(2, slots, hkv, positions, d).to(dtype) for _ in range(3)]
+            esize = torch.empty((), dtype=dtype).element_size()
+            runner = types.SimpleNamespace(torch=torch, kv=kv, hkv=hkv, head_dim=d, device=torch.device("cpu"),
+                                           _esize=lambda e=esize: e)
+            dev = refengine_runner.TorchPrefixDevice(runner)
+            ranges = [(3, 1, 2), (0, 0, 3), (4, 2, 2), (1, 3, 4)]
+            self.assertEqual(dev.checksums_many(ranges), [dev.checksums(*r) for r in ranges], dtype)
+            self.assertEqual(dev.checksums_many([]), [])
+
+
 class Streaming(unittest.TestCase):
     """A streamed answer (refengine_stream, Request.tokens_after): tokens read as the step thread decodes
     them, the events in vLLM's format, and the engine's HTTP handler writing them chunked."""
@@ -538,7 +563,10 @@ class Streaming(unittest.TestCase):
             def check_length(self, ids, max_tokens):
                 return None
 
-            def generate_stream(self, ids, max_tokens, want_logprobs):
+            replays = []
+
+            def generate_stream(self, ids, max_tokens, want_logprobs, replay=0):
+                self.replays.append(replay)
                 for i in range(max_tokens):
                     gate.acquire()  # the test releases token by token
                     yield stand_in_next(ids[-1], i), -1.0
@@ -567,6 +595,27 @@ class Streaming(unittest.TestCase):
         r = c.getresponse()
         self.assertEqual(r.status, 400)
         self.assertIn("stream:", json.loads(r.read())["error"]["message"])
+        # A stream the front continues: the count of generated ids reaches the engine; a bad one is refused.
+        body = json.dumps({"prompt": [3, 4, 5], "max_tokens": 1, "stream": True})
+        gate.release()
+        c.request("POST", "/v1/completions", body, {rs.GENERATED_TOKENS: "2"})
+        r = c.getresponse()
+        self.assertEqual(r.status, 200)
+        r.read()
+        self.assertEqual(StandIn.replays, [0, 2])
+        c.request("POST", "/v1/completions", body, {rs.GENERATED_TOKENS: "3"})
+        r = c.getresponse()
+        self.assertEqual(r.status, 400)
+        self.assertIn("Fastrestart-Generated-Tokens: 3 for a 3-token prompt", json.loads(r.read())["error"]["message"])
+
+    def test_generated_tokens_header(self):
+        self.assertEqual(rs.generated_tokens(None, "text"), 0)
+        self.assertEqual(rs.generated_tokens(" 2 ", [1, 2, 3]), 2)
+        for value, prompt, why in (("x", [1, 2], "not a decimal integer"), ("-1", [1, 2], "not a decimal integer"),
+                                   ("0", [1, 2], "from 1 to 1"), ("2", [1, 2], "2 for a 2-token prompt"),
+                                   ("1", "ab", "only with a prompt of token ids"), ("\u0663", [1, 2], "decimal")):
+            with self.assertRaisesRegex(ValueError, "Fastrestart-Generated-Tokens: .*" + why):
+                rs.generated_tokens(value, prompt)
 
 
 if __name__ == "__main__":

@@ -217,6 +217,81 @@ class PrefixReuse(unittest.TestCase):
         self.assertEqual(idx.publish(0, [3] * 48, 3, [1, 2]), 0)
 
 
+class PrefillUnlikeDecode(StandIn):
+    """A model whose prefill computes the K/V in other arithmetic than a decode step does, as a GPU's prefill
+    (one matrix product over many tokens) differs in the last bits from its decode steps (one token each)."""
+
+    def prefill(self, ids, slot, start=0):
+        kv = self.kv
+        prev = kv[slot, start - 1] if start else 7
+        for p in range(start, len(ids)):
+            self._check(slot, p)
+            prev = kv[slot, p] = (kv_step(int(prev), ids[p]) * 3 + 1) % P
+        self.writes.append((slot, start, len(ids)))
+        return self._out(int(kv[slot, len(ids) - 1]))
+
+
+class ContinuedStreams(unittest.TestCase):
+    """A stream continued after a kill (the front's Fastrestart-Generated-Tokens; docs/refengine.md,
+    "Continued streams"): the generated ids fed again by decode steps answer as the uninterrupted run."""
+
+    def continued(self, with_index, replay):
+        rng = random.Random(11)
+        kv = np.zeros((SLOTS, POSITIONS), dtype=np.int64)
+        if with_index:
+            buf = np.zeros(rp.index_bytes(SLOTS, POSITIONS), dtype=np.uint8)
+            b, _, idx, _ = engine(buf, kv, 0)
+            model = PrefillUnlikeDecode(kv, idx)
+        else:
+            b, model = rb.Batcher(SLOTS, [1, 2, 4]), PrefillUnlikeDecode(kv)
+        out = []
+        for n_prompt, n_tokens, k in ((5, 30, 3), (20, 40, 17), (33, 50, 31), (16, 45, 16), (3, 60, 45)):
+            prompt = [rng.randrange(VOCAB) for _ in range(n_prompt)]
+            [(want, want_lps)] = serve(b, model, [(prompt, n_tokens)])
+            # the same request again after a kill: the prompt plus the k tokens the client already has
+            r = rb.Request(prompt + want[:k], n_tokens - k, True, replay=k if replay else 0)
+            b.submit(r)
+            while not r.done.is_set():
+                b.iterate(model.prefill, model.step)
+            out.append((r.tokens == want[k:], r.logprobs == want_lps[k:]))
+        return out
+
+    def test_replayed_tokens_answer_as_the_uninterrupted_stream(self):
+        for with_index in (False, True):
+            self.assertEqual(self.continued(with_index, True), [(True, True)] * 5, f"with_index={with_index}")
+
+    def test_without_replay_a_prefill_unlike_decode_answers_otherwise(self):
+        # What the replay is for: the same continuation prefilled gives other tokens with this model.
+        self.assertNotEqual(self.continued(False, False), [(True, True)] * 5)
+
+    def test_a_replay_of_the_whole_prompt_or_more_is_refused(self):
+        with self.assertRaisesRegex(ValueError, "replay: 3 generated tokens of a 3-token prompt"):
+            rb.Request([1, 2, 3], 4, False, replay=3)
+        with self.assertRaises(ValueError):
+            rb.Request([1, 2, 3], 4, False, replay=-1)
+
+    def test_blocks_filled_by_decode_steps_are_published_before_the_request_ends(self):
+        buf = np.zeros(rp.index_bytes(SLOTS, POSITIONS), dtype=np.uint8)
+        kv = np.zeros((SLOTS, POSITIONS), dtype=np.int64)
+        b, model, idx, _ = engine(buf, kv, 0)
+        r = rb.Request([1, 2, 3, 4, 5], 60, False)
+        b.submit(r)
+        seen = []
+        while not r.done.is_set():
+            b.iterate(model.prefill, model.step)
+            if not r.done.is_set():
+                seen.append((r.pos, idx.valid[r.slot]))
+        # once positions [0, 16 j) hold K/V, j blocks are published, while the request still decodes
+        for pos, valid in seen:
+            self.assertEqual(valid, min(pos // rp.BLOCK, idx.max_blocks), (pos, valid))
+        self.assertGreaterEqual(max(v for _, v in seen), 3)
+        # and each published block holds its tokens' K/V
+        seq = r.ids + r.tokens
+        for j in range(idx.valid[r.slot]):
+            np.testing.assert_array_equal(kv[r.slot, j * rp.BLOCK:(j + 1) * rp.BLOCK],
+                                          expected_kv(seq[:(j + 1) * rp.BLOCK])[j * rp.BLOCK:])
+
+
 class Recovery(unittest.TestCase):
     def setUp(self):
         self.dir = tempfile.TemporaryDirectory()
