@@ -51,8 +51,7 @@ namespace fr::front {
 // The request header of a continuation by token ids: "the last K token ids of this prompt were generated
 // for this same request by an earlier engine". An engine that must compute those positions as it first
 // did (the reference engine: by decode steps, not one prefill) reads it; others ignore an unknown header.
-// Only the front writes it: a client's own is not forwarded (docs/front.md, "Telling the engine which
-// tokens it generated").
+// Only the front writes it: a client's own is not forwarded (docs/front.md, "Fastrestart-Generated-Tokens").
 inline constexpr std::string_view kGeneratedTokensHeader = "Fastrestart-Generated-Tokens";
 
 class StreamSplice {

@@ -150,6 +150,13 @@ TEST(FrontSplice, GeneratedTokensCountsTheIdsAppendedToThePrompt) {
   ASSERT_EQ(early.resume(), StreamSplice::Next::kResend);
   EXPECT_EQ(json::parse(early.body())["prompt"], json({7, 8}));
   EXPECT_EQ(early.generated_tokens(), 0u);
+  // An engine that reported an empty prompt: no id before the generated ones, so no count the engine
+  // could take (it needs at least one prompt id before them).
+  StreamSplice empty(stream_request({{"prompt", "hi"}, {"max_tokens", 4}}), 1 << 20);
+  empty.on_event(chunk("A", 1, "x", {120}, std::vector<int>{}));
+  ASSERT_EQ(empty.resume(), StreamSplice::Next::kResend);
+  EXPECT_EQ(json::parse(empty.body())["prompt"], json({120}));
+  EXPECT_EQ(empty.generated_tokens(), 0u);
   // Text: the prompt's text and the text sent, tokenized by the next engine.
   StreamSplice t(stream_request({{"prompt", "hi"}, {"max_tokens", 5}}), 1 << 20);
   ojson c = ojson::parse(chunk("A", 1, "xy", {}).substr(6));
