@@ -22,6 +22,9 @@ Per mode:
   - front only, batch 1: --single-kills streams, each alone, the engine killed after it read a random number
     of token events: its answer must be the uninterrupted one token for token, and its extra wait (its time
     minus the uninterrupted stream's) is set beside the service gap (kill(2) -> the next engine's READY).
+    The oracle is the second of two uninterrupted streams of the same body: the first fills the prefix
+    cache, and the killed stream, like any repeat of a prompt, reads the prompt's blocks from it, so the
+    oracle must too; both are kept, and whether they differ (`fresh_vs_cached`).
 """
 import argparse, json, os, random, shutil, signal, subprocess, sys, tempfile, threading, time
 
@@ -175,18 +178,36 @@ def stream_texts(text):
     return toks
 
 
+def first_diff(got, want):
+    """The index of the first token where two token lists differ (the shorter one's length when it is the
+    other's beginning); None when they are equal."""
+    if got == want:
+        return None
+    return next((j for j, (x, y) in enumerate(zip(got, want)) if x != y), min(len(got), len(want)))
+
+
+def uninterrupted_stream(m, body):
+    """One stream read whole without a kill: (its text, seconds)."""
+    t = time.monotonic()
+    ok, text = fk.read_stream(m.port, body)
+    took = time.monotonic() - t
+    if not ok:
+        raise RuntimeError(f"the uninterrupted stream failed: {text[:300]}")
+    return text, took
+
+
 def single_streams(m, rng):
-    """Batch 1: one stream at a time, first uninterrupted, then again with the engine killed after it read a
-    random number of token events: the same tokens, and the extra wait beside the service gap."""
+    """Batch 1: one stream at a time, twice uninterrupted, then again with the engine killed after it read a
+    random number of token events: the same tokens as the second uninterrupted stream (the oracle), and the
+    extra wait beside the service gap. The first uninterrupted stream fills the prefix cache; the oracle and
+    the killed stream read the prompt's blocks from it (an engine not bitwise equal over cached and computed
+    positions answers a prompt's first computation otherwise: `fresh_vs_cached`, how often)."""
     out = []
     for k in range(m.a.single_kills):
         body = body_of(k % 16, True)
         st = m.sup.wait(parked, "a parked standby", m.a.ready_timeout)
-        t = time.monotonic()
-        ok, want = fk.read_stream(m.port, body)
-        alone_s = time.monotonic() - t
-        if not ok:
-            raise RuntimeError(f"the uninterrupted stream failed: {want[:300]}")
+        fresh, _ = uninterrupted_stream(m, body)
+        want, alone_s = uninterrupted_stream(m, body)
         at = rng.randint(2, MAX_TOKENS - 4)
         pid = st["engine"]["pid"]
         clock = fr.KillClock(pid)
@@ -199,16 +220,18 @@ def single_streams(m, rng):
                "extra_wait_s": round(dt - alone_s, 4), "path": clock.rec.get("path"),
                "kill_to_ready_s": clock.rec.get("kill_to_ready_s"),
                "tokens_equal": ok and stream_texts(got) == stream_texts(want),
-               "got_tokens": stream_texts(got) if ok else None, "want_tokens": stream_texts(want)}
+               "got_tokens": stream_texts(got) if ok else None, "want_tokens": stream_texts(want),
+               "fresh_tokens": stream_texts(fresh)}
+        fresh_diff = first_diff(rec["fresh_tokens"], rec["want_tokens"])
+        rec["fresh_vs_cached"] = {"equal": True} if fresh_diff is None else {"equal": False, "first_diff": fresh_diff}
         if ok and not rec["tokens_equal"]:
-            g, w = rec["got_tokens"], rec["want_tokens"]
-            rec["first_diff"] = next((j for j, (x, y) in enumerate(zip(g, w)) if x != y), min(len(g), len(w)))
+            rec["first_diff"] = first_diff(rec["got_tokens"], rec["want_tokens"])
         if rec["kill_to_ready_s"] is not None:
             rec["extra_minus_gap_s"] = round(rec["extra_wait_s"] - rec["kill_to_ready_s"], 4)
         if not ok or not rec["tokens_equal"]:
             rec["got"], rec["want"] = got[:600], want[:600]
         fr.log(f"  batch-1 kill {k + 1}: " + json.dumps({x: rec[x] for x in rec if x not in ("got", "want", "got_tokens",
-                                                                                              "want_tokens")}))
+                                                                                              "want_tokens", "fresh_tokens")}))
         out.append(rec)
     return out
 

@@ -73,6 +73,9 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
         if (!b[limit].is_number_integer() || b[limit].get<int64_t>() < 1 || b[limit].get<int64_t>() > asked)
           __builtin_trap();
         if (chat ? !b["messages"].is_array() : (!b["prompt"].is_string() && !b["prompt"].is_array())) __builtin_trap();
+        // Fastrestart-Generated-Tokens: ids at the end of a prompt of ids; never on a text or chat continuation.
+        if (const uint64_t k = splice.generated_tokens(); k > 0 && (chat || !b["prompt"].is_array() || b["prompt"].size() < k))
+          __builtin_trap();
         break;
       }
       case StreamSplice::Next::kFinish:

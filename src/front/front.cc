@@ -122,6 +122,21 @@ bool hop_by_hop(std::string_view name) {
   return false;
 }
 
+// Headers only the front may send the engine: a client's copy is dropped on every attempt, as a hop-by-hop
+// header is. kGeneratedTokensHeader tells the engine that the prompt's last K ids are an earlier engine's
+// output for this request, which it then recomputes by decode steps instead of one prefill. Only the
+// front's record of the stream knows which ids those are; a client that could send it would have the
+// engine compute its own prompt token by token (slower, and not the computation that prompt otherwise
+// gets), and a forwarded copy beside the front's would leave the engine two counts to choose from.
+bool front_only(std::string_view name) { return iequals(name, kGeneratedTokensHeader); }
+
+// The headers the front adds to a stream's next attempt: the count of generated ids at the end of a
+// continuation's prompt of token ids; none on a first attempt or a text or chat continuation.
+Headers continuation_headers(const StreamSplice& sp) {
+  if (sp.generated_tokens() == 0) return {};
+  return {{std::string(kGeneratedTokensHeader), std::to_string(sp.generated_tokens())}};
+}
+
 std::string chunk(std::string_view data) {
   char head[32];
   std::snprintf(head, sizeof head, "%zx\r\n", data.size());
@@ -150,7 +165,7 @@ class Server {
   void close_client(Client* c);
   void reply(Client* c, int status, const std::string& message, bool close);
   void done(Client* c, bool keep_alive);
-  std::string wire_of(const Request& r, const std::string& body) const;
+  std::string wire_of(const Request& r, const std::string& body, const Headers& extra = {}) const;
 
   // The engine.
   void attempt(Exchange* ex);
@@ -323,10 +338,13 @@ void Server::begin(Client* c) {
   attempt(c->ex.get());
 }
 
-std::string Server::wire_of(const Request& r, const std::string& body) const {
+// The request's bytes to the engine: the client's request re-framed, its headers but the hop-by-hop and
+// front-only ones, then `extra` (the front's own, for this attempt).
+std::string Server::wire_of(const Request& r, const std::string& body, const Headers& extra) const {
   std::string w = r.method + " " + r.url + " HTTP/1.1\r\nHost: " + m_upstream_host + "\r\n";
   for (const auto& [k, v] : r.headers)
-    if (!hop_by_hop(k)) w += k + ": " + v + "\r\n";
+    if (!hop_by_hop(k) && !front_only(k)) w += k + ": " + v + "\r\n";
+  for (const auto& [k, v] : extra) w += k + ": " + v + "\r\n";
   if (!body.empty() || r.method == "POST" || r.method == "PUT" || r.method == "PATCH")
     w += "Content-Length: " + std::to_string(body.size()) + "\r\n";
   // The engine keeps the connection for the next request unless the pool is off (docs/front.md).
@@ -671,7 +689,7 @@ bool Server::continue_stream(Exchange* ex, const std::string& why) {
   StreamSplice* sp = ex->splice.get();
   const auto next = sp ? sp->resume() : StreamSplice::Next::kCannot;
   if (next == StreamSplice::Next::kResend) {
-    ex->wire = wire_of(ex->req, sp->body());
+    ex->wire = wire_of(ex->req, sp->body(), continuation_headers(*sp));
     ex->resuming = true;
     return true;
   }

@@ -281,6 +281,7 @@ std::string StreamSplice::on_event(std::string_view event) {
 StreamSplice::Next StreamSplice::resume() {
   m_next_body.clear();
   m_tail.clear();
+  m_generated = 0;
   if (m_done) return Next::kFinish;
   if (!continuable()) return Next::kCannot;
   if (m_finished) {
@@ -308,6 +309,9 @@ StreamSplice::Next StreamSplice::resume() {
     for (auto t : m_sent_ids) ids.push_back(t);
     next["prompt"] = std::move(ids);
     next["return_token_ids"] = true;
+    // A prompt of nothing but generated ids (an engine that reported an empty prompt) claims none: the
+    // engine must have at least one prompt id before them.
+    m_generated = m_prompt_ids.empty() ? 0 : m_sent_ids.size();
   } else if (m_prompt_is_text) {
     next["prompt"] = m_prompt_text + m_sent_text;
   } else {

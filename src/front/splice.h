@@ -29,6 +29,10 @@
 //   last with content (one token each, or their token_ids' count). kFinish: the client already has every
 //   token: send tail() (the usage event if asked, [DONE]) and end. kCannot: reason()/why() say why; the
 //   caller ends the stream with an error event.
+// - generated_tokens(), after kResend: how many token ids at the end of body()'s prompt were generated for
+//   this request by earlier engines (every id sent so far, over all attempts), sent to the engine as the
+//   header kGeneratedTokensHeader. 0 for a text or chat continuation: the next engine tokenizes the joined
+//   text itself, so which of its prompt's tokens are the generated ones is not known.
 #pragma once
 
 #include <cstddef>
@@ -43,6 +47,12 @@
 #include "front/http_request.h"
 
 namespace fr::front {
+
+// The request header of a continuation by token ids: "the last K token ids of this prompt were generated
+// for this same request by an earlier engine". An engine that must compute those positions as it first
+// did (the reference engine: by decode steps, not one prefill) reads it; others ignore an unknown header.
+// Only the front writes it: a client's own is not forwarded (docs/front.md, "Fastrestart-Generated-Tokens").
+inline constexpr std::string_view kGeneratedTokensHeader = "Fastrestart-Generated-Tokens";
 
 class StreamSplice {
  public:
@@ -59,6 +69,7 @@ class StreamSplice {
   Next resume();
   const std::string& body() const { return m_next_body; }
   const std::string& tail() const { return m_tail; }
+  uint64_t generated_tokens() const { return m_generated; }
   // Attempts after the first (resume() that returned kResend).
   int continuations() const { return m_attempt; }
   uint64_t tokens_sent() const { return m_tokens_sent; }
@@ -102,6 +113,7 @@ class StreamSplice {
   bool m_done = false;           // [DONE] reached the client
   int m_attempt = 0;
   std::string m_next_body, m_tail;
+  uint64_t m_generated = 0;  // generated_tokens() of m_next_body
 };
 
 }  // namespace fr::front

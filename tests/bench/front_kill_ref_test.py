@@ -22,6 +22,13 @@ import front_kill_ref  # noqa: E402
 BUILD = None
 
 
+class FirstDiff(unittest.TestCase):
+    def test_the_first_differing_token_or_the_shorter_length(self):
+        self.assertIsNone(front_kill_ref.first_diff(["a", "b"], ["a", "b"]))
+        self.assertEqual(front_kill_ref.first_diff(["a", "x", "c"], ["a", "b", "c"]), 1)
+        self.assertEqual(front_kill_ref.first_diff(["a"], ["a", "b"]), 1)
+
+
 class Verdict(unittest.TestCase):
     def result(self, engine, failed=0, differ=0, ok=True, equal=True):
         return {"args": {"engine": engine}, "modes": {
@@ -59,6 +66,11 @@ class TinyThroughTheFront(unittest.TestCase):
         self.assertEqual(len(front["batch1"]), 2)
         for b in front["batch1"]:
             self.assertTrue(b["ok"] and b["tokens_equal"], b)
+            # the oracle is the second uninterrupted stream; the tiny engine answers the first alike
+            self.assertEqual(b["fresh_vs_cached"], {"equal": True}, b)
+            self.assertEqual(b["fresh_tokens"], b["want_tokens"])
+            self.assertGreater(len(b["want_tokens"]), 0)
+            self.assertGreater(b["uninterrupted_s"], 0)
             self.assertEqual(b["path"], "standby")
             self.assertIsNotNone(b["extra_minus_gap_s"])
         self.assertEqual(len(direct["load"][0]["kills"]), 1)

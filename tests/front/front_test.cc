@@ -4,6 +4,7 @@
 #include <arpa/inet.h>
 #include <fcntl.h>
 #include <netinet/in.h>
+#include <poll.h>
 #include <signal.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
@@ -11,7 +12,9 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <atomic>
+#include <cctype>
 #include <chrono>
 #include <filesystem>
 #include <fstream>
@@ -799,6 +802,191 @@ TEST_F(FrontStreamTest, ChatKilledMidStreamContinuesTheAssistantMessage) {
   const auto st = front.status([](const json& j) { return j["requests"]["continued"] == 2; });
   EXPECT_EQ(st["requests"]["continued"], 2) << st.dump();
   EXPECT_EQ(st["requests"]["failed"]["stream_interrupted"], 0) << st.dump();
+}
+
+// ---- what the engine is told on a continuation ----
+
+// A scripted engine on a socket of the test's (the tiny engine neither records what it was sent nor
+// streams token ids chosen by the test): each connection's request, head and body, is recorded and
+// answered by the next script: a stream's head and events, then either the stream's end or a reset after
+// them, as a killed engine's connection ends.
+class ScriptedEngine {
+ public:
+  struct Answer {
+    std::vector<std::string> events;
+    bool killed;  // reset after the events (else the stream ends)
+  };
+  explicit ScriptedEngine(std::vector<Answer> answers) : m_listen(listen_any(m_port)) {
+    m_thread = std::thread([this, answers = std::move(answers)] {
+      for (const auto& a : answers)
+        if (!serve(a)) return;
+    });
+  }
+  ~ScriptedEngine() { join(); }
+  uint16_t port() const { return m_port; }
+  // Every request received, once every script was served (or a connection failed).
+  const std::vector<std::string>& requests() {
+    join();
+    return m_requests;
+  }
+
+ private:
+  void join() {
+    if (m_thread.joinable()) m_thread.join();
+  }
+  bool serve(const Answer& a) {
+    pollfd p{m_listen.get(), POLLIN, 0};
+    if (::poll(&p, 1, 20000) != 1) return false;
+    UniqueFd c(::accept4(m_listen.get(), nullptr, nullptr, SOCK_CLOEXEC));
+    std::string req = read_request(c.get());
+    if (req.empty()) return false;
+    m_requests.push_back(std::move(req));
+    std::string out = "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n";
+    for (const auto& ev : a.events) {
+      char h[16];
+      std::snprintf(h, sizeof h, "%zx\r\n", ev.size());
+      out += h + ev + "\r\n";
+    }
+    if (!a.killed) out += "0\r\n\r\n";
+    ::send(c.get(), out.data(), out.size(), MSG_NOSIGNAL);
+    if (a.killed) {
+      linger l{1, 0};
+      ::setsockopt(c.get(), SOL_SOCKET, SO_LINGER, &l, sizeof l);  // close = RST, as a killed process's
+    }
+    return true;
+  }
+  // One request's bytes, head and Content-Length body (the front frames every request by its length).
+  static std::string read_request(int fd) {
+    std::string req;
+    char buf[4096];
+    size_t want = std::string::npos;
+    while (req.size() < want) {
+      ssize_t n = ::recv(fd, buf, sizeof buf, 0);
+      if (n <= 0) return "";
+      req.append(buf, static_cast<size_t>(n));
+      const auto end = req.find("\r\n\r\n");
+      if (want == std::string::npos && end != std::string::npos) {
+        std::string head = req.substr(0, end);
+        for (auto& ch : head) ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
+        const auto cl = head.find("\r\ncontent-length:");
+        want = end + 4 + (cl == std::string::npos ? 0 : std::stoul(head.substr(cl + 17)));
+      }
+    }
+    return req;
+  }
+
+  uint16_t m_port = 0;
+  UniqueFd m_listen;
+  std::thread m_thread;
+  std::vector<std::string> m_requests;
+};
+
+// The values of a request's header lines named `name` (any case).
+std::vector<std::string> header_values(const std::string& request, const std::string& name) {
+  std::vector<std::string> out;
+  const std::string head = request.substr(0, request.find("\r\n\r\n"));
+  for (size_t at = head.find("\r\n"); at != std::string::npos; at = head.find("\r\n", at + 2)) {
+    const auto eol = std::min(head.find("\r\n", at + 2), head.size());
+    const std::string line = head.substr(at + 2, eol - at - 2);
+    const auto colon = line.find(':');
+    if (colon == std::string::npos || colon != name.size()) continue;
+    const auto same = [](char x, char y) {
+      return std::tolower(static_cast<unsigned char>(x)) == std::tolower(static_cast<unsigned char>(y));
+    };
+    if (!std::equal(name.begin(), name.end(), line.begin(), same)) continue;
+    const auto value = line.find_first_not_of(' ', colon + 1);
+    out.push_back(value == std::string::npos ? "" : line.substr(value));
+  }
+  return out;
+}
+
+json body_of_request(const std::string& request) {
+  return json::parse(request.substr(request.find("\r\n\r\n") + 4), nullptr, false);
+}
+
+// A completion chunk as vLLM sends it with return_token_ids; `ids` null: an engine that gives none.
+std::string completion_chunk(const std::string& text, const json& ids, const json& prompt_ids = nullptr,
+                             const char* finish = nullptr) {
+  json c = {{"index", 0}, {"text", text}, {"finish_reason", finish ? json(finish) : json(nullptr)},
+            {"prompt_token_ids", prompt_ids}};
+  if (!ids.is_null()) c["token_ids"] = ids;
+  return "data: " + json{{"id", "cmpl-1"}, {"object", "text_completion"}, {"created", 7}, {"model", "m"},
+                         {"choices", json::array({c})}}.dump() + "\n\n";
+}
+
+std::string chat_chunk(const std::string& content, bool role = false, const char* finish = nullptr) {
+  json delta = {{"content", content}};
+  if (role) delta["role"] = "assistant";
+  json c = {{"index", 0}, {"delta", delta}, {"finish_reason", finish ? json(finish) : json(nullptr)}};
+  return "data: " + json{{"id", "chat-1"}, {"object", "chat.completion.chunk"}, {"created", 7}, {"model", "m"},
+                         {"choices", json::array({c})}}.dump() + "\n\n";
+}
+
+// POSTs `body` to the front with `headers` (whole lines) and reads the answer to its end.
+std::string post_raw(uint16_t port, const std::string& path, const std::string& body, const std::string& headers) {
+  return raw(port, "POST " + path + " HTTP/1.1\r\nContent-Type: application/json\r\nConnection: close\r\n" + headers +
+                       "Content-Length: " + std::to_string(body.size()) + "\r\n\r\n" + body);
+}
+
+constexpr const char* kGenerated = "Fastrestart-Generated-Tokens";
+
+// A completion continued by token ids tells the engine how many ids at the end of its prompt were generated
+// for it (every id sent, over both deaths); the first attempt tells nothing, and the client's own header of
+// that name reaches the engine on no attempt, while its other headers do.
+TEST_F(FrontTest, ContinuationByTokenIdsTellsTheEngineHowManyItGenerated) {
+  ScriptedEngine engine({
+      {{completion_chunk("a", {10}, {5, 6, 7}), completion_chunk("bc", {11, 12})}, true},
+      {{completion_chunk("d", {13}, {5, 6, 7, 10, 11, 12})}, true},
+      {{completion_chunk("e", {14}, {5, 6, 7, 10, 11, 12, 13}, "length"), "data: [DONE]\n\n"}, false},
+  });
+  Front front(m_listen.get(), engine.port(), {"--hold-s", "30"});
+  const auto body = stream_body({5, 6, 7}, 5);
+  const auto got = dechunk(post_raw(m_port, "/v1/completions", body,
+                                    "fastrestart-generated-tokens: 99\r\nX-Client-Trace: t1\r\n"));
+  ASSERT_FALSE(got.empty()) << front.log();
+  EXPECT_EQ(got.find("error"), std::string::npos) << got;
+  EXPECT_EQ(count_of(got, "data: [DONE]"), 1u) << got;
+  const auto& reqs = engine.requests();
+  ASSERT_EQ(reqs.size(), 3u);
+  EXPECT_EQ(header_values(reqs[0], kGenerated), std::vector<std::string>{}) << "the first attempt: " << reqs[0];
+  EXPECT_EQ(header_values(reqs[1], kGenerated), std::vector<std::string>{"3"}) << reqs[1];
+  EXPECT_EQ(body_of_request(reqs[1])["prompt"], json({5, 6, 7, 10, 11, 12}));
+  EXPECT_EQ(header_values(reqs[2], kGenerated), std::vector<std::string>{"4"}) << reqs[2];
+  EXPECT_EQ(body_of_request(reqs[2])["prompt"], json({5, 6, 7, 10, 11, 12, 13}));
+  for (const auto& r : reqs) EXPECT_EQ(header_values(r, "x-client-trace"), std::vector<std::string>{"t1"}) << r;
+}
+
+// A continuation as text (an engine without token ids) or a chat's (always text) does not say how many of
+// its prompt's tokens were generated: the engine tokenizes the joined text itself. The client's header of
+// that name is not forwarded either.
+TEST_F(FrontTest, TextAndChatContinuationsTellTheEngineNoCount) {
+  struct Case {
+    const char* path;
+    std::string body;
+    std::vector<std::string> first, rest;
+  } cases[] = {
+      {"/v1/completions", stream_body("hi", 6),
+       {completion_chunk("a", nullptr, nullptr), completion_chunk("b", nullptr)},
+       {completion_chunk("c", nullptr, nullptr, "length"), "data: [DONE]\n\n"}},
+      {"/v1/chat/completions",
+       json{{"messages", {{{"role", "user"}, {"content", "hi"}}}}, {"max_tokens", 6}, {"stream", true}}.dump(),
+       {chat_chunk("", true), chat_chunk("He"), chat_chunk("l")},
+       {chat_chunk("", true), chat_chunk("lo", false, "length"), "data: [DONE]\n\n"}},
+  };
+  for (const auto& c : cases) {
+    ScriptedEngine engine({{c.first, true}, {c.rest, false}});
+    Front front(m_listen.get(), engine.port(), {"--hold-s", "30"});
+    const auto got = dechunk(post_raw(m_port, c.path, c.body, "Fastrestart-Generated-Tokens: 2\r\n"));
+    ASSERT_FALSE(got.empty()) << c.path << front.log();
+    EXPECT_EQ(got.find("error"), std::string::npos) << got;
+    const auto& reqs = engine.requests();
+    ASSERT_EQ(reqs.size(), 2u) << c.path;
+    for (const auto& r : reqs) EXPECT_EQ(header_values(r, kGenerated), std::vector<std::string>{}) << c.path << r;
+    const json next = body_of_request(reqs[1]);
+    if (next.contains("prompt")) EXPECT_EQ(next["prompt"], "hiab") << "continued as text";
+    else EXPECT_EQ(next["messages"].back()["content"], "Hel") << "continued as text";
+    front.kill(SIGKILL);
+  }
 }
 
 }  // namespace

@@ -126,6 +126,47 @@ TEST(FrontSplice, ClientsOwnTokenIdsStayAndTextFallback) {
   EXPECT_EQ(next["max_tokens"], 4) << "a chunk without ids counts as one token";
 }
 
+// The count of generated ids at the end of a continuation's prompt (kGeneratedTokensHeader): none on the
+// first attempt, every id sent over all attempts on each continuation by token ids, none on a text one
+// (the next engine tokenizes the joined text, so where the generated tokens start is not known).
+TEST(FrontSplice, GeneratedTokensCountsTheIdsAppendedToThePrompt) {
+  StreamSplice s(stream_request({{"prompt", {7, 8, 9}}, {"max_tokens", 10}}), 1 << 20);
+  EXPECT_EQ(s.generated_tokens(), 0u) << "the first attempt";
+  s.on_event(chunk("A", 1, "a", {97}, std::vector<int>{7, 8, 9}));
+  s.on_event(chunk("A", 1, "bc", {98, 99}));
+  ASSERT_EQ(s.resume(), StreamSplice::Next::kResend);
+  EXPECT_EQ(json::parse(s.body())["prompt"], json({7, 8, 9, 97, 98, 99}));
+  EXPECT_EQ(s.generated_tokens(), 3u);
+  s.on_event(chunk("B", 2, "d", {100}, std::vector<int>{7, 8, 9, 97, 98, 99}));
+  ASSERT_EQ(s.resume(), StreamSplice::Next::kResend) << "a second death";
+  EXPECT_EQ(json::parse(s.body())["prompt"], json({7, 8, 9, 97, 98, 99, 100}));
+  EXPECT_EQ(s.generated_tokens(), 4u) << "the ids of both engines before";
+  s.on_event(chunk("C", 3, "e", {101}, std::nullopt, "length"));
+  EXPECT_EQ(s.resume(), StreamSplice::Next::kFinish);
+  EXPECT_EQ(s.generated_tokens(), 0u) << "no next body";
+  // Killed before any token: the prompt as it was, nothing generated in it.
+  StreamSplice early(stream_request({{"prompt", {7, 8}}, {"max_tokens", 4}}), 1 << 20);
+  early.on_event(chunk("A", 1, "", {}, std::vector<int>{7, 8}));
+  ASSERT_EQ(early.resume(), StreamSplice::Next::kResend);
+  EXPECT_EQ(json::parse(early.body())["prompt"], json({7, 8}));
+  EXPECT_EQ(early.generated_tokens(), 0u);
+  // An engine that reported an empty prompt: no id before the generated ones, so no count the engine
+  // could take (it needs at least one prompt id before them).
+  StreamSplice empty(stream_request({{"prompt", "hi"}, {"max_tokens", 4}}), 1 << 20);
+  empty.on_event(chunk("A", 1, "x", {120}, std::vector<int>{}));
+  ASSERT_EQ(empty.resume(), StreamSplice::Next::kResend);
+  EXPECT_EQ(json::parse(empty.body())["prompt"], json({120}));
+  EXPECT_EQ(empty.generated_tokens(), 0u);
+  // Text: the prompt's text and the text sent, tokenized by the next engine.
+  StreamSplice t(stream_request({{"prompt", "hi"}, {"max_tokens", 5}}), 1 << 20);
+  ojson c = ojson::parse(chunk("A", 1, "xy", {}).substr(6));
+  c["choices"][0].erase("token_ids");
+  t.on_event("data: " + c.dump() + "\n\n");
+  ASSERT_EQ(t.resume(), StreamSplice::Next::kResend);
+  EXPECT_EQ(json::parse(t.body())["prompt"], "hixy");
+  EXPECT_EQ(t.generated_tokens(), 0u);
+}
+
 TEST(FrontSplice, FinishedStreamGetsUsageAndDoneFromTheFront) {
   StreamSplice s(stream_request({{"prompt", {7, 8}}, {"max_tokens", 2}, {"stream_options", json::object()}}), 1 << 20);
   s.on_event(chunk("A", 5, "a", {97}, std::vector<int>{7, 8}));
@@ -233,6 +274,7 @@ TEST(FrontSpliceChat, ContinuesTheAssistantMessageAndSplicesOneStream) {
   EXPECT_EQ(next["temperature"], 0);
   EXPECT_EQ(next["stream_options"]["include_usage"], true);
   EXPECT_FALSE(next.contains("return_token_ids"));
+  EXPECT_EQ(s.generated_tokens(), 0u) << "a chat is continued as text";
   // The next engine's role chunk is dropped; its chunks carry the first engine's id and created.
   EXPECT_EQ(s.on_event(chat_chunk("B", 200, "assistant", "")), "");
   auto out = s.on_event(chat_chunk("B", 200, std::nullopt, "lo"));
