@@ -167,7 +167,18 @@ def park_warmed(core):
     os.environ[FD_ENV] = str(fd)  # fastrestart.standby reads the process environment (putenv)
     _say("parked at warmed (KV cache over the arena's placeholder, graphs captured)")
     t = time.monotonic()
-    released = standby.gate("warmed")  # "exit" or fastrestartd gone: exits 0 inside
+    # vLLM's engine core installs a Python SIGTERM handler (it raises SystemExit), which cannot run while
+    # the gate blocks in C: SIGTERM's default action while parked, as the reference engine does.
+    import signal
+    try:
+        old = signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    except ValueError:  # not the main thread: leave the handlers alone
+        old = None
+    try:
+        released = standby.gate("warmed")  # "exit" or fastrestartd gone: exits 0 inside
+    finally:
+        if old is not None:
+            signal.signal(signal.SIGTERM, old)
     os.environ.pop(RELAY_ENV, None)
     if not released:  # fastrestart.standby returns False only for a process that is no standby
         raise StandbyError("the warmed gate passed without a release")
