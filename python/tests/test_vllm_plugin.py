@@ -580,6 +580,18 @@ class WarmedArenaTest(InstalledPluginCase):
         self.assertNotIn("fastrestart-arena: leased", out)
         self.assertIsNone(fastrestart.find_arena(self.ARENA, socket_dir=self.run_dir))  # never made
 
+    def test_sigterm_ends_the_parked_engine_core_and_the_gate_closes_with_it(self):
+        import signal
+        p, sock = self.engine("warmed")
+        with sock:
+            parked = read_gate_message(self, sock, lambda: "no parked message:\n" + self.stderr())
+            os.kill(parked["pid"], signal.SIGTERM)
+            # fastrestartd's end of file: the API server kept no copy of the gate once it handed it over
+            self.assertEqual(sock.recv(4096), b"")
+            out, _ = p.communicate(timeout=60)
+        self.assertNotIn("released at warmed", self.stderr())
+        self.assertNotIn("logits", out)
+
     def test_a_lease_that_waits_in_vain_ends_the_released_standby_instead_of_serving(self):
         h = self.holder(64 << 10)  # the live engine never exits
         p, sock = self.engine("warmed", env=self.env(FASTRESTART_KV_ARENA_WAIT="0.3"))
