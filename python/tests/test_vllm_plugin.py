@@ -453,7 +453,7 @@ class StandbyTest(InstalledPluginCase):
 # A process that leases the KV arena (the live engine's part), says so, and holds it until killed.
 ARENA_HOLDER = """
 import sys, fastrestart
-a = fastrestart.reserve_arena(sys.argv[2], int(sys.argv[3]), wait_s=30, socket_dir=sys.argv[1])
+a = fastrestart.reserve_arena(sys.argv[2], int(sys.argv[3]), wait_s=30, socket_dir=sys.argv[1], device=sys.argv[4])
 a.swap_in()
 print("held", flush=True)
 sys.stdin.readline()
@@ -465,7 +465,8 @@ sys.stdin.readline()
 class WarmedArenaTest(InstalledPluginCase):
     """docs/vllm.md "A warmed standby over the KV arena": with vLLM's process structure (an API server, an
     engine core started as spawn starts it, the worker in the engine core as vLLM's uniproc executor puts it)
-    and a real fastrestart-weightd on the host backend, a warmed standby started through the launcher with
+    and a real fastrestart-weightd (host backend with numpy; CUDA backend and torch on cuda:0 with
+    FR_TEST_DEVICE=cuda), a warmed standby started through the launcher with
     --kv-arena parks in the engine core after its KV cache (over the arena's placeholder) and its graph
     capture, leases the arena once released, and its captured graph writes the arena."""
 
@@ -476,7 +477,9 @@ class WarmedArenaTest(InstalledPluginCase):
         super().setUp()
         self.procs = []
         self.run_dir = os.path.join(self.tmp, "run")
-        self.daemon = Weightd(WEIGHTD, self.run_dir, os.path.join(self.tmp, "weightd.log")).start(self)
+        self.arena_device = "cuda:0" if DEVICE == "cuda" else "host"
+        self.daemon = Weightd(WEIGHTD, self.run_dir, os.path.join(self.tmp, "weightd.log"),
+                              "cuda" if DEVICE == "cuda" else "host").start(self)
 
     def tearDown(self):
         stop_processes(self.procs)
@@ -517,7 +520,8 @@ class WarmedArenaTest(InstalledPluginCase):
 
     def holder(self, nbytes):
         """The live engine's part: a process holding the arena's lease until it is killed."""
-        h = subprocess.Popen([sys.executable, "-c", ARENA_HOLDER, self.run_dir, self.ARENA, str(nbytes)],
+        h = subprocess.Popen([sys.executable, "-c", ARENA_HOLDER, self.run_dir, self.ARENA, str(nbytes),
+                              self.arena_device],
                              stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
         self.procs.append(h)
         self.assertEqual(h.stdout.readline().strip(), "held")
@@ -526,7 +530,10 @@ class WarmedArenaTest(InstalledPluginCase):
     def arena_bytes(self, nbytes):
         """The arena's bytes as the next holder finds them (leased here, after every engine exited)."""
         import fastrestart
-        a = fastrestart.lease_arena(self.ARENA, nbytes, wait_s=10, socket_dir=self.run_dir)
+        a = fastrestart.lease_arena(self.ARENA, nbytes, wait_s=10, socket_dir=self.run_dir, device=self.arena_device)
+        if DEVICE == "cuda":
+            import torch
+            return torch.from_dlpack(a.view(0, (nbytes,), "uint8")).cpu().numpy().tobytes()
         return bytes(a.view(0, (nbytes,), "uint8").numpy())
 
     def test_parks_after_its_graphs_in_the_engine_core_then_leases_the_arena_and_its_graph_writes_it(self):
@@ -549,7 +556,7 @@ class WarmedArenaTest(InstalledPluginCase):
                          ("bytes reserved at", "step=graph_capture"), ("step=graph_capture", "parked at warmed")):
                 self.assertLess(err.index(a), err.index(b), err)
             self.assertNotIn("leased", err)                   # nothing leased while parked
-            held = fastrestart.find_arena(self.ARENA, socket_dir=self.run_dir)
+            held = fastrestart.find_arena(self.ARENA, socket_dir=self.run_dir, device=self.arena_device)
             self.assertEqual(held["holder_pid"], h.pid)       # still the live engine's
             h.kill()                                          # the live engine dies...
             h.wait()
@@ -578,7 +585,7 @@ class WarmedArenaTest(InstalledPluginCase):
         self.assertNotIn("released at warmed", err)
         self.assertNotIn("logits", out)                       # the engine core ended at its gate
         self.assertNotIn("fastrestart-arena: leased", out)
-        self.assertIsNone(fastrestart.find_arena(self.ARENA, socket_dir=self.run_dir))  # never made
+        self.assertIsNone(fastrestart.find_arena(self.ARENA, socket_dir=self.run_dir, device=self.arena_device))
 
     def test_sigterm_ends_the_parked_engine_core_and_the_gate_closes_with_it(self):
         import signal
