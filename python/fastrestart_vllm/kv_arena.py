@@ -84,7 +84,7 @@ class KvArena:
              % (self.name, self.held["bytes"], own_bytes))
         return int(self.held["bytes"])
 
-    def allocate(self, kv_cache_config, framework_device):
+    def allocate(self, kv_cache_config):
         """vLLM's `_allocate_kv_cache` over the arena: {layer name: int8 tensor}, each KVCacheTensor a view
         at its offset in the reserved range (the placeholder backs it until swap_in). Raises ArenaUnusable."""
         fr = self._fastrestart()
@@ -145,7 +145,7 @@ def from_env(framework_device):
 
 
 @contextlib.contextmanager
-def allocation_through(arena, framework_device, live):
+def allocation_through(arena, live):
     """While inside, vLLM's V2 `_allocate_kv_cache` (vllm/v1/worker/gpu/attn_utils.py, called through its
     module global by `init_kv_cache`) allocates over `arena`; `live`: lease at once (an engine that is no
     standby), else keep the placeholder until swap_in. An arena that cannot hold the KV cache is said in the
@@ -165,7 +165,7 @@ def allocation_through(arena, framework_device, live):
 
     def _allocate_kv_cache(kv_cache_config, device, *args, **kwargs):
         try:
-            out = arena.allocate(kv_cache_config, framework_device)
+            out = arena.allocate(kv_cache_config)
             if live:
                 try:
                     arena.swap_in()

@@ -56,7 +56,7 @@ class Worker(_GpuWorker):
         if self._fr_kv is None:
             return super().initialize_from_config(kv_cache_config)
         live = not standby.pending()
-        with kv_arena.allocation_through(self._fr_kv, self._fr_device(), live) as outcome:
+        with kv_arena.allocation_through(self._fr_kv, live) as outcome:
             out = super().initialize_from_config(kv_cache_config)
         if not outcome:
             # The runner allocated without V2's _allocate_kv_cache (the V1 runner): its own KV cache.

@@ -539,7 +539,9 @@ class WarmedArenaTest(InstalledPluginCase):
     def test_parks_after_its_graphs_in_the_engine_core_then_leases_the_arena_and_its_graph_writes_it(self):
         import fastrestart
         import hashlib
-        h = self.holder(64 << 10)  # the live engine holds the arena; the standby sizes its KV cache from it
+        # The live engine holds the arena, twice this engine's own budget (64 KiB): the standby sizes its KV
+        # cache from the arena.
+        h = self.holder(128 << 10)
         p, sock = self.engine("warmed")
         with sock:
             parked = read_gate_message(self, sock, lambda: "no parked message:\n" + self.stderr())
@@ -551,7 +553,7 @@ class WarmedArenaTest(InstalledPluginCase):
             self.assertEqual(parked["pid"], int(core.group(1)))
             self.assertNotEqual(parked["pid"], p.pid)
             # vLLM's order before the gate: profile, KV cache (over the placeholder), graph capture
-            for a, b in (("step=profile", "sized from the daemon's arena (65536 bytes"),
+            for a, b in (("step=profile", "sized from the daemon's arena (131072 bytes; this engine's own budget: 65536)"),
                          ("sized from the daemon's arena", "step=kv_cache"), ("step=kv_cache", "bytes reserved at"),
                          ("bytes reserved at", "step=graph_capture"), ("step=graph_capture", "parked at warmed")):
                 self.assertLess(err.index(a), err.index(b), err)
@@ -566,11 +568,12 @@ class WarmedArenaTest(InstalledPluginCase):
         self.assertEqual(p.returncode, 0, err)
         self.assertRegex(err, r"kv arena 'kv': leased \(generation \d+\)")
         self.assertRegex(err, r"released at warmed after [\d.]+ s parked; KV cache: arena")
-        self.assertRegex(out, r"fastrestart-arena: leased name=kv bytes=65536")
+        self.assertRegex(out, r"fastrestart-arena: leased name=kv bytes=131072 ")
         kv = parse_lines(out)["kv"]
         self.assertTrue(kv["nonzero"], kv)
+        self.assertEqual(kv["bytes"], 128 << 10)
         # The KV cache IS the arena: what the graph captured over the placeholder wrote after the release is in
-        # the arena, byte for byte (each layer's buffer at its offset; 2 x 32 KiB here, no padding).
+        # the arena, byte for byte (each layer's buffer at its offset; 2 x 64 KiB here, no padding).
         self.assertEqual(hashlib.sha256(self.arena_bytes(kv["bytes"])[:kv["bytes"]]).hexdigest(), kv["sha256"])
 
     def test_exit_while_parked_ends_the_engine_core_with_status_0_and_leases_nothing(self):
@@ -610,6 +613,19 @@ class WarmedArenaTest(InstalledPluginCase):
         self.assertIn("the released standby could not lease KV arena 'kv'", err)
         self.assertNotIn("logits", out)                       # it never served
         self.assertIsNone(h.poll())
+
+    def test_a_standby_without_a_daemon_parks_with_its_own_kv_cache_and_serves_from_it(self):
+        self.daemon.stop()
+        p, sock = self.engine("warmed")
+        with sock:
+            read_gate_message(self, sock, lambda: "no parked message:\n" + self.stderr())
+            sock.sendall(b'{"op":"release"}\n')
+            out, _ = p.communicate(timeout=60)
+        err = self.stderr()
+        self.assertEqual(p.returncode, 0, err)
+        self.assertIn('fastrestart-arena: fallback reason="asking the daemon for the arena', out)
+        self.assertRegex(err, r"released at warmed after [\d.]+ s parked; KV cache: own")
+        self.assertTrue(parse_lines(out)["kv"]["nonzero"])
 
     def test_a_live_engine_leases_at_once_and_without_a_daemon_falls_back_to_its_own_kv_cache(self):
         p, _ = self.engine()
