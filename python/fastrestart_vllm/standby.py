@@ -104,7 +104,8 @@ def _start_relay():
     _standby_module()  # the binding must be there before anything starts
     try:
         fd = int(os.environ[FD_ENV])
-        os.fstat(fd)
+        # No process this one starts gets a copy (an engine core exec'd later would hold the gate open).
+        os.set_inheritable(fd, False)
     except (ValueError, OSError) as e:
         raise StandbyError(f"{FD_ENV}={os.environ[FD_ENV]!r}: not an open descriptor ({e})") from None
     folder = tempfile.mkdtemp(prefix="fastrestart-standby-")  # 0700: only this user may take the descriptor
@@ -143,6 +144,7 @@ def _fetch_fd(path):
         if not fds:
             raise StandbyError(f"{RELAY_ENV}={path}: no descriptor came from the API server")
         s.sendall(b"k")
+    os.set_inheritable(fds[0], False)  # SCM_RIGHTS descriptors come without close-on-exec
     return fds[0]
 
 
