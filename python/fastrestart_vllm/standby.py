@@ -156,14 +156,20 @@ def _parallel(obj, name):
     return getattr(getattr(obj, "args", None), name, None)
 
 
-def park_warmed(core):
-    """The warmed gate, in the engine core after _initialize_kv_caches: takes the descriptor from the API
-    server, parks, and once released has the workers lease the KV arena."""
+def check_worker_cls(core):
+    """Before anything is allocated: only fastrestart_vllm.worker.Worker puts the KV cache in the arena and
+    leases it after the release; with another worker class a warmed standby would park holding a second
+    KV cache and have nothing to swap in."""
     from .worker import QUALNAME
     worker_cls = _parallel(core, "worker_cls")
     if worker_cls is not None and worker_cls != QUALNAME:
         raise StandbyError(f"a warmed vLLM standby needs --worker-cls {QUALNAME} (it has {worker_cls!r}): "
-                           f"nothing else leases the KV arena after the release")
+                           f"nothing else puts the KV cache in the arena")
+
+
+def park_warmed(core):
+    """The warmed gate, in the engine core after _initialize_kv_caches: takes the descriptor from the API
+    server, parks, and once released has the workers lease the KV arena."""
     standby = _standby_module()
     fd = _fetch_fd(os.environ[RELAY_ENV])
     os.environ[FD_ENV] = str(fd)  # fastrestart.standby reads the process environment (putenv)
@@ -202,6 +208,8 @@ def _patch_engine_core():
             return None
 
         def _initialize_kv_caches(self, *args, **kwargs):
+            if pending():
+                check_worker_cls(self)
             out = inner(self, *args, **kwargs)
             if pending():
                 park_warmed(self)

@@ -627,6 +627,22 @@ class WarmedArenaTest(InstalledPluginCase):
         self.assertRegex(err, r"released at warmed after [\d.]+ s parked; KV cache: own")
         self.assertTrue(parse_lines(out)["kv"]["nonzero"])
 
+    def test_a_warmed_standby_with_another_worker_class_fails_before_its_kv_cache(self):
+        import socket
+        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+        env = self.env(FASTRESTART_KV_ARENA=self.ARENA, FASTRESTART_STANDBY_LEVEL="warmed")
+        env["FASTRESTART_STANDBY_FD"] = str(theirs.fileno())
+        p = subprocess.run([sys.executable, os.path.join(FAKE, "serve.py"), self.model, "--device", DEVICE,
+                            "--load-format", "auto", "--processes", "--distributed-executor-backend", "uni"],
+                           capture_output=True, text=True, env=env, pass_fds=(theirs.fileno(),), timeout=60)
+        theirs.close()
+        with ours:
+            ours.settimeout(5)
+            self.assertEqual(ours.recv(4096), b"")            # it never parked
+        self.assertIn("a warmed vLLM standby needs --worker-cls fastrestart_vllm.worker.Worker (it has 'auto')",
+                      p.stderr)
+        self.assertNotIn("step=kv_cache", p.stderr)
+
     def test_a_live_engine_leases_at_once_and_without_a_daemon_falls_back_to_its_own_kv_cache(self):
         p, _ = self.engine()
         out, _ = p.communicate(timeout=60)
