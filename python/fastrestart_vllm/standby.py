@@ -160,7 +160,8 @@ def check_worker_cls(core):
     """Before anything is allocated: only fastrestart_vllm.worker.Worker puts the KV cache in the arena and
     leases it after the release; with another worker class a warmed standby would park holding a second
     KV cache and have nothing to swap in."""
-    from .worker import QUALNAME
+    # The name, not the class: importing worker.py would import vLLM's GPU worker into the engine core.
+    from .launch import WORKER_CLS as QUALNAME
     worker_cls = _parallel(core, "worker_cls")
     if worker_cls is not None and worker_cls != QUALNAME:
         raise StandbyError(f"a warmed vLLM standby needs --worker-cls {QUALNAME} (it has {worker_cls!r}): "

@@ -29,7 +29,7 @@ from . import kv_arena, standby
 
 __all__ = ["Worker", "QUALNAME"]
 
-QUALNAME = "fastrestart_vllm.worker.Worker"
+QUALNAME = __name__ + ".Worker"  # launch.WORKER_CLS, which the launcher adds as --worker-cls
 
 
 class Worker(_GpuWorker):
