@@ -35,6 +35,8 @@ FD_ENV = "FASTRESTART_STANDBY_FD"
 LEVEL_ENV = "FASTRESTART_STANDBY_LEVEL"
 RELAY_ENV = "FASTRESTART_STANDBY_RELAY"   # the relay socket's path, while the warmed gate is ahead
 ENGINE_CORE = "vllm.v1.engine.core"
+READY_TIMEOUT_ENV = "VLLM_ENGINE_READY_TIMEOUT_S"
+READY_TIMEOUT_S = 30 * 86400
 
 
 class StandbyError(RuntimeError):
@@ -134,6 +136,11 @@ def _start_relay():
     threading.Thread(target=serve, name="fastrestart-standby-relay", daemon=True).start()
     os.environ.pop(FD_ENV, None)
     os.environ[RELAY_ENV] = path
+    # The API server gives up on an engine core that is not ready within VLLM_ENGINE_READY_TIMEOUT_S (600 s
+    # by default), and a parked engine core is not ready until its release, which may be days away: unless
+    # the operator chose a value, this process waits as long as fastrestartd keeps the standby (vLLM reads
+    # its variables lazily from os.environ; fastrestartd's own timeouts end a standby that never parks).
+    os.environ.setdefault(READY_TIMEOUT_ENV, str(READY_TIMEOUT_S))
     _say("warmed: the engine core will park after its KV cache and graphs (relay for the gate started)")
 
 

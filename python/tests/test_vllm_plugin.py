@@ -558,6 +558,13 @@ class WarmedArenaTest(InstalledPluginCase):
                          ("bytes reserved at", "step=graph_capture"), ("step=graph_capture", "parked at warmed")):
                 self.assertLess(err.index(a), err.index(b), err)
             self.assertNotIn("leased", err)                   # nothing leased while parked
+            # What the API server passed on to the engine core it spawned: the relay, not the descriptor's
+            # number, and a wait for the engine core that outlasts the park
+            with open("/proc/%d/environ" % parked["pid"], "rb") as f:
+                environ = dict(kv.split(b"=", 1) for kv in f.read().split(b"\0") if b"=" in kv)
+            self.assertNotIn(b"FASTRESTART_STANDBY_FD", environ)
+            self.assertIn(b"FASTRESTART_STANDBY_RELAY", environ)
+            self.assertEqual(environ[b"VLLM_ENGINE_READY_TIMEOUT_S"], str(30 * 86400).encode())
             held = fastrestart.find_arena(self.ARENA, socket_dir=self.run_dir, device=self.arena_device)
             self.assertEqual(held["holder_pid"], h.pid)       # still the live engine's
             h.kill()                                          # the live engine dies...
