@@ -591,6 +591,9 @@ class WarmedArenaTest(InstalledPluginCase):
             sock.sendall(b'{"op":"exit"}\n')
             out, _ = p.communicate(timeout=60)
         err = self.stderr()
+        # The reproduction's API server returns its engine core's exit status (vLLM's would fail its start
+        # on an engine core that ended; fastrestartd stops the standby's whole group after an exit anyway).
+        self.assertEqual(p.returncode, 0, err)
         self.assertNotIn("leased", err)
         self.assertNotIn("released at warmed", err)
         self.assertNotIn("logits", out)                       # the engine core ended at its gate
