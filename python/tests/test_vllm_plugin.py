@@ -592,7 +592,7 @@ class WarmedArenaTest(InstalledPluginCase):
             out, _ = p.communicate(timeout=60)
         err = self.stderr()
         # The reproduction's API server returns its engine core's exit status (vLLM's would fail its start
-        # on an engine core that ended; fastrestartd stops the standby's whole group after an exit anyway).
+        # on an engine core that ended).
         self.assertEqual(p.returncode, 0, err)
         self.assertNotIn("leased", err)
         self.assertNotIn("released at warmed", err)
