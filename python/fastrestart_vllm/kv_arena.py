@@ -14,7 +14,6 @@ runs under torch in vLLM and under numpy in the reproduction (python/tests/fake_
 
 import contextlib
 import os
-import sys
 
 from . import tensors
 
