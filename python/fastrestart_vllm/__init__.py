@@ -5,7 +5,9 @@
         --model-loader-extra-config '{"fallback": true, "mode": "zero_copy"}'
 
 vLLM calls register() in every process it starts (plugins are loaded per process), before any model loads.
-Under fastrestartd's standby path the first of them parks in register() (standby.py, docs/vllm.md).
+Under fastrestartd's standby path the first of them parks in register() at `pre_gpu`; at `warmed` (with the
+KV cache in an arena: worker.py, kv_arena.py) the engine core parks after its KV cache and graphs
+(standby.py, docs/vllm.md).
 """
 
 __all__ = ["register", "LOAD_FORMAT", "__version__"]

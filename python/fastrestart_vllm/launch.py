@@ -33,7 +33,10 @@ import struct
 import sys
 
 __all__ = ["main", "install", "FACTORY", "MODULES", "SERVE_MODULES", "REFUSED", "BACKLOG_ENV", "refused_flag",
-           "config_argv", "refused_mode", "backlog_of"]
+           "config_argv", "refused_mode", "backlog_of", "kv_arena_argv"]
+
+KV_ARENA_FLAG = "--kv-arena"
+WORKER_CLS = "fastrestart_vllm.worker.Worker"   # worker.QUALNAME (not imported: it imports vLLM)
 
 FACTORY = "create_server_socket"
 # Where vLLM has kept its socket factory, oldest layout first (vllm-project/vllm): defined in
@@ -356,8 +359,49 @@ def install(sock, modules=MODULES, backlog=None):
     return hook
 
 
+def kv_arena_argv(argv, environ=os.environ):
+    """`serve`'s argv without `--kv-arena NAME` (or `--kv-arena=NAME`), which vLLM does not know: NAME goes
+    to FASTRESTART_KV_ARENA in `environ` (inherited by the engine core and the workers vLLM starts) and
+    `--worker-cls fastrestart_vllm.worker.Worker` is added, the worker class that puts the KV cache in the
+    arena (docs/vllm.md). Another `--worker-cls` is refused with one line: it would not use the arena.
+    Words after a bare `--` are left alone."""
+    out, name, words = [], None, iter(argv)
+    for word in words:
+        if word == "--":
+            out.append(word)
+            out.extend(words)
+            break
+        flag, eq, value = word.partition("=")
+        if flag.replace("_", "-") == KV_ARENA_FLAG:
+            name = value if eq else next(words, "")
+            if not name or name.startswith("-"):
+                raise SystemExit("fastrestart-vllm: --kv-arena needs the arena's name (the weight daemon's "
+                                 "KV arena, docs/weightd.md)")
+            continue
+        out.append(word)
+    if name is None:
+        return out
+    cls = None
+    for i, word in enumerate(out):
+        if word == "--":
+            break
+        flag, eq, value = word.partition("=")
+        if flag.replace("_", "-") == "--worker-cls":
+            cls = value if eq else (out[i + 1] if i + 1 < len(out) else "")
+    if cls is not None and cls != WORKER_CLS:
+        raise SystemExit("fastrestart-vllm: --kv-arena needs --worker-cls %s, not %s: only that worker class "
+                         "puts the KV cache in the arena" % (WORKER_CLS, cls))
+    environ["FASTRESTART_KV_ARENA"] = name
+    if cls is None:
+        end = out.index("--") if "--" in out else len(out)
+        out[end:end] = ["--worker-cls", WORKER_CLS]
+    return out
+
+
 def main(argv=None):
     argv = list(sys.argv[1:] if argv is None else argv)
+    if argv[:1] == ["serve"]:
+        argv = ["serve"] + kv_arena_argv(argv[1:])
     if argv[:1] == ["serve"] and os.environ.get("LISTEN_FDS"):
         from fastrestart import listen
         try:

@@ -14,6 +14,7 @@ the CUDA backend.
 
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -437,7 +438,7 @@ class StandbyTest(InstalledPluginCase):
         self.assertEqual(p.returncode, 0)
         self.assertNotIn("role=engine_core", self.stderr())
 
-    def test_a_warmed_standby_is_refused_instead_of_serving(self):
+    def test_a_warmed_standby_without_a_kv_arena_is_refused_instead_of_serving(self):
         p, sock = self.start_standby("warmed")
         with sock:
             p.communicate(timeout=60)
@@ -445,8 +446,226 @@ class StandbyTest(InstalledPluginCase):
             self.assertEqual(sock.recv(4096), b"")       # it never parked
         self.assertNotEqual(p.returncode, 0)
         err = self.stderr()
-        self.assertIn("pre_gpu gate only", err)
+        self.assertIn("FASTRESTART_STANDBY_LEVEL=warmed needs the KV cache in an arena", err)
         self.assertNotIn("role=engine_core", err)
+
+
+# A process that leases the KV arena (the live engine's part), says so, and holds it until killed.
+ARENA_HOLDER = """
+import sys, fastrestart
+a = fastrestart.reserve_arena(sys.argv[2], int(sys.argv[3]), wait_s=30, socket_dir=sys.argv[1], device=sys.argv[4])
+a.swap_in()
+print("held", flush=True)
+sys.stdin.readline()
+"""
+
+
+@unittest.skipIf(bool(NO_GATE), NO_GATE)
+@unittest.skipUnless(WEIGHTD and os.access(WEIGHTD, os.X_OK), "FR_WEIGHTD_BIN is not set to fastrestart-weightd")
+class WarmedArenaTest(InstalledPluginCase):
+    """docs/vllm.md "A warmed standby over the KV arena": with vLLM's process structure (an API server, an
+    engine core started as spawn starts it, the worker in the engine core as vLLM's uniproc executor puts it)
+    and a real fastrestart-weightd (host backend with numpy; CUDA backend and torch on cuda:0 with
+    FR_TEST_DEVICE=cuda), a warmed standby started through the launcher with
+    --kv-arena parks in the engine core after its KV cache (over the arena's placeholder) and its graph
+    capture, leases the arena once released, and its captured graph writes the arena."""
+
+    tmp_prefix = "fr-vllm-warm-"
+    ARENA = "kv"
+
+    def setUp(self):
+        super().setUp()
+        self.procs = []
+        self.run_dir = os.path.join(self.tmp, "run")
+        self.arena_device = "cuda:0" if DEVICE == "cuda" else "host"
+        self.daemon = Weightd(WEIGHTD, self.run_dir, os.path.join(self.tmp, "weightd.log"),
+                              "cuda" if DEVICE == "cuda" else "host").start(self)
+
+    def tearDown(self):
+        stop_processes(self.procs)
+        self.daemon.stop()
+        shutil.rmtree(self.tmp, ignore_errors=True)
+
+    def env(self, **extra):
+        e = dict(os.environ, FASTRESTART_SOCKET_DIR=self.run_dir, **extra)
+        e["PYTHONPATH"] = os.pathsep.join([os.path.join(self.site, "lib"), e.get("PYTHONPATH", "")])
+        e.pop("FASTRESTART_STANDBY_FD", None)
+        return e
+
+    def engine(self, level=None, *more, env=None):
+        """The launcher over the reproduction with --kv-arena; a standby of `level` with one end of a socket
+        pair (returned, else None). Its stderr goes to self.err."""
+        import socket
+        env = env if env is not None else self.env()
+        ours = theirs = None
+        fds = ()
+        if level:
+            ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+            env.update(FASTRESTART_STANDBY_FD=str(theirs.fileno()), FASTRESTART_STANDBY_LEVEL=level)
+            fds = (theirs.fileno(),)
+        self.err = os.path.join(self.tmp, "stderr-%d.log" % len(self.procs))
+        with open(self.err, "wb") as err:
+            p = subprocess.Popen([sys.executable, os.path.join(FAKE, "launch.py"), "serve", self.model, "--device",
+                                  DEVICE, "--load-format", "auto", "--processes", "--distributed-executor-backend",
+                                  "uni", "--kv-arena", self.ARENA] + list(more),
+                                 stdout=subprocess.PIPE, stderr=err, env=env, pass_fds=fds, text=True)
+        self.procs.append(p)
+        if theirs is not None:
+            theirs.close()
+            ours.settimeout(60)
+        return p, ours
+
+    def stderr(self):
+        return read_text(self.err)
+
+    def holder(self, nbytes):
+        """The live engine's part: a process holding the arena's lease until it is killed."""
+        h = subprocess.Popen([sys.executable, "-c", ARENA_HOLDER, self.run_dir, self.ARENA, str(nbytes),
+                              self.arena_device],
+                             stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+        self.procs.append(h)
+        self.assertEqual(h.stdout.readline().strip(), "held")
+        return h
+
+    def arena_bytes(self, nbytes):
+        """The arena's bytes as the next holder finds them (leased here, after every engine exited)."""
+        import fastrestart
+        a = fastrestart.lease_arena(self.ARENA, nbytes, wait_s=10, socket_dir=self.run_dir, device=self.arena_device)
+        if DEVICE == "cuda":
+            import torch
+            return torch.from_dlpack(a.view(0, (nbytes,), "uint8")).cpu().numpy().tobytes()
+        return bytes(a.view(0, (nbytes,), "uint8").numpy())
+
+    def test_parks_after_its_graphs_in_the_engine_core_then_leases_the_arena_and_its_graph_writes_it(self):
+        import fastrestart
+        import hashlib
+        # The live engine holds the arena, twice this engine's own budget (64 KiB): the standby sizes its KV
+        # cache from the arena.
+        h = self.holder(128 << 10)
+        p, sock = self.engine("warmed")
+        with sock:
+            parked = read_gate_message(self, sock, lambda: "no parked message:\n" + self.stderr())
+            err = self.stderr()
+            self.assertEqual(parked["level"], "warmed")
+            # the engine core parks (a process the API server spawned), not the API server
+            core = re.search(r"role=engine_core pid=(\d+) standby_fd=-", err)
+            self.assertIsNotNone(core, err)
+            self.assertEqual(parked["pid"], int(core.group(1)))
+            self.assertNotEqual(parked["pid"], p.pid)
+            # vLLM's order before the gate: profile, KV cache (over the placeholder), graph capture
+            for a, b in (("step=profile", "sized from the daemon's arena (131072 bytes; this engine's own budget: 65536)"),
+                         ("sized from the daemon's arena", "step=kv_cache"), ("step=kv_cache", "bytes reserved at"),
+                         ("bytes reserved at", "step=graph_capture"), ("step=graph_capture", "parked at warmed")):
+                self.assertLess(err.index(a), err.index(b), err)
+            self.assertNotIn("leased", err)                   # nothing leased while parked
+            # What the API server passed on to the engine core it spawned: the relay, not the descriptor's
+            # number, and a wait for the engine core that outlasts the park
+            with open("/proc/%d/environ" % parked["pid"], "rb") as f:
+                environ = dict(kv.split(b"=", 1) for kv in f.read().split(b"\0") if b"=" in kv)
+            self.assertNotIn(b"FASTRESTART_STANDBY_FD", environ)
+            self.assertIn(b"FASTRESTART_STANDBY_RELAY", environ)
+            self.assertEqual(environ[b"VLLM_ENGINE_READY_TIMEOUT_S"], str(30 * 86400).encode())
+            held = fastrestart.find_arena(self.ARENA, socket_dir=self.run_dir, device=self.arena_device)
+            self.assertEqual(held["holder_pid"], h.pid)       # still the live engine's
+            h.kill()                                          # the live engine dies...
+            h.wait()
+            sock.sendall(b'{"op":"release"}\n')              # ...and fastrestartd releases the standby
+            out, _ = p.communicate(timeout=60)
+        err = self.stderr()
+        self.assertEqual(p.returncode, 0, err)
+        self.assertRegex(err, r"kv arena 'kv': leased \(generation \d+\)")
+        self.assertRegex(err, r"released at warmed after [\d.]+ s parked; KV cache: arena")
+        self.assertRegex(out, r"fastrestart-arena: leased name=kv bytes=131072 ")
+        kv = parse_lines(out)["kv"]
+        self.assertTrue(kv["nonzero"], kv)
+        self.assertEqual(kv["bytes"], 128 << 10)
+        # The KV cache IS the arena: what the graph captured over the placeholder wrote after the release is in
+        # the arena, byte for byte (each layer's buffer at its offset; 2 x 64 KiB here, no padding).
+        self.assertEqual(hashlib.sha256(self.arena_bytes(kv["bytes"])[:kv["bytes"]]).hexdigest(), kv["sha256"])
+
+    def test_exit_while_parked_ends_the_engine_core_with_status_0_and_leases_nothing(self):
+        import fastrestart
+        p, sock = self.engine("warmed")
+        with sock:
+            read_gate_message(self, sock, lambda: "no parked message:\n" + self.stderr())
+            sock.sendall(b'{"op":"exit"}\n')
+            out, _ = p.communicate(timeout=60)
+        err = self.stderr()
+        # The reproduction's API server returns its engine core's exit status (vLLM's would fail its start
+        # on an engine core that ended).
+        self.assertEqual(p.returncode, 0, err)
+        self.assertNotIn("leased", err)
+        self.assertNotIn("released at warmed", err)
+        self.assertNotIn("logits", out)                       # the engine core ended at its gate
+        self.assertNotIn("fastrestart-arena: leased", out)
+        self.assertIsNone(fastrestart.find_arena(self.ARENA, socket_dir=self.run_dir, device=self.arena_device))
+
+    def test_sigterm_ends_the_parked_engine_core_and_the_gate_closes_with_it(self):
+        import signal
+        p, sock = self.engine("warmed")
+        with sock:
+            parked = read_gate_message(self, sock, lambda: "no parked message:\n" + self.stderr())
+            os.kill(parked["pid"], signal.SIGTERM)
+            # fastrestartd's end of file: the API server kept no copy of the gate once it handed it over
+            self.assertEqual(sock.recv(4096), b"")
+            out, _ = p.communicate(timeout=60)
+        self.assertNotIn("released at warmed", self.stderr())
+        self.assertNotIn("logits", out)
+
+    def test_a_lease_that_waits_in_vain_ends_the_released_standby_instead_of_serving(self):
+        h = self.holder(64 << 10)  # the live engine never exits
+        p, sock = self.engine("warmed", env=self.env(FASTRESTART_KV_ARENA_WAIT="0.3"))
+        with sock:
+            read_gate_message(self, sock, lambda: "no parked message:\n" + self.stderr())
+            sock.sendall(b'{"op":"release"}\n')
+            out, _ = p.communicate(timeout=60)
+        err = self.stderr()
+        self.assertIn("the released standby could not lease KV arena 'kv'", err)
+        self.assertNotIn("logits", out)                       # it never served
+        self.assertIsNone(h.poll())
+
+    def test_a_standby_without_a_daemon_parks_with_its_own_kv_cache_and_serves_from_it(self):
+        self.daemon.stop()
+        p, sock = self.engine("warmed")
+        with sock:
+            read_gate_message(self, sock, lambda: "no parked message:\n" + self.stderr())
+            sock.sendall(b'{"op":"release"}\n')
+            out, _ = p.communicate(timeout=60)
+        err = self.stderr()
+        self.assertEqual(p.returncode, 0, err)
+        self.assertIn('fastrestart-arena: fallback reason="asking the daemon for the arena', out)
+        self.assertRegex(err, r"released at warmed after [\d.]+ s parked; KV cache: own")
+        self.assertTrue(parse_lines(out)["kv"]["nonzero"])
+
+    def test_a_warmed_standby_with_another_worker_class_fails_before_its_kv_cache(self):
+        import socket
+        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+        env = self.env(FASTRESTART_KV_ARENA=self.ARENA, FASTRESTART_STANDBY_LEVEL="warmed")
+        env["FASTRESTART_STANDBY_FD"] = str(theirs.fileno())
+        p = subprocess.run([sys.executable, os.path.join(FAKE, "serve.py"), self.model, "--device", DEVICE,
+                            "--load-format", "auto", "--processes", "--distributed-executor-backend", "uni"],
+                           capture_output=True, text=True, env=env, pass_fds=(theirs.fileno(),), timeout=60)
+        theirs.close()
+        with ours:
+            ours.settimeout(5)
+            self.assertEqual(ours.recv(4096), b"")            # it never parked
+        self.assertIn("a warmed vLLM standby needs --worker-cls fastrestart_vllm.worker.Worker (it has 'auto')",
+                      p.stderr)
+        self.assertNotIn("step=kv_cache", p.stderr)
+
+    def test_a_live_engine_leases_at_once_and_without_a_daemon_falls_back_to_its_own_kv_cache(self):
+        p, _ = self.engine()
+        out, _ = p.communicate(timeout=60)
+        self.assertEqual(p.returncode, 0, self.stderr())
+        self.assertRegex(out, r"fastrestart-arena: leased name=kv bytes=65536")
+        self.assertIn("kv arena 'kv': leased (new, zero-filled)", self.stderr())
+        self.assertEqual(parse_lines(out)["kv"]["bytes"], 65536)
+        self.daemon.stop()
+        p, _ = self.engine()
+        out, _ = p.communicate(timeout=60)
+        self.assertEqual(p.returncode, 0, self.stderr())
+        self.assertIn('fastrestart-arena: fallback reason="asking the daemon for the arena', out)
+        self.assertTrue(parse_lines(out)["kv"]["nonzero"])   # served from its own KV cache
 
 
 def parse_lines(out):
@@ -729,3 +948,32 @@ class OptionsTest(unittest.TestCase):
 
 if __name__ == "__main__":
     unittest.main()
+
+
+class KvArenaArgvTest(unittest.TestCase):
+    """fastrestart_vllm.launch's --kv-arena: taken out of vLLM's argv, into FASTRESTART_KV_ARENA, with the
+    worker class that uses it."""
+
+    def test_the_flag_becomes_the_variable_and_the_worker_class(self):
+        from fastrestart_vllm.launch import kv_arena_argv
+        for argv in (["M", "--kv-arena", "kv", "-tp", "1"], ["M", "--kv-arena=kv", "-tp", "1"],
+                     ["M", "--kv_arena", "kv", "-tp", "1"]):
+            env = {}
+            self.assertEqual(kv_arena_argv(argv, env), ["M", "-tp", "1", "--worker-cls", "fastrestart_vllm.worker.Worker"])
+            self.assertEqual(env, {"FASTRESTART_KV_ARENA": "kv"})
+        env = {}
+        self.assertEqual(kv_arena_argv(["M", "--kv-arena", "kv", "--", "x"], env),
+                         ["M", "--worker-cls", "fastrestart_vllm.worker.Worker", "--", "x"])
+        self.assertEqual(kv_arena_argv(["M", "--worker-cls=fastrestart_vllm.worker.Worker", "--kv-arena", "a"], env),
+                         ["M", "--worker-cls=fastrestart_vllm.worker.Worker"])
+        env = {}
+        self.assertEqual(kv_arena_argv(["M", "--", "--kv-arena", "kv"], env), ["M", "--", "--kv-arena", "kv"])
+        self.assertEqual(env, {})
+
+    def test_another_worker_class_or_no_name_is_one_line(self):
+        from fastrestart_vllm.launch import kv_arena_argv
+        with self.assertRaisesRegex(SystemExit, "--kv-arena needs --worker-cls fastrestart_vllm.worker.Worker, not my.W"):
+            kv_arena_argv(["M", "--kv-arena", "kv", "--worker-cls", "my.W"], {})
+        for argv in (["M", "--kv-arena"], ["M", "--kv-arena", "--dtype"], ["M", "--kv-arena="]):
+            with self.assertRaisesRegex(SystemExit, "--kv-arena needs the arena's name"):
+                kv_arena_argv(argv, {})

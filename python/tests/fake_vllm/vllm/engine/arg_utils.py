@@ -28,6 +28,13 @@ class EngineArgs:
         parser.add_argument("--tensor-parallel-size", "-tp", type=int, default=1)
         parser.add_argument("--data-parallel-size", "-dp", type=int, default=1)
         parser.add_argument("--data-parallel-rank", type=int, default=0)
+        # ParallelConfig.worker_cls ("auto": the platform's worker) and distributed_executor_backend ("uni": the
+        # worker in the engine core process, vLLM's choice for one GPU; the reproduction defaults to "mp" so
+        # that --processes shows a worker process), CacheConfig.kv_cache_memory_bytes (the KV cache's size in
+        # bytes instead of the profile's figure)
+        parser.add_argument("--worker-cls", default="auto")
+        parser.add_argument("--distributed-executor-backend", choices=("uni", "mp"), default="mp")
+        parser.add_argument("--kv-cache-memory-bytes", type=int, default=None)
         # ParallelConfig's, a BooleanOptionalAction in vLLM (--no-... turns it off)
         parser.add_argument("--data-parallel-multi-port-external-lb", action="store_true", default=False)
         parser.add_argument("--no-data-parallel-multi-port-external-lb", dest="data_parallel_multi_port_external_lb",

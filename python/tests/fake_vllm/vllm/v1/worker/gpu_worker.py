@@ -24,6 +24,11 @@ from vllm.config import DeviceConfig, HfConfig, LoadConfig, ModelConfig, Paralle
 from vllm.distributed import set_parallel_state
 from vllm.model_executor.model_loader import get_model, get_model_loader
 from vllm.model_executor.model_loader.default_loader import READS
+from vllm.v1.kv_cache_interface import FullAttentionSpec
+from vllm.v1.worker.gpu.model_runner import GPUModelRunner
+
+# The profile's answer when --kv-cache-memory-bytes is not given (the reproduction has no GPU to measure).
+PROFILED_KV_BYTES = 64 << 10
 
 SUMMARY = {}  # the in-process worker's summary, for the API server to print (without --processes)
 
@@ -31,6 +36,7 @@ SUMMARY = {}  # the in-process worker's summary, for the API server to print (wi
 class Worker:
     def __init__(self, args, role):
         self.a, self.role = args, role
+        self.model_runner = GPUModelRunner(args.device)
 
     def init_device(self):
         """vllm/v1/worker/gpu_worker.py Worker.init_device (CUDA, the distributed environment)."""
@@ -64,18 +70,29 @@ class Worker:
                 return False
         return True
 
-    def determine_available_memory(self):
-        """Worker.determine_available_memory: the profile run that sizes the KV cache."""
-        repro.step("profile", self.role)
+    def get_kv_cache_spec(self):
+        """Worker.get_kv_cache_spec: one full-attention spec per layer (block 4, one KV head of the hidden size)."""
+        return {"model.layers.%d.self_attn.attn" % i: FullAttentionSpec(block_size=4, num_kv_heads=1,
+                                                                      head_size=self.hf.hidden_size, dtype="float32")
+                for i in range(self.hf.num_layers)}
 
-    def initialize_from_config(self):
+    def determine_available_memory(self):
+        """Worker.determine_available_memory: the profile run that sizes the KV cache; with
+        --kv-cache-memory-bytes vLLM takes that figure instead of the profile's (CacheConfig.kv_cache_memory_bytes)."""
+        repro.step("profile", self.role)
+        given = getattr(self.a, "kv_cache_memory_bytes", None)
+        return int(given) if given else PROFILED_KV_BYTES
+
+    def initialize_from_config(self, kv_cache_config):
         """Worker.initialize_from_config -> initialize_kv_cache -> _allocate_kv_cache (Model Runner V2,
         vllm/v1/worker/gpu/attn_utils.py) or _allocate_kv_cache_tensors (V1, gpu_model_runner.py)."""
         repro.step("kv_cache", self.role)
+        self.model_runner.initialize_kv_cache(kv_cache_config)
 
     def compile_or_warm_up_model(self):
         """Worker.compile_or_warm_up_model: torch.compile warm-up, CUDA graph capture (capture_model)."""
         repro.step("graph_capture", self.role)
+        self.model_runner.capture_model(backend.to_numpy(self.model.model.embed_tokens.weight))
 
     def first_request(self):
         """The reproduction's own step (not vLLM's): one forward pass, the loader's summary."""
@@ -92,6 +109,14 @@ class Worker:
             "has_own_embed_tokens": model.has_own_embed_tokens,
             "has_own_lm_head": model.has_own_lm_head,
         }
+        if self.model_runner.graphs:
+            # The first request's K and V, written by the graph captured at start (over whatever memory its
+            # addresses point at now), then the KV cache read back through the runner's tensors.
+            import hashlib
+            self.model_runner.graphs[1].replay(list(range(min(4, hf.vocab_size))))
+            kv = self.model_runner.kv_bytes()
+            summary["kv"] = {"bytes": len(kv), "sha256": hashlib.sha256(kv).hexdigest(),
+                             "nonzero": any(kv), "layers": len(self.model_runner.kv_caches)}
         if self.a.processes:
             print(json.dumps(summary), flush=True)
         else:
