@@ -198,8 +198,9 @@ class SlotScheduler:
             self.cv.notify()
 
     def admit(self, choose=None):
-        """Moves waiting requests into free slots; returns those admitted now. choose(ids, free slots) ->
-        (slot, cached positions) picks the slot (prefix reuse); without it, the lowest free slot."""
+        """Moves waiting requests into free slots; returns those admitted now. choose(ids, free slots,
+        recent) -> (slot, cached positions) picks the slot (prefix reuse; recent: a replay, which prefers
+        the slot it ran in: PrefixIndex.match); without it, the lowest free slot."""
         out = []
         with self.cv:
             while self.waiting and self.free:
@@ -207,7 +208,7 @@ class SlotScheduler:
                 if choose is None:
                     req.slot = heapq.heappop(self.free)
                 else:
-                    req.slot, req.cached = choose(req.ids, list(self.free))
+                    req.slot, req.cached = choose(req.ids, list(self.free), req.replay > 0)
                     self.free.remove(req.slot)
                     heapq.heapify(self.free)
                 self.active[req.slot] = req

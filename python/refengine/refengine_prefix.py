@@ -258,11 +258,16 @@ class PrefixIndex:
             self._map(s, j, h)
 
     # --- serving ---------------------------------------------------------------------------------------
-    def match(self, prompt, free):
+    def match(self, prompt, free, recent=False):
         """(slot, cached positions) for a prompt among the free slots: the slot holding its longest prefix
         of full blocks (at most (len - 1) // BLOCK blocks: the last prompt token is always computed), its
         tokens compared; with no such slot, the lowest free slot holding nothing, else the least recently
-        used free slot (cached 0). Counts the lookup."""
+        used free slot (cached 0). Counts the lookup.
+
+        Of several slots holding that prefix, the lowest (a decode step's graph is sized by the highest busy
+        slot), or with `recent` the most recently begun: a stream continued after a kill (a replay,
+        refengine_batch.Request) then runs in the slot it ran in before, so that its decode steps are the
+        same graph, of the same rows, as the first engine's (docs/refengine.md, "Continued streams")."""
         n = len(prompt)
         m = min((n - 1) // BLOCK if n else 0, self.max_blocks)
         hashes = block_hashes(self.identity, prompt, m)
@@ -272,7 +277,8 @@ class PrefixIndex:
             mid = (lo + hi + 1) // 2
             owners = self.by_hash.get((mid - 1, hashes[mid - 1]), set()) & free
             if owners:
-                lo, best = mid, min(owners)
+                lo, best = mid, (max(owners, key=lambda s: (int(self.u64[self._rec(s) + 1]), -s)) if recent
+                                 else min(owners))
             else:
                 hi = mid - 1
         self.stats["requests"] += 1
@@ -341,8 +347,8 @@ class PrefixCache:
     def __init__(self, index, device, on_change=None):
         self.index, self.device, self.on_change = index, device, on_change
 
-    def choose(self, ids, free):
-        out = self.index.match(ids, free)
+    def choose(self, ids, free, recent=False):
+        out = self.index.match(ids, free, recent)
         if self.on_change:
             self.on_change()
         return out

@@ -264,6 +264,40 @@ class ContinuedStreams(unittest.TestCase):
         # What the replay is for: the same continuation prefilled gives other tokens with this model.
         self.assertNotEqual(self.continued(False, False), [(True, True)] * 5)
 
+    def test_a_replay_runs_in_the_slot_its_stream_ran_in(self):
+        # Three slots answer the same short prompt alike (it has no full block: each takes a slot of its
+        # own), so each holds the same first block; a continuation must go back to the last one's slot,
+        # the killed stream's (the graph a decode step runs is sized by the slot), not to the lowest.
+        buf = np.zeros(rp.index_bytes(SLOTS, POSITIONS), dtype=np.uint8)
+        kv = np.zeros((SLOTS, POSITIONS), dtype=np.int64)
+        b, model, idx, _ = engine(buf, kv, 0)
+        prompt = [3, 1, 4, 1, 5]
+        slots, want = [], None
+        for _ in range(3):
+            r = rb.Request(prompt, 30, False)
+            b.submit(r)
+            while not r.done.is_set():
+                b.iterate(model.prefill, model.step)
+            slots.append(r.slot)
+            want = r.tokens
+        self.assertEqual(len(set(slots)), 3, slots)
+        for slot in slots:
+            self.assertGreaterEqual(idx.valid[slot], 1)
+        # the next engine: the index recovered as the kill left it
+        b2, model2, idx2, _ = engine(buf, kv, 1)
+        cont = rb.Request(prompt + want[:14], 16, False, replay=14)
+        b2.submit(cont)
+        while not cont.done.is_set():
+            b2.iterate(model2.prefill, model2.step)
+        self.assertEqual(cont.slot, slots[-1])
+        self.assertEqual(cont.tokens, want[14:])
+        # a request that is no continuation takes the lowest slot holding the prefix
+        again = rb.Request(prompt + want[:14], 4, False)
+        b2.submit(again)
+        while not again.done.is_set():
+            b2.iterate(model2.prefill, model2.step)
+        self.assertEqual(again.slot, min(slots))
+
     def test_a_replay_of_the_whole_prompt_or_more_is_refused(self):
         with self.assertRaisesRegex(ValueError, "replay: 3 generated tokens of a 3-token prompt"):
             rb.Request([1, 2, 3], 4, False, replay=3)
