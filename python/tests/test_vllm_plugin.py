@@ -31,7 +31,7 @@ sys.path.insert(0, FAKE)
 
 import backend  # noqa: E402
 from fastrestart_vllm import cache_key, options, result_line  # noqa: E402
-from weightd_support import (NO_GATE, Weightd, read_gate_message, read_text, stop_processes,  # noqa: E402
+from weightd_support import (NO_GATE, Weightd, read_gate_message, read_text, spawn_engine, stop_processes,  # noqa: E402
                              write_safetensors)
 
 WEIGHTD = os.environ.get("FR_WEIGHTD_BIN", "")
@@ -494,29 +494,18 @@ class WarmedArenaTest(InstalledPluginCase):
 
     def engine(self, level=None, *more, env=None):
         """The launcher over the reproduction with --kv-arena; a standby of `level` with one end of a socket
-        pair (returned, else None). Its stderr goes to self.err."""
-        import socket
+        pair (returned, else None: weightd_support.spawn_engine). Its stderr goes to self.log."""
         env = env if env is not None else self.env()
-        ours = theirs = None
-        fds = ()
-        if level:
-            ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
-            env.update(FASTRESTART_STANDBY_FD=str(theirs.fileno()), FASTRESTART_STANDBY_LEVEL=level)
-            fds = (theirs.fileno(),)
-        self.err = os.path.join(self.tmp, "stderr-%d.log" % len(self.procs))
-        with open(self.err, "wb") as err:
-            p = subprocess.Popen([sys.executable, os.path.join(FAKE, "launch.py"), "serve", self.model, "--device",
-                                  DEVICE, "--load-format", "auto", "--processes", "--distributed-executor-backend",
-                                  "uni", "--kv-arena", self.ARENA] + list(more),
-                                 stdout=subprocess.PIPE, stderr=err, env=env, pass_fds=fds, text=True)
-        self.procs.append(p)
-        if theirs is not None:
-            theirs.close()
-            ours.settimeout(60)
-        return p, ours
+
+        def launch(err, fds):
+            return subprocess.Popen([sys.executable, os.path.join(FAKE, "launch.py"), "serve", self.model, "--device",
+                                     DEVICE, "--load-format", "auto", "--processes", "--distributed-executor-backend",
+                                     "uni", "--kv-arena", self.ARENA] + list(more),
+                                    stdout=subprocess.PIPE, stderr=err, env=env, pass_fds=fds, text=True)
+        return spawn_engine(self, env, level, launch)
 
     def stderr(self):
-        return read_text(self.err)
+        return read_text(self.log)
 
     def holder(self, nbytes):
         """The live engine's part: a process holding the arena's lease until it is killed."""
