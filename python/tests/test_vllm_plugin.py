@@ -507,6 +507,16 @@ class WarmedArenaTest(InstalledPluginCase):
     def stderr(self):
         return read_text(self.log)
 
+    def parked_then(self, op, env=None):
+        """A `warmed` standby: parked, sent `op` ("release", "exit") through its gate, run to its end.
+        Returns (the process, its stdout, its stderr)."""
+        p, sock = self.engine("warmed", env=env)
+        with sock:
+            read_gate_message(self, sock, lambda: "no parked message:\n" + self.stderr())
+            sock.sendall(b'{"op":"%s"}\n' % op.encode())
+            out, _ = p.communicate(timeout=60)
+        return p, out, self.stderr()
+
     def holder(self, nbytes):
         """The live engine's part: a process holding the arena's lease until it is killed."""
         h = subprocess.Popen([sys.executable, "-c", ARENA_HOLDER, self.run_dir, self.ARENA, str(nbytes),
@@ -574,12 +584,7 @@ class WarmedArenaTest(InstalledPluginCase):
 
     def test_exit_while_parked_ends_the_engine_core_with_status_0_and_leases_nothing(self):
         import fastrestart
-        p, sock = self.engine("warmed")
-        with sock:
-            read_gate_message(self, sock, lambda: "no parked message:\n" + self.stderr())
-            sock.sendall(b'{"op":"exit"}\n')
-            out, _ = p.communicate(timeout=60)
-        err = self.stderr()
+        p, out, err = self.parked_then("exit")
         # The reproduction's API server returns its engine core's exit status (vLLM's would fail its start
         # on an engine core that ended).
         self.assertEqual(p.returncode, 0, err)
@@ -603,24 +608,14 @@ class WarmedArenaTest(InstalledPluginCase):
 
     def test_a_lease_that_waits_in_vain_ends_the_released_standby_instead_of_serving(self):
         h = self.holder(64 << 10)  # the live engine never exits
-        p, sock = self.engine("warmed", env=self.env(FASTRESTART_KV_ARENA_WAIT="0.3"))
-        with sock:
-            read_gate_message(self, sock, lambda: "no parked message:\n" + self.stderr())
-            sock.sendall(b'{"op":"release"}\n')
-            out, _ = p.communicate(timeout=60)
-        err = self.stderr()
+        _, out, err = self.parked_then("release", env=self.env(FASTRESTART_KV_ARENA_WAIT="0.3"))
         self.assertIn("the released standby could not lease KV arena 'kv'", err)
         self.assertNotIn("logits", out)                       # it never served
         self.assertIsNone(h.poll())
 
     def test_a_standby_without_a_daemon_parks_with_its_own_kv_cache_and_serves_from_it(self):
         self.daemon.stop()
-        p, sock = self.engine("warmed")
-        with sock:
-            read_gate_message(self, sock, lambda: "no parked message:\n" + self.stderr())
-            sock.sendall(b'{"op":"release"}\n')
-            out, _ = p.communicate(timeout=60)
-        err = self.stderr()
+        p, out, err = self.parked_then("release")
         self.assertEqual(p.returncode, 0, err)
         self.assertIn('fastrestart-arena: fallback reason="asking the daemon for the arena', out)
         self.assertRegex(err, r"released at warmed after [\d.]+ s parked; KV cache: own")
