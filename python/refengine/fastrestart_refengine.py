@@ -617,7 +617,7 @@ class Engine:
         device = refengine_runner.TorchPrefixDevice(r)
         idx = self.prefix_index = rp.PrefixIndex(buf, self._prefix_identity(r, slots), slots, r.positions,
                                                  r.vocab)
-        rec = idx.recover(kv_gen, kv_created, device.checksums_of)
+        rec = idx.recover(kv_gen, kv_created, device.checksums_of, device.position_sums)
         info.update(location=where, recovery=rec)
         self.prefix_report = rp.KvReport(idx, where, log)
         log(f"prefix index: {where}, {slots} slots x {rp.max_blocks(r.positions)} blocks of {rp.BLOCK}, header "
@@ -764,7 +764,8 @@ class Engine:
                     # Another holder may have used either arena meanwhile: trust nothing from before.
                     import refengine_runner
                     dev = refengine_runner.TorchPrefixDevice(self.runner)
-                    rec = self.prefix_index.recover(lease["generation"], lease["created"], dev.checksums_of)
+                    rec = self.prefix_index.recover(lease["generation"], lease["created"], dev.checksums_of,
+                                                   dev.position_sums)
                     self.batch_info["prefix"]["recovery"] = rec
                     self.prefix_report.rebuilt()
             self.lock.release()

@@ -152,6 +152,7 @@ class Request:
             raise ValueError(f"replay: {replay} generated tokens of a {len(self.ids)}-token prompt (at most "
                              f"{len(self.ids) - 1})")
         self.replay = replay
+        self.stream = False  # a streamed answer (the runner's submit_stream): its tail is published each step
         self.tokens, self.logprobs = [], []
         self.slot = None
         self.cached = 0  # prompt positions found in the slot's cached prefix (refengine_prefix), not computed
@@ -163,6 +164,15 @@ class Request:
 
     def finished(self):
         return len(self.tokens) >= self.max_tokens
+
+    def fed(self, lo, hi):
+        """The ids at positions [lo, hi) of its slot: the prompt's, then the generated ones."""
+        n = len(self.ids)
+        if hi <= n:
+            return self.ids[lo:hi]
+        if lo >= n:
+            return self.tokens[lo - n:hi - n]
+        return self.ids[lo:] + self.tokens[:hi - n]
 
     def advanced(self):
         """The step thread: a token was appended, or the request ended (done set)."""
@@ -287,28 +297,33 @@ class Batcher:
         self.stats["steps"] += 1
         self.stats["rows"] += len(active)
         self.stats["graph_steps" if size else "eager_steps"] += 1
-        filled = []
+        filled, tails = [], []
         for slot, req in active.items():
             req.pos += 1  # positions [0, pos) of the slot now hold K/V
             if req.forced:
                 del req.forced[0]
                 if req.forced:  # a generated id fed again: its output is the one the earlier engine sent
-                    self._filled(req, filled)
+                    self._filled(req, filled, tails)
                     continue
             req.tokens.append(int(toks[slot]))
             req.logprobs.append(float(lps[slot]) if req.want_logprobs else None)
-            self._filled(req, filled)
+            self._filled(req, filled, tails)
             self._finish(req)
             req.advanced()
         if filled:
             pre.written_many(filled)
+        if tails:
+            pre.tails_written(tails)
         return True
 
     def _prefill(self, req, prefill):
         """A request just admitted: its prompt (as first sent) prefilled after the cached prefix, then its
         first token, or, with replay, the ids left to feed by decode steps."""
         pre, ids = self.prefix, req.ids
-        upto = len(ids) - req.replay
+        # the replayed ids are fed by decode steps only within the last block: those before it are not in
+        # the cache (or the cache would hold them), so their K/V differ from the earlier engine's anyway,
+        # and a step each would cost one step per generated token
+        upto = max(len(ids) - req.replay, (len(ids) - 1) // BLOCK * BLOCK)
         start = 0
         if pre is not None:
             start = req.cached
@@ -329,11 +344,15 @@ class Batcher:
         self._finish(req)
         req.advanced()
 
-    def _filled(self, req, out):
-        """After a decode step: a block the step completed, to publish (only with a prefix cache, and never
-        for a request that has just finished: _finish publishes it)."""
-        if self.prefix is not None and req.pos % BLOCK == 0 and not req.finished():
-            out.append((req.slot, (req.ids + req.tokens)[:req.pos]))
+    def _filled(self, req, out, tails):
+        """After a decode step: a block the step completed, to publish, or a stream's tail that grew (only
+        with a prefix cache, and never for a request that has just finished: _finish publishes it)."""
+        if self.prefix is None or req.finished():
+            return
+        if req.pos % BLOCK == 0:
+            out.append((req.slot, req.fed(0, req.pos)))
+        elif req.stream:
+            tails.append((req.slot, req.pos, req.fed))
 
     def fail_all(self, why):
         """Completes every request in flight or waiting with an error (the step thread is going away)."""

@@ -17,8 +17,11 @@ the K/V on the GPU, so that the next engine after a kill -9 finds it:
     offset 4096  one record per slot (slot_bytes each, 8-aligned):
                    valid (u64)     blocks [0, valid) are published: the commit word
                    last_used (u64) the LRU stamp (outside any check: only eviction order)
+                   tail (u64)      positions [0, tail) of block `valid` are published too: the tail's
+                                   commit word (0 < tail < BLOCK, or 0: no tail)
+                   tail sum (u64)  the data checksum of those positions
                    per block j < max_blocks: hash (u64), data checksum (u64)
-                   token ids (int32), max_blocks x BLOCK
+                   token ids (int32), max_blocks x BLOCK (a tail's ids in block `valid`'s place)
 
 All integers little-endian. max_blocks = positions // BLOCK - 1: the slot's last block is never indexed,
 because its last position is the scratch position that padding rows of a decode step, the warm-up and the
@@ -26,15 +29,25 @@ graph capture write (refengine_batch.Batcher's pad_pos).
 
 Invariants (a kill at any instant leaves only what they allow):
 1. A block is written (on the GPU) only while it is not published: before a request's forward writes
-   positions >= p of a slot, `valid` is lowered to p // BLOCK (one aligned 8-byte store).
+   positions >= p of a slot, `valid` is lowered to p // BLOCK (one aligned 8-byte store), and a tail
+   reaching p or past it is unpublished (tail = 0), as is any tail whose block `valid` changes.
 2. A block is published only after the writes that filled it completed on the device: its tokens, hash and
    data checksum are stored, then `valid` is raised; the caller runs the publish after a CUDA event recorded
-   after those writes has completed (refengine_runner).
+   after those writes has completed (refengine_runner). A tail likewise: its ids and checksum first, then
+   `tail`; a kill between the two leaves the old `tail` with a checksum that no longer matches it, which
+   recovery drops.
 3. Recovery trusts nothing: the header must match this engine (identity: the model's config, the files'
    identity, dtype, the KV layout, the block size) and the KV arena must not be new and must have been
    leased last by the index's writer (its lease generation is this lease's minus one); each slot's chain
    is recomputed from its tokens and each block's K/V checksummed on the device again; a slot keeps its
-   blocks up to the first that fails.
+   blocks up to the first that fails, and its tail only if every block before it was kept and the tail's
+   positions checksum alike.
+
+Tails exist for streams (refengine_batch.Request.stream): a stream the front continues after a kill finds
+every position the killed engine wrote, its partial last block included, so it recomputes one position
+instead of up to BLOCK - 1 (docs/refengine.md, "Continued streams"). A tail grows by one position a decode
+step; its checksum grows by that position's share (the checksum is a sum over positions), so a step reads
+one position of K/V per stream, not a block.
 """
 import hashlib
 import struct
@@ -43,7 +56,7 @@ import numpy as np
 
 BLOCK = 16
 MAGIC = b"FRRKVIX1"
-VERSION = 1
+VERSION = 2  # 2: the tails
 HEADER_BYTES = 4096
 MASK = (1 << 64) - 1
 _HEADER = struct.Struct("<8sQ32sQQQQ")  # magic, version, identity, slots, positions, block, kv_generation
@@ -70,7 +83,7 @@ def max_blocks(positions):
 
 def slot_bytes(positions):
     m = max_blocks(positions)
-    n = 16 + 16 * m + 4 * m * BLOCK
+    n = 32 + 16 * m + 4 * m * BLOCK
     return (n + 7) // 8 * 8
 
 
@@ -106,11 +119,13 @@ class PrefixIndex:
         self.sb = slot_bytes(positions)
         self.u64 = buf[:need].view("<u8")
         self.valid = [0] * slots          # mirrors of the records, for lookups without reading the arena
+        self.tail = [0] * slots
+        self.tail_sum = [0] * slots
         self.hashes = [[] for _ in range(slots)]
         self.by_hash = {}                 # (depth, hash) -> set of slots holding it
         self.clock = 0
         self.stats = {"requests": 0, "query_tokens": 0, "hit_tokens": 0, "published_blocks": 0,
-                      "evicted_blocks": 0}
+                      "evicted_blocks": 0, "tail_hit_tokens": 0}
         self.recovery = {"header": "empty", "recovered": 0, "dropped": {}}
 
     # --- the records ---------------------------------------------------------------------------------
@@ -118,17 +133,24 @@ class PrefixIndex:
         return (HEADER_BYTES + s * self.sb) // 8  # u64 index of slot s's record
 
     def _tokens(self, s):
-        at = HEADER_BYTES + s * self.sb + 16 + 16 * self.max_blocks
+        at = HEADER_BYTES + s * self.sb + 32 + 16 * self.max_blocks
         return self.buf[at:at + 4 * self.max_blocks * BLOCK].view("<i4")
 
     def _set_valid(self, s, n):
-        """The commit word (one aligned 8-byte store), and the lookup mirror."""
+        """The commit word (one aligned 8-byte store), and the lookup mirror; a tail goes first (invariant 1:
+        it belongs to block `valid`)."""
+        self._drop_tail(s)
         old = self.valid[s]
         for j in range(n, old):
             self._unmap(s, j)
         del self.hashes[s][n:]
         self.u64[self._rec(s)] = n
         self.valid[s] = n
+
+    def _drop_tail(self, s):
+        if self.tail[s] or self.u64[self._rec(s) + 2]:
+            self.u64[self._rec(s) + 2] = 0
+        self.tail[s] = self.tail_sum[s] = 0
 
     def _unmap(self, s, j):
         key = (j, self.hashes[s][j])
@@ -149,17 +171,21 @@ class PrefixIndex:
         self.buf[:8] = np.frombuffer(MAGIC, dtype=np.uint8)
 
     # --- recovery ------------------------------------------------------------------------------------
-    def recover(self, kv_generation, kv_created, checksums):
+    def recover(self, kv_generation, kv_created, checksums, tail_sums=None):
         """Rebuilds the lookups from the memory before anything is served (invariant 3). kv_generation: the
         KV arena's lease generation now (0: the KV cache is not in an arena: nothing can survive);
         kv_created: the KV arena is new (zero-filled). checksums({slot: n, ...}) -> {slot: the data checksums
         of the slot's first n blocks as the device computes them now (a list of n ints)}: one call for every
         slot, so that the device checksums them in a few batched passes instead of one pass per slot (a
-        recovery before the engine serves: its time is the restart's). Returns self.recovery:
-        {"header", "recovered", "dropped": {reason: blocks}}."""
-        rec = self.recovery = {"header": "empty", "recovered": 0, "dropped": {}}
+        recovery before the engine serves: its time is the restart's). tail_sums([(slot, block, lo, hi), ...])
+        -> the data checksums of positions [lo, hi) of those blocks (the device's position_sums); without it
+        no tail is kept. Returns self.recovery: {"header", "recovered", "tails", "dropped": {reason:
+        blocks}} (a dropped tail counts one, as "tail")."""
+        rec = self.recovery = {"header": "empty", "recovered": 0, "tails": 0, "dropped": {}}
         dropped = rec["dropped"]
         self.valid = [0] * self.slots  # nothing from before is trusted (a resume rebuilds it too)
+        self.tail = [0] * self.slots
+        self.tail_sum = [0] * self.slots
         self.hashes = [[] for _ in range(self.slots)]
         self.by_hash = {}
         head = bytes(self.buf[:_HEADER.size])
@@ -194,10 +220,11 @@ class PrefixIndex:
             hashed = {s: self._recover_hashes(s, dropped) for s in range(self.slots)}
             wanted = {s: len(h) for s, h in hashed.items() if h}
             now = checksums(wanted) if wanted else {}
-            for s, want in hashed.items():
-                self._recover_checksums(s, want, now.get(s, []), dropped)
+            whole = [s for s, want in hashed.items() if self._recover_checksums(s, want, now.get(s, []), dropped)]
+            self._recover_tails(whole, tail_sums, dropped)
         for s in range(self.slots):
             rec["recovered"] += self.valid[s]
+            rec["tails"] += self.tail[s] > 0
             self.clock = max(self.clock, int(self.u64[self._rec(s) + 1]))
         self._write_header(kv_generation)
         return rec
@@ -225,7 +252,7 @@ class PrefixIndex:
             return []
         if n > self.max_blocks:
             dropped["torn"] = dropped.get("torn", 0) + 1  # not a count a publish writes: the whole slot
-            self.u64[r] = 0
+            self.u64[r] = self.u64[r + 2] = 0
             return []
         toks = self._tokens(s)[:n * BLOCK]
         good = n
@@ -234,7 +261,7 @@ class PrefixIndex:
             good = min(good, int(bad[0]) // BLOCK)
         want = block_hashes(self.identity, toks, good)
         for j in range(good):
-            if int(self.u64[r + 2 + 2 * j]) != want[j]:
+            if int(self.u64[r + 4 + 2 * j]) != want[j]:
                 good = j
                 break
         if good < n:
@@ -246,16 +273,44 @@ class PrefixIndex:
         r = self._rec(s)
         good = len(want)
         for j in range(good):
-            if j >= len(now) or int(now[j]) & MASK != int(self.u64[r + 3 + 2 * j]):
+            if j >= len(now) or int(now[j]) & MASK != int(self.u64[r + 5 + 2 * j]):
                 dropped["checksum"] = dropped.get("checksum", 0) + good - j
                 good = j
                 break
-        if int(self.u64[r]) != good:
+        whole = good == int(self.u64[r])
+        if not whole:
+            self.u64[r + 2] = 0  # a tail follows its blocks only when all of them were kept
             self.u64[r] = good  # what a hash or checksum dropped is unpublished in the index too
         self.valid[s] = good
         self.hashes[s] = want[:good]
         for j, h in enumerate(self.hashes[s]):
             self._map(s, j, h)
+        return whole
+
+    def _recover_tails(self, slots, tail_sums, dropped):
+        """The tails of SLOTS (each kept all its blocks): kept where their ids are tokens and their positions
+        checksum alike now (one device call for all), else unpublished, counted as "tail"."""
+        check = []
+        for s in slots:
+            r, v = self._rec(s), self.valid[s]
+            t = int(self.u64[r + 2])
+            if t == 0:
+                continue
+            toks = self._tokens(s)[v * BLOCK:v * BLOCK + t] if v < self.max_blocks else None
+            if (tail_sums is None or t >= BLOCK or toks is None or int(toks.min()) < 0
+                    or int(toks.max()) >= self.vocab):
+                self.u64[r + 2] = 0
+                dropped["tail"] = dropped.get("tail", 0) + 1
+                continue
+            check.append((s, v, t))
+        sums = tail_sums([(s, v, 0, t) for s, v, t in check]) if check else []
+        for (s, v, t), now in zip(check, sums):
+            r = self._rec(s)
+            if int(now) & MASK != int(self.u64[r + 3]):
+                self.u64[r + 2] = 0
+                dropped["tail"] = dropped.get("tail", 0) + 1
+                continue
+            self.tail[s], self.tail_sum[s] = t, int(self.u64[r + 3])
 
     # --- serving ---------------------------------------------------------------------------------------
     def match(self, prompt, free, recent=False):
@@ -267,7 +322,10 @@ class PrefixIndex:
         Of several slots holding that prefix, the lowest (a decode step's graph is sized by the highest busy
         slot), or with `recent` the most recently begun: a stream continued after a kill (a replay,
         refengine_batch.Request) then runs in the slot it ran in before, so that its decode steps are the
-        same graph, of the same rows, as the first engine's (docs/refengine.md, "Continued streams")."""
+        same graph, of the same rows, as the first engine's (docs/refengine.md, "Continued streams").
+        With `recent` the match also goes past the full blocks, into the slot's next block (its tail, or
+        a published block the prompt leaves part way), up to the prompt's last token: the continued stream
+        then feeds only its last id again."""
         n = len(prompt)
         m = min((n - 1) // BLOCK if n else 0, self.max_blocks)
         hashes = block_hashes(self.identity, prompt, m)
@@ -286,16 +344,38 @@ class PrefixIndex:
         if best is not None and lo:
             toks = self._tokens(best)[:lo * BLOCK]
             if np.array_equal(toks, np.asarray(prompt[:lo * BLOCK], dtype="<i4")):
-                self.stats["hit_tokens"] += lo * BLOCK
-                return best, lo * BLOCK
-        empty = [s for s in free if self.valid[s] == 0]
+                more = self._past_blocks(best, lo, prompt) if recent else 0
+                self.stats["hit_tokens"] += lo * BLOCK + more
+                self.stats["tail_hit_tokens"] += more
+                return best, lo * BLOCK + more
+        elif recent and n > 1 and free:  # no full block in common: a tail, or part of a block 0
+            (k, _), s = max(((self._past_blocks(s, 0, prompt), int(self.u64[self._rec(s) + 1])), s) for s in free)
+            if k:
+                self.stats["hit_tokens"] += k
+                self.stats["tail_hit_tokens"] += k
+                return s, k
+        empty = [s for s in free if self.valid[s] == 0 and self.tail[s] == 0]
         if empty:
             return min(empty), 0
         return min(free, key=lambda s: (int(self.u64[self._rec(s) + 1]), s)), 0
 
+    def _past_blocks(self, s, j, prompt):
+        """Positions of slot s's block j (its tail, or a published block) that hold the prompt's ids at
+        those positions, up to the prompt's last id (never cached: its logits are the answer's)."""
+        have = BLOCK if self.valid[s] > j else (self.tail[s] if self.valid[s] == j else 0)
+        have = min(have, len(prompt) - 1 - j * BLOCK)
+        if have <= 0:
+            return 0
+        mine = self._tokens(s)[j * BLOCK:j * BLOCK + have]
+        theirs = np.asarray(prompt[j * BLOCK:j * BLOCK + have], dtype="<i4")
+        differ = np.nonzero(mine != theirs)[0]
+        return int(differ[0]) if len(differ) else have
+
     def begin(self, slot, cached):
         """Before the forward writes positions >= cached of `slot` (invariant 1)."""
         keep = cached // BLOCK
+        if self.tail[slot] and cached < self.valid[slot] * BLOCK + self.tail[slot]:
+            self._drop_tail(slot)
         if self.valid[slot] > keep:
             self.stats["evicted_blocks"] += self.valid[slot] - keep
             self._set_valid(slot, keep)
@@ -320,10 +400,11 @@ class PrefixIndex:
         if hashes[:first] != self.hashes[slot]:
             return 0  # not the prefix the slot holds: never publish over it
         r = self._rec(slot)
+        self._drop_tail(slot)  # invariant 1: the tail is block `valid`'s, which changes
         self._tokens(slot)[first * BLOCK:upto * BLOCK] = toks[first * BLOCK:]
         for j in range(first, upto):
-            self.u64[r + 2 + 2 * j] = hashes[j]
-            self.u64[r + 3 + 2 * j] = int(checksums[j - first]) & MASK
+            self.u64[r + 4 + 2 * j] = hashes[j]
+            self.u64[r + 5 + 2 * j] = int(checksums[j - first]) & MASK
         self.u64[r] = upto  # the commit
         self.valid[slot] = upto
         self.hashes[slot] = hashes
@@ -331,6 +412,38 @@ class PrefixIndex:
             self._map(slot, j, hashes[j])
         self.stats["published_blocks"] += upto - first
         return upto - first
+
+    def tail_step(self, slot, n_written):
+        """What a tail publish of a slot whose positions [0, n_written) hold K/V needs: None when there is
+        nothing to publish (a whole block, or blocks before it not published: written() first), else
+        (block, lo): the checksum of positions [lo, n_written % BLOCK) of that block is to be added to the
+        tail's (lo = the tail now: one position after a decode step; 0 after a tail was dropped)."""
+        j, t = divmod(n_written, BLOCK)
+        if t == 0 or j != self.valid[slot] or j >= self.max_blocks:
+            return None
+        lo = self.tail[slot] if self.tail[slot] < t else 0
+        return j, lo
+
+    def publish_tail(self, slot, ids, n_written, lo, part_sum):
+        """Publishes the tail of `slot` as positions [0, n_written % BLOCK) of block `valid`: ids are the
+        slot's ids at positions [valid * BLOCK + lo, n_written), part_sum the checksum of those positions
+        (tail_step's lo), added to the tail's checksum so far. After the CUDA event (invariant 2)."""
+        j, t = divmod(n_written, BLOCK)
+        if j != self.valid[slot] or not 0 <= lo < t or len(ids) != t - lo:
+            return False
+        toks = np.asarray(ids, dtype="<i4")
+        if int(toks.min()) < 0 or int(toks.max()) >= self.vocab:
+            return False
+        base = self.tail_sum[slot] if lo else 0
+        if lo and lo != self.tail[slot]:
+            return False
+        r = self._rec(slot)
+        self._tokens(slot)[j * BLOCK + lo:j * BLOCK + t] = toks
+        total = (base + int(part_sum)) & MASK
+        self.u64[r + 3] = total
+        self.u64[r + 2] = t  # the tail's commit
+        self.tail[slot], self.tail_sum[slot] = t, total
+        return True
 
     def cached_blocks(self):
         return sum(self.valid)
@@ -341,7 +454,8 @@ class PrefixCache:
     device.record() -> an event recorded on the stream after the writes issued so far; device.wait(event)
     returns once it completed; device.checksums(slot, first, upto) -> the data checksums of blocks
     [first, upto) of the slot, as the device computes them (refengine_runner: a torch reduction over the KV
-    tensors; the tests: numpy over a stand-in cache). `on_change` is called after every publish and lookup
+    tensors; the tests: numpy over a stand-in cache); device.position_sums([(slot, j, lo, hi), ...]) -> the
+    checksums of positions [lo, hi) of block j (a tail's), summing to the block's over [0, BLOCK). `on_change` is called after every publish and lookup
     (the engine's counters file for fastrestartd)."""
 
     def __init__(self, index, device, on_change=None):
@@ -387,6 +501,24 @@ class PrefixCache:
         if n and self.on_change:
             self.on_change()
         return n
+
+    def tails_written(self, items):
+        """After a decode step, the streams' tails ([(slot, n_written, fed), ...]: positions [0, n_written) of
+        the slot hold K/V; fed(lo, hi) -> the ids at positions [lo, hi)), each grown by the positions the
+        step wrote (one, or the whole tail after it was dropped): one event waited for, the checksums in one
+        device call (device.position_sums). Run after written_many, which publishes a block a step filled."""
+        spans = []
+        for slot, n, fed in items:
+            at = self.index.tail_step(slot, n)
+            if at is not None:
+                spans.append((slot, n, fed) + at)
+        if not spans:
+            return 0
+        event = self.device.record()
+        self.device.wait(event)  # invariant 2
+        sums = self.device.position_sums([(slot, j, lo, n - j * BLOCK) for slot, n, _, j, lo in spans])
+        return sum(self.index.publish_tail(slot, fed(j * BLOCK + lo, n), n, lo, ps)
+                   for (slot, n, fed, j, lo), ps in zip(spans, sums))
 
     def take_slot(self, free):
         """A slot for a write outside any request (the startup check): emptied first (counted as evicted)."""

@@ -290,6 +290,7 @@ class Runner:
 
     def submit_stream(self, req):
         """Yields (token, logprob) as the step thread produces them; raises RuntimeError if it failed."""
+        req.stream = True  # a stream the front may continue after a kill: its tail is kept (refengine_prefix)
         self.batcher.submit(req)
         n = 0
         while True:
@@ -344,6 +345,28 @@ class TorchPrefixDevice:
         self.torch = runner.torch
         self.weights = None
 
+    def _layout(self):
+        """The integer dtype of the KV's element width, the elements of one block (K and V of every KV
+        head), and the elements' weights (self.weights, in the order [2, Hkv, BLOCK, head_dim])."""
+        torch, r = self.torch, self.r
+        ints = {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}[r._esize()]
+        per = 2 * r.hkv * rb.BLOCK * r.head_dim
+        if self.weights is None:
+            self.weights = torch.arange(per, device=r.device, dtype=torch.int64) % 65521 + 1
+        return ints, per
+
+    def _powers(self):
+        """1000003 to the power of the layers after each layer, wrapped into int64: the layer chain
+        (total = total x 1000003 + layer sum) as one weighted sum over the layers."""
+        layers = len(self.r.kv)
+        if getattr(self, "powers", None) is None or len(self.powers) != layers:
+            p, pw = 1, []
+            for _ in range(layers):
+                pw.append(p - (1 << 64) if p >= 1 << 63 else p)
+                p = p * 1000003 % (1 << 64)
+            self.powers = self.torch.tensor(pw[::-1], dtype=self.torch.int64, device=self.r.device)
+        return self.powers
+
     def record(self):
         torch = self.torch
         ev = torch.cuda.Event()
@@ -384,10 +407,7 @@ class TorchPrefixDevice:
         if n <= 0:
             return [[] for _ in group]
         B, c = rb.BLOCK, len(group)
-        ints = {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}[r._esize()]
-        per = 2 * r.hkv * B * r.head_dim
-        if self.weights is None:
-            self.weights = torch.arange(per, device=r.device, dtype=torch.int64) % 65521 + 1
+        ints, per = self._layout()
         slots = torch.tensor(group, dtype=torch.long, device=r.device)
         total = torch.zeros((c, n), dtype=torch.int64, device=r.device)
         with torch.inference_mode():
@@ -425,17 +445,8 @@ class TorchPrefixDevice:
     def _block_sums(self, pairs):
         torch, r = self.torch, self.r
         B, n = rb.BLOCK, len(pairs)
-        ints = {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}[r._esize()]
-        per = 2 * r.hkv * B * r.head_dim
-        if self.weights is None:
-            self.weights = torch.arange(per, device=r.device, dtype=torch.int64) % 65521 + 1
-        layers = len(r.kv)
-        if getattr(self, "powers", None) is None or len(self.powers) != layers:
-            p, pw = 1, []
-            for _ in range(layers):
-                pw.append(p - (1 << 64) if p >= 1 << 63 else p)
-                p = p * 1000003 % (1 << 64)
-            self.powers = torch.tensor(pw[::-1], dtype=torch.int64, device=r.device)
+        ints, per = self._layout()
+        powers = self._powers()
         slots = torch.tensor([s for s, _ in pairs], dtype=torch.long, device=r.device)
         blocks = torch.tensor([j for _, j in pairs], dtype=torch.long, device=r.device)
         with torch.inference_mode():
@@ -444,7 +455,45 @@ class TorchPrefixDevice:
             x = torch.stack([t.view(2, t.shape[1], r.hkv, t.shape[3] // B, B, r.head_dim)[:, slots, :, blocks]
                              .reshape(n, per) for t in r.kv])
             sums = (x.view(ints).to(torch.int64) * self.weights).sum(dim=2)  # [layers, n]
-            return (sums * self.powers[:, None]).sum(dim=0).tolist()
+            return (sums * powers[:, None]).sum(dim=0).tolist()
+
+    # Positions a tail publish checksums in one stacked pass over the layers (every layer's copy of each
+    # position and its int64 products: about 1.2 MiB a position of the Llama-3.1-8B shape); past it, a pass
+    # per layer over at most POSITIONS_PER_PASS positions (a recovery of many tails).
+    STACKED_POSITIONS = 64
+    POSITIONS_PER_PASS = 4096
+
+    def position_sums(self, items):
+        """[the data checksum of positions [lo, hi) of block j of the slot for (slot, j, lo, hi) in items],
+        bit for bit the share those positions have in checksums(slot, j, j + 1) (the sum is over elements,
+        each weighted by its place in the block): a tail's checksum, or what a decode step adds to it. Each
+        position's K and V are read once, by one indexing kernel a layer."""
+        torch, r, B = self.torch, self.r, rb.BLOCK
+        ints, _ = self._layout()
+        powers = self._powers()
+        w = self.weights.view(2, r.hkv, B, r.head_dim)
+        flat = [(slot, j * B + p, p, i) for i, (slot, j, lo, hi) in enumerate(items) for p in range(lo, hi)]
+        out = [0] * len(items)
+        many = len(flat) > self.STACKED_POSITIONS
+        step = self.POSITIONS_PER_PASS if many else self.STACKED_POSITIONS
+        with torch.inference_mode():
+            for c in range(0, len(flat), step):
+                part = flat[c:c + step]
+                slots = torch.tensor([f[0] for f in part], dtype=torch.long, device=r.device)
+                pos = torch.tensor([f[1] for f in part], dtype=torch.long, device=r.device)
+                wsel = w[:, :, torch.tensor([f[2] for f in part], dtype=torch.long, device=r.device)]
+                wsel = wsel.permute(2, 0, 1, 3).reshape(len(part), -1)  # [n, 2 x Hkv x D]
+                if many:  # layer by layer: total = total x 1000003 + layer sum
+                    sums = torch.zeros(len(part), dtype=torch.int64, device=r.device)
+                    for t in r.kv:  # indexing dimensions 1 and 3: [n, 2, Hkv, D]
+                        x = t[:, slots, :, pos].reshape(len(part), -1).view(ints).to(torch.int64)
+                        sums = sums * 1000003 + (x * wsel).sum(dim=1)
+                else:
+                    x = torch.stack([t[:, slots, :, pos].reshape(len(part), -1) for t in r.kv])
+                    sums = ((x.view(ints).to(torch.int64) * wsel).sum(dim=2) * powers[:, None]).sum(dim=0)
+                for f, v in zip(part, sums.tolist()):
+                    out[f[3]] += v
+        return [v & 0xFFFFFFFFFFFFFFFF for v in out]
 
     def checksums(self, slot, first, upto):
         torch, r = self.torch, self.r
@@ -452,10 +501,7 @@ class TorchPrefixDevice:
         if n <= 0:
             return []
         B = rb.BLOCK
-        ints = {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}[r._esize()]
-        per = 2 * r.hkv * B * r.head_dim
-        if self.weights is None:
-            self.weights = torch.arange(per, device=r.device, dtype=torch.int64) % 65521 + 1
+        ints, per = self._layout()
         total = torch.zeros(n, dtype=torch.int64, device=r.device)
         with torch.inference_mode():
             for t in r.kv:

@@ -434,7 +434,8 @@ class KvArenaForward(unittest.TestCase):
 
 class BlockChecksums(unittest.TestCase):
     """refengine_runner.TorchPrefixDevice.checksums_many (the blocks a decode step filled, one pass) equals
-    checksums() range by range, bit for bit, for bf16 and float32 K/V. Needs torch (the GPU machine's
+    checksums() range by range, bit for bit, for bf16 and float32 K/V; position_sums (a tail's) adds up
+    to checksums() of the block. Needs torch (the GPU machine's
     tests-torch run); CPU tensors."""
 
     def test_one_pass_equals_range_by_range(self):
@@ -455,6 +456,18 @@ class BlockChecksums(unittest.TestCase):
             ranges = [(3, 1, 2), (0, 0, 3), (4, 2, 2), (1, 3, 4)]
             self.assertEqual(dev.checksums_many(ranges), [dev.checksums(*r) for r in ranges], dtype)
             self.assertEqual(dev.checksums_many([]), [])
+            # A tail's checksum: positions' shares sum to the block's, mod 2^64, in both passes (stacked
+            # for a decode step's few positions, layer by layer for a recovery's many).
+            mask = (1 << 64) - 1
+            for stacked in (64, 0):
+                dev.STACKED_POSITIONS = stacked
+                whole = [c & mask for c in dev.checksums(2, 0, 3)]
+                self.assertEqual(dev.position_sums([(2, j, 0, rb.BLOCK) for j in range(3)]), whole, dtype)
+                parts = dev.position_sums([(2, 1, 0, 5), (2, 1, 5, 6), (2, 1, 6, rb.BLOCK)])
+                self.assertEqual(sum(parts) & mask, whole[1], dtype)
+                one = dev.position_sums([(2, 1, p, p + 1) for p in range(rb.BLOCK)])
+                self.assertEqual(sum(one) & mask, whole[1], dtype)
+                self.assertEqual(dev.position_sums([(0, 0, 3, 3)]), [0])
 
 
 class Streaming(unittest.TestCase):

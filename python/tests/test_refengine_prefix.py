@@ -102,6 +102,10 @@ class Device:
         self.recoveries = getattr(self, "recoveries", 0) + 1  # one call per recovery, every slot in it
         return {s: self.checksums(s, 0, n) for s, n in wanted.items()}
 
+    def position_sums(self, items):
+        w = np.arange(1, rp.BLOCK + 1, dtype=np.int64)
+        return [int((self.kv[slot, j * rp.BLOCK + lo:j * rp.BLOCK + hi] * w[lo:hi]).sum()) for slot, j, lo, hi in items]
+
 
 def expected_kv(tokens):
     out, prev = [], 7
@@ -117,10 +121,11 @@ def prompts(rng, n):
     return [prefixes[rng.randrange(4)] + [rng.randrange(VOCAB) for _ in range(1 + rng.randrange(20))] for _ in range(n)]
 
 
-def serve(batcher, model, reqs):
-    """Submits every request and runs the step loop until all are answered."""
+def serve(batcher, model, reqs, streams=False):
+    """Submits every request (streamed ones with `streams`) and runs the step loop until all are answered."""
     rs = [rb.Request(ids, mt, True) for ids, mt in reqs]
     for r in rs:
+        r.stream = streams
         batcher.submit(r)
     while not all(r.done.is_set() for r in rs):
         batcher.iterate(model.prefill, model.step)
@@ -145,7 +150,7 @@ def engine(index_buf, kv, kv_generation, kv_created=False, identity=IDENTITY):
     """One engine's start: the index recovered, the Batcher with the prefix hooks."""
     dev = Device(kv)
     idx = rp.PrefixIndex(index_buf, identity, SLOTS, POSITIONS, VOCAB)
-    rec = idx.recover(kv_generation, kv_created, dev.checksums_of)
+    rec = idx.recover(kv_generation, kv_created, dev.checksums_of, dev.position_sums)
     pre = rp.PrefixCache(idx, dev)
     model = StandIn(kv, idx)
     return rb.Batcher(SLOTS, [1, 2, 4], pad_pos=POSITIONS - 1, prefix=pre), model, idx, rec
@@ -257,8 +262,95 @@ class ContinuedStreams(unittest.TestCase):
         return out
 
     def test_replayed_tokens_answer_as_the_uninterrupted_stream(self):
-        for with_index in (False, True):
-            self.assertEqual(self.continued(with_index, True), [(True, True)] * 5, f"with_index={with_index}")
+        self.assertEqual(self.continued(True, True), [(True, True)] * 5)
+        # Without the cache only the ids within the last block are fed again (the rest is prefilled, as no
+        # engine could do otherwise without the first one's K/V): exact where all k fit in it.
+        self.assertEqual([self.continued(False, True)[i] for i in (0, 3)], [(True, True)] * 2)
+
+    def test_without_the_cache_a_replay_feeds_at_most_the_last_block(self):
+        kv = np.zeros((SLOTS, POSITIONS), dtype=np.int64)
+        b, model = rb.Batcher(SLOTS, [1, 2, 4]), StandIn(kv)
+        for n_prompt, k in ((3, 45), (20, 12), (5, 3), (10, 70)):
+            prompt = list(range(1, n_prompt + 1))
+            r = rb.Request(prompt + [7] * k, 4, False, replay=k)
+            steps = b.stats["steps"]
+            b.submit(r)
+            while not r.done.is_set():
+                b.iterate(model.prefill, model.step)
+            fed = b.stats["steps"] - steps - (4 - 1)  # decode steps that fed a replayed id
+            n = n_prompt + k
+            self.assertEqual(fed, min(k, n - (n - 1) // rp.BLOCK * rp.BLOCK), (n_prompt, k))
+            self.assertLessEqual(fed, rp.BLOCK)
+
+    def test_a_stream_continued_after_a_kill_feeds_only_its_last_id(self):
+        # The killed engine published its stream's partial last block (its tail) at every step: the
+        # continuation takes every position it wrote from the cache and feeds the last id alone, and
+        # answers as the uninterrupted stream although this model's prefill differs from its decode.
+        for n_prompt, k in ((5, 3), (20, 9), (33, 31), (16, 16), (3, 45), (40, 1), (2, 14)):
+            with self.subTest(n_prompt=n_prompt, k=k):
+                rng = random.Random(n_prompt * 100 + k)
+                prompt = [rng.randrange(VOCAB) for _ in range(n_prompt)]
+                n_tokens = k + 20
+                ref = np.zeros((SLOTS, POSITIONS), dtype=np.int64)
+                [(want, want_lps)] = serve(rb.Batcher(SLOTS, [1, 2, 4]), PrefillUnlikeDecode(ref), [(prompt, n_tokens)])
+                buf = np.zeros(rp.index_bytes(SLOTS, POSITIONS), dtype=np.uint8)
+                kv = np.zeros((SLOTS, POSITIONS), dtype=np.int64)
+                b, _, idx, _ = engine(buf, kv, 1, kv_created=True)
+                model = PrefillUnlikeDecode(kv, idx)
+                first = rb.Request(prompt, n_tokens, True)
+                first.stream = True
+                b.submit(first)
+                while len(first.tokens) < k:  # the kill: this engine stops here, mid-stream
+                    b.iterate(model.prefill, model.step)
+                self.assertEqual(first.tokens[:k], want[:k])  # it may be a step ahead of its client
+                b2, _, idx2, rec = engine(buf, kv, 2)
+                self.assertEqual(rec["dropped"], {})
+                model2 = PrefillUnlikeDecode(kv, idx2)
+                cont = rb.Request(prompt + want[:k], n_tokens - k, True, replay=k)
+                cont.stream = True
+                steps = b2.stats["steps"]
+                b2.submit(cont)
+                while not cont.done.is_set():
+                    b2.iterate(model2.prefill, model2.step)
+                self.assertEqual(cont.slot, first.slot)
+                self.assertEqual(cont.cached, n_prompt + k - 1)  # every position but the last id's
+                self.assertEqual(b2.stats["steps"] - steps, n_tokens - k)  # one step a token: none replayed
+                self.assertEqual((cont.tokens, cont.logprobs), (want[k:], want_lps[k:]))
+
+    def test_a_tail_is_kept_only_if_its_positions_checksum_alike(self):
+        buf = np.zeros(rp.index_bytes(SLOTS, POSITIONS), dtype=np.uint8)
+        kv = np.zeros((SLOTS, POSITIONS), dtype=np.int64)
+        b, model, idx, _ = engine(buf, kv, 1, kv_created=True)
+        r = rb.Request([4, 5, 6], 30, False)
+        r.stream = True
+        b.submit(r)
+        while len(r.tokens) < 24:  # positions [0, 26): one block and a tail of 10
+            b.iterate(model.prefill, model.step)
+        s = r.slot
+        self.assertEqual((idx.valid[s], idx.tail[s]), (1, 10))
+        saved, kv_saved = buf.copy(), kv.copy()
+        _, _, idx2, rec = engine(buf, kv, 2)
+        self.assertEqual((rec["tails"], idx2.tail[s], rec["dropped"]), (1, 10, {}))
+        cases = [("a K/V value changed", lambda: kv.__setitem__((s, rp.BLOCK + 4), kv[s, rp.BLOCK + 4] + 1)),
+                 ("the commit word without its checksum (a kill between the two stores)",
+                  lambda: idx.u64.__setitem__(idx._rec(s) + 3, 12345)),
+                 ("an id out of the vocabulary", lambda: idx._tokens(s).__setitem__(rp.BLOCK + 2, VOCAB + 1)),
+                 ("a tail as long as a block", lambda: idx.u64.__setitem__(idx._rec(s) + 2, rp.BLOCK)),
+                 ("a block before it dropped", lambda: kv.__setitem__((s, 3), kv[s, 3] + 1))]
+        for what, damage in cases:
+            with self.subTest(what):
+                buf[:], kv[:] = saved, kv_saved
+                damage()
+                _, _, idx2, rec = engine(buf, kv, 2)
+                self.assertEqual((rec["tails"], idx2.tail[s]), (0, 0))
+                self.assertEqual(int(idx2.u64[idx2._rec(s) + 2]), 0)  # unpublished in the memory too
+                want = {"checksum": 1} if what == "a block before it dropped" else {"tail": 1}
+                self.assertEqual(rec["dropped"], want)
+        # without a device that checksums positions, no tail is trusted
+        buf[:], kv[:] = saved, kv_saved
+        idx3 = rp.PrefixIndex(buf, IDENTITY, SLOTS, POSITIONS, VOCAB)
+        rec = idx3.recover(2, False, Device(kv).checksums_of)
+        self.assertEqual((rec["recovered"], rec["tails"], rec["dropped"]), (1, 0, {"tail": 1}))
 
     def test_without_replay_a_prefill_unlike_decode_answers_otherwise(self):
         # What the replay is for: the same continuation prefilled gives other tokens with this model.
@@ -343,7 +435,7 @@ class Recovery(unittest.TestCase):
 
     def test_the_next_holder_keeps_every_block(self):
         b, model, idx, rec = self.recover()
-        self.assertEqual(rec, {"header": "valid", "recovered": self.published, "dropped": {}})
+        self.assertEqual(rec, {"header": "valid", "recovered": self.published, "tails": 0, "dropped": {}})
         for s in range(SLOTS):
             n = idx.valid[s] * rp.BLOCK
             np.testing.assert_array_equal(self.kv[s, :n], expected_kv(idx._tokens(s)[:n]))
@@ -502,7 +594,8 @@ b, model, idx, rec = t.engine(buf, kv, int(sys.argv[4]), sys.argv[5] == "1")
 print(rec, flush=True)
 rng = random.Random(int(sys.argv[6]))
 while True:
-    t.serve(b, model, [(p, 1 + rng.randrange(8)) for p in t.prompts(rng, 1 + rng.randrange(4))])
+    t.serve(b, model, [(p, 1 + rng.randrange(8)) for p in t.prompts(rng, 1 + rng.randrange(4))],
+            streams=rng.random() < 0.5)
 """
 
 
@@ -512,7 +605,7 @@ class KillNine(unittest.TestCase):
             arena = os.path.join(d, "arena")
             rng = random.Random(20261205)
             kills = int(os.environ.get("FR_REFENGINE_PREFIX_KILLS", "12"))
-            most = 0
+            most = tails = 0
             for gen in range(1, kills + 1):
                 p = subprocess.Popen([sys.executable, "-c", CHILD, HERE, os.path.join(HERE, "..", "refengine"), arena,
                                       str(gen), "1" if gen == 1 else "0", str(rng.randrange(1 << 30))],
@@ -532,10 +625,13 @@ class KillNine(unittest.TestCase):
                 # What the killed holder left, checked without recovering (the next child does that).
                 for s in range(SLOTS):
                     n = int(idx.u64[idx._rec(s)]) * rp.BLOCK
+                    n += int(idx.u64[idx._rec(s) + 2])  # and the tail (positions of the next block)
                     np.testing.assert_array_equal(kv[s, :n], expected_kv(idx._tokens(s)[:n]),
                                                   f"slot {s} after kill {gen}")
                     most = max(most, n)
+                    tails += n % rp.BLOCK > 0
             self.assertGreater(most, 0, "no kill left a published block")
+            self.assertGreater(tails, 0, "no kill left a tail")
 
 
 ARENA_CHILD = r"""
