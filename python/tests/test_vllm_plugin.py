@@ -602,6 +602,31 @@ class WarmedArenaTest(InstalledPluginCase):
         self.assertIn("runner=V1", err)
         self.assertNotIn("runner=V2", err)
 
+    def test_the_launcher_passes_the_arena_size_and_a_too_large_arena_ends_the_start_naming_it(self):
+        # The daemon holds 128 KiB under 'kv': the launcher adds --kv-cache-memory-bytes 131072, which vLLM's
+        # determine_available_memory returns as the engine's own budget (no memory profile).
+        h = self.holder(128 << 10)
+        p, _ = self.engine()
+        h.kill()
+        h.wait()
+        out, _ = p.communicate(timeout=60)
+        err = self.stderr()
+        self.assertEqual(p.returncode, 0, err)
+        self.assertIn("fastrestart-vllm: kv arena 'kv': 131072 bytes on the daemon of host: "
+                      "--kv-cache-memory-bytes 131072", err)
+        self.assertIn("sized from the daemon's arena (131072 bytes; this engine's own budget: 131072)", err)
+        self.assertEqual(parse_lines(out)["kv"]["bytes"], 128 << 10)
+        # A device whose share (total x --gpu-memory-utilization 0.9: 90000 bytes) is smaller than the arena:
+        # one line naming the arena and its size, before any KV cache, and no fallback to an own one.
+        p, _ = self.engine(None, env=self.env(FAKE_VLLM_DEVICE_MEMORY="100000"))
+        out, _ = p.communicate(timeout=60)
+        err = self.stderr()
+        self.assertNotEqual(p.returncode, 0)
+        self.assertIn("ArenaTooLarge: fastrestart: kv arena 'kv' on the daemon of host holds 131072 bytes, more "
+                      "than this engine's whole share of its device (90000 bytes", err)
+        self.assertNotIn("step=kv_cache", err)
+        self.assertNotIn("fastrestart-arena:", out)
+
     def test_exit_while_parked_ends_the_engine_core_with_status_0_and_leases_nothing(self):
         import fastrestart
         p, out, err = self.parked_then("exit")
@@ -973,6 +998,32 @@ class KvArenaArgvTest(unittest.TestCase):
         env = {}
         self.assertEqual(kv_arena_argv(["M", "--", "--kv-arena", "kv"], env), ["M", "--", "--kv-arena", "kv"])
         self.assertEqual(env, {})
+
+    def test_the_size_of_the_arena_the_daemon_holds_goes_to_kv_cache_memory_bytes(self):
+        from fastrestart_vllm.launch import arena_size_argv
+        asked = []
+
+        def find(name, device, socket_dir):
+            asked.append((name, device, socket_dir))
+            return {"name": name, "bytes": 4096} if name == "kv" else None
+
+        env = {"FASTRESTART_SOCKET_DIR": "/run/fr"}
+        self.assertEqual(arena_size_argv(["M", "--device", "cpu", "--", "x"], "kv", env, find),
+                         ["M", "--device", "cpu", "--kv-cache-memory-bytes", "4096", "--", "x"])
+        self.assertEqual(asked, [("kv", "host", "/run/fr")])
+        self.assertEqual(arena_size_argv(["M"], "kv", {}, find), ["M", "--kv-cache-memory-bytes", "4096"])
+        self.assertEqual(asked[-1], ("kv", "cuda:0", None))
+        # the same size given already: unchanged; none held, or no daemon: unchanged (vLLM sizes it)
+        self.assertEqual(arena_size_argv(["M", "--kv_cache_memory_bytes=4096"], "kv", {}, find),
+                         ["M", "--kv_cache_memory_bytes=4096"])
+        self.assertEqual(arena_size_argv(["M"], "other", {}, find), ["M"])
+
+        def no_daemon(name, device, socket_dir):
+            raise RuntimeError("no daemon")
+        self.assertEqual(arena_size_argv(["M"], "kv", {}, no_daemon), ["M"])
+        with self.assertRaisesRegex(SystemExit, "--kv-cache-memory-bytes 8192, but kv arena 'kv' on the daemon "
+                                                "of cuda:0 holds 4096 bytes"):
+            arena_size_argv(["M", "--kv-cache-memory-bytes", "8192"], "kv", {}, find)
 
     def test_another_worker_class_or_no_name_is_one_line(self):
         from fastrestart_vllm.launch import kv_arena_argv
