@@ -2,8 +2,9 @@
 arena"; the arena itself: docs/weightd.md, "The arena's representations").
 
 The worker class (worker.py) sizes the KV cache from the arena the daemon holds and has vLLM's allocation
-(Model Runner V2: `vllm/v1/worker/gpu/attn_utils.py` `_allocate_kv_cache`, one raw int8 buffer per
-`KVCacheTensor`) hand out views into the arena's reserved address range instead of fresh buffers. A live
+(Model Runner V2: `vllm/v1/worker/gpu/attn_utils.py` `_allocate_kv_cache`; the V1 runner:
+`GPUModelRunner._allocate_kv_cache_tensors` in vllm/v1/worker/gpu_model_runner.py; each one raw int8 buffer
+per `KVCacheTensor`) hand out views into the arena's reserved address range instead of fresh buffers. A live
 engine leases the arena at once; a `warmed` standby allocates and captures its graphs over the range while
 the placeholder backs it, parks, and leases (swap_in) only once released, at the same address, so that the
 graphs it captured write the arena.
@@ -143,43 +144,58 @@ def from_env(framework_device):
     return KvArena(name, device, wait_s, os.environ.get(SOCKET_DIR_ENV) or None)
 
 
+# Where vLLM makes the KV cache's raw int8 buffers, one per KVCacheTensor (docs/vllm.md, "What of vLLM the
+# launcher and the gate rely on"): Model Runner V2 through this module global, called by init_kv_cache; the
+# V1 runner through this method, looked up on the runner by initialize_kv_cache_tensors.
+V2_MODULE, V2_FUNCTION = "vllm.v1.worker.gpu.attn_utils", "_allocate_kv_cache"
+V1_METHOD = "_allocate_kv_cache_tensors"
+
+
 @contextlib.contextmanager
-def allocation_through(arena, live):
-    """While inside, vLLM's V2 `_allocate_kv_cache` (vllm/v1/worker/gpu/attn_utils.py, called through its
-    module global by `init_kv_cache`) allocates over `arena`; `live`: lease at once (an engine that is no
-    standby), else keep the placeholder until swap_in. An arena that cannot hold the KV cache is said in the
-    fallback line and vLLM's own allocation runs instead, before anything is written. Yields a list that gets
-    "arena" or "own" once vLLM allocated (empty: this vLLM's runner did not allocate through
-    `_allocate_kv_cache`, e.g. the V1 runner). The original is back afterwards."""
+def allocation_through(arena, live, runner=None):
+    """While inside, vLLM's raw KV allocation, V2's `_allocate_kv_cache(kv_cache_config, device)` or the V1
+    `runner`'s `_allocate_kv_cache_tensors(kv_cache_config)`, allocates over `arena`; `live`: lease at once
+    (an engine that is no standby), else keep the placeholder until swap_in. An arena that cannot hold the
+    KV cache is said in the fallback line and vLLM's own allocation runs instead, before anything is
+    written. Yields a list that gets "arena" or "own" once vLLM allocated (empty: this vLLM allocated
+    elsewhere). The originals are back afterwards."""
     outcome = []
+
+    def over_arena(inner):
+        def allocate(kv_cache_config, *args, **kwargs):
+            try:
+                out = arena.allocate(kv_cache_config)
+                if live:
+                    try:
+                        arena.swap_in()
+                    except (RuntimeError, OSError) as e:  # OSError: TimeoutError, a lease that waited its wait_s
+                        raise ArenaUnusable("leasing the arena: %s" % e) from None
+            except ArenaUnusable as e:
+                arena.arena = None  # the range is unmapped once no view over it is left
+                fallback_line(arena.name, str(e))
+                outcome.append("own")
+                return inner(kv_cache_config, *args, **kwargs)
+            outcome.append("arena")
+            return out
+        return allocate
+
+    undo = []
     try:
         import importlib
-        mod = importlib.import_module("vllm.v1.worker.gpu.attn_utils")
+        mod = importlib.import_module(V2_MODULE)
     except ImportError:
         mod = None
-    if mod is None or not callable(getattr(mod, "_allocate_kv_cache", None)):
-        yield outcome
-        return
-    inner = mod._allocate_kv_cache
-
-    def _allocate_kv_cache(kv_cache_config, device, *args, **kwargs):
-        try:
-            out = arena.allocate(kv_cache_config)
-            if live:
-                try:
-                    arena.swap_in()
-                except (RuntimeError, OSError) as e:  # OSError: TimeoutError, a lease that waited its wait_s
-                    raise ArenaUnusable("leasing the arena: %s" % e) from None
-        except ArenaUnusable as e:
-            arena.arena = None  # the range is unmapped once no view over it is left
-            fallback_line(arena.name, str(e))
-            outcome.append("own")
-            return inner(kv_cache_config, device, *args, **kwargs)
-        outcome.append("arena")
-        return out
-
-    mod._allocate_kv_cache = _allocate_kv_cache
+    inner = getattr(mod, V2_FUNCTION, None)
+    if callable(inner):
+        setattr(mod, V2_FUNCTION, over_arena(inner))
+        undo.append(lambda: setattr(mod, V2_FUNCTION, inner))
+    method = getattr(runner, V1_METHOD, None)
+    if callable(method):
+        # On the instance, for this call only: the class (and any other runner) keeps vLLM's own.
+        setattr(runner, V1_METHOD, over_arena(method))
+        undo.append(lambda: delattr(runner, V1_METHOD))
     try:
         yield outcome
     finally:
-        mod._allocate_kv_cache = inner
+        for u in undo:
+            u()

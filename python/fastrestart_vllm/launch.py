@@ -33,10 +33,13 @@ import struct
 import sys
 
 __all__ = ["main", "install", "FACTORY", "MODULES", "SERVE_MODULES", "REFUSED", "BACKLOG_ENV", "refused_flag",
-           "config_argv", "refused_mode", "backlog_of", "kv_arena_argv"]
+           "config_argv", "refused_mode", "backlog_of", "kv_arena_argv", "arena_size_argv"]
 
 KV_ARENA_FLAG = "--kv-arena"
 WORKER_CLS = "fastrestart_vllm.worker.Worker"   # worker.QUALNAME (not imported: it imports vLLM)
+# CacheConfig.kv_cache_memory_bytes: with it vLLM's Worker.determine_available_memory runs profile_run (the
+# compile) but skips the memory profile and returns this figure as the KV cache's budget.
+KV_BYTES_FLAG = "--kv-cache-memory-bytes"
 
 FACTORY = "create_server_socket"
 # Where vLLM has kept its socket factory, oldest layout first (vllm-project/vllm): defined in
@@ -381,13 +384,7 @@ def kv_arena_argv(argv, environ=os.environ):
         out.append(word)
     if name is None:
         return out
-    cls = None
-    for i, word in enumerate(out):
-        if word == "--":
-            break
-        flag, eq, value = word.partition("=")
-        if flag.replace("_", "-") == "--worker-cls":
-            cls = value if eq else (out[i + 1] if i + 1 < len(out) else "")
+    cls = _flag_value(out, "--worker-cls")
     if cls is not None and cls != WORKER_CLS:
         raise SystemExit("fastrestart-vllm: --kv-arena needs --worker-cls %s, not %s: only that worker class "
                          "puts the KV cache in the arena" % (WORKER_CLS, cls))
@@ -398,10 +395,62 @@ def kv_arena_argv(argv, environ=os.environ):
     return out
 
 
+def _flag_value(argv, name):
+    """The value of `name` in argv (`--a_b` and `=value` forms; the last one wins), None without it; words after
+    a bare `--` are not flags."""
+    value, words = None, iter(argv)
+    for word in words:
+        if word == "--":
+            break
+        flag, eq, v = word.partition("=")
+        if flag.replace("_", "-") == name:
+            value = v if eq else next(words, "")
+    return value
+
+
+def arena_size_argv(argv, name, environ=os.environ, find=None):
+    """`serve`'s argv with `--kv-cache-memory-bytes N`, N the bytes of the arena `name` that the weight daemon
+    holds, so that vLLM sizes the KV cache from the arena without profiling the memory beside a live engine
+    (the worker checks the arena against the engine's share once vLLM's request_memory computed it). The
+    daemon is the first GPU's (`cuda:0` as this process sees CUDA_VISIBLE_DEVICES), or the host's for
+    `--device cpu` (the reproduction). Unchanged, with one line, when the daemon holds no such arena (the
+    first start: the profile sizes it, the first lease makes the arena that size) or cannot be asked (the
+    worker then falls back and says why). An explicit `--kv-cache-memory-bytes` of another size is refused
+    with one line naming the arena and both sizes. `find`: fastrestart.find_arena (a test passes its own)."""
+    device = "host" if _flag_value(argv, "--device") == "cpu" else "cuda:0"
+    try:
+        if find is None:
+            from fastrestart import find_arena as find
+        held = find(name, device=device, socket_dir=environ.get("FASTRESTART_SOCKET_DIR") or None)
+    except (ImportError, RuntimeError, ValueError) as e:
+        _say("kv arena '%s': the daemon of %s could not be asked for its size (%s); vLLM sizes the KV cache "
+             "itself" % (name, device, e))
+        return argv
+    if held is None:
+        _say("kv arena '%s': the daemon of %s holds none yet; vLLM sizes the KV cache itself, and its first "
+             "lease makes the arena that size" % (name, device))
+        return argv
+    nbytes = int(held["bytes"])
+    given = _flag_value(argv, KV_BYTES_FLAG)
+    if given is not None:
+        if given.strip() == str(nbytes):
+            return argv
+        raise SystemExit("fastrestart-vllm: %s %s, but kv arena '%s' on the daemon of %s holds %d bytes: the KV "
+                         "cache is the arena, so its size is the arena's (leave the flag out)"
+                         % (KV_BYTES_FLAG, given, name, device, nbytes))
+    _say("kv arena '%s': %d bytes on the daemon of %s: %s %d" % (name, nbytes, device, KV_BYTES_FLAG, nbytes))
+    end = argv.index("--") if "--" in argv else len(argv)
+    return argv[:end] + [KV_BYTES_FLAG, str(nbytes)] + argv[end:]
+
+
 def main(argv=None):
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv[:1] == ["serve"]:
-        argv = ["serve"] + kv_arena_argv(argv[1:])
+        env = {}
+        argv = ["serve"] + kv_arena_argv(argv[1:], env)
+        if env:
+            os.environ.update(env)
+            argv = ["serve"] + arena_size_argv(argv[1:], env["FASTRESTART_KV_ARENA"])
     if argv[:1] == ["serve"] and os.environ.get("LISTEN_FDS"):
         from fastrestart import listen
         try:

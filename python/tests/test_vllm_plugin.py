@@ -535,13 +535,16 @@ class WarmedArenaTest(InstalledPluginCase):
             return torch.from_dlpack(a.view(0, (nbytes,), "uint8")).cpu().numpy().tobytes()
         return bytes(a.view(0, (nbytes,), "uint8").numpy())
 
-    def test_parks_after_its_graphs_in_the_engine_core_then_leases_the_arena_and_its_graph_writes_it(self):
+    def parked_over_a_held_arena_then_released(self, env=None):
+        """The live engine (a holder) holds the arena, twice this engine's own budget (64 KiB); a warmed standby
+        parks, the holder dies, the standby is released and serves. Checks what holds for either runner: the
+        engine core parks after the profile, the KV cache sized from the arena and reserved over the
+        placeholder, and the graph capture, with nothing leased; released, it leases and the KV cache IS the
+        arena. Returns (stdout, stderr)."""
         import fastrestart
         import hashlib
-        # The live engine holds the arena, twice this engine's own budget (64 KiB): the standby sizes its KV
-        # cache from the arena.
         h = self.holder(128 << 10)
-        p, sock = self.engine("warmed")
+        p, sock = self.engine("warmed", env=env)
         with sock:
             parked = read_gate_message(self, sock, lambda: "no parked message:\n" + self.stderr())
             err = self.stderr()
@@ -552,11 +555,12 @@ class WarmedArenaTest(InstalledPluginCase):
             self.assertEqual(parked["pid"], int(core.group(1)))
             self.assertNotEqual(parked["pid"], p.pid)
             # vLLM's order before the gate: profile, KV cache (over the placeholder), graph capture
-            for a, b in (("step=profile", "sized from the daemon's arena (131072 bytes; this engine's own budget: 65536)"),
+            for a, b in (("step=profile", "sized from the daemon's arena (131072 bytes"),
                          ("sized from the daemon's arena", "step=kv_cache"), ("step=kv_cache", "bytes reserved at"),
                          ("bytes reserved at", "step=graph_capture"), ("step=graph_capture", "parked at warmed")):
                 self.assertLess(err.index(a), err.index(b), err)
             self.assertNotIn("leased", err)                   # nothing leased while parked
+            self.assertNotIn("post_kv_cache_wake_up", err)
             # What the API server passed on to the engine core it spawned: the relay, not the descriptor's
             # number, and a wait for the engine core that outlasts the park
             with open("/proc/%d/environ" % parked["pid"], "rb") as f:
@@ -575,12 +579,53 @@ class WarmedArenaTest(InstalledPluginCase):
         self.assertRegex(err, r"kv arena 'kv': leased \(generation \d+\)")
         self.assertRegex(err, r"released at warmed after [\d.]+ s parked; KV cache: arena")
         self.assertRegex(out, r"fastrestart-arena: leased name=kv bytes=131072 ")
+        # vLLM's post-wake hook, once, after the lease and before the first request
+        self.assertEqual(err.count("step=post_kv_cache_wake_up"), 1, err)
+        self.assertLess(err.index("leased (generation"), err.index("step=post_kv_cache_wake_up"))
         kv = parse_lines(out)["kv"]
         self.assertTrue(kv["nonzero"], kv)
         self.assertEqual(kv["bytes"], 128 << 10)
         # The KV cache IS the arena: what the graph captured over the placeholder wrote after the release is in
         # the arena, byte for byte (each layer's buffer at its offset; 2 x 64 KiB here, no padding).
         self.assertEqual(hashlib.sha256(self.arena_bytes(kv["bytes"])[:kv["bytes"]]).hexdigest(), kv["sha256"])
+        return out, err
+
+    def test_parks_after_its_graphs_in_the_engine_core_then_leases_the_arena_and_its_graph_writes_it(self):
+        _, err = self.parked_over_a_held_arena_then_released()
+        self.assertIn("step=post_kv_cache_wake_up role=engine_core pid=", err)
+        self.assertIn("runner=V2", err)
+
+    def test_on_the_v1_model_runner_too(self):
+        # VLLM_USE_V2_MODEL_RUNNER=0: the V1 runner, whose _allocate_kv_cache_tensors is wrapped on the instance
+        # (V2's attn_utils._allocate_kv_cache is never called, so only the V1 site can have put it in the arena)
+        _, err = self.parked_over_a_held_arena_then_released(env=self.env(VLLM_USE_V2_MODEL_RUNNER="0"))
+        self.assertIn("runner=V1", err)
+        self.assertNotIn("runner=V2", err)
+
+    def test_the_launcher_passes_the_arena_size_and_a_too_large_arena_ends_the_start_naming_it(self):
+        # The daemon holds 128 KiB under 'kv': the launcher adds --kv-cache-memory-bytes 131072, which vLLM's
+        # determine_available_memory returns as the engine's own budget (no memory profile).
+        h = self.holder(128 << 10)
+        p, _ = self.engine()
+        h.kill()
+        h.wait()
+        out, _ = p.communicate(timeout=60)
+        err = self.stderr()
+        self.assertEqual(p.returncode, 0, err)
+        self.assertIn("fastrestart-vllm: kv arena 'kv': 131072 bytes on the daemon of host: "
+                      "--kv-cache-memory-bytes 131072", err)
+        self.assertIn("sized from the daemon's arena (131072 bytes; this engine's own budget: 131072)", err)
+        self.assertEqual(parse_lines(out)["kv"]["bytes"], 128 << 10)
+        # A device whose share (total x --gpu-memory-utilization 0.9: 90000 bytes) is smaller than the arena:
+        # one line naming the arena and its size, before any KV cache, and no fallback to an own one.
+        p, _ = self.engine(None, env=self.env(FAKE_VLLM_DEVICE_MEMORY="100000"))
+        out, _ = p.communicate(timeout=60)
+        err = self.stderr()
+        self.assertNotEqual(p.returncode, 0)
+        self.assertIn("ArenaTooLarge: fastrestart: kv arena 'kv' on the daemon of host holds 131072 bytes, more "
+                      "than this engine's whole share of its device (90000 bytes", err)
+        self.assertNotIn("step=kv_cache", err)
+        self.assertNotIn("fastrestart-arena:", out)
 
     def test_exit_while_parked_ends_the_engine_core_with_status_0_and_leases_nothing(self):
         import fastrestart
@@ -953,6 +998,32 @@ class KvArenaArgvTest(unittest.TestCase):
         env = {}
         self.assertEqual(kv_arena_argv(["M", "--", "--kv-arena", "kv"], env), ["M", "--", "--kv-arena", "kv"])
         self.assertEqual(env, {})
+
+    def test_the_size_of_the_arena_the_daemon_holds_goes_to_kv_cache_memory_bytes(self):
+        from fastrestart_vllm.launch import arena_size_argv
+        asked = []
+
+        def find(name, device, socket_dir):
+            asked.append((name, device, socket_dir))
+            return {"name": name, "bytes": 4096} if name == "kv" else None
+
+        env = {"FASTRESTART_SOCKET_DIR": "/run/fr"}
+        self.assertEqual(arena_size_argv(["M", "--device", "cpu", "--", "x"], "kv", env, find),
+                         ["M", "--device", "cpu", "--kv-cache-memory-bytes", "4096", "--", "x"])
+        self.assertEqual(asked, [("kv", "host", "/run/fr")])
+        self.assertEqual(arena_size_argv(["M"], "kv", {}, find), ["M", "--kv-cache-memory-bytes", "4096"])
+        self.assertEqual(asked[-1], ("kv", "cuda:0", None))
+        # the same size given already: unchanged; none held, or no daemon: unchanged (vLLM sizes it)
+        self.assertEqual(arena_size_argv(["M", "--kv_cache_memory_bytes=4096"], "kv", {}, find),
+                         ["M", "--kv_cache_memory_bytes=4096"])
+        self.assertEqual(arena_size_argv(["M"], "other", {}, find), ["M"])
+
+        def no_daemon(name, device, socket_dir):
+            raise RuntimeError("no daemon")
+        self.assertEqual(arena_size_argv(["M"], "kv", {}, no_daemon), ["M"])
+        with self.assertRaisesRegex(SystemExit, "--kv-cache-memory-bytes 8192, but kv arena 'kv' on the daemon "
+                                                "of cuda:0 holds 4096 bytes"):
+            arena_size_argv(["M", "--kv-cache-memory-bytes", "8192"], "kv", {}, find)
 
     def test_another_worker_class_or_no_name_is_one_line(self):
         from fastrestart_vllm.launch import kv_arena_argv

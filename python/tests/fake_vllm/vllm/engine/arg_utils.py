@@ -35,6 +35,10 @@ class EngineArgs:
         parser.add_argument("--worker-cls", default="auto")
         parser.add_argument("--distributed-executor-backend", choices=("uni", "mp"), default="mp")
         parser.add_argument("--kv-cache-memory-bytes", type=int, default=None)
+        # CacheConfig.gpu_memory_utilization (request_memory's share of the device) and cache_dtype ("auto", or
+        # "fp8*": the quantized KV cache whose scales init_fp8_kv_scales resets)
+        parser.add_argument("--gpu-memory-utilization", type=float, default=0.9)
+        parser.add_argument("--kv-cache-dtype", default="auto")
         # ParallelConfig's, a BooleanOptionalAction in vLLM (--no-... turns it off)
         parser.add_argument("--data-parallel-multi-port-external-lb", action="store_true", default=False)
         parser.add_argument("--no-data-parallel-multi-port-external-lb", dest="data_parallel_multi_port_external_lb",

@@ -1,21 +1,33 @@
 """vllm.v1.worker.gpu_worker reduced to the steps of a worker's start, each a line (repro.step) in
 vLLM's order. vllm-project/vllm vllm/v1/worker/gpu_worker.py `Worker`:
 
-- `init_device`: CUDA (`torch.cuda.set_device`), the distributed environment; here the parallel state.
+- `init_device`: CUDA (`torch.cuda.set_device`), the distributed environment; here the parallel state. Then
+  the memory snapshot and `request_memory(init_snapshot, cache_config)` (vllm/v1/worker/utils.py, checked at
+  0027b02769fbf0f9b73c612cd8912e7fa0f37458; inline in `init_device` at
+  35d5cda123ec28581759b6d34cde8052314fb1e6): `requested_memory = ceil(total * gpu_memory_utilization)`,
+  and a ValueError ("Free memory on device ... is less than desired GPU memory utilization") when the free
+  memory is smaller. It never reads `kv_cache_memory_bytes`. The reproduction's device has
+  FAKE_VLLM_DEVICE_MEMORY bytes (a reproduction-only variable; 1 GiB), all free. Then the model runner:
+  V2 unless VLLM_USE_V2_MODEL_RUNNER is "0" (`Worker.__init__`/`init_device` at 35d5cda1).
 - `load_model`: the model runner's `load_model` -> `get_model(vllm_config=...)` (the model loader: where
   fastrestart's `fastrestart` load format runs).
 - `determine_available_memory`: the profile run (`profile_run`, a forward of max_num_batched_tokens),
-  from which the engine core sizes the KV cache.
+  from which the engine core sizes the KV cache. With `kv_cache_memory_bytes` set (35d5cda1) it still runs
+  `profile_run` (it compiles the model) but skips the memory profile and returns that figure, "This does
+  not respect the gpu_memory_utilization config".
 - `initialize_from_config`: the KV cache allocation. Model Runner V2 (the default in recent vLLM):
   `vllm/v1/worker/gpu/model_runner.py` `initialize_kv_cache` builds the block tables, then
   `vllm/v1/worker/gpu/attn_utils.py` `init_kv_cache` -> `_allocate_kv_cache` (one `torch.zeros(size,
   dtype=torch.int8)` per KVCacheTensor; checked at 001cabc1be16a59a70d720ed61a13b678c060a18); V1:
-  `vllm/v1/worker/gpu_model_runner.py` `_allocate_kv_cache_tensors`. With sleep mode the whole call runs
-  under `CuMemAllocator.use_memory_pool(tag="kv_cache")`.
+  `vllm/v1/worker/gpu_model_runner.py` `initialize_kv_cache_tensors` -> `_allocate_kv_cache_tensors`
+  (../gpu_model_runner.py says which trees). With sleep mode the whole call runs under
+  `CuMemAllocator.use_memory_pool(tag="kv_cache")`.
 - `compile_or_warm_up_model`: `torch.compile` warm-up and CUDA graph capture (`capture_model`).
 """
 
 import json
+import math
+import os
 import sys
 
 import backend
@@ -25,10 +37,12 @@ from vllm.distributed import set_parallel_state
 from vllm.model_executor.model_loader import get_model, get_model_loader
 from vllm.model_executor.model_loader.default_loader import READS
 from vllm.v1.kv_cache_interface import FullAttentionSpec
-from vllm.v1.worker.gpu.model_runner import GPUModelRunner
+from vllm.v1.worker import gpu_model_runner as v1_runner
+from vllm.v1.worker.gpu import model_runner as v2_runner
 
 # The profile's answer when --kv-cache-memory-bytes is not given (the reproduction has no GPU to measure).
 PROFILED_KV_BYTES = 64 << 10
+DEVICE_MEMORY_ENV = "FAKE_VLLM_DEVICE_MEMORY"
 
 SUMMARY = {}  # the in-process worker's summary, for the API server to print (without --processes)
 
@@ -36,13 +50,17 @@ SUMMARY = {}  # the in-process worker's summary, for the API server to print (wi
 class Worker:
     def __init__(self, args, role):
         self.a, self.role = args, role
-        self.model_runner = GPUModelRunner(args.device)
+        v2 = os.environ.get("VLLM_USE_V2_MODEL_RUNNER", "1") != "0"
+        self.model_runner = (v2_runner if v2 else v1_runner).GPUModelRunner(
+            args.device, role, getattr(args, "kv_cache_dtype", "auto"))
 
     def init_device(self):
         """vllm/v1/worker/gpu_worker.py Worker.init_device (CUDA, the distributed environment)."""
         repro.step("init_device", self.role)
         print("fake-vllm: init_device", file=sys.stderr, flush=True)
         set_parallel_state(tp_size=self.a.tensor_parallel_size, tp_rank=self.a.tp_rank)
+        total = int(os.environ.get(DEVICE_MEMORY_ENV, str(1 << 30)))
+        self.requested_memory = math.ceil(total * getattr(self.a, "gpu_memory_utilization", 0.9))
 
     def load_model(self):
         """Worker.load_model -> the model runner's load_model -> get_model (model_loader/__init__.py)."""

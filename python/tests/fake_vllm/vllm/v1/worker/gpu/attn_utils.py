@@ -15,7 +15,7 @@ import numpy as np
 import backend
 
 
-def _zeros_int8(size, device):
+def zeros_int8(size, device):
     if backend.NAME == "torch":
         import torch
         return torch.zeros(size, dtype=torch.int8, device=device)
@@ -23,16 +23,27 @@ def _zeros_int8(size, device):
 
 
 def _allocate_kv_cache(kv_cache_config, device):
+    return raw_buffers(kv_cache_config, device)
+
+
+def raw_buffers(kv_cache_config, device):
+    """The loop both runners run (V2 here, V1 in its `_allocate_kv_cache_tensors`): one zeroed int8 buffer per
+    KVCacheTensor, shared by its layers, then vLLM's assertion that every layer got one."""
     kv_cache_raw_tensors = {}
     for kv_cache_tensor in kv_cache_config.kv_cache_tensors:
-        tensor = _zeros_int8(kv_cache_tensor.size, device)
+        tensor = zeros_int8(kv_cache_tensor.size, device)
         for layer_name in kv_cache_tensor.shared_by:
             kv_cache_raw_tensors[layer_name] = tensor
+    check_every_layer(kv_cache_config, kv_cache_raw_tensors)
+    return kv_cache_raw_tensors
+
+
+def check_every_layer(kv_cache_config, kv_cache_raw_tensors):
+    """vLLM's assertion after the raw allocation (V2's _allocate_kv_cache, V1's _allocate_kv_cache_tensors)."""
     layer_names = set()
     for group in kv_cache_config.kv_cache_groups:
         layer_names.update(group.layer_names)
     assert layer_names == set(kv_cache_raw_tensors), "Some layers are not correctly initialized"
-    return kv_cache_raw_tensors
 
 
 def _reshape_kv_cache(kv_cache_config, kv_cache_raw_tensors):

@@ -14,10 +14,11 @@ can tell what was written) into block 0 of every layer. Capture runs it once, as
 import numpy as np
 
 import backend
+import repro
 from vllm.v1.worker.gpu import attn_utils
 
 
-class _Graph:
+class Graph:
     def __init__(self, kv_caches, embed):
         self.kv_caches, self.embed = list(kv_caches), embed  # captured: these objects, these addresses
 
@@ -36,9 +37,27 @@ class _Graph:
                     kv[1, 0, pos, :, :] = v
 
 
-class GPUModelRunner:
-    def __init__(self, device):
-        self.device = device
+class CapturedRunner:
+    """What both runners of the reproduction share (not vLLM's code): the capture over the runner's KV list and
+    the read-back of the KV cache's bytes."""
+
+    def capture_model(self, embed, sizes=(1,)):
+        for size in sizes:
+            g = self.graphs[size] = Graph(self.kv_caches, embed)
+            g.replay(list(range(size)))  # the warm-up run of the capture
+        return len(self.graphs)
+
+    def kv_bytes(self):
+        """The KV cache's bytes, layer after layer (what a test compares with the arena's)."""
+        out = b""
+        for kv in self.kv_caches:
+            out += (kv.detach().cpu().numpy() if backend.NAME == "torch" else kv).tobytes()
+        return out
+
+
+class GPUModelRunner(CapturedRunner):
+    def __init__(self, device, role="worker", cache_dtype="auto"):
+        self.device, self.role = device, role
         self.kv_caches = []
         self.block_tables = None
         self.graphs = {}
@@ -50,15 +69,8 @@ class GPUModelRunner:
         self.kv_cache_config = kv_cache_config
         return attn_utils.init_kv_cache(self.kv_caches, kv_cache_config, self.device)
 
-    def capture_model(self, embed, sizes=(1,)):
-        for size in sizes:
-            g = self.graphs[size] = _Graph(self.kv_caches, embed)
-            g.replay(list(range(size)))  # the warm-up run of the capture
-        return len(self.graphs)
-
-    def kv_bytes(self):
-        """The KV cache's bytes, layer after layer (what a test compares with the arena's)."""
-        out = b""
-        for kv in self.kv_caches:
-            out += (kv.detach().cpu().numpy() if backend.NAME == "torch" else kv).tobytes()
-        return out
+    def post_kv_cache_wake_up(self):
+        """V2's hook after the KV cache woke up: its block tables' layout tensors made again (code-search
+        excerpts; not read at a vllm-project commit). The reproduction's block tables are one array."""
+        repro.step("post_kv_cache_wake_up", self.role, runner="V2")
+        self.block_tables[...] = 0
