@@ -156,11 +156,8 @@ def _fetch_fd(path):
 
 
 def _parallel(obj, name):
-    """obj.vllm_config.parallel_config.<name> (vLLM), or obj.args.<name> (the reproduction), or None."""
-    cfg = getattr(getattr(obj, "vllm_config", None), "parallel_config", None)
-    if cfg is not None and hasattr(cfg, name):
-        return getattr(cfg, name)
-    return getattr(getattr(obj, "args", None), name, None)
+    """obj.vllm_config.parallel_config.<name> (vLLM's EngineCore keeps its VllmConfig), or None."""
+    return getattr(getattr(getattr(obj, "vllm_config", None), "parallel_config", None), name, None)
 
 
 def check_worker_cls(core):

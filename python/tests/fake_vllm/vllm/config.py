@@ -50,6 +50,7 @@ class ParallelConfig:
     data_parallel_size: int = 1
     data_parallel_rank: int = 0
     enable_expert_parallel: bool = False
+    worker_cls: str = "auto"  # vLLM resolves "auto" to the platform's worker in check_and_update_config
 
 
 @dataclasses.dataclass

@@ -51,6 +51,11 @@ class EngineCore:
         if args.processes:
             repro.role_line("engine_core")
         self.args = args
+        # EngineCore keeps its VllmConfig (self.vllm_config); the gate reads parallel_config.worker_cls there
+        from vllm.config import ParallelConfig
+        import types
+        self.vllm_config = types.SimpleNamespace(parallel_config=ParallelConfig(
+            tensor_parallel_size=args.tensor_parallel_size, worker_cls=getattr(args, "worker_cls", "auto")))
         self.model_executor = None
         if not args.processes or getattr(args, "distributed_executor_backend", "mp") == "uni":
             self.model_executor = UniProcExecutor(args, "engine_core")
