@@ -538,6 +538,8 @@ class Engine:
             # check after the release nor the first requests pay for it (docs/refengine.md, "The KV cache in
             # an arena").
             self.phase("prefill_warm_up_s", lambda: r.check(ids, reference, 0))
+            if a.enable_prefix_caching:  # what the index's identity needs is known now: not after the release
+                self._prefix_ident = self._prefix_identity(r, slots)
             # Parked with the graphs captured over the placeholder; the released standby leases the arena
             # (waiting for the dead engine's exit) and maps it at the same address: the graphs stay valid.
             self.gate("warmed")
@@ -593,6 +595,7 @@ class Engine:
         a = self.args
         nbytes = rp.index_bytes(slots, r.positions)
         buf, where, kv_gen, kv_created = None, "private", 0, False
+        t0 = time.monotonic()
         info = self.batch_info["prefix"] = {"enabled": True, "block": rp.BLOCK}
         if self.arena is not None and self.arena.leased and self.arena.lease is not None:
             name = f"{a.kv_arena}-index"
@@ -615,14 +618,21 @@ class Engine:
         if buf is None:
             buf = np.zeros(nbytes, dtype=np.uint8)
         device = refengine_runner.TorchPrefixDevice(r)
-        idx = self.prefix_index = rp.PrefixIndex(buf, self._prefix_identity(r, slots), slots, r.positions,
-                                                 r.vocab)
+        # the identity: a warmed standby computed it before parking (the weights it loaded then)
+        ident = getattr(self, "_prefix_ident", None) or self._prefix_identity(r, slots)
+        t1 = time.monotonic()
+        idx = self.prefix_index = rp.PrefixIndex(buf, ident, slots, r.positions, r.vocab)
         rec = idx.recover(kv_gen, kv_created, device.checksums_of, device.position_sums)
+        t2 = time.monotonic()
         info.update(location=where, recovery=rec)
         self.prefix_report = rp.KvReport(idx, where, log)
+        # where the phase's time goes (prefix_index_s: it is part of a warmed release's restart)
+        info["seconds"] = {"lease_and_identity": round(t1 - t0, 6), "recover": round(t2 - t1, 6),
+                           "report": round(time.monotonic() - t2, 6)}
         log(f"prefix index: {where}, {slots} slots x {rp.max_blocks(r.positions)} blocks of {rp.BLOCK}, header "
-            f"{rec['header']}: {rec['recovered']} blocks recovered, {sum(rec['dropped'].values())} dropped "
-            + (str(rec["dropped"]) if rec["dropped"] else ""))
+            f"{rec['header']}: {rec['recovered']} blocks and {rec['tails']} tails recovered, "
+            f"{sum(rec['dropped'].values())} dropped " + (str(rec["dropped"]) + " " if rec["dropped"] else "")
+            + "(s: " + " ".join(f"{k}={v:.4f}" for k, v in info["seconds"].items()) + ")")
         return rp.PrefixCache(idx, device, on_change=self.prefix_report.changed)
 
     # --- the KV cache in an arena of the weight daemon (docs/refengine.md, "The KV cache in an arena") -----
