@@ -428,7 +428,6 @@ class TorchPrefixDevice:
         in one indexing kernel and the rest runs once over all layers (the chain total = total x 1000003 +
         layer sum, written as the sum of each layer's sum times 1000003 to the power of the layers after
         it, which wraps alike in int64): about 40 kernels for up to MANY_BLOCKS blocks instead of about 200."""
-        torch, r = self.torch, self.r
         pairs = [(slot, j) for slot, first, upto in ranges for j in range(first, upto)]
         flat = []
         try:
