@@ -2,7 +2,7 @@
 # Runs on the GPU machine, from the repository root, with .bundle/ (scripts/gpu-bundle.sh) carried:
 # the CUDA tests, then the weight-store benchmark (bench/h200_weights.py), results under $OUT.
 #
-# usage: scripts/gpu-run.sh [smoke|full|tests|tests-native|tests-torch|tests-vllm|kv-prefix|kv-kills|front|arena-snapshot|e2e-smoke|e2e|snapshot-plugin|snapshot-refengine|snapshot-weightless|standby|vshape|vshape-smoke|vshape-arena|tp|tp-smoke|socket]
+# usage: scripts/gpu-run.sh [smoke|full|tests|tests-native|tests-torch|tests-vllm|kv-prefix|kv-kills|publish-cost|front|arena-snapshot|e2e-smoke|e2e|snapshot-plugin|snapshot-refengine|snapshot-weightless|standby|vshape|vshape-smoke|vshape-arena|tp|tp-smoke|socket]
 #   smoke: machine facts, the CUDA tests, and the benchmark on a 1% checkpoint (about 160 MB)
 #   full:  the CUDA tests and the benchmark on the full Llama-3.1-8B-shaped checkpoint (16 GB)
 #   e2e-smoke: the Python tests with torch (binding, reference engine), then bench/e2e_restart.py on small
@@ -60,6 +60,9 @@
 #          daemon's (weights.host_arenas); an 8k-token prefix's time to first token around a kill, then
 #          KV_KILLS (20) kills at random instants under traffic, each followed by 50 prompts compared with the
 #          never-killed engine's answers; KV_KILLS_SHAPE (8b); at most KV_KILLS_BUDGET_S (540) s
+#   publish-cost: what the prefix index's publishes cost a decode step (bench/prefix_publish_cost.py: a
+#          stream tail's position checksums and filled blocks' checksums for 1-256 rows on the 8b KV shape,
+#          beside one read of the 16 GB of weights); under a minute
 #   front: what clients see across kill -9 with engine.listen "front" and "supervisor" (bench/front_kill_ref.py;
 #          docs/front.md, "On a GPU"): the batched reference engine (FRONT_SHAPE 8b, the KV cache in the CUDA
 #          daemon's arena, a `warmed` standby), each mode in turn: FRONT_CLIENTS (64,256) clients, half
@@ -296,6 +299,12 @@ case "$mode" in
     run_collect kv_kills $((budget + 30)) "bench/kv_kills.py --engine ref" kv_kills.txt \
       bash -o pipefail -c "python3 bench/kv_kills.py --engine ref --bin '$bundle/bin' --checkpoint '$ck' --phases '${KV_KILLS_PHASES:-ttft,kills}' \
         --kills ${KV_KILLS:-20} --budget-s $budget --out '$OUT' | tee '$OUT/kv_kills.txt'"
+    exit
+    ;;
+  publish-cost)
+    say "== what the prefix index's publishes cost a decode step (bench/prefix_publish_cost.py)"
+    run_collect publish_cost 120 "bench/prefix_publish_cost.py" publish_cost.txt \
+      bash -o pipefail -c "python3 bench/prefix_publish_cost.py --out '$OUT' | tee '$OUT/publish_cost.txt'"
     exit
     ;;
   front)
