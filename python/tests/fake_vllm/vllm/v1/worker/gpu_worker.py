@@ -135,6 +135,9 @@ class Worker:
             "scale_float": getattr(down, "scale_float", None),
             "has_own_embed_tokens": model.has_own_embed_tokens,
             "has_own_lm_head": model.has_own_lm_head,
+            # What vLLM keeps of init_device's memory accounting, and whose request_memory this module calls now
+            "memory": {"init_free": self.init_snapshot.free_memory, "requested": self.requested_memory,
+                       "request_memory": request_memory.__module__},
         }
         if self.model_runner.graphs:
             # The first request's K and V, written by the graph captured at start (over whatever memory its
