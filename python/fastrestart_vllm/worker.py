@@ -16,7 +16,8 @@ worker), three calls of the engine core's `_initialize_kv_caches` (vllm/v1/engin
   so beside it vLLM would refuse to start ("Free memory on device ... is less than desired GPU memory
   utilization"; --kv-cache-memory-bytes does not get past that check). At most the arena's bytes are
   added, on a copy of the snapshot that only the check sees: `init_snapshot`, `requested_memory` and
-  everything vLLM computes from them stay vLLM's. No arena under that name, or no daemon: nothing is added;
+  everything vLLM computes from them stay vLLM's. No arena under that name, or no daemon: nothing is
+  added, and vLLM's check is as without this class;
 - `determine_available_memory()`: the KV cache's budget is the daemon's arena when it holds one (vLLM then
   sizes the blocks from it in `get_kv_cache_configs`), else the profile's figure. An arena larger than the
   engine's whole share of its device (vLLM's `requested_memory`, total x --gpu-memory-utilization) ends the
