@@ -631,9 +631,9 @@ class WarmedArenaTest(InstalledPluginCase):
     # A device of 1 MiB whose share (--gpu-memory-utilization 0.9) is 943719 bytes, with the daemon's 128 KiB
     # arena allocated on it: 917504 bytes free, less than the share.
     SMALL_DEVICE = {"FAKE_VLLM_DEVICE_MEMORY": str(1 << 20), "FAKE_VLLM_DEVICE_USED": str(128 << 10)}
-    REFUSAL = ("ValueError: Free memory on device cpu (0.0/0.0 GiB) on startup is less than desired GPU memory "
+    REFUSAL = ("ValueError: Free memory on device %s (0.0/0.0 GiB) on startup is less than desired GPU memory "
                "utilization (0.9, 0.0 GiB). Decrease GPU memory utilization or reduce GPU memory used by other "
-               "processes.")
+               "processes." % DEVICE)
 
     def test_beside_its_arena_vllm_refuses_to_start_without_the_worker_class(self):
         # vLLM's own request_memory check, as the launcher's --kv-cache-memory-bytes does not get past it
@@ -650,8 +650,9 @@ class WarmedArenaTest(InstalledPluginCase):
 
     def test_beside_its_arena_the_worker_class_counts_it_free_and_the_standby_parks_and_serves(self):
         out, err = self.parked_over_a_held_arena_then_released(env=self.env(**self.SMALL_DEVICE))
-        self.assertIn("kv arena 'kv': its 131072 bytes on the daemon of host counted as free memory for vLLM's "
-                      "request_memory (free 917504 of 1048576 bytes measured, 1048576 with the arena)", err)
+        self.assertIn("kv arena 'kv': its 131072 bytes on the daemon of %s counted as free memory for vLLM's "
+                      "request_memory (free 917504 of 1048576 bytes measured, 1048576 with the arena)"
+                      % self.arena_device, err)
         self.assertNotIn("Free memory on device", err)
         self.assertLess(err.index("counted as free memory"), err.index("step=load_model"))
         # Only the check saw the arena: the snapshot vLLM keeps and its share are its own, and vLLM's
@@ -665,7 +666,8 @@ class WarmedArenaTest(InstalledPluginCase):
         p.communicate(timeout=60)
         err = self.stderr()
         self.assertNotEqual(p.returncode, 0)
-        self.assertIn("kv arena 'kv': the daemon of host holds none; nothing counted as free memory", err)
+        self.assertIn("kv arena 'kv': the daemon of %s holds none; nothing counted as free memory"
+                      % self.arena_device, err)
         self.assertIn(self.REFUSAL, err)
         # The daemon holds 'kv', this engine's arena is another: 'kv' is not its KV cache-to-be
         self.holder(128 << 10)
@@ -673,7 +675,8 @@ class WarmedArenaTest(InstalledPluginCase):
         p.communicate(timeout=60)
         err = self.stderr()
         self.assertNotEqual(p.returncode, 0)
-        self.assertIn("kv arena 'other': the daemon of host holds none; nothing counted as free memory", err)
+        self.assertIn("kv arena 'other': the daemon of %s holds none; nothing counted as free memory"
+                      % self.arena_device, err)
         self.assertIn(self.REFUSAL, err)
         self.assertNotIn("counted as free memory for vLLM's", err)
 
