@@ -18,7 +18,7 @@ import os
 
 from . import tensors
 
-__all__ = ["ARENA_ENV", "WAIT_ENV", "KvArena", "ArenaUnusable", "from_env"]
+__all__ = ["ARENA_ENV", "WAIT_ENV", "KvArena", "ArenaUnusable", "from_env", "say"]
 
 ARENA_ENV = "FASTRESTART_KV_ARENA"          # the arena's name (--kv-arena NAME of the launcher)
 WAIT_ENV = "FASTRESTART_KV_ARENA_WAIT"      # seconds a lease may wait for the previous holder's exit
@@ -33,7 +33,7 @@ class ArenaUnusable(RuntimeError):
     own, as without --kv-arena, and the engine says so in its arena fallback line)."""
 
 
-def _say(msg):
+def say(msg):
     # Straight to fd 2, like the result line and the standby's lines: vLLM's logging may not reach it.
     os.write(2, ("fastrestart-kv: %s (pid %d)\n" % (msg, os.getpid())).encode())
 
@@ -67,20 +67,25 @@ class KvArena:
             raise ArenaUnusable("the fastrestart binding has no KV arenas: %s" % e) from None
         return fastrestart
 
-    def budget(self, own_bytes):
-        """The bytes the KV cache may take: the daemon's arena when it holds one (the KV cache is sized from
-        the arena, so the lease never resizes it and the next engine finds the same layout), else this
-        engine's own budget (the first lease then makes the arena that size)."""
+    def find(self):
+        """The daemon's record of the arena under this name on this device (its "bytes": the size), or None
+        when it holds none; also kept as self.held. Raises ArenaUnusable when the daemon does not answer."""
         fr = self._fastrestart()
         try:
             self.held = fr.find_arena(self.name, device=self.device, socket_dir=self.socket_dir)
         except (RuntimeError, ValueError) as e:
             raise ArenaUnusable("asking the daemon for the arena: %s" % e) from None
-        if self.held is None:
-            _say("kv arena '%s': the daemon holds none yet; sized from this engine's budget (%d bytes)"
+        return self.held
+
+    def budget(self, own_bytes):
+        """The bytes the KV cache may take: the daemon's arena when it holds one (the KV cache is sized from
+        the arena, so the lease never resizes it and the next engine finds the same layout), else this
+        engine's own budget (the first lease then makes the arena that size)."""
+        if self.find() is None:
+            say("kv arena '%s': the daemon holds none yet; sized from this engine's budget (%d bytes)"
                  % (self.name, own_bytes))
             return own_bytes
-        _say("kv arena '%s': sized from the daemon's arena (%d bytes; this engine's own budget: %d)"
+        say("kv arena '%s': sized from the daemon's arena (%d bytes; this engine's own budget: %d)"
              % (self.name, self.held["bytes"], own_bytes))
         return int(self.held["bytes"])
 
@@ -101,7 +106,7 @@ class KvArena:
             t = ops.import_tensor(self.arena.view(offset, (size,), "I8"))
             for layer in shared_by:
                 out[layer] = t
-        _say("kv arena '%s': %d bytes reserved at 0x%x (placeholder %d bytes), %d KV tensors in it"
+        say("kv arena '%s': %d bytes reserved at 0x%x (placeholder %d bytes), %d KV tensors in it"
              % (self.name, self.arena.bytes, self.arena.base, self.arena.placeholder_bytes, len(parts)))
         return out
 
@@ -111,7 +116,7 @@ class KvArena:
         import fastrestart
         lease = self.arena.swap_in()
         prev = lease.get("previous_holder_pid")
-        _say("kv arena '%s': leased (%s)%s; swap_in %.3f s" % (
+        say("kv arena '%s': leased (%s)%s; swap_in %.3f s" % (
             self.name, "new, zero-filled" if lease["created"] else "generation %d" % lease["generation"],
             "; waited %.3f s for pid %d to exit" % (lease["waited_s"], prev) if prev is not None else "",
             lease["seconds"]))
@@ -123,12 +128,12 @@ class KvArena:
 
 def fallback_line(name, why):
     """Says, once, that the KV cache is the engine's own: on fd 2 and as fastrestartd's arena fallback line."""
-    _say("kv arena '%s': not used, the KV cache is this engine's own: %s" % (name, why))
+    say("kv arena '%s': not used, the KV cache is this engine's own: %s" % (name, why))
     try:
         import fastrestart
         print(fastrestart.arena_fallback_line(why), flush=True)
     except (ImportError, AttributeError) as e:
-        _say("no fastrestart-arena: line (the fastrestart binding cannot write it: %s)" % e)
+        say("no fastrestart-arena: line (the fastrestart binding cannot write it: %s)" % e)
 
 
 def from_env(framework_device):

@@ -6,9 +6,18 @@ daemon (docs/vllm.md, "A warmed standby over the KV arena").
 
 vLLM builds the class named by `--worker-cls` (ParallelConfig.worker_cls) in each worker process, after it
 loaded the general plugins (vllm/v1/worker/worker_base.py `WorkerWrapperBase.init_worker`,
-`resolve_obj_by_qualname`). This subclass changes three calls of the engine core's
-`_initialize_kv_caches` (vllm/v1/engine/core.py) and adds one:
+`resolve_obj_by_qualname`). This subclass changes `init_device` (called by the executor when it builds the
+worker), three calls of the engine core's `_initialize_kv_caches` (vllm/v1/engine/core.py), and adds one:
 
+- `init_device()`: vLLM's own, except that the free-memory check of `request_memory` (vllm/v1/worker/utils.py,
+  called through gpu_worker's module global on vLLM's `MemorySnapshot`) counts the arena the daemon holds
+  under this engine's arena name on its device as free: that arena is this engine's KV cache-to-be, counted
+  inside its share (total x --gpu-memory-utilization) by fastrestartd but already allocated by the daemon,
+  so beside it vLLM would refuse to start ("Free memory on device ... is less than desired GPU memory
+  utilization"; --kv-cache-memory-bytes does not get past that check). At most the arena's bytes are
+  added, on a copy of the snapshot that only the check sees: `init_snapshot`, `requested_memory` and
+  everything vLLM computes from them stay vLLM's. No arena under that name, or no daemon: nothing is
+  added, and vLLM's check is as without this class;
 - `determine_available_memory()`: the KV cache's budget is the daemon's arena when it holds one (vLLM then
   sizes the blocks from it in `get_kv_cache_configs`), else the profile's figure. An arena larger than the
   engine's whole share of its device (vLLM's `requested_memory`, total x --gpu-memory-utilization) ends the
@@ -25,6 +34,9 @@ loaded the general plugins (vllm/v1/worker/worker_base.py `WorkerWrapperBase.ini
   placeholder): fastrestartd counts a failed standby and starts a fresh engine.
 """
 
+import contextlib
+import copy
+import inspect
 import os
 
 from vllm.v1.worker.gpu_worker import Worker as _GpuWorker
@@ -34,6 +46,8 @@ from . import kv_arena, standby
 __all__ = ["Worker", "QUALNAME", "ArenaTooLarge"]
 
 QUALNAME = __name__ + ".Worker"  # launch.WORKER_CLS, which the launcher adds as --worker-cls
+# vllm/v1/worker/utils.py's free-memory check, imported by name into vllm/v1/worker/gpu_worker.py
+REQUEST_MEMORY = "request_memory"
 
 
 class ArenaTooLarge(RuntimeError):
@@ -48,6 +62,58 @@ class Worker(_GpuWorker):
     def _fr_device(self):
         # vLLM's Worker sets .device in init_device (torch.device("cuda:N")); the model runner has it too.
         return getattr(self, "device", None) or self.model_runner.device
+
+    def init_device(self):
+        if not os.environ.get(kv_arena.ARENA_ENV):
+            return super().init_device()
+        with self._fr_arena_counted_as_free():
+            return super().init_device()
+
+    @contextlib.contextmanager
+    def _fr_arena_counted_as_free(self):
+        """While inside, vLLM's request_memory, as init_device calls it, sees the daemon's arena as free."""
+        # The globals init_device runs with (under decorators such as vllm.tracing's instrument, which keep
+        # the function in __wrapped__): request_memory is looked up there at each call.
+        names = inspect.unwrap(_GpuWorker.init_device).__globals__
+        inner = names.get(REQUEST_MEMORY)
+        if not callable(inner):
+            kv_arena.say("kv arena '%s': not counted as free memory: this vLLM's init_device calls no %s (its "
+                         "free-memory check counts the arena as used)"
+                         % (os.environ.get(kv_arena.ARENA_ENV), REQUEST_MEMORY))
+            yield
+            return
+
+        def request_memory(init_snapshot, *args, **kwargs):
+            return inner(self._fr_snapshot_with_arena_free(init_snapshot), *args, **kwargs)
+
+        names[REQUEST_MEMORY] = request_memory
+        try:
+            yield
+        finally:
+            names[REQUEST_MEMORY] = inner
+
+    def _fr_snapshot_with_arena_free(self, snapshot):
+        """`snapshot`, or a copy whose free memory counts the daemon's arena of this engine (at most its
+        bytes, at most the device's total)."""
+        name = os.environ.get(kv_arena.ARENA_ENV)
+        try:
+            kv = kv_arena.from_env(self._fr_device())
+            held = kv.find()
+        except kv_arena.ArenaUnusable as e:
+            kv_arena.say("kv arena '%s': not counted as free memory: %s" % (name, e))
+            return snapshot
+        if held is None:
+            kv_arena.say("kv arena '%s': the daemon of %s holds none; nothing counted as free memory"
+                         % (name, kv.device))
+            return snapshot
+        # A copy (no __init__, so no new measurement): the snapshot init_device keeps is vLLM's own.
+        seen = copy.copy(snapshot)
+        seen.free_memory = min(int(snapshot.total_memory), int(snapshot.free_memory) + int(held["bytes"]))
+        kv_arena.say("kv arena '%s': its %d bytes on the daemon of %s counted as free memory for vLLM's "
+                     "request_memory (free %d of %d bytes measured, %d with the arena)"
+                     % (name, held["bytes"], kv.device, snapshot.free_memory, snapshot.total_memory,
+                        seen.free_memory))
+        return seen
 
     def determine_available_memory(self):
         own = super().determine_available_memory()

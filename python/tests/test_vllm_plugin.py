@@ -492,15 +492,16 @@ class WarmedArenaTest(InstalledPluginCase):
         e.pop("FASTRESTART_STANDBY_FD", None)
         return e
 
-    def engine(self, level=None, *more, env=None):
-        """The launcher over the reproduction with --kv-arena; a standby of `level` with one end of a socket
-        pair (returned, else None: weightd_support.spawn_engine). Its stderr goes to self.log."""
+    def engine(self, level=None, *more, env=None, arena=None):
+        """The launcher over the reproduction with --kv-arena `arena` (self.ARENA); a standby of `level` with one
+        end of a socket pair (returned, else None: weightd_support.spawn_engine). Its stderr goes to self.log."""
         env = env if env is not None else self.env()
+        arena = arena or self.ARENA
 
         def launch(err, fds):
             return subprocess.Popen([sys.executable, os.path.join(FAKE, "launch.py"), "serve", self.model, "--device",
                                      DEVICE, "--load-format", "auto", "--processes", "--distributed-executor-backend",
-                                     "uni", "--kv-arena", self.ARENA] + list(more),
+                                     "uni", "--kv-arena", arena] + list(more),
                                     stdout=subprocess.PIPE, stderr=err, env=env, pass_fds=fds, text=True)
         return spawn_engine(self, env, level, launch)
 
@@ -626,6 +627,58 @@ class WarmedArenaTest(InstalledPluginCase):
                       "than this engine's whole share of its device (90000 bytes", err)
         self.assertNotIn("step=kv_cache", err)
         self.assertNotIn("fastrestart-arena:", out)
+
+    # A device of 1 MiB whose share (--gpu-memory-utilization 0.9) is 943719 bytes, with the daemon's 128 KiB
+    # arena allocated on it: 917504 bytes free, less than the share.
+    SMALL_DEVICE = {"FAKE_VLLM_DEVICE_MEMORY": str(1 << 20), "FAKE_VLLM_DEVICE_USED": str(128 << 10)}
+    REFUSAL = ("ValueError: Free memory on device %s (0.0/0.0 GiB) on startup is less than desired GPU memory "
+               "utilization (0.9, 0.0 GiB). Decrease GPU memory utilization or reduce GPU memory used by other "
+               "processes." % DEVICE)
+
+    def test_beside_its_arena_vllm_refuses_to_start_without_the_worker_class(self):
+        # vLLM's own request_memory check, as the launcher's --kv-cache-memory-bytes does not get past it
+        h = self.holder(128 << 10)
+        p = subprocess.run([sys.executable, os.path.join(FAKE, "serve.py"), self.model, "--device", DEVICE,
+                            "--load-format", "auto", "--processes", "--distributed-executor-backend", "uni",
+                            "--kv-cache-memory-bytes", str(128 << 10)],
+                           capture_output=True, text=True, env=self.env(**self.SMALL_DEVICE), timeout=60)
+        self.assertNotEqual(p.returncode, 0)
+        self.assertIn(self.REFUSAL, p.stderr)
+        self.assertIn("step=init_device", p.stderr)
+        self.assertNotIn("step=load_model", p.stderr)
+        self.assertIsNone(h.poll())
+
+    def test_beside_its_arena_the_worker_class_counts_it_free_and_the_standby_parks_and_serves(self):
+        out, err = self.parked_over_a_held_arena_then_released(env=self.env(**self.SMALL_DEVICE))
+        self.assertIn("kv arena 'kv': its 131072 bytes on the daemon of %s counted as free memory for vLLM's "
+                      "request_memory (free 917504 of 1048576 bytes measured, 1048576 with the arena)"
+                      % self.arena_device, err)
+        self.assertNotIn("Free memory on device", err)
+        self.assertLess(err.index("counted as free memory"), err.index("step=load_model"))
+        # Only the check saw the arena: the snapshot vLLM keeps and its share are its own, and vLLM's
+        # request_memory is back in gpu_worker
+        self.assertEqual(parse_lines(out)["memory"], {"init_free": (1 << 20) - (128 << 10), "requested": 943719,
+                                                      "request_memory": "vllm.v1.worker.utils"})
+
+    def test_an_arena_the_daemon_does_not_hold_or_of_another_name_adds_nothing(self):
+        # Something else holds the 128 KiB: the daemon holds no arena 'kv' yet
+        p, _ = self.engine(env=self.env(**self.SMALL_DEVICE))
+        p.communicate(timeout=60)
+        err = self.stderr()
+        self.assertNotEqual(p.returncode, 0)
+        self.assertIn("kv arena 'kv': the daemon of %s holds none; nothing counted as free memory"
+                      % self.arena_device, err)
+        self.assertIn(self.REFUSAL, err)
+        # The daemon holds 'kv', this engine's arena is another: 'kv' is not its KV cache-to-be
+        self.holder(128 << 10)
+        p, _ = self.engine(env=self.env(**self.SMALL_DEVICE), arena="other")
+        p.communicate(timeout=60)
+        err = self.stderr()
+        self.assertNotEqual(p.returncode, 0)
+        self.assertIn("kv arena 'other': the daemon of %s holds none; nothing counted as free memory"
+                      % self.arena_device, err)
+        self.assertIn(self.REFUSAL, err)
+        self.assertNotIn("counted as free memory for vLLM's", err)
 
     def test_exit_while_parked_ends_the_engine_core_with_status_0_and_leases_nothing(self):
         import fastrestart

@@ -56,6 +56,8 @@ class ParallelConfig:
 @dataclasses.dataclass
 class CacheConfig:
     cache_dtype: str = "auto"
+    gpu_memory_utilization: float = 0.9
+    kv_cache_memory_bytes: int | None = None
 
 
 @dataclasses.dataclass

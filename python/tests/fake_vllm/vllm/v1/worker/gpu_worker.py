@@ -1,13 +1,15 @@
 """vllm.v1.worker.gpu_worker reduced to the steps of a worker's start, each a line (repro.step) in
 vLLM's order. vllm-project/vllm vllm/v1/worker/gpu_worker.py `Worker`:
 
-- `init_device`: CUDA (`torch.cuda.set_device`), the distributed environment; here the parallel state. Then
-  the memory snapshot and `request_memory(init_snapshot, cache_config)` (vllm/v1/worker/utils.py, checked at
-  0027b02769fbf0f9b73c612cd8912e7fa0f37458; inline in `init_device` at
-  35d5cda123ec28581759b6d34cde8052314fb1e6): `requested_memory = ceil(total * gpu_memory_utilization)`,
-  and a ValueError ("Free memory on device ... is less than desired GPU memory utilization") when the free
-  memory is smaller. It never reads `kv_cache_memory_bytes`. The reproduction's device has
-  FAKE_VLLM_DEVICE_MEMORY bytes (a reproduction-only variable; 1 GiB), all free. Then the model runner:
+- `init_device`: CUDA (`torch.cuda.set_device`, `self.device`), the distributed environment; here the
+  parallel state. Then `self.init_snapshot = init_snapshot = MemorySnapshot(device=self.device)` and
+  `self.requested_memory = request_memory(init_snapshot, self.cache_config)`, the function called through
+  this module's global (imported by name from vllm/v1/worker/utils.py; code-search excerpts of later trees;
+  the check was inline in `init_device` at 35d5cda123ec28581759b6d34cde8052314fb1e6, with `MemorySnapshot()`):
+  the share `ceil(total * gpu_memory_utilization)`, after vLLM's ValueError ("Free memory on device ... is
+  less than desired GPU memory utilization") when the free memory is smaller. It never reads
+  `kv_cache_memory_bytes`. The reproduction's device: FAKE_VLLM_DEVICE_MEMORY bytes (1 GiB), of which
+  FAKE_VLLM_DEVICE_USED are held by other processes (../../utils/mem_utils.py). Then the model runner:
   V2 unless VLLM_USE_V2_MODEL_RUNNER is "0" (`Worker.__init__`/`init_device` at 35d5cda1).
 - `load_model`: the model runner's `load_model` -> `get_model(vllm_config=...)` (the model loader: where
   fastrestart's `fastrestart` load format runs).
@@ -26,23 +28,23 @@ vLLM's order. vllm-project/vllm vllm/v1/worker/gpu_worker.py `Worker`:
 """
 
 import json
-import math
 import os
 import sys
 
 import backend
 import repro
-from vllm.config import DeviceConfig, HfConfig, LoadConfig, ModelConfig, ParallelConfig, VllmConfig
+from vllm.config import CacheConfig, DeviceConfig, HfConfig, LoadConfig, ModelConfig, ParallelConfig, VllmConfig
 from vllm.distributed import set_parallel_state
 from vllm.model_executor.model_loader import get_model, get_model_loader
 from vllm.model_executor.model_loader.default_loader import READS
+from vllm.utils.mem_utils import MemorySnapshot
 from vllm.v1.kv_cache_interface import FullAttentionSpec
 from vllm.v1.worker import gpu_model_runner as v1_runner
 from vllm.v1.worker.gpu import model_runner as v2_runner
+from vllm.v1.worker.utils import request_memory
 
 # The profile's answer when --kv-cache-memory-bytes is not given (the reproduction has no GPU to measure).
 PROFILED_KV_BYTES = 64 << 10
-DEVICE_MEMORY_ENV = "FAKE_VLLM_DEVICE_MEMORY"
 
 SUMMARY = {}  # the in-process worker's summary, for the API server to print (without --processes)
 
@@ -50,17 +52,23 @@ SUMMARY = {}  # the in-process worker's summary, for the API server to print (wi
 class Worker:
     def __init__(self, args, role):
         self.a, self.role = args, role
+        # WorkerBase keeps the VllmConfig's parts; the reproduction's CacheConfig holds what vLLM's workers read
+        self.cache_config = CacheConfig(cache_dtype=getattr(args, "kv_cache_dtype", "auto"),
+                                        gpu_memory_utilization=getattr(args, "gpu_memory_utilization", 0.9),
+                                        kv_cache_memory_bytes=getattr(args, "kv_cache_memory_bytes", None))
         v2 = os.environ.get("VLLM_USE_V2_MODEL_RUNNER", "1") != "0"
         self.model_runner = (v2_runner if v2 else v1_runner).GPUModelRunner(
             args.device, role, getattr(args, "kv_cache_dtype", "auto"))
 
     def init_device(self):
-        """vllm/v1/worker/gpu_worker.py Worker.init_device (CUDA, the distributed environment)."""
+        """vllm/v1/worker/gpu_worker.py Worker.init_device (CUDA, the distributed environment, the memory
+        snapshot and request_memory's check)."""
         repro.step("init_device", self.role)
         print("fake-vllm: init_device", file=sys.stderr, flush=True)
+        self.device = self.a.device
         set_parallel_state(tp_size=self.a.tensor_parallel_size, tp_rank=self.a.tp_rank)
-        total = int(os.environ.get(DEVICE_MEMORY_ENV, str(1 << 30)))
-        self.requested_memory = math.ceil(total * getattr(self.a, "gpu_memory_utilization", 0.9))
+        self.init_snapshot = init_snapshot = MemorySnapshot(device=self.device)
+        self.requested_memory = request_memory(init_snapshot, self.cache_config)
 
     def load_model(self):
         """Worker.load_model -> the model runner's load_model -> get_model (model_loader/__init__.py)."""
@@ -73,7 +81,8 @@ class Worker:
             device_config=DeviceConfig(device=a.device),
             parallel_config=ParallelConfig(tensor_parallel_size=a.tensor_parallel_size,
                                            data_parallel_size=a.data_parallel_size,
-                                           data_parallel_rank=a.data_parallel_rank))
+                                           data_parallel_rank=a.data_parallel_rank),
+            cache_config=self.cache_config)
         repro.step("load_model", self.role)
         try:
             self.model = get_model(vllm_config=self.vllm_config)
@@ -98,7 +107,7 @@ class Worker:
         """Worker.determine_available_memory: the profile run that sizes the KV cache; with
         --kv-cache-memory-bytes vLLM takes that figure instead of the profile's (CacheConfig.kv_cache_memory_bytes)."""
         repro.step("profile", self.role)
-        given = getattr(self.a, "kv_cache_memory_bytes", None)
+        given = self.cache_config.kv_cache_memory_bytes
         return int(given) if given else PROFILED_KV_BYTES
 
     def initialize_from_config(self, kv_cache_config):
@@ -126,6 +135,9 @@ class Worker:
             "scale_float": getattr(down, "scale_float", None),
             "has_own_embed_tokens": model.has_own_embed_tokens,
             "has_own_lm_head": model.has_own_lm_head,
+            # What vLLM keeps of init_device's memory accounting, and whose request_memory this module calls now
+            "memory": {"init_free": self.init_snapshot.free_memory, "requested": self.requested_memory,
+                       "request_memory": request_memory.__module__},
         }
         if self.model_runner.graphs:
             # The first request's K and V, written by the graph captured at start (over whatever memory its
