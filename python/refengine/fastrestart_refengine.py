@@ -633,7 +633,7 @@ class Engine:
             f"{rec['header']}: {rec['recovered']} blocks and {rec['tails']} tails recovered, "
             f"{sum(rec['dropped'].values())} dropped " + (str(rec["dropped"]) + " " if rec["dropped"] else "")
             + "(s: " + " ".join(f"{k}={v:.4f}" for k, v in info["seconds"].items()) + ")")
-        return rp.PrefixCache(idx, device, on_change=self.prefix_report.changed)
+        return rp.PrefixCache(idx, device, on_change=self.prefix_report.changed, log=log)
 
     # --- the KV cache in an arena of the weight daemon (docs/refengine.md, "The KV cache in an arena") -----
     def _arena_opts(self):

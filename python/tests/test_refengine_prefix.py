@@ -107,6 +107,13 @@ class Device:
         return [int((self.kv[slot, j * rp.BLOCK + lo:j * rp.BLOCK + hi] * w[lo:hi]).sum()) for slot, j, lo, hi in items]
 
 
+class Broken(Device):
+    """A device whose position checksums fail (a KV layout the torch indexing does not take)."""
+
+    def position_sums(self, items):
+        raise RuntimeError("index out of range")
+
+
 def expected_kv(tokens):
     out, prev = [], 7
     for t in tokens:
@@ -346,11 +353,30 @@ class ContinuedStreams(unittest.TestCase):
                 self.assertEqual(int(idx2.u64[idx2._rec(s) + 2]), 0)  # unpublished in the memory too
                 want = {"checksum": 1} if what == "a block before it dropped" else {"tail": 1}
                 self.assertEqual(rec["dropped"], want)
-        # without a device that checksums positions, no tail is trusted
-        buf[:], kv[:] = saved, kv_saved
-        idx3 = rp.PrefixIndex(buf, IDENTITY, SLOTS, POSITIONS, VOCAB)
-        rec = idx3.recover(2, False, Device(kv).checksums_of)
-        self.assertEqual((rec["recovered"], rec["tails"], rec["dropped"]), (1, 0, {"tail": 1}))
+        # without a device that checksums positions, or one that fails to, no tail is trusted
+        for tail_sums in (None, Broken(kv).position_sums):
+            buf[:], kv[:] = saved, kv_saved
+            idx3 = rp.PrefixIndex(buf, IDENTITY, SLOTS, POSITIONS, VOCAB)
+            rec = idx3.recover(2, False, Device(kv).checksums_of, tail_sums)
+            self.assertEqual((rec["recovered"], rec["tails"], rec["dropped"]), (1, 0, {"tail": 1}))
+
+    def test_a_device_failing_a_tail_checksum_turns_tails_off_not_the_step(self):
+        buf = np.zeros(rp.index_bytes(SLOTS, POSITIONS), dtype=np.uint8)
+        kv = np.zeros((SLOTS, POSITIONS), dtype=np.int64)
+        idx = rp.PrefixIndex(buf, IDENTITY, SLOTS, POSITIONS, VOCAB)
+        idx.recover(1, True, Device(kv).checksums_of)
+        said = []
+        b = rb.Batcher(SLOTS, [1, 2, 4], pad_pos=POSITIONS - 1,
+                       prefix=rp.PrefixCache(idx, Broken(kv), log=said.append))
+        model = StandIn(kv, idx)
+        [(toks, _)] = serve(b, model, [([1, 2, 3], 40)], streams=True)
+        ref = np.zeros((SLOTS, POSITIONS), dtype=np.int64)
+        self.assertEqual(toks, serve(rb.Batcher(SLOTS, [1, 2, 4]), StandIn(ref), [([1, 2, 3], 40)])[0][0])
+        self.assertEqual(len(said), 1, said)  # said once, then off
+        self.assertIn("stream tails off", said[0])
+        self.assertIn("tails_off", idx.stats)
+        self.assertEqual(idx.tail, [0] * SLOTS)
+        self.assertEqual(idx.valid[0], 2)  # whole blocks are still published
 
     def test_without_replay_a_prefill_unlike_decode_answers_otherwise(self):
         # What the replay is for: the same continuation prefilled gives other tokens with this model.
