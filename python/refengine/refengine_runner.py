@@ -473,6 +473,8 @@ class TorchPrefixDevice:
         w = self.weights.view(2, r.hkv, B, r.head_dim)
         flat = [(slot, j * B + p, p, i) for i, (slot, j, lo, hi) in enumerate(items) for p in range(lo, hi)]
         out = [0] * len(items)
+        if not flat:
+            return out
         many = len(flat) > self.STACKED_POSITIONS
         step = self.POSITIONS_PER_PASS if many else self.STACKED_POSITIONS
         with torch.inference_mode():
